@@ -1,0 +1,1 @@
+"""weft.benchmarks: see DESIGN.md."""

@@ -1,0 +1,1 @@
+"""weft.compiler: see DESIGN.md."""

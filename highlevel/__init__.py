@@ -1,0 +1,1 @@
+"""weft.highlevel: see DESIGN.md."""

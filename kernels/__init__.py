@@ -1,0 +1,1 @@
+"""weft.kernels: see DESIGN.md."""

@@ -1,0 +1,1 @@
+"""weft.kernels.attention: see DESIGN.md."""

@@ -1,0 +1,1 @@
+"""weft.lowlevel: see DESIGN.md."""

@@ -1,0 +1,1 @@
+"""weft.runtime: see DESIGN.md."""
