@@ -1,0 +1,57 @@
+"""What the compiler hands to the runtime: one compiled kernel and its parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+# Parameter kinds as Triton spells them in signatures: "*fp32" is a pointer to fp32,
+# "i32" a 32-bit integer, "fp32" a float. Scalars go to the kernel by value; pointers as
+# 64-bit global addresses.
+SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
+                "fp16", "bf16", "fp32", "fp64", "fp8e4m3", "fp8e5m2")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter as passed at launch (constexprs are not parameters)."""
+
+    name: str
+    type: str  # a signature string: "*fp32", "i32", "fp32", ...
+
+    @property
+    def is_pointer(self) -> bool:
+        return self.type.startswith("*")
+
+    @property
+    def element(self) -> str:
+        return self.type.lstrip("*")
+
+
+@dataclass
+class CompiledKernel:
+    """A kernel compiled for one signature: every stage's text plus launch facts.
+
+    `asm` maps a stage name (source, layout, llir, ptx, cubin) to its text (bytes for the
+    cubin). `metadata` holds num_warps, shared (bytes of shared memory, static + dynamic),
+    and, when ptxas ran, registers, spills and its report.
+    """
+
+    name: str
+    params: tuple[Param, ...]
+    num_warps: int
+    shared: int
+    asm: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+    cluster: Optional[tuple[int, int, int]] = None
+
+    @property
+    def num_threads(self) -> int:
+        return 32 * self.num_warps
+
+    @property
+    def binary(self) -> tuple[str, bytes]:
+        """("cubin", bytes) when ptxas ran, else ("ptx", bytes) for the driver's JIT."""
+        if self.asm.get("cubin"):
+            return "cubin", self.asm["cubin"]
+        return "ptx", self.asm["ptx"].encode()

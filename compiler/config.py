@@ -1,0 +1,100 @@
+"""Every environment flag weft reads, in one place (STYLE.md 15).
+
+`current()` reads the environment *now* and returns a frozen `Config`; nothing is read at
+import time, so tests can `monkeypatch.setenv` and call code that asks for `current()`.
+
+| variable         | meaning                                                          |
+|------------------|------------------------------------------------------------------|
+| `WEFT_DUMP`      | comma-separated stage or pass names whose text is printed        |
+|                  | (`all` prints every one), e.g. `WEFT_DUMP=layout,ptx`             |
+| `WEFT_CACHE_DIR` | the on-disk kernel cache (default `~/.cache/weft`)               |
+| `WEFT_NO_CACHE`  | `1` skips the on-disk cache (reads and writes)                    |
+| `WEFT_EMULATE`   | `1` runs every launch on the CPU emulator, GPU or not            |
+| `WEFT_PTXAS`     | an explicit ptxas executable, tried before any other             |
+| `WEFT_DEBUG`     | `1` turns on debug mode, which implies `WEFT_VERIFY`             |
+| `WEFT_VERIFY`    | `1` runs the IR verifier between passes                          |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+class ConfigError(ValueError):
+    """An environment flag holds a value weft cannot use."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The environment flags as values; build one with `current()`."""
+
+    dump: frozenset  # stage/pass names to print; "all" prints everything
+    cache_dir: Path
+    cache_enabled: bool
+    emulate: bool
+    ptxas: Optional[str]
+    debug: bool
+    verify: bool
+
+    def should_dump(self, name: str) -> bool:
+        """True when `WEFT_DUMP` names this stage or pass (or says `all`)."""
+        return name in self.dump or "all" in self.dump
+
+
+def _flag(environ, name: str) -> bool:
+    raw = environ.get(name, "")
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a switch; use 1 or 0")
+
+
+def _names(raw: str) -> frozenset:
+    return frozenset(part.strip() for part in raw.split(",") if part.strip())
+
+
+def current(environ=None) -> Config:
+    """Read the flags from `environ` (default `os.environ`) into a `Config`."""
+    env = os.environ if environ is None else environ
+    cache_dir = env.get("WEFT_CACHE_DIR", "").strip()
+    debug = _flag(env, "WEFT_DEBUG")
+    return Config(
+        dump=_names(env.get("WEFT_DUMP", "")),
+        cache_dir=Path(cache_dir).expanduser() if cache_dir
+        else Path("~/.cache/weft").expanduser(),
+        cache_enabled=not _flag(env, "WEFT_NO_CACHE"),
+        emulate=_flag(env, "WEFT_EMULATE"),
+        ptxas=env.get("WEFT_PTXAS", "").strip() or None,
+        debug=debug,
+        verify=debug or _flag(env, "WEFT_VERIFY"),
+    )
+
+
+# Narrow readers for hot paths that need one flag. `os.environ.get` costs ~0.8 us (it
+# encodes the key and decodes the value) and every launch asks for WEFT_EMULATE, so the
+# common case (unset) is answered from the encoded mapping behind os.environ.
+_EMULATE_KEY = os.environ.encodekey("WEFT_EMULATE") if hasattr(os.environ, "encodekey") \
+    else None
+
+
+def emulate() -> bool:
+    """True under `WEFT_EMULATE=1`."""
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if data is not None and _EMULATE_KEY is not None and data.get(_EMULATE_KEY) is None:
+        return False
+    return _flag(env, "WEFT_EMULATE")
+
+
+def should_dump(name: str) -> bool:
+    """True when `WEFT_DUMP` names this stage or pass (or says `all`)."""
+    names = _names(os.environ.get("WEFT_DUMP", ""))
+    return name in names or "all" in names

@@ -1,0 +1,467 @@
+"""The IR: SSA values, one frozen dataclass per op, blocks, kernels.
+
+An op's fields are typed: `result`/`results` are the values it defines, fields holding a
+`Value` (or a tuple of them, or None) are its operands, fields holding a `Block` are its
+regions, everything else is an attribute. Passes never mutate an op; they build a new one
+with `dataclasses.replace` and a new block around it.
+
+Values compare by identity: two values are the same value only if they are the same object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterator, Optional, Union
+
+from .errors import UNKNOWN_LOC, Loc
+from .types import MBarrierType, PointerType, ScalarType, SharedType, TensorType, Type
+
+_value_ids = itertools.count()
+
+
+@dataclass(frozen=True, eq=False)
+class Value:
+    """An SSA value. `hint` is the Python name it was bound to, kept for readable dumps."""
+
+    type: Type
+    hint: str = ""
+    id: int = field(default_factory=lambda: next(_value_ids), compare=False)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __repr__(self) -> str:
+        return f"Value(%{self.hint or self.id}: {self.type})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Op:
+    """Base of all ops; `NAME` is the op's spelling in the printed IR."""
+
+    NAME: ClassVar[str] = "op"
+    loc: Loc = UNKNOWN_LOC
+
+    def defines(self) -> tuple[Value, ...]:
+        """The values this op defines (its `result` or `results` field)."""
+        found = []
+        for f in dataclasses.fields(self):
+            if f.name == "result":
+                found.append(getattr(self, f.name))
+            elif f.name == "results":
+                found.extend(getattr(self, f.name))
+        return tuple(found)
+
+    def uses(self) -> tuple[Value, ...]:
+        """The operand values this op reads, in field order."""
+        found = []
+        for f in dataclasses.fields(self):
+            if f.name in ("result", "results"):
+                continue
+            item = getattr(self, f.name)
+            if isinstance(item, Value):
+                found.append(item)
+            elif isinstance(item, tuple) and item and all(isinstance(v, Value) for v in item):
+                found.extend(item)
+        return tuple(found)
+
+    def nested_blocks(self) -> tuple["Block", ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self)
+                     if isinstance(getattr(self, f.name), Block))
+
+    def attributes(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):
+            item = getattr(self, f.name)
+            if f.name in ("result", "results", "loc") or isinstance(item, (Value, Block)):
+                continue
+            if isinstance(item, tuple) and item and all(isinstance(v, Value) for v in item):
+                continue
+            if item is None and f.name in _OPTIONAL_OPERANDS:
+                continue
+            out[f.name] = item
+        return out
+
+
+# Optional operand fields: when None they are simply absent, not an attribute.
+_OPTIONAL_OPERANDS = {"mask", "other", "init", "index"}
+
+
+@dataclass(frozen=True)
+class Block:
+    """A straight-line list of ops with block arguments (loop induction and carried values)."""
+
+    args: tuple[Value, ...] = ()
+    ops: tuple[Op, ...] = ()
+
+    def walk(self) -> Iterator[Op]:
+        """Every op in this block and its nested regions, in program order."""
+        for op in self.ops:
+            yield op
+            for region in op.nested_blocks():
+                yield from region.walk()
+
+
+# ----------------------------------------------------------------------- the ops
+@dataclass(frozen=True, kw_only=True)
+class ProgramId(Op):
+    NAME = "program_id"
+    result: Value
+    axis: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumPrograms(Op):
+    NAME = "num_programs"
+    result: Value
+    axis: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constant(Op):
+    """A scalar constant, or a tensor filled with one value (`full`)."""
+
+    NAME = "constant"
+    result: Value
+    value: Union[int, float, bool]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Splat(Op):
+    """A tensor every element of which is one scalar value."""
+
+    NAME = "splat"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arange(Op):
+    NAME = "arange"
+    result: Value
+    start: int
+    end: int
+
+
+BINARY_KINDS = ("add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor",
+                "shl", "shr", "max", "min", "pow")
+UNARY_KINDS = ("neg", "not", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "erf",
+               "sin", "cos", "floor", "ceil")
+COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
+REDUCE_KINDS = ("sum", "max", "min", "argmax", "argmin")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Binary(Op):
+    """Elementwise binary arithmetic; operands and result share shape and layout."""
+
+    NAME = "binary"
+    result: Value
+    kind: str
+    lhs: Value
+    rhs: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unary(Op):
+    NAME = "unary"
+    result: Value
+    kind: str
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compare(Op):
+    NAME = "compare"
+    result: Value
+    predicate: str
+    lhs: Value
+    rhs: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fma(Op):
+    NAME = "fma"
+    result: Value
+    a: Value
+    b: Value
+    c: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Select(Op):
+    NAME = "select"
+    result: Value
+    condition: Value
+    true_value: Value
+    false_value: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cast(Op):
+    """Numeric conversion to the result's element type (round to nearest even)."""
+
+    NAME = "cast"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bitcast(Op):
+    NAME = "bitcast"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddPtr(Op):
+    """pointer + offset elements (not bytes), elementwise."""
+
+    NAME = "add_ptr"
+    result: Value
+    pointer: Value
+    offset: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load(Op):
+    """Global load through a pointer (tensor); masked-off lanes take `other` (or 0)."""
+
+    NAME = "load"
+    result: Value
+    pointer: Value
+    mask: Optional[Value] = None
+    other: Optional[Value] = None
+    vector: int = 1  # elements per access, chosen by the vectorize pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Store(Op):
+    NAME = "store"
+    pointer: Value
+    value: Value
+    mask: Optional[Value] = None
+    vector: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpandDims(Op):
+    """Insert a size-1 dim at `axis`; the operand's layout is a slice of the result's."""
+
+    NAME = "expand_dims"
+    result: Value
+    operand: Value
+    axis: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Broadcast(Op):
+    """Stretch size-1 dims to the result shape; each thread already holds what it needs."""
+
+    NAME = "broadcast"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reshape(Op):
+    NAME = "reshape"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Permute(Op):
+    NAME = "permute"
+    result: Value
+    operand: Value
+    order: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reduce(Op):
+    """Reduce along `axis`: in-thread, then lane shuffles, then across warps in shared memory.
+
+    `scratch_offset` (bytes) is assigned by shared-memory allocation when warps must combine.
+    """
+
+    NAME = "reduce"
+    result: Value
+    operand: Value
+    axis: int
+    kind: str
+    scratch_offset: Optional[int] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertLayout(Op):
+    """Move a tensor to another layout along a recorded `plan` (weft.layouts conversion)."""
+
+    NAME = "convert_layout"
+    result: Value
+    operand: Value
+    plan: Any = None
+    scratch_offset: Optional[int] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllocShared(Op):
+    """A shared-memory buffer, optionally initialised from a distributed tensor.
+
+    `offset` (bytes from the start of the kernel's shared memory) is set by allocation.
+    """
+
+    NAME = "alloc_shared"
+    result: Value
+    init: Optional[Value] = None
+    offset: Optional[int] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedLoad(Op):
+    NAME = "shared_load"
+    result: Value
+    buffer: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedStore(Op):
+    NAME = "shared_store"
+    buffer: Value
+    value: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedIndex(Op):
+    """Sub-buffer `index` along the leading dim of a multi-buffered allocation."""
+
+    NAME = "shared_index"
+    result: Value
+    buffer: Value
+    index: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedSlice(Op):
+    """A static window [start, start + size) along `dim` of a buffer."""
+
+    NAME = "shared_slice"
+    result: Value
+    buffer: Value
+    dim: int
+    start: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Barrier(Op):
+    """bar.sync 0: all threads of the CTA, and their shared-memory accesses, meet here."""
+
+    NAME = "barrier"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Yield(Op):
+    NAME = "yield"
+    values: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Condition(Op):
+    """Ends a while's `before` block: continue while `condition`, passing `values` on."""
+
+    NAME = "condition"
+    condition: Value
+    values: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class For(Op):
+    """for iv in range(lower, upper, step) with loop-carried values.
+
+    body.args = (iv, *carried); body ends with a Yield of the next carried values.
+    """
+
+    NAME = "for"
+    results: tuple[Value, ...]
+    lower: Value
+    upper: Value
+    step: Value
+    inits: tuple[Value, ...]
+    body: Block
+
+
+@dataclass(frozen=True, kw_only=True)
+class If(Op):
+    NAME = "if"
+    results: tuple[Value, ...]
+    condition: Value
+    then_body: Block
+    else_body: Block
+
+
+@dataclass(frozen=True, kw_only=True)
+class While(Op):
+    """before.args = carried, ends with Condition; after.args = its values, ends with Yield."""
+
+    NAME = "while"
+    results: tuple[Value, ...]
+    inits: tuple[Value, ...]
+    before: Block
+    after: Block
+
+
+@dataclass(frozen=True, kw_only=True)
+class Print(Op):
+    NAME = "print"
+    prefix: str
+    values: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assert(Op):
+    NAME = "assert"
+    condition: Value
+    message: str
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel: parameters (values), body, and launch facts.
+
+    `shared_bytes` is the kernel's total shared memory, set by allocation.
+    """
+
+    name: str
+    params: tuple[Value, ...]
+    body: Block
+    num_warps: int
+    source: str = ""
+    constexprs: tuple[tuple[str, Any], ...] = ()
+    shared_bytes: int = 0
+    stage: str = "layout"
+    # Per parameter, a power of two known to divide it (integers: the value; pointers: the
+    # address in bytes), from launch specialization; 1 when nothing is known.
+    param_divisibility: tuple[int, ...] = ()
+
+    def walk(self) -> Iterator[Op]:
+        return self.body.walk()
+
+    def with_body(self, body: Block, **changes) -> "Kernel":
+        return dataclasses.replace(self, body=body, **changes)
+
+
+def is_tensor(value: Value) -> bool:
+    return isinstance(value.type, TensorType)
+
+
+def is_shared(value: Value) -> bool:
+    return isinstance(value.type, SharedType)
+
+
+__all__ = [name for name in dir() if not name.startswith("_")] + [
+    "MBarrierType", "PointerType", "ScalarType",
+]

@@ -1,0 +1,1 @@
+"""Compiler passes over `layout`-stage IR; one pass per file, named for what it does."""

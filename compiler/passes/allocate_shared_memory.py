@@ -1,0 +1,118 @@
+"""allocate_shared_memory: give every buffer and scratch area a byte offset.
+
+Live ranges come from program order (a use inside a loop keeps the buffer alive for the
+whole loop, since the next iteration reads it again); buffers whose live ranges do not
+overlap share bytes. Offsets are aligned for the strictest user (1024 bytes for a
+128-byte swizzle atom: HOPPER.md's NVMMA table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import CompilationError
+from ..ir import AllocShared, Block, ConvertLayout, For, Kernel, Op, Reduce, SharedIndex, SharedSlice, Value, While
+from .rewrite import rewrite_kernel
+from .shared_accesses import scratch_bytes_of
+
+NAME = "allocate_shared_memory"
+SHARED_LIMIT = 227 * 1024  # usable by one CTA on H100/H200 (HOPPER.md)
+
+
+@dataclass
+class _Interval:
+    key: object
+    size: int
+    align: int
+    start: int
+    end: int
+    loops: tuple = ()  # the loops enclosing the definition
+    offset: int = -1
+
+
+def _alignment(size: int) -> int:
+    align = 16
+    while align < size and align < 1024:
+        align *= 2
+    return align
+
+
+def _number_ops(block: Block, loops: tuple, positions: dict, loop_ends: dict, counter: list):
+    for op in block.ops:
+        positions[id(op)] = (counter[0], loops)
+        counter[0] += 1
+        inner = loops + (id(op),) if isinstance(op, (For, While)) else loops
+        for region in op.nested_blocks():
+            _number_ops(region, inner, positions, loop_ends, counter)
+        loop_ends[id(op)] = counter[0] - 1
+
+
+def allocate_shared_memory(kernel: Kernel) -> Kernel:
+    positions: dict = {}
+    loop_ends: dict = {}
+    _number_ops(kernel.body, (), positions, loop_ends, [0])
+
+    roots: dict[Value, Value] = {}
+    intervals: dict[object, _Interval] = {}
+    for op in kernel.walk():
+        position, loops = positions[id(op)]
+        if isinstance(op, AllocShared):
+            roots[op.result] = op.result
+            size = op.result.type.num_bytes
+            intervals[op.result] = _Interval(op.result, size, _alignment(size), position, position, loops)
+        elif isinstance(op, (SharedIndex, SharedSlice)):
+            roots[op.result] = roots.get(op.buffer, op.buffer)
+        scratch = scratch_bytes_of(op, kernel.num_warps)
+        if scratch:
+            intervals[id(op)] = _Interval(id(op), scratch, 16, position, position)
+        for value in op.uses():
+            root = roots.get(value)
+            if root is None or root not in intervals:
+                continue
+            interval = intervals[root]
+            end = position
+            # A use inside a loop that the buffer was created outside of lasts the loop.
+            for loop in loops:
+                if loop not in interval.loops:
+                    end = max(end, loop_ends[loop])
+            interval.end = max(interval.end, end)
+
+    total = _pack(list(intervals.values()))
+    if total > SHARED_LIMIT:
+        raise CompilationError(
+            f"kernel {kernel.name!r} needs {total} bytes of shared memory, over the "
+            f"{SHARED_LIMIT} bytes one CTA can use on sm_90",
+            suggestion="use smaller tiles, fewer pipeline stages, or narrower element types",
+        )
+    offsets = {iv.key: iv.offset for iv in intervals.values()}
+
+    def rule(op: Op) -> Op:
+        if isinstance(op, AllocShared):
+            return dataclasses.replace(op, offset=offsets[op.result])
+        if isinstance(op, (ConvertLayout, Reduce)) and id(op) in offsets:
+            return dataclasses.replace(op, scratch_offset=offsets[id(op)])
+        return op
+
+    # Scratch keys are ids of the ops before rewriting; rewrite_kernel calls the rule on
+    # ops whose nested blocks were rebuilt, which only happens for region ops (not these).
+    return rewrite_kernel(kernel, rule, shared_bytes=total)
+
+
+def _pack(intervals: list[_Interval]) -> int:
+    """First fit, largest first, among buffers whose live ranges overlap."""
+    placed: list[_Interval] = []
+    for interval in sorted(intervals, key=lambda iv: (-iv.size, iv.start)):
+        offset = 0
+        conflicts = sorted(
+            (p for p in placed if p.start <= interval.end and interval.start <= p.end),
+            key=lambda p: p.offset,
+        )
+        for other in conflicts:
+            aligned = -(-offset // interval.align) * interval.align
+            if aligned + interval.size <= other.offset:
+                break
+            offset = max(offset, other.offset + other.size)
+        interval.offset = -(-offset // interval.align) * interval.align
+        placed.append(interval)
+    return max((iv.offset + iv.size for iv in placed), default=0)

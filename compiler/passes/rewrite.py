@@ -1,0 +1,34 @@
+"""Rebuilding blocks: passes return new ops, and this walks nested regions for them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable, Union
+
+from ..ir import Block, Kernel, Op
+
+# A rule gets an op whose nested blocks were already rewritten, and returns the ops that
+# replace it (a single op, or a sequence, possibly empty).
+Rule = Callable[[Op], Union[Op, Iterable[Op]]]
+
+
+def rewrite_block(block: Block, rule: Rule) -> Block:
+    ops = []
+    for op in block.ops:
+        changes = {}
+        for f in dataclasses.fields(op):
+            item = getattr(op, f.name)
+            if isinstance(item, Block):
+                changes[f.name] = rewrite_block(item, rule)
+        if changes:
+            op = dataclasses.replace(op, **changes)
+        replaced = rule(op)
+        if isinstance(replaced, Op):
+            ops.append(replaced)
+        else:
+            ops.extend(replaced)
+    return Block(block.args, tuple(ops))
+
+
+def rewrite_kernel(kernel: Kernel, rule: Rule, **changes) -> Kernel:
+    return kernel.with_body(rewrite_block(kernel.body, rule), **changes)

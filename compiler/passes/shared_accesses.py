@@ -1,0 +1,89 @@
+"""Which bytes of shared memory each op reads and writes (after allocation).
+
+Shared by insert_barriers and by tests. Views (index/slice) are conservatively taken as
+their whole root buffer: a dynamic index could be any stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..ir import AllocShared, ConvertLayout, Op, Reduce, SharedIndex, SharedLoad, SharedSlice, SharedStore, Value
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    start: int
+    end: int
+
+    def overlaps(self, other: "ByteRange") -> bool:
+        return self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True)
+class Access:
+    """An op's shared-memory effect: `before` ranges written, then (if `syncs`) an internal
+    CTA barrier, then `after` ranges left read-pending."""
+
+    reads: tuple[ByteRange, ...] = ()
+    writes: tuple[ByteRange, ...] = ()
+    syncs: bool = False
+    pending_reads: tuple[ByteRange, ...] = ()
+
+
+class BufferRanges:
+    """Maps shared values (allocations and their views) to the bytes of their root buffer."""
+
+    def __init__(self):
+        self.ranges: dict[Value, ByteRange] = {}
+
+    def define(self, op: Op) -> None:
+        if isinstance(op, AllocShared) and op.offset is not None:
+            self.ranges[op.result] = ByteRange(op.offset, op.offset + op.result.type.num_bytes)
+        elif isinstance(op, (SharedIndex, SharedSlice)) and op.buffer in self.ranges:
+            self.ranges[op.result] = self.ranges[op.buffer]
+
+    def of(self, value: Value) -> Optional[ByteRange]:
+        return self.ranges.get(value)
+
+
+def scratch_bytes_of(op: Op, num_warps: int) -> int:
+    """Bytes of scratch an op needs while it runs (0 when it needs none)."""
+    if isinstance(op, ConvertLayout) and op.plan is not None:
+        return int(getattr(op.plan, "scratch_bytes", 0) or 0)
+    if isinstance(op, Reduce):
+        from ..layout_rules import plan_reduction
+
+        plan = plan_reduction(op.operand.type.layout, op.axis)
+        elements = plan.scratch_elements(num_warps)
+        # Values are combined in at least 32 bits; argmax/argmin also keep an i32 index.
+        bits = max(op.operand.type.element.bits, 32)
+        per_element = bits // 8 + (4 if op.kind in ("argmax", "argmin") else 0)
+        return elements * per_element
+    return 0
+
+
+def access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
+    access = _raw_access_of(op, buffers, num_warps)
+    # Buffers without an offset (before allocation) have no known bytes yet.
+    return Access(
+        reads=tuple(r for r in access.reads if r is not None),
+        writes=tuple(w for w in access.writes if w is not None),
+        syncs=access.syncs,
+        pending_reads=access.pending_reads,
+    )
+
+
+def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
+    if isinstance(op, AllocShared) and op.init is not None:
+        return Access(writes=(buffers.of(op.result),))
+    if isinstance(op, SharedStore):
+        return Access(writes=(buffers.of(op.buffer),))
+    if isinstance(op, SharedLoad):
+        return Access(reads=(buffers.of(op.buffer),))
+    if isinstance(op, (ConvertLayout, Reduce)) and op.scratch_offset is not None:
+        size = scratch_bytes_of(op, num_warps)
+        scratch = ByteRange(op.scratch_offset, op.scratch_offset + size)
+        return Access(writes=(scratch,), syncs=True, pending_reads=(scratch,))
+    return Access()

@@ -1,0 +1,88 @@
+"""vectorize_memory: choose how many elements each global load/store moves at once.
+
+A thread can move `v` elements with one 64- or 128-bit access when (1) its registers
+0..v-1 hold v consecutive elements along one dim of the layout, and every other basis
+keeps vectors aligned along that dim; (2) axis analysis proves the pointers are
+contiguous over aligned runs of v and the first address of a run is aligned to v
+elements' bytes; (3) the mask is constant over each run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir import Kernel, Load, Op, Store
+from ..types import TensorType
+from .axis_analysis import analyze_axes
+from .rewrite import rewrite_kernel
+
+NAME = "vectorize_memory"
+MAX_ACCESS_BITS = 128
+
+
+def contiguous_registers(layout, dim: int) -> int:
+    """How many leading registers hold consecutive elements along `dim`, aligned."""
+    registers = layout.bases.get("register", ())
+    count = 0
+    for bit, basis in enumerate(registers):
+        expected = tuple((1 << bit) if i == dim else 0 for i in range(len(basis)))
+        if basis != expected:
+            break
+        count += 1
+    vector = 1 << count
+    # Every other basis must move along `dim` by whole vectors, so each run starts aligned.
+    for name, rows in layout.bases.items():
+        for bit, basis in enumerate(rows):
+            if name == "register" and bit < count:
+                continue
+            while vector > 1 and basis[dim] % vector:
+                vector //= 2
+    return vector
+
+
+def choose_vector(op, infos) -> int:
+    pointer = op.pointer
+    if not isinstance(pointer.type, TensorType):
+        return 1
+    layout = pointer.type.layout
+    elem_bits = pointer.type.element.pointee.bits
+    elem_bytes = max(elem_bits // 8, 1)
+    info = infos.get(pointer)
+    if layout is None or info is None or elem_bits < 8:
+        return 1
+    best = 1
+    for dim in range(len(pointer.type.shape)):
+        vector = contiguous_registers(layout, dim)
+        vector = min(vector, info.contiguity[dim], MAX_ACCESS_BITS // elem_bits)
+        while vector > 1 and info.divisibility[dim] % (vector * elem_bytes):
+            vector //= 2
+        if op.mask is not None:
+            mask_info = infos.get(op.mask)
+            constancy = mask_info.constancy[dim] if mask_info else 1
+            while vector > 1 and constancy % vector:
+                vector //= 2
+        if vector > best and dim == _fastest_register_dim(layout):
+            best = vector
+    return best
+
+
+def _fastest_register_dim(layout) -> int:
+    registers = layout.bases.get("register", ())
+    if registers:
+        for i, v in enumerate(registers[0]):
+            if v:
+                return i
+    return len(layout.out_dims) - 1
+
+
+def vectorize_memory(kernel: Kernel) -> Kernel:
+    infos = analyze_axes(kernel)
+
+    def rule(op: Op) -> Op:
+        if isinstance(op, (Load, Store)):
+            vector = choose_vector(op, infos)
+            if vector != op.vector:
+                return dataclasses.replace(op, vector=vector)
+        return op
+
+    return rewrite_kernel(kernel, rule)

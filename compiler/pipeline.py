@@ -1,0 +1,88 @@
+"""The compiler's stages, in order, in one table.
+
+    source  -> frontend            Python source of the kernel and its callees
+    layout  -> frontend + passes   explicit IR: layouts, shared offsets, barriers, plans
+    llir    -> backend             LLVM IR text (llvmlite)
+    ptx     -> backend             PTX for sm_90a (LLVM's NVPTX target)
+    cubin   -> ptxas               binary, with the resource report in metadata
+
+Lowlevel kernels enter at `layout` straight from the frontend; highlevel kernels will
+enter at `tile` and reach `layout` through their inference passes. Every stage's text is
+kept on the CompiledKernel (`kernel.asm[stage]`), and WEFT_DUMP=<stage or pass> prints it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from .compiled import CompiledKernel, Param
+from .ir import Kernel
+from .passes.allocate_shared_memory import allocate_shared_memory
+from .passes.insert_barriers import insert_barriers
+from .passes.plan_conversions import plan_conversions
+from .passes.vectorize_memory import vectorize_memory
+from .printer import print_kernel
+from .verifier import verify
+
+# The lowlevel passes, in order; one line each says why it sits where it does.
+LAYOUT_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
+    ("plan_conversions", plan_conversions),              # plans decide which conversions need scratch
+    ("vectorize_memory", vectorize_memory),              # layouts are final; axis facts pick access widths
+    ("allocate_shared_memory", allocate_shared_memory),  # every buffer and scratch user is known now
+    ("insert_barriers", insert_barriers),                # needs byte offsets to see overlapping accesses
+)
+
+STAGES = ("source", "tile", "layout", "llir", "ptx", "cubin")
+
+
+def _dump(config, name: str, text) -> None:
+    if config.should_dump(name):
+        print(f"// ----- weft dump: {name} -----", file=sys.stderr)
+        print(text if isinstance(text, str) else f"<{len(text)} bytes>", file=sys.stderr)
+
+
+def run_layout_passes(kernel: Kernel, config=None) -> Kernel:
+    """Run the lowlevel passes (verifying between them when asked)."""
+    config = config or _config()
+    if config.verify or config.debug:
+        verify(kernel)
+    for name, run in LAYOUT_PASSES:
+        kernel = run(kernel)
+        if config.verify or config.debug:
+            verify(kernel)
+        _dump(config, name, print_kernel(kernel))
+    return kernel
+
+
+def _config():
+    from .config import current
+
+    return current()
+
+
+def compile_layout_kernel(kernel: Kernel, params: tuple[Param, ...], source: str = "",
+                          target: str = "sm_90a") -> CompiledKernel:
+    """Passes, LLVM, PTX and (when ptxas is found) cubin for a `layout`-stage kernel."""
+    from ..runtime import ptxas
+    from .backend import compile_to_ptx
+
+    if target != "sm_90a":
+        raise ValueError(f"weft compiles for sm_90a only (Hopper), got target {target!r}")
+    config = _config()
+    asm = {"source": source or kernel.source}
+    _dump(config, "source", asm["source"])
+    kernel = run_layout_passes(kernel, config)
+    asm["layout"] = print_kernel(kernel)
+    _dump(config, "layout", asm["layout"])
+    llir, ptx = compile_to_ptx(kernel)
+    asm["llir"], asm["ptx"] = llir, ptx
+    _dump(config, "llir", llir)
+    _dump(config, "ptx", ptx)
+    metadata = {"num_warps": kernel.num_warps, "shared": kernel.shared_bytes, "ir": kernel}
+    if ptxas.find_ptxas() is not None:
+        cubin, report = ptxas.assemble(ptx, arch=target)
+        asm["cubin"] = cubin
+        metadata.update(report)
+    return CompiledKernel(name=kernel.name, params=params, num_warps=kernel.num_warps,
+                          shared=kernel.shared_bytes, asm=asm, metadata=metadata)

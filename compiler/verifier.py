@@ -1,0 +1,114 @@
+"""The IR verifier: run between passes in tests and under WEFT_VERIFY / WEFT_DEBUG.
+
+It checks what every later stage assumes: values are defined before use and in scope,
+elementwise ops agree on shape and layout, shape ops carry the layout their rule gives,
+region yields match the values they feed, and shared-memory allocations fit.
+A failure is a compiler bug (or a hand-built IR mistake), reported with the op's location.
+"""
+
+from __future__ import annotations
+
+from ..layouts import LayoutError
+from . import layout_rules
+from .errors import CompilationError
+from .ir import (AddPtr, Binary, Block, Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma,
+                 For, If, Kernel, Load, Op, Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value,
+                 While, Yield)
+from .types import TensorType
+
+_ELEMENTWISE = (Binary, Unary, Compare, Fma, Select, Cast, AddPtr, Load, Store, Splat, Constant)
+
+
+class VerificationError(CompilationError):
+    pass
+
+
+def _fail(op: Op, message: str):
+    raise VerificationError(f"invalid IR at {op.NAME}: {message}", op.loc)
+
+
+def _check_elementwise(op: Op) -> None:
+    tensors = [v for v in op.uses() + op.defines() if isinstance(v.type, TensorType)]
+    if not tensors:
+        return
+    first = tensors[0].type
+    for value in tensors[1:]:
+        if value.type.shape != first.shape:
+            _fail(op, f"shapes differ: {list(first.shape)} and {list(value.type.shape)}")
+        if value.type.layout != first.layout:
+            _fail(op, "operands and result have different layouts")
+    scalars = [v for v in op.uses() if not isinstance(v.type, TensorType)]
+    if isinstance(op, (Load, Store, AddPtr)) and scalars and op.defines() and isinstance(op.defines()[0].type, TensorType):
+        _fail(op, "mixes scalar and tensor operands; splat the scalar first")
+
+
+def _check_shape_op(op: Op) -> None:
+    src, dst = op.operand.type, op.result.type
+    if src.layout is None or dst.layout is None:
+        return
+    try:
+        if isinstance(op, ExpandDims):
+            expected = layout_rules.expand_dims_layout(src.layout, op.axis)
+        elif isinstance(op, Permute):
+            expected = layout_rules.permute_layout(src.layout, op.order)
+        elif isinstance(op, Reshape):
+            expected = layout_rules.reshape_layout(src.layout, dst.shape)
+        elif isinstance(op, Reduce):
+            expected = layout_rules.plan_reduction(src.layout, op.axis).result_layout
+        else:
+            layout_rules.broadcast_register_map(src.layout, dst.layout)
+            return
+    except LayoutError as error:
+        _fail(op, str(error))
+    if _strip(expected) != _strip(dst.layout):
+        _fail(op, f"result layout should be {expected}, found {dst.layout}")
+
+
+def _strip(layout):
+    """Compare layouts without caring whether an empty `block` dim is listed."""
+    bases = {k: v for k, v in layout.bases.items() if v or k != "block"}
+    return (tuple(sorted(bases.items())), tuple(layout.out_dims.items()))
+
+
+def _check_yield(op: Op, block: Block, expected: tuple[Value, ...], what: str) -> None:
+    terminator = block.ops[-1] if block.ops else None
+    if not isinstance(terminator, (Yield, Condition)):
+        _fail(op, f"{what} does not end with yield")
+    values = terminator.values
+    if len(values) != len(expected):
+        _fail(op, f"{what} yields {len(values)} values for {len(expected)}")
+    for got, want in zip(values, expected):
+        if got.type != want.type:
+            _fail(op, f"{what} yields {got.type} where {want.type} is carried")
+
+
+def _verify_block(block: Block, scope: set) -> None:
+    scope = set(scope) | set(block.args)
+    for op in block.ops:
+        for value in op.uses():
+            if value not in scope:
+                _fail(op, f"uses {value!r} before it is defined (or outside its scope)")
+        if isinstance(op, _ELEMENTWISE):
+            _check_elementwise(op)
+        elif isinstance(op, (ExpandDims, Permute, Reshape, Reduce, Broadcast)):
+            _check_shape_op(op)
+        if isinstance(op, For):
+            _check_yield(op, op.body, op.results, "loop body")
+            for init, arg in zip(op.inits, op.body.args[1:]):
+                if init.type != arg.type:
+                    _fail(op, f"loop-carried value starts as {init.type} but the body takes {arg.type}")
+        elif isinstance(op, If):
+            if op.results:
+                _check_yield(op, op.then_body, op.results, "then branch")
+                _check_yield(op, op.else_body, op.results, "else branch")
+        elif isinstance(op, While):
+            _check_yield(op, op.after, op.inits, "while body")
+        for region in op.nested_blocks():
+            _verify_block(region, scope)
+        scope.update(op.defines())
+
+
+def verify(kernel: Kernel) -> Kernel:
+    """Raise VerificationError on the first problem; return the kernel unchanged."""
+    _verify_block(kernel.body, set(kernel.params))
+    return kernel

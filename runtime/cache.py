@@ -1,0 +1,237 @@
+"""The on-disk kernel cache: one file per compiled kernel, under `WEFT_CACHE_DIR`
+(default `~/.cache/weft`).
+
+Key: sha256 over everything that can change the compiled code (`make_key`): the kernel's
+source and its callees' sources, constexpr values, specialization, num_warps and other
+options, the target, and the versions of weft, llvmlite and ptxas.
+
+Entry format (`<cache_dir>/<key[:2]>/<key>.weft`), chosen so entries can be inspected
+with a text editor and loading one never executes code (unlike pickle):
+
+    weft-cache 1\\n
+    <sha256 hex of the payload>\\n
+    <payload: UTF-8 JSON of the CompiledKernel>
+
+In the JSON, bytes (the cubin) are {"__bytes__": base64}, tuples {"__tuple__": [...]},
+and dicts whose keys are not plain strings {"__dict__": [[key, value], ...]}, so an entry
+round-trips exactly. Writes go to a temporary file in the same directory and are moved
+into place with `os.replace`, so readers see the old entry, the new one, or none; an entry
+that is truncated or altered anyway fails its checksum, is deleted and reads as a miss.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import inspect
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from ..compiler import config
+from ..compiler.compiled import CompiledKernel, Param
+
+FORMAT = "weft-cache 1"
+_log = logging.getLogger("weft.cache")
+
+
+class CacheError(TypeError):
+    """A compiled kernel holds something the cache cannot store (e.g. an object in
+    metadata that is not JSON-like)."""
+
+
+# ----------------------------------------------------------------------------- keys
+
+def _canonical(value: Any) -> Any:
+    """A deterministic, JSON-able stand-in for a key component."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return repr(value)  # keeps -0.0, nan and inf distinct and exact
+    if isinstance(value, bytes):
+        return {"bytes": hashlib.sha256(value).hexdigest()}
+    if isinstance(value, Mapping):
+        return {"dict": sorted(([_canonical(k), _canonical(v)] for k, v in value.items()),
+                               key=repr)}
+    if isinstance(value, (tuple, list)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return {"set": sorted((_canonical(v) for v in value), key=repr)}
+    if inspect.isfunction(value):
+        try:
+            source = inspect.getsource(value)
+        except (OSError, TypeError):
+            source = ""
+        return {"function": f"{value.__module__}.{value.__qualname__}", "source": source}
+    if isinstance(value, type):
+        return {"type": f"{value.__module__}.{value.__qualname__}"}
+    # Frozen dataclasses (layouts, configs) and enums have deterministic reprs; objects
+    # whose repr holds an address only cost a cache miss, never a wrong hit.
+    return {"repr": f"{type(value).__module__}.{type(value).__qualname__}:{value!r}"}
+
+
+def toolchain_versions() -> dict:
+    """Versions that change generated code. llvmlite pins one LLVM release per version,
+    so its version stands for LLVM's without loading the LLVM library."""
+    from .. import __version__ as weft_version
+    from .ptxas import ptxas_version
+    try:
+        import llvmlite
+        llvmlite_version = llvmlite.__version__
+    except ImportError:
+        llvmlite_version = None
+    try:
+        ptxas = ptxas_version()
+    except Exception:  # a bad WEFT_PTXAS surfaces when assembling, not here
+        ptxas = None
+    return {"format": FORMAT, "weft": weft_version, "llvmlite": llvmlite_version,
+            "ptxas": ptxas}
+
+
+def make_key(source: str, constexprs: Mapping[str, Any], specialization: Any,
+             num_warps: int, options: Optional[Mapping[str, Any]] = None,
+             target: str = "sm_90a", callee_sources: Sequence[str] = (),
+             signature: Any = None, versions: Optional[Mapping[str, Any]] = None) -> str:
+    """The sha256 hex key of one compilation. `versions` defaults to
+    `toolchain_versions()`; tests pass their own."""
+    parts = {
+        "source": source,
+        "callees": list(callee_sources),
+        "signature": _canonical(signature),
+        "constexprs": _canonical(dict(constexprs)),
+        "specialization": _canonical(specialization),
+        "num_warps": int(num_warps),
+        "options": _canonical(dict(options or {})),
+        "target": target,
+        "versions": _canonical(dict(toolchain_versions() if versions is None else versions)),
+    }
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- encoding
+
+def _encode(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return {"__bytes__": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v, where) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v, where) for v in value]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: _encode(v, f"{where}.{k}") for k, v in value.items()}
+        return {"__dict__": [[_encode(k, where), _encode(v, where)]
+                             for k, v in value.items()]}
+    raise CacheError(f"cannot cache {where}: {type(value).__qualname__} is not JSON-like "
+                     "(use str, int, float, bool, None, bytes, tuple, list or dict)")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, dict):
+        if "__bytes__" in value:
+            return base64.b64decode(value["__bytes__"])
+        if "__tuple__" in value:
+            return tuple(_decode(v) for v in value["__tuple__"])
+        if "__dict__" in value:
+            return {_hashable(_decode(k)): _decode(v) for k, v in value["__dict__"]}
+        return {k: _decode(v) for k, v in value.items()}
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+def encode_kernel(compiled: CompiledKernel) -> bytes:
+    """The file contents (header + checksum + JSON payload) for one kernel. Every
+    dataclass field is stored, so fields added to CompiledKernel later are kept too."""
+    document = {}
+    for field in dataclasses.fields(CompiledKernel):
+        value = getattr(compiled, field.name)
+        if field.name == "params":
+            value = [[p.name, p.type] for p in value]
+        document[field.name] = _encode(value, field.name)
+    payload = json.dumps(document, sort_keys=True).encode()
+    return f"{FORMAT}\n{hashlib.sha256(payload).hexdigest()}\n".encode() + payload
+
+
+def decode_kernel(data: bytes) -> CompiledKernel:
+    """Parse `encode_kernel`'s output; ValueError when it is truncated or altered."""
+    header, _, rest = data.partition(b"\n")
+    digest, _, payload = rest.partition(b"\n")
+    if header.decode(errors="replace") != FORMAT:
+        raise ValueError(f"not a {FORMAT!r} entry")
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise ValueError("checksum mismatch (truncated or corrupt entry)")
+    document = json.loads(payload)
+    values = {}
+    for field in dataclasses.fields(CompiledKernel):
+        if field.name in document:
+            values[field.name] = _decode(document[field.name])
+        elif field.default is dataclasses.MISSING and \
+                field.default_factory is dataclasses.MISSING:
+            raise ValueError(f"entry lacks field {field.name!r}")
+    values["params"] = tuple(Param(name, type_) for name, type_ in values["params"])
+    return CompiledKernel(**values)
+
+
+# ----------------------------------------------------------------------------- store
+
+def cache_dir() -> Path:
+    return config.current().cache_dir
+
+
+def entry_path(key: str, directory: Optional[Path] = None) -> Path:
+    if len(key) < 8 or not all(c in "0123456789abcdef" for c in key):
+        raise ValueError(f"cache key must be a hex digest, got {key!r}")
+    return Path(directory or cache_dir()) / key[:2] / f"{key}.weft"
+
+
+def get(key: str, directory: Optional[Path] = None) -> Optional[CompiledKernel]:
+    """The cached kernel for `key`, or None. A corrupt entry is removed and is a miss."""
+    path = entry_path(key, directory)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _log.warning("weft cache: cannot read %s (%s); recompiling", path, exc)
+        return None
+    try:
+        return decode_kernel(data)
+    except Exception as exc:  # any parse failure means the entry is unusable
+        _log.warning("weft cache: discarding corrupt entry %s (%s)", path, exc)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+
+
+def put(key: str, compiled: CompiledKernel, directory: Optional[Path] = None) -> Path:
+    """Store `compiled` under `key` atomically; returns the entry's path.
+    CacheError when the kernel holds values the format cannot store."""
+    data = encode_kernel(compiled)
+    path = entry_path(key, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path

@@ -1,0 +1,26 @@
+"""The CPU emulator: runs `layout`-stage IR thread-faithfully on numpy (DESIGN.md, runtime/).
+
+    emulate(kernel, grid, args, *, rules=None, stream=None) -> None
+
+runs every program of `grid` in turn on host arrays (numpy, or CPU torch tensors through
+`.numpy()` views; results land in them in place) and Python numbers for scalar parameters.
+Within a program each distributed tensor is held per thread, (num_warps, 32, registers),
+laid out by its layout; shared memory is a byte array at the addresses the backend
+computes, with race tracking between barriers; reductions and conversions run the plans
+the GPU code runs. Faults, races and failed asserts raise `EmulationError` naming the
+source line (and, for races, the other access's line).
+
+Rules live in a table (`EMULATION_RULES`), one function per op class, registered by the
+op-family modules imported below; copy it to add rules locally (`RuleTable.copy`).
+`tensor_to_registers` / `registers_to_tensor` move whole tensors in and out of registers.
+"""
+
+from . import control, elementwise, global_memory, reduce, shape_ops, shared_memory  # noqa: F401  (register rules)
+from .dtypes import from_bf16, to_bf16
+from .errors import EmulationError
+from .interpreter import CTA, SharedRef, emulate
+from .registers import registers_to_tensor, tensor_to_registers
+from .rules import EMULATION_RULES, RuleTable
+
+__all__ = ["emulate", "EmulationError", "EMULATION_RULES", "RuleTable", "CTA", "SharedRef",
+           "tensor_to_registers", "registers_to_tensor", "to_bf16", "from_bf16"]

@@ -1,0 +1,226 @@
+"""Run a `layout`-stage kernel: each program (CTA) of the grid in turn, each op by its rule.
+
+Within a CTA a distributed tensor is a numpy array (num_warps, 32, num_registers) laid out
+by its layout (see registers.py); a scalar is a numpy scalar of its storage dtype; a pointer
+is an int64 byte address (memory.py); a shared buffer is a `SharedRef` (byte offset + type).
+Every op runs for all threads at once, vectorised; control flow is uniform across the CTA.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ...compiler import ir
+from ...compiler.errors import UNKNOWN_LOC
+from ...compiler.types import PointerType, ScalarType, SharedType, TensorType
+from ...layouts import LinearLayout
+from .dtypes import finish, storage_dtype
+from .errors import EmulationError
+from .memory import GlobalMemory, SharedMemory
+from .registers import LANES, num_registers, thread_coordinates
+from .rules import EMULATION_RULES, RuleTable
+
+_ALIGN = 128  # placement of buffers the allocation pass has not placed yet
+
+
+@dataclass(frozen=True)
+class SharedRef:
+    """A shared-memory buffer or view: element c at byte
+    `offset + (addressing(c) XOR xor) * element bytes` (see shared_memory.py)."""
+
+    offset: int
+    type: SharedType
+    addressing: LinearLayout  # the view's dims -> element offset in the root buffer
+    xor: int = 0
+
+
+class CTA:
+    """One program of the grid: its values, shared memory and identity."""
+
+    def __init__(self, kernel: ir.Kernel, program_id: tuple, grid: tuple, memory: GlobalMemory,
+                 shared: SharedMemory, rules: RuleTable, stream, placements: dict, memo: dict):
+        self.kernel = kernel
+        self.num_warps = kernel.num_warps
+        self.program_id = program_id
+        self.grid = grid
+        self.memory = memory
+        self.shared = shared
+        self.rules = rules
+        self.stream = stream
+        self.placements = placements  # id(AllocShared) -> byte offset, for unplaced buffers
+        self.env: dict[ir.Value, object] = {}
+        self._rule_cache: dict[type, object] = {}
+        self._memo = memo  # shared by the CTAs of one launch
+
+    def memo(self, op: ir.Op, name: str, compute):
+        """`compute()` once per op and launch (register maps, plans, address tables)."""
+        key = (id(op), name)
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
+
+    # ------------------------------------------------------------------ values
+    def __getitem__(self, value: ir.Value):
+        try:
+            return self.env[value]
+        except KeyError:
+            raise EmulationError(f"value {value!r} is used before it is defined") from None
+
+    def bind(self, value: ir.Value, x) -> None:
+        self.env[value] = x
+
+    def register_shape(self, type_: TensorType) -> tuple[int, int, int]:
+        return (self.num_warps, LANES, num_registers(self.layout(type_)))
+
+    @staticmethod
+    def layout(type_: TensorType):
+        if type_.layout is None:
+            raise EmulationError(
+                f"{type_} has no layout: the emulator runs the `layout` stage; run the layout "
+                f"passes first")
+        return type_.layout
+
+    def full(self, type_, value):
+        """A value of `type_` (tensor or scalar) every element of which is `value`."""
+        element = type_.element if isinstance(type_, TensorType) else type_
+        scalar = finish(element, value)
+        if isinstance(type_, TensorType):
+            return np.full(self.register_shape(type_), scalar, dtype=storage_dtype(element))
+        return scalar
+
+    def describe(self, type_):
+        """A function naming the thread, register and element at an index of a value."""
+        if not isinstance(type_, TensorType):
+            return lambda position: "scalar access"
+
+        def where(position: tuple) -> str:
+            if len(position) != 3:
+                return f"{type_} access"
+            coords = thread_coordinates(self.layout(type_), self.num_warps)
+            w, l, r = position
+            element = tuple(int(c[w, l, r]) for c in coords)
+            return f"tensor element {element} held by warp {w} lane {l} register {r}"
+        return where
+
+    # ------------------------------------------------------------------- blocks
+    def run_block(self, block: ir.Block, args=()) -> Optional[ir.Op]:
+        """Run a block's ops; return its terminator (Yield/Condition), its operands unevaluated."""
+        if len(args) != len(block.args):
+            raise EmulationError(f"block expects {len(block.args)} arguments, got {len(args)}")
+        for value, x in zip(block.args, args):
+            self.env[value] = x
+        for op in block.ops:
+            if isinstance(op, (ir.Yield, ir.Condition)):
+                return op
+            rule = self._rule_cache.get(type(op))
+            if rule is None:
+                rule = self._rule_cache[type(op)] = self.rules.lookup(op)
+            try:
+                rule(self, op)
+            except EmulationError as error:
+                if error.loc == UNKNOWN_LOC:
+                    raise EmulationError(error.message, op.loc, other_loc=error.other_loc,
+                                         other_what=error.other_what, program=error.program) from None
+                raise
+            except Exception as error:  # a numpy or layout failure: name the op's line
+                raise EmulationError(f"`{op.NAME}` failed: {type(error).__name__}: {error}",
+                                     op.loc) from error
+        return None
+
+
+def _host_array(arg, name: str) -> np.ndarray:
+    """A numpy view of a host array argument (numpy, or a CPU torch tensor)."""
+    if isinstance(arg, np.ndarray):
+        return arg
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(arg, torch.Tensor):
+        tensor = arg.detach()
+        if tensor.device.type != "cpu":
+            raise EmulationError(f"argument `{name}` is a {tensor.device} tensor; the emulator "
+                                 f"needs host memory (move it with .cpu())")
+        if tensor.dtype in (torch.bfloat16,) or "float8" in str(tensor.dtype):
+            same_width = {1: torch.uint8, 2: torch.int16}[tensor.element_size()]
+            tensor = tensor.view(same_width)
+        return tensor.numpy()
+    raise EmulationError(f"argument `{name}` is a {type(arg).__name__}; a pointer parameter "
+                         f"needs a numpy array or a CPU torch tensor")
+
+
+def _scalar_argument(arg, element: ScalarType, name: str):
+    if element.is_int:
+        if not isinstance(arg, (int, np.integer, bool, np.bool_)):
+            raise EmulationError(f"argument `{name}` is {arg!r}; the kernel expects an {element}")
+        if not element.is_bool:
+            info = np.iinfo(storage_dtype(element))
+            if not info.min <= int(arg) <= info.max:
+                raise EmulationError(f"argument `{name}` = {arg} does not fit in {element}")
+        return finish(element, int(arg))
+    if not isinstance(arg, (int, float, np.integer, np.floating)):
+        raise EmulationError(f"argument `{name}` is {arg!r}; the kernel expects an {element}")
+    return finish(element, np.float64(arg))
+
+
+def _place_unallocated(kernel: ir.Kernel) -> tuple[dict, int]:
+    """Byte offsets for AllocShared ops the allocation pass has not placed (offset None)."""
+    placements, top = {}, -(-kernel.shared_bytes // _ALIGN) * _ALIGN
+    for op in kernel.walk():
+        if isinstance(op, ir.AllocShared) and op.offset is None:
+            placements[id(op)] = top
+            top += -(-op.result.type.num_bytes // _ALIGN) * _ALIGN
+    return placements, (top if placements else kernel.shared_bytes)
+
+
+def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
+            stream=None) -> None:
+    """Run `kernel` (layout stage) over `grid` on host arrays; results land in `args` in place.
+
+    `args` follow `kernel.params`: a numpy array (or CPU torch tensor) per pointer parameter,
+    whose element 0 the pointer addresses, and a Python/numpy number per scalar parameter.
+    `print` ops write to `stream` (default sys.stdout). Raises EmulationError for faults,
+    races and failed asserts, naming the source line.
+    """
+    if kernel.stage != "layout":
+        raise EmulationError(f"kernel `{kernel.name}` is at stage `{kernel.stage}`; the emulator "
+                             f"runs the `layout` stage (run the layout passes first)")
+    grid = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
+    grid = tuple(int(g) for g in (grid + (1, 1, 1))[:3])
+    if len(args) != len(kernel.params):
+        raise EmulationError(f"kernel `{kernel.name}` takes {len(kernel.params)} arguments "
+                             f"({', '.join(p.hint or '?' for p in kernel.params)}), got {len(args)}")
+    rules = rules or EMULATION_RULES
+    stream = stream or sys.stdout
+    memory = GlobalMemory()
+    bound = []
+    for index, (param, arg) in enumerate(zip(kernel.params, args)):
+        name = param.hint or f"arg{index}"
+        if isinstance(param.type, PointerType):
+            array = _host_array(arg, name)
+            bound.append(memory.add(name, array, param.type.pointee))
+        elif isinstance(param.type, ScalarType):
+            bound.append(_scalar_argument(arg, param.type, name))
+        else:
+            raise EmulationError(f"parameter `{name}` of type {param.type} is not supported")
+    placements, shared_size = _place_unallocated(kernel)
+    memo: dict = {}
+    shared = SharedMemory(shared_size, kernel.num_warps)  # reset for each CTA
+    with np.errstate(all="ignore"):
+        for z in range(grid[2]):
+            for y in range(grid[1]):
+                for x in range(grid[0]):
+                    program = (x, y, z)
+                    shared.reset()
+                    cta = CTA(kernel, program, grid, memory, shared, rules, stream, placements, memo)
+                    try:
+                        if kernel.body.args:
+                            cta.run_block(kernel.body, tuple(bound))
+                        else:
+                            cta.env.update(zip(kernel.params, bound))
+                            cta.run_block(kernel.body)
+                    except EmulationError as error:
+                        raise error.with_program(program) from error.__cause__

@@ -1,0 +1,145 @@
+"""Emulation rule for `reduce`, executed by its ReductionPlan in the GPU's order.
+
+The same stages, accumulator types and scratch layout as the backend (backend/lower_reduce):
+
+1. In-thread: result register k folds operand registers `register_groups[k]` in order.
+2. Lanes: for each lane mask in turn, combine(own, value of lane ^ mask) (butterfly).
+3. Warps (when `warp_masks`): every thread writes its partials to the scratch at
+   `scratch_offset`, laid out [warp][result register][lane] (argmax/argmin indices follow in
+   a second i32 array); the CTA synchronises; each warp folds the partials of its group's
+   warps in ascending warp order, read back from shared memory.
+
+Accumulators: fp16/bf16 in fp32, integers narrower than 32 bits in i32/u32, cast to the
+result element type at the end. argmax/argmin carry (value, index) pairs and keep the first
+when it is strictly better or equal with a smaller index (so a NaN loses, as in the
+backend's ordered compares).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ...compiler import ir
+from ...compiler.layout_rules import plan_reduction
+from ...compiler.types import ScalarType, element_of
+from .dtypes import cast, element_bytes, finish, is_float
+from .errors import EmulationError
+from .registers import LANES, axis_coordinate, num_registers
+from .rules import EMULATION_RULES as RULES
+
+_I32 = ScalarType("i32")
+
+
+@lru_cache(maxsize=256)
+def _plan(layout, axis: int):
+    return plan_reduction(layout, axis)
+
+
+def accumulator_type(element):
+    """The type a reduction combines in (as backend/lower_reduce.accumulator_type)."""
+    if element.is_float:
+        return ScalarType("fp32") if element.bits < 32 else element
+    if element.bits < 32:
+        return ScalarType("i32" if element.is_signed else "u32")
+    return element
+
+
+def _combiner(kind: str, element):
+    if kind == "sum":
+        return lambda a, b: (finish(element, np.add(a[0], b[0])), None)
+    if kind in ("max", "min"):
+        if is_float(element):
+            pick = np.fmax if kind == "max" else np.fmin
+        else:
+            pick = np.maximum if kind == "max" else np.minimum
+        return lambda a, b: (pick(a[0], b[0]), None)
+    better = np.greater if kind == "argmax" else np.less
+
+    def combine(a, b):
+        take_first = better(a[0], b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+        return np.where(take_first, a[0], b[0]), np.where(take_first, a[1], b[1])
+    return combine
+
+
+def _take(pair, index):
+    return pair[0][..., index], (None if pair[1] is None else pair[1][..., index])
+
+
+def _warp_members(warp_masks, num_warps: int) -> np.ndarray:
+    """(warps, group size): for each warp, the warps sharing its result elements, ascending."""
+    span = [0]
+    for mask in warp_masks:
+        span += [s ^ mask for s in span]
+    return np.sort(np.arange(num_warps)[:, None] ^ np.array(span)[None, :], axis=1)
+
+
+def _across_warps(cta, op, acc, element, plan):
+    """Stage 3: partials through the scratch, folded in warp-index order."""
+    members = cta.memo(op, "members", lambda: _warp_members(plan.warp_masks, cta.num_warps))
+    values, index = acc
+    if op.scratch_offset is not None:
+        values, index = _through_scratch(cta, op, values, index, element, members)
+    else:
+        values = values[members]          # (warp, member, lane, register)
+        index = None if index is None else index[members]
+    combine = _combiner(op.kind, element)
+    out = (values[:, 0], None if index is None else index[:, 0])
+    for j in range(1, members.shape[1]):
+        out = combine(out, (values[:, j], None if index is None else index[:, j]))
+    return out
+
+
+def _through_scratch(cta, op, values, index, element, members):
+    size = element_bytes(element)  # accumulators are at least 32 bits wide
+    num_warps, lanes, results = values.shape
+    # slot of (warp, lane, result register) in the [warp][result register][lane] layout
+    slots = ((np.arange(num_warps)[:, None, None] * results + np.arange(results)[None, None, :]) * lanes
+             + np.arange(lanes)[None, :, None])
+    base, index_base = op.scratch_offset, op.scratch_offset + values.size * size
+    describe = cta.describe(op.result.type)
+    cta.shared.write(base + slots * size, values, element, op, describe)
+    if index is not None:
+        cta.shared.write(index_base + slots * 4, index, _I32, op, describe)
+    cta.shared.barrier()
+    gathered = slots[members]  # (warp, member, lane, register): leading axis = reader
+    values = cta.shared.read(base + gathered * size, element, op, describe)
+    if index is not None:
+        index = cta.shared.read(index_base + gathered * 4, _I32, op, describe)
+    return values, index
+
+
+@RULES.register(ir.Reduce)
+def reduce(cta, op: ir.Reduce) -> None:
+    source_type, result_type = op.operand.type, op.result.type
+    layout = cta.layout(source_type)
+    plan = cta.memo(op, "plan", lambda: _plan(layout, op.axis))
+    if num_registers(cta.layout(result_type)) != len(plan.register_groups):
+        raise EmulationError(
+            f"reduce result layout has {num_registers(result_type.layout)} registers; the "
+            f"reduction plan gives {len(plan.register_groups)}", op.loc)
+    x = cta[op.operand]
+    if op.kind not in ("sum", "max", "min", "argmax", "argmin"):
+        raise EmulationError(f"unknown reduction kind {op.kind!r}", op.loc)
+    source = element_of(source_type)
+    element = accumulator_type(source)
+    pair = (cast(x, source, element), None)
+    if op.kind in ("argmax", "argmin"):
+        pair = (pair[0], cta.memo(op, "positions", lambda: axis_coordinate(
+            layout, cta.num_warps, op.axis).astype(np.int32)))
+    combine = _combiner(op.kind, element)
+    groups = cta.memo(op, "groups", lambda: np.array(plan.register_groups, dtype=np.int64))
+    acc = _take(pair, groups[:, 0])
+    for j in range(1, groups.shape[1]):
+        acc = combine(acc, _take(pair, groups[:, j]))
+    lanes = np.arange(LANES)
+    for mask in plan.lane_masks:
+        partner = (acc[0][:, lanes ^ mask], None if acc[1] is None else acc[1][:, lanes ^ mask])
+        acc = combine(acc, partner)
+    if plan.warp_masks:
+        acc = _across_warps(cta, op, acc, element, plan)
+    if op.kind in ("argmax", "argmin"):
+        cta.bind(op.result, cast(acc[1], _I32, element_of(result_type)))
+    else:
+        cta.bind(op.result, cast(acc[0], element, element_of(result_type)))

@@ -1,0 +1,134 @@
+"""Emulation rules: shared-memory buffers, their views, loads, stores and barriers.
+
+Addresses are computed as the backend computes them (backend/lower_shared, SharedView): a
+buffer value is a `SharedRef` whose element at coordinates c lives at byte
+`offset + (addressing(c) XOR xor) * element_bytes`, where `addressing` is the minimal inverse
+of the root buffer's shared layout (dims -> element offset). `shared_index` keeps the
+root's addressing without the leading dim and moves the byte offset by index * stride;
+`shared_slice` keeps the root's addressing and XORs in the offset of its start. So a
+wrong swizzle, a view the layout cannot express, or two live buffers placed on the same
+bytes produce wrong data (or an error) here as on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...compiler import ir
+from ...layouts import LayoutError, LinearLayout
+from .dtypes import element_bytes
+from .errors import EmulationError
+from .interpreter import SharedRef
+from .registers import thread_coordinates
+from .rules import EMULATION_RULES as RULES
+
+
+def addressing_of(shared_layout: LinearLayout) -> LinearLayout:
+    """dims -> offset of a shared layout (offset[, block] -> dims): its minimal inverse."""
+    inverse = shared_layout.pseudo_invert()
+    return inverse.sublayout(inverse.in_dim_names, ["offset"])
+
+
+def _addresses(cta, op, ref: SharedRef, tensor_type) -> np.ndarray:
+    """(num_warps, 32, registers) byte addresses of a distributed tensor's elements in `ref`."""
+    if tuple(tensor_type.shape) != tuple(ref.type.shape):
+        raise EmulationError(f"tensor of shape {list(tensor_type.shape)} against a shared buffer of "
+                             f"shape {list(ref.type.shape)}")
+
+    def element_offsets():
+        coords = thread_coordinates(cta.layout(tensor_type), cta.num_warps)
+        (offsets,) = ref.addressing(**{f"dim{i}": c for i, c in enumerate(coords)})
+        return offsets
+    # addressing objects are memoised per defining op, so their ids are stable keys
+    offsets = cta.memo(op, ("offsets", id(ref.addressing)), element_offsets)
+    return ref.offset + (offsets ^ ref.xor) * element_bytes(ref.type.element)
+
+
+def _store(cta, op, ref: SharedRef, value: ir.Value) -> None:
+    addresses = _addresses(cta, op, ref, value.type)
+    cta.shared.write(addresses, cta[value], ref.type.element, op, cta.describe(value.type))
+
+
+@RULES.register(ir.AllocShared)
+def alloc_shared(cta, op: ir.AllocShared) -> None:
+    offset = op.offset if op.offset is not None else cta.placements[id(op)]
+    type_ = op.result.type
+    if offset < 0 or offset + type_.num_bytes > cta.shared.size:
+        raise EmulationError(
+            f"buffer of {type_.num_bytes} bytes at offset {offset} does not fit in the kernel's "
+            f"{cta.shared.size} bytes of shared memory (kernel.shared_bytes)", op.loc)
+    addressing = cta.memo(op, "addressing", lambda: addressing_of(type_.layout))
+    ref = SharedRef(offset, type_, addressing)
+    if op.init is not None:
+        _store(cta, op, ref, op.init)
+    cta.bind(op.result, ref)
+
+
+@RULES.register(ir.SharedStore)
+def shared_store(cta, op: ir.SharedStore) -> None:
+    _store(cta, op, cta[op.buffer], op.value)
+
+
+@RULES.register(ir.SharedLoad)
+def shared_load(cta, op: ir.SharedLoad) -> None:
+    ref: SharedRef = cta[op.buffer]
+    addresses = _addresses(cta, op, ref, op.result.type)
+    values = cta.shared.read(addresses, ref.type.element, op, cta.describe(op.result.type))
+    cta.bind(op.result, values)
+
+
+def _renamed(bases: dict, size: int) -> LinearLayout:
+    return LinearLayout({f"dim{i}": rows for i, rows in enumerate(bases.values())}, {"offset": size})
+
+
+@RULES.register(ir.SharedIndex)
+def shared_index(cta, op: ir.SharedIndex) -> None:
+    """Sub-buffer `index` of the leading dim, which must own the top offset bits."""
+    ref: SharedRef = cta[op.buffer]
+    stages = ref.type.shape[0]
+    stride = math.prod(ref.type.shape[1:])
+
+    def view():
+        bases = ref.addressing.bases
+        leading = bases.pop("dim0")
+        if any(row != (stride << bit,) for bit, row in enumerate(leading)) or ref.xor >= stride:
+            raise LayoutError(
+                f"shared_index needs the indexed dim to be the outermost of the shared layout "
+                f"(offset bases {[stride << b for b in range(len(leading))]}), found {list(leading)}")
+        return _renamed(bases, ref.addressing.out_dims["offset"])
+    addressing = cta.memo(op, ("view", id(ref.addressing)), view)
+    index = int(cta[op.index])
+    if not 0 <= index < stages:
+        raise EmulationError(f"shared_index {index} out of range for a buffer of {stages} stages "
+                             f"(shape {list(ref.type.shape)})", op.loc)
+    offset = ref.offset + index * stride * element_bytes(ref.type.element)
+    cta.bind(op.result, SharedRef(offset, op.result.type, addressing, ref.xor))
+
+
+@RULES.register(ir.SharedSlice)
+def shared_slice(cta, op: ir.SharedSlice) -> None:
+    """A power-of-two window at a multiple of its size: c + start = c XOR start."""
+    ref: SharedRef = cta[op.buffer]
+    size = op.result.type.shape[op.dim]
+    if op.start % size or not 0 <= op.start < ref.type.shape[op.dim]:
+        raise EmulationError(f"shared_slice [{op.start}, {op.start + size}) of dim {op.dim} (size "
+                             f"{ref.type.shape[op.dim]}) must start at a multiple of its size", op.loc)
+
+    def view():
+        name = f"dim{op.dim}"
+        bases = ref.addressing.bases
+        start_offset = 0
+        for bit, (value,) in enumerate(bases[name]):
+            if op.start >> bit & 1:
+                start_offset ^= value
+        bases[name] = bases[name][:size.bit_length() - 1]
+        return LinearLayout(bases, ref.addressing.out_dims), start_offset
+    addressing, start_offset = cta.memo(op, ("view", id(ref.addressing)), view)
+    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor ^ start_offset))
+
+
+@RULES.register(ir.Barrier)
+def barrier(cta, op: ir.Barrier) -> None:
+    cta.shared.barrier()

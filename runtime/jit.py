@@ -1,0 +1,404 @@
+"""The kernel dispatcher: what `@lowlevel.jit` returns.
+
+`kernel[grid](*args, num_warps=4, **constexprs)` reads the arguments, looks their key up
+in an in-memory table, and launches; only an unseen key compiles (through the injected
+`compile_fn`, via the disk cache) or routes to the CPU emulator (the injected
+`emulate_fn`).
+
+Injected callables (the compiler and emulator are wired in by whoever builds the
+JITFunction, never imported here):
+
+    compile_fn(jit: JITFunction, signature: dict[str, str], constexprs: dict[str, object],
+               specialization: dict[str, str], options: dict) -> CompiledKernel
+
+        `signature` maps each runtime parameter to "*fp32", "i32", ...; `specialization`
+        maps it to "equal_to_1", "divisible_by_16" or ""; `options` holds num_warps,
+        target ("sm_90a", or "emulator" when the result goes to emulate_fn) and any extra
+        launch options given at the call (num_stages, maxnreg, cluster, ...).
+        For target "emulator" it may return whatever emulate_fn takes (e.g. the
+        `layout`-stage IR); such results are kept in memory only.
+
+    emulate_fn(compiled_or_ir, grid: tuple[int, int, int], args: tuple) -> None
+
+        `args` are the caller's runtime arguments (constexprs removed) in parameter
+        order, unconverted: numpy arrays, torch tensors, ints, ... Outputs are written
+        in place.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from ..compiler import config
+from ..compiler.compiled import CompiledKernel
+from . import arguments, cache
+from .arguments import HOST, LaunchError
+from .launcher import LaunchPlan, Launcher
+
+_log = logging.getLogger("weft.jit")
+
+DEFAULT_TARGET = "sm_90a"
+EMULATOR_TARGET = "emulator"
+# Keywords of a launch that are options, not kernel parameters.
+OPTION_NAMES = ("num_warps", "num_stages", "maxnreg", "cluster", "target")
+_RESERVED = OPTION_NAMES + ("stream", "grid")
+_MISSING = object()
+
+
+class constexpr:
+    """Marks a kernel parameter as compile-time (`BLOCK: constexpr`): each distinct value
+    compiles its own kernel. Calling it wraps a value, which kernels unwrap."""
+
+    def __init__(self, value: Any):
+        self.value = value.value if isinstance(value, constexpr) else value
+
+    def __repr__(self) -> str:
+        return f"constexpr({self.value!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, constexpr) and type(self.value) is type(other.value) \
+            and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash((constexpr, self.value))
+
+
+def _is_constexpr_annotation(annotation) -> bool:
+    if annotation is constexpr:
+        return True
+    if isinstance(annotation, type):
+        return annotation.__name__ == "constexpr"
+    if isinstance(annotation, str):  # `from __future__ import annotations`
+        return annotation.replace(" ", "").rsplit(".", 1)[-1] == "constexpr"
+    return False
+
+
+@dataclass(frozen=True)
+class _GpuEntry:
+    launcher: Launcher
+    plan: LaunchPlan
+
+
+@dataclass(frozen=True)
+class _EmulatorEntry:
+    kernel: Any  # what compile_fn returned for the emulator target
+
+
+class JITFunction:
+    """A Python kernel function plus its compiled variants, launched as `fn[grid](...)`."""
+
+    def __init__(self, fn: Callable, compile_fn: Optional[Callable] = None,
+                 emulate_fn: Optional[Callable] = None, *,
+                 constexpr_names: Sequence[str] = ()):
+        self.fn = fn
+        self.compile_fn = compile_fn
+        self.emulate_fn = emulate_fn
+        functools.update_wrapper(self, fn)
+        parameters = inspect.signature(fn).parameters
+        for name, p in parameters.items():
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                raise TypeError(f"kernel '{fn.__name__}': parameter '{name}' must be a plain "
+                                "positional parameter (no *args, **kwargs or keyword-only)")
+            if name in _RESERVED:
+                raise TypeError(f"kernel '{fn.__name__}': parameter name '{name}' is "
+                                f"reserved for launch options ({', '.join(_RESERVED)})")
+        unknown = set(constexpr_names) - set(parameters)
+        if unknown:
+            raise TypeError(f"kernel '{fn.__name__}' has no parameters {sorted(unknown)}")
+        self.arg_names = tuple(parameters)
+        self.constexpr_names = tuple(
+            n for n, p in parameters.items()
+            if n in constexpr_names or _is_constexpr_annotation(p.annotation))
+        self.runtime_names = tuple(n for n in self.arg_names if n not in self.constexpr_names)
+        self.defaults = {n: p.default for n, p in parameters.items()
+                         if p.default is not inspect.Parameter.empty}
+        self._index = {n: i for i, n in enumerate(self.arg_names)}
+        self._constexpr_idx = tuple(self._index[n] for n in self.constexpr_names)
+        self._runtime_idx = tuple(self._index[n] for n in self.runtime_names)
+        # The common call passes runtime arguments positionally and constexprs by
+        # keyword; when the runtime parameters come first, `run` binds that without
+        # building the full argument list.
+        self._runtime_first = self._runtime_idx == tuple(range(len(self.runtime_names)))
+        self._constexpr_keys = frozenset(self.constexpr_names)
+        self._constexpr_defaults = tuple((n, self.defaults.get(n, _MISSING))
+                                         for n in self.constexpr_names)
+        self._dispatch: dict[tuple, object] = {}
+        self._compiled: dict[tuple, Any] = {}
+        self._launchers: dict[int, Launcher] = {}  # id(compiled) -> its launcher
+        self._lock = threading.RLock()
+        self._source: Optional[str] = None
+
+    def __repr__(self) -> str:
+        return f"JITFunction({self.fn.__module__}.{self.fn.__qualname__})"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"kernel '{self.__name__}' is launched as "
+                        f"{self.__name__}[grid](...), not called directly")
+
+    # ------------------------------------------------------------------ sources
+
+    @property
+    def source(self) -> str:
+        """The kernel's Python source (what the frontend parses and the cache keys on)."""
+        if self._source is None:
+            try:
+                self._source = inspect.getsource(self.fn)
+            except (OSError, TypeError):  # defined in a REPL: fall back to the bytecode
+                code = self.fn.__code__
+                self._source = f"<bytecode {code.co_code.hex()} {code.co_consts!r}>"
+        return self._source
+
+    def dependencies(self) -> tuple[tuple[str, str], ...]:
+        """(name, source-or-value) of the jitted callees and simple constants this kernel
+        names as globals, transitively: they change the compiled code, so they are part
+        of the cache key."""
+        found: dict[str, str] = {}
+        self._collect(found, {id(self)})
+        return tuple(sorted(found.items()))
+
+    def _collect(self, found: dict, seen: set) -> None:
+        names = set()
+        stack = [self.fn.__code__]
+        while stack:  # nested functions and comprehensions have their own code objects
+            code = stack.pop()
+            names.update(code.co_names)
+            stack.extend(c for c in code.co_consts if inspect.iscode(c))
+        scope = self.fn.__globals__
+        for name in sorted(names):
+            value = scope.get(name, _MISSING)
+            if isinstance(value, JITFunction):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    found[f"{value.fn.__module__}.{value.fn.__qualname__}"] = value.source
+                    value._collect(found, seen)
+            elif isinstance(value, (bool, int, float, str, constexpr)) or value is None:
+                found[f"global {name}"] = repr(value)
+
+    # ------------------------------------------------------------------ compiling
+
+    def compile(self, signature, constexprs: Optional[dict] = None, num_warps: int = 4,
+                target: str = DEFAULT_TARGET, specialization: Optional[dict] = None,
+                **options) -> Any:
+        """Compile for `signature` (dict name -> "*fp32"/"i32"/..., or a tuple in
+        runtime-parameter order); consults memory, then the disk cache. Returns the
+        CompiledKernel (for target "emulator", whatever compile_fn returns)."""
+        if not isinstance(signature, dict):
+            signature = tuple(signature)
+            if len(signature) != len(self.runtime_names):
+                raise LaunchError(
+                    f"kernel '{self.__name__}' has {len(self.runtime_names)} runtime "
+                    f"parameters ({', '.join(self.runtime_names)}), signature has "
+                    f"{len(signature)} entries")
+            signature = dict(zip(self.runtime_names, signature))
+        missing = [n for n in self.runtime_names if n not in signature]
+        extra = [n for n in signature if n not in self.runtime_names]
+        if missing or extra:
+            raise LaunchError(f"signature of kernel '{self.__name__}' must name exactly "
+                              f"{list(self.runtime_names)}; missing {missing}, "
+                              f"unexpected {extra}")
+        constexprs = self._complete_constexprs(dict(constexprs or {}))
+        specialization = {n: (specialization or {}).get(n, "") for n in self.runtime_names}
+        options = {"num_warps": int(num_warps), **options, "target": target}
+        return self._compile(signature, constexprs, specialization, options)
+
+    def _complete_constexprs(self, given: dict) -> dict:
+        extra = [n for n in given if n not in self.constexpr_names]
+        if extra:
+            raise LaunchError(f"kernel '{self.__name__}' has no constexpr parameters "
+                              f"{extra}; its constexprs are {list(self.constexpr_names)}")
+        result = {}
+        for name in self.constexpr_names:
+            value = given.get(name, self.defaults.get(name, _MISSING))
+            if value is _MISSING:
+                raise LaunchError(f"kernel '{self.__name__}' needs a value for constexpr "
+                                  f"'{name}'")
+            result[name] = value.value if isinstance(value, constexpr) else value
+        return result
+
+    def _compile(self, signature: dict, constexprs: dict, specialization: dict,
+                 options: dict) -> Any:
+        memory_key = (tuple(signature.items()),
+                      tuple((n, type(v), _hashable(v)) for n, v in constexprs.items()),
+                      tuple(specialization.items()), tuple(sorted(options.items(), key=repr)))
+        compiled = self._compiled.get(memory_key)
+        if compiled is not None:
+            return compiled
+        with self._lock:
+            compiled = self._compiled.get(memory_key)
+            if compiled is None:
+                compiled = self._compile_uncached(signature, constexprs, specialization,
+                                                  options)
+                self._compiled[memory_key] = compiled
+        return compiled
+
+    def _compile_uncached(self, signature, constexprs, specialization, options):
+        if self.compile_fn is None:
+            raise LaunchError(f"kernel '{self.__name__}' has no compiler: build the "
+                              "JITFunction with compile_fn (the frontend's @jit does)")
+        target = options["target"]
+        settings = config.current()
+        use_disk = settings.cache_enabled and target != EMULATOR_TARGET
+        key = None
+        if use_disk:
+            # The compiler's name is keyed too: the same source may go through different
+            # pipelines (highlevel vs lowlevel) and must not share entries.
+            compiler = getattr(self.compile_fn, "__qualname__", type(self.compile_fn).__qualname__)
+            extra = {k: v for k, v in options.items() if k not in ("num_warps", "target")}
+            key = cache.make_key(
+                self.source, constexprs, specialization, options["num_warps"],
+                {**extra, "compiler": f"{getattr(self.compile_fn, '__module__', '')}.{compiler}"},
+                target, [f"{n}\n{s}" for n, s in self.dependencies()], signature=signature)
+            hit = cache.get(key, settings.cache_dir)
+            if hit is not None:
+                return hit
+        compiled = self.compile_fn(self, dict(signature), dict(constexprs),
+                                   dict(specialization), dict(options))
+        if use_disk and isinstance(compiled, CompiledKernel):
+            try:
+                cache.put(key, compiled, settings.cache_dir)
+            except (cache.CacheError, OSError) as exc:  # caching is best effort
+                _log.warning("weft: not caching kernel '%s': %s", self.__name__, exc)
+        return compiled
+
+    def launcher(self, compiled: CompiledKernel) -> Launcher:
+        """The (one) Launcher of a compiled variant, taking runtime arguments in order."""
+        launcher = self._launchers.get(id(compiled))
+        if launcher is None or launcher.compiled is not compiled:
+            launcher = Launcher(compiled, arg_names=self.runtime_names)
+            self._launchers[id(compiled)] = launcher
+        return launcher
+
+    # ------------------------------------------------------------------ launching
+
+    def __getitem__(self, grid) -> Callable:
+        """`fn[grid]`: grid is 1-3 ints or a callable meta -> grid, where meta maps every
+        argument name (runtime and constexpr) and num_warps to its value."""
+        return functools.partial(self.run, grid)
+
+    def run(self, grid, *args, **kwargs) -> None:
+        """Launch with `grid`; kwargs are kernel arguments by name plus launch options
+        (num_warps, num_stages, maxnreg, cluster, target) and `stream`."""
+        stream = None
+        options = ()
+        num_warps = 4
+        if kwargs:
+            stream = kwargs.pop("stream", None)
+            num_warps = kwargs.pop("num_warps", 4)
+            if not kwargs.keys().isdisjoint(OPTION_NAMES):
+                options = tuple((k, kwargs.pop(k)) for k in OPTION_NAMES if k in kwargs)
+        if kwargs and self._runtime_first and len(args) == len(self.runtime_names) and \
+                kwargs.keys() <= self._constexpr_keys:
+            runtime = args
+            cx = tuple([kwargs.get(n, d) for n, d in self._constexpr_defaults])
+            if len(kwargs) < len(cx) and any(v is _MISSING for v in cx):
+                self._bind(args, kwargs)  # raises the missing-argument error
+        else:
+            if kwargs or len(args) != len(self.arg_names):
+                bound = self._bind(args, kwargs)
+            else:
+                bound = args
+            if self._constexpr_idx:
+                cx = tuple([bound[i] for i in self._constexpr_idx])
+                runtime = [bound[i] for i in self._runtime_idx]
+            else:
+                cx, runtime = (), bound
+        keys, values = arguments.read_all(runtime)
+        emulate = config.emulate()
+        key = (keys, cx, tuple(map(type, cx)), num_warps, options, emulate)
+        try:
+            entry = self._dispatch.get(key)
+        except TypeError:  # an unhashable constexpr value: no fast path, but it works
+            entry = None
+        if entry is None:
+            entry = self._resolve(keys, cx, num_warps, options, emulate)
+            try:
+                self._dispatch[key] = entry
+            except TypeError:
+                pass
+        if callable(grid):
+            meta = dict(zip(self.runtime_names, runtime))
+            meta.update(zip(self.constexpr_names, cx))
+            meta["num_warps"] = num_warps
+            grid = grid(meta)
+        if type(entry) is _GpuEntry:
+            entry.launcher.launch_values(grid, values, entry.plan, stream)
+        else:
+            self._emulate(entry, grid, tuple(runtime))
+
+    def _bind(self, args: Sequence, kwargs: dict) -> list:
+        names = self.arg_names
+        if len(args) > len(names):
+            raise LaunchError(f"kernel '{self.__name__}' takes {len(names)} arguments "
+                              f"({', '.join(names)}), got {len(args)}")
+        bound = list(args) + [_MISSING] * (len(names) - len(args))
+        for name, value in kwargs.items():
+            i = self._index.get(name)
+            if i is None:
+                raise LaunchError(f"kernel '{self.__name__}' has no parameter '{name}'; "
+                                  f"its parameters are {', '.join(names)}")
+            if bound[i] is not _MISSING:
+                raise LaunchError(f"kernel '{self.__name__}' got two values for '{name}'")
+            bound[i] = value
+        for i, value in enumerate(bound):
+            if value is _MISSING:
+                bound[i] = self.defaults.get(names[i], _MISSING)
+        missing = [n for n, v in zip(names, bound) if v is _MISSING]
+        if missing:
+            raise LaunchError(f"kernel '{self.__name__}' is missing argument"
+                              f"{'s' if len(missing) > 1 else ''} "
+                              f"{', '.join(repr(m) for m in missing)}")
+        return bound
+
+    def _resolve(self, keys: tuple, cx: tuple, num_warps: int, options: tuple,
+                 emulate: bool):
+        """Slow path for an unseen argument key: pick GPU or emulator, compile, check."""
+        host = [n for n, k in zip(self.runtime_names, keys) if k[3] == HOST]
+        device = [n for n, k in zip(self.runtime_names, keys)
+                  if k[3] is not None and k[3] != HOST]
+        if host and device and not emulate:
+            raise LaunchError(
+                f"kernel '{self.__name__}' got host arrays ({', '.join(host)}) and device "
+                f"arrays ({', '.join(device)}); pass all arrays on the GPU, or all on the "
+                "host to run on the CPU emulator")
+        emulate = emulate or bool(host)
+        constexprs = self._complete_constexprs(dict(zip(self.constexpr_names, cx)))
+        signature = {n: k[1] for n, k in zip(self.runtime_names, keys)}
+        specialization = {n: arguments.specialization_names(k[2])
+                          for n, k in zip(self.runtime_names, keys)}
+        opts = {"num_warps": int(num_warps), **dict(options)}
+        if emulate:
+            opts["target"] = EMULATOR_TARGET
+            return _EmulatorEntry(self._compile(signature, constexprs, specialization, opts))
+        opts.setdefault("target", DEFAULT_TARGET)
+        launcher = self.launcher(self._compile(signature, constexprs, specialization, opts))
+        return _GpuEntry(launcher, launcher.plan(keys))
+
+    def _emulate(self, entry: _EmulatorEntry, grid, args: tuple) -> None:
+        if self.emulate_fn is None:
+            raise LaunchError(
+                f"kernel '{self.__name__}' must run on the CPU emulator (host arrays or "
+                "WEFT_EMULATE=1), but this JITFunction has no emulate_fn; pass device "
+                "arrays for a GPU launch, or build it with emulate_fn")
+        grid3 = arguments.check_grid(self.__name__, grid)
+        self.emulate_fn(entry.kernel, grid3, args)
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def jit(fn: Optional[Callable] = None, *, compile_fn: Optional[Callable] = None,
+        emulate_fn: Optional[Callable] = None, constexpr_names: Sequence[str] = ()):
+    """`@jit` or `@jit(compile_fn=..., emulate_fn=...)`: wrap a kernel function."""
+    def wrap(f: Callable) -> JITFunction:
+        return JITFunction(f, compile_fn, emulate_fn, constexpr_names=constexpr_names)
+    return wrap(fn) if fn is not None else wrap
