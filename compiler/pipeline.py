@@ -75,11 +75,15 @@ def compile_layout_kernel(kernel: Kernel, params: tuple[Param, ...], source: str
     kernel = run_layout_passes(kernel, config)
     asm["layout"] = print_kernel(kernel)
     _dump(config, "layout", asm["layout"])
+    from .backend import static_shared_bytes
+
     llir, ptx = compile_to_ptx(kernel)
     asm["llir"], asm["ptx"] = llir, ptx
     _dump(config, "llir", llir)
     _dump(config, "ptx", ptx)
-    metadata = {"num_warps": kernel.num_warps, "shared": kernel.shared_bytes, "ir": kernel}
+    # The launcher passes shared - static_shared as dynamic shared memory.
+    metadata = {"num_warps": kernel.num_warps, "shared": kernel.shared_bytes,
+                "static_shared": static_shared_bytes(kernel)}
     if ptxas.find_ptxas() is not None:
         cubin, report = ptxas.assemble(ptx, arch=target)
         asm["cubin"] = cubin

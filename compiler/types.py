@@ -70,6 +70,11 @@ class PointerType:
     def bits(self) -> int:
         return 64
 
+    @property
+    def element_ty(self) -> ScalarType:
+        """Triton's spelling of the pointee (`ptr.dtype.element_ty`)."""
+        return self.pointee
+
     def __str__(self) -> str:
         return f"*{self.pointee}"
 

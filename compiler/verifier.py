@@ -44,6 +44,15 @@ def _check_elementwise(op: Op) -> None:
 
 def _check_shape_op(op: Op) -> None:
     src, dst = op.operand.type, op.result.type
+    if isinstance(op, Reduce) and not isinstance(dst, TensorType):
+        if src.rank != 1:
+            _fail(op, f"reducing a rank-{src.rank} tensor gives a tensor, not a scalar")
+        if src.layout is not None:
+            try:
+                layout_rules.plan_reduction(src.layout, op.axis)
+            except LayoutError as error:
+                _fail(op, str(error))
+        return
     if src.layout is None or dst.layout is None:
         return
     try:

@@ -220,6 +220,9 @@ class LinearLayout:
             if name not in arrays:
                 continue
             index = arrays[name]
+            if index.size and (index.min() < 0 or index.max() >= 1 << len(rows)):
+                bad = index[(index < 0) | (index >= 1 << len(rows))].flat[0]
+                raise LayoutError(f"index {bad} out of range for in-dim {name!r} of size {1 << len(rows)}")
             for bit, basis in enumerate(rows):
                 set_bit = (index >> bit) & 1
                 for out, value in zip(outs, basis):

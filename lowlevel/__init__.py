@@ -1,1 +1,67 @@
-"""weft.lowlevel: see DESIGN.md."""
+"""weft.lowlevel: the explicit, Gluon-style language (DESIGN.md).
+
+Every tensor carries a layout the kernel chose. Kernels are Python functions decorated
+with `@ll.jit`; inside them the names below build IR (see `compiler/frontend.py` for the
+Python subset a kernel may use):
+
+    from weft import lowlevel as ll
+
+    @ll.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: ll.constexpr, L: ll.constexpr):
+        offsets = ll.program_id(0) * BLOCK + ll.arange(0, BLOCK, layout=L)
+        mask = offsets < n
+        ll.store(out_ptr + offsets, ll.load(x_ptr + offsets, mask) + ll.load(y_ptr + offsets, mask), mask)
+"""
+
+from ..compiler.builder import constexpr_function, dynamic_range as range, register_language, static_range
+from ..compiler.types import PointerType, ScalarType, SharedType
+from ..runtime.jit import constexpr
+from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, ceil, convert_layout, cos,
+                       device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
+                       load, log, log2, max, maximum, min, minimum, num_programs, permute,
+                       program_id, reshape, rsqrt, sin, sqrt, static_assert, static_print, store,
+                       sum, where, zeros)
+from .dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, float64, fp8e4m3,
+                     fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
+                     int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
+from .jit import jit
+from .layouts import (BlockedLayout, DistributedLayout, DotOperandLayout, LinearDistributedLayout,
+                      LinearSharedLayout, NVMMADistributedLayout, NVMMASharedLayout, SharedLayout,
+                      SliceLayout, SwizzledSharedLayout)
+from .shared import SharedMemoryDescriptor, allocate_shared_memory
+from .tensor import Tensor
+
+dtype = ScalarType
+tensor = Tensor
+
+
+def _wrap(value):
+    """How lowlevel kernels see IR values: shared buffers as descriptors, the rest as tensors."""
+    if isinstance(value.type, SharedType):
+        return SharedMemoryDescriptor(value)
+    return Tensor(value)
+
+
+register_language("lowlevel", _wrap)
+
+__all__ = [
+    # kernels and compile-time helpers
+    "jit", "constexpr", "constexpr_function", "static_range", "range",
+    # layouts
+    "BlockedLayout", "SliceLayout", "NVMMADistributedLayout", "DotOperandLayout",
+    "LinearDistributedLayout", "SwizzledSharedLayout", "NVMMASharedLayout", "LinearSharedLayout",
+    "DistributedLayout", "SharedLayout",
+    # values
+    "Tensor", "tensor", "SharedMemoryDescriptor", "dtype", "pointer_type",
+    # ops
+    "program_id", "num_programs", "arange", "full", "zeros", "load", "store", "where",
+    "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
+    "maximum", "minimum", "fma", "cdiv", "sum", "max", "min", "argmax", "argmin",
+    "expand_dims", "reshape", "permute", "convert_layout", "allocate_shared_memory", "barrier",
+    "device_print", "device_assert", "static_assert", "static_print",
+    # element types
+    "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "float8e4nv", "float8e5",
+    "i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64",
+    "fp8e4m3", "fp8e5m2",
+]

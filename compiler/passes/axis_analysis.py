@@ -97,6 +97,11 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
             tuple(k if s == d else d for k, s, d in zip(a.constancy, src, dst)),
         )
     if not isinstance(result.type, TensorType):
+        if isinstance(op, AddPtr):
+            elem_bytes = max(result.type.pointee.bits // 8, 1)
+            div = gcd(_scalar_div(get(op.pointer)), _scalar_div(get(op.offset)) * elem_bytes)
+            scalar_div[result] = min(div, MAX_DIVISIBILITY)
+            return AxisInfo((), (scalar_div[result],), ())
         if isinstance(op, Binary) and op.kind in ("add", "sub", "mul"):
             a, b = get(op.lhs), get(op.rhs)
             div = _scalar_div(a) * _scalar_div(b) if op.kind == "mul" else gcd(_scalar_div(a), _scalar_div(b))

@@ -1,0 +1,233 @@
+"""Lowering state shared by every rule: the LLVM function, the value map, the rule table.
+
+A lowered value is one of:
+- a scalar: one `llvmlite.ir.Value`;
+- a distributed tensor: a tuple with one `ir.Value` per register of its layout;
+- a shared buffer: a `SharedView` (base address plus how coordinates become offsets).
+
+Values that depend only on the thread's position (tid, lane, warp, the lane/warp part of a
+layout's coordinates or shared offsets) are emitted once, in the entry block's prologue,
+so they dominate every use wherever the first use sits (inside a loop or a branch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+from llvmlite import ir
+
+from ...layouts import LayoutError, LinearLayout
+from ..errors import CompilationError
+from ..ir import Block, Kernel, Op, Value
+from ..types import SharedType, TensorType
+from . import llvm_types as T
+
+LoweringRule = Callable[["Lowering", Op], None]
+
+# The rules every lowering starts from, filled by `@lowers` next to each op family.
+# Callers that need other rules pass their own table to `lower_to_llvm`.
+DEFAULT_RULES: dict[type, LoweringRule] = {}
+
+
+def lowers(*op_classes: type, table: Optional[dict] = None):
+    """Register the decorated function as the lowering rule of `op_classes`."""
+    target = DEFAULT_RULES if table is None else table
+
+    def register(rule: LoweringRule) -> LoweringRule:
+        for op_class in op_classes:
+            target[op_class] = rule
+        return rule
+
+    return register
+
+
+@dataclass(frozen=True)
+class SharedView:
+    """A shared-memory buffer or a view of one.
+
+    Element at coordinates c lives at byte `base + (addressing(c) XOR xor) * element bytes`,
+    where `addressing` maps the view's dims to the `offset` (in elements) of the root
+    buffer's shared layout. `base` is a `ptr addrspace(3)`.
+    """
+
+    type: SharedType
+    base: ir.Value
+    addressing: LinearLayout
+    xor: int = 0
+
+
+Lowered = Union[ir.Value, tuple, SharedView]
+
+
+class Lowering:
+    """Everything a rule needs while it lowers one kernel."""
+
+    def __init__(self, kernel: Kernel, module: ir.Module, function: ir.Function,
+                 rules: dict[type, LoweringRule], shared: Optional[ir.GlobalVariable]):
+        self.kernel = kernel
+        self.module = module
+        self.function = function
+        self.rules = rules
+        self.shared_memory = shared
+        self.values: dict[Value, Lowered] = {}
+        entry = function.append_basic_block("entry")
+        body = function.append_basic_block("body")
+        self.prologue = ir.IRBuilder(entry)
+        self.prologue.branch(body)
+        self.prologue.position_before(entry.terminator)
+        self.builder = ir.IRBuilder(body)
+        self._cache: dict = {}
+        self._names: dict[str, int] = {}
+        self._strings: list[ir.GlobalVariable] = []
+
+    # ------------------------------------------------------------------ values
+    def define(self, value: Value, lowered: Lowered) -> None:
+        if isinstance(value.type, TensorType) and not isinstance(lowered, tuple):
+            raise CompilationError(f"internal: tensor {value!r} lowered to a single value")
+        if isinstance(lowered, tuple) and len(lowered) != T.register_count(value.type):
+            raise CompilationError(
+                f"internal: {value!r} lowered to {len(lowered)} registers, its layout has "
+                f"{T.register_count(value.type)}")
+        self.values[value] = lowered
+
+    def get(self, value: Value) -> Lowered:
+        try:
+            return self.values[value]
+        except KeyError:
+            raise CompilationError(f"internal: {value!r} used before the backend lowered it") from None
+
+    def registers(self, value: Value, count: Optional[int] = None) -> tuple:
+        """A tensor's registers; a scalar repeated `count` times (splatted on the fly)."""
+        lowered = self.get(value)
+        if isinstance(lowered, tuple):
+            if count is not None and len(lowered) != count:
+                raise CompilationError(
+                    f"internal: {value!r} has {len(lowered)} registers where {count} are needed")
+            return lowered
+        return (lowered,) * (count or 1)
+
+    def scalar(self, value: Value) -> ir.Value:
+        lowered = self.get(value)
+        if isinstance(lowered, tuple):
+            if len(lowered) != 1:
+                raise CompilationError(f"internal: {value!r} is a tensor where a scalar is needed")
+            return lowered[0]
+        return lowered
+
+    def shared(self, value: Value) -> SharedView:
+        lowered = self.get(value)
+        if not isinstance(lowered, SharedView):
+            raise CompilationError(f"internal: {value!r} is not a shared-memory buffer")
+        return lowered
+
+    # ------------------------------------------------------------------ blocks
+    def lower_block(self, block: Block) -> None:
+        for op in block.ops:
+            self.lower_op(op)
+
+    def lower_op(self, op: Op) -> None:
+        rule = None
+        for cls in type(op).__mro__:
+            rule = self.rules.get(cls)
+            if rule is not None:
+                break
+        if rule is None:
+            raise CompilationError(
+                f"the backend has no lowering for `{op.NAME}` ops", op.loc,
+                suggestion="register one with compiler.backend.lowers, or pass a rule table")
+        try:
+            rule(self, op)
+        except CompilationError as error:
+            if error.loc.line == 0 and op.loc.line:
+                raise CompilationError(error.message, op.loc, expected=error.expected,
+                                       found=error.found, suggestion=error.suggestion) from error
+            raise
+        except LayoutError as error:
+            raise CompilationError(f"`{op.NAME}`: {error}", op.loc) from error
+        except Exception as error:  # a backend bug: keep the cause chained, show the op
+            raise CompilationError(
+                f"internal error in the backend while lowering `{op.NAME}`: "
+                f"{type(error).__name__}: {error}", op.loc) from error
+
+    def new_block(self, name: str) -> ir.Block:
+        count = self._names.get(name, 0)
+        self._names[name] = count + 1
+        return self.function.append_basic_block(f"{name}{count}" if count else name)
+
+    # --------------------------------------------------------------- declarations
+    def declare(self, name: str, return_type: ir.Type, arg_types, var_arg: bool = False) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, ir.FunctionType(return_type, list(arg_types), var_arg), name)
+
+    def intrinsic(self, name: str, return_type: ir.Type, args, builder: Optional[ir.IRBuilder] = None):
+        """Call an LLVM/NVVM intrinsic, declaring it on first use."""
+        function = self.declare(name, return_type, [a.type for a in args])
+        return (builder or self.builder).call(function, list(args))
+
+    def global_string(self, text: str) -> ir.GlobalVariable:
+        """A NUL-terminated constant string in global memory (one per distinct text)."""
+        key = ("string", text)
+        if key not in self._cache:
+            data = bytearray(text.encode("utf-8")) + b"\0"
+            array = ir.ArrayType(T.I8, len(data))
+            variable = ir.GlobalVariable(self.module, array, f"weft_str{len(self._strings)}")
+            variable.global_constant = True
+            variable.linkage = "private"
+            variable.unnamed_addr = True
+            variable.initializer = ir.Constant(array, data)
+            variable.type = T.GENERIC_PTR  # refer to it as an opaque pointer (llvmlite types it)
+            self._strings.append(variable)
+            self._cache[key] = variable
+        return self._cache[key]
+
+    def cached(self, key, make: Callable[[ir.IRBuilder], ir.Value]) -> ir.Value:
+        """A value computed once in the prologue (so it dominates all uses) and reused."""
+        if key not in self._cache:
+            self._cache[key] = make(self.prologue)
+        return self._cache[key]
+
+    # ------------------------------------------------------------------ thread ids
+    def special_register(self, name: str) -> ir.Value:
+        """%tid.x, %ctaid.y, ... read once in the prologue."""
+        return self.cached(("sreg", name), lambda b: self.intrinsic(
+            f"llvm.nvvm.read.ptx.sreg.{name}", T.I32, [], builder=b))
+
+    @property
+    def thread_id(self) -> ir.Value:
+        return self.special_register("tid.x")
+
+    def hardware_index(self, dim: str) -> ir.Value:
+        """The thread's index along a hardware in-dim: lane, warp or block (cluster rank)."""
+        if dim == "lane":
+            return self.cached(("hw", dim), lambda b: b.and_(self.thread_id, ir.Constant(T.I32, 31), name="lane"))
+        if dim == "warp":
+            return self.cached(("hw", dim), lambda b: b.lshr(self.thread_id, ir.Constant(T.I32, 5), name="warp"))
+        if dim == "block":
+            return self.special_register("cluster.ctarank")
+        raise CompilationError(f"internal: no hardware index for in-dim {dim!r}")
+
+    def shared_pointer(self, byte_offset: Union[int, ir.Value]) -> ir.Value:
+        """`ptr addrspace(3)` to a byte of the kernel's shared memory."""
+        if self.shared_memory is None:
+            raise CompilationError(
+                "this kernel uses shared memory but its shared_bytes is 0",
+                suggestion="run allocate_shared_memory before the backend")
+        if isinstance(byte_offset, int):
+            byte_offset = ir.Constant(T.I32, byte_offset)
+        return self.builder.gep(self.shared_memory, [byte_offset], source_etype=T.I8)
+
+
+def elementwise(ctx: Lowering, result: Value, operands, compute) -> None:
+    """Define `result` register by register: compute(builder, *operand registers).
+
+    Scalar operands of a tensor op are splatted on the fly.
+    """
+    if isinstance(result.type, TensorType):
+        count = T.register_count(result.type)
+        columns = [ctx.registers(v, count) for v in operands]
+        ctx.define(result, tuple(compute(ctx.builder, *row) for row in zip(*columns)))
+    else:
+        ctx.define(result, compute(ctx.builder, *(ctx.scalar(v) for v in operands)))

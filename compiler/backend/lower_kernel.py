@@ -1,0 +1,101 @@
+"""A whole kernel: the LLVM module, the entry function and its shared memory.
+
+The function uses the `ptx_kernel` calling convention (a `.entry`) with the attribute
+`"nvvm.maxntid"` = 32 * num_warps, so ptxas knows the block size (`.maxntid`). Pointer
+parameters are `ptr addrspace(1)` (global memory), scalars are passed by value.
+
+Shared memory is one byte array, `weft_shared`, aligned to 1024 bytes (the 128-byte
+swizzle atom's alignment): a static `.shared` array of `kernel.shared_bytes` when that is
+at most 48 KB, else an `.extern .shared` array whose size the launch passes as dynamic
+shared memory (after raising the function's dynamic-smem limit).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from llvmlite import ir
+from llvmlite.ir.values import FunctionAttributes
+
+from ..errors import CompilationError
+from ..ir import Kernel
+from ..types import PointerType
+from . import llvm_types as T
+from .context import DEFAULT_RULES, Lowering
+from .target import TRIPLE, data_layout
+
+STATIC_SHARED_LIMIT = 48 * 1024
+SHARED_ALIGN = 1024
+SHARED_SYMBOL = "weft_shared"
+
+
+def uses_dynamic_shared_memory(kernel: Kernel) -> bool:
+    """True when the launch must pass `kernel.shared_bytes` as dynamic shared memory."""
+    return kernel.shared_bytes > STATIC_SHARED_LIMIT
+
+
+def static_shared_bytes(kernel: Kernel) -> int:
+    """Bytes of shared memory declared statically in the PTX (the rest is dynamic):
+    `CompiledKernel.metadata["static_shared"]`, which the launcher subtracts."""
+    return 0 if uses_dynamic_shared_memory(kernel) else kernel.shared_bytes
+
+
+class _KernelAttributes(FunctionAttributes):
+    """llvmlite's function attributes plus string attributes such as "nvvm.maxntid"="128"."""
+
+    def __init__(self, strings: dict[str, str]):
+        self._known = FunctionAttributes._known | {f'"{k}"="{v}"' for k, v in strings.items()}
+        super().__init__(sorted(self._known - FunctionAttributes._known))
+
+
+def _shared_memory(module: ir.Module, kernel: Kernel) -> Optional[ir.GlobalVariable]:
+    if kernel.shared_bytes <= 0:
+        return None
+    if uses_dynamic_shared_memory(kernel):
+        variable = ir.GlobalVariable(module, ir.ArrayType(T.I8, 0), SHARED_SYMBOL, addrspace=T.SHARED)
+        variable.linkage = "external"
+    else:
+        array = ir.ArrayType(T.I8, kernel.shared_bytes)
+        variable = ir.GlobalVariable(module, array, SHARED_SYMBOL, addrspace=T.SHARED)
+        variable.linkage = "internal"
+        variable.initializer = ir.Constant(array, ir.Undefined)
+    variable.align = SHARED_ALIGN
+    variable.type = T.SHARED_PTR  # refer to it as an opaque pointer (llvmlite types it)
+    return variable
+
+
+def _parameter_type(value) -> ir.Type:
+    if isinstance(value.type, PointerType):
+        return T.GLOBAL_PTR
+    try:
+        return T.element_type(value.type)
+    except (KeyError, AttributeError):
+        raise CompilationError(f"kernel parameter {value!r} has type {value.type}, which cannot be "
+                               "passed to a kernel (pointers and scalars only)") from None
+
+
+def lower_to_llvm(kernel: Kernel, rules: Optional[dict] = None) -> str:
+    """The kernel (at the `layout` stage) as LLVM IR text for the NVPTX target."""
+    if kernel.num_warps < 1 or kernel.num_warps > 32:
+        raise CompilationError(f"num_warps must be 1..32, got {kernel.num_warps}")
+    module = ir.Module(name=kernel.name)
+    module.triple = TRIPLE
+    module.data_layout = data_layout()
+    function_type = ir.FunctionType(ir.VoidType(), [_parameter_type(p) for p in kernel.params])
+    function = ir.Function(module, function_type, kernel.name)
+    function.calling_convention = "ptx_kernel"
+    function.attributes = _KernelAttributes({"nvvm.maxntid": str(32 * kernel.num_warps)})
+    divisibility = getattr(kernel, "param_divisibility", None) or ()
+    for argument, param, divisor in zip(function.args, kernel.params, tuple(divisibility) + (0,) * len(kernel.params)):
+        argument.name = param.hint or f"arg{param.id}"
+        if isinstance(param.type, PointerType):
+            argument.add_attribute("noundef")
+            if divisor and divisor & (divisor - 1) == 0 and divisor > 1:
+                argument.attributes.align = min(divisor, 1 << 12)
+    ctx = Lowering(kernel, module, function, DEFAULT_RULES if rules is None else rules,
+                   _shared_memory(module, kernel))
+    for param, argument in zip(kernel.params, function.args):
+        ctx.define(param, argument)
+    ctx.lower_block(kernel.body)
+    ctx.builder.ret_void()
+    return str(module)

@@ -1,0 +1,165 @@
+"""Lowering of shared-memory buffers, views, loads/stores and the CTA barrier.
+
+A buffer's element at coordinates c sits at element offset S^-1(c) of its shared layout S.
+For a distributed tensor with layout D, offset(r, lane, warp) = S^-1(D(r, lane, warp)) is
+linear, so (as for coordinates) the lane/warp part is computed once per (D, S) pair and
+each register adds a constant XOR. Registers whose offsets are consecutive and aligned
+move together as one `ld.shared.v{2,4}` / `st.shared.v{2,4}` of up to 128 bits.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...layouts import LinearLayout
+from ..errors import CompilationError
+from ..ir import AllocShared, Barrier, SharedIndex, SharedLoad, SharedSlice, SharedStore, Value
+from . import llvm_types as T
+from .context import Lowering, SharedView, lowers
+from ...layouts.banks import vector_width_of
+from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map
+
+def barrier(ctx: Lowering) -> None:
+    """bar.sync 0 (all threads of the CTA)."""
+    ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
+
+
+@lowers(Barrier)
+def lower_barrier(ctx: Lowering, op: Barrier) -> None:
+    barrier(ctx)
+
+
+@lowers(AllocShared)
+def lower_alloc_shared(ctx: Lowering, op: AllocShared) -> None:
+    if op.offset is None:
+        raise CompilationError("shared buffer has no offset", op.loc,
+                               suggestion="run allocate_shared_memory before the backend")
+    type_ = op.result.type
+    view = SharedView(type_, ctx.shared_pointer(op.offset), addressing_of(type_.layout))
+    ctx.define(op.result, view)
+    if op.init is not None:
+        store_tensor(ctx, view, op.init)
+
+
+class _Access:
+    """Per-register element addresses of a distributed tensor inside a shared view."""
+
+    def __init__(self, ctx: Lowering, view: SharedView, tensor_layout: LinearLayout):
+        self.ctx = ctx
+        self.view = view
+        self.element = view.type.element
+        self.memory = T.memory_type(self.element)
+        self.bytes = T.memory_bytes(self.element)
+        self.offsets = offset_map(tensor_layout, view.addressing)
+        vector = vector_width_of(self.offsets, 8 * self.bytes)
+        while vector > 1 and view.xor % vector:
+            vector //= 2
+        self.vector = vector
+
+    def pointer(self, register: int) -> ir.Value:
+        return element_pointer(self.ctx, self.view.base, self.memory, self.offsets, register, self.view.xor)
+
+    def vector_type(self, width: int) -> ir.Type:
+        return self.memory if width == 1 else ir.VectorType(self.memory, width)
+
+
+def store_tensor(ctx: Lowering, view: SharedView, value: Value) -> None:
+    """Write every register of a distributed tensor to its place in a shared view."""
+    b = ctx.builder
+    layout = value.type.layout
+    access = _Access(ctx, view, layout)
+    registers = ctx.registers(value, T.register_count(value.type))
+    duplicates = duplicate_registers(layout)
+    width = min(access.vector, len(registers))
+    for start in range(0, len(registers), width):
+        if start & duplicates:
+            continue
+        group = [_to_memory(b, r, view.type.element) for r in registers[start:start + width]]
+        data = group[0]
+        if width > 1:
+            data = ir.Constant(access.vector_type(width), None)
+            for i, item in enumerate(group):
+                data = b.insert_element(data, item, ir.Constant(T.I32, i))
+        b.store(data, access.pointer(start), align=width * access.bytes)
+
+
+def load_tensor(ctx: Lowering, view: SharedView, layout: LinearLayout, count: int) -> tuple:
+    """Read a distributed tensor with `layout` from a shared view."""
+    b = ctx.builder
+    access = _Access(ctx, view, layout)
+    width = min(access.vector, count)
+    values = []
+    for start in range(0, count, width):
+        data = b.load(access.pointer(start), typ=access.vector_type(width), align=width * access.bytes)
+        group = [data] if width == 1 else [b.extract_element(data, ir.Constant(T.I32, i)) for i in range(width)]
+        values.extend(_to_register(b, item, view.type.element) for item in group)
+    return tuple(values)
+
+
+def _to_memory(b, value, element):
+    return b.zext(value, T.I8) if element.is_bool else value
+
+
+def _to_register(b, value, element):
+    return b.icmp_unsigned("!=", value, ir.Constant(T.I8, 0)) if element.is_bool else value
+
+
+@lowers(SharedStore)
+def lower_shared_store(ctx: Lowering, op: SharedStore) -> None:
+    store_tensor(ctx, ctx.shared(op.buffer), op.value)
+
+
+@lowers(SharedLoad)
+def lower_shared_load(ctx: Lowering, op: SharedLoad) -> None:
+    count = T.register_count(op.result.type)
+    ctx.define(op.result, load_tensor(ctx, ctx.shared(op.buffer), op.result.type.layout, count))
+
+
+def _rename_dims(bases: dict, size: int) -> LinearLayout:
+    return LinearLayout({f"dim{i}": rows for i, rows in enumerate(bases.values())}, {"offset": size})
+
+
+@lowers(SharedIndex)
+def lower_shared_index(ctx: Lowering, op: SharedIndex) -> None:
+    """Sub-buffer `index` of the leading dim: the leading dim must own the top offset bits,
+    so the sub-buffer starts at index * (its size) elements and keeps the rest's addressing."""
+    parent = ctx.shared(op.buffer)
+    bases = parent.addressing.bases
+    leading = bases.pop("dim0")
+    stride = 1
+    for size in parent.type.shape[1:]:
+        stride *= size
+    if any(row != (stride << bit,) for bit, row in enumerate(leading)) or parent.xor >= stride:
+        raise CompilationError(
+            "shared_index needs the indexed dim to be the outermost of the shared layout "
+            f"(offset bases {[stride << b for b in range(len(leading))]}), found {list(leading)}", op.loc)
+    b = ctx.builder
+    index = ctx.scalar(op.index)
+    if index.type.width != 32:
+        index = b.trunc(index, T.I32) if index.type.width > 32 else b.zext(index, T.I32)
+    element_offset = b.mul(index, ir.Constant(T.I32, stride))
+    base = b.gep(parent.base, [element_offset], source_etype=T.memory_type(parent.type.element))
+    addressing = _rename_dims(bases, parent.addressing.out_dims["offset"])
+    ctx.define(op.result, SharedView(op.result.type, base, addressing, parent.xor))
+
+
+@lowers(SharedSlice)
+def lower_shared_slice(ctx: Lowering, op: SharedSlice) -> None:
+    """A power-of-two window starting at a multiple of its size: coordinates c of the window
+    are c + start = c XOR start of the buffer, so the view keeps the buffer's addressing
+    (fewer bits along `dim`) and XORs in the offset of `start`."""
+    parent = ctx.shared(op.buffer)
+    size = op.result.type.shape[op.dim]
+    if op.start % size:
+        raise CompilationError(
+            f"shared_slice start {op.start} along dim {op.dim} is not a multiple of the window "
+            f"size {size}; such windows are not linear in the shared layout", op.loc)
+    name = f"dim{op.dim}"
+    bases = parent.addressing.bases
+    start_offset = 0
+    for bit, (value,) in enumerate(bases[name]):
+        if op.start >> bit & 1:
+            start_offset ^= value
+    bases[name] = bases[name][:size.bit_length() - 1]
+    addressing = LinearLayout(bases, parent.addressing.out_dims)
+    ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor ^ start_offset))

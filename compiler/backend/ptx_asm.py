@@ -1,0 +1,77 @@
+"""Every inline-PTX string of the backend, each with the PTX ISA section it follows.
+
+Everything that an NVVM intrinsic covers (thread ids, barriers, shuffles, ex2/lg2/sin/cos
+approximations) is emitted as the intrinsic, not here. Inline PTX is used where LLVM has
+no way to say what we need: predicated global accesses (a masked-off lane must not touch
+memory) and the fp8 conversions.
+
+Each function returns `(asm_text, constraints)` for `llvmlite.ir.InlineAsm`. Constraint
+letters (LLVM NVPTX): `b` predicate (i1), `h` 16-bit, `r` 32-bit, `l` 64-bit, `f` f32.
+
+PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html
+"""
+
+from __future__ import annotations
+
+ISA = "https://docs.nvidia.com/cuda/parallel-thread-execution/index.html"
+
+# Register constraint and PTX type for one word of a global access, by word width.
+_WORD = {8: ("h", "b8"), 16: ("h", "b16"), 32: ("r", "b32"), 64: ("l", "b64")}
+
+
+def _vector_suffix(count: int) -> str:
+    return "" if count == 1 else f".v{count}"
+
+
+def masked_global_load(word_bits: int, count: int) -> tuple[str, str]:
+    """`count` words of `word_bits`, loaded only where the predicate holds, else 0.
+
+    Operands: outputs $0..$count-1, then the address ($count, 64-bit global) and the
+    predicate ($count+1).
+    ld: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-ld
+    mov: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-mov
+    """
+    letter, ptx_type = _WORD[word_bits]
+    mov_type = "b16" if word_bits == 8 else ptx_type
+    outputs = [f"${i}" for i in range(count)]
+    zero = "\n\t".join(f"mov.{mov_type} {o}, 0;" for o in outputs)
+    target = outputs[0] if count == 1 else "{" + ", ".join(outputs) + "}"
+    text = f"{zero}\n\t@${count + 1} ld.global{_vector_suffix(count)}.{ptx_type} {target}, [${count}];"
+    constraints = ",".join([f"={letter}"] * count + ["l", "b"])
+    return text, constraints
+
+
+def masked_global_store(word_bits: int, count: int) -> tuple[str, str]:
+    """Store `count` words only where the predicate holds.
+
+    Operands: the address ($0), the words ($1..$count), the predicate ($count+1).
+    st: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-st
+    """
+    letter, ptx_type = _WORD[word_bits]
+    values = [f"${i + 1}" for i in range(count)]
+    source = values[0] if count == 1 else "{" + ", ".join(values) + "}"
+    text = f"@${count + 1} st.global{_vector_suffix(count)}.{ptx_type} [$0], {source};"
+    constraints = ",".join(["l"] + [letter] * count + ["b"])
+    return text, constraints
+
+
+_FP8 = {"fp8e4m3": "e4m3x2", "fp8e5m2": "e5m2x2"}
+
+
+def fp8_to_f16x2(fp8_name: str) -> tuple[str, str]:
+    """Two fp8 values (a 16-bit register, first value in the low byte) -> f16x2 (32 bits).
+
+    cvt (fp8 to f16x2, sm_89+):
+    https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cvt
+    """
+    return f"cvt.rn.f16x2.{_FP8[fp8_name]} $0, $1;", "=r,h"
+
+
+def f32_pair_to_fp8x2(fp8_name: str) -> tuple[str, str]:
+    """cvt.rn.satfinite.<fp8>x2.f32 d, a, b: `a` goes to the high byte, `b` to the low one.
+
+    Saturates to the largest finite fp8 value, as torch's float8 casts do.
+    cvt (f32 to fp8x2, sm_89+):
+    https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cvt
+    """
+    return f"cvt.rn.satfinite.{_FP8[fp8_name]}.f32 $0, $1, $2;", "=h,f,f"

@@ -1,0 +1,71 @@
+"""Layer norm forward: y = (x - mean) * rstd * w + b per row, with mean and rstd saved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import lowlevel as ll
+from ._launch import element_name, empty_like, is_torch, row_stride
+from .softmax import Config as RowConfig
+
+
+@dataclass(frozen=True)
+class Config(RowConfig):
+    """Same shape rules as softmax: the whole row in registers of one CTA."""
+
+
+@ll.jit
+def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
+                      n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr):
+    layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
+    row = ll.program_id(0)
+    cols = ll.arange(0, BLOCK, layout=layout)
+    mask = cols < n_cols
+    x = ll.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(ll.float32)
+    mean = ll.sum(x, axis=0) / n_cols
+    centered = ll.where(mask, x - mean, 0.0)
+    rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
+    w = ll.load(w_ptr + cols, mask=mask, other=0.0).to(ll.float32)
+    b = ll.load(b_ptr + cols, mask=mask, other=0.0).to(ll.float32)
+    y = centered * rstd * w + b
+    ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    ll.store(mean_ptr + row, mean)
+    ll.store(rstd_ptr + row, rstd)
+
+
+def reference(x, w, b, eps):
+    x, w, b = (np.asarray(a, dtype=np.float64) for a in (x, w, b))
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    return (x - mean) * rstd * w + b, mean[:, 0], rstd[:, 0]
+
+
+def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
+    """Layer norm over the last dim of a 2-D array; weights and bias of the row's length."""
+    if len(x.shape) != 2:
+        raise ValueError(f"layer_norm expects a 2-D array, got shape {tuple(x.shape)}")
+    n_rows, n_cols = x.shape
+    if tuple(w.shape) != (n_cols,) or tuple(b.shape) != (n_cols,):
+        raise ValueError(f"layer_norm: weight and bias must have shape ({n_cols},), got "
+                         f"{tuple(w.shape)} and {tuple(b.shape)}")
+    bits = {"fp32": 32, "fp16": 16, "bf16": 16}.get(element_name(x))
+    if bits is None:
+        raise TypeError(f"layer_norm supports fp32, fp16 and bf16, got {element_name(x)}")
+    base = RowConfig.for_row(n_cols, bits)
+    config = config or Config(base.block, base.num_warps, base.vector)
+    out = empty_like(x)
+    if is_torch(x):
+        import torch
+
+        mean = torch.empty(n_rows, device=x.device, dtype=torch.float32)
+        rstd = torch.empty(n_rows, device=x.device, dtype=torch.float32)
+    else:
+        mean = np.empty(n_rows, np.float32)
+        rstd = np.empty(n_rows, np.float32)
+    layer_norm_kernel[(n_rows,)](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_cols,
+                                 float(eps), BLOCK=config.block, VEC=config.vector,
+                                 WARPS=config.num_warps, num_warps=config.num_warps)
+    return (out, mean, rstd) if return_stats else out

@@ -1,0 +1,174 @@
+"""Shared memory in lowlevel kernels: `allocate_shared_memory` and the buffer it returns.
+
+A buffer has a shape, an element type and a shared layout (offset -> element). Views
+(`index` of a multi-buffered allocation, `slice` of a window) keep addressing the parent's
+memory: their layouts give offsets relative to the view's first element, with a zero basis
+for each offset bit the view skips over.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..compiler import ir
+from ..compiler.builder import DynamicValue, builtin
+from ..compiler.types import ScalarType, SharedType, TensorType
+from ..layouts import LayoutError, LinearLayout
+from . import semantic as sem
+from .layouts import LinearSharedLayout, NVMMASharedLayout, SharedLayout, as_shared
+from .shape_ops import distributed_layout
+
+
+class SharedMemoryDescriptor(DynamicValue):
+    """A buffer (or a view of one) in shared memory."""
+
+    __slots__ = ()
+
+    @property
+    def dtype(self) -> ScalarType:
+        return self.type.element
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def layout(self):
+        return self.type.encoding
+
+    def __repr__(self) -> str:
+        return f"SharedMemoryDescriptor({self.type} in {self.layout})"
+
+    __hash__ = object.__hash__
+
+    @builtin
+    def load(self, layout: Any):
+        """The whole buffer as a distributed tensor in `layout`."""
+        b = sem.builder()
+        encoding, linear = distributed_layout(layout, self.shape, "shared load layout")
+        result_type = TensorType(self.shape, self.dtype, linear, encoding)
+        return b.wrap(b.create(ir.SharedLoad, result_type, buffer=self.handle))
+
+    @builtin
+    def store(self, value: Any):
+        """Write a distributed tensor of the buffer's shape and element type."""
+        b = sem.builder()
+        if not sem.is_tensor(value) or value.type.shape != self.shape:
+            raise b.error(f"store into a shared buffer of shape {list(self.shape)} needs a tensor "
+                          f"of that shape, found {sem.describe(value)}")
+        if value.type.element != self.dtype:
+            raise b.error(f"store of {value.type.element} values into a {self.dtype} shared buffer",
+                          suggestion=f"convert first: value.to(ll.{self.dtype})")
+        b.emit(ir.SharedStore(buffer=self.handle, value=value.handle, loc=b.loc))
+
+    @builtin
+    def index(self, i: Any):
+        """Buffer `i` of a multi-buffered allocation (the leading dim), as a view."""
+        b = sem.builder()
+        if len(self.shape) < 2:
+            raise b.error(f"index needs a buffer with a leading buffer dim, found shape {list(self.shape)}")
+        if not sem.is_value(i) and (isinstance(i, bool) or not isinstance(i, int)):
+            raise b.error(f"index must be an int, found {i!r}")
+        if not sem.is_value(i) and not 0 <= i < self.shape[0]:
+            raise b.error(f"index {i} is outside the {self.shape[0]} buffers")
+        i = sem.to_value(i)
+        if not isinstance(i.type, ScalarType) or not i.type.is_int:
+            raise b.error(f"index must be an integer scalar, found {sem.describe(i)}")
+        layout = _view_layout(self.type.layout, 0)
+        encoding = self.layout
+        if not (isinstance(encoding, NVMMASharedLayout) and encoding.rank <= len(self.shape) - 1):
+            encoding = LinearSharedLayout.from_linear(layout)
+        result_type = SharedType(self.shape[1:], self.dtype, layout, encoding)
+        return b.wrap(b.create(ir.SharedIndex, result_type, buffer=self.handle, index=i.handle))
+
+    @builtin
+    def slice(self, start: int, length: int, dim: int = 0):
+        """The window [start, start + length) along `dim`, as a view; `length` a power of
+        two dividing `start`."""
+        b = sem.builder()
+        rank = len(self.shape)
+        for name, value in (("start", start), ("length", length), ("dim", dim)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise b.error(f"slice {name} must be a compile-time int, found {sem.describe(value)}")
+        if not 0 <= dim < rank:
+            raise b.error(f"slice dim {dim} is not a dim of shape {list(self.shape)}")
+        if length < 1 or length & (length - 1) or start % length or start < 0 \
+                or start + length > self.shape[dim]:
+            raise b.error(f"slice [{start}, {start + length}) of dim {dim} (size {self.shape[dim]}): "
+                          f"length must be a power of two dividing start, inside the dim")
+        try:
+            layout = _window_layout(self.type.layout, dim, length)
+        except LayoutError as error:
+            raise b.error(str(error))
+        shape = self.shape[:dim] + (length,) + self.shape[dim + 1:]
+        result_type = SharedType(shape, self.dtype, layout, LinearSharedLayout.from_linear(layout))
+        return b.wrap(b.create(ir.SharedSlice, result_type, buffer=self.handle, dim=dim, start=start))
+
+
+def _strip_top_zeros(rows: list) -> list:
+    while rows and not any(rows[-1]):
+        rows.pop()
+    return rows
+
+
+def _view_layout(layout: LinearLayout, dim: int) -> LinearLayout:
+    """The layout of one buffer: `dim` removed; offset bits that only chose the buffer
+    become zero bases (dropped when they are the top bits)."""
+    names = [f"dim{i}" for i in range(len(layout.out_dims))]
+    layout = layout.transpose_outs(names)
+    sizes = [layout.out_dims[n] for n in names]
+    rows = []
+    for row in layout.bases["offset"]:
+        if row[dim] and any(v for d, v in enumerate(row) if d != dim):
+            raise LayoutError("the buffer dim is mixed with other dims in this shared layout; "
+                              "index() needs the buffers stored one after another")
+        rows.append(tuple(v for d, v in enumerate(row) if d != dim))
+    out = [(f"dim{i}", s) for i, s in enumerate(sizes[:dim] + sizes[dim + 1:])]
+    blocks = [tuple(v for d, v in enumerate(r) if d != dim) for r in layout.bases.get("block", ())]
+    return LinearLayout({"offset": _strip_top_zeros(rows), "block": blocks}, out)
+
+
+def _window_layout(layout: LinearLayout, dim: int, length: int) -> LinearLayout:
+    """The layout of a `length`-wide window along `dim`: coordinates along `dim` below
+    `length` stay, offset bits that step past the window become zero bases."""
+    names = [f"dim{i}" for i in range(len(layout.out_dims))]
+    layout = layout.transpose_outs(names)
+    sizes = [layout.out_dims[n] for n in names]
+    rows = []
+    for row in layout.bases["offset"]:
+        high = row[dim] & ~(length - 1)
+        if high and (row[dim] & (length - 1) or any(v for d, v in enumerate(row) if d != dim)):
+            raise LayoutError(f"this shared layout mixes dim{dim} bits beyond the window with "
+                              f"other coordinates (a swizzle across the window), so a "
+                              f"{length}-wide slice is not a plain view")
+        rows.append(tuple(0 for _ in row) if high else row)
+    sizes[dim] = length
+    return LinearLayout({"offset": _strip_top_zeros(rows), "block": layout.bases.get("block", ())},
+                        [(n, s) for n, s in zip(names, sizes)])
+
+
+@builtin
+def allocate_shared_memory(element_ty: ScalarType, shape: Sequence[int], layout: Any,
+                           value: Any = None) -> SharedMemoryDescriptor:
+    """A shared-memory buffer of `shape` and `element_ty` in the shared `layout`,
+    optionally initialised from a distributed tensor `value`."""
+    b = sem.builder()
+    if not isinstance(element_ty, ScalarType):
+        raise b.error(f"allocate_shared_memory element type must be like ll.float16, found {element_ty!r}")
+    if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in shape):
+        raise b.error(f"allocate_shared_memory shape must be compile-time ints, found {shape!r}")
+    shape = tuple(shape)
+    try:
+        encoding: SharedLayout = as_shared(layout, "allocate_shared_memory layout")
+        linear = encoding.to_linear(shape)
+    except LayoutError as error:
+        raise b.error(str(error))
+    init = None
+    if value is not None:
+        if not sem.is_tensor(value) or value.type.shape != shape or value.type.element != element_ty:
+            raise b.error(f"allocate_shared_memory value must be a {element_ty} tensor of shape "
+                          f"{list(shape)}, found {sem.describe(value)}")
+        init = value.handle
+    result_type = SharedType(shape, element_ty, linear, encoding)
+    return b.wrap(b.create(ir.AllocShared, result_type, init=init))
