@@ -227,11 +227,16 @@ def expand_dims(x: DynamicValue, axis: int) -> DynamicValue:
 
 
 def broadcast_to(x: DynamicValue, shape: tuple[int, ...]) -> DynamicValue:
-    """`x` with its size-1 dims stretched to `shape`, in its own layout description."""
-    if x.type.shape == shape:
+    """`x` with its size-1 dims stretched to `shape`, in its own layout description.
+
+    Also used at equal shapes: an expand_dims result can hold fewer registers than its
+    description gives for that shape (when the description repeats an element in two
+    registers), and a register gather brings it to the description's layout.
+    """
+    encoding = x.type.encoding
+    if x.type.shape == shape and (encoding is None or _same_layout(encoding, x.type.layout, shape)):
         return x
     b = builder()
-    encoding = x.type.encoding
     try:
         if encoding is None:
             raise LayoutError("the tensor has no layout description")
@@ -243,6 +248,13 @@ def broadcast_to(x: DynamicValue, shape: tuple[int, ...]) -> DynamicValue:
                                  "the rows/columns being stretched (ll.convert_layout)")
     result_type = TensorType(shape, x.type.element, layout, encoding)
     return b.wrap(b.create(ir.Broadcast, result_type, operand=x.handle))
+
+
+def _same_layout(encoding, layout, shape) -> bool:
+    try:
+        return encoding.to_linear(shape) == layout
+    except LayoutError:
+        return True  # not this function's problem: the op using the tensor reports it
 
 
 def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], what: str) -> tuple[int, ...]:
