@@ -1,0 +1,147 @@
+"""Memory-bound kernels on the GPU: weft beside torch eager and the copy roof, one run.
+
+    python -m weft.benchmarks.memory_bound [--out results.json] [--quick]
+
+Every timed kernel is first checked against a float64 reference on fresh random inputs
+(poisoned outputs, so unwritten elements fail). Bandwidth counts bytes read plus bytes
+written once each; the roof is a device-to-device copy measured in the same run.
+Also measured: Python-side cost of a cached 3-argument launch, beside a Triton launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _bench(fn, warmup=25, rep=100):
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")  # milliseconds
+
+
+def _relative_error(out, ref) -> float:
+    import torch
+
+    out64, ref64 = out.double(), ref.double()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
+
+
+def copy_roof(torch, nbytes=1 << 30):
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    ms = _bench(lambda: dst.copy_(src))
+    return 2 * nbytes / (ms * 1e-3) / 1e9  # GB/s
+
+
+def launch_overhead(torch):
+    """Microseconds of host time per cached launch of a 3-argument kernel (weft, Triton)."""
+    import triton
+    import triton.language as tl
+
+    from weft.kernels.vector_add import add_kernel_for_overhead
+
+    @triton.jit
+    def triton_copy(x_ptr, y_ptr, n):
+        i = tl.program_id(0) * 128 + tl.arange(0, 128)
+        tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n), mask=i < n)
+
+    x = torch.randn(128, device="cuda")
+    y = torch.empty_like(x)
+    weft_launch = add_kernel_for_overhead()
+    results = {}
+    for name, launch in (("weft", lambda: weft_launch(x, y, 128)),
+                         ("triton", lambda: triton_copy[(1,)](x, y, 128))):
+        for _ in range(200):
+            launch()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(2000):
+                launch()
+            samples.append((time.perf_counter() - start) / 2000 * 1e6)
+            torch.cuda.synchronize()
+        results[name] = sorted(samples)[len(samples) // 2]
+    return results
+
+
+def run(quick=False):
+    import torch
+
+    from weft.kernels.layer_norm import layer_norm
+    from weft.kernels.softmax import softmax
+    from weft.kernels.vector_add import add
+
+    torch.manual_seed(0)
+    roof = copy_roof(torch)
+    rows = []
+    shapes = [(4096, 4096)] if quick else [(4096, 4096), (8192, 1024), (2048, 8192), (4096, 1000)]
+    for dtype in (torch.float32, torch.bfloat16):
+        for shape in shapes:
+            x = torch.randn(shape, device="cuda", dtype=dtype)
+            w = torch.randn(shape[1], device="cuda", dtype=dtype)
+            b = torch.randn(shape[1], device="cuda", dtype=dtype)
+            y = torch.randn(shape, device="cuda", dtype=dtype)
+            nbytes = 2 * x.numel() * x.element_size()
+            cases = {
+                "softmax": (lambda: softmax(x), lambda: torch.softmax(x, dim=-1),
+                            torch.softmax(x.double(), dim=-1), nbytes),
+                "layer_norm": (lambda: layer_norm(x, w, b, 1e-5),
+                               lambda: torch.nn.functional.layer_norm(x, (shape[1],), w, b, 1e-5),
+                               torch.nn.functional.layer_norm(x.double(), (shape[1],), w.double(), b.double(), 1e-5),
+                               nbytes + 2 * w.numel() * w.element_size()),
+                "vector_add": (lambda: add(x, y), lambda: x + y, x.double() + y.double(), 3 * x.numel() * x.element_size()),
+            }
+            for name, (weft_fn, torch_fn, reference, moved) in cases.items():
+                error = _relative_error(weft_fn(), reference)
+                tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+                row = {"kernel": name, "dtype": str(dtype).split(".")[-1], "shape": list(shape),
+                       "rel_error": error, "correct": error <= tolerance}
+                if row["correct"]:
+                    t_weft, t_torch = _bench(weft_fn), _bench(torch_fn)
+                    row.update(weft_ms=t_weft, torch_ms=t_torch,
+                               weft_gbps=moved / (t_weft * 1e-3) / 1e9,
+                               torch_gbps=moved / (t_torch * 1e-3) / 1e9)
+                    row["weft_over_roof"] = row["weft_gbps"] / roof
+                    row["weft_over_torch"] = t_torch / t_weft
+                rows.append(row)
+    overhead = launch_overhead(torch)
+    return {"copy_roof_gbps": roof, "rows": rows, "launch_us": overhead,
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__}
+
+
+def print_table(results) -> None:
+    print(f"device {results['device']}  copy roof {results['copy_roof_gbps']:.0f} GB/s")
+    print(f"{'kernel':<11}{'dtype':<9}{'shape':<12}{'err':>9}{'weft GB/s':>11}{'torch GB/s':>11}"
+          f"{'/roof':>7}{'/torch':>8}")
+    for r in results["rows"]:
+        shape = "x".join(map(str, r["shape"]))
+        if not r["correct"]:
+            print(f"{r['kernel']:<11}{r['dtype']:<9}{shape:<12}{r['rel_error']:>9.1e}   WRONG RESULT")
+            continue
+        print(f"{r['kernel']:<11}{r['dtype']:<9}{shape:<12}{r['rel_error']:>9.1e}{r['weft_gbps']:>11.0f}"
+              f"{r['torch_gbps']:>11.0f}{r['weft_over_roof']:>7.2f}{r['weft_over_torch']:>8.2f}")
+    launch = results["launch_us"]
+    print(f"cached launch (host us): weft {launch['weft']:.1f}  triton {launch['triton']:.1f}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the full results as JSON here")
+    parser.add_argument("--quick", action="store_true", help="one shape per kernel")
+    args = parser.parse_args(argv)
+    results = run(quick=args.quick)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    print_table(results)
+    return 0 if all(r["correct"] for r in results["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
