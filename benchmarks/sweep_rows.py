@@ -1,0 +1,60 @@
+"""Configuration sweep for the row kernels (softmax, layer norm) at one shape.
+
+    python -m weft.benchmarks.sweep_rows [--shape 4096 4096]
+
+Every configuration is checked against a float64 reference before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def run(shape) -> list[dict]:
+    import torch
+
+    from weft.benchmarks.memory_bound import _bench, _relative_error, copy_roof
+    from weft.kernels import layer_norm, softmax
+
+    roof = copy_roof(torch)
+    rows = []
+    for dtype, bits in ((torch.float32, 32), (torch.bfloat16, 16)):
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        w = torch.randn(shape[1], device="cuda", dtype=dtype)
+        b = torch.randn(shape[1], device="cuda", dtype=dtype)
+        moved = 2 * x.numel() * x.element_size()
+        ref_softmax = torch.softmax(x.double(), -1)
+        ref_norm = torch.nn.functional.layer_norm(x.double(), (shape[1],), w.double(), b.double(), 1e-5)
+        block = 1 << (shape[1] - 1).bit_length()
+        for warps in (2, 4, 8, 16):
+            for per_sm in (1, 2, 4, 8):
+                vector = 128 // bits
+                if block < 32 * warps * vector or warps * per_sm > 64:
+                    continue
+                config = softmax.Config(block, warps, vector, per_sm)
+                norm_config = layer_norm.Config(block, warps, vector, per_sm)
+                cases = (("softmax", lambda: softmax.softmax(x, config), ref_softmax),
+                         ("layer_norm", lambda: layer_norm.layer_norm(x, w, b, 1e-5, config=norm_config), ref_norm))
+                for name, fn, ref in cases:
+                    error = _relative_error(fn(), ref)
+                    row = {"kernel": name, "dtype": str(dtype).split(".")[-1], "warps": warps,
+                           "per_sm": per_sm, "rel_error": error}
+                    if error < (1e-5 if bits == 32 else 1e-2):
+                        ms = _bench(fn)
+                        row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9, over_roof=moved / (ms * 1e-3) / 1e9 / roof)
+                    rows.append(row)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", type=int, nargs=2, default=(4096, 4096))
+    args = parser.parse_args(argv)
+    rows = run(tuple(args.shape))
+    for r in rows:
+        shown = f"{r['gbps']:7.0f} GB/s {r['over_roof']:.2f} roof" if "gbps" in r else f"WRONG {r['rel_error']:.1e}"
+        print(f"{r['kernel']:<11}{r['dtype']:<9} warps {r['warps']:>2} per_sm {r['per_sm']}  {shown}")
+
+
+if __name__ == "__main__":
+    main()
