@@ -43,21 +43,3 @@ def row_stride(x) -> int:
 def next_power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
-
-def persistent_programs(x, n_rows: int, programs_per_sm: int) -> int:
-    """How many programs a persistent row kernel launches: enough to fill the GPU.
-
-    On the emulator (host arrays) one program per row keeps runs short and exercises
-    the same loop with one trip each.
-    """
-    if not is_torch(x) or not x.is_cuda:
-        return max(1, min(n_rows, 4))
-    from ..runtime import driver
-
-    sm_count = _SM_COUNTS.get(x.device.index)
-    if sm_count is None:
-        sm_count = _SM_COUNTS[x.device.index] = driver.device_properties(x.device.index or 0).sm_count
-    return max(1, min(n_rows, sm_count * programs_per_sm))
-
-
-_SM_COUNTS: dict = {}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import element_name, empty_like, is_torch, persistent_programs, row_stride
+from ._launch import element_name, empty_like, is_torch, row_stride
 from .softmax import Config as RowConfig
 
 
@@ -18,29 +18,23 @@ class Config(RowConfig):
 
 @ll.jit
 def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
-                      n_rows, n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr):
+                      n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
+    row = ll.program_id(0)
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = cols < n_cols
+    x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0).to(ll.float32)
+    mean = ll.sum(x, axis=0) / n_cols
+    centered = ll.where(in_bounds, x - mean, 0.0)
+    rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
+    # Weights are loaded after the reductions (whose barriers keep them there), so they
+    # are not live while the row is in flight: fewer registers, more CTAs per SM.
     w = ll.load(w_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
     b = ll.load(b_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
-    first = ll.program_id(0)
-    step = ll.num_programs(0)
-    x = ll.load(in_ptr + first * in_row_stride + cols, mask=in_bounds, other=0.0)
-    for row in range(first, n_rows, step):
-        # Prefetch the next row before this one's reductions stop at their barriers.
-        upcoming = row + step
-        x_next = ll.load(in_ptr + upcoming * in_row_stride + cols, mask=in_bounds & (upcoming < n_rows),
-                         other=0.0)
-        values = x.to(ll.float32)
-        mean = ll.sum(values, axis=0) / n_cols
-        centered = ll.where(in_bounds, values - mean, 0.0)
-        rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
-        y = centered * rstd * w + b
-        ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
-        ll.store(mean_ptr + row, mean)
-        ll.store(rstd_ptr + row, rstd)
-        x = x_next
+    y = centered * rstd * w + b
+    ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
+    ll.store(mean_ptr + row, mean)
+    ll.store(rstd_ptr + row, rstd)
 
 
 def reference(x, w, b, eps):
@@ -63,7 +57,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
     if bits is None:
         raise TypeError(f"layer_norm supports fp32, fp16 and bf16, got {element_name(x)}")
     base = RowConfig.for_row(n_cols, bits)
-    config = config or Config(base.block, base.num_warps, base.vector, base.programs_per_sm)
+    config = config or Config(base.block, base.num_warps, base.vector)
     out = empty_like(x)
     if is_torch(x):
         import torch
@@ -75,8 +69,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
         rstd = np.empty(n_rows, np.float32)
     if n_rows == 0:
         return (out, mean, rstd) if return_stats else out
-    grid = (persistent_programs(x, n_rows, config.programs_per_sm),)
-    layer_norm_kernel[grid](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_rows, n_cols,
+    layer_norm_kernel[(n_rows,)](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_cols,
                                  float(eps), BLOCK=config.block, VEC=config.vector,
                                  WARPS=config.num_warps, num_warps=config.num_warps)
     return (out, mean, rstd) if return_stats else out

@@ -1,8 +1,8 @@
-"""Fused row softmax: the whole row in registers, any row length, persistent over rows.
+"""Fused row softmax: one program per row, the whole row in registers, any row length.
 
-Each program walks rows `pid, pid + programs, ...` and issues the loads of its next row
-before reducing the current one, so the memory system always has a row in flight per
-program while the reductions (which stop at CTA barriers) run.
+One row per CTA rather than a persistent loop with a prefetched next row: measured on the
+H200 (benchmarks/NOTES.md), the prefetch doubles the live registers, halves occupancy
+and loses more than the overlap gains.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import element_name, empty_like, next_power_of_two, persistent_programs, row_stride
+from ._launch import element_name, empty_like, next_power_of_two, row_stride
 
 MAX_ROW = 32768  # elements held in registers by one CTA (16 warps x 32 lanes x 64 registers)
 
@@ -22,7 +22,6 @@ class Config:
     block: int      # row length rounded up to a power of two
     num_warps: int
     vector: int     # elements per thread per access (128 bits when the row allows)
-    programs_per_sm: int = 4
 
     def __post_init__(self):
         if self.block & (self.block - 1) or not 0 < self.block <= MAX_ROW:
@@ -31,38 +30,30 @@ class Config:
             raise ValueError(f"Config.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
         if self.vector not in (1, 2, 4, 8, 16):
             raise ValueError(f"Config.vector must be a power of two up to 16, got {self.vector}")
-        if self.programs_per_sm < 1:
-            raise ValueError(f"Config.programs_per_sm must be at least 1, got {self.programs_per_sm}")
 
     @staticmethod
     def for_row(n_cols: int, element_bits: int) -> "Config":
         block = next_power_of_two(n_cols)
         vector = max(1, min(128 // element_bits, block // 32))
-        # About 16 elements per thread keeps loads in flight without spilling.
-        num_warps = max(1, min(8, block // (32 * 16)))
-        return Config(block, num_warps, vector, programs_per_sm=max(1, 16 // num_warps))
+        # 16 fp32 or 32 16-bit elements per thread: the best of the H200 sweep at 4096
+        # columns (benchmarks/NOTES.md), and few enough registers for full occupancy.
+        per_thread = 16 if element_bits == 32 else 32
+        num_warps = max(1, min(16, block // (32 * per_thread)))
+        return Config(block, num_warps, vector)
 
 
 @ll.jit
-def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_cols,
+def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols,
                    BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
+    row = ll.program_id(0)
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = cols < n_cols
-    first = ll.program_id(0)
-    step = ll.num_programs(0)
-    x = ll.load(in_ptr + first * in_row_stride + cols, mask=in_bounds, other=-float("inf"))
-    for row in range(first, n_rows, step):
-        # Prefetch the next row before this one's reductions stop at their barriers.
-        upcoming = row + step
-        x_next = ll.load(in_ptr + upcoming * in_row_stride + cols, mask=in_bounds & (upcoming < n_rows),
-                         other=-float("inf"))
-        values = x.to(ll.float32)
-        numerator = ll.exp(values - ll.max(values, axis=0))
-        # One division per row, then multiplies: IEEE division per element costs more.
-        y = numerator * (1.0 / ll.sum(numerator, axis=0))
-        ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
-        x = x_next
+    x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=-float("inf")).to(ll.float32)
+    numerator = ll.exp(x - ll.max(x, axis=0))
+    # One division per row, then multiplies: IEEE division per element costs more.
+    y = numerator * (1.0 / ll.sum(numerator, axis=0))
+    ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
 
 
 def reference(x: np.ndarray) -> np.ndarray:
@@ -83,7 +74,6 @@ def softmax(x, config: Config = None):
     out = empty_like(x)
     if n_rows == 0:
         return out
-    grid = (persistent_programs(x, n_rows, config.programs_per_sm),)
-    softmax_kernel[grid](out, x, row_stride(x), row_stride(out), n_rows, n_cols, BLOCK=config.block,
+    softmax_kernel[(n_rows,)](out, x, row_stride(x), row_stride(out), n_cols, BLOCK=config.block,
                          VEC=config.vector, WARPS=config.num_warps, num_warps=config.num_warps)
     return out

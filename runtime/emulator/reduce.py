@@ -23,7 +23,7 @@ import numpy as np
 
 from ...compiler import ir
 from ...compiler.layout_rules import plan_reduction
-from ...compiler.types import ScalarType, element_of
+from ...compiler.types import ScalarType, TensorType, element_of
 from .dtypes import cast, element_bytes, finish, is_float
 from .errors import EmulationError
 from .registers import LANES, axis_coordinate, num_registers
@@ -115,7 +115,8 @@ def reduce(cta, op: ir.Reduce) -> None:
     source_type, result_type = op.operand.type, op.result.type
     layout = cta.layout(source_type)
     plan = cta.memo(op, "plan", lambda: _plan(layout, op.axis))
-    if num_registers(cta.layout(result_type)) != len(plan.register_groups):
+    scalar_result = not isinstance(result_type, TensorType)
+    if not scalar_result and num_registers(cta.layout(result_type)) != len(plan.register_groups):
         raise EmulationError(
             f"reduce result layout has {num_registers(result_type.layout)} registers; the "
             f"reduction plan gives {len(plan.register_groups)}", op.loc)
@@ -140,6 +141,8 @@ def reduce(cta, op: ir.Reduce) -> None:
     if plan.warp_masks:
         acc = _across_warps(cta, op, acc, element, plan)
     if op.kind in ("argmax", "argmin"):
-        cta.bind(op.result, cast(acc[1], _I32, element_of(result_type)))
+        value = cast(acc[1], _I32, element_of(result_type))
     else:
-        cta.bind(op.result, cast(acc[0], element, element_of(result_type)))
+        value = cast(acc[0], element, element_of(result_type))
+    # Reducing a 1-D tensor gives a scalar: after the plan every thread holds it.
+    cta.bind(op.result, value[0, 0, 0] if scalar_result else value)

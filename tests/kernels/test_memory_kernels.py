@@ -67,12 +67,11 @@ def test_bad_inputs_are_refused_with_a_message():
 
 SIGNATURES = {
     "softmax": (softmax.softmax_kernel,
-                {"out_ptr": "*{t}", "in_ptr": "*{t}", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
-                 "n_cols": "i32"},
+                {"out_ptr": "*{t}", "in_ptr": "*{t}", "in_row_stride": "i32", "out_row_stride": "i32", "n_cols": "i32"},
                 {"BLOCK": 4096, "VEC": 4, "WARPS": 8}, 8),
     "layer_norm": (layer_norm.layer_norm_kernel,
                    {"out_ptr": "*{t}", "in_ptr": "*{t}", "w_ptr": "*{t}", "b_ptr": "*{t}", "mean_ptr": "*fp32",
-                    "rstd_ptr": "*fp32", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32", "n_cols": "i32",
+                    "rstd_ptr": "*fp32", "in_row_stride": "i32", "out_row_stride": "i32", "n_cols": "i32",
                     "eps": "fp32"},
                    {"BLOCK": 4096, "VEC": 8, "WARPS": 8}, 8),
     "vector_add": (vector_add.add_kernel, {"x_ptr": "*{t}", "y_ptr": "*{t}", "out_ptr": "*{t}", "n": "i32"},

@@ -1,0 +1,87 @@
+"""The `weft` command: the demo checks itself; show-layout prints tables and refuses bad
+arguments with an argparse message (exit status 2), never a traceback."""
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from weft.cli import main
+
+
+def run(capsys, *argv):
+    status = main(list(argv))
+    return status, capsys.readouterr().out
+
+
+def test_demo_checks_the_conversion_plan():
+    result = subprocess.run(
+        [sys.executable, "-m", "weft.cli", "demo"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "check: ok" in result.stdout
+    assert "conversion plan, 16-bit elements:" in result.stdout
+    assert "T0:R0" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "argv, first_cell",
+    [
+        (["wgmma", "--shape", "64", "64", "--instr-n", "64"], "T0:R0"),
+        (["blocked", "--shape", "32", "64", "--size-per-thread", "1", "8", "--threads", "4", "8"], "T0:R0"),
+        (["mma_v2", "--shape", "32", "32", "--warps", "2", "2"], "T0:R0"),
+        (["nvmma_shared", "--shape", "64", "64", "--swizzle", "128"], "0/b0"),
+        (["swizzled_shared", "--shape", "16", "64", "--vec", "8", "--max-phase", "8"], "0/b0"),
+        (["blocked", "--shape", "128"], "T0:R0"),
+    ],
+)
+def test_show_layout_prints_a_table(capsys, argv, first_cell):
+    status, out = run(capsys, "show-layout", *argv)
+    assert status == 0
+    assert re.search(r"\|\s+" + re.escape(first_cell) + r"\s", out), out[:400]
+
+
+def test_show_layout_writes_an_svg(capsys, tmp_path):
+    path = tmp_path / "acc.svg"
+    status, out = run(capsys, "show-layout", "wgmma", "--shape", "64", "32", "--svg", str(path))
+    assert status == 0 and f"wrote {path}" in out
+    assert ET.parse(path).getroot().tag.endswith("svg")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["blocked", "--shape", "48", "64"], "argument --shape: 48 is not a power of two"),
+        (["blocked", "--shape", "64", "64", "--warps", "4"], "argument --warps: expected 2 values"),
+        (["blocked", "--shape", "64", "64", "--threads", "4", "4"], "argument --threads"),
+        (["blocked", "--shape", "64", "64", "--order", "1", "1"], "argument --order"),
+        (["wgmma", "--shape", "64", "64", "--warps", "2", "1"], "multiple of 4"),
+        (["wgmma", "--shape", "64", "64", "--instr-n", "512"], "instr_n = 512"),
+        (["nvmma_shared", "--shape", "64", "8", "--swizzle", "128"], "swizzle_bytes=128"),
+        (["nvmma_shared", "--shape", "64", "64", "--swizzle", "96"], "argument --swizzle"),
+        (["hexagonal", "--shape", "8"], "argument KIND"),
+        (["blocked"], "--shape"),
+        (["blocked", "--shape", "8", "8", "--svg", "/nonexistent/dir/x.svg"], "argument --svg"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_problem(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["show-layout", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_subcommand_is_required(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2
+
+
+def test_options_a_kind_ignores_are_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["show-layout", "wgmma", "--shape", "64", "64", "--threads", "4", "8"])
+    assert exit_info.value.code == 2
+    assert "argument --threads: not used by wgmma" in capsys.readouterr().err
