@@ -364,6 +364,20 @@ class Barrier(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PrefetchL2(Op):
+    """Ask L2 to fetch `nbytes` from global memory at `pointer` (a hint; no data returns).
+
+    One thread issues it (cp.async.bulk.prefetch.L2, sm_90): a CTA can pull a later
+    CTA's data into L2 without holding registers for it. The byte count is rounded down
+    to a multiple of 16 and the address must be 16-byte aligned.
+    """
+
+    NAME = "prefetch_l2"
+    pointer: Value
+    nbytes: Value
+
+
+@dataclass(frozen=True, kw_only=True)
 class Yield(Op):
     NAME = "yield"
     values: tuple[Value, ...] = ()

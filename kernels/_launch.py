@@ -43,3 +43,34 @@ def row_stride(x) -> int:
 def next_power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
+
+
+def _data_address(x) -> int:
+    return x.data_ptr() if is_torch(x) else x.ctypes.data
+
+
+def prefetch_distance(x, config) -> int:
+    """Rows ahead that a row kernel prefetches into L2 (0 on the emulator: no L2 there).
+
+    About one wave of resident CTAs ahead (SMs x CTAs per SM, from the config's warps):
+    the prefetched row is read by a CTA that starts roughly one CTA lifetime later.
+    Rows that do not start on 16-byte boundaries are never prefetched: the bulk
+    prefetch would fault on them.
+    """
+    item = x.element_size() if is_torch(x) else x.itemsize
+    if _data_address(x) % 16 or (row_stride(x) * item) % 16:
+        return 0
+    if config.prefetch_rows >= 0:
+        return config.prefetch_rows
+    if not is_torch(x) or not x.is_cuda:
+        return 0
+    from ..runtime import driver
+
+    sm_count = _SM_COUNTS.get(x.device.index)
+    if sm_count is None:
+        sm_count = _SM_COUNTS[x.device.index] = driver.device_properties(x.device.index or 0).sm_count
+    ctas_per_sm = max(1, 2048 // (32 * config.num_warps))
+    return sm_count * ctas_per_sm
+
+
+_SM_COUNTS: dict = {}

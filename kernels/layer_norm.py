@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import element_name, empty_like, is_torch, row_stride
+from ._launch import element_name, empty_like, is_torch, prefetch_distance, row_stride
 from .softmax import Config as RowConfig
 
 
@@ -18,9 +18,13 @@ class Config(RowConfig):
 
 @ll.jit
 def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
-                      n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr):
+                      n_rows, n_cols, eps, prefetch_rows, BLOCK: ll.constexpr, VEC: ll.constexpr,
+                      WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
+    ahead = row + prefetch_rows  # a later CTA's row, pulled into L2 (see softmax)
+    if (prefetch_rows > 0) & (ahead < n_rows):
+        ll.prefetch_l2(in_ptr + ahead * in_row_stride, n_cols * ELEMENT_BYTES)
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = cols < n_cols
     x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0).to(ll.float32)
@@ -57,7 +61,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
     if bits is None:
         raise TypeError(f"layer_norm supports fp32, fp16 and bf16, got {element_name(x)}")
     base = RowConfig.for_row(n_cols, bits)
-    config = config or Config(base.block, base.num_warps, base.vector)
+    config = config or Config(base.block, base.num_warps, base.vector, base.prefetch_rows)
     out = empty_like(x)
     if is_torch(x):
         import torch
@@ -69,7 +73,8 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
         rstd = np.empty(n_rows, np.float32)
     if n_rows == 0:
         return (out, mean, rstd) if return_stats else out
-    layer_norm_kernel[(n_rows,)](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_cols,
-                                 float(eps), BLOCK=config.block, VEC=config.vector,
-                                 WARPS=config.num_warps, num_warps=config.num_warps)
+    layer_norm_kernel[(n_rows,)](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_rows, n_cols,
+                                 float(eps), prefetch_distance(x, config), BLOCK=config.block,
+                                 VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
+                                 num_warps=config.num_warps)
     return (out, mean, rstd) if return_stats else out

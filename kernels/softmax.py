@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import element_name, empty_like, next_power_of_two, row_stride
+from ._launch import element_name, empty_like, next_power_of_two, prefetch_distance, row_stride
 
 MAX_ROW = 32768  # elements held in registers by one CTA (16 warps x 32 lanes x 64 registers)
 
@@ -22,12 +22,16 @@ class Config:
     block: int      # row length rounded up to a power of two
     num_warps: int
     vector: int     # elements per thread per access (128 bits when the row allows)
+    prefetch_rows: int = -1  # rows ahead to prefetch into L2; -1: from the GPU's size, 0: off
 
     def __post_init__(self):
         if self.block & (self.block - 1) or not 0 < self.block <= MAX_ROW:
             raise ValueError(f"softmax rows up to {MAX_ROW} elements are supported; block={self.block}")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"Config.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.prefetch_rows < -1:
+            raise ValueError(f"Config.prefetch_rows must be -1 (automatic), 0 (off) or positive, "
+                             f"got {self.prefetch_rows}")
         if self.vector not in (1, 2, 4, 8, 16):
             raise ValueError(f"Config.vector must be a power of two up to 16, got {self.vector}")
 
@@ -43,10 +47,15 @@ class Config:
 
 
 @ll.jit
-def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols,
-                   BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr):
+def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_cols, prefetch_rows,
+                   BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
+    # Pull a later CTA's row into L2 now: the DRAM latency it would wait for overlaps this
+    # CTA's work, without registers held for it.
+    ahead = row + prefetch_rows
+    if (prefetch_rows > 0) & (ahead < n_rows):
+        ll.prefetch_l2(in_ptr + ahead * in_row_stride, n_cols * ELEMENT_BYTES)
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = cols < n_cols
     x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=-float("inf")).to(ll.float32)
@@ -74,6 +83,7 @@ def softmax(x, config: Config = None):
     out = empty_like(x)
     if n_rows == 0:
         return out
-    softmax_kernel[(n_rows,)](out, x, row_stride(x), row_stride(out), n_cols, BLOCK=config.block,
-                         VEC=config.vector, WARPS=config.num_warps, num_warps=config.num_warps)
+    softmax_kernel[(n_rows,)](out, x, row_stride(x), row_stride(out), n_rows, n_cols,
+                              prefetch_distance(x, config), BLOCK=config.block, VEC=config.vector,
+                              WARPS=config.num_warps, ELEMENT_BYTES=bits // 8, num_warps=config.num_warps)
     return out

@@ -16,7 +16,7 @@ Python subset a kernel may use):
 from ..compiler.builder import constexpr_function, dynamic_range as range, register_language, static_range
 from ..compiler.types import PointerType, ScalarType, SharedType
 from ..runtime.jit import constexpr
-from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, ceil, convert_layout, cos,
+from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, prefetch_l2, ceil, convert_layout, cos,
                        device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
                        load, log, log2, max, maximum, min, minimum, num_programs, permute,
                        program_id, reshape, rsqrt, sin, sqrt, static_assert, static_print, store,
@@ -57,7 +57,7 @@ __all__ = [
     "program_id", "num_programs", "arange", "full", "zeros", "load", "store", "where",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
     "maximum", "minimum", "fma", "cdiv", "sum", "max", "min", "argmax", "argmin",
-    "expand_dims", "reshape", "permute", "convert_layout", "allocate_shared_memory", "barrier",
+    "expand_dims", "reshape", "permute", "convert_layout", "allocate_shared_memory", "barrier", "prefetch_l2",
     "device_print", "device_assert", "static_assert", "static_print",
     # element types
     "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -262,6 +262,26 @@ def barrier():
 
 
 @builtin
+def prefetch_l2(pointer: Any, nbytes: Any):
+    """Ask L2 to fetch `nbytes` bytes at `pointer` (a scalar pointer, 16-byte aligned).
+
+    A hint for memory-bound kernels: one thread issues a bulk prefetch
+    (cp.async.bulk.prefetch.L2), so a CTA can pull a later CTA's data into L2 without
+    holding registers for it. The count is rounded down to a multiple of 16.
+    """
+    b = sem.builder()
+    pointer_value = sem.to_value(pointer)
+    size_value = sem.to_value(nbytes)
+    if not isinstance(pointer_value.type, PointerType):
+        raise b.error("prefetch_l2 needs a scalar pointer", expected="a pointer such as x_ptr + row * stride",
+                      found=str(pointer_value.type))
+    if not (isinstance(size_value.type, ScalarType) and size_value.type.is_int):
+        raise b.error("prefetch_l2 needs an integer byte count", found=str(size_value.type))
+    size_value = sem.cast(size_value, i32) if size_value.type != i32 else size_value
+    b.emit(ir.PrefetchL2(pointer=pointer_value.handle, nbytes=size_value.handle, loc=b.loc))
+
+
+@builtin
 def device_print(prefix: str, *values: Any):
     """Print `prefix` and the values from every thread at run time."""
     b = sem.builder()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..ir import Load, Store
+from ..ir import Load, PrefetchL2, Store
 from ..types import TensorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -193,3 +193,16 @@ def lower_store(ctx: Lowering, op: Store) -> None:
         mask = masks[start] if masks is not None else None
         group = values[start:start + width]
         _store_group(ctx, pointers[start], group, _and(b, owner, mask), element)
+
+
+@lowers(PrefetchL2)
+def lower_prefetch_l2(ctx: Lowering, op: PrefetchL2) -> None:
+    b = ctx.builder
+    first_thread = ctx.cached("thread0", lambda p: p.icmp_unsigned("==", ctx.thread_id, ir.Constant(T.I32, 0)))
+    nbytes = b.and_(ctx.scalar(op.nbytes), ir.Constant(T.I32, ~15 & 0xFFFFFFFF))
+    # A zero-byte bulk prefetch is not allowed: skip it instead.
+    issue = b.and_(first_thread, b.icmp_signed(">", nbytes, ir.Constant(T.I32, 0)))
+    address = b.ptrtoint(ctx.scalar(op.pointer), T.I64)
+    text, constraints = ptx_asm.bulk_prefetch_l2()
+    fn_type = ir.FunctionType(ir.VoidType(), [T.I64, T.I32, ir.IntType(1)])
+    b.asm(fn_type, text, constraints, [address, nbytes, issue], side_effect=True)

@@ -55,6 +55,16 @@ def masked_global_store(word_bits: int, count: int) -> tuple[str, str]:
     return text, constraints
 
 
+def bulk_prefetch_l2() -> tuple[str, str]:
+    """Prefetch a byte range of global memory into L2, issued where the predicate holds.
+
+    Operands: the address ($0, 64-bit global, 16-byte aligned), the byte count ($1, a
+    multiple of 16), the predicate ($2).
+    cp.async.bulk.prefetch: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk-prefetch
+    """
+    return "@$2 cp.async.bulk.prefetch.L2.global [$0], $1;", "l,r,b"
+
+
 _FP8 = {"fp8e4m3": "e4m3x2", "fp8e5m2": "e5m2x2"}
 
 

@@ -72,3 +72,13 @@ def store(cta, op: ir.Store) -> None:
     mask = None if op.mask is None else np.asarray(cta[op.mask], dtype=bool)
     _check_vector(cta, op, addresses, mask, element_bytes(element), "store")
     cta.memory.store(addresses, cta[op.value], element, mask, op.loc, cta.describe(op.pointer.type))
+
+
+@RULES.register(ir.PrefetchL2)
+def prefetch_l2(cta, op: ir.PrefetchL2) -> None:
+    # A hint that moves no data; only the GPU's requirement on the address is checked.
+    nbytes = int(cta[op.nbytes]) & ~15
+    address = int(cta[op.pointer])
+    if nbytes > 0 and address % 16:
+        raise EmulationError(f"prefetch_l2 address {address:#x} is not 16-byte aligned "
+                             "(cp.async.bulk.prefetch needs 16-byte alignment)", op.loc)
