@@ -28,7 +28,7 @@ def run(shape) -> list[dict]:
         block = 1 << (shape[1] - 1).bit_length()
         for warps in (4, 8, 16):
             resident = 132 * max(1, 2048 // (32 * warps))
-            for prefetch in (0, resident // 2, resident, 2 * resident):
+            for prefetch in (0, resident):
                 vector = 128 // bits
                 if block < 32 * warps * vector:
                     continue

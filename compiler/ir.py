@@ -83,6 +83,8 @@ class Op:
                 continue
             if item is None and f.name in _OPTIONAL_OPERANDS:
                 continue
+            if f.default is not dataclasses.MISSING and item == f.default:
+                continue  # dumps show only what differs from an op's defaults
             out[f.name] = item
         return out
 
@@ -181,6 +183,9 @@ class Compare(Op):
     predicate: str
     lhs: Value
     rhs: Value
+    # Aligned runs of this many consecutive registers share one answer (proved by axis
+    # analysis, e.g. `cols < n` with n divisible by 16): computed once per run.
+    register_run: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,7 +22,7 @@ class Config:
     block: int      # row length rounded up to a power of two
     num_warps: int
     vector: int     # elements per thread per access (128 bits when the row allows)
-    prefetch_rows: int = -1  # rows ahead to prefetch into L2; -1: from the GPU's size, 0: off
+    prefetch_rows: int = 0  # rows ahead to prefetch into L2; -1: from the GPU's size, 0: off
 
     def __post_init__(self):
         if self.block & (self.block - 1) or not 0 < self.block <= MAX_ROW:

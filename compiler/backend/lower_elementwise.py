@@ -76,8 +76,14 @@ def _float_binary(ctx: Lowering, kind: str, elem):
     def intrinsic(name):
         return lambda x, y: ctx.intrinsic(f"llvm.{name}.{llvm_suffix(x.type)}", x.type, [x, y])
 
+    # `contract` lets LLVM fuse a multiply and a dependent add into one fma (as Triton's
+    # default does); without it NVPTX prints mul.rn/add.rn, which ptxas may not fuse.
+    contract = ("contract",)
     table = {
-        "add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv, "mod": b.frem,
+        "add": lambda x, y: b.fadd(x, y, flags=contract),
+        "sub": lambda x, y: b.fsub(x, y, flags=contract),
+        "mul": lambda x, y: b.fmul(x, y, flags=contract),
+        "div": b.fdiv, "mod": b.frem,
         "max": intrinsic("maxnum"), "min": intrinsic("minnum"),
         "floordiv": lambda x, y: ctx.intrinsic(f"llvm.floor.{llvm_suffix(x.type)}", x.type, [b.fdiv(x, y)]),
         "pow": lambda x, y: float_pow(ctx, x, y),
@@ -132,7 +138,14 @@ def lower_compare(ctx: Lowering, op: Compare) -> None:
         compare = lambda b, x, y: b.fcmp_unordered(symbol, x, y)  # noqa: E731
     else:
         compare = lambda b, x, y: b.fcmp_ordered(symbol, x, y)  # noqa: E731
-    elementwise(ctx, op.result, (op.lhs, op.rhs), compare)
+    run = op.register_run
+    if run <= 1 or not isinstance(op.result.type, TensorType):
+        elementwise(ctx, op.result, (op.lhs, op.rhs), compare)
+        return
+    count = T.register_count(op.result.type)
+    lhs, rhs = ctx.registers(op.lhs, count), ctx.registers(op.rhs, count)
+    firsts = {r: compare(ctx.builder, lhs[r], rhs[r]) for r in range(0, count, run)}
+    ctx.define(op.result, tuple(firsts[r - r % run] for r in range(count)))
 
 
 @lowers(Fma)

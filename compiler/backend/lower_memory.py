@@ -16,10 +16,13 @@ nothing, so each element is written once. A scalar store is done by thread 0 onl
 
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
 from llvmlite import ir
 
 from ..ir import Load, PrefetchL2, Store
-from ..types import TensorType
+from ..types import PointerType, TensorType
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, lowers
@@ -87,7 +90,55 @@ def _to_memory(b: ir.IRBuilder, value: ir.Value, element) -> ir.Value:
     return value
 
 
-def _load_group(ctx: Lowering, pointer, mask, element, width: int) -> list[ir.Value]:
+def _element_bits_of(constant: ir.Constant, element) -> Optional[int]:
+    """The memory bit pattern of one constant element, or None if it is not a constant."""
+    if not isinstance(constant, ir.Constant) or isinstance(element, PointerType):
+        return 0 if isinstance(constant, ir.Constant) and constant.constant is None else None
+    value = constant.constant
+    if value is None:
+        return 0
+    name = element.name
+    if name == "fp32":
+        return int(np.float32(value).view(np.uint32))
+    if name == "fp16":
+        return int(np.float16(value).view(np.uint16))
+    if name == "fp64":
+        return int(np.float64(value).view(np.uint64))
+    if name == "bf16":
+        bits = int(np.float32(value).view(np.uint32))
+        if np.isnan(np.float32(value)):
+            return 0x7FC0
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF  # round to nearest even
+    if element.is_float:  # fp8 registers are bytes already
+        return int(value) & 0xFF
+    return int(value) & ((1 << (T.memory_bytes(element) * 8)) - 1)
+
+
+def _fill_words(others, element, width: int):
+    """Bit patterns of the words a masked-off access yields, when `other` is constant.
+
+    Filling the destination with `other` inside the predicated load saves one select per
+    element. Returns () without `other` (fill with zeros, no select needed either) and
+    None when some `other` is not a compile-time constant.
+    """
+    if others is None:
+        return ()
+    patterns = [_element_bits_of(value, element) for value in others]
+    if any(p is None for p in patterns):
+        return None
+    bits = T.memory_bytes(element) * 8
+    word_bits, count = _words(width * bits, bits)
+    per_word = max(word_bits // bits, 1)
+    words = []
+    for w in range(count):
+        word = 0
+        for i in range(per_word):
+            word |= patterns[w * per_word + i] << (i * bits)
+        words.append(word)
+    return tuple(words)
+
+
+def _load_group(ctx: Lowering, pointer, mask, element, width: int, fill=()) -> list[ir.Value]:
     b = ctx.builder
     memory = T.memory_type(element)
     bits = T.memory_bytes(element) * 8
@@ -100,7 +151,7 @@ def _load_group(ctx: Lowering, pointer, mask, element, width: int) -> list[ir.Va
     word_bits, count = _words(width * bits, bits)
     word_type = _word_type(word_bits)
     result_type = word_type if count == 1 else ir.LiteralStructType([word_type] * count)
-    text, constraints = ptx_asm.masked_global_load(word_bits, count)
+    text, constraints = ptx_asm.masked_global_load(word_bits, count, fill)
     asm = ir.InlineAsm(ir.FunctionType(result_type, [T.GLOBAL_PTR, T.I1]), text, constraints, side_effect=True)
     loaded = b.call(asm, [pointer, mask])
     words = [loaded] if count == 1 else [b.extract_value(loaded, i) for i in range(count)]
@@ -128,10 +179,12 @@ def lower_load(ctx: Lowering, op: Load) -> None:
     values = []
     for start in range(0, count, width):
         mask = masks[start] if masks is not None else None
-        group = _load_group(ctx, pointers[start], mask, element, min(width, count - start))
+        size = min(width, count - start)
+        fill = _fill_words(others[start:start + size] if others is not None else None, element, size)
+        group = _load_group(ctx, pointers[start], mask, element, size, fill or ())
         for i, value in enumerate(group):
             value = _to_register(b, value, element)
-            if others is not None and mask is not None:
+            if mask is not None and fill is None:
                 value = b.select(mask, value, others[start + i])
             values.append(value)
     ctx.define(op.result, tuple(values))

@@ -72,7 +72,7 @@ class _Combiner:
         b = self.ctx.builder
         x, y = a[0], c[0]
         if self.kind == "sum":
-            return (b.fadd(x, y) if self.element.is_float else b.add(x, y),)
+            return (b.fadd(x, y, flags=("contract",)) if self.element.is_float else b.add(x, y),)
         if self.kind in ("max", "min"):
             return (self._minmax(self.kind, x, y),)
         equal = b.fcmp_ordered("==", x, y) if self.element.is_float else b.icmp_unsigned("==", x, y)

@@ -23,8 +23,9 @@ def _vector_suffix(count: int) -> str:
     return "" if count == 1 else f".v{count}"
 
 
-def masked_global_load(word_bits: int, count: int) -> tuple[str, str]:
-    """`count` words of `word_bits`, loaded only where the predicate holds, else 0.
+def masked_global_load(word_bits: int, count: int, fill: tuple = ()) -> tuple[str, str]:
+    """`count` words of `word_bits`, loaded only where the predicate holds, else `fill`
+    (one bit pattern per word; 0 when not given).
 
     Operands: outputs $0..$count-1, then the address ($count, 64-bit global) and the
     predicate ($count+1).
@@ -34,7 +35,8 @@ def masked_global_load(word_bits: int, count: int) -> tuple[str, str]:
     letter, ptx_type = _WORD[word_bits]
     mov_type = "b16" if word_bits == 8 else ptx_type
     outputs = [f"${i}" for i in range(count)]
-    zero = "\n\t".join(f"mov.{mov_type} {o}, 0;" for o in outputs)
+    fill = tuple(fill) or (0,) * count
+    zero = "\n\t".join(f"mov.{mov_type} {o}, {word:#x};" for o, word in zip(outputs, fill))
     target = outputs[0] if count == 1 else "{" + ", ".join(outputs) + "}"
     text = f"{zero}\n\t@${count + 1} ld.global{_vector_suffix(count)}.{ptx_type} {target}, [${count}];"
     constraints = ",".join([f"={letter}"] * count + ["l", "b"])

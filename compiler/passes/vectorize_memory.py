@@ -1,5 +1,9 @@
 """vectorize_memory: choose how many elements each global load/store moves at once.
 
+It also marks comparisons whose answer is uniform over aligned runs of registers (a
+mask `cols < n` is the same for a whole vector), so the backend computes one predicate
+per run instead of one per element.
+
 A thread can move `v` elements with one 64- or 128-bit access when (1) its registers
 0..v-1 hold v consecutive elements along one dim of the layout, and every other basis
 keeps vectors aligned along that dim; (2) axis analysis proves the pointers are
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Kernel, Load, Op, Store
+from ..ir import Compare, Kernel, Load, Op, Store
 from ..types import TensorType
 from .axis_analysis import analyze_axes
 from .rewrite import rewrite_kernel
@@ -75,10 +79,25 @@ def _fastest_register_dim(layout) -> int:
     return len(layout.out_dims) - 1
 
 
+def uniform_register_run(op: Compare, infos) -> int:
+    """Registers per aligned run over which the comparison's result is constant."""
+    result = op.result
+    if not isinstance(result.type, TensorType) or result.type.layout is None or result not in infos:
+        return 1
+    layout = result.type.layout
+    dim = _fastest_register_dim(layout)
+    run = min(contiguous_registers(layout, dim), infos[result].constancy[dim])
+    return run if run > 1 else 1
+
+
 def vectorize_memory(kernel: Kernel) -> Kernel:
     infos = analyze_axes(kernel)
 
     def rule(op: Op) -> Op:
+        if isinstance(op, Compare):
+            run = uniform_register_run(op, infos)
+            if run != op.register_run:
+                return dataclasses.replace(op, register_run=run)
         if isinstance(op, (Load, Store)):
             vector = choose_vector(op, infos)
             if vector != op.vector:

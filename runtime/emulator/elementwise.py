@@ -120,6 +120,13 @@ COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equa
 @RULES.register(ir.Compare)
 def compare(cta, op: ir.Compare) -> None:
     result = COMPARE[op.predicate](cta[op.lhs], cta[op.rhs])
+    run = op.register_run
+    if run > 1 and np.ndim(result) == 3:
+        # The backend computes one predicate per run: check that the claim holds.
+        runs = result.reshape(result.shape[:2] + (-1, run))
+        if (runs != runs[..., :1]).any():
+            raise EmulationError(f"compare marked uniform over runs of {run} registers, but "
+                                 "its values differ inside a run (an axis-analysis bug)", op.loc)
     cta.bind(op.result, finish(_element(op.result), result))
 
 

@@ -160,14 +160,14 @@ kernel @vector_add(%x_ptr: *fp32, %y_ptr: *fp32, %out_ptr: *fp32, %n: i32) num_w
   %12 = splat %x_ptr : tensor<512x*fp32, #L0>
   %13 = add_ptr %12, %offsets : tensor<512x*fp32, #L0>
   %14 = constant [value=0.0] : tensor<512xfp32, #L0>
-  %x = load [vector=1] %13, %mask, %14 : tensor<512xfp32, #L0>
+  %x = load %13, %mask, %14 : tensor<512xfp32, #L0>
   %16 = splat %y_ptr : tensor<512x*fp32, #L0>
   %17 = add_ptr %16, %offsets : tensor<512x*fp32, #L0>
-  %y = load [vector=1] %17, %mask : tensor<512xfp32, #L0>
+  %y = load %17, %mask : tensor<512xfp32, #L0>
   %19 = splat %out_ptr : tensor<512x*fp32, #L0>
   %20 = add_ptr %19, %offsets : tensor<512x*fp32, #L0>
   %21 = binary [kind=add] %x, %y : tensor<512xfp32, #L0>
-  store [vector=1] %20, %21, %mask
+  store %20, %21, %mask
 }
 """
 
@@ -205,22 +205,22 @@ kernel @row_softmax(%x_ptr: *bf16, %out_ptr: *bf16, %stride: i32, %n_cols: i32) 
   %22 = add_ptr %21, %offsets : tensor<16x64x*bf16, #L4>
   %23 = broadcast %mask : tensor<16x64xi1, #L4>
   %24 = constant [value=-inf] : tensor<16x64xbf16, #L4>
-  %25 = load [vector=1] %22, %23, %24 : tensor<16x64xbf16, #L4>
+  %25 = load %22, %23, %24 : tensor<16x64xbf16, #L4>
   %x = cast %25 : tensor<16x64xfp32, #L4>
-  %27 = reduce [axis=1 kind=max scratch_offset=None] %x : tensor<16xfp32, #L0>
+  %27 = reduce [axis=1 kind=max] %x : tensor<16xfp32, #L0>
   %28 = expand_dims [axis=1] %27 : tensor<16x1xfp32, #L2>
   %29 = broadcast %28 : tensor<16x64xfp32, #L4>
   %shifted = binary [kind=sub] %x, %29 : tensor<16x64xfp32, #L4>
   %e = unary [kind=exp] %shifted : tensor<16x64xfp32, #L4>
   %32 = splat %out_ptr : tensor<16x64x*bf16, #L4>
   %33 = add_ptr %32, %offsets : tensor<16x64x*bf16, #L4>
-  %34 = reduce [axis=1 kind=sum scratch_offset=None] %e : tensor<16xfp32, #L0>
+  %34 = reduce [axis=1 kind=sum] %e : tensor<16xfp32, #L0>
   %35 = expand_dims [axis=1] %34 : tensor<16x1xfp32, #L2>
   %36 = broadcast %35 : tensor<16x64xfp32, #L4>
   %37 = binary [kind=div] %e, %36 : tensor<16x64xfp32, #L4>
   %38 = broadcast %mask : tensor<16x64xi1, #L4>
   %39 = cast %37 : tensor<16x64xbf16, #L4>
-  store [vector=1] %33, %39, %38
+  store %33, %39, %38
 }
 """
 
@@ -252,8 +252,8 @@ kernel @smem_transpose(%x_ptr: *fp16, %out_ptr: *fp16) num_warps=4 {
   %10 = broadcast %8 : tensor<32x32x*fp16, #L4>
   %11 = broadcast %9 : tensor<32x32xi32, #L4>
   %12 = add_ptr %10, %11 : tensor<32x32x*fp16, #L4>
-  %tile = load [vector=1] %12 : tensor<32x32xfp16, #L4>
-  %smem = alloc_shared [offset=None] %tile : shared<32x32xfp16, #L5>
+  %tile = load %12 : tensor<32x32xfp16, #L4>
+  %smem = alloc_shared %tile : shared<32x32xfp16, #L5>
   barrier
   %t = shared_load %smem : tensor<32x32xfp16, #L6>
   %rows_t = arange [start=0 end=32] : tensor<32xi32, #L1>
@@ -267,7 +267,7 @@ kernel @smem_transpose(%x_ptr: *fp16, %out_ptr: *fp16) num_warps=4 {
   %24 = broadcast %22 : tensor<32x32x*fp16, #L6>
   %25 = broadcast %23 : tensor<32x32xi32, #L6>
   %26 = add_ptr %24, %25 : tensor<32x32x*fp16, #L6>
-  store [vector=1] %26, %t
+  store %26, %t
 }
 """
 
@@ -293,13 +293,13 @@ kernel @accumulate(%x_ptr: *fp32, %out_ptr: *fp32, %n: i32) num_warps=4 {
     %15 = splat %n : tensor<128xi32, #L0>
     %16 = compare [predicate=lt] %14, %15 : tensor<128xi1, #L0>
     %17 = constant [value=0.0] : tensor<128xfp32, #L0>
-    %18 = load [vector=1] %12, %16, %17 : tensor<128xfp32, #L0>
+    %18 = load %12, %16, %17 : tensor<128xfp32, #L0>
     %acc_19 = binary [kind=add] %acc_9, %18 : tensor<128xfp32, #L0>
     yield %acc_19
   }
   %20 = splat %out_ptr : tensor<128x*fp32, #L0>
   %21 = add_ptr %20, %offsets : tensor<128x*fp32, #L0>
-  store [vector=1] %21, %acc_7
+  store %21, %acc_7
 }
 """
 
@@ -315,7 +315,7 @@ kernel @scale_if(%x_ptr: *fp32, %flag: i32) num_warps=4 {
   %offsets = arange [start=0 end=128] : tensor<128xi32, #L0>
   %3 = splat %x_ptr : tensor<128x*fp32, #L0>
   %4 = add_ptr %3, %offsets : tensor<128x*fp32, #L0>
-  %x = load [vector=1] %4 : tensor<128xfp32, #L0>
+  %x = load %4 : tensor<128xfp32, #L0>
   %6 = constant [value=0] : i32
   %7 = compare [predicate=gt] %flag, %6 : i1
   %x_8 = if %7 : tensor<128xfp32, #L0> {
@@ -329,7 +329,7 @@ kernel @scale_if(%x_ptr: *fp32, %flag: i32) num_warps=4 {
   }
   %13 = splat %x_ptr : tensor<128x*fp32, #L0>
   %14 = add_ptr %13, %offsets : tensor<128x*fp32, #L0>
-  store [vector=1] %14, %x_8
+  store %14, %x_8
 }
 """
 
@@ -362,7 +362,7 @@ kernel @count_steps(%out_ptr: *fp32, %n: i32) num_warps=4 {
   %16 = add_ptr %15, %14 : tensor<128x*fp32, #L0>
   %17 = cast %narrow : tensor<128xfp32, #L0>
   %18 = binary [kind=add] %half, %17 : tensor<128xfp32, #L0>
-  store [vector=1] %16, %18
+  store %16, %18
 }
 """
 
