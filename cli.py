@@ -1,8 +1,11 @@
-"""The `weft` command: `weft demo` and `weft show-layout`.
+"""The `weft` command: `weft demo`, `weft compile` and `weft show-layout`.
 
-`weft demo` is the smoke check of an installation. Until the compiler lands it exercises the
-layout algebra end to end: the wgmma accumulator of a 64 x 64 tile, the plan that converts
-it to a coalesced blocked layout, and a numpy run of that plan checked against the source.
+`weft demo` is the smoke check of an installation: it runs the softmax kernel (on the GPU
+when there is one and torch is installed, else on the CPU emulator), checks it against
+numpy and prints its timing; then it plans a layout conversion (wgmma accumulator to a
+coalesced blocked layout) and checks the plan in numpy.
+
+`weft compile FILE.py:KERNEL --signature ... --dump ptx` prints a compiled stage.
 
 `weft show-layout KIND --shape 64 64 ...` prints the table of a standard layout (and writes
 its SVG with `--svg FILE`). Bad arguments exit with status 2 and a message naming the
@@ -18,6 +21,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .cli_compile import add_compile_parser
 from .layouts import (
     LayoutError,
     LinearLayout,
@@ -142,14 +146,61 @@ def describe_plan(plan) -> list[str]:
     return ["  nothing to do: both layouts agree"]
 
 
+def demo_softmax() -> int:
+    """Run softmax where it can run, check it, print its time."""
+    import time
+
+    from .kernels import softmax
+    from .runtime import driver
+
+    rng = np.random.default_rng(0)
+    torch = None
+    if driver.has_gpu():
+        try:
+            import torch
+        except ImportError:
+            print("a GPU is present but torch is not installed: running on the CPU emulator")
+    if torch is not None and torch.cuda.is_available():
+        rows, cols = 4096, 4096
+        x = torch.from_numpy(rng.standard_normal((rows, cols)).astype(np.float32)).cuda()
+        softmax.softmax(x)  # compile (or load from the disk cache) and warm up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(20):
+            y = softmax.softmax(x)
+        end.record()
+        torch.cuda.synchronize()
+        ms = start.elapsed_time(end) / 20
+        where = f"GPU ({torch.cuda.get_device_name()})"
+        result, reference = y.cpu().numpy(), softmax.reference(x.cpu().numpy())
+        speed = f"{ms * 1e3:.1f} us per call, {2 * x.numel() * 4 / (ms * 1e-3) / 1e9:.0f} GB/s"
+    else:
+        rows, cols = 16, 1000
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        began = time.perf_counter()
+        result = softmax.softmax(x)
+        seconds = time.perf_counter() - began
+        where, reference = "CPU emulator (no GPU)", softmax.reference(x)
+        speed = f"{seconds * 1e3:.0f} ms including compilation"
+    error = float(np.abs(result - reference).max())
+    print(f"softmax of a {rows}x{cols} fp32 array on the {where}: {speed}")
+    if not error < 1e-5:
+        print(f"check: FAILED (max abs error {error:.2e} against numpy)")
+        return 1
+    print(f"check: ok (max abs error {error:.1e} against numpy, float64)")
+    return 0
+
+
 def demo(parser, args) -> int:
+    print("weft demo\n")
+    status = demo_softmax()
     bits = 16
     source_text = "wgmma_accumulator([64, 64], [4, 1], 64)"
     target_text = "blocked([64, 64], [1, 8], [4, 8], [4, 1], [1, 0])"
     source = standard.wgmma_accumulator([64, 64], [4, 1], 64)
     target = standard.blocked([64, 64], [1, 8], [4, 8], [4, 1], [1, 0])
-    print("weft demo: the layout algebra end to end (the compiler is not built yet)\n")
-    window = dict(max_rows=16, max_cols=16)
+    window = dict(max_rows=8, max_cols=16)
+    print()
     print(source.render(title=f"source: {source_text}, 4 warps", **window), end="\n\n")
     print(target.render(title=f"target: {target_text}", **window), end="\n\n")
     plan = plan_conversion(source, target, bits)
@@ -161,15 +212,16 @@ def demo(parser, args) -> int:
         print("check: FAILED (the plan put elements in the wrong registers)")
         return 1
     print("check: ok (the plan, run in numpy on random data, reproduces the tensor)")
-    return 0
+    return status
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="weft", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo_parser = commands.add_parser("demo", help="render a wgmma layout and check a conversion plan")
+    demo_parser = commands.add_parser("demo", help="run and check softmax (GPU or emulator) and a conversion plan")
     demo_parser.set_defaults(run=demo, parser=demo_parser)
+    add_compile_parser(commands)
 
     show = commands.add_parser(
         "show-layout", help="print a standard layout as a table (and an SVG)",
@@ -205,6 +257,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.run(args.parser, args)
     except LayoutError as error:
         args.parser.error(str(error))  # exits with status 2
+    except Exception as error:  # a kernel's own error: its message, not a traceback
+        from .compiler.errors import CompilationError
+        from .runtime.arguments import LaunchError
+
+        if not isinstance(error, (CompilationError, LaunchError)):
+            raise
+        print(f"weft {args.command}: {error}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `weft show-layout ... | head`
         sys.stderr.close()
         return 0

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import empty_like
+from ._launch import empty_like, is_torch
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,13 @@ def reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return (x.astype(np.float64) + y.astype(np.float64))
 
 
-def add(x, y, out=None, config: Config = Config()):
+def add(x, y, out=None, config: Config = None):
     """x + y for two same-shaped contiguous arrays (GPU for torch CUDA tensors, else emulator)."""
     if x.shape != y.shape:
         raise ValueError(f"add: shapes differ: {tuple(x.shape)} and {tuple(y.shape)}")
+    if config is None:  # 128-bit accesses whatever the element type
+        bits = (x.element_size() if is_torch(x) else x.itemsize) * 8
+        config = Config(vector=max(1, 128 // bits))
     out = empty_like(x) if out is None else out
     n = int(np.prod(x.shape))
     grid = (max(1, -(-n // config.block)),)

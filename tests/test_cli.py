@@ -85,3 +85,63 @@ def test_options_a_kind_ignores_are_refused(capsys):
         main(["show-layout", "wgmma", "--shape", "64", "64", "--threads", "4", "8"])
     assert exit_info.value.code == 2
     assert "argument --threads: not used by wgmma" in capsys.readouterr().err
+
+
+USER_KERNEL = '''
+from weft import lowlevel as ll
+
+@ll.jit
+def scale(x_ptr, out_ptr, n, factor, BLOCK: ll.constexpr):
+    layout: ll.constexpr = ll.BlockedLayout([4], [32], [4], [0])
+    offsets = ll.program_id(0) * BLOCK + ll.arange(0, BLOCK, layout=layout)
+    mask = offsets < n
+    ll.store(out_ptr + offsets, ll.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
+'''
+SCALE_ARGS = ["--signature", "x_ptr=*fp32", "out_ptr=*fp32", "n=i32", "factor=fp32", "--constexpr", "BLOCK=512"]
+
+
+@pytest.fixture
+def user_kernel(tmp_path):
+    path = tmp_path / "user_kernel.py"
+    path.write_text(USER_KERNEL)
+    return path
+
+
+def test_compile_dumps_the_layout_ir_of_a_user_file(capsys, user_kernel):
+    status, out = run(capsys, "compile", f"{user_kernel}:scale", *SCALE_ARGS, "--dump", "layout")
+    assert status == 0
+    assert "kernel @scale(%x_ptr: *fp32, %out_ptr: *fp32, %n: i32, %factor: fp32) num_warps=4" in out
+    assert "%mask = compare [predicate=lt] %offsets" in out
+
+
+def test_compile_dumps_ptx_for_sm90a_with_vectors_when_aligned(capsys, user_kernel):
+    status, out = run(capsys, "compile", f"{user_kernel}:scale", *SCALE_ARGS,
+                      "--aligned", "x_ptr", "out_ptr", "n", "--dump", "ptx")
+    assert status == 0
+    assert ".target sm_90a" in out and ".v4.b32" in out
+
+
+def test_compile_of_a_kernel_inside_weft(capsys):
+    import weft.kernels.vector_add as module
+
+    status, out = run(capsys, "compile", f"{module.__file__}:add_kernel", "--signature", "x_ptr=*fp32",
+                      "y_ptr=*fp32", "out_ptr=*fp32", "n=i32", "--constexpr", "BLOCK=1024", "VEC=4",
+                      "WARPS=4", "--dump", "llir")
+    assert status == 0 and "define" in out and "add_kernel" in out
+
+
+def test_compile_errors_are_messages_not_tracebacks(capsys, user_kernel):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compile", f"{user_kernel}:missing", *SCALE_ARGS])
+    assert exit_info.value.code == 2
+    assert "defines no kernel 'missing'; kernels there: scale" in capsys.readouterr().err
+    status = main(["compile", f"{user_kernel}:scale", "--signature", "x_ptr=*fp32"])
+    assert status == 1
+    assert "missing ['out_ptr', 'n', 'factor']" in capsys.readouterr().err
+
+
+def test_demo_runs_softmax_and_checks_it():
+    result = subprocess.run([sys.executable, "-m", "weft.cli", "demo"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "softmax of a" in result.stdout
+    assert result.stdout.count("check: ok") == 2

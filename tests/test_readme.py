@@ -22,3 +22,15 @@ def test_readme_set_up_commands_are_the_ci_commands():
     assert 'pip install ".[test]" && python -m pytest' in text
     ci = (README.parent / ".ci" / "run").read_text()
     assert 'pip install --quiet ".[test]"' in ci and "python -m pytest" in ci
+
+
+def test_readme_lowlevel_kernel_runs_on_the_emulator(tmp_path, monkeypatch):
+    # The kernel example needs its source in a file (the frontend reads it), so it runs as
+    # a script rather than through exec.
+    (block,) = re.findall(r"```py\n(.*?)```", README.read_text(), flags=re.S)
+    script = tmp_path / "readme_kernel.py"
+    script.write_text(block)
+    monkeypatch.setenv("WEFT_CACHE_DIR", str(tmp_path / "cache"))
+    import runpy
+
+    runpy.run_path(str(script), run_name="__main__")
