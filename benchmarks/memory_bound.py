@@ -73,6 +73,7 @@ def launch_overhead(torch):
 def run(quick=False):
     import torch
 
+    from weft.benchmarks import triton_reference as triton_ref
     from weft.kernels.layer_norm import layer_norm
     from weft.kernels.softmax import softmax
     from weft.kernels.vector_add import add
@@ -89,26 +90,32 @@ def run(quick=False):
             y = torch.randn(shape, device="cuda", dtype=dtype)
             nbytes = 2 * x.numel() * x.element_size()
             cases = {
-                "softmax": (lambda: softmax(x), lambda: torch.softmax(x, dim=-1),
+                "softmax": (lambda: softmax(x), lambda: torch.softmax(x, dim=-1), lambda: triton_ref.softmax(x),
                             torch.softmax(x.double(), dim=-1), nbytes),
                 "layer_norm": (lambda: layer_norm(x, w, b, 1e-5),
                                lambda: torch.nn.functional.layer_norm(x, (shape[1],), w, b, 1e-5),
+                               lambda: triton_ref.layer_norm(x, w, b, 1e-5),
                                torch.nn.functional.layer_norm(x.double(), (shape[1],), w.double(), b.double(), 1e-5),
                                nbytes + 2 * w.numel() * w.element_size()),
-                "vector_add": (lambda: add(x, y), lambda: x + y, x.double() + y.double(), 3 * x.numel() * x.element_size()),
+                "vector_add": (lambda: add(x, y), lambda: x + y, lambda: triton_ref.add(x, y),
+                               x.double() + y.double(), 3 * x.numel() * x.element_size()),
             }
-            for name, (weft_fn, torch_fn, reference, moved) in cases.items():
-                error = _relative_error(weft_fn(), reference)
+            for name, (weft_fn, torch_fn, triton_fn, reference, moved) in cases.items():
                 tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+                error = _relative_error(weft_fn(), reference)
+                triton_error = _relative_error(triton_fn(), reference)
                 row = {"kernel": name, "dtype": str(dtype).split(".")[-1], "shape": list(shape),
-                       "rel_error": error, "correct": error <= tolerance}
+                       "rel_error": error, "correct": error <= tolerance and triton_error <= tolerance}
                 if row["correct"]:
-                    t_weft, t_torch = _bench(weft_fn), _bench(torch_fn)
-                    row.update(weft_ms=t_weft, torch_ms=t_torch,
+                    # Interleave the three so a slow spell of the machine hits them alike.
+                    t_weft, t_torch, t_triton = _bench(weft_fn), _bench(torch_fn), _bench(triton_fn)
+                    row.update(weft_ms=t_weft, torch_ms=t_torch, triton_ms=t_triton,
                                weft_gbps=moved / (t_weft * 1e-3) / 1e9,
-                               torch_gbps=moved / (t_torch * 1e-3) / 1e9)
+                               torch_gbps=moved / (t_torch * 1e-3) / 1e9,
+                               triton_gbps=moved / (t_triton * 1e-3) / 1e9)
                     row["weft_over_roof"] = row["weft_gbps"] / roof
                     row["weft_over_torch"] = t_torch / t_weft
+                    row["weft_over_triton"] = t_triton / t_weft
                 rows.append(row)
     overhead = launch_overhead(torch)
     return {"copy_roof_gbps": roof, "rows": rows, "launch_us": overhead,
@@ -117,15 +124,16 @@ def run(quick=False):
 
 def print_table(results) -> None:
     print(f"device {results['device']}  copy roof {results['copy_roof_gbps']:.0f} GB/s")
-    print(f"{'kernel':<11}{'dtype':<9}{'shape':<12}{'err':>9}{'weft GB/s':>11}{'torch GB/s':>11}"
-          f"{'/roof':>7}{'/torch':>8}")
+    print(f"{'kernel':<11}{'dtype':<9}{'shape':<12}{'err':>9}{'weft GB/s':>11}{'torch':>7}{'triton':>8}"
+          f"{'/roof':>7}{'/torch':>8}{'/triton':>8}")
     for r in results["rows"]:
         shape = "x".join(map(str, r["shape"]))
         if not r["correct"]:
             print(f"{r['kernel']:<11}{r['dtype']:<9}{shape:<12}{r['rel_error']:>9.1e}   WRONG RESULT")
             continue
         print(f"{r['kernel']:<11}{r['dtype']:<9}{shape:<12}{r['rel_error']:>9.1e}{r['weft_gbps']:>11.0f}"
-              f"{r['torch_gbps']:>11.0f}{r['weft_over_roof']:>7.2f}{r['weft_over_torch']:>8.2f}")
+              f"{r['torch_gbps']:>7.0f}{r['triton_gbps']:>8.0f}{r['weft_over_roof']:>7.2f}"
+              f"{r['weft_over_torch']:>8.2f}{r['weft_over_triton']:>8.2f}")
     launch = results["launch_us"]
     print(f"cached launch (host us): weft {launch['weft']:.1f}  triton {launch['triton']:.1f}")
 
