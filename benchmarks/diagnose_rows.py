@@ -22,6 +22,46 @@ def main(mode: str) -> None:
     w = torch.randn(shape[1], device="cuda", dtype=torch.bfloat16)
     b = torch.randn(shape[1], device="cuda", dtype=torch.bfloat16)
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    if mode == "host":
+        import time
+
+        for label, fn in (("weft layer_norm", lambda: layer_norm(x, w, b, 1e-5)),
+                          ("triton layer_norm", lambda: triton_ref.layer_norm(x, w, b, 1e-5)),
+                          ("weft softmax", lambda: softmax(x)),
+                          ("triton softmax", lambda: triton_ref.softmax(x))):
+            fn()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(200):
+                fn()
+            host = (time.perf_counter() - start) / 200 * 1e6
+            torch.cuda.synchronize()
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            for _ in range(200):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            loop = begin.elapsed_time(end) / 200 * 1e3
+            graph = torch.cuda.CUDAGraph()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                fn()
+                with torch.cuda.graph(graph, stream=stream):
+                    for _ in range(20):
+                        fn()
+            torch.cuda.synchronize()
+            begin.record()
+            for _ in range(10):
+                graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            replay = begin.elapsed_time(end) / 200 * 1e3
+            print(f"{label:<18} host {host:6.1f} us/call  back-to-back {loop:6.1f} us/call "
+                  f"({2 * x.numel() * 2 / loop / 1e3:5.0f} GB/s)  graph replay {replay:6.1f} us "
+                  f"({2 * x.numel() * 2 / replay / 1e3:5.0f} GB/s)")
+        return
     if mode == "once":
         layer_norm(x, w, b, 1e-5)
         triton_ref.layer_norm(x, w, b, 1e-5)
