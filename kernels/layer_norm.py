@@ -19,7 +19,7 @@ class Config(RowConfig):
 @ll.jit
 def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
                       n_rows, n_cols, eps, prefetch_rows, BLOCK: ll.constexpr, VEC: ll.constexpr,
-                      WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr):
+                      WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
     ahead = row + prefetch_rows  # a later CTA's row, pulled into L2 (see softmax)
@@ -28,17 +28,18 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = cols < n_cols
     x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0).to(ll.float32)
+    # Weights load early, in their storage type: their latency hides behind the
+    # reductions, and 16-bit weights stay packed two to a register until used.
+    w_stored = ll.load(w_ptr + cols, mask=in_bounds, other=0.0)
+    b_stored = ll.load(b_ptr + cols, mask=in_bounds, other=0.0)
     mean = ll.sum(x, axis=0) / n_cols
     centered = ll.where(in_bounds, x - mean, 0.0)
     rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
-    # Weights are loaded after the reductions (whose barriers keep them there), so they
-    # are not live while the row is in flight: fewer registers, more CTAs per SM.
-    w = ll.load(w_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
-    b = ll.load(b_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
-    y = centered * rstd * w + b
+    y = centered * rstd * w_stored.to(ll.float32) + b_stored.to(ll.float32)
     ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
-    ll.store(mean_ptr + row, mean)
-    ll.store(rstd_ptr + row, rstd)
+    if STATS:
+        ll.store(mean_ptr + row, mean)
+        ll.store(rstd_ptr + row, rstd)
 
 
 def reference(x, w, b, eps):
@@ -63,18 +64,37 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
     base = RowConfig.for_row(n_cols, bits)
     config = config or Config(base.block, base.num_warps, base.vector, base.prefetch_rows)
     out = empty_like(x)
-    if is_torch(x):
-        import torch
+    if return_stats:
+        if is_torch(x):
+            import torch
 
-        mean = torch.empty(n_rows, device=x.device, dtype=torch.float32)
-        rstd = torch.empty(n_rows, device=x.device, dtype=torch.float32)
-    else:
-        mean = np.empty(n_rows, np.float32)
-        rstd = np.empty(n_rows, np.float32)
+            mean = torch.empty(n_rows, device=x.device, dtype=torch.float32)
+            rstd = torch.empty(n_rows, device=x.device, dtype=torch.float32)
+        else:
+            mean = np.empty(n_rows, np.float32)
+            rstd = np.empty(n_rows, np.float32)
+    else:  # not written (STATS=False); any pointer of the right type will do
+        mean = rstd = _fp32_placeholder(x)
     if n_rows == 0:
         return (out, mean, rstd) if return_stats else out
     layer_norm_kernel[(n_rows,)](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_rows, n_cols,
                                  float(eps), prefetch_distance(x, config), BLOCK=config.block,
                                  VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
-                                 num_warps=config.num_warps)
+                                 STATS=bool(return_stats), num_warps=config.num_warps)
     return (out, mean, rstd) if return_stats else out
+
+
+_PLACEHOLDERS: dict = {}
+
+
+def _fp32_placeholder(x):
+    """A one-element fp32 array on x's device, passed for the statistics when they are
+    not wanted (the kernel does not touch it); cached so calls do not allocate."""
+    if is_torch(x):
+        key = ("torch", str(x.device))
+        if key not in _PLACEHOLDERS:
+            import torch
+
+            _PLACEHOLDERS[key] = torch.zeros(1, device=x.device, dtype=torch.float32)
+        return _PLACEHOLDERS[key]
+    return np.zeros(1, np.float32)

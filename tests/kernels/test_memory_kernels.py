@@ -87,7 +87,7 @@ SIGNATURES = {
                    {"out_ptr": "*{t}", "in_ptr": "*{t}", "w_ptr": "*{t}", "b_ptr": "*{t}", "mean_ptr": "*fp32",
                     "rstd_ptr": "*fp32", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
                     "n_cols": "i32", "eps": "fp32", "prefetch_rows": "i32"},
-                   {"BLOCK": 4096, "VEC": 8, "WARPS": 8, "ELEMENT_BYTES": 4}, 8),
+                   {"BLOCK": 4096, "VEC": 8, "WARPS": 8, "ELEMENT_BYTES": 4, "STATS": True}, 8),
     "vector_add": (vector_add.add_kernel, {"x_ptr": "*{t}", "y_ptr": "*{t}", "out_ptr": "*{t}", "n": "i32"},
                    {"BLOCK": 4096, "VEC": 4, "WARPS": 4}, 4),
     "transpose": (transpose.transpose_kernel,
