@@ -13,13 +13,17 @@ from .softmax import Config as RowConfig
 
 @dataclass(frozen=True)
 class Config(RowConfig):
-    """Same shape rules as softmax: the whole row in registers of one CTA."""
+    """Same shape rules as softmax (the whole row in registers of one CTA), plus whether
+    weight and bias load before the reductions."""
+
+    early_weights: bool = False
 
 
 @ll.jit
 def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
                       n_rows, n_cols, eps, prefetch_rows, BLOCK: ll.constexpr, VEC: ll.constexpr,
-                      WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr):
+                      WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr,
+                      EARLY_WEIGHTS: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
     ahead = row + prefetch_rows  # a later CTA's row, pulled into L2 (see softmax)
@@ -28,14 +32,20 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = cols < n_cols
     x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0).to(ll.float32)
-    # Weights load early, in their storage type: their latency hides behind the
-    # reductions, and 16-bit weights stay packed two to a register until used.
-    w_stored = ll.load(w_ptr + cols, mask=in_bounds, other=0.0)
-    b_stored = ll.load(b_ptr + cols, mask=in_bounds, other=0.0)
+    # Loading the weights before the reductions hides their latency but keeps them live
+    # (more registers, fewer CTAs per SM); which wins depends on the row (see Config).
+    if EARLY_WEIGHTS:
+        w_early = ll.load(w_ptr + cols, mask=in_bounds, other=0.0)
+        b_early = ll.load(b_ptr + cols, mask=in_bounds, other=0.0)
     mean = ll.sum(x, axis=0) / n_cols
     centered = ll.where(in_bounds, x - mean, 0.0)
     rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
-    y = centered * rstd * w_stored.to(ll.float32) + b_stored.to(ll.float32)
+    if EARLY_WEIGHTS:
+        y = centered * rstd * w_early.to(ll.float32) + b_early.to(ll.float32)
+    else:
+        w = ll.load(w_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
+        b = ll.load(b_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
+        y = centered * rstd * w + b
     ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
     if STATS:
         ll.store(mean_ptr + row, mean)
@@ -80,7 +90,8 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
     layer_norm_kernel[(n_rows,)](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_rows, n_cols,
                                  float(eps), prefetch_distance(x, config), BLOCK=config.block,
                                  VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
-                                 STATS=bool(return_stats), num_warps=config.num_warps)
+                                 STATS=bool(return_stats), EARLY_WEIGHTS=config.early_weights,
+                                 num_warps=config.num_warps)
     return (out, mean, rstd) if return_stats else out
 
 
