@@ -23,14 +23,16 @@ class Config(RowConfig):
 def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
                       n_rows, n_cols, eps, prefetch_rows, BLOCK: ll.constexpr, VEC: ll.constexpr,
                       WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr,
-                      EARLY_WEIGHTS: ll.constexpr):
+                      EARLY_WEIGHTS: ll.constexpr, EVEN: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
     ahead = row + prefetch_rows  # a later CTA's row, pulled into L2 (see softmax)
     if (prefetch_rows > 0) & (ahead < n_rows):
         ll.prefetch_l2(in_ptr + ahead * in_row_stride, n_cols * ELEMENT_BYTES)
     cols = ll.arange(0, BLOCK, layout=layout)
-    in_bounds = cols < n_cols
+    # EVEN: the row fills the block exactly, so no mask, select or predicate is needed
+    # (this kernel is issue-bound for 16-bit rows: every instruction per element counts).
+    in_bounds = None if EVEN else cols < n_cols
     x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0).to(ll.float32)
     # Loading the weights before the reductions hides their latency but keeps them live
     # (more registers, fewer CTAs per SM); which wins depends on the row (see Config).
@@ -38,7 +40,9 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
         w_early = ll.load(w_ptr + cols, mask=in_bounds, other=0.0)
         b_early = ll.load(b_ptr + cols, mask=in_bounds, other=0.0)
     mean = ll.sum(x, axis=0) / n_cols
-    centered = ll.where(in_bounds, x - mean, 0.0)
+    centered = x - mean
+    if not EVEN:
+        centered = ll.where(in_bounds, centered, 0.0)
     rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
     if EARLY_WEIGHTS:
         y = centered * rstd * w_early.to(ll.float32) + b_early.to(ll.float32)
@@ -72,7 +76,10 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
     if bits is None:
         raise TypeError(f"layer_norm supports fp32, fp16 and bf16, got {element_name(x)}")
     base = RowConfig.for_row(n_cols, bits)
-    config = config or Config(base.block, base.num_warps, base.vector, base.prefetch_rows)
+    # From the H200 sweep (benchmarks/NOTES.md): 32-bit rows gain from early weight loads,
+    # 16-bit rows lose (the extra live registers cost occupancy).
+    config = config or Config(base.block, base.num_warps, base.vector, base.prefetch_rows,
+                              early_weights=bits == 32)
     out = empty_like(x)
     if return_stats:
         if is_torch(x):
@@ -91,6 +98,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
                                  float(eps), prefetch_distance(x, config), BLOCK=config.block,
                                  VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
                                  STATS=bool(return_stats), EARLY_WEIGHTS=config.early_weights,
+                                 EVEN=n_cols == config.block,
                                  num_warps=config.num_warps)
     return (out, mean, rstd) if return_stats else out
 

@@ -48,7 +48,8 @@ class Config:
 
 @ll.jit
 def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_cols, prefetch_rows,
-                   BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr):
+                   BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr,
+                   EVEN: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
     # Pull a later CTA's row into L2 now: the DRAM latency it would wait for overlaps this
@@ -57,7 +58,7 @@ def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_col
     if (prefetch_rows > 0) & (ahead < n_rows):
         ll.prefetch_l2(in_ptr + ahead * in_row_stride, n_cols * ELEMENT_BYTES)
     cols = ll.arange(0, BLOCK, layout=layout)
-    in_bounds = cols < n_cols
+    in_bounds = None if EVEN else cols < n_cols  # EVEN: the row fills the block, no mask
     x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=-float("inf")).to(ll.float32)
     numerator = ll.exp(x - ll.max(x, axis=0))
     # One division per row, then multiplies: IEEE division per element costs more.
@@ -85,5 +86,6 @@ def softmax(x, config: Config = None):
         return out
     softmax_kernel[(n_rows,)](out, x, row_stride(x), row_stride(out), n_rows, n_cols,
                               prefetch_distance(x, config), BLOCK=config.block, VEC=config.vector,
-                              WARPS=config.num_warps, ELEMENT_BYTES=bits // 8, num_warps=config.num_warps)
+                              WARPS=config.num_warps, ELEMENT_BYTES=bits // 8, EVEN=n_cols == config.block,
+                              num_warps=config.num_warps)
     return out

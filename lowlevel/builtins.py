@@ -106,8 +106,10 @@ def load(pointer: Any, mask: Any = None, other: Any = None):
     """Elements at `pointer`; where `mask` is false, `other` (default 0) instead."""
     b = sem.builder()
     pointer, mask = _memory_operands(pointer, mask, "load")
-    if other is not None and mask is None:
-        raise b.error("load: `other` only makes sense with a `mask`")
+    if mask is None:
+        # As in Triton, `other` without a mask has nothing to fill; a kernel can then
+        # drop its mask under a constexpr (mask=None) without touching the load.
+        other = None
     element = sem.element_of(pointer.type).pointee
     values = [pointer, mask, other]
     names = ["pointer", "mask", "other value"]

@@ -47,7 +47,7 @@ def test_softmax_of_a_strided_view():
 
 
 @pytest.mark.parametrize("early", [False, True])
-@pytest.mark.parametrize("shape", [(4, 64), (3, 777)])
+@pytest.mark.parametrize("shape", [(4, 64), (3, 777), (2, 1024)])
 def test_layer_norm_matches_numpy(shape, early):
     x = RNG.standard_normal(shape).astype(np.float32)
     w = RNG.standard_normal(shape[1]).astype(np.float32)
@@ -85,13 +85,13 @@ SIGNATURES = {
     "softmax": (softmax.softmax_kernel,
                 {"out_ptr": "*{t}", "in_ptr": "*{t}", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
                  "n_cols": "i32", "prefetch_rows": "i32"},
-                {"BLOCK": 4096, "VEC": 4, "WARPS": 8, "ELEMENT_BYTES": 4}, 8),
+                {"BLOCK": 4096, "VEC": 4, "WARPS": 8, "ELEMENT_BYTES": 4, "EVEN": False}, 8),
     "layer_norm": (layer_norm.layer_norm_kernel,
                    {"out_ptr": "*{t}", "in_ptr": "*{t}", "w_ptr": "*{t}", "b_ptr": "*{t}", "mean_ptr": "*fp32",
                     "rstd_ptr": "*fp32", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
                     "n_cols": "i32", "eps": "fp32", "prefetch_rows": "i32"},
                    {"BLOCK": 4096, "VEC": 8, "WARPS": 8, "ELEMENT_BYTES": 4, "STATS": True,
-                    "EARLY_WEIGHTS": False}, 8),
+                    "EARLY_WEIGHTS": False, "EVEN": False}, 8),
     "vector_add": (vector_add.add_kernel, {"x_ptr": "*{t}", "y_ptr": "*{t}", "out_ptr": "*{t}", "n": "i32"},
                    {"BLOCK": 4096, "VEC": 4, "WARPS": 4}, 4),
     "transpose": (transpose.transpose_kernel,
