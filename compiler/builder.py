@@ -51,11 +51,22 @@ class DynamicValue:
 
 
 _LANGUAGES: dict[str, Callable[[ir.Value], DynamicValue]] = {}
+_STAGES: dict[str, str] = {}
+_LAYOUTS: dict[str, Any] = {}
 
 
-def register_language(name: str, wrap: Callable[[ir.Value], DynamicValue]) -> None:
-    """Tell the frontend how language `name` presents IR values to user code."""
+def register_language(name: str, wrap: Callable[[ir.Value], DynamicValue], *,
+                      stage: str = "layout", layouts: Any = None) -> None:
+    """Tell the frontend how language `name` presents IR values to user code.
+
+    `stage` is the stage its kernels enter at (`tile` when tensors start without layouts);
+    `layouts` is the module whose layout classes (BlockedLayout, SliceLayout,
+    LinearDistributedLayout) the inference passes describe chosen layouts with, since the
+    compiler never imports a language.
+    """
     _LANGUAGES[name] = wrap
+    _STAGES[name] = stage
+    _LAYOUTS[name] = layouts
 
 
 def language_wrapper(name: str) -> Callable[[ir.Value], DynamicValue]:
@@ -63,6 +74,18 @@ def language_wrapper(name: str) -> Callable[[ir.Value], DynamicValue]:
         raise ValueError(f"no language {name!r} is registered (import weft.{name} first); "
                          f"registered: {sorted(_LANGUAGES)}")
     return _LANGUAGES[name]
+
+
+def language_stage(name: str) -> str:
+    """The stage kernels of language `name` enter at."""
+    language_wrapper(name)
+    return _STAGES[name]
+
+
+def language_layouts(name: str) -> Any:
+    """The layout classes language `name` registered (None when it registered none)."""
+    language_wrapper(name)
+    return _LAYOUTS[name]
 
 
 class Builder:

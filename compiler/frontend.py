@@ -1,4 +1,4 @@
-"""The frontend: a @jit kernel's Python AST -> `layout`-stage IR (`build_kernel`).
+"""The frontend: a @jit kernel's Python AST -> IR at its language's entry stage (`build_kernel`).
 
 A strict walker over a declared subset of Python (STYLE.md 7); anything else is refused
 with a CompilationError at its line.
@@ -23,12 +23,13 @@ any exception escaping an op becomes a CompilationError there.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import types
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from . import ir
-from .builder import (Builder, DynamicValue, dynamic_range, language_wrapper,
+from .builder import (Builder, DynamicValue, dynamic_range, language_stage, language_wrapper,
                       unwrap_constexpr)
 from .errors import CompilationError, Loc
 from .frontend_expr import (BINARY_OPERATORS, ExpressionVisitor, FunctionFrame, ReturnSignal,
@@ -43,7 +44,8 @@ MAX_INLINE_DEPTH = 64
 def build_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any],
                  num_warps: int, specialization: Optional[Union[Mapping[str, str], Sequence[str]]] = None,
                  *, language: str = "lowlevel") -> ir.Kernel:
-    """The `layout`-stage IR of kernel `fn` (a @jit object or its Python function).
+    """The IR of kernel `fn` (a @jit object or its Python function) at the stage its
+    language enters at (`layout` for lowlevel, `tile` for highlevel).
 
     `signature` maps each runtime parameter to a Triton signature string ("*fp32", "i32",
     ...); `constexprs` gives every compile-time parameter's value (defaults fill gaps);
@@ -56,7 +58,8 @@ def build_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str,
     if not isinstance(num_warps, int) or num_warps < 1 or num_warps > 32 or num_warps & (num_warps - 1):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     builder = Builder(num_warps, language_wrapper(language))
-    return KernelBuilder(builder).build(function, dict(signature), dict(constexprs), specialization)
+    kernel = KernelBuilder(builder).build(function, dict(signature), dict(constexprs), specialization)
+    return dataclasses.replace(kernel, stage=language_stage(language), language=language)
 
 
 class KernelBuilder(ExpressionVisitor):

@@ -393,6 +393,8 @@ def number_type(value: Any) -> Optional[ScalarType]:
 
 
 def type_text(type_: Type) -> str:
+    if isinstance(type_, TensorType) and type_.layout is None:
+        return str(type_)  # the tile stage: layouts are inferred later
     if isinstance(type_, TensorType):
         layout = type_.encoding if type_.encoding is not None else "an unnamed layout"
         return f"{type_} in {layout}"

@@ -465,6 +465,7 @@ class Kernel:
     # Per parameter, a power of two known to divide it (integers: the value; pointers: the
     # address in bytes), from launch specialization; 1 when nothing is known.
     param_divisibility: tuple[int, ...] = ()
+    language: str = "lowlevel"  # the language it was written in (its registered layout classes)
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

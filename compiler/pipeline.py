@@ -1,29 +1,43 @@
 """The compiler's stages, in order, in one table.
 
     source  -> frontend            Python source of the kernel and its callees
+    tile    -> frontend            highlevel IR: tensors without layouts
     layout  -> frontend + passes   explicit IR: layouts, shared offsets, barriers, plans
     llir    -> backend             LLVM IR text (llvmlite)
     ptx     -> backend             PTX for sm_90a (LLVM's NVPTX target)
     cubin   -> ptxas               binary, with the resource report in metadata
 
-Lowlevel kernels enter at `layout` straight from the frontend; highlevel kernels will
-enter at `tile` and reach `layout` through their inference passes. Every stage's text is
+Lowlevel kernels enter at `layout` straight from the frontend; highlevel kernels enter
+at `tile` and reach `layout` through the inference passes (TILE_PASSES). Every stage's text is
 kept on the CompiledKernel (`kernel.asm[stage]`), and WEFT_DUMP=<stage or pass> prints it.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 from .compiled import CompiledKernel, Param
 from .ir import Kernel
 from .passes.allocate_shared_memory import allocate_shared_memory
+from .passes.axis_analysis import format_axis_info
+from .passes.coalesce import coalesce
 from .passes.insert_barriers import insert_barriers
+from .passes.lower_tiles import lower_tiles
 from .passes.plan_conversions import plan_conversions
+from .passes.propagate_layouts import propagate_layouts
 from .passes.vectorize_memory import vectorize_memory
 from .printer import print_kernel
 from .verifier import verify
+
+# The highlevel inference passes, in order: `tile` in, `layout` out. axis_analysis changes
+# nothing (coalesce runs it); it is listed so that WEFT_DUMP=axis_analysis shows its facts.
+TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
+    ("axis_analysis", lambda kernel: kernel),      # facts about pointers need only shapes
+    ("coalesce", coalesce),                        # axis facts pick each global access's layout
+    ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
+    ("lower_tiles", lower_tiles),                  # every tensor has a layout now
+)
 
 # The lowlevel passes, in order; one line each says why it sits where it does.
 LAYOUT_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
@@ -55,23 +69,50 @@ def run_layout_passes(kernel: Kernel, config=None) -> Kernel:
     return kernel
 
 
+def run_tile_passes(kernel: Kernel, config=None) -> Kernel:
+    """A `tile` kernel through the inference passes to the `layout` stage."""
+    config = config or _config()
+    if kernel.stage != "tile":
+        raise ValueError(f"kernel `{kernel.name}` is at stage `{kernel.stage}`, not `tile`")
+    _dump(config, "tile", print_kernel(kernel))
+    for name, run in TILE_PASSES:
+        kernel = run(kernel)
+        if config.verify or config.debug:
+            verify(kernel)
+        _dump(config, name, format_axis_info(kernel) if name == "axis_analysis" else print_kernel(kernel))
+    return kernel
+
+
 def _config():
     from .config import current
 
     return current()
 
 
+def compile_tile_kernel(kernel: Kernel, params: tuple[Param, ...], source: str = "",
+                        target: str = "sm_90a") -> CompiledKernel:
+    """Inference passes, then `compile_layout_kernel`, for a `tile`-stage kernel; the
+    `tile` text is kept beside the other stages."""
+    config = _config()
+    _dump(config, "source", source or kernel.source)
+    tile = print_kernel(kernel)
+    kernel = run_tile_passes(kernel, config)
+    return compile_layout_kernel(kernel, params, source, target, earlier={"tile": tile})
+
+
 def compile_layout_kernel(kernel: Kernel, params: tuple[Param, ...], source: str = "",
-                          target: str = "sm_90a") -> CompiledKernel:
-    """Passes, LLVM, PTX and (when ptxas is found) cubin for a `layout`-stage kernel."""
+                          target: str = "sm_90a", earlier: Optional[dict] = None) -> CompiledKernel:
+    """Passes, LLVM, PTX and (when ptxas is found) cubin for a `layout`-stage kernel
+    (`earlier`: the text of stages before `layout`, kept too)."""
     from ..runtime import ptxas
     from .backend import compile_to_ptx
 
     if target != "sm_90a":
         raise ValueError(f"weft compiles for sm_90a only (Hopper), got target {target!r}")
     config = _config()
-    asm = {"source": source or kernel.source}
-    _dump(config, "source", asm["source"])
+    asm = {"source": source or kernel.source, **(earlier or {})}
+    if not earlier:
+        _dump(config, "source", asm["source"])
     kernel = run_layout_passes(kernel, config)
     asm["layout"] = print_kernel(kernel)
     _dump(config, "layout", asm["layout"])

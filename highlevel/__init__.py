@@ -1,1 +1,63 @@
-"""weft.highlevel: see DESIGN.md."""
+"""weft.highlevel: Triton-style tile kernels whose layouts the compiler infers (DESIGN.md).
+
+Kernels never name a layout; the `tile`-stage IR they build goes through axis analysis,
+coalescing, layout propagation and lowering (compiler/pipeline.py, TILE_PASSES) to the same
+explicit `layout` IR that lowlevel kernels build, and on through the same backend. Code
+written for Triton's `tl` in the supported subset ports by changing the imports
+(`triton.jit`, `triton.cdiv` and `triton.next_power_of_2` are here too):
+
+    from weft import highlevel as tl          # import triton.language as tl
+    from weft import highlevel as triton      # import triton
+
+    @tl.jit
+    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask) + tl.load(y_ptr + offsets, mask), mask)
+"""
+
+from .. import lowlevel as _lowlevel
+from ..compiler.builder import constexpr_function, dynamic_range as range, register_language, static_range
+from ..compiler.types import ScalarType
+from ..lowlevel.dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, float64, fp8e4m3,
+                               fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
+                               int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
+from ..runtime.jit import constexpr
+from .builtins import (abs, arange, argmax, argmin, broadcast, broadcast_to, cdiv, ceil, cos, debug_barrier,
+                       device_assert, device_print, erf, exp, exp2, expand_dims, floor, fma, full, load, log,
+                       log2, max, maximum, min, minimum, next_power_of_2, num_programs, permute, program_id,
+                       rsqrt, sin, sqrt, static_assert, static_print, store, sum, trans, where, zeros,
+                       zeros_like)
+from .jit import jit
+from .tensor import Tensor
+
+dtype = ScalarType
+tensor = Tensor
+
+
+def _wrap(value):
+    """How highlevel kernels see IR values: as tile tensors."""
+    return Tensor(value)
+
+
+# Tensors start without layouts (`tile` stage); the inference passes describe the layouts
+# they choose with lowlevel's layout classes.
+register_language("highlevel", _wrap, stage="tile", layouts=_lowlevel)
+
+__all__ = [
+    # kernels and compile-time helpers
+    "jit", "constexpr", "constexpr_function", "static_range", "range",
+    # values
+    "Tensor", "tensor", "dtype", "pointer_type",
+    # ops
+    "program_id", "num_programs", "arange", "full", "zeros", "zeros_like", "load", "store", "where",
+    "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
+    "maximum", "minimum", "fma", "cdiv", "next_power_of_2", "sum", "max", "min", "argmax", "argmin",
+    "expand_dims", "broadcast_to", "broadcast", "permute", "trans",
+    "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
+    # element types
+    "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64", "float8e4nv", "float8e5",
+    "i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64",
+    "fp8e4m3", "fp8e5m2",
+]

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from ..ir import (AddPtr, Arange, Binary, Broadcast, Compare, Constant, ExpandDims, Kernel, Op,
-                  Select, Splat, Value)
-from ..types import PointerType, TensorType
+from ..ir import (AddPtr, Arange, Binary, Bitcast, Broadcast, Cast, Compare, Constant, ConvertLayout,
+                  ExpandDims, For, Kernel, Op, Select, Splat, Value)
+from ..types import PointerType, TensorType, element_of
 
 NAME = "axis_analysis"
 MAX_DIVISIBILITY = 1 << 30
@@ -61,6 +61,10 @@ def analyze_axes(kernel: Kernel) -> dict[Value, AxisInfo]:
     for op in kernel.walk():
         for result in op.defines():
             infos[result] = _infer(op, result, infos, scalar_div)
+        if isinstance(op, For):
+            # iv = lower + k * step: divisible by whatever divides both.
+            lower, step = (_scalar_div(_get(infos, scalar_div, v)) for v in (op.lower, op.step))
+            scalar_div[op.body.args[0]] = gcd(lower, step)
     return infos
 
 
@@ -87,7 +91,14 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
     if isinstance(op, ExpandDims):
         a = get(op.operand)
         insert = lambda t, v: t[: op.axis] + (v,) + t[op.axis:]  # noqa: E731
-        return AxisInfo(insert(a.contiguity, 1), insert(a.divisibility, a.divisibility[0] if a.divisibility else 1), insert(a.constancy, 1))
+        # Along the new dim every element is its own group, so its divisibility must hold
+        # for all of them: a contiguous run [k, k+1, ...] only guarantees 1 (Triton's rule).
+        divisor = 0
+        for c, d in zip(a.contiguity, a.divisibility):
+            divisor = gcd(divisor, 1 if c > 1 else d)
+        return AxisInfo(insert(a.contiguity, 1), insert(a.divisibility, divisor or 1), insert(a.constancy, 1))
+    if isinstance(op, ConvertLayout) or (isinstance(op, (Cast, Bitcast)) and _integer_like(op)):
+        return get(op.operand)  # the same values (integer casts: widened or same-width)
     if isinstance(op, Broadcast):
         a = get(op.operand)
         src, dst = _shape(op.operand), _shape(result)
@@ -142,6 +153,44 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
                         tuple(gcd(x, y) for x, y in zip(a.divisibility, b.divisibility)),
                         tuple(gcd(gcd(x, y), z) for x, y, z in zip(a.constancy, b.constancy, c.constancy)))
     return _unknown(result)
+
+
+def _integer_like(op: Op) -> bool:
+    """An integer cast to a type at least as wide: the facts hold for the bit patterns."""
+    src, dst = element_of(op.operand.type), element_of(op.result.type)
+    if isinstance(src, PointerType) or isinstance(dst, PointerType):
+        return False
+    return src.is_int and dst.is_int and not src.is_bool and dst.bits >= src.bits
+
+
+def format_axis_info(kernel: Kernel) -> str:
+    """One line per integer, boolean or pointer tensor, named as `print_kernel` names it:
+    `%name: contiguity=[..] divisibility=[..] constancy=[..]` (for dumps and golden tests)."""
+    from ..printer import Printer
+
+    infos = analyze_axes(kernel)
+    printer = Printer()
+    lines: list[str] = []
+
+    def visit(block) -> None:
+        for op in block.ops:
+            for value in op.defines():
+                name = printer.name(value)
+                element = element_of(value.type)
+                if isinstance(value.type, TensorType) and value in infos and \
+                        (isinstance(element, PointerType) or element.is_int):
+                    info = infos[value]
+                    lines.append(f"{name}: contiguity={list(info.contiguity)} divisibility="
+                                 f"{list(info.divisibility)} constancy={list(info.constancy)}")
+            for region in op.nested_blocks():
+                for arg in region.args:
+                    printer.name(arg)
+                visit(region)
+
+    for param in kernel.params:
+        printer.name(param)
+    visit(kernel.body)
+    return "\n".join(lines) + "\n"
 
 
 def _add_like(a: AxisInfo, b: AxisInfo, scale_rhs: int, subtract: bool = False) -> AxisInfo:

@@ -1,0 +1,228 @@
+"""The module-level ops of `weft.highlevel`, named and called as in Triton's `tl`.
+
+Ops without layouts are lowlevel's own (program ids, math, printing). The ones that made
+a layout choice in lowlevel take no layout here (`arange`, `full`, `zeros`), and the ones
+that combine several tensors broadcast them to one shape first, then run lowlevel's op.
+"""
+
+from __future__ import annotations
+
+import builtins as py
+from typing import Any, Optional, Sequence
+
+from ..compiler import ir
+from ..compiler.builder import builtin, constexpr_function
+from ..compiler.types import ScalarType, TensorType, i32
+from ..lowlevel import builtins as ll
+from ..lowlevel import semantic as ll_sem
+from . import semantic as sem
+
+# Ops that never see a layout: lowlevel's, as they are.
+program_id, num_programs = ll.program_id, ll.num_programs
+exp, exp2, log, log2, sqrt, rsqrt, erf = ll.exp, ll.exp2, ll.log, ll.log2, ll.sqrt, ll.rsqrt, ll.erf
+sin, cos, floor, ceil, abs = ll.sin, ll.cos, ll.floor, ll.ceil, ll.abs
+device_print, device_assert, static_assert, static_print = (
+    ll.device_print, ll.device_assert, ll.static_assert, ll.static_print)
+debug_barrier = ll.barrier
+
+
+def cdiv(x: Any, y: Any):
+    """ceil(x / y) for non-negative ints, in kernels and on the host (`triton.cdiv`)."""
+    if not ll_sem.is_value(x) and not ll_sem.is_value(y):
+        return -(-x // y)
+    return (x + y - 1) // y
+
+
+cdiv.__weft_builtin__ = True  # callable from kernels, yet usable on the host too
+
+
+@constexpr_function
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (`triton.next_power_of_2`), in kernels and on the host."""
+    return 1 << py.max(py.int(n) - 1, 0).bit_length()
+
+
+def _constexpr_int(value: Any, what: str) -> int:
+    if isinstance(value, py.bool) or not isinstance(value, py.int):
+        raise sem.builder().error(f"{what} must be a compile-time int, found {sem.describe(value)}",
+                                  suggestion="pass it as a constexpr parameter (NAME: tl.constexpr)")
+    return value
+
+
+def _shape(shape: Any, what: str) -> tuple[int, ...]:
+    if isinstance(shape, py.int) and not isinstance(shape, py.bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise sem.builder().error(f"{what} must be a list of compile-time ints, found {shape!r}")
+    result = tuple(_constexpr_int(s, f"{what} entry") for s in shape)
+    for s in result:
+        if s <= 0 or s & (s - 1):
+            raise sem.builder().error(f"{what} {list(result)}: every dim must be a power of two")
+    return result
+
+
+# ------------------------------------------------------------------ tiles
+@builtin
+def arange(start: int, end: int):
+    """The i32 values start, ..., end - 1 in a 1-D tile; end - start must be a power of two."""
+    b = sem.builder()
+    start = _constexpr_int(start, "arange start")
+    end = _constexpr_int(end, "arange end")
+    size = end - start
+    if size <= 0 or size & (size - 1):
+        raise b.error(f"arange({start}, {end}) has {size} elements; the count must be a "
+                      f"positive power of two")
+    return b.wrap(b.create(ir.Arange, TensorType((size,), i32), start=start, end=end))
+
+
+@builtin
+def full(shape: Sequence[int], value: Any, dtype: ScalarType):
+    """A tile of `shape` and `dtype`, every element `value` (a number or a scalar)."""
+    b = sem.builder()
+    shape = _shape(shape, "full shape")
+    if not isinstance(dtype, ScalarType):
+        raise b.error(f"full dtype must be an element type such as tl.float32, found {dtype!r}")
+    template = TensorType(shape, dtype)
+    if ll_sem.is_value(value):
+        if ll_sem.is_tensor(value):
+            raise b.error(f"full needs a number or a scalar value, found {sem.describe(value)}")
+        return ll_sem.splat(ll_sem.cast(value, dtype), template)
+    return ll_sem.constant(value, template)
+
+
+@builtin
+def zeros(shape: Sequence[int], dtype: ScalarType):
+    """`full(shape, 0, dtype)`."""
+    return full.__wrapped__(shape, 0, dtype)
+
+
+@builtin
+def zeros_like(x: Any):
+    """Zeros of `x`'s shape and dtype."""
+    return full.__wrapped__(x.shape, 0, x.dtype)
+
+
+# ------------------------------------------------------------------ global memory
+@builtin
+def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "",
+         eviction_policy: str = ""):
+    """Elements at `pointer`; where `mask` is false, `other` (default 0). As in Triton,
+    `other` without a mask is ignored, and cache and eviction hints are accepted and ignored."""
+    other = None if mask is None else other
+    pointer, mask, other = sem.broadcast_all(pointer, mask, other, what="load")
+    return ll.load.__wrapped__(pointer, mask, other)
+
+
+@builtin
+def store(pointer: Any, value: Any, mask: Any = None, cache_modifier: str = "",
+          eviction_policy: str = ""):
+    """Write `value` (converted to the pointee type) at `pointer` where `mask` is true."""
+    pointer, value, mask = sem.broadcast_all(pointer, value, mask, what="store")
+    ll.store.__wrapped__(pointer, value, mask)
+
+
+# ------------------------------------------------------------------ elementwise
+@builtin
+def where(condition: Any, x: Any, y: Any):
+    """Elementwise `x` where `condition` else `y` (broadcast to one shape)."""
+    return ll_sem.select(*sem.broadcast_all(condition, x, y, what="where"))
+
+
+@builtin
+def maximum(x: Any, y: Any):
+    """Elementwise maximum (promoted like arithmetic)."""
+    return ll_sem.binary("max", *sem.broadcast_all(x, y, what="maximum"), "maximum")
+
+
+@builtin
+def minimum(x: Any, y: Any):
+    """Elementwise minimum (promoted like arithmetic)."""
+    return ll_sem.binary("min", *sem.broadcast_all(x, y, what="minimum"), "minimum")
+
+
+@builtin
+def fma(x: Any, y: Any, z: Any):
+    """Elementwise x * y + z with one rounding."""
+    return ll_sem.fma(*sem.broadcast_all(x, y, z, what="fma"))
+
+
+# ------------------------------------------------------------------ reductions and shapes
+@builtin
+def sum(x: Any, axis: Optional[int] = None, keep_dims: bool = False, dtype=None):
+    """Sum along `axis` (every dim when None)."""
+    return sem.reduce(x, axis, "sum", keep_dims, dtype)
+
+
+@builtin
+def max(x: Any, axis: Optional[int] = None, return_indices: bool = False,
+        return_indices_tie_break_left: bool = True, keep_dims: bool = False):
+    """Maximum along `axis` (every dim when None). For two tensors use tl.maximum."""
+    _no_indices(return_indices, "max")
+    return sem.reduce(x, axis, "max", keep_dims)
+
+
+@builtin
+def min(x: Any, axis: Optional[int] = None, return_indices: bool = False,
+        return_indices_tie_break_left: bool = True, keep_dims: bool = False):
+    """Minimum along `axis` (every dim when None). For two tensors use tl.minimum."""
+    _no_indices(return_indices, "min")
+    return sem.reduce(x, axis, "min", keep_dims)
+
+
+@builtin
+def argmax(x: Any, axis: int, tie_break_left: bool = True, keep_dims: bool = False):
+    """Index (i32) of the maximum along `axis`; ties give the smallest index."""
+    _left_ties(tie_break_left, "argmax")
+    return sem.reduce(x, axis, "argmax", keep_dims)
+
+
+@builtin
+def argmin(x: Any, axis: int, tie_break_left: bool = True, keep_dims: bool = False):
+    """Index (i32) of the minimum along `axis`; ties give the smallest index."""
+    _left_ties(tie_break_left, "argmin")
+    return sem.reduce(x, axis, "argmin", keep_dims)
+
+
+def _no_indices(return_indices: Any, what: str) -> None:
+    if return_indices:
+        raise sem.builder().error(f"{what}(..., return_indices=True) is not supported",
+                                  suggestion=f"call tl.{what} and tl.arg{what} separately")
+
+
+def _left_ties(tie_break_left: Any, what: str) -> None:
+    if not tie_break_left:
+        raise sem.builder().error(f"{what}(..., tie_break_left=False) is not supported")
+
+
+@builtin
+def expand_dims(x: Any, axis: int):
+    """A size-1 dim inserted at `axis`."""
+    return sem.expand_dims(x, axis)
+
+
+@builtin
+def broadcast_to(x: Any, shape: Sequence[int]):
+    """`x` stretched to `shape` along its size-1 dims."""
+    return sem.broadcast_to(x, _shape(shape, "broadcast_to shape"))
+
+
+@builtin
+def broadcast(x: Any, y: Any):
+    """`x` and `y` broadcast to one shape."""
+    return tuple(sem.broadcast_all(x, y, what="broadcast"))
+
+
+@builtin
+def permute(x: Any, *order: int):
+    """Dims reordered: result dim i is operand dim order[i]."""
+    order = tuple(order[0]) if py.len(order) == 1 and isinstance(order[0], (tuple, list)) else order
+    return sem.permute(x, order)
+
+
+@builtin
+def trans(x: Any, *order: int):
+    """Dims reversed (a 2-D transpose), or reordered by `order`."""
+    order = tuple(order[0]) if py.len(order) == 1 and isinstance(order[0], (tuple, list)) else order
+    if not ll_sem.is_tensor(x):
+        raise sem.builder().error(f"trans needs a tensor, found {sem.describe(x)}")
+    return sem.permute(x, order or tuple(reversed(py.range(py.len(x.type.shape)))))

@@ -1,0 +1,34 @@
+"""`@hl.jit`: a highlevel kernel, traced at the `tile` stage and lowered by the inference
+passes (`compiler.pipeline.TILE_PASSES`) to the `layout` IR the lowlevel pipeline takes."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from ..compiler.compiled import Param
+
+
+def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specialization: dict,
+                   options: dict) -> Any:
+    """The runtime's `compile_fn`: frontend, inference passes, then the lowlevel passes and
+    the backend (for the emulator target, the `layout` IR after the lowlevel passes)."""
+    from ..compiler import pipeline
+    from ..compiler.frontend import build_kernel
+
+    kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
+                          language="highlevel")
+    if options.get("target") == "emulator":
+        return pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
+    params = tuple(Param(name, text) for name, text in signature.items())
+    return pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
+
+
+def jit(fn: Optional[Callable] = None, *, emulate_fn: Optional[Callable] = None,
+        constexpr_names: Sequence[str] = ()):
+    """`@hl.jit`: launch as `kernel[grid](...)` (host arrays run on the CPU emulator);
+    other @jit functions a kernel calls are inlined into it."""
+    from ..lowlevel.jit import emulate_kernel
+    from ..runtime.jit import jit as runtime_jit
+
+    return runtime_jit(fn, compile_fn=compile_kernel, emulate_fn=emulate_fn or emulate_kernel,
+                       constexpr_names=constexpr_names)
