@@ -78,6 +78,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
                     end = max(end, loop_ends[loop])
             interval.end = max(interval.end, end)
 
+    _separate_small_scratch(intervals, kernel.num_warps)
     total = _pack(list(intervals.values()))
     if total > SHARED_LIMIT:
         raise CompilationError(
@@ -97,6 +98,26 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     # Scratch keys are ids of the ops before rewriting; rewrite_kernel calls the rule on
     # ops whose nested blocks were rebuilt, which only happens for region ops (not these).
     return rewrite_kernel(kernel, rule, shared_bytes=total)
+
+
+# Scratch areas (reductions across warps, conversions through shared memory) that
+# together fit in this many bytes each get their own bytes instead of sharing them.
+SEPARATE_SCRATCH_BYTES = 8 * 1024
+
+
+def _separate_small_scratch(intervals: dict, num_warps: int) -> None:
+    """Make small scratch areas live for the whole kernel, so packing never overlaps them.
+
+    Two reductions in a row that share scratch bytes need a CTA barrier between them
+    (the second's writes must wait for every warp's reads of the first): one more
+    barrier per row in a softmax or layer norm. A few hundred bytes each buys it back.
+    """
+    scratch = [iv for key, iv in intervals.items() if isinstance(key, int)]
+    if not scratch or sum(iv.size for iv in scratch) > SEPARATE_SCRATCH_BYTES:
+        return
+    last = max(iv.end for iv in intervals.values())
+    for interval in scratch:
+        interval.start, interval.end = 0, last
 
 
 def _pack(intervals: list[_Interval]) -> int:

@@ -465,7 +465,11 @@ def test_softmax_after_allocation_and_barrier_passes():
     body = ir.Block((), tuple(dataclasses_replace(op, scratch_offset=None) if isinstance(op, ir.Reduce) else op
                               for op in kernel.body.ops))
     kernel = insert_barriers(allocate_shared_memory(kernel.with_body(body, shared_bytes=0)))
-    assert any(isinstance(op, ir.Barrier) for op in kernel.body.ops)
+    # The two reductions' small scratch areas get their own bytes, so no barrier is needed
+    # between them; the emulator's race tracking checks that claim while it runs.
+    offsets = [op.scratch_offset for op in kernel.body.ops if isinstance(op, ir.Reduce)]
+    assert len(set(offsets)) == len(offsets) == 2
+    assert not any(isinstance(op, ir.Barrier) for op in kernel.body.ops)
     x = RNG.standard_normal((6, 1000)).astype(np.float32)
     out = np.zeros_like(x)
     emulate(kernel, (3,), [x, out, 6, 1000])
