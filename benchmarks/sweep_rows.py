@@ -27,22 +27,22 @@ def run(shape) -> list[dict]:
         ref_norm = torch.nn.functional.layer_norm(xs[0].double(), (shape[1],), w.double(), b.double(), 1e-5)
         block = 1 << (shape[1] - 1).bit_length()
         for warps in (4, 8, 16):
-            for vector in (128 // bits, 64 // bits):
-                if block < 32 * warps * vector:
-                    continue
-                cases = [("softmax", lambda i, c=softmax.Config(block, warps, vector): softmax.softmax(xs[i], c), ref_softmax)]
-                for early in (False, True):
-                    config = layer_norm.Config(block, warps, vector, 0, early)
-                    cases.append((f"layer_norm{'_early' if early else ''}",
-                                  lambda i, c=config: layer_norm.layer_norm(xs[i], w, b, 1e-5, config=c), ref_norm))
-                for name, fn, ref in cases:
-                    error = _relative_error(fn(0), ref)
-                    row = {"kernel": name, "dtype": str(dtype).split(".")[-1], "warps": warps, "vector": vector,
-                           "rel_error": error}
-                    if error < (1e-5 if bits == 32 else 1e-2):
-                        ms = _graph_bench([lambda i=i: fn(i) for i in range(4)])
-                        row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9, over_roof=moved / (ms * 1e-3) / 1e9 / roof)
-                    rows.append(row)
+            vector = 128 // bits
+            if block < 32 * warps * vector:
+                continue
+            cases = [("softmax", lambda i, c=softmax.Config(block, warps, vector): softmax.softmax(xs[i], c), ref_softmax)]
+            for early, reload in ((False, False), (True, False), (False, True)):
+                config = layer_norm.Config(block, warps, vector, 0, early, reload)
+                label = "layer_norm" + ("_early" if early else "") + ("_reload" if reload else "")
+                cases.append((label, lambda i, c=config: layer_norm.layer_norm(xs[i], w, b, 1e-5, config=c), ref_norm))
+            for name, fn, ref in cases:
+                error = _relative_error(fn(0), ref)
+                row = {"kernel": name, "dtype": str(dtype).split(".")[-1], "warps": warps, "vector": vector,
+                       "rel_error": error}
+                if error < (1e-5 if bits == 32 else 1e-2):
+                    ms = _graph_bench([lambda i=i: fn(i) for i in range(4)])
+                    row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9, over_roof=moved / (ms * 1e-3) / 1e9 / roof)
+                rows.append(row)
     return rows
 
 
@@ -53,7 +53,7 @@ def main(argv=None):
     rows = run(tuple(args.shape))
     for r in rows:
         shown = f"{r['gbps']:7.0f} GB/s {r['over_roof']:.2f} roof" if "gbps" in r else f"WRONG {r['rel_error']:.1e}"
-        print(f"{r['kernel']:<17}{r['dtype']:<9} warps {r['warps']:>2} vec {r['vector']}  {shown}")
+        print(f"{r['kernel']:<20}{r['dtype']:<9} warps {r['warps']:>2} vec {r['vector']}  {shown}")
 
 
 if __name__ == "__main__":

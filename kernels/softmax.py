@@ -47,16 +47,17 @@ class Config:
 
 
 @ll.jit
-def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_cols, prefetch_rows,
+def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_cols,
                    BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr,
-                   EVEN: ll.constexpr):
+                   EVEN: ll.constexpr, PREFETCH_ROWS: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
     # Pull a later CTA's row into L2 now: the DRAM latency it would wait for overlaps this
     # CTA's work, without registers held for it.
-    ahead = row + prefetch_rows
-    if (prefetch_rows > 0) & (ahead < n_rows):
-        ll.prefetch_l2(in_ptr + ahead * in_row_stride, n_cols * ELEMENT_BYTES)
+    if PREFETCH_ROWS > 0:  # compiled in only when asked for: it costs registers
+        ahead = row + PREFETCH_ROWS
+        if ahead < n_rows:
+            ll.prefetch_l2(in_ptr + ahead * in_row_stride, n_cols * ELEMENT_BYTES)
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = None if EVEN else cols < n_cols  # EVEN: the row fills the block, no mask
     x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=-float("inf")).to(ll.float32)
@@ -84,8 +85,8 @@ def softmax(x, config: Config = None):
     out = empty_like(x)
     if n_rows == 0:
         return out
-    softmax_kernel[(n_rows,)](out, x, row_stride(x), row_stride(out), n_rows, n_cols,
-                              prefetch_distance(x, config), BLOCK=config.block, VEC=config.vector,
-                              WARPS=config.num_warps, ELEMENT_BYTES=bits // 8, EVEN=n_cols == config.block,
+    softmax_kernel[(n_rows,)](out, x, row_stride(x), row_stride(out), n_rows, n_cols, BLOCK=config.block,
+                              VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
+                              EVEN=n_cols == config.block, PREFETCH_ROWS=prefetch_distance(x, config),
                               num_warps=config.num_warps)
     return out

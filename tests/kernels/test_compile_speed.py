@@ -9,8 +9,8 @@ from weft.kernels import softmax
 from weft.runtime import ptxas
 
 SIGNATURE = {"out_ptr": "*fp32", "in_ptr": "*fp32", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
-             "n_cols": "i32", "prefetch_rows": "i32"}
-CONSTEXPRS = {"BLOCK": 4096, "VEC": 4, "WARPS": 8, "ELEMENT_BYTES": 4, "EVEN": False}
+             "n_cols": "i32"}
+CONSTEXPRS = {"BLOCK": 4096, "VEC": 4, "WARPS": 8, "ELEMENT_BYTES": 4, "EVEN": False, "PREFETCH_ROWS": 0}
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")

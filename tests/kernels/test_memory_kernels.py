@@ -46,14 +46,14 @@ def test_softmax_of_a_strided_view():
     np.testing.assert_allclose(softmax.softmax(view), softmax.reference(view), rtol=1e-6)
 
 
-@pytest.mark.parametrize("early", [False, True])
+@pytest.mark.parametrize("early, reload", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("shape", [(4, 64), (3, 777), (2, 1024)])
-def test_layer_norm_matches_numpy(shape, early):
+def test_layer_norm_matches_numpy(shape, early, reload):
     x = RNG.standard_normal(shape).astype(np.float32)
     w = RNG.standard_normal(shape[1]).astype(np.float32)
     b = RNG.standard_normal(shape[1]).astype(np.float32)
     base = softmax.Config.for_row(shape[1], 32)
-    config = layer_norm.Config(base.block, base.num_warps, base.vector, early_weights=early)
+    config = layer_norm.Config(base.block, base.num_warps, base.vector, early_weights=early, reload=reload)
     y, mean, rstd = layer_norm.layer_norm(x, w, b, 1e-5, return_stats=True, config=config)
     ref_y, ref_mean, ref_rstd = layer_norm.reference(x, w, b, 1e-5)
     np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
@@ -84,14 +84,14 @@ def test_bad_inputs_are_refused_with_a_message():
 SIGNATURES = {
     "softmax": (softmax.softmax_kernel,
                 {"out_ptr": "*{t}", "in_ptr": "*{t}", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
-                 "n_cols": "i32", "prefetch_rows": "i32"},
-                {"BLOCK": 4096, "VEC": 4, "WARPS": 8, "ELEMENT_BYTES": 4, "EVEN": False}, 8),
+                 "n_cols": "i32"},
+                {"BLOCK": 4096, "VEC": 4, "WARPS": 8, "ELEMENT_BYTES": 4, "EVEN": False, "PREFETCH_ROWS": 512}, 8),
     "layer_norm": (layer_norm.layer_norm_kernel,
                    {"out_ptr": "*{t}", "in_ptr": "*{t}", "w_ptr": "*{t}", "b_ptr": "*{t}", "mean_ptr": "*fp32",
                     "rstd_ptr": "*fp32", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
-                    "n_cols": "i32", "eps": "fp32", "prefetch_rows": "i32"},
+                    "n_cols": "i32", "eps": "fp32"},
                    {"BLOCK": 4096, "VEC": 8, "WARPS": 8, "ELEMENT_BYTES": 4, "STATS": True,
-                    "EARLY_WEIGHTS": False, "EVEN": False}, 8),
+                    "EARLY_WEIGHTS": False, "EVEN": False, "RELOAD": True, "PREFETCH_ROWS": 512}, 8),
     "vector_add": (vector_add.add_kernel, {"x_ptr": "*{t}", "y_ptr": "*{t}", "out_ptr": "*{t}", "n": "i32"},
                    {"BLOCK": 4096, "VEC": 4, "WARPS": 4}, 4),
     "transpose": (transpose.transpose_kernel,
