@@ -31,9 +31,9 @@ def run(shape) -> list[dict]:
             if block < 32 * warps * vector:
                 continue
             cases = [("softmax", lambda i, c=softmax.Config(block, warps, vector): softmax.softmax(xs[i], c), ref_softmax)]
-            for early, reload in ((False, False), (True, False), (False, True)):
-                config = layer_norm.Config(block, warps, vector, 0, early, reload)
-                label = "layer_norm" + ("_early" if early else "") + ("_reload" if reload else "")
+            for early in (False, True):
+                config = layer_norm.Config(block, warps, vector, 0, early)
+                label = "layer_norm" + ("_early" if early else "")
                 cases.append((label, lambda i, c=config: layer_norm.layer_norm(xs[i], w, b, 1e-5, config=c), ref_norm))
             for name, fn, ref in cases:
                 error = _relative_error(fn(0), ref)

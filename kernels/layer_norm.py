@@ -17,14 +17,13 @@ class Config(RowConfig):
     weight and bias load before the reductions."""
 
     early_weights: bool = False
-    reload: bool = False  # read the row again from L1 instead of holding it in registers
 
 
 @ll.jit
 def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
                       n_rows, n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr,
                       ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr, EARLY_WEIGHTS: ll.constexpr,
-                      EVEN: ll.constexpr, RELOAD: ll.constexpr, PREFETCH_ROWS: ll.constexpr):
+                      EVEN: ll.constexpr, PREFETCH_ROWS: ll.constexpr):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
     if PREFETCH_ROWS > 0:  # a later CTA's row, pulled into L2 (see softmax)
@@ -34,24 +33,17 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
     cols = ll.arange(0, BLOCK, layout=layout)
     # EVEN: the row fills the block exactly, so no mask, select or predicate is needed.
     in_bounds = None if EVEN else cols < n_cols
-    row_ptrs = in_ptr + row * in_row_stride + cols
-    x = ll.load(row_ptrs, mask=in_bounds, other=0.0).to(ll.float32)
+    x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0).to(ll.float32)
     # Loading the weights before the reductions hides their latency but keeps them live
     # (more registers, fewer CTAs per SM); which wins depends on the row (see Config).
     if EARLY_WEIGHTS:
         w_early = ll.load(w_ptr + cols, mask=in_bounds, other=0.0)
         b_early = ll.load(b_ptr + cols, mask=in_bounds, other=0.0)
     mean = ll.sum(x, axis=0) / n_cols
-    if RELOAD:
-        # Read the row again (it is in L1) instead of keeping it in registers across
-        # the reduction's barriers: fewer live registers, more CTAs per SM.
-        x = ll.load(row_ptrs, mask=in_bounds, other=0.0).to(ll.float32)
     centered = x - mean
     if not EVEN:
         centered = ll.where(in_bounds, centered, 0.0)
     rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
-    if RELOAD:
-        centered = ll.load(row_ptrs, mask=in_bounds, other=0.0).to(ll.float32) - mean
     if EARLY_WEIGHTS:
         y = centered * rstd * w_early.to(ll.float32) + b_early.to(ll.float32)
     else:
@@ -106,7 +98,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
                                  float(eps), BLOCK=config.block, VEC=config.vector, WARPS=config.num_warps,
                                  ELEMENT_BYTES=bits // 8, STATS=bool(return_stats),
                                  EARLY_WEIGHTS=config.early_weights, EVEN=n_cols == config.block,
-                                 RELOAD=config.reload, PREFETCH_ROWS=prefetch_distance(x, config),
+                                 PREFETCH_ROWS=prefetch_distance(x, config),
                                  num_warps=config.num_warps)
     return (out, mean, rstd) if return_stats else out
 

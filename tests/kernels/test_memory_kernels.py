@@ -46,14 +46,14 @@ def test_softmax_of_a_strided_view():
     np.testing.assert_allclose(softmax.softmax(view), softmax.reference(view), rtol=1e-6)
 
 
-@pytest.mark.parametrize("early, reload", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("shape", [(4, 64), (3, 777), (2, 1024)])
-def test_layer_norm_matches_numpy(shape, early, reload):
+def test_layer_norm_matches_numpy(shape, early):
     x = RNG.standard_normal(shape).astype(np.float32)
     w = RNG.standard_normal(shape[1]).astype(np.float32)
     b = RNG.standard_normal(shape[1]).astype(np.float32)
     base = softmax.Config.for_row(shape[1], 32)
-    config = layer_norm.Config(base.block, base.num_warps, base.vector, early_weights=early, reload=reload)
+    config = layer_norm.Config(base.block, base.num_warps, base.vector, early_weights=early)
     y, mean, rstd = layer_norm.layer_norm(x, w, b, 1e-5, return_stats=True, config=config)
     ref_y, ref_mean, ref_rstd = layer_norm.reference(x, w, b, 1e-5)
     np.testing.assert_allclose(y, ref_y, rtol=1e-5, atol=1e-5)
@@ -91,7 +91,7 @@ SIGNATURES = {
                     "rstd_ptr": "*fp32", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
                     "n_cols": "i32", "eps": "fp32"},
                    {"BLOCK": 4096, "VEC": 8, "WARPS": 8, "ELEMENT_BYTES": 4, "STATS": True,
-                    "EARLY_WEIGHTS": False, "EVEN": False, "RELOAD": True, "PREFETCH_ROWS": 512}, 8),
+                    "EARLY_WEIGHTS": False, "EVEN": False, "PREFETCH_ROWS": 512}, 8),
     "vector_add": (vector_add.add_kernel, {"x_ptr": "*{t}", "y_ptr": "*{t}", "out_ptr": "*{t}", "n": "i32"},
                    {"BLOCK": 4096, "VEC": 4, "WARPS": 4}, 4),
     "transpose": (transpose.transpose_kernel,
