@@ -39,9 +39,14 @@ class Config:
     def for_row(n_cols: int, element_bits: int) -> "Config":
         block = next_power_of_two(n_cols)
         vector = max(1, min(128 // element_bits, block // 32))
+        if n_cols != block and n_cols % 16:
+            # The launch only specialises n_cols on divisibility by 16: below that the mask
+            # is not provably uniform over a vector and loads go scalar, so one element per
+            # thread keeps them coalesced (consecutive lanes, consecutive addresses).
+            vector = 1
         # 16 fp32 or 32 16-bit elements per thread: the best of the H200 sweep at 4096
         # columns (benchmarks/NOTES.md), and few enough registers for full occupancy.
-        per_thread = 16 if element_bits == 32 else 32
+        per_thread = (16 if element_bits == 32 else 32) if vector > 1 else 8
         num_warps = max(1, min(16, block // (32 * per_thread)))
         return Config(block, num_warps, vector)
 

@@ -147,9 +147,8 @@ def _read_torch_tensor(t):
     sig = _TORCH_POINTER_SIGS.get(t.dtype)
     if sig is None:
         sig = _TORCH_POINTER_SIGS[t.dtype] = "*" + dtype_signature(t.dtype)
-    if t.is_cuda:
-        device = t.get_device()
-    else:
+    device = t.get_device()  # the CUDA ordinal; -1 for CPU (and other devices)
+    if device < 0:
         device = HOST if t.device.type == "cpu" else OTHER_DEVICE
     return (type(t), sig, 0 if address & 15 else SPEC_DIVISIBLE_BY_16, device), address
 

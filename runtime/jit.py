@@ -128,6 +128,7 @@ class JITFunction:
         self._constexpr_defaults = tuple((n, self.defaults.get(n, _MISSING))
                                          for n in self.constexpr_names)
         self._dispatch: dict[tuple, object] = {}
+        self._bound: dict = {}  # grid -> bound launcher (see __getitem__)
         self._compiled: dict[tuple, Any] = {}
         self._launchers: dict[int, Launcher] = {}  # id(compiled) -> its launcher
         self._lock = threading.RLock()
@@ -278,7 +279,17 @@ class JITFunction:
     def __getitem__(self, grid) -> Callable:
         """`fn[grid]`: grid is 1-3 ints or a callable meta -> grid, where meta maps every
         argument name (runtime and constexpr) and num_warps to its value."""
-        return functools.partial(self.run, grid)
+        # One bound launcher per grid: `kernel[(n,)](...)` in a hot loop then costs a dict
+        # lookup, not a new partial object per call.
+        try:
+            return self._bound[grid]
+        except KeyError:
+            bound = self._bound[grid] = functools.partial(self.run, grid)
+            if len(self._bound) > 256:  # grids that change every call: keep memory bounded
+                self._bound.clear()
+            return bound
+        except TypeError:  # an unhashable grid (a list, or a callable that is not hashable)
+            return functools.partial(self.run, grid)
 
     def run(self, grid, *args, **kwargs) -> None:
         """Launch with `grid`; kwargs are kernel arguments by name plus launch options
