@@ -35,22 +35,8 @@ class Tensor(LowlevelTensor):
 
     __hash__ = object.__hash__
 
-    @builtin
-    def __getitem__(self, index):
-        """x[None, :] and x[:, None]: insert size-1 dims (the only indexing supported)."""
-        index = index if isinstance(index, tuple) else (index,)
-        kept = [i for i in index if i is not None]
-        full = slice(None, None, None)
-        if any(not isinstance(i, slice) or i != full for i in kept) or len(kept) != self.rank:
-            raise sem.builder().error(
-                f"unsupported index {index!r} on a rank-{self.rank} tensor",
-                expected=f"one ':' per dim ({self.rank}) and None where a size-1 dim is inserted",
-                suggestion="select elements with pointer arithmetic and masks, not indexing")
-        result = self
-        for position, item in enumerate(index):
-            if item is None:
-                result = sem.expand_dims(result, position)
-        return result
+    # x[None, :] / x[:, None] come from the lowlevel Tensor, inserting dims without layouts.
+    _expand_dims = staticmethod(sem.expand_dims)
 
     @builtin
     def sum(self, axis=None, keep_dims: bool = False, dtype=None):

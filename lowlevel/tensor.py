@@ -203,8 +203,11 @@ class Tensor(DynamicValue):
         result = self
         for position, item in enumerate(index):
             if item is None:
-                result = sem.expand_dims(result, position)
+                result = self._expand_dims(result, position)
         return result
+
+    # How a size-1 dim is inserted; highlevel's Tensor swaps in its layout-free version.
+    _expand_dims = staticmethod(sem.expand_dims)
 
     @builtin
     def to(self, dtype, bitcast: bool = False):
