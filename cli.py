@@ -15,6 +15,7 @@ argument, as argparse does.
 from __future__ import annotations
 
 import argparse
+import os
 import math
 import sys
 from typing import Optional, Sequence
@@ -265,6 +266,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.run(args.parser, args)
     except LayoutError as error:
         args.parser.error(str(error))  # exits with status 2
+    except BrokenPipeError:  # `weft demo | head`: the reader left, not an error
+        sys.stdout = open(os.devnull, "w")  # nothing left to flush at exit
+        return 0
     except Exception as error:  # a kernel's own error: its message, not a traceback
         from .compiler.errors import CompilationError
         from .runtime.arguments import LaunchError
@@ -273,9 +277,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         print(f"weft {args.command}: {error}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # `weft show-layout ... | head`
-        sys.stderr.close()
-        return 0
+
 
 
 if __name__ == "__main__":

@@ -145,3 +145,11 @@ def test_demo_runs_softmax_and_checks_it():
     assert result.returncode == 0, result.stderr
     assert "softmax of a" in result.stdout
     assert result.stdout.count("check: ok") == 2
+
+
+def test_a_closed_pipe_is_not_an_error():
+    # `weft demo | head -2`: the reader leaves early; weft must exit 0 without a traceback.
+    result = subprocess.run(f"{sys.executable} -m weft.cli demo | head -2", shell=True,
+                            capture_output=True, text=True, timeout=300,
+                            executable="/bin/bash")
+    assert "Traceback" not in result.stderr, result.stderr
