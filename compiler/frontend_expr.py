@@ -16,7 +16,7 @@ import operator
 import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from .builder import (Builder, DynamicValue, dynamic_range, is_builtin, is_constexpr_callable,
                       unwrap_constexpr)

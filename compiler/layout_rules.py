@@ -225,3 +225,52 @@ def _kernel_masks(projected: list[int], unprojected: list[int]) -> tuple[int, ..
         if span.add(mask):
             chosen.append(mask)
     return tuple(chosen)
+
+
+# ----------------------------------------------------------- shared-memory addressing
+# A shared buffer is addressed through `addressing`: tensor dims -> element offset, the
+# minimal inverse of its shared layout. Views (index, slice) derive their addressing from
+# their root's. The backend and the emulator both use these, so both address alike.
+
+def shared_addressing(shared_layout: LinearLayout) -> LinearLayout:
+    """dims -> offset for a shared layout (offset[, block] -> dims): its minimal inverse."""
+    inverse = shared_layout.pseudo_invert()
+    return inverse.sublayout(inverse.in_dim_names, ["offset"])
+
+
+def _renumbered(bases: dict, size: int) -> LinearLayout:
+    return LinearLayout({f"dim{i}": rows for i, rows in enumerate(bases.values())}, {"offset": size})
+
+
+def shared_index_addressing(addressing: LinearLayout, shape, xor: int) -> LinearLayout:
+    """Addressing of sub-buffer i of the leading dim (its element offset is i * stride).
+
+    The leading dim must own the top offset bits (bases stride, 2 * stride, ...), so every
+    sub-buffer is a contiguous block with the same addressing as the rest of the dims.
+    """
+    stride = 1
+    for size in shape[1:]:
+        stride *= size
+    bases = addressing.bases
+    leading = bases.pop("dim0")
+    if any(row != (stride << bit,) for bit, row in enumerate(leading)) or xor >= stride:
+        raise LayoutError(
+            "shared_index needs the indexed dim to be the outermost of the shared layout "
+            f"(offset bases {[stride << b for b in range(len(leading))]}), found {list(leading)}")
+    return _renumbered(bases, addressing.out_dims["offset"])
+
+
+def shared_slice_addressing(addressing: LinearLayout, dim: int, start: int, size: int):
+    """(addressing, offset XOR) of a window [start, start + size) along `dim`.
+
+    With size a power of two and start a multiple of it, c + start = c XOR start: the
+    window keeps the low bits of `dim` and XORs in the offset of `start`.
+    """
+    name = f"dim{dim}"
+    bases = addressing.bases
+    start_offset = 0
+    for bit, (value,) in enumerate(bases[name]):
+        if start >> bit & 1:
+            start_offset ^= value
+    bases[name] = bases[name][:size.bit_length() - 1]
+    return LinearLayout(bases, addressing.out_dims), start_offset

@@ -79,7 +79,7 @@ class Printer:
         lines = [text]
         for index, region in enumerate(op.nested_blocks()):
             args = ", ".join(f"{self.name(a)}: {self.type(a.type)}" for a in region.args)
-            lines[-1] += f" {{" if index == 0 else ""
+            lines[-1] += " {" if index == 0 else ""
             if index > 0:
                 lines.append(f"{indent}}} {{")
             if args:

@@ -7,7 +7,6 @@ stores it from `dst`. Used to property-test conversions on the emulator and the 
 
 from __future__ import annotations
 
-import numpy as np
 
 from .. import lowlevel as ll
 from ..layouts import LinearLayout

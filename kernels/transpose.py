@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import element_name, empty_like, is_torch, row_stride
+from ._launch import is_torch, row_stride
 
 
 @dataclass(frozen=True)

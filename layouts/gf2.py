@@ -7,7 +7,7 @@ Gaussian elimination over ints is faster than any numpy formulation.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional
 
 
 class XorBasis:
@@ -64,18 +64,3 @@ class XorBasis:
         residual, combination = self._reduce(target, 0)
         return combination if residual == 0 else None
 
-
-def rank(columns: Sequence[int]) -> int:
-    return XorBasis(columns).rank
-
-
-def apply_columns(columns: Sequence[int], x: int) -> int:
-    """Matrix-vector product: XOR of the columns selected by the set bits of x."""
-    result = 0
-    bit = 0
-    while x:
-        if x & 1:
-            result ^= columns[bit]
-        x >>= 1
-        bit += 1
-    return result

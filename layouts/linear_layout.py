@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .errors import LayoutError
-from .gf2 import XorBasis, apply_columns
+from .gf2 import XorBasis
 
 Basis = tuple[int, ...]
 DimSizes = Union[Mapping[str, int], Sequence[tuple[str, int]]]

@@ -17,6 +17,7 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
+from ..layout_rules import shared_addressing
 from . import llvm_types as T
 
 THREAD_DIMS = ("lane", "warp", "block")
@@ -166,7 +167,6 @@ def offset_map(tensor_layout: LinearLayout, addressing: LinearLayout) -> LinearL
 def addressing_of(shared_layout: LinearLayout) -> LinearLayout:
     """dims -> offset for a shared layout (offset[, block] -> dims); its minimal inverse."""
     try:
-        inverse = shared_layout.pseudo_invert()
+        return shared_addressing(shared_layout)
     except LayoutError as error:
         raise CompilationError(f"shared layout cannot address every element: {error}") from None
-    return inverse.sublayout(inverse.in_dim_names, ["offset"])

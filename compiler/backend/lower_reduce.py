@@ -163,7 +163,6 @@ def _group_leader(ctx: Lowering, rows) -> ir.Value:
 
 @lowers(Reduce)
 def lower_reduce(ctx: Lowering, op: Reduce) -> None:
-    b = ctx.builder
     layout = op.operand.type.layout
     plan = plan_reduction(layout, op.axis)
     source_element = T.element_of(op.operand.type)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...layouts import LinearLayout
+from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
 from ..ir import AllocShared, Barrier, SharedIndex, SharedLoad, SharedSlice, SharedStore, Value
 from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 from ...layouts.banks import vector_width_of
+from ..layout_rules import shared_index_addressing, shared_slice_addressing
 from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map
 
 def barrier(ctx: Lowering) -> None:
@@ -115,31 +116,24 @@ def lower_shared_load(ctx: Lowering, op: SharedLoad) -> None:
     ctx.define(op.result, load_tensor(ctx, ctx.shared(op.buffer), op.result.type.layout, count))
 
 
-def _rename_dims(bases: dict, size: int) -> LinearLayout:
-    return LinearLayout({f"dim{i}": rows for i, rows in enumerate(bases.values())}, {"offset": size})
-
-
 @lowers(SharedIndex)
 def lower_shared_index(ctx: Lowering, op: SharedIndex) -> None:
     """Sub-buffer `index` of the leading dim: the leading dim must own the top offset bits,
     so the sub-buffer starts at index * (its size) elements and keeps the rest's addressing."""
     parent = ctx.shared(op.buffer)
-    bases = parent.addressing.bases
-    leading = bases.pop("dim0")
+    try:
+        addressing = shared_index_addressing(parent.addressing, parent.type.shape, parent.xor)
+    except LayoutError as error:
+        raise CompilationError(str(error), op.loc) from None
     stride = 1
     for size in parent.type.shape[1:]:
         stride *= size
-    if any(row != (stride << bit,) for bit, row in enumerate(leading)) or parent.xor >= stride:
-        raise CompilationError(
-            "shared_index needs the indexed dim to be the outermost of the shared layout "
-            f"(offset bases {[stride << b for b in range(len(leading))]}), found {list(leading)}", op.loc)
     b = ctx.builder
     index = ctx.scalar(op.index)
     if index.type.width != 32:
         index = b.trunc(index, T.I32) if index.type.width > 32 else b.zext(index, T.I32)
     element_offset = b.mul(index, ir.Constant(T.I32, stride))
     base = b.gep(parent.base, [element_offset], source_etype=T.memory_type(parent.type.element))
-    addressing = _rename_dims(bases, parent.addressing.out_dims["offset"])
     ctx.define(op.result, SharedView(op.result.type, base, addressing, parent.xor))
 
 
@@ -154,12 +148,5 @@ def lower_shared_slice(ctx: Lowering, op: SharedSlice) -> None:
         raise CompilationError(
             f"shared_slice start {op.start} along dim {op.dim} is not a multiple of the window "
             f"size {size}; such windows are not linear in the shared layout", op.loc)
-    name = f"dim{op.dim}"
-    bases = parent.addressing.bases
-    start_offset = 0
-    for bit, (value,) in enumerate(bases[name]):
-        if op.start >> bit & 1:
-            start_offset ^= value
-    bases[name] = bases[name][:size.bit_length() - 1]
-    addressing = LinearLayout(bases, parent.addressing.out_dims)
+    addressing, start_offset = shared_slice_addressing(parent.addressing, op.dim, op.start, size)
     ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor ^ start_offset))

@@ -17,18 +17,12 @@ import math
 import numpy as np
 
 from ...compiler import ir
-from ...layouts import LayoutError, LinearLayout
+from ...compiler.layout_rules import shared_addressing, shared_index_addressing, shared_slice_addressing
 from .dtypes import element_bytes
 from .errors import EmulationError
 from .interpreter import SharedRef
 from .registers import thread_coordinates
 from .rules import EMULATION_RULES as RULES
-
-
-def addressing_of(shared_layout: LinearLayout) -> LinearLayout:
-    """dims -> offset of a shared layout (offset[, block] -> dims): its minimal inverse."""
-    inverse = shared_layout.pseudo_invert()
-    return inverse.sublayout(inverse.in_dim_names, ["offset"])
 
 
 def _addresses(cta, op, ref: SharedRef, tensor_type) -> np.ndarray:
@@ -59,7 +53,7 @@ def alloc_shared(cta, op: ir.AllocShared) -> None:
         raise EmulationError(
             f"buffer of {type_.num_bytes} bytes at offset {offset} does not fit in the kernel's "
             f"{cta.shared.size} bytes of shared memory (kernel.shared_bytes)", op.loc)
-    addressing = cta.memo(op, "addressing", lambda: addressing_of(type_.layout))
+    addressing = cta.memo(op, "addressing", lambda: shared_addressing(type_.layout))
     ref = SharedRef(offset, type_, addressing)
     if op.init is not None:
         _store(cta, op, ref, op.init)
@@ -79,10 +73,6 @@ def shared_load(cta, op: ir.SharedLoad) -> None:
     cta.bind(op.result, values)
 
 
-def _renamed(bases: dict, size: int) -> LinearLayout:
-    return LinearLayout({f"dim{i}": rows for i, rows in enumerate(bases.values())}, {"offset": size})
-
-
 @RULES.register(ir.SharedIndex)
 def shared_index(cta, op: ir.SharedIndex) -> None:
     """Sub-buffer `index` of the leading dim, which must own the top offset bits."""
@@ -90,15 +80,8 @@ def shared_index(cta, op: ir.SharedIndex) -> None:
     stages = ref.type.shape[0]
     stride = math.prod(ref.type.shape[1:])
 
-    def view():
-        bases = ref.addressing.bases
-        leading = bases.pop("dim0")
-        if any(row != (stride << bit,) for bit, row in enumerate(leading)) or ref.xor >= stride:
-            raise LayoutError(
-                f"shared_index needs the indexed dim to be the outermost of the shared layout "
-                f"(offset bases {[stride << b for b in range(len(leading))]}), found {list(leading)}")
-        return _renamed(bases, ref.addressing.out_dims["offset"])
-    addressing = cta.memo(op, ("view", id(ref.addressing)), view)
+    addressing = cta.memo(op, ("view", id(ref.addressing)),
+                          lambda: shared_index_addressing(ref.addressing, ref.type.shape, ref.xor))
     index = int(cta[op.index])
     if not 0 <= index < stages:
         raise EmulationError(f"shared_index {index} out of range for a buffer of {stages} stages "
@@ -116,16 +99,9 @@ def shared_slice(cta, op: ir.SharedSlice) -> None:
         raise EmulationError(f"shared_slice [{op.start}, {op.start + size}) of dim {op.dim} (size "
                              f"{ref.type.shape[op.dim]}) must start at a multiple of its size", op.loc)
 
-    def view():
-        name = f"dim{op.dim}"
-        bases = ref.addressing.bases
-        start_offset = 0
-        for bit, (value,) in enumerate(bases[name]):
-            if op.start >> bit & 1:
-                start_offset ^= value
-        bases[name] = bases[name][:size.bit_length() - 1]
-        return LinearLayout(bases, ref.addressing.out_dims), start_offset
-    addressing, start_offset = cta.memo(op, ("view", id(ref.addressing)), view)
+    addressing, start_offset = cta.memo(
+        op, ("view", id(ref.addressing)),
+        lambda: shared_slice_addressing(ref.addressing, op.dim, op.start, size))
     cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor ^ start_offset))
 
 
