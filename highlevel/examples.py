@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import highlevel as tl
-from ..kernels._launch import element_name, empty_like, is_torch, next_power_of_two, row_stride
+from ..kernels._launch import float_bits, empty_like, is_torch, next_power_of_two, row_stride
 
 
 @tl.jit
@@ -98,13 +98,6 @@ def _row_warps(block: int, element_bits: int) -> int:
     return max(1, min(16, block // (32 * per_thread)))
 
 
-def _bits(x, what: str) -> int:
-    bits = {"fp32": 32, "fp16": 16, "bf16": 16}.get(element_name(x))
-    if bits is None:
-        raise TypeError(f"{what} supports fp32, fp16 and bf16, got {element_name(x)}")
-    return bits
-
-
 def add(x, y, block: int = 4096, num_warps: int = 4):
     """x + y for two same-shaped contiguous arrays."""
     if tuple(x.shape) != tuple(y.shape):
@@ -121,7 +114,7 @@ def softmax(x):
     block = next_power_of_two(n_cols)
     out = empty_like(x)
     softmax_kernel[(n_rows,)](out, x, row_stride(x), row_stride(out), n_rows, n_cols, BLOCK=block,
-                              EVEN=n_cols == block, num_warps=_row_warps(block, _bits(x, "softmax")))
+                              EVEN=n_cols == block, num_warps=_row_warps(block, float_bits(x, "softmax")))
     return out
 
 
@@ -130,7 +123,7 @@ def layer_norm(x, w, b, eps: float = 1e-5, return_stats: bool = False):
     weights loaded early for 32-bit rows, as the lowlevel kernel does."""
     n_rows, n_cols = x.shape
     block = next_power_of_two(n_cols)
-    bits = _bits(x, "layer_norm")
+    bits = float_bits(x, "layer_norm")
     out = empty_like(x)
     mean, rstd = _statistics(x, n_rows if return_stats else 1)
     layer_norm_kernel[(n_rows,)](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_rows, n_cols,

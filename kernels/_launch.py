@@ -22,11 +22,20 @@ def empty_like(x, dtype=None):
     return np.empty_like(x, dtype=dtype)
 
 
-def element_name(x) -> str:
-    """The signature name of an array's element type ("fp32", "bf16", ...)."""
-    if is_torch(x):
-        return {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}.get(str(x.dtype), str(x.dtype))
-    return {"float32": "fp32", "float16": "fp16"}.get(x.dtype.name, x.dtype.name)
+_FLOAT_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
+
+
+def float_bits(x, what: str) -> int:
+    """Bits per element of a fp32/fp16/bf16 array; TypeError naming `what` otherwise."""
+    from ..runtime.arguments import ArgumentTypeError, dtype_signature
+
+    try:
+        name = dtype_signature(x.dtype)
+    except ArgumentTypeError:
+        name = str(x.dtype)
+    if name not in _FLOAT_BITS:
+        raise TypeError(f"{what} supports fp32, fp16 and bf16, got {name}")
+    return _FLOAT_BITS[name]
 
 
 def row_stride(x) -> int:
@@ -66,11 +75,6 @@ def prefetch_distance(x, config) -> int:
         return 0
     from ..runtime import driver
 
-    sm_count = _SM_COUNTS.get(x.device.index)
-    if sm_count is None:
-        sm_count = _SM_COUNTS[x.device.index] = driver.device_properties(x.device.index or 0).sm_count
+    sm_count = driver.device_properties(x.device.index or 0).sm_count  # cached by the driver
     ctas_per_sm = max(1, 2048 // (32 * config.num_warps))
     return sm_count * ctas_per_sm
-
-
-_SM_COUNTS: dict = {}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import element_name, empty_like, is_torch, prefetch_distance, row_stride
+from ._launch import float_bits, empty_like, is_torch, prefetch_distance, row_stride
 from .softmax import Config as RowConfig
 
 
@@ -72,9 +72,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
     if tuple(w.shape) != (n_cols,) or tuple(b.shape) != (n_cols,):
         raise ValueError(f"layer_norm: weight and bias must have shape ({n_cols},), got "
                          f"{tuple(w.shape)} and {tuple(b.shape)}")
-    bits = {"fp32": 32, "fp16": 16, "bf16": 16}.get(element_name(x))
-    if bits is None:
-        raise TypeError(f"layer_norm supports fp32, fp16 and bf16, got {element_name(x)}")
+    bits = float_bits(x, "layer_norm")
     base = RowConfig.for_row(n_cols, bits)
     # From the H200 sweep (benchmarks/NOTES.md): 32-bit rows gain from early weight loads,
     # 16-bit rows lose (the extra live registers cost occupancy).

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import element_name, empty_like, next_power_of_two, prefetch_distance, row_stride
+from ._launch import float_bits, empty_like, next_power_of_two, prefetch_distance, row_stride
 
 MAX_ROW = 32768  # elements held in registers by one CTA (16 warps x 32 lanes x 64 registers)
 
@@ -83,9 +83,7 @@ def softmax(x, config: Config = None):
     if len(x.shape) != 2:
         raise ValueError(f"softmax expects a 2-D array, got shape {tuple(x.shape)}")
     n_rows, n_cols = x.shape
-    bits = {"fp32": 32, "fp16": 16, "bf16": 16}.get(element_name(x))
-    if bits is None:
-        raise TypeError(f"softmax supports fp32, fp16 and bf16, got {element_name(x)}")
+    bits = float_bits(x, "softmax")
     config = config or Config.for_row(n_cols, bits)
     out = empty_like(x)
     if n_rows == 0:

@@ -54,20 +54,17 @@ def choose_vector(op, infos) -> int:
     info = infos.get(pointer)
     if layout is None or info is None or elem_bits < 8:
         return 1
-    best = 1
-    for dim in range(len(pointer.type.shape)):
-        vector = contiguous_registers(layout, dim)
-        vector = min(vector, info.contiguity[dim], MAX_ACCESS_BITS // elem_bits)
-        while vector > 1 and info.divisibility[dim] % (vector * elem_bytes):
+    # Only the dim that register 0 moves along can give a thread consecutive elements.
+    dim = _fastest_register_dim(layout)
+    vector = min(contiguous_registers(layout, dim), info.contiguity[dim], MAX_ACCESS_BITS // elem_bits)
+    while vector > 1 and info.divisibility[dim] % (vector * elem_bytes):
+        vector //= 2
+    if op.mask is not None:
+        mask_info = infos.get(op.mask)
+        constancy = mask_info.constancy[dim] if mask_info else 1
+        while vector > 1 and constancy % vector:
             vector //= 2
-        if op.mask is not None:
-            mask_info = infos.get(op.mask)
-            constancy = mask_info.constancy[dim] if mask_info else 1
-            while vector > 1 and constancy % vector:
-                vector //= 2
-        if vector > best and dim == _fastest_register_dim(layout):
-            best = vector
-    return best
+    return vector
 
 
 def _fastest_register_dim(layout) -> int:
