@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 
 def _bench(fn, warmup=25, rep=100):
@@ -70,35 +69,13 @@ def copy_roof(torch, nbytes=1 << 30):
 
 
 def launch_overhead(torch):
-    """Microseconds of host time per cached launch of a 3-argument kernel (weft, Triton)."""
-    import triton
-    import triton.language as tl
+    """Microseconds of host time per cached launch of a 3-argument kernel: weft and Triton
+    (launch_overhead.py measures them, with the raw driver calls beside them)."""
+    from weft.benchmarks.launch_overhead import run as launch_paths
 
-    from weft.kernels.vector_add import add_kernel_for_overhead
-
-    @triton.jit
-    def triton_copy(x_ptr, y_ptr, n):
-        i = tl.program_id(0) * 128 + tl.arange(0, 128)
-        tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n), mask=i < n)
-
-    x = torch.randn(128, device="cuda")
-    y = torch.empty_like(x)
-    weft_launch = add_kernel_for_overhead()
-    results = {}
-    for name, launch in (("weft", lambda: weft_launch(x, y, 128)),
-                         ("triton", lambda: triton_copy[(1,)](x, y, 128))):
-        for _ in range(200):
-            launch()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(2000):
-                launch()
-            samples.append((time.perf_counter() - start) / 2000 * 1e6)
-            torch.cuda.synchronize()
-        results[name] = sorted(samples)[len(samples) // 2]
-    return results
+    paths = launch_paths()
+    return {"weft": paths["weft jit kernel[grid](x, y, n)"],
+            "triton": paths["triton kernel[grid](x, y, n)"], "paths": paths}
 
 
 def run(quick=False):
