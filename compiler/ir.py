@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Optional, Union
 
 from .errors import UNKNOWN_LOC, Loc
-from .types import MBarrierType, PointerType, ScalarType, SharedType, TensorType, Type
+from .types import PointerType, ScalarType, SharedType, TensorDescriptorType, TensorType, Type
 
 _value_ids = itertools.count()
 
@@ -70,8 +70,26 @@ class Op:
         return tuple(found)
 
     def nested_blocks(self) -> tuple["Block", ...]:
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self)
-                     if isinstance(getattr(self, f.name), Block))
+        found = []
+        for item in self._region_fields().values():
+            found.extend(item if isinstance(item, tuple) else (item,))
+        return tuple(found)
+
+    def _region_fields(self) -> dict[str, Any]:
+        """Fields holding a Block or a tuple of Blocks (warp_specialize's workers)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            item = getattr(self, f.name)
+            if isinstance(item, Block) or (
+                    isinstance(item, tuple) and item and all(isinstance(b, Block) for b in item)):
+                out[f.name] = item
+        return out
+
+    def map_regions(self, fn) -> "Op":
+        """This op with each nested block replaced by `fn(block)` (itself when it has none)."""
+        changes = {name: tuple(fn(b) for b in item) if isinstance(item, tuple) else fn(item)
+                   for name, item in self._region_fields().items()}
+        return dataclasses.replace(self, **changes) if changes else self
 
     def attributes(self) -> dict[str, Any]:
         out = {}
@@ -79,7 +97,7 @@ class Op:
             item = getattr(self, f.name)
             if f.name in ("result", "results", "loc") or isinstance(item, (Value, Block)):
                 continue
-            if isinstance(item, tuple) and item and all(isinstance(v, Value) for v in item):
+            if isinstance(item, tuple) and item and all(isinstance(v, (Value, Block)) for v in item):
                 continue
             if item is None and f.name in _OPTIONAL_OPERANDS:
                 continue
@@ -90,7 +108,7 @@ class Op:
 
 
 # Optional operand fields: when None they are simply absent, not an attribute.
-_OPTIONAL_OPERANDS = {"mask", "other", "init", "index"}
+_OPTIONAL_OPERANDS = {"mask", "other", "init", "index", "pred", "use_acc"}
 
 
 @dataclass(frozen=True)
@@ -447,6 +465,199 @@ class Assert(Op):
     message: str
 
 
+# ------------------------------------------------------------ Hopper async machinery
+# Semantics follow the PTX ISA; ../shared/HOPPER.md has the summary. An mbarrier operand
+# (`barrier`) is a shared i64 buffer of shape [1]. `pred` operands are i1 scalars: the op
+# happens only where they hold (None = always). "One thread issues" means the backend
+# elects one thread of the partition running the op (thread 0 of its first warp).
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedPermute(Op):
+    """A view of a buffer with its dims reordered (result dim i = buffer dim order[i]);
+    e.g. a K-major [N, K] tile seen as the [K, N] B operand of a wgmma."""
+
+    NAME = "shared_permute"
+    result: Value
+    buffer: Value
+    order: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierInit(Op):
+    """Initialise `barrier` for phases of `count` arrivals (one thread issues;
+    mbarrier.init.shared::cta.b64). The kernel fences and barriers before first use."""
+
+    NAME = "mbarrier_init"
+    barrier: Value
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierExpect(Op):
+    """One arrival on `barrier` that also expects `nbytes` more transaction bytes in the
+    current phase (one thread issues; mbarrier.arrive.expect_tx)."""
+
+    NAME = "mbarrier_expect"
+    barrier: Value
+    nbytes: int
+    pred: Optional[Value] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierArrive(Op):
+    """`count` arrivals on `barrier` (one thread issues; mbarrier.arrive)."""
+
+    NAME = "mbarrier_arrive"
+    barrier: Value
+    count: int = 1
+    pred: Optional[Value] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierWait(Op):
+    """Every thread waits until the phase of parity `phase & 1` of `barrier` has
+    completed (mbarrier.try_wait.parity in a loop). `phase` is an i32 scalar."""
+
+    NAME = "mbarrier_wait"
+    barrier: Value
+    phase: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierInvalidate(Op):
+    """Retire `barrier` before its memory is reused (one thread issues; mbarrier.inval)."""
+
+    NAME = "mbarrier_invalidate"
+    barrier: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class FenceAsyncShared(Op):
+    """fence.proxy.async.shared::cta: this thread's generic-proxy shared-memory writes
+    become visible to the async proxy (wgmma, TMA) once a barrier publishes them."""
+
+    NAME = "fence_async_shared"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmaLoad(Op):
+    """Copy the box at element `coords` (coords[i] along tensor dim i, outermost first as
+    in Gluon; the backend reverses them for PTX) of `descriptor`'s tensor into `buffer`;
+    completes on `barrier` as transaction bytes (one thread issues; cp.async.bulk.tensor). Out-of-range
+    elements land as zeros."""
+
+    NAME = "tma_load"
+    descriptor: Value
+    coords: tuple[Value, ...]
+    barrier: Value
+    buffer: Value
+    pred: Optional[Value] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmaStore(Op):
+    """Copy `buffer` to the box at `coords` of `descriptor`'s tensor (one thread issues;
+    cp.async.bulk.tensor .global.shared::cta + commit_group). Out-of-range elements are
+    not written."""
+
+    NAME = "tma_store"
+    descriptor: Value
+    coords: tuple[Value, ...]
+    buffer: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmaStoreWait(Op):
+    """Wait until at most `pending` TMA stores of this thread still read shared memory
+    (cp.async.bulk.wait_group.read)."""
+
+    NAME = "tma_store_wait"
+    pending: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncCopy(Op):
+    """cp.async: each thread copies its elements of the pointer tensor `pointer` (layout
+    L) into the same coordinates of `buffer`; masked-off elements are zero-filled.
+    `vector` elements per instruction (4, 8 or 16 bytes), chosen by the vectorize pass."""
+
+    NAME = "async_copy"
+    buffer: Value
+    pointer: Value
+    mask: Optional[Value] = None
+    vector: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncCommitGroup(Op):
+    """cp.async.commit_group: the thread's outstanding cp.async copies form one group."""
+
+    NAME = "async_commit_group"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncWaitGroup(Op):
+    """cp.async.wait_group: wait until at most `pending` groups of this thread are in flight."""
+
+    NAME = "async_wait_group"
+    pending: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarpGroupDot(Op):
+    """result = a @ b + (acc if use_acc else 0) by wgmma.mma_async over the warpgroups of
+    the partition.
+
+    `a`: a shared [M, K] buffer (or view), or a tensor in a DotOperandLayout (register A);
+    `b`: a shared [K, N] buffer (or view); `acc`/`result`: an fp32 (or fp16) tensor in an
+    NVMMADistributedLayout v3. `use_acc` an i1 scalar (None = true). With `is_async` the
+    result may only be read after a WarpGroupDotWait that lists it; otherwise the op
+    waits for itself.
+    """
+
+    NAME = "warpgroup_dot"
+    result: Value
+    a: Value
+    b: Value
+    acc: Value
+    use_acc: Optional[Value] = None
+    is_async: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarpGroupDotWait(Op):
+    """wgmma.wait_group `pending`: results[i] is deps[i] once at most `pending` async
+    wgmma groups are still in flight (the returned values are the ones safe to read)."""
+
+    NAME = "warpgroup_dot_wait"
+    results: tuple[Value, ...]
+    deps: tuple[Value, ...]
+    pending: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarpSpecialize(Op):
+    """Split the CTA's warps into partitions that run different code at the same time.
+
+    The `default` partition runs on the kernel's `num_warps` warps (0 .. num_warps-1);
+    worker i runs on the next `worker_num_warps[i]` warps, each a separate block. Every
+    block's args receive `captures` (values defined before the op); layouts inside a
+    worker are over its own warps. `default` ends with a Yield of the op's results; each
+    worker ends with an empty Yield. `worker_num_regs[i]` (0 = no change) is the register
+    budget set with setmaxnreg; `default_num_regs` likewise for the default partition.
+    """
+
+    NAME = "warp_specialize"
+    results: tuple[Value, ...]
+    captures: tuple[Value, ...]
+    default: Block
+    workers: tuple[Block, ...]
+    worker_num_warps: tuple[int, ...]
+    worker_num_regs: tuple[int, ...]
+    default_num_regs: int = 0
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel: parameters (values), body, and launch facts.
@@ -483,5 +694,5 @@ def is_shared(value: Value) -> bool:
 
 
 __all__ = [name for name in dir() if not name.startswith("_")] + [
-    "MBarrierType", "PointerType", "ScalarType",
+    "PointerType", "ScalarType", "TensorDescriptorType",
 ]

@@ -1,4 +1,7 @@
-"""IR types: scalars, pointers, distributed tensors, shared-memory buffers, barriers.
+"""IR types: scalars, pointers, distributed tensors, shared-memory buffers, TMA descriptors.
+
+An mbarrier is not a type of its own: it is an 8-byte shared buffer of one i64 (shape
+[1], or [n, 1] for n barriers used through `index`), as in Gluon.
 
 A distributed tensor's type carries its layout (a `LinearLayout` from register/lane/warp/
 block to the tensor's dims) once the `layout` stage is reached; at the `tile` stage the
@@ -150,14 +153,35 @@ class SharedType:
 
 
 @dataclass(frozen=True)
-class MBarrierType:
-    """An mbarrier object (8 bytes of shared memory)."""
+class TensorDescriptorType:
+    """A TMA tensor map (CUtensorMap, 128 bytes) passed to the kernel by value.
+
+    What the kernel is specialised on: the element type, the box (`block_shape`, the tile
+    one copy moves) and the shared layout the box lands in (its swizzle). The global
+    shape and strides live in the descriptor and are only known at run time.
+    """
+
+    element: ScalarType
+    block_shape: tuple[int, ...]
+    layout: LinearLayout  # shared layout of one box (offset -> dims)
+    encoding: Any = field(default=None, compare=False)  # the user-level shared layout
+
+    @property
+    def rank(self) -> int:
+        return len(self.block_shape)
+
+    @property
+    def box_bytes(self) -> int:
+        n = 1
+        for s in self.block_shape:
+            n *= s
+        return n * self.element.bits // 8
 
     def __str__(self) -> str:
-        return "mbarrier"
+        return f"tensordesc<{'x'.join(map(str, self.block_shape))}x{self.element}>"
 
 
-Type = Union[ScalarType, PointerType, TensorType, SharedType, MBarrierType]
+Type = Union[ScalarType, PointerType, TensorType, SharedType, TensorDescriptorType]
 
 
 def element_of(type_: Type) -> Element:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Barrier, Block, For, If, Kernel, Op, While
+from ..ir import Barrier, Block, For, If, Kernel, Op, WarpSpecialize, While
 from .shared_accesses import Access, BufferRanges, ByteRange, access_of
 
 NAME = "insert_barriers"
@@ -82,6 +82,19 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
             op = dataclasses.replace(op, then_body=then_body, else_body=else_body)
             merged = then_state.union(else_state)
             pending.reads, pending.writes = merged.reads, merged.writes
+            ops.append(op)
+            continue
+        if isinstance(op, WarpSpecialize):
+            # Partitions start together and end together (the backend joins them with a
+            # full barrier), so whatever is pending is settled before the split; inside,
+            # each partition only orders its own threads (its barriers are named ones).
+            if pending.reads or pending.writes:
+                ops.append(Barrier(loc=op.loc))
+            warps = (num_warps,) + tuple(op.worker_num_warps)
+            bodies = iter(warps)
+            op = op.map_regions(lambda region: _walk(region, _Pending(), buffers, next(bodies)))
+            pending.reads.clear()
+            pending.writes.clear()
             ops.append(op)
             continue
         access = access_of(op, buffers, num_warps)

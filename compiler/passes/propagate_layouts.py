@@ -574,9 +574,7 @@ def remove_dead_ops(kernel: Kernel) -> Kernel:
         ops = []
         for op in block.ops:
             if not (isinstance(op, PURE) and not any(r in used for r in op.defines())):
-                regions = {f.name: sweep(getattr(op, f.name), used) for f in dataclasses.fields(op)
-                           if isinstance(getattr(op, f.name), Block)}
-                ops.append(dataclasses.replace(op, **regions) if regions else op)
+                ops.append(op.map_regions(lambda region: sweep(region, used)))
         return Block(block.args, tuple(ops))
 
     while True:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Iterable, Union
 
 from ..ir import Block, Kernel, Op
@@ -15,13 +14,7 @@ Rule = Callable[[Op], Union[Op, Iterable[Op]]]
 def rewrite_block(block: Block, rule: Rule) -> Block:
     ops = []
     for op in block.ops:
-        changes = {}
-        for f in dataclasses.fields(op):
-            item = getattr(op, f.name)
-            if isinstance(item, Block):
-                changes[f.name] = rewrite_block(item, rule)
-        if changes:
-            op = dataclasses.replace(op, **changes)
+        op = op.map_regions(lambda region: rewrite_block(region, rule))
         replaced = rule(op)
         if isinstance(replaced, Op):
             ops.append(replaced)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..ir import AllocShared, ConvertLayout, Op, Reduce, SharedIndex, SharedLoad, SharedSlice, SharedStore, Value
+from ..ir import (AllocShared, AsyncCopy, ConvertLayout, MBarrierArrive, MBarrierExpect, MBarrierInit,
+                  MBarrierInvalidate, MBarrierWait, Op, Reduce, SharedIndex, SharedLoad, SharedPermute,
+                  SharedSlice, SharedStore, TmaLoad, TmaStore, Value, WarpGroupDot, is_shared)
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class BufferRanges:
     def define(self, op: Op) -> None:
         if isinstance(op, AllocShared) and op.offset is not None:
             self.ranges[op.result] = ByteRange(op.offset, op.offset + op.result.type.num_bytes)
-        elif isinstance(op, (SharedIndex, SharedSlice)) and op.buffer in self.ranges:
+        elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute)) and op.buffer in self.ranges:
             self.ranges[op.result] = self.ranges[op.buffer]
 
     def of(self, value: Value) -> Optional[ByteRange]:
@@ -82,6 +84,22 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(writes=(buffers.of(op.buffer),))
     if isinstance(op, SharedLoad):
         return Access(reads=(buffers.of(op.buffer),))
+    # Async ops, as far as CTA barriers are concerned. Ops one thread issues (TMA store,
+    # mbarrier ops) and wgmma read memory other threads wrote: a barrier must come first.
+    # Async writes (TMA loads, cp.async) are ordered by mbarrier waits and wait_group,
+    # not by bar.sync, so they are not writes here; the emulator checks those protocols.
+    if isinstance(op, MBarrierInit):
+        return Access(writes=(buffers.of(op.barrier),))
+    if isinstance(op, MBarrierInvalidate):
+        return Access(writes=(buffers.of(op.barrier),))
+    if isinstance(op, (MBarrierExpect, MBarrierArrive, MBarrierWait, TmaLoad)):
+        return Access(reads=(buffers.of(op.barrier),))
+    if isinstance(op, TmaStore):
+        return Access(reads=(buffers.of(op.buffer),))
+    if isinstance(op, WarpGroupDot):
+        return Access(reads=tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v)))
+    if isinstance(op, AsyncCopy):
+        return Access()
     if isinstance(op, (ConvertLayout, Reduce)) and op.scratch_offset is not None:
         size = scratch_bytes_of(op, num_warps)
         scratch = ByteRange(op.scratch_offset, op.scratch_offset + size)
