@@ -96,6 +96,10 @@ class Builder:
         self.loc: Loc = UNKNOWN_LOC
         self.wrap = wrap
         self._blocks: list[list[ir.Op]] = [[]]
+        # Set by the frontend: inline_function(fn, args, kwargs) walks a @jit function into
+        # the current block and returns its result (ops that take functions, such as
+        # warp_specialize, build their regions with it).
+        self.inline_function: Optional[Callable[[Any, list, dict], Any]] = None
 
     # ------------------------------------------------------------------ emission
     def emit(self, op: ir.Op) -> ir.Op:

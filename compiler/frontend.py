@@ -74,6 +74,7 @@ class KernelBuilder(ExpressionVisitor):
         self.dynamic_depth = 0
         self.sources: dict[Any, str] = {}
         self.frame_cache: dict[Any, FunctionFrame] = {}
+        builder.inline_function = self.inline_partition
 
     # ------------------------------------------------------------------ the kernel
     def build(self, fn, signature: dict, constexprs: dict, specialization) -> ir.Kernel:
@@ -175,6 +176,18 @@ class KernelBuilder(ExpressionVisitor):
         finally:
             self.frames.pop()
             self.scope, self.dynamic_depth, self.region_locals, self.assigned_at = saved
+
+    def inline_partition(self, fn, args: list, kwargs: dict) -> Any:
+        """Inline a @jit function (given as the object users pass) into the current block,
+        as a region of its own: the caller's local scope is restored afterwards."""
+        jitted = python_function(fn)
+        if jitted is None:
+            raise self.builder.error(f"expected a @jit function, found {fn!r}")
+        saved = self.scope
+        try:
+            return self.inline_call(jitted, args, kwargs, None)
+        finally:
+            self.scope = saved
 
     # ------------------------------------------------------------------ simple statements
     def visit_body(self, statements: Sequence[ast.stmt]) -> None:

@@ -14,7 +14,7 @@ Python subset a kernel may use):
 """
 
 from ..compiler.builder import constexpr_function, dynamic_range as range, register_language, static_range
-from ..compiler.types import PointerType, ScalarType, SharedType
+from ..compiler.types import PointerType, ScalarType, SharedType, TensorDescriptorType
 from ..runtime.jit import constexpr
 from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, prefetch_l2, ceil, convert_layout, cos,
                        device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
@@ -26,10 +26,14 @@ from .dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, flo
                      int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
 from .jit import jit
 from .layouts import (BlockedLayout, DistributedLayout, DotOperandLayout, LinearDistributedLayout,
-                      LinearSharedLayout, NVMMADistributedLayout, NVMMASharedLayout, SharedLayout,
-                      SliceLayout, SwizzledSharedLayout)
+                      LinearSharedLayout, MBarrierLayout, NVMMADistributedLayout, NVMMASharedLayout,
+                      SharedLayout, SliceLayout, SwizzledSharedLayout)
 from .shared import SharedMemoryDescriptor, allocate_shared_memory
 from .tensor import Tensor
+from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
+from .tma import TensorDescriptorValue
+from .warp_specialize import warp_specialize
+from .wgmma import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 dtype = ScalarType
 tensor = Tensor
@@ -39,6 +43,8 @@ def _wrap(value):
     """How lowlevel kernels see IR values: shared buffers as descriptors, the rest as tensors."""
     if isinstance(value.type, SharedType):
         return SharedMemoryDescriptor(value)
+    if isinstance(value.type, TensorDescriptorType):
+        return TensorDescriptorValue(value)
     return Tensor(value)
 
 
@@ -50,7 +56,10 @@ __all__ = [
     # layouts
     "BlockedLayout", "SliceLayout", "NVMMADistributedLayout", "DotOperandLayout",
     "LinearDistributedLayout", "SwizzledSharedLayout", "NVMMASharedLayout", "LinearSharedLayout",
-    "DistributedLayout", "SharedLayout",
+    "DistributedLayout", "SharedLayout", "MBarrierLayout",
+    # Hopper async machinery
+    "mbarrier", "tma", "async_copy", "warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared",
+    "warp_specialize", "TensorDescriptorValue",
     # values
     "Tensor", "tensor", "SharedMemoryDescriptor", "dtype", "pointer_type",
     # ops

@@ -377,6 +377,21 @@ class NVMMASharedLayout(SharedLayout):
 
 
 @dataclass(frozen=True)
+class MBarrierLayout(SharedLayout):
+    """The layout of mbarrier buffers: one i64 [1], or [n, 1] for n barriers stored one
+    after another (`bars.index(i)`)."""
+
+    rank: int = 1
+
+    def to_linear(self, shape):
+        shape = _check_shared_rank(self, shape)
+        if shape[-1] != 1:
+            raise LayoutError(f"an mbarrier buffer has shape [1] or [n, 1], not {list(shape)}")
+        inner = standard.swizzled_shared(shape[-1:], 1, 1, 1, (0,))
+        return _with_buffers(inner, shape, 1)
+
+
+@dataclass(frozen=True)
 class LinearSharedLayout(SharedLayout):
     """Any shared layout, given by its offset (and block) bases for one fixed `shape`."""
 

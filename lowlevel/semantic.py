@@ -399,3 +399,25 @@ def fma(a: Any, x: Any, c: Any) -> DynamicValue:
     values, template = broadcast_values([a, x, c], ["a", "b", "c"], "fma")
     a, x, c = (coerce(v, element, template) for v in values)
     return b.wrap(b.create(ir.Fma, a.type, a=a.handle, b=x.handle, c=c.handle))
+
+
+# --------------------------------------------------------- async-op operands
+def predicate(pred: Any, what: str) -> Optional[ir.Value]:
+    """The i1 handle of an async op's `pred` (None when it is the constant True)."""
+    if pred is True:
+        return None
+    if isinstance(pred, (bool, int)) and not is_value(pred):
+        return constant(bool(pred), i1).handle
+    if not is_value(pred) or isinstance(pred.type, TensorType):
+        raise builder().error(f"{what} pred must be a scalar condition or a bool, found {describe(pred)}")
+    return to_bool(pred).handle
+
+
+def i32_scalar(x: Any, what: str) -> ir.Value:
+    """An i32 scalar handle from an int or an integer scalar value."""
+    if isinstance(x, bool) or not (isinstance(x, int) or is_value(x)):
+        raise builder().error(f"{what} must be an int or an integer scalar, found {describe(x)}")
+    value = to_value(x, i32)
+    if isinstance(value.type, TensorType) or not isinstance(value.type, ScalarType) or not value.type.is_int:
+        raise builder().error(f"{what} must be an integer scalar, found {describe(value)}")
+    return (value if value.type == i32 else cast(value, i32)).handle

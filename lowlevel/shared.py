@@ -105,6 +105,37 @@ class SharedMemoryDescriptor(DynamicValue):
         return b.wrap(b.create(ir.SharedSlice, result_type, buffer=self.handle, dim=dim, start=start))
 
 
+    @builtin
+    def permute(self, order: Sequence[int]):
+        """A view with dims reordered: result dim i is dim order[i] (e.g. (1, 0) shows a
+        K-major [N, K] tile as the [K, N] operand wgmma reads transposed)."""
+        b = sem.builder()
+        rank = len(self.shape)
+        if not isinstance(order, (list, tuple)) or sorted(order) != list(range(rank)) or \
+                any(isinstance(o, bool) or not isinstance(o, int) for o in order):
+            raise b.error(f"permute order must be a permutation of {list(range(rank))}, found {order!r}")
+        order = tuple(order)
+        layout = _permuted_layout(self.type.layout, order)
+        shape = tuple(self.shape[o] for o in order)
+        encoding = self.layout
+        flipped = None
+        if isinstance(encoding, NVMMASharedLayout) and order == (1, 0) and encoding.rank == 2:
+            flipped = NVMMASharedLayout(encoding.swizzle_byte_width, encoding.element_bitwidth,
+                                        2, not encoding.transposed)
+        if flipped is None or flipped.to_linear(shape) != layout:
+            flipped = LinearSharedLayout.from_linear(layout)
+        result_type = SharedType(shape, self.dtype, layout, flipped)
+        return b.wrap(b.create(ir.SharedPermute, result_type, buffer=self.handle, order=order))
+
+
+def _permuted_layout(layout: LinearLayout, order: tuple[int, ...]) -> LinearLayout:
+    names = [f"dim{i}" for i in range(len(layout.out_dims))]
+    layout = layout.transpose_outs(names)
+    sizes = [layout.out_dims[n] for n in names]
+    bases = {dim: [tuple(row[o] for o in order) for row in rows] for dim, rows in layout.bases.items()}
+    return LinearLayout(bases, [(f"dim{i}", sizes[o]) for i, o in enumerate(order)])
+
+
 def _strip_top_zeros(rows: list) -> list:
     while rows and not any(rows[-1]):
         rows.pop()

@@ -1,0 +1,67 @@
+"""cp.async (Gluon's `async_copy` module): each thread copies its elements of a pointer
+tensor into shared memory without going through registers.
+
+    async_copy.async_copy_global_to_shared(smem, ptrs, mask)   # masked-off -> zeros
+    async_copy.commit_group()                                  # close this group
+    async_copy.wait_group(1)                                   # all but 1 group landed
+
+After wait_group, a CTA barrier (inserted automatically before the first read) makes
+the copies of other threads visible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..compiler import ir
+from ..compiler.builder import builtin
+from ..compiler.types import PointerType, TensorType
+from . import semantic as sem
+from .shared import SharedMemoryDescriptor
+
+__all__ = ["async_copy_global_to_shared", "commit_group", "wait_group"]
+
+
+@builtin
+def async_copy_global_to_shared(smem: Any, pointer: Any, mask: Any = None) -> None:
+    """Copy the elements at `pointer` (a pointer tensor of smem's shape) into `smem`."""
+    b = sem.builder()
+    what = "async_copy_global_to_shared"
+    if not isinstance(smem, SharedMemoryDescriptor):
+        raise b.error(f"{what} needs a shared-memory buffer first, found {sem.describe(smem)}")
+    if not sem.is_tensor(pointer) or not isinstance(pointer.type.element, PointerType):
+        raise b.error(f"{what} needs a tensor of pointers, found {sem.describe(pointer)}")
+    if pointer.type.shape != smem.shape or pointer.type.element.pointee != smem.dtype:
+        raise b.error(f"{what}: pointers {pointer.type} do not match the buffer {smem.type}",
+                      suggestion="build the pointers with the buffer's shape and element type")
+    if smem.dtype.bits < 8:
+        raise b.error(f"{what}: cp.async copies whole bytes; {smem.dtype} elements are smaller")
+    handle = None
+    if mask is not None:
+        mask = mask if sem.is_value(mask) else sem.constant(bool(mask), sem.i1)
+        mask = sem.to_bool(mask)
+        if isinstance(mask.type, TensorType):
+            if mask.type.shape != pointer.type.shape or mask.type.layout != pointer.type.layout:
+                raise sem.layout_mismatch(what, pointer, mask, "pointer", "mask")
+        else:
+            mask = sem.splat(mask, pointer.type.with_element(sem.i1))
+        handle = mask.handle
+    b.emit(ir.AsyncCopy(buffer=smem.handle, pointer=pointer.handle, mask=handle, loc=b.loc))
+
+
+@builtin
+def commit_group() -> None:
+    """Close this thread's outstanding cp.async copies into one group."""
+    b = sem.builder()
+    b.emit(ir.AsyncCommitGroup(loc=b.loc))
+
+
+@builtin
+def wait_group(num_outstanding: int = 0) -> None:
+    """Wait until at most `num_outstanding` of this thread's groups are still in flight."""
+    b = sem.builder()
+    if isinstance(num_outstanding, bool) or not isinstance(num_outstanding, int) \
+            or not 0 <= num_outstanding <= 7:
+        raise b.error(f"wait_group num_outstanding must be a compile-time int in [0, 7], "
+                      f"found {num_outstanding!r}")
+    b.emit(ir.AsyncWaitGroup(pending=num_outstanding, loc=b.loc))

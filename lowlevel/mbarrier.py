@@ -1,0 +1,94 @@
+"""mbarriers (Gluon's `mbarrier` module): 8-byte shared-memory barriers that count thread
+arrivals and async-copy bytes per phase.
+
+    bars = mbarrier.allocate_mbarrier(batch=STAGES)    # i64 [STAGES, 1]
+    mbarrier.init(bars.index(s), count=1)
+    mbarrier.expect(bar, desc.nbytes)                   # one arrival + bytes to wait for
+    mbarrier.wait(bar, phase)                           # until that phase has completed
+
+"One thread issues" ops (init, expect, arrive, invalidate) count once per partition,
+whatever its warp count. A fresh barrier counts as having completed the phase before
+phase 0, so `wait(bar, 1)` on it returns at once (a producer's first wait on an empty
+slot).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..compiler import ir
+from ..compiler.builder import builtin
+from ..compiler.types import SharedType, i64
+from . import semantic as sem
+from .layouts import MBarrierLayout
+from .shared import SharedMemoryDescriptor, allocate_shared_memory
+
+__all__ = ["MBarrierLayout", "allocate_mbarrier", "arrive", "expect", "init", "invalidate", "wait"]
+
+
+def _barrier(bar: Any, what: str) -> ir.Value:
+    b = sem.builder()
+    if not isinstance(bar, SharedMemoryDescriptor) or not isinstance(bar.type, SharedType) \
+            or bar.type.element != i64 or bar.type.shape != (1,):
+        found = sem.describe(bar) if not isinstance(bar, SharedMemoryDescriptor) else str(bar.type)
+        raise b.error(f"{what} needs one mbarrier (a shared i64 buffer of shape [1]), found {found}",
+                      suggestion="allocate with mbarrier.allocate_mbarrier(); for a batch pass "
+                                 "bars.index(i)")
+    return bar.handle
+
+
+def _count(value: Any, what: str, low: int = 1, high: int = (1 << 20) - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise sem.builder().error(f"{what} must be a compile-time int in [{low}, {high}], found {value!r}")
+    return value
+
+
+@builtin
+def allocate_mbarrier(batch: Optional[int] = None) -> SharedMemoryDescriptor:
+    """One mbarrier (i64 [1]), or `batch` of them (i64 [batch, 1], pick with `.index(i)`)."""
+    shape = [1] if batch is None else [_count(batch, "allocate_mbarrier batch", 1, 1024), 1]
+    return allocate_shared_memory.__wrapped__(i64, shape, MBarrierLayout(rank=1))
+
+
+@builtin
+def init(bar: Any, count: int) -> None:
+    """Start `bar` with phases of `count` arrivals."""
+    b = sem.builder()
+    b.emit(ir.MBarrierInit(barrier=_barrier(bar, "mbarrier.init"),
+                           count=_count(count, "mbarrier.init count"), loc=b.loc))
+
+
+@builtin
+def expect(bar: Any, nbytes: int, pred: Any = True) -> None:
+    """Arrive once on `bar` and make its current phase also wait for `nbytes` bytes of
+    async copies (TMA loads) to land."""
+    b = sem.builder()
+    barrier = _barrier(bar, "mbarrier.expect")
+    nbytes = _count(nbytes, "mbarrier.expect nbytes", 1)
+    b.emit(ir.MBarrierExpect(barrier=barrier, nbytes=nbytes,
+                             pred=sem.predicate(pred, "mbarrier.expect"), loc=b.loc))
+
+
+@builtin
+def arrive(bar: Any, count: int = 1, pred: Any = True) -> None:
+    """`count` arrivals on `bar`, once the partition's threads have all got here."""
+    b = sem.builder()
+    b.emit(ir.MBarrierArrive(barrier=_barrier(bar, "mbarrier.arrive"),
+                             count=_count(count, "mbarrier.arrive count"),
+                             pred=sem.predicate(pred, "mbarrier.arrive"), loc=b.loc))
+
+
+@builtin
+def wait(bar: Any, phase: Any) -> None:
+    """Wait until the phase of `bar` with the parity of `phase` has completed."""
+    b = sem.builder()
+    barrier = _barrier(bar, "mbarrier.wait")
+    b.emit(ir.MBarrierWait(barrier=barrier, phase=sem.i32_scalar(phase, "mbarrier.wait phase"),
+                           loc=b.loc))
+
+
+@builtin
+def invalidate(bar: Any) -> None:
+    """Retire `bar` before its shared memory is used for anything else."""
+    b = sem.builder()
+    b.emit(ir.MBarrierInvalidate(barrier=_barrier(bar, "mbarrier.invalidate"), loc=b.loc))

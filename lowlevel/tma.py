@@ -1,0 +1,129 @@
+"""TMA (Gluon's `tma` module): bulk tensor copies between global and shared memory through
+a tensor descriptor, issued by one thread.
+
+    tma.async_copy_global_to_shared(desc, [row, col], bar, smem)   # lands on `bar`
+    tma.async_copy_shared_to_global(desc, [row, col], smem)
+    tma.store_wait(0)                                               # before reusing smem
+
+Coordinates are element offsets along the tensor's dims, outermost first. Box elements
+outside the tensor load as zero and are not stored, so tiles at the edges need no masks.
+The descriptor comes from the host: `ll.TensorDescriptor.from_tensor(t, block_shape, layout)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..compiler import ir
+from ..compiler.builder import DynamicValue, builtin
+from ..compiler.types import ScalarType, TensorDescriptorType
+from . import semantic as sem
+from .layouts import LinearSharedLayout
+from .mbarrier import _barrier
+from .shared import SharedMemoryDescriptor
+
+__all__ = ["TensorDescriptorValue", "async_copy_global_to_shared", "async_copy_shared_to_global",
+           "store_wait"]
+
+
+class _BlockType:
+    """`desc.block_type`: the box as a type (Gluon spelling), for `desc.block_type.nbytes`."""
+
+    def __init__(self, type_: TensorDescriptorType):
+        self.shape = type_.block_shape
+        self.element_ty = type_.element
+        self.nbytes = type_.box_bytes
+
+
+class TensorDescriptorValue(DynamicValue):
+    """A kernel's TMA descriptor parameter. Its box is known at compile time."""
+
+    __slots__ = ()
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return self.type.block_shape
+
+    @property
+    def dtype(self) -> ScalarType:
+        return self.type.element
+
+    @property
+    def layout(self):
+        """The shared layout a box lands in (allocate the destination with it)."""
+        return self.type.encoding or LinearSharedLayout.from_linear(self.type.layout)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one box copy moves (what mbarrier.expect waits for)."""
+        return self.type.box_bytes
+
+    @property
+    def block_type(self) -> _BlockType:
+        return _BlockType(self.type)
+
+    def __repr__(self) -> str:
+        return f"TensorDescriptorValue({self.type})"
+
+    __hash__ = object.__hash__
+
+
+def _descriptor(desc: Any, what: str) -> TensorDescriptorType:
+    if not isinstance(desc, DynamicValue) or not isinstance(desc.type, TensorDescriptorType):
+        raise sem.builder().error(f"{what} needs a tensor descriptor kernel argument, found {sem.describe(desc)}",
+                                  suggestion="pass ll.TensorDescriptor.from_tensor(t, block_shape, layout) "
+                                             "when launching")
+    return desc.type
+
+
+def _coords(coords: Any, rank: int, what: str) -> tuple[ir.Value, ...]:
+    if not isinstance(coords, (list, tuple)) or len(coords) != rank:
+        raise sem.builder().error(f"{what} needs {rank} coordinates (one per tensor dim, "
+                                  f"outermost first), found {coords!r}")
+    return tuple(sem.i32_scalar(c, f"{what} coordinate {i}") for i, c in enumerate(coords))
+
+
+def _box_buffer(smem: Any, type_: TensorDescriptorType, what: str) -> ir.Value:
+    b = sem.builder()
+    if not isinstance(smem, SharedMemoryDescriptor):
+        raise b.error(f"{what} needs a shared-memory buffer, found {sem.describe(smem)}")
+    if smem.shape != type_.block_shape or smem.dtype != type_.element:
+        raise b.error(f"{what}: the buffer is {smem.type} but the descriptor's box is "
+                      f"{list(type_.block_shape)} of {type_.element}",
+                      suggestion="allocate the buffer with the descriptor's block_shape and dtype")
+    if smem.type.layout != type_.layout:
+        raise b.error(f"{what}: the buffer's shared layout {smem.layout} is not the descriptor's "
+                      f"{type_.encoding or 'layout'}; TMA writes boxes in the descriptor's swizzle",
+                      suggestion="allocate the buffer with layout=desc.layout")
+    return smem.handle
+
+
+@builtin
+def async_copy_global_to_shared(desc: Any, coords: Sequence[Any], bar: Any, result: Any,
+                                pred: Any = True) -> None:
+    """Start copying the box at `coords` into `result`; its bytes complete on `bar`."""
+    b = sem.builder()
+    what = "tma.async_copy_global_to_shared"
+    type_ = _descriptor(desc, what)
+    b.emit(ir.TmaLoad(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
+                      barrier=_barrier(bar, what), buffer=_box_buffer(result, type_, what),
+                      pred=sem.predicate(pred, what), loc=b.loc))
+
+
+@builtin
+def async_copy_shared_to_global(desc: Any, coords: Sequence[Any], src: Any) -> None:
+    """Start copying `src` to the box at `coords` (wait with store_wait before reusing src)."""
+    b = sem.builder()
+    what = "tma.async_copy_shared_to_global"
+    type_ = _descriptor(desc, what)
+    b.emit(ir.TmaStore(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
+                       buffer=_box_buffer(src, type_, what), loc=b.loc))
+
+
+@builtin
+def store_wait(pendings: int = 0) -> None:
+    """Wait until at most `pendings` TMA stores still read their shared memory."""
+    b = sem.builder()
+    if isinstance(pendings, bool) or not isinstance(pendings, int) or not 0 <= pendings <= 63:
+        raise b.error(f"tma.store_wait pendings must be a compile-time int in [0, 63], found {pendings!r}")
+    b.emit(ir.TmaStoreWait(pending=pendings, loc=b.loc))

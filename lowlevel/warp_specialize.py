@@ -1,0 +1,152 @@
+"""`warp_specialize`: run different @jit functions on different warps of one CTA at once
+(Gluon's signature).
+
+    ll.warp_specialize((a_smem, bars, acc_layout), consumer,     # default partition
+                       (desc, a_smem, bars), [producer],         # worker partitions
+                       worker_num_warps=[4], worker_num_regs=[40])
+
+The default partition runs on the kernel's `num_warps` warps and returns the op's
+results; worker i runs on the next `worker_num_warps[i]` warps. Arguments are captured
+values (tensors, shared buffers, descriptors, scalars) and compile-time values; layouts
+inside a worker are over its own warps. Register budgets use setmaxnreg; when workers
+get budgets the default partition gets what is left (at most 240 per thread), unless
+`default_num_regs` says otherwise. Partitions share data through shared memory and
+mbarriers only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from ..compiler import ir
+from ..compiler.builder import DynamicValue, builtin
+from . import semantic as sem
+
+__all__ = ["warp_specialize"]
+
+REGISTER_FILE = 65536
+MAX_BUDGET = 240
+
+
+def _captures(args_lists: Sequence[Any]) -> list[ir.Value]:
+    """The distinct runtime values inside the argument tuples, in first-seen order."""
+    found: dict[ir.Value, None] = {}
+
+    def visit(x):
+        if isinstance(x, DynamicValue):
+            found.setdefault(x.handle, None)
+        elif isinstance(x, (list, tuple)):
+            for item in x:
+                visit(item)
+
+    for args in args_lists:
+        visit(args)
+    return list(found)
+
+
+def _rebind(x: Any, renamed: dict, wrap) -> Any:
+    if isinstance(x, DynamicValue):
+        return wrap(renamed[x.handle])
+    if isinstance(x, list):
+        return [_rebind(i, renamed, wrap) for i in x]
+    if isinstance(x, tuple):
+        return tuple(_rebind(i, renamed, wrap) for i in x)
+    return x
+
+
+def _partition(fn, args: tuple, captures: list[ir.Value], num_warps: int) -> tuple[ir.Block, Any]:
+    """`fn(*args)` walked into a block whose args stand for the captures."""
+    b = sem.builder()
+    block_args = tuple(ir.Value(v.type, v.hint) for v in captures)
+    renamed = dict(zip(captures, block_args))
+    saved_warps = b.num_warps
+    ops = b.push_block()
+    b.num_warps = num_warps
+    try:
+        returned = b.inline_function(fn, list(_rebind(args, renamed, b.wrap)), {})
+    finally:
+        b.num_warps = saved_warps
+        b.pop_block()
+    return ir.Block(block_args, tuple(ops)), returned
+
+
+def _results(returned: Any) -> tuple[ir.Value, ...]:
+    if returned is None:
+        return ()
+    items = returned if isinstance(returned, tuple) else (returned,)
+    if not all(isinstance(i, DynamicValue) for i in items):
+        raise sem.builder().error("the default partition must return runtime values (or nothing), "
+                                  f"found {returned!r}")
+    return tuple(i.handle for i in items)
+
+
+def _ints(value: Any, what: str, count: int) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or len(value) != count or \
+            any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        raise sem.builder().error(f"warp_specialize {what} must list {count} compile-time ints "
+                                  f"(one per worker), found {value!r}")
+    return tuple(value)
+
+
+@builtin
+def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
+                    worker_partitions: Sequence[Any], worker_num_warps: Sequence[int],
+                    worker_num_regs: Sequence[int], default_num_regs: Optional[int] = None):
+    """Run `default_partition(*default_args)` on the kernel's warps and each worker
+    partition on its own warps, all at once; returns the default partition's results."""
+    b = sem.builder()
+    if not isinstance(worker_partitions, (list, tuple)) or not worker_partitions:
+        raise b.error("warp_specialize needs a list of worker partitions (@jit functions)")
+    count = len(worker_partitions)
+    if not isinstance(default_args, tuple):
+        raise b.error(f"warp_specialize default_args must be a tuple, found {default_args!r}")
+    if not isinstance(worker_args, tuple):
+        raise b.error(f"warp_specialize worker_args must be a tuple (given to every worker), "
+                      f"found {worker_args!r}")
+    warps = _ints(worker_num_warps, "worker_num_warps", count)
+    regs = _ints(worker_num_regs, "worker_num_regs", count)
+    for w in warps:
+        if w < 1 or w & (w - 1):
+            raise b.error(f"warp_specialize worker_num_warps entries must be powers of two, found {list(warps)}")
+    total = b.num_warps + sum(warps)
+    if total > 32:
+        raise b.error(f"warp_specialize needs {total} warps in all ({b.num_warps} default + "
+                      f"{list(warps)}); a CTA has at most 32")
+    for r in regs:
+        if r and (r % 8 or not 24 <= r <= 256):
+            raise b.error(f"warp_specialize register budgets must be multiples of 8 in "
+                          f"[24, 256] (or 0 for no change), found {list(regs)}")
+    budgeted = any(regs) or default_num_regs
+    if budgeted:
+        partitions = (b.num_warps,) + warps
+        if any(w % 4 for w in partitions):
+            raise b.error(f"register budgets (setmaxnreg) apply per warpgroup: every partition "
+                          f"needs a multiple of 4 warps, found {list(partitions)}",
+                          suggestion="give single-warp roles a 4-warp partition and let one "
+                                     "warp work (e.g. a TMA producer)")
+    if default_num_regs is None:
+        default_num_regs = 0
+        if any(regs):
+            spent = sum(32 * w * (r or REGISTER_FILE // (32 * total)) for w, r in zip(warps, regs))
+            share = (REGISTER_FILE - spent) // (32 * b.num_warps)
+            default_num_regs = min(MAX_BUDGET, share - share % 8)
+    elif isinstance(default_num_regs, bool) or not isinstance(default_num_regs, int) or \
+            default_num_regs % 8 or not 24 <= default_num_regs <= 256:
+        raise b.error(f"default_num_regs must be a multiple of 8 in [24, 256], found {default_num_regs!r}")
+    captures = _captures((default_args, worker_args))
+    default, returned = _partition(default_partition, default_args, captures, b.num_warps)
+    results = _results(returned)
+    default = ir.Block(default.args, default.ops + (ir.Yield(values=results, loc=b.loc),))
+    workers = []
+    for fn, w in zip(worker_partitions, warps):
+        block, returned = _partition(fn, worker_args, captures, w)
+        if returned is not None:
+            raise b.error("worker partitions return nothing; only the default partition's "
+                          "results come back")
+        workers.append(ir.Block(block.args, block.ops + (ir.Yield(loc=b.loc),)))
+    out = tuple(ir.Value(v.type, v.hint) for v in results)
+    b.emit(ir.WarpSpecialize(results=out, captures=tuple(captures), default=default,
+                             workers=tuple(workers), worker_num_warps=warps, worker_num_regs=regs,
+                             default_num_regs=default_num_regs, loc=b.loc))
+    wrapped = tuple(b.wrap(v) for v in out)
+    return None if not wrapped else wrapped[0] if len(wrapped) == 1 else wrapped
