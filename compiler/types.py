@@ -11,6 +11,8 @@ dims; offsets count elements).
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -198,8 +200,144 @@ def scalar_type(name: str) -> ScalarType:
     return ScalarType(aliases.get(name, name))
 
 
-def parse_signature_type(text: str) -> Union[ScalarType, PointerType]:
-    """"*fp32" -> pointer to fp32, "i32" -> i32 (Triton's signature strings)."""
+def parse_signature_type(text: str) -> Union[ScalarType, PointerType, TensorDescriptorType]:
+    """"*fp32" -> pointer to fp32, "i32" -> i32 (Triton's signature strings);
+    "tensordesc<bf16[128,64]>" or "tensordesc<bf16[128,64],swizzle=64>" -> a TMA
+    descriptor type (see `tensor_descriptor_type`)."""
     if text.startswith("*"):
         return PointerType(scalar_type(text[1:]))
+    if text.startswith(TENSOR_DESCRIPTOR_PREFIX):
+        return tensor_descriptor_type(*parse_tensor_descriptor_signature(text))
     return scalar_type(text)
+
+
+# ----------------------------------------------------------------------------- TMA boxes
+# A descriptor's signature string names what the kernel is specialised on: element, box
+# and swizzle, e.g. "tensordesc<bf16[128,64],swizzle=128>" (the canonical form always
+# spells the swizzle; parsing accepts it left out, meaning default_nvmma_swizzle).
+
+TENSOR_DESCRIPTOR_PREFIX = "tensordesc<"
+TMA_MAX_RANK = 5
+TMA_MAX_BOX = 256
+TMA_SWIZZLES = (0, 32, 64, 128)
+_SIGNATURE = re.compile(r"tensordesc<\s*(\w+)\s*\[([0-9,\s]*)\]\s*(?:,\s*swizzle\s*=\s*([0-9]+)\s*)?>")
+
+
+def parse_tensor_descriptor_signature(text: str) -> tuple[ScalarType, tuple[int, ...], Optional[int]]:
+    """(element, block_shape, swizzle or None) of "tensordesc<bf16[128,64],swizzle=128>"."""
+    match = _SIGNATURE.fullmatch(text.strip())
+    dims = match.group(2).split(",") if match else ()
+    if match is None or not all(d.strip().isdigit() for d in dims):
+        raise ValueError(f"bad tensor descriptor signature {text!r}; expected e.g. "
+                         "'tensordesc<bf16[128,64]>' or 'tensordesc<bf16[128,64],swizzle=128>'")
+    block_shape = tuple(int(d) for d in dims)
+    swizzle = match.group(3)
+    return scalar_type(match.group(1)), block_shape, None if swizzle is None else int(swizzle)
+
+
+def tensor_descriptor_signature(element: ScalarType, block_shape, swizzle: int) -> str:
+    """The canonical signature string of a descriptor type (the runtime's key)."""
+    return f"tensordesc<{element}[{','.join(map(str, block_shape))}],swizzle={swizzle}>"
+
+
+def tensor_descriptor_swizzle(type_: TensorDescriptorType) -> int:
+    """The TMA swizzle (0, 32, 64 or 128 bytes) that places a box as `type_.layout`."""
+    for swizzle in TMA_SWIZZLES:
+        if type_.rank == 1 and swizzle:
+            break
+        if tma_box_layout(type_.block_shape, swizzle, type_.element.bits) == type_.layout:
+            return swizzle
+    raise ValueError(f"{type_}: its layout is not a TMA box placement")
+
+
+def tma_box_layout(block_shape, swizzle: int, element_bits: int) -> LinearLayout:
+    """Where TMA puts each element of a box in shared memory (offset, in elements ->
+    dims): row-major with the innermost dim contiguous, then, for a swizzle of 32/64/128
+    bytes, bits [4, 4+k) of the byte address XORed with bits [7, 7+k), k = 1/2/3 (the
+    CU_TENSOR_MAP_SWIZZLE_*B modes; CUTLASS's Swizzle<k, 4, 3>)."""
+    rank = len(block_shape)
+    row_major = []  # offset bit -> coordinates, innermost dim first
+    for dim in reversed(range(rank)):
+        for bit in range(block_shape[dim].bit_length() - 1):
+            row_major.append(tuple((1 << bit) if d == dim else 0 for d in range(rank)))
+    element_shift = (element_bits // 8).bit_length() - 1
+    k = TMA_SWIZZLES.index(swizzle)
+    bases = []
+    for bit, coords in enumerate(row_major):
+        if 7 <= bit + element_shift < 7 + k:  # this bit flips the chunk bit 3 below it
+            coords = tuple(a ^ b for a, b in zip(coords, row_major[bit - 3]))
+        bases.append(coords)
+    return LinearLayout({"offset": bases, "block": []},
+                        [(f"dim{d}", size) for d, size in enumerate(block_shape)])
+
+
+def tensor_descriptor_type(element: ScalarType, block_shape, swizzle: Optional[int] = None,
+                           encoding: Any = None) -> TensorDescriptorType:
+    """The type of a TMA descriptor moving `block_shape` boxes of `element` with `swizzle`
+    bytes (None: `default_nvmma_swizzle`). ValueError naming the broken rule otherwise.
+
+    TMA's rules (cuTensorMapEncodeTiled): rank 1..5, box dims 1..256, the inner box dim a
+    multiple of 16 bytes and at most the swizzle width. weft's: box dims are powers of two,
+    and the box lands in shared memory as the NVMMA layout of its swizzle (HOPPER.md), so
+    the inner box dim is exactly one swizzle row (16 bytes when unswizzled) and a swizzled
+    box has at least the 8 rows one swizzle pattern spans. A rank-1 box is unswizzled and
+    contiguous.
+    """
+    from ..layouts import LayoutError, nvmma_shared
+    from ..layouts.standard import default_nvmma_swizzle
+
+    block_shape = tuple(block_shape)
+    what = f"TMA box {list(block_shape)} of {element}"
+    if not 1 <= len(block_shape) <= TMA_MAX_RANK:
+        raise ValueError(f"{what}: a TMA box has 1 to {TMA_MAX_RANK} dims, got {len(block_shape)}")
+    for dim, size in enumerate(block_shape):
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= TMA_MAX_BOX:
+            raise ValueError(f"{what}: block_shape[{dim}] = {size!r} must be an int from 1 to "
+                             f"{TMA_MAX_BOX} (the TMA box limit); split larger tiles into "
+                             "several copies")
+        if size & (size - 1):
+            raise ValueError(f"{what}: block_shape[{dim}] = {size} must be a power of two "
+                             "(weft's shared layouts cover power-of-two shapes)")
+    if element.name not in _TMA_ELEMENTS:
+        raise ValueError(f"{what}: TMA cannot move {element} elements; supported: "
+                         f"{', '.join(_TMA_ELEMENTS)}")
+    bits = element.bits
+    inner_bytes = block_shape[-1] * bits // 8
+    if swizzle is None:
+        swizzle = 0 if len(block_shape) == 1 else default_nvmma_swizzle(block_shape, bits)
+    if swizzle not in TMA_SWIZZLES:
+        raise ValueError(f"{what}: swizzle {swizzle!r} must be one of {TMA_SWIZZLES} bytes")
+    if inner_bytes % 16:
+        raise ValueError(f"{what}: the inner box dim holds {inner_bytes} bytes; TMA needs a "
+                         f"multiple of 16 bytes (block_shape[-1] a multiple of {128 // bits})")
+    if len(block_shape) == 1:
+        if swizzle:
+            raise ValueError(f"{what}: a rank-1 box cannot be swizzled (swizzle {swizzle}); "
+                             "use swizzle 0 or a 2-D box")
+        return TensorDescriptorType(element, block_shape,
+                                    tma_box_layout(block_shape, 0, bits), encoding)
+    row_bytes = swizzle or 16
+    if inner_bytes != row_bytes:
+        hint = f"use block_shape[-1] = {row_bytes * 8 // bits} ({row_bytes} bytes)"
+        if inner_bytes in TMA_SWIZZLES:
+            rows = math.prod(block_shape[:-1])
+            hint += f", or swizzle {inner_bytes}" + (
+                "" if rows >= 8 else f" with at least 8 box rows (the box has {rows}; a "
+                "swizzle pattern spans 8 rows, so the default swizzle is 0)")
+        raise ValueError(
+            f"{what}: the inner box dim holds {inner_bytes} bytes, but with swizzle {swizzle} "
+            f"a box row in shared memory (the NVMMA layout TMA writes) is {row_bytes} bytes; "
+            + hint)
+    try:
+        layout = nvmma_shared(block_shape, swizzle, bits)
+    except LayoutError as error:
+        raise ValueError(f"{what} with swizzle {swizzle}: {error}") from None
+    if layout != tma_box_layout(block_shape, swizzle, bits):  # the rules above exclude this
+        raise ValueError(f"{what}: TMA's placement with swizzle {swizzle} is not the NVMMA layout")
+    return TensorDescriptorType(element, block_shape, layout, encoding)
+
+
+# Elements a tensor map can hold (CUtensorMapDataType covers 8- to 64-bit elements; i1 is
+# a bit, not a byte, in weft's types).
+_TMA_ELEMENTS = ("fp16", "bf16", "fp32", "fp64", "fp8e4m3", "fp8e5m2",
+                 "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")
