@@ -18,7 +18,8 @@ from ..compiler import ir
 from ..compiler.builder import DynamicValue, builtin
 from ..compiler.types import ScalarType, TensorDescriptorType
 from . import semantic as sem
-from .layouts import LinearSharedLayout
+from ..layouts import LayoutError
+from .layouts import LinearSharedLayout, NVMMASharedLayout
 from .mbarrier import _barrier
 from .shared import SharedMemoryDescriptor
 
@@ -51,7 +52,16 @@ class TensorDescriptorValue(DynamicValue):
     @property
     def layout(self):
         """The shared layout a box lands in (allocate the destination with it)."""
-        return self.type.encoding or LinearSharedLayout.from_linear(self.type.layout)
+        if self.type.encoding is not None:
+            return self.type.encoding
+        for swizzle in (128, 64, 32, 0):  # the NVMMA layout it is, so it extends to rings
+            candidate = NVMMASharedLayout(swizzle, self.dtype.bits, max(2, self.type.rank))
+            try:
+                if candidate.to_linear(self.block_shape) == self.type.layout:
+                    return candidate
+            except LayoutError:
+                continue
+        return LinearSharedLayout.from_linear(self.type.layout)
 
     @property
     def nbytes(self) -> int:

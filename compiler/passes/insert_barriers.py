@@ -6,6 +6,12 @@ last barrier (RAW, WAW), or a write of bytes that another thread may still be re
 the union of both branches pending. Ops that use scratch (reductions across warps,
 conversions through shared memory) synchronise inside themselves; here they count as a
 write of their scratch, a full barrier, then a pending read.
+
+Two refinements keep barriers out of hot loops:
+- ops that one elected thread issues (mbarrier init/arrive/invalidate, TMA) never
+  conflict with each other: it is the same thread;
+- a hazard between something before a loop and an op inside it gets one barrier before
+  the loop, not one per iteration.
 """
 
 from __future__ import annotations
@@ -19,33 +25,65 @@ NAME = "insert_barriers"
 
 
 class _Pending:
-    def __init__(self, reads=(), writes=()):
+    """Accesses since the last barrier: by any threads, and by the elected thread alone."""
+
+    def __init__(self, reads=(), writes=(), solo_reads=(), solo_writes=()):
         self.reads: set[ByteRange] = set(reads)
         self.writes: set[ByteRange] = set(writes)
+        self.solo_reads: set[ByteRange] = set(solo_reads)
+        self.solo_writes: set[ByteRange] = set(solo_writes)
 
     def copy(self) -> "_Pending":
-        return _Pending(self.reads, self.writes)
+        return _Pending(self.reads, self.writes, self.solo_reads, self.solo_writes)
 
     def union(self, other: "_Pending") -> "_Pending":
-        return _Pending(self.reads | other.reads, self.writes | other.writes)
+        return _Pending(self.reads | other.reads, self.writes | other.writes,
+                        self.solo_reads | other.solo_reads, self.solo_writes | other.solo_writes)
+
+    def empty(self) -> bool:
+        return not (self.reads or self.writes or self.solo_reads or self.solo_writes)
+
+    def clear(self) -> None:
+        for group in (self.reads, self.writes, self.solo_reads, self.solo_writes):
+            group.clear()
+
+    def take(self, other: "_Pending") -> None:
+        self.reads, self.writes = other.reads, other.writes
+        self.solo_reads, self.solo_writes = other.solo_reads, other.solo_writes
 
     def conflicts(self, access: Access) -> bool:
+        writes = self.writes if access.solo else self.writes | self.solo_writes
+        reads = self.reads if access.solo else self.reads | self.solo_reads
         for r in access.reads:
-            if any(r.overlaps(w) for w in self.writes):
+            if any(r.overlaps(w) for w in writes):
                 return True
         for w in access.writes:
-            if any(w.overlaps(x) for x in self.writes | self.reads):
+            if any(w.overlaps(x) for x in writes | reads):
                 return True
         return False
 
     def apply(self, access: Access) -> None:
         if access.syncs:
-            self.reads.clear()
-            self.writes.clear()
+            self.clear()
             self.reads.update(access.pending_reads)
             return
-        self.reads.update(access.reads)
-        self.writes.update(access.writes)
+        if access.solo:
+            self.solo_reads.update(access.reads)
+            self.solo_writes.update(access.writes)
+        else:
+            self.reads.update(access.reads)
+            self.writes.update(access.writes)
+
+
+def _touches(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int) -> bool:
+    """Whether any op in `block` (or its regions) conflicts with `pending`."""
+    for op in block.ops:
+        buffers.define(op)
+        if any(_touches(region, pending, buffers, num_warps) for region in op.nested_blocks()):
+            return True
+        if pending.conflicts(access_of(op, buffers, num_warps)):
+            return True
+    return False
 
 
 def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int) -> Block:
@@ -53,26 +91,23 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
     for op in block.ops:
         buffers.define(op)
         if isinstance(op, Barrier):
-            pending.reads.clear()
-            pending.writes.clear()
+            pending.clear()
             ops.append(op)
             continue
         if isinstance(op, (For, While)):
-            blocks = op.nested_blocks()
+            if not pending.empty() and any(_touches(b, pending, buffers, num_warps)
+                                           for b in op.nested_blocks()):
+                ops.append(Barrier(loc=op.loc))  # once, before the loop
+                pending.clear()
             entry = pending.copy()
             # First pass finds what is pending at the end of an iteration; the second
             # starts from that too, so hazards across the back edge get barriers.
             probe = entry.copy()
-            for b in blocks:
+            for b in op.nested_blocks():
                 _walk(b, probe, buffers, num_warps)
             state = entry.union(probe)
-            new_blocks = []
-            for b in blocks:
-                new_blocks.append(_walk(b, state, buffers, num_warps))
-            names = [f.name for f in dataclasses.fields(op) if isinstance(getattr(op, f.name), Block)]
-            op = dataclasses.replace(op, **dict(zip(names, new_blocks)))
-            merged = entry.union(state)
-            pending.reads, pending.writes = merged.reads, merged.writes
+            op = op.map_regions(lambda region: _walk(region, state, buffers, num_warps))
+            pending.take(entry.union(state))
             ops.append(op)
             continue
         if isinstance(op, If):
@@ -80,28 +115,24 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
             then_body = _walk(op.then_body, then_state, buffers, num_warps)
             else_body = _walk(op.else_body, else_state, buffers, num_warps)
             op = dataclasses.replace(op, then_body=then_body, else_body=else_body)
-            merged = then_state.union(else_state)
-            pending.reads, pending.writes = merged.reads, merged.writes
+            pending.take(then_state.union(else_state))
             ops.append(op)
             continue
         if isinstance(op, WarpSpecialize):
             # Partitions start together and end together (the backend joins them with a
             # full barrier), so whatever is pending is settled before the split; inside,
             # each partition only orders its own threads (its barriers are named ones).
-            if pending.reads or pending.writes:
+            if not pending.empty():
                 ops.append(Barrier(loc=op.loc))
-            warps = (num_warps,) + tuple(op.worker_num_warps)
-            bodies = iter(warps)
-            op = op.map_regions(lambda region: _walk(region, _Pending(), buffers, next(bodies)))
-            pending.reads.clear()
-            pending.writes.clear()
+            warps = iter((num_warps,) + tuple(op.worker_num_warps))
+            op = op.map_regions(lambda region: _walk(region, _Pending(), buffers, next(warps)))
+            pending.clear()
             ops.append(op)
             continue
         access = access_of(op, buffers, num_warps)
         if pending.conflicts(access):
             ops.append(Barrier(loc=op.loc))
-            pending.reads.clear()
-            pending.writes.clear()
+            pending.clear()
         pending.apply(access)
         ops.append(op)
     return Block(block.args, tuple(ops))

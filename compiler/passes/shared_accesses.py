@@ -11,7 +11,8 @@ from typing import Optional
 
 from ..ir import (AllocShared, AsyncCopy, ConvertLayout, MBarrierArrive, MBarrierExpect, MBarrierInit,
                   MBarrierInvalidate, MBarrierWait, Op, Reduce, SharedIndex, SharedLoad, SharedPermute,
-                  SharedSlice, SharedStore, TmaLoad, TmaStore, Value, WarpGroupDot, is_shared)
+                  SharedSlice, SharedStore, TmaLoad, TmaStore, Value, WarpGroupDot, WarpSpecialize,
+                  is_shared)
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Access:
     writes: tuple[ByteRange, ...] = ()
     syncs: bool = False
     pending_reads: tuple[ByteRange, ...] = ()
+    solo: bool = False  # made by the one elected thread (mbarrier and TMA issue)
 
 
 class BufferRanges:
@@ -45,6 +47,11 @@ class BufferRanges:
             self.ranges[op.result] = ByteRange(op.offset, op.offset + op.result.type.num_bytes)
         elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute)) and op.buffer in self.ranges:
             self.ranges[op.result] = self.ranges[op.buffer]
+        elif isinstance(op, WarpSpecialize):  # partitions see captured buffers as block args
+            for region in op.nested_blocks():
+                for arg, captured in zip(region.args, op.captures):
+                    if captured in self.ranges:
+                        self.ranges[arg] = self.ranges[captured]
 
     def of(self, value: Value) -> Optional[ByteRange]:
         return self.ranges.get(value)
@@ -74,6 +81,7 @@ def access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         writes=tuple(w for w in access.writes if w is not None),
         syncs=access.syncs,
         pending_reads=access.pending_reads,
+        solo=access.solo,
     )
 
 
@@ -88,14 +96,14 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
     # mbarrier ops) and wgmma read memory other threads wrote: a barrier must come first.
     # Async writes (TMA loads, cp.async) are ordered by mbarrier waits and wait_group,
     # not by bar.sync, so they are not writes here; the emulator checks those protocols.
-    if isinstance(op, MBarrierInit):
-        return Access(writes=(buffers.of(op.barrier),))
-    if isinstance(op, MBarrierInvalidate):
-        return Access(writes=(buffers.of(op.barrier),))
-    if isinstance(op, (MBarrierExpect, MBarrierArrive, MBarrierWait, TmaLoad)):
+    if isinstance(op, (MBarrierInit, MBarrierInvalidate)):
+        return Access(writes=(buffers.of(op.barrier),), solo=True)
+    if isinstance(op, (MBarrierExpect, MBarrierArrive, TmaLoad)):
+        return Access(reads=(buffers.of(op.barrier),), solo=True)
+    if isinstance(op, MBarrierWait):
         return Access(reads=(buffers.of(op.barrier),))
     if isinstance(op, TmaStore):
-        return Access(reads=(buffers.of(op.buffer),))
+        return Access(reads=(buffers.of(op.buffer),), solo=True)
     if isinstance(op, WarpGroupDot):
         return Access(reads=tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v)))
     if isinstance(op, AsyncCopy):
