@@ -1,0 +1,196 @@
+"""The host side of matmul: checks, descriptors, grid, autotuning, the numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import lowlevel as ll
+from .._launch import is_torch
+from .config import Config, configs_for
+from .kernels import pipelined_matmul, warp_specialized_matmul
+
+_INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
+_OUTPUT_BITS = {"fp16": 16, "bf16": 16, "fp32": 32}
+EMULATED_PROGRAMS = 2  # persistent CTAs on the emulator: enough to walk several tiles each
+_TUNED: dict = {}
+
+
+def _signature(dtype) -> str:
+    from ...runtime.arguments import ArgumentTypeError, dtype_signature
+
+    try:
+        return dtype_signature(dtype)
+    except ArgumentTypeError:
+        return str(dtype)
+
+
+def _strides(x) -> tuple[int, ...]:
+    return tuple(x.stride()) if is_torch(x) else tuple(s // x.itemsize for s in x.strides)
+
+
+def _check_inputs(a, b) -> tuple[str, bool]:
+    """(input dtype name, whether B is K-major); ValueError/TypeError on bad input."""
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ValueError(f"matmul takes 2-D a [M, K] and b [K, N], got shapes {tuple(a.shape)} "
+                         f"and {tuple(b.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: a is {tuple(a.shape)} and b is {tuple(b.shape)}; a's K "
+                         f"({a.shape[1]}) must equal b's K ({b.shape[0]})")
+    kind_a, kind_b = _signature(a.dtype), _signature(b.dtype)
+    if kind_a not in _INPUT_BITS or kind_a != kind_b:
+        raise TypeError(f"matmul takes a and b of one dtype among {sorted(_INPUT_BITS)}, got "
+                        f"{kind_a} and {kind_b}")
+    if is_torch(a) != is_torch(b) or (is_torch(a) and a.device != b.device):
+        raise ValueError("matmul: a and b must live on the same device")
+    if _strides(a)[1] != 1:
+        raise ValueError(f"matmul: a must have K contiguous (stride 1 along dim 1), got "
+                         f"strides {_strides(a)}; pass a.contiguous()")
+    sb = _strides(b)
+    if sb[1] == 1 and b.shape[1] > 1:
+        k_major = False
+    elif sb[0] == 1:
+        k_major = True
+    else:
+        raise ValueError(f"matmul: b must be row-major (N contiguous) or K-major (a transposed "
+                         f"[N, K] tensor), got strides {sb}; pass b.contiguous()")
+    if _INPUT_BITS[kind_a] == 8 and not k_major:
+        raise ValueError("matmul: fp8 b must be K-major (wgmma cannot transpose 8-bit tiles): "
+                         "pass b as bt.t() for a contiguous bt of shape [N, K]")
+    return kind_a, k_major
+
+
+def _out_dtype(a, out_dtype, kind: str):
+    if out_dtype is None:
+        if _INPUT_BITS[kind] == 16:
+            return a.dtype, kind
+        if not is_torch(a):
+            raise TypeError("matmul of fp8 numpy arrays needs out_dtype (fp16 or fp32)")
+        import torch
+
+        return torch.bfloat16, "bf16"
+    name = _signature(out_dtype)
+    if name not in _OUTPUT_BITS:
+        raise TypeError(f"matmul out_dtype must be one of {sorted(_OUTPUT_BITS)}, got {name}")
+    return out_dtype, name
+
+
+def _aligned(x, inner: int):
+    """`x` (2-D, last dim contiguous) with rows starting on 16 bytes, as TMA needs:
+    itself when they already do, else a zero-padded copy of the same values."""
+    item = x.element_size() if is_torch(x) else x.itemsize
+    stride = _strides(x)[0]
+    if (stride * item) % 16 == 0 and (x.data_ptr() if is_torch(x) else x.ctypes.data) % 16 == 0:
+        return x
+    padded_cols = -(-inner * item // 16) * 16 // item
+    if is_torch(x):
+        import torch
+
+        out = torch.zeros((x.shape[0], padded_cols), dtype=x.dtype, device=x.device)
+    else:
+        out = np.zeros((x.shape[0], padded_cols), dtype=x.dtype)
+    out[:, :inner] = x
+    return out
+
+
+def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits: int):
+    from ...runtime.tensor_descriptor import TensorDescriptor
+
+    swizzled_in = ll.NVMMASharedLayout(128, in_bits)
+    row = 1024 // in_bits  # elements in a 128-byte swizzle row
+    a_desc = TensorDescriptor.from_tensor(a, [config.block_m, config.block_k], swizzled_in)
+    if k_major:
+        b_desc = TensorDescriptor.from_tensor(b.T, [config.block_n, config.block_k], swizzled_in)
+    else:
+        b_desc = TensorDescriptor.from_tensor(b, [config.block_k, min(row, config.block_n)], swizzled_in)
+    c_desc = TensorDescriptor.from_tensor(c, [config.block_m, min(1024 // out_bits, config.block_n)],
+                                          ll.NVMMASharedLayout(128, out_bits))
+    return a_desc, b_desc, c_desc
+
+
+def _launch(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, programs: int,
+            in_bits: int, out_bits: int) -> None:
+    a_desc, b_desc, c_desc = _descriptors(a, b, c, k_major, config, in_bits, out_bits)
+    common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                  STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
+                  NUM_WARPS=config.num_warps, num_warps=config.num_warps)
+    if config.variant == "warp_specialized":
+        warp_specialized_matmul[(programs,)](a_desc, b_desc, c_desc, m, n, k,
+                                             PRODUCER_REGS=config.producer_regs, **common)
+    else:
+        pipelined_matmul[(programs,)](a_desc, b_desc, c_desc, m, n, k, **common)
+
+
+def _programs(a, m: int, n: int, config: Config) -> int:
+    tiles = -(-m // config.block_m) * -(-n // config.block_n)
+    if is_torch(a) and a.is_cuda:
+        from ...runtime import driver
+
+        return min(tiles, driver.device_properties(a.device.index or 0).sm_count)
+    return min(tiles, EMULATED_PROGRAMS)
+
+
+def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config:
+    """The fastest candidate for this problem (timed once with CUDA events, then cached)."""
+    key = (m, n, k, k_major, kinds, a.device.index)
+    if key in _TUNED:
+        return _TUNED[key]
+    import torch
+
+    best, best_time = None, float("inf")
+    for config in configs_for(in_bits, out_bits):
+        programs = _programs(a, m, n, config)
+        run = lambda: _launch(a, b, c, m, n, k, k_major, config, programs, in_bits, out_bits)  # noqa: E731
+        run()  # compile and warm up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            run()
+        end.record()
+        end.synchronize()
+        elapsed = start.elapsed_time(end)
+        if elapsed < best_time:
+            best, best_time = config, elapsed
+    _TUNED[key] = best
+    return best
+
+
+def matmul(a, b, out_dtype=None, *, config: Config | None = None):
+    """C = A @ B with fp32 accumulation, in `out_dtype` (default: a's dtype; bf16 for fp8)."""
+    kind, k_major = _check_inputs(a, b)
+    out_dtype, out_kind = _out_dtype(a, out_dtype, kind)
+    in_bits, out_bits = _INPUT_BITS[kind], _OUTPUT_BITS[out_kind]
+    m, k = a.shape
+    n = b.shape[1]
+    if config is not None:
+        config.check_fits(in_bits, out_bits)
+    a = _aligned(a, k)
+    b = _aligned(b.T, k).T if k_major else _aligned(b, n)
+    padded_n = -(-n * out_bits // 128) * 128 // out_bits
+    if is_torch(a):
+        import torch
+
+        c = torch.empty((m, padded_n), dtype=out_dtype, device=a.device)
+    else:
+        c = np.empty((m, padded_n), dtype=out_dtype)
+    c = c[:, :n]  # rows still start on 16 bytes, as TMA needs
+    if m == 0 or n == 0:
+        return c
+    if k == 0:
+        c[:] = 0
+        return c
+    if config is None:
+        if is_torch(a) and a.is_cuda:
+            config = _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, (kind, out_kind))
+        else:
+            config = Config(block_k=1024 // in_bits, stages=3 if out_bits < 32 else 2)
+    _launch(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
+    return c
+
+
+def reference_matmul(a, b) -> np.ndarray:
+    """A @ B in float64 (numpy), from any arrays the kernel takes."""
+    def host(x):
+        if is_torch(x):
+            return x.detach().float().cpu().numpy().astype(np.float64)
+        return np.asarray(x, dtype=np.float64)
+    return host(a) @ host(b)
