@@ -206,7 +206,7 @@ def parse_signature_type(text: str) -> Union[ScalarType, PointerType, TensorDesc
     descriptor type (see `tensor_descriptor_type`)."""
     if text.startswith("*"):
         return PointerType(scalar_type(text[1:]))
-    if text.startswith(TENSOR_DESCRIPTOR_PREFIX):
+    if text.lstrip().startswith(TENSOR_DESCRIPTOR_PREFIX):
         return tensor_descriptor_type(*parse_tensor_descriptor_signature(text))
     return scalar_type(text)
 

@@ -4,7 +4,8 @@ packed for cuLaunchKernelEx.
 Every argument is *read* once per launch by a reader chosen by `type(arg)` (cached), giving
 
     key   = (type, signature string, specialization bits, device)
-    value = the 64-bit address for arrays, the Python number for scalars
+    value = the 64-bit address for arrays, the Python number for scalars, the 128 bytes
+            of the CUtensorMap for a TensorDescriptor (None for a host one)
 
 `key` is hashable and cheap, so a launcher or the JIT dispatcher can check a whole
 argument list with one dict lookup; `value` is what gets packed. `device` is a CUDA
@@ -13,7 +14,9 @@ ordinal the object does not tell (a bare `__cuda_array_interface__`), OTHER_DEVI
 memory weft cannot use (MPS, XPU, ...), and None for scalars.
 
 Specialization (DESIGN.md runtime/): integers on `== 1` and divisibility by 16, pointers
-on 16-byte alignment.
+on 16-byte alignment. A TensorDescriptor's signature string ("tensordesc<bf16[128,64],
+swizzle=128>") is its specialization: element, box and swizzle; it goes to the kernel by
+value as a 128-byte parameter.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..compiler.types import (TENSOR_DESCRIPTOR_PREFIX, parse_tensor_descriptor_signature,
+                              tensor_descriptor_signature, tensor_descriptor_swizzle,
+                              tensor_descriptor_type)
+
 HOST = -1
 UNKNOWN_DEVICE = -2
 OTHER_DEVICE = -3
@@ -32,6 +39,9 @@ OTHER_DEVICE = -3
 # Specialization bits, and the names the compiler sees (`specialization_names`).
 SPEC_EQUAL_TO_1 = 1
 SPEC_DIVISIBLE_BY_16 = 2
+# In a TensorDescriptor's key: its memory is a torch tensor's, so the launch follows
+# torch's current stream as it does for torch tensor arguments (no compiler meaning).
+TORCH_MEMORY = 4
 EQUAL_TO_1 = "equal_to_1"
 DIVISIBLE_BY_16 = "divisible_by_16"
 
@@ -249,8 +259,40 @@ def _read_dlpack(obj):
     return (type(obj), "*" + sig, _align_bits(address), device), address
 
 
+def _read_tensor_descriptor(desc):
+    return desc.launch_key, desc.tensor_map
+
+
+def on_torch_stream(key: tuple) -> bool:
+    """True when an argument's memory belongs to torch on a CUDA device: the launch then
+    goes to torch's current stream."""
+    cls, sig, bits, device = key
+    if device is None or device < 0:
+        return False
+    if is_descriptor_type(sig):
+        return bool(bits & TORCH_MEMORY)
+    return cls.__module__.split(".")[0] == "torch"
+
+
+def is_descriptor_type(param_type: str) -> bool:
+    """True for a TMA descriptor parameter's signature string."""
+    return param_type.startswith(TENSOR_DESCRIPTOR_PREFIX)
+
+
+def canonical_descriptor_type(text: str) -> str:
+    """The canonical spelling of a descriptor signature string (the swizzle spelled out,
+    no spaces), so that compile(signature=...) and launched descriptors key alike.
+    ValueError naming the broken rule for a box TMA cannot move."""
+    element, block_shape, swizzle = parse_tensor_descriptor_signature(text)
+    type_ = tensor_descriptor_type(element, block_shape, swizzle)
+    return tensor_descriptor_signature(element, block_shape, tensor_descriptor_swizzle(type_))
+
+
 def _reader_for(cls) -> Callable:
     """Choose (once per type) how to read arguments of type `cls`."""
+    from .tensor_descriptor import TensorDescriptor  # it imports this module
+    if issubclass(cls, TensorDescriptor):
+        return _read_tensor_descriptor
     if issubclass(cls, bool):
         return _read_bool
     if issubclass(cls, int):
@@ -345,6 +387,8 @@ def describe(key: tuple) -> str:
             f"a {name} scalar ({sig})"
     where = {HOST: "host memory", UNKNOWN_DEVICE: "a CUDA device",
              OTHER_DEVICE: "a non-CUDA device"}.get(device, f"cuda:{device}")
+    if is_descriptor_type(sig):
+        return f"a {name} {sig} over {where}"
     return f"a {name} of dtype {sig[1:]} ({sig}) in {where}"
 
 
@@ -381,14 +425,17 @@ def check_keys(kernel: str, names: Sequence[str], param_types: Sequence[str],
     for name, ptype, key in zip(names, param_types, keys):
         cls, sig, _, where = key
         what = f"argument '{name}' of kernel '{kernel}'"
-        if ptype.startswith("*"):
-            if where is None:
-                raise ArgumentTypeError(f"{what} must be a {ptype} array, got "
-                                        f"{describe(key)}")
+        descriptor = is_descriptor_type(ptype)
+        if descriptor or ptype.startswith("*"):
+            if where is None or descriptor != is_descriptor_type(sig):
+                wanted = f"a TensorDescriptor ({ptype})" if descriptor else f"a {ptype} array"
+                raise ArgumentTypeError(f"{what} must be {wanted}, got {describe(key)}")
             if sig != ptype:
+                wanted = "a TensorDescriptor of that type" if descriptor else \
+                    f"a {ptype[1:]} array"
                 raise ArgumentTypeError(
-                    f"{what} was compiled for {ptype} but got {describe(key)}; pass a "
-                    f"{ptype[1:]} array or compile the kernel for {sig}")
+                    f"{what} was compiled for {ptype} but got {describe(key)}; pass "
+                    f"{wanted} or compile the kernel for {sig}")
             if where == HOST:
                 raise LaunchError(
                     f"{what} is {describe(key)}, but a GPU launch needs device memory; "
@@ -490,12 +537,28 @@ def _int_packer(name: str, kernel: str, ptype: str) -> Callable:
     return pack
 
 
+_TENSOR_MAP_BYTES = 128
+_TENSOR_MAP_ALIGN = 64  # CUtensorMap's alignment (alignas(64) in cuda.h)
+_TensorMapHolder = ctypes.c_char * _TENSOR_MAP_BYTES
+
+
+def tensor_map_holder() -> ctypes.Array:
+    """A 64-byte aligned 128-byte holder; assigning `.value = bytes` copies all 128 bytes
+    (a c_char array's value setter copies embedded zeros too)."""
+    raw = (ctypes.c_char * (_TENSOR_MAP_BYTES + _TENSOR_MAP_ALIGN))()
+    offset = -ctypes.addressof(raw) % _TENSOR_MAP_ALIGN
+    return _TensorMapHolder.from_buffer(raw, offset)  # keeps `raw` alive
+
+
 def make_holders(param_types: Sequence[str]) -> list:
-    """One ctypes holder per parameter (c_uint64 for pointers)."""
+    """One ctypes holder per parameter (c_uint64 for pointers, 128 bytes for TMA
+    descriptors)."""
     holders = []
     for ptype in param_types:
         if ptype.startswith("*"):
             holders.append(ctypes.c_uint64())
+        elif is_descriptor_type(ptype):
+            holders.append(tensor_map_holder())
         elif ptype in _HOLDERS:
             holders.append(_HOLDERS[ptype]())
         else:
@@ -506,11 +569,11 @@ def make_holders(param_types: Sequence[str]) -> list:
 
 def make_packers(kernel: str, names: Sequence[str], param_types: Sequence[str]) -> tuple:
     """Per parameter: None when the read value can be stored into its holder as is
-    (pointers, fp32, fp64), else a function value -> holder value (range checks, fp16
-    and bf16 bit patterns)."""
+    (pointers, fp32, fp64, tensor-map bytes), else a function value -> holder value
+    (range checks, fp16 and bf16 bit patterns)."""
     packers = []
     for name, ptype in zip(names, param_types):
-        if ptype.startswith("*") or ptype in ("fp32", "fp64"):
+        if ptype.startswith("*") or ptype in ("fp32", "fp64") or is_descriptor_type(ptype):
             packers.append(None)
         elif ptype == "fp16":
             packers.append(fp16_bits)

@@ -202,10 +202,23 @@ class JITFunction:
             raise LaunchError(f"signature of kernel '{self.__name__}' must name exactly "
                               f"{list(self.runtime_names)}; missing {missing}, "
                               f"unexpected {extra}")
+        signature = {n: self._canonical_type(n, t) for n, t in signature.items()}
         constexprs = self._complete_constexprs(dict(constexprs or {}))
         specialization = {n: (specialization or {}).get(n, "") for n in self.runtime_names}
         options = {"num_warps": int(num_warps), **options, "target": target}
         return self._compile(signature, constexprs, specialization, options)
+
+    def _canonical_type(self, name: str, text) -> str:
+        """Descriptor types spelled as launched descriptors spell them, so a kernel
+        compiled ahead of time accepts them ("tensordesc<bf16[128,64]>" ->
+        "tensordesc<bf16[128,64],swizzle=128>"); other types as given."""
+        if not isinstance(text, str) or not arguments.is_descriptor_type(text.strip()):
+            return text
+        try:
+            return arguments.canonical_descriptor_type(text)
+        except ValueError as error:
+            raise LaunchError(f"kernel '{self.__name__}': signature of '{name}': "
+                              f"{error}") from None
 
     def _complete_constexprs(self, given: dict) -> dict:
         extra = [n for n in given if n not in self.constexpr_names]

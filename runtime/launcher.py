@@ -92,8 +92,7 @@ class Launcher:
             chosen = keys if self._select is None else tuple(keys[i] for i in self._select)
             device = arguments.check_keys(self.name, self.param_names, self.param_types,
                                           chosen)
-            torch_stream = any(k[3] is not None and k[3] >= 0 and
-                               k[0].__module__.split(".")[0] == "torch" for k in keys)
+            torch_stream = any(arguments.on_torch_stream(k) for k in keys)
             plan = LaunchPlan(device if device is not None and device >= 0 else None,
                               torch_stream)
             if torch_stream and self._torch_stream_fn is None:

@@ -4,6 +4,17 @@ The function uses the `ptx_kernel` calling convention (a `.entry`) with the attr
 `"nvvm.maxntid"` = 32 * num_warps, so ptxas knows the block size (`.maxntid`). Pointer
 parameters are `ptr addrspace(1)` (global memory), scalars are passed by value.
 
+A TMA descriptor parameter (`TensorDescriptorType`) is the 128-byte CUtensorMap passed by
+value: `ptr byval([128 x i8]) align 64 "nvvm.grid_constant"`, which NVPTX emits as
+`.param .align 64 .b8 name[128]`. Marking it grid-constant (CUDA's `__grid_constant__`;
+LLVM 21+ spells it as this parameter attribute) lets the kernel take its address without
+a copy to local memory: the address is `cvta.param` of the parameter, a generic address
+of the param-space object, as TMA instructions require (PTX ISA, "Tensor-map": the map
+may live in .param space, used through its generic address). The value rules get from
+`ctx.get(descriptor_param)` is that address as an **i64**, ready for an inline-PTX `l`
+operand: `cp.async.bulk.tensor... [smem], [$desc, {x, y}], [mbar]`, `prefetch.tensormap
+[$desc]`. It is computed once in the entry block.
+
 Shared memory is one byte array, `weft_shared`, aligned to 1024 bytes (the 128-byte
 swizzle atom's alignment): a static `.shared` array of `kernel.shared_bytes` when that is
 at most 48 KB, else an `.extern .shared` array whose size the launch passes as dynamic
@@ -15,11 +26,11 @@ from __future__ import annotations
 from typing import Optional
 
 from llvmlite import ir
-from llvmlite.ir.values import FunctionAttributes
+from llvmlite.ir.values import ArgumentAttributes, FunctionAttributes
 
 from ..errors import CompilationError
 from ..ir import Kernel
-from ..types import PointerType
+from ..types import PointerType, TensorDescriptorType
 from . import llvm_types as T
 from .context import DEFAULT_RULES, Lowering
 from .target import TRIPLE, data_layout
@@ -38,6 +49,23 @@ def static_shared_bytes(kernel: Kernel) -> int:
     """Bytes of shared memory declared statically in the PTX (the rest is dynamic):
     `CompiledKernel.metadata["static_shared"]`, which the launcher subtracts."""
     return 0 if uses_dynamic_shared_memory(kernel) else kernel.shared_bytes
+
+
+TENSOR_MAP = ir.ArrayType(T.I8, 128)
+TENSOR_MAP_ALIGN = 64
+
+
+class _ByValueAttributes(ArgumentAttributes):
+    """`byval(<type>)` plus string attributes on an opaque-pointer argument (llvmlite
+    only spells `byval` for typed pointers, which LLVM 22 no longer parses)."""
+
+    def __init__(self, pointee: ir.Type, strings: tuple[str, ...]):
+        super().__init__()
+        self._pointee, self._strings = pointee, strings
+
+    def _to_list(self, typ):
+        return [f"byval({self._pointee})", *(f'"{s}"' for s in self._strings),
+                *super()._to_list(typ)]
 
 
 class _KernelAttributes(FunctionAttributes):
@@ -67,11 +95,13 @@ def _shared_memory(module: ir.Module, kernel: Kernel) -> Optional[ir.GlobalVaria
 def _parameter_type(value) -> ir.Type:
     if isinstance(value.type, PointerType):
         return T.GLOBAL_PTR
+    if isinstance(value.type, TensorDescriptorType):
+        return T.GENERIC_PTR
     try:
         return T.element_type(value.type)
     except (KeyError, AttributeError):
         raise CompilationError(f"kernel parameter {value!r} has type {value.type}, which cannot be "
-                               "passed to a kernel (pointers and scalars only)") from None
+                               "passed to a kernel (pointers, scalars and TMA descriptors only)") from None
 
 
 def lower_to_llvm(kernel: Kernel, rules: Optional[dict] = None) -> str:
@@ -92,10 +122,16 @@ def lower_to_llvm(kernel: Kernel, rules: Optional[dict] = None) -> str:
             argument.add_attribute("noundef")
             if divisor and divisor & (divisor - 1) == 0 and divisor > 1:
                 argument.attributes.align = min(divisor, 1 << 12)
+        elif isinstance(param.type, TensorDescriptorType):
+            argument.attributes = _ByValueAttributes(TENSOR_MAP, ("nvvm.grid_constant",))
+            argument.attributes.align = TENSOR_MAP_ALIGN
     ctx = Lowering(kernel, module, function, DEFAULT_RULES if rules is None else rules,
                    _shared_memory(module, kernel))
     for param, argument in zip(kernel.params, function.args):
-        ctx.define(param, argument)
+        if isinstance(param.type, TensorDescriptorType):
+            ctx.define(param, ctx.prologue.ptrtoint(argument, T.I64, name=f"{argument.name}.addr"))
+        else:
+            ctx.define(param, argument)
     ctx.lower_block(kernel.body)
     ctx.builder.ret_void()
     return str(module)
