@@ -53,8 +53,13 @@ class TensorDescriptor:
     Fields (read-only): base, shape, strides, block_shape, layout (an NVMMASharedLayout;
     None for a rank-1 box, which is contiguous), dtype (weft ScalarType), type (the
     TensorDescriptorType kernels are specialised on), swizzle (bytes), device (CUDA
-    ordinal, or arguments.HOST / UNKNOWN_DEVICE), signature (the kernel's parameter type
-    string) and tensor_map (the 128 encoded bytes; None for host tensors).
+    ordinal, or arguments.HOST / UNKNOWN_DEVICE), address (of base's first element),
+    signature (the kernel's parameter type string), tensor_map (the 128 encoded bytes;
+    None for host tensors) and launch_key (what `arguments.read` keys a launch on).
+
+    `TensorDescriptor(base, shape, strides, block_shape, layout)` describes `shape` and
+    `strides` (elements) starting at base's first element, e.g. a view that is not a
+    tensor of its own; `from_tensor` takes them from the tensor.
     """
 
     __slots__ = ("base", "shape", "strides", "block_shape", "layout", "dtype", "type",
