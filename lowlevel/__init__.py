@@ -32,6 +32,7 @@ from .shared import SharedMemoryDescriptor, allocate_shared_memory
 from .tensor import Tensor
 from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
 from .tma import TensorDescriptorValue
+from ..runtime.tensor_descriptor import TensorDescriptor
 from .warp_specialize import warp_specialize
 from .wgmma import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
@@ -59,7 +60,7 @@ __all__ = [
     "DistributedLayout", "SharedLayout", "MBarrierLayout",
     # Hopper async machinery
     "mbarrier", "tma", "async_copy", "warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared",
-    "warp_specialize", "TensorDescriptorValue",
+    "warp_specialize", "TensorDescriptorValue", "TensorDescriptor",
     # values
     "Tensor", "tensor", "SharedMemoryDescriptor", "dtype", "pointer_type",
     # ops
