@@ -18,7 +18,7 @@ from ..compiler import ir
 from ..compiler.builder import builtin
 from ..compiler.types import TensorType, bf16, fp16, fp32, fp8e4m3, fp8e5m2
 from . import semantic as sem
-from .layouts import DotOperandLayout, NVMMADistributedLayout, NVMMASharedLayout
+from .layouts import DotOperandLayout, NVMMADistributedLayout
 from .shared import SharedMemoryDescriptor
 
 __all__ = ["fence_async_shared", "warpgroup_mma", "warpgroup_mma_wait"]
@@ -50,6 +50,13 @@ def _check_accumulator(acc: Any) -> NVMMADistributedLayout:
     if acc.type.element not in (fp32, fp16):
         raise b.error(f"warpgroup_mma accumulates in fp32 (or fp16), found {acc.type.element}")
     return encoding
+
+
+def _contiguous_dim(layout) -> int:
+    """The dim that offset 1 steps along (the operand's contiguous dim)."""
+    names = [f"dim{i}" for i in range(len(layout.out_dims))]
+    first = layout.transpose_outs(names).bases["offset"][0]
+    return next(d for d, v in enumerate(first) if v)
 
 
 def _operand_shape(x: Any, name: str) -> tuple[int, ...]:
@@ -96,12 +103,13 @@ def warpgroup_mma(a: Any, b: Any, acc: Any, *, use_acc: Any = True, is_async: bo
                 or a_enc.parent != encoding:
             raise bld.error(f"a register operand a must be in DotOperandLayout(0, <acc layout>, "
                             f"k_width={32 // a_type.bits}), found {sem.describe(a)}")
-    for name, x in (("a", a), ("b", b)):
-        if isinstance(x, SharedMemoryDescriptor) and a_type.bits == 8:
-            layout = x.layout
-            if isinstance(layout, NVMMASharedLayout) and layout.transposed:
-                raise bld.error(f"fp8 operand {name} must be K-major (wgmma cannot transpose "
-                                f"8-bit operands)")
+    for name, x, k_dim in (("a", a, 1), ("b", b, 0)):
+        if isinstance(x, SharedMemoryDescriptor) and a_type.bits == 8 and \
+                _contiguous_dim(x.type.layout) != k_dim:
+            raise bld.error(f"fp8 operand {name} must be K-major (K contiguous in shared "
+                            f"memory): wgmma cannot transpose 8-bit operands",
+                            suggestion="keep B as an [N, K] tile and pass b_smem.permute((1, 0))"
+                            if name == "b" else "load A as an [M, K] tile with K contiguous")
     if use_acc is True:
         flag = None
     else:

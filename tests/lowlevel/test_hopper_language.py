@@ -182,7 +182,7 @@ def wgmma_fp8_transposed():
     a = ll.allocate_shared_memory(ll.float8e4nv, [64, 64], ll.NVMMASharedLayout(64, 8))
     b = ll.allocate_shared_memory(ll.float8e4nv, [64, 64], ll.NVMMASharedLayout(64, 8))
     acc = ll.zeros([64, 64], ll.float32, ACC)
-    ll.warpgroup_mma(a, b.permute((1, 0)), acc)
+    ll.warpgroup_mma(a, b, acc)  # b [K, N] with N contiguous: MN-major
 
 
 @pytest.mark.parametrize("fn, message", [
