@@ -10,12 +10,20 @@ computes, with race tracking between barriers; reductions and conversions run th
 the GPU code runs. Faults, races and failed asserts raise `EmulationError` naming the
 source line (and, for races, the other access's line).
 
+The Hopper async machinery is modelled thread-faithfully too: mbarrier phases and
+transaction counts (mbarriers.py), TMA and cp.async copies with their completion points
+(async_ops.py), wgmma reading shared memory through its layouts (wgmma.py) and
+warp-specialized partitions as cooperative coroutines with deadlock reports
+(partitions.py); happens-before between warps, async copies and the proxy fence is
+tracked per shared byte (ordering.py).
+
 Rules live in a table (`EMULATION_RULES`), one function per op class, registered by the
 op-family modules imported below; copy it to add rules locally (`RuleTable.copy`).
 `tensor_to_registers` / `registers_to_tensor` move whole tensors in and out of registers.
 """
 
 from . import control, elementwise, global_memory, reduce, shape_ops, shared_memory  # noqa: F401  (register rules)
+from . import async_ops, mbarriers, partitions, wgmma  # noqa: F401  (Hopper async rules)
 from .dtypes import from_bf16, to_bf16
 from .errors import EmulationError
 from .interpreter import CTA, SharedRef, emulate

@@ -31,7 +31,7 @@ def _carried(cta, terminator, op, expected: int) -> tuple:
     if terminator is None:
         values = ()
     else:
-        values = tuple(cta[v] for v in terminator.values)
+        values = tuple(cta.peek(v) for v in terminator.values)
     if len(values) != expected:
         raise EmulationError(f"`{op.NAME}` region yields {len(values)} values for {expected}", op.loc)
     return values
@@ -42,7 +42,7 @@ def for_loop(cta, op: ir.For) -> None:
     lower, upper, step = cta[op.lower], cta[op.upper], cta[op.step]
     if step == 0:
         raise EmulationError("for loop with step 0 never ends", op.loc)
-    carried = tuple(cta[v] for v in op.inits)
+    carried = tuple(cta.peek(v) for v in op.inits)
     iv = lower
     while (iv < upper) if step > 0 else (iv > upper):
         terminator = cta.run_block(op.body, (iv,) + carried)
@@ -62,12 +62,12 @@ def if_else(cta, op: ir.If) -> None:
 
 @RULES.register(ir.While)
 def while_loop(cta, op: ir.While) -> None:
-    carried = tuple(cta[v] for v in op.inits)
+    carried = tuple(cta.peek(v) for v in op.inits)
     while True:
         condition = cta.run_block(op.before, carried)
         if not isinstance(condition, ir.Condition):
             raise EmulationError("while `before` region does not end with a condition", op.loc)
-        values = tuple(cta[v] for v in condition.values)
+        values = tuple(cta.peek(v) for v in condition.values)
         if not _uniform(cta, condition.condition, condition, "while"):
             carried = values
             break

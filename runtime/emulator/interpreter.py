@@ -16,7 +16,7 @@ import numpy as np
 
 from ...compiler import ir
 from ...compiler.errors import UNKNOWN_LOC
-from ...compiler.types import PointerType, ScalarType, SharedType, TensorType
+from ...compiler.types import PointerType, ScalarType, SharedType, TensorDescriptorType, TensorType
 from ...layouts import LinearLayout
 from .dtypes import finish, storage_dtype
 from .errors import EmulationError
@@ -24,7 +24,7 @@ from .memory import GlobalMemory, SharedMemory
 from .registers import LANES, num_registers, thread_coordinates
 from .rules import EMULATION_RULES, RuleTable
 
-_ALIGN = 128  # placement of buffers the allocation pass has not placed yet
+_ALIGN = 1024  # placement of buffers the allocation pass has not placed yet (128B swizzle)
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,27 @@ class SharedRef:
     xor: int = 0
 
 
+class InFlight:
+    """A value an async op is still computing (an async wgmma's accumulator): it may be
+    passed on (loop-carried, chained into the next wgmma) but not read until retired."""
+
+    __slots__ = ("registers", "op", "group")
+
+    def __init__(self, registers, op: ir.Op, group):
+        self.registers = registers
+        self.op = op
+        self.group = group
+
+    def error(self) -> EmulationError:
+        return EmulationError(
+            f"reads the result of an async `{self.op.NAME}` before a warpgroup_mma_wait that "
+            f"lists it has retired it (wgmma results are undefined until then)",
+            other_loc=self.op.loc, other_what="issued")
+
+
 class CTA:
-    """One program of the grid: its values, shared memory and identity."""
+    """One program of the grid (or, inside warp_specialize, one partition of it): its
+    values, shared memory and identity. `warp_base` is the CTA warp of its warp 0."""
 
     def __init__(self, kernel: ir.Kernel, program_id: tuple, grid: tuple, memory: GlobalMemory,
                  shared: SharedMemory, rules: RuleTable, stream, placements: dict, memo: dict):
@@ -53,6 +72,10 @@ class CTA:
         self.stream = stream
         self.placements = placements  # id(AllocShared) -> byte offset, for unplaced buffers
         self.env: dict[ir.Value, object] = {}
+        self.warp_base = 0
+        self.partition = "default partition"
+        self.scheduler = None    # partitions.Scheduler while warp_specialize runs
+        self.async_state = None  # async_ops.PartitionAsync: this partition's async groups
         self._rule_cache: dict[type, object] = {}
         self._memo = memo  # shared by the CTAs of one launch
 
@@ -67,6 +90,16 @@ class CTA:
 
     # ------------------------------------------------------------------ values
     def __getitem__(self, value: ir.Value):
+        try:
+            x = self.env[value]
+        except KeyError:
+            raise EmulationError(f"value {value!r} is used before it is defined") from None
+        if type(x) is InFlight:
+            raise x.error()
+        return x
+
+    def peek(self, value: ir.Value):
+        """The value as bound, even one still in flight (for ops that only pass it on)."""
         try:
             return self.env[value]
         except KeyError:
@@ -176,6 +209,12 @@ def _place_unallocated(kernel: ir.Kernel) -> tuple[dict, int]:
     return placements, (top if placements else kernel.shared_bytes)
 
 
+def _total_warps(kernel: ir.Kernel) -> int:
+    """Warps the CTA launches with: num_warps plus the largest warp_specialize's workers."""
+    workers = [sum(op.worker_num_warps) for op in kernel.walk() if isinstance(op, ir.WarpSpecialize)]
+    return kernel.num_warps + max(workers, default=0)
+
+
 def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
             stream=None) -> None:
     """Run `kernel` (layout stage) over `grid` on host arrays; results land in `args` in place.
@@ -204,11 +243,15 @@ def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
             bound.append(memory.add(name, array, param.type.pointee))
         elif isinstance(param.type, ScalarType):
             bound.append(_scalar_argument(arg, param.type, name))
+        elif isinstance(param.type, TensorDescriptorType):
+            from .descriptors import bind_descriptor
+            bound.append(bind_descriptor(arg, param.type, name, memory,
+                                         lambda base: _host_array(base, name)))
         else:
             raise EmulationError(f"parameter `{name}` of type {param.type} is not supported")
     placements, shared_size = _place_unallocated(kernel)
     memo: dict = {}
-    shared = SharedMemory(shared_size, kernel.num_warps)  # reset for each CTA
+    shared = SharedMemory(shared_size, kernel.num_warps, _total_warps(kernel))  # reset per CTA
     with np.errstate(all="ignore"):
         for z in range(grid[2]):
             for y in range(grid[1]):

@@ -7,21 +7,22 @@ bytes of a buffer are attributed to it, so a negative index is reported against 
 argument).
 
 Shared memory is one byte array per CTA at the kernel's real byte offsets. A sequential CTA
-model cannot lose data to a missing barrier, so accesses are tracked instead: per byte, the
-warps that wrote it and the warps that read it since the last barrier. A warp reading bytes
-another warp wrote (and it did not write itself), or writing bytes another warp read, since
-the last barrier is a race (RAW / WAR), reported with both source lines.
+model cannot lose data to a missing barrier, so accesses are tracked instead (ordering.py):
+a warp reading bytes another warp wrote (and it did not write itself), or writing bytes
+another warp read, with no barrier or mbarrier wait ordering the two is a race (RAW /
+WAR), reported with both source lines.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
 from .dtypes import decode, element_bytes, encode, memory_dtype
 from .errors import EmulationError
+from .ordering import Ordering
 
 ADDRESS_SHIFT = 44
 _HALF = 1 << (ADDRESS_SHIFT - 1)
@@ -133,39 +134,38 @@ class GlobalMemory:
 
 
 class SharedMemory:
-    """One CTA's shared memory: bytes at their real addresses, plus race tracking."""
+    """One CTA's shared memory: bytes at their real addresses, plus race tracking
+    (ordering.py) and the state of the mbarriers living in it (mbarriers.py)."""
 
-    def __init__(self, size: int, num_warps: int):
+    def __init__(self, size: int, num_warps: int, total_warps: Optional[int] = None):
         self.size = size
         padded = -(-max(size, 1) // 16) * 16
         self.bytes = np.full(padded, POISON_BYTE, dtype=np.uint8)
         self.num_warps = num_warps
-        self.writers = np.zeros(padded, dtype=np.uint64)  # warp bit masks since the last barrier
-        self.readers = np.zeros(padded, dtype=np.uint64)
-        self.writer_op = np.full(padded, -1, dtype=np.int32)
-        self.reader_op = np.full(padded, -1, dtype=np.int32)
-        self.ops: list = []
-        self._op_index: dict[int, int] = {}
-        self._dirty = False
-
-    def _op_id(self, op) -> int:
-        key = id(op)
-        if key not in self._op_index:
-            self._op_index[key] = len(self.ops)
-            self.ops.append(op)
-        return self._op_index[key]
+        self.total_warps = total_warps or num_warps
+        self.ordering = Ordering(padded, self.total_warps)
+        self.mbarriers: dict = {}  # byte address -> mbarriers.MBarrier
+        # The running partition's first warp and warp count (register arrays' leading
+        # axis); `partitioned` while warp_specialize partitions run.
+        self.active = (0, num_warps)
+        self.partitioned = False
 
     def reset(self) -> None:
         """Fresh shared memory for the next CTA: poisoned bytes, no pending accesses."""
         self.bytes.fill(POISON_BYTE)
-        self._dirty = True
-        self.barrier()
+        self.mbarriers.clear()
+        self.ordering.new_cta()
+        self.active = (0, self.num_warps)
+        self.partitioned = False
+
+    def active_warps(self) -> np.ndarray:
+        first, count = self.active
+        return np.arange(first, first + count)
 
     def barrier(self) -> None:
-        if self._dirty:
-            self.writers[:] = 0
-            self.readers[:] = 0
-            self._dirty = False
+        """bar.sync: the whole CTA (every warp, workers included, as the backend launches
+        them), or inside a warp_specialize partition a named barrier over its warps."""
+        self.ordering.join(self.active_warps() if self.partitioned else np.arange(self.total_warps))
 
     def _byte_indices(self, addresses: np.ndarray, element, op, what: str, describe: Describe):
         size = element_bytes(element)
@@ -179,19 +179,6 @@ class SharedMemory:
                     f"({size}-byte {element}) in {self.size} bytes of shared memory, "
                     f"{describe(position)}", op.loc)
         return size
-
-    def _race(self, kind: str, byte_array: np.ndarray, conflict: np.ndarray, warp: int, op,
-              other_ops: np.ndarray, other_masks: np.ndarray):
-        position = int(np.flatnonzero(conflict)[0])
-        byte = int(byte_array.reshape(-1)[position])
-        others = int(other_masks.reshape(-1)[position]) & ~(1 << warp)
-        other_warp = (others & -others).bit_length() - 1
-        other = self.ops[int(other_ops.reshape(-1)[position])]
-        verb, past, participle = ("reads", "wrote", "written") if kind == "RAW" else ("writes", "read", "read")
-        raise EmulationError(
-            f"shared-memory race ({kind}): warp {warp} {verb} byte {byte}, which warp "
-            f"{other_warp} {past} since the last barrier; insert a barrier between them",
-            op.loc, other_loc=other.loc, other_what=f"{participle} by warp {other_warp}")
 
     def write(self, addresses, values, element, op, describe: Describe, track: bool = True) -> None:
         addresses = np.asarray(addresses, dtype=np.int64)
@@ -209,25 +196,8 @@ class SharedMemory:
         return decode(element, self.bytes.view(memory_dtype(element))[addresses // size])
 
     def _track(self, addresses: np.ndarray, size: int, op, write: bool) -> None:
-        """Check and record one access; addresses[w] are warp w's (leading axis = warp)."""
-        op_id = self._op_id(op)
+        """Check and record one access; addresses[w] are the running partition's warp w's."""
         warps = addresses.shape[0]
         byte_array = (addresses.reshape(warps, -1)[:, :, None] + np.arange(size)).reshape(warps, -1)
-        bits = (np.uint64(1) << np.arange(warps, dtype=np.uint64))[:, None]
-        if write:
-            others = self.readers[byte_array] & ~bits
-            conflict = others != 0
-            kind, masks, op_ids, record = "WAR", self.writers, self.writer_op, self.reader_op
-        else:
-            written_by = self.writers[byte_array]
-            conflict = ((written_by & ~bits) != 0) & ((written_by & bits) == 0)
-            kind, masks, op_ids, record = "RAW", self.readers, self.reader_op, self.writer_op
-        if conflict.any():
-            warp = int(np.flatnonzero(conflict.any(axis=1))[0])
-            row = byte_array[warp]
-            seen = self.readers[row] if write else self.writers[row]
-            self._race(kind, row, conflict[warp], warp, op, record[row], seen)
-        # several warps may touch one byte (replicated layouts): OR every warp's bit in
-        np.bitwise_or.at(masks, byte_array.reshape(-1), np.broadcast_to(bits, byte_array.shape).reshape(-1))
-        op_ids[byte_array] = op_id
-        self._dirty = True
+        warp_ids = np.repeat(self.active[0] + np.arange(warps), byte_array.shape[1])
+        self.ordering.access(byte_array.reshape(-1), warp_ids, op, write)

@@ -1,0 +1,204 @@
+"""Emulation rules: async copies (TMA load/store, cp.async) and their completion points.
+
+The data moves when the op issues; what is modelled is *when the bytes may be used*
+(ordering.py tracks it per byte):
+
+- TMA load: one thread of the partition issues; the box (out-of-range elements zero) is
+  written into the buffer at the buffer's real (swizzled) byte offsets, and its bytes
+  complete on the barrier's transaction count at once. The written bytes carry the
+  epoch the barrier's current phase publishes when it completes, so only warps that
+  waited for that phase may read them (earlier: "still in flight"; without waiting:
+  "has not waited for that phase").
+- TMA store: reads the buffer (a read by the issuing warp through the async proxy: the
+  bytes must be fenced and ordered before it) and writes the box's in-range elements to
+  global memory; the read stays in flight until a store_wait retires its group.
+- cp.async: each thread copies its elements (masked-off ones as zeros); the bytes stay in
+  flight until a wait_group retires their commit group, after which they count as the
+  issuing thread's own (generic-proxy) writes.
+Groups (cp.async commit groups, TMA store groups, wgmma groups) are kept per partition,
+which executes uniformly, standing for every thread's identical groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...compiler import ir
+from ...compiler.layout_rules import shared_addressing
+from ...compiler.types import TensorType
+from .descriptors import SWIZZLE_ALIGNMENT, EmulatedDescriptor
+from .dtypes import element_bytes
+from .errors import EmulationError
+from .global_memory import _check_vector
+from .interpreter import SharedRef
+from .mbarriers import complete_if_due, live_barrier, partition_warps, predicate, touch
+from .rules import EMULATION_RULES as RULES
+from .shared_memory import _addresses
+
+
+@dataclass
+class PartitionAsync:
+    """One partition's async groups, oldest first (indices into Ordering.records)."""
+
+    copies: list = field(default_factory=list)        # cp.async not yet committed
+    copy_groups: list = field(default_factory=list)   # committed cp.async groups
+    store_groups: list = field(default_factory=list)  # TMA stores (each its own group)
+    dot_groups: list = field(default_factory=list)    # wgmma groups (wgmma.py)
+
+
+def async_state(cta) -> PartitionAsync:
+    if cta.async_state is None:
+        cta.async_state = PartitionAsync()
+    return cta.async_state
+
+
+def byte_rows(addresses: np.ndarray, size: int) -> np.ndarray:
+    """Every byte of the elements at `addresses` (flattened)."""
+    return (np.asarray(addresses, dtype=np.int64).reshape(-1)[:, None] + np.arange(size)).reshape(-1)
+
+
+def view_addresses(cta, op, ref: SharedRef) -> np.ndarray:
+    """Byte address of every element of a shared buffer or view, in its shape."""
+    def offsets():
+        grids = np.meshgrid(*(np.arange(s) for s in ref.type.shape), indexing="ij")
+        (flat,) = ref.addressing(**{f"dim{i}": g for i, g in enumerate(grids)})
+        return np.asarray(flat, dtype=np.int64)
+    element_offsets = cta.memo(op, ("elements", id(ref.addressing), tuple(ref.type.shape)), offsets)
+    return ref.offset + (element_offsets ^ ref.xor) * element_bytes(ref.type.element)
+
+
+def _box_buffer(cta, op, desc: EmulatedDescriptor, ref) -> np.ndarray:
+    """The buffer's element addresses, checked against where the TMA unit puts the box."""
+    if not isinstance(ref, SharedRef):
+        raise EmulationError(f"`{op.NAME}` needs a shared buffer, found {ref!r}", op.loc)
+    box = desc.type
+    if tuple(ref.type.shape) != tuple(box.block_shape) or ref.type.element != box.element:
+        raise EmulationError(f"`{op.NAME}`: buffer {ref.type} does not hold the descriptor's box "
+                             f"{list(box.block_shape)} of {box.element}", op.loc)
+    addresses = view_addresses(cta, op, ref)
+    size = element_bytes(box.element)
+    start = int(addresses.reshape(-1)[0])
+    alignment = SWIZZLE_ALIGNMENT.get(desc.swizzle, 128)
+    if start % alignment:
+        raise EmulationError(f"`{op.NAME}`: the buffer starts at shared byte {start}, but a TMA box "
+                             f"with the {desc.swizzle}B swizzle needs {alignment}-byte alignment "
+                             f"(the swizzle is taken from the address bits)", op.loc)
+    tma_offsets = cta.memo(op, ("tma", id(box.layout)), lambda: _box_offsets(box))
+    if not np.array_equal(addresses - start, tma_offsets * size):
+        raise EmulationError(f"`{op.NAME}`: the buffer's shared layout places the box differently "
+                             f"from the descriptor's layout ({desc.swizzle}B swizzle); TMA writes "
+                             f"the box in the descriptor's layout", op.loc)
+    return addresses
+
+
+def _box_offsets(box) -> np.ndarray:
+    addressing = shared_addressing(box.layout)
+    grids = np.meshgrid(*(np.arange(s) for s in box.block_shape), indexing="ij")
+    (flat,) = addressing(**{f"dim{i}": g for i, g in enumerate(grids)})
+    return np.asarray(flat, dtype=np.int64)
+
+
+def _descriptor(cta, op) -> EmulatedDescriptor:
+    desc = cta[op.descriptor]
+    if not isinstance(desc, EmulatedDescriptor):
+        raise EmulationError(f"`{op.NAME}` needs a tensor descriptor, found {desc!r}", op.loc)
+    return desc
+
+
+def _where(what: str):
+    return lambda position: what
+
+
+@RULES.register(ir.TmaLoad)
+def tma_load(cta, op: ir.TmaLoad) -> None:
+    if not predicate(cta, op.pred, op):
+        return
+    desc = _descriptor(cta, op)
+    coords = [int(cta[c]) for c in op.coords]
+    addresses = _box_buffer(cta, op, desc, cta[op.buffer])
+    bar = live_barrier(cta, op, op.barrier)
+    element = desc.type.element
+    size = element_bytes(element)
+    issuer = cta.warp_base
+    touch(cta, bar.address, [issuer], op, write=False)
+    global_addresses, inside = desc.box(coords)
+    values = cta.memory.load(global_addresses, element, inside, op.loc,
+                             _where(f"box at {coords} of {desc.describe()}"))
+    values = np.where(inside, values, 0)
+    cta.shared.ordering.async_write(byte_rows(addresses, size), None, op, "TMA load",
+                                    "wait on its mbarrier", issuer=issuer, column=bar.column,
+                                    epoch=bar.phase_epoch)
+    cta.shared.write(addresses, values, element, op, _where("TMA box"), track=False)
+    bar.tx -= desc.type.box_bytes
+    complete_if_due(cta, op, bar)
+
+
+@RULES.register(ir.TmaStore)
+def tma_store(cta, op: ir.TmaStore) -> None:
+    desc = _descriptor(cta, op)
+    coords = [int(cta[c]) for c in op.coords]
+    addresses = _box_buffer(cta, op, desc, cta[op.buffer])
+    element = desc.type.element
+    record = cta.shared.ordering.async_read(
+        byte_rows(addresses, element_bytes(element)), np.array([cta.warp_base]), op,
+        "TMA store", "tma.store_wait")
+    async_state(cta).store_groups.append(record)
+    values = cta.shared.read(addresses, element, op, _where("TMA box"), track=False)
+    global_addresses, inside = desc.box(coords)
+    cta.memory.store(global_addresses, values, element, inside, op.loc,
+                     _where(f"box at {coords} of {desc.describe()}"))
+
+
+@RULES.register(ir.TmaStoreWait)
+def tma_store_wait(cta, op: ir.TmaStoreWait) -> None:
+    groups = async_state(cta).store_groups
+    while len(groups) > op.pending:
+        cta.shared.ordering.retire(groups.pop(0))
+
+
+@RULES.register(ir.AsyncCopy)
+def async_copy(cta, op: ir.AsyncCopy) -> None:
+    ref = cta[op.buffer]
+    if not isinstance(ref, SharedRef):
+        raise EmulationError(f"`{op.NAME}` needs a shared buffer, found {ref!r}", op.loc)
+    pointer_type = op.pointer.type
+    if not isinstance(pointer_type, TensorType):
+        raise EmulationError(f"`{op.NAME}` needs a tensor of pointers", op.loc)
+    element = ref.type.element
+    size = element_bytes(element)
+    pointers = cta[op.pointer]
+    mask = None if op.mask is None else np.broadcast_to(np.asarray(cta[op.mask], dtype=bool),
+                                                         pointers.shape)
+    _check_vector(cta, op, pointers, mask, size, "cp.async (global side)")
+    addresses = _addresses(cta, op, ref, pointer_type)
+    _check_vector(cta, op, addresses, mask, size, "cp.async (shared side)")
+    values = cta.memory.load(pointers, element, mask, op.loc, cta.describe(pointer_type))
+    if mask is not None:
+        values = np.where(mask, values, 0)
+    warps = np.broadcast_to((cta.warp_base + np.arange(addresses.shape[0]))[:, None, None],
+                            addresses.shape)
+    rows = byte_rows(addresses, size)
+    record = cta.shared.ordering.async_write(rows, np.repeat(warps.reshape(-1), size), op,
+                                             "cp.async", "async_copy.wait_group")
+    cta.shared.write(addresses, values, element, op, cta.describe(pointer_type), track=False)
+    async_state(cta).copies.append(record)
+
+
+@RULES.register(ir.AsyncCommitGroup)
+def async_commit_group(cta, op: ir.AsyncCommitGroup) -> None:
+    state = async_state(cta)
+    state.copy_groups.append(state.copies)
+    state.copies = []
+
+
+@RULES.register(ir.AsyncWaitGroup)
+def async_wait_group(cta, op: ir.AsyncWaitGroup) -> None:
+    groups = async_state(cta).copy_groups
+    while len(groups) > op.pending:
+        for record in groups.pop(0):
+            cta.shared.ordering.retire(record)
+
+
+__all__ = ["PartitionAsync", "async_state", "byte_rows", "view_addresses", "partition_warps"]

@@ -1,0 +1,95 @@
+"""TMA descriptors on the emulator: a host `TensorDescriptor` argument bound to its tensor.
+
+`runtime/tensor_descriptor.py` builds descriptors over host arrays without encoding a
+tensor map; the emulator registers the descriptor's `.base` in global memory like a
+pointer argument and keeps the rest (global shape, strides in elements, box). A TMA copy
+then moves the box at element coordinates (outermost dim first) through ordinary
+global-memory accesses: out-of-range box elements load as zeros and are not stored, as
+CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...compiler.types import TensorDescriptorType
+from ...layouts import nvmma_shared
+from ...layouts.errors import LayoutError
+from .dtypes import element_bytes
+from .errors import EmulationError
+from .memory import GlobalMemory
+
+# Shared-memory alignment a TMA box needs: the swizzle pattern repeats every 8 rows of
+# the swizzle width and is taken from the address bits (PTX ISA, tensor copy swizzling).
+SWIZZLE_ALIGNMENT = {0: 128, 32: 256, 64: 512, 128: 1024}
+
+
+@dataclass(frozen=True)
+class EmulatedDescriptor:
+    """A bound TMA descriptor: the tensor's virtual address, shape and element strides."""
+
+    name: str
+    address: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    type: TensorDescriptorType
+    swizzle: int
+
+    def box(self, coords) -> tuple[np.ndarray, np.ndarray]:
+        """(byte addresses, in-bounds mask), each of the box's shape, of the box at `coords`."""
+        block = self.type.block_shape
+        grids = np.meshgrid(*(np.arange(b) for b in block), indexing="ij")
+        size = element_bytes(self.type.element)
+        offsets = np.zeros(block, np.int64)
+        inside = np.ones(block, bool)
+        for grid, start, extent, stride in zip(grids, coords, self.shape, self.strides):
+            index = grid + int(start)
+            inside &= (index >= 0) & (index < extent)
+            offsets += index * stride
+        return self.address + offsets * size, inside
+
+    def describe(self) -> str:
+        return (f"descriptor `{self.name}` ({self.type.element}, shape {list(self.shape)}, box "
+                f"{list(self.type.block_shape)})")
+
+
+def swizzle_of(type_: TensorDescriptorType) -> int:
+    """The NVMMA swizzle (bytes) whose layout `type_.layout` is; 0 when none matches."""
+    if type_.rank >= 2:
+        for swizzle in (128, 64, 32, 0):
+            try:
+                if nvmma_shared(type_.block_shape, swizzle, type_.element.bits) == type_.layout:
+                    return swizzle
+            except LayoutError:
+                continue
+    return 0
+
+
+def bind_descriptor(arg, type_: TensorDescriptorType, name: str, memory: GlobalMemory,
+                    host_array) -> EmulatedDescriptor:
+    """Register a host descriptor's tensor in `memory` and check it fits the kernel's type."""
+    base = getattr(arg, "base", None)
+    if base is None or not hasattr(arg, "shape") or not hasattr(arg, "strides"):
+        raise EmulationError(f"argument `{name}` is a {type(arg).__name__}; the kernel expects a "
+                             f"tensor descriptor {type_} (ll.TensorDescriptor.from_tensor)")
+    block_shape = tuple(int(b) for b in getattr(arg, "block_shape", type_.block_shape))
+    if block_shape != tuple(type_.block_shape):
+        raise EmulationError(f"argument `{name}` has box {list(block_shape)} but the kernel was "
+                             f"compiled for {type_}")
+    arg_type = getattr(arg, "type", None)
+    if isinstance(arg_type, TensorDescriptorType) and (
+            arg_type.element != type_.element or arg_type.layout != type_.layout):
+        raise EmulationError(f"argument `{name}` is a {arg_type} descriptor but the kernel was "
+                             f"compiled for {type_}")
+    shape = tuple(int(s) for s in arg.shape)
+    strides = tuple(int(s) for s in arg.strides)
+    if len(shape) != type_.rank or len(strides) != type_.rank:
+        raise EmulationError(f"argument `{name}` describes a {len(shape)}-D tensor but the box "
+                             f"{list(type_.block_shape)} is {type_.rank}-D")
+    array = host_array(base)
+    address = memory.add(name, array, type_.element)
+    swizzle = getattr(arg, "swizzle", None)
+    return EmulatedDescriptor(name, int(address), shape, strides, type_,
+                              swizzle_of(type_) if swizzle is None else int(swizzle))

@@ -1,0 +1,293 @@
+"""Emulation rules: mbarriers (init, expect, arrive, wait, invalidate) and the proxy fence.
+
+An mbarrier is the 8 bytes of a shared i64 [1] buffer; its state lives beside the bytes
+(`SharedMemory.mbarriers`, keyed by byte address): the arrival count per phase, pending
+arrivals, the transaction count, completed phases, and the clock its arrivals released
+(ordering.py). Semantics (PTX ISA, mbarrier; ../shared/HOPPER.md):
+
+- init(count), expect(nbytes) = one arrival plus nbytes more transaction bytes, arrive(n);
+  "one thread issues": once per partition execution (arrive first syncs the partition,
+  as the backend does). A TMA load completes its box bytes on the barrier (async_ops.py).
+- A phase completes when pending arrivals reach 0 and the transaction count is 0; then
+  pending arrivals reset to `count`. wait(phase) passes once the phase of parity
+  `phase & 1` has completed: a fresh barrier counts as having completed phase -1.
+- A wait that cannot pass blocks its partition (partitions.py). With no other partition
+  to run it can never complete: a deadlock, reported with the barrier, the phase and the
+  partition. Using a barrier before init or after invalidate is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ...compiler import ir
+from ...compiler.types import i64
+from .errors import EmulationError
+from .interpreter import SharedRef
+from .rules import EMULATION_RULES as RULES
+
+_MAX_COUNT = (1 << 20) - 1
+_BARRIER_BYTES = 8
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A partition blocked in mbarrier_wait until `barrier` completes phase `target`."""
+
+    partition: str
+    op: ir.Op
+    barrier: "MBarrier"
+    target: int
+    parity: int
+
+    def ready(self) -> bool:
+        return self.barrier.completed > self.target
+
+    def describe(self) -> str:
+        bar = self.barrier
+        return (f"{self.partition} waits at {self.op.loc} for phase {self.target} (parity "
+                f"{self.parity}) of mbarrier {bar.name}, initialised at {bar.init_op.loc} with "
+                f"count {bar.count}: {bar.why_incomplete()}")
+
+
+@dataclass(eq=False)
+class MBarrier:
+    address: int
+    name: str
+    count: int
+    init_op: ir.Op
+    column: int          # its clock column (the async copies completing on it)
+    phase_epoch: int     # the epoch the current phase publishes when it completes
+    release: np.ndarray  # joined clocks of the current phase's arrivals
+    pending: int
+    tx: int = 0
+    completed: int = 0   # phases completed since init
+    invalidated_by: Optional[ir.Op] = None
+    completions: dict = field(default_factory=dict)  # completed count -> published clock
+    epochs: dict = field(default_factory=dict)       # phase epoch -> phase number
+    waiters: list = field(default_factory=list)
+
+    def why_incomplete(self) -> str:
+        if self.invalidated_by is not None:
+            return f"the barrier was invalidated at {self.invalidated_by.loc}"
+        parts = []
+        if self.pending:
+            parts.append(f"{self.pending} of {self.count} arrivals still pending")
+        if self.tx > 0:
+            parts.append(f"{self.tx} transaction bytes still expected (expect announced more "
+                         f"bytes than the TMA loads moved, or a load was never issued)")
+        if self.tx < 0:
+            parts.append(f"{-self.tx} bytes of TMA loads landed that no mbarrier.expect "
+                         f"announced (a missing or too small expect)")
+        return ", ".join(parts) or "its phase is complete"
+
+
+def partition_warps(cta) -> np.ndarray:
+    """The CTA warps the running partition (or the whole kernel) executes on."""
+    return np.arange(cta.warp_base, cta.warp_base + cta.num_warps)
+
+
+def predicate(cta, pred: Optional[ir.Value], op) -> bool:
+    if pred is None:
+        return True
+    x = np.asarray(cta[pred])
+    if x.ndim and not (x == x.reshape(-1)[0]).all():
+        raise EmulationError(f"`{op.NAME}` pred differs between threads; one thread issues it, "
+                             f"so it must be a scalar", op.loc)
+    return bool(x.reshape(-1)[0])
+
+
+def _allocations(kernel, placements: dict) -> list:
+    found = []
+    for op in kernel.walk():
+        if isinstance(op, ir.AllocShared):
+            offset = op.offset if op.offset is not None else placements.get(id(op))
+            if offset is not None:
+                found.append((offset, op.result.type.num_bytes, op))
+    return found
+
+
+def barrier_name(cta, address: int) -> str:
+    """`bars[1]` (shared byte 1032, allocated at kernel.py:12:4), for messages."""
+    for offset, nbytes, op in cta.memo(cta.kernel, "allocations",
+                                       lambda: _allocations(cta.kernel, cta.placements)):
+        if offset <= address < offset + nbytes:
+            hint = op.result.hint or "mbarrier"
+            index = (address - offset) // _BARRIER_BYTES
+            shown = hint if op.result.type.num_elements == 1 else f"{hint}[{index}]"
+            return f"`{shown}` (shared byte {address}, allocated at {op.loc})"
+    return f"at shared byte {address}"
+
+
+def barrier_address(cta, op, value: ir.Value) -> int:
+    ref = cta[value]
+    if not isinstance(ref, SharedRef) or ref.type.element != i64 or ref.type.num_elements != 1:
+        raise EmulationError(f"`{op.NAME}` needs an mbarrier (a shared i64 [1] buffer), found "
+                             f"{getattr(ref, 'type', ref)}", op.loc)
+    address = ref.offset + ref.xor * _BARRIER_BYTES
+    if address % _BARRIER_BYTES:
+        raise EmulationError(f"mbarrier at shared byte {address} is not 8-byte aligned", op.loc)
+    return address
+
+
+def touch(cta, address: int, warps, op, write: bool) -> None:
+    """Track an mbarrier op's access to the barrier's bytes (init must be visible first)."""
+    warps = np.asarray(warps, dtype=np.int64)
+    rows = np.tile(address + np.arange(_BARRIER_BYTES), len(warps))
+    cta.shared.ordering.access(rows, np.repeat(warps, _BARRIER_BYTES), op, write, barrier_op=True)
+
+
+def live_barrier(cta, op, value: ir.Value) -> MBarrier:
+    """The initialised, not invalidated mbarrier `value` names."""
+    address = barrier_address(cta, op, value)
+    bar = cta.shared.mbarriers.get(address)
+    if bar is None:
+        raise EmulationError(f"`{op.NAME}` on mbarrier {barrier_name(cta, address)} before "
+                             f"mbarrier_init: initialise it (mbarrier.init) and sync the CTA first",
+                             op.loc)
+    if bar.invalidated_by is not None:
+        raise EmulationError(f"`{op.NAME}` on mbarrier {bar.name} after it was invalidated",
+                             op.loc, other_loc=bar.invalidated_by.loc, other_what="invalidated")
+    return bar
+
+
+def _describe_agent(shared, address: int):
+    """For race messages: which async copy wrote with a given phase epoch of this barrier."""
+    def describe(epoch: int) -> tuple[str, bool]:
+        bar = shared.mbarriers.get(address)
+        if bar is not None and epoch == bar.phase_epoch:
+            return (f"the async copy completing phase {bar.completed} of mbarrier {bar.name}", True)
+        if bar is not None and epoch in bar.epochs:
+            return (f"the async copy that completed phase {bar.epochs[epoch]} of mbarrier "
+                    f"{bar.name}", False)
+        return (f"an async copy completing on the mbarrier at shared byte {address}", False)
+    return describe
+
+
+def _widened(clock: np.ndarray, width: int) -> np.ndarray:
+    if len(clock) >= width:
+        return clock
+    out = np.zeros(width, np.int64)
+    out[:len(clock)] = clock
+    return out
+
+
+def arrive(cta, op, bar: MBarrier, count: int, warp: int) -> None:
+    """`count` arrivals released by `warp`; completes the phase when it is due."""
+    ordering = cta.shared.ordering
+    vc = ordering.release(warp)
+    bar.release = np.maximum(_widened(bar.release, len(vc)), _widened(vc, len(bar.release)))
+    if count > bar.pending:
+        raise EmulationError(f"{count} arrival(s) on mbarrier {bar.name} whose phase "
+                             f"{bar.completed} has only {bar.pending} of {bar.count} pending: "
+                             f"more arrivals than init(count=...) allows", op.loc,
+                             other_loc=bar.init_op.loc, other_what="initialised")
+    bar.pending -= count
+    complete_if_due(cta, op, bar)
+
+
+def complete_if_due(cta, op, bar: MBarrier) -> None:
+    if bar.pending or bar.tx:
+        return
+    ordering = cta.shared.ordering
+    published = _widened(bar.release, ordering.clock.shape[1]).copy()
+    published[bar.column] = bar.phase_epoch
+    bar.epochs[bar.phase_epoch] = bar.completed
+    bar.completed += 1
+    bar.completions[bar.completed] = published
+    bar.completions.pop(bar.completed - 3, None)
+    bar.pending, bar.tx = bar.count, 0
+    bar.release = ordering.empty_clock()
+    bar.phase_epoch = ordering.reserve()
+    for waiter in bar.waiters:
+        if waiter.target < bar.completed - 1:
+            raise EmulationError(
+                f"mbarrier {bar.name} completes phase {bar.completed - 1} while {waiter.partition} "
+                f"has not yet seen phase {waiter.target} complete: on the GPU its parity wait can "
+                f"miss phase {waiter.target} and hang (arrivals overran the waiter)", op.loc,
+                other_loc=waiter.op.loc, other_what=f"{waiter.partition} waits")
+
+
+@RULES.register(ir.MBarrierInit)
+def mbarrier_init(cta, op: ir.MBarrierInit) -> None:
+    address = barrier_address(cta, op, op.barrier)
+    shared = cta.shared
+    old = shared.mbarriers.get(address)
+    if old is not None and old.invalidated_by is None:
+        raise EmulationError(f"mbarrier {old.name} is initialised again while live; invalidate "
+                             f"it first", op.loc, other_loc=old.init_op.loc,
+                             other_what="first initialised")
+    if not 1 <= op.count <= _MAX_COUNT:
+        raise EmulationError(f"mbarrier_init count {op.count} must be in [1, {_MAX_COUNT}]", op.loc)
+    touch(cta, address, [cta.warp_base], op, write=True)
+    ordering = shared.ordering
+    ordering.live_barrier[address:address + _BARRIER_BYTES] = True
+    column = ordering.agent_column(address, _describe_agent(shared, address))
+    shared.mbarriers[address] = MBarrier(
+        address, barrier_name(cta, address), op.count, op, column, ordering.reserve(),
+        ordering.empty_clock(), op.count)
+
+
+@RULES.register(ir.MBarrierInvalidate)
+def mbarrier_invalidate(cta, op: ir.MBarrierInvalidate) -> None:
+    bar = live_barrier(cta, op, op.barrier)
+    if bar.waiters:
+        waiter = bar.waiters[0]
+        raise EmulationError(f"mbarrier {bar.name} is invalidated while {waiter.partition} waits "
+                             f"on it", op.loc, other_loc=waiter.op.loc, other_what="waiting")
+    touch(cta, bar.address, [cta.warp_base], op, write=True)
+    bar.invalidated_by = op
+    cta.shared.ordering.live_barrier[bar.address:bar.address + _BARRIER_BYTES] = False
+
+
+@RULES.register(ir.MBarrierArrive)
+def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
+    if not predicate(cta, op.pred, op):
+        return
+    bar = live_barrier(cta, op, op.barrier)
+    if cta.num_warps > 1:
+        cta.shared.barrier()  # the backend syncs the partition before its one arrival
+    touch(cta, bar.address, [cta.warp_base], op, write=False)
+    arrive(cta, op, bar, op.count, cta.warp_base)
+
+
+@RULES.register(ir.MBarrierExpect)
+def mbarrier_expect(cta, op: ir.MBarrierExpect) -> None:
+    if not predicate(cta, op.pred, op):
+        return
+    bar = live_barrier(cta, op, op.barrier)
+    touch(cta, bar.address, [cta.warp_base], op, write=False)
+    bar.tx += op.nbytes
+    arrive(cta, op, bar, 1, cta.warp_base)
+
+
+@RULES.register(ir.MBarrierWait)
+def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
+    bar = live_barrier(cta, op, op.barrier)
+    parity = int(cta[op.phase]) & 1
+    warps = partition_warps(cta)
+    touch(cta, bar.address, warps, op, write=False)
+    if bar.completed % 2 == parity:  # the phase of that parity is the one in progress
+        waiter = Waiter(cta.partition, op, bar, bar.completed, parity)
+        if cta.scheduler is None:
+            raise EmulationError(
+                f"deadlock: this wait can never complete: {waiter.describe()}; nothing else in "
+                f"the CTA can arrive on it (no other partition runs and no async copy is in "
+                f"flight)", op.loc, other_loc=bar.init_op.loc, other_what="mbarrier initialised")
+        bar.waiters.append(waiter)
+        try:
+            cta.scheduler.block(cta, waiter)
+        finally:
+            bar.waiters.remove(waiter)
+        live_barrier(cta, op, op.barrier)
+        cta.shared.ordering.acquire(warps, bar.completions[waiter.target + 1])
+    elif bar.completed:
+        cta.shared.ordering.acquire(warps, bar.completions[bar.completed])
+
+
+@RULES.register(ir.FenceAsyncShared)
+def fence_async_shared(cta, op: ir.FenceAsyncShared) -> None:
+    cta.shared.ordering.fence(partition_warps(cta))

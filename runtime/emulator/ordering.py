@@ -1,0 +1,373 @@
+"""Happens-before between the warps of one CTA, for shared-memory race checks.
+
+With CTA barriers only, "which warps touched this byte since the last barrier" is
+enough. Hopper kernels also order warps through named barriers (one partition),
+mbarrier arrive -> wait pairs (between partitions) and async copies whose writes become
+visible only at a completion point, so the emulator tracks the general relation with
+vector clocks (the scheme of race detectors such as FastTrack):
+
+- Every warp w has a clock C[w], one entry per *column*: one column per warp, then one
+  per mbarrier (an "agent" standing for the async copies that complete on it).
+  C[w][u] is the latest epoch of column u that w is ordered after; C[w][w] is w's own.
+- A release (barrier, arrive, fence) hands out a copy of the clock and starts a new
+  epoch; an acquire (barrier, wait) takes the entry-wise max. A barrier over warps S
+  makes every warp of S acquire every other's release.
+- Per byte of shared memory: for each column whose write is still the byte's value, the
+  epoch of that write (a TMA load's bytes are stamped with the epoch its barrier phase
+  will publish when it completes), and each warp's last read epoch.
+- An access by w of a byte whose write (read) by column u has epoch e > C[w][u] is not
+  ordered after it: a race (RAW, WAW with async writes, WAR).
+- Async accesses in flight are listed apart: a cp.async write until its wait_group, a
+  wgmma / TMA-store read until its wait. Any other access to those bytes is a race.
+- The async proxy (wgmma, TMA) reads a generic-proxy write only if the writing warp ran
+  fence_async_shared after the write and before the release the reader acquired.
+
+Epochs only grow during a launch; a new CTA starts with every clock at a fresh epoch, so
+what earlier CTAs left behind counts as ordered without clearing the per-byte tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from .errors import EmulationError
+
+_GROW = 8  # agent columns added at a time
+_NEVER = np.iinfo(np.int64).max
+
+
+@dataclass
+class AsyncAccess:
+    """A wgmma / TMA-store read or a cp.async write still in flight."""
+
+    rows: np.ndarray        # sorted unique byte addresses
+    warps: np.ndarray       # reads: the warps that own the read once it retires;
+    write_rows: Optional[np.ndarray]  # writes: (byte, warp) pairs as two arrays
+    write_warps: Optional[np.ndarray]
+    op: object
+    what: str               # "wgmma", "TMA store", "cp.async"
+    remedy: str             # what retires it
+
+    def holds(self, row: int) -> bool:
+        i = np.searchsorted(self.rows, row)
+        return bool(i < len(self.rows) and self.rows[i] == row)
+
+
+class Ordering:
+    """Vector clocks of one CTA's warps and mbarrier agents, and per-byte access epochs."""
+
+    def __init__(self, size: int, num_warps: int):
+        self.size = size
+        self.num_warps = num_warps
+        self.columns = num_warps
+        self.epoch = 0
+        self.clock = np.zeros((num_warps, num_warps + _GROW), np.int64)
+        self.written = np.zeros((size, num_warps + _GROW), np.int32)
+        self.read = np.zeros((size, num_warps), np.int32)
+        self.write_op = np.full(size, -1, np.int32)
+        self.read_op = np.full(size, -1, np.int32)
+        self.pending_write = np.full(size, -1, np.int32)
+        self.pending_reads = np.zeros(size, np.int32)
+        self.live_barrier = np.zeros(size, bool)
+        self.records: dict[int, AsyncAccess] = {}
+        self._record_ids = itertools.count()
+        self.fences: list[list[int]] = [[] for _ in range(num_warps)]
+        self.ops: list = []
+        self._op_index: dict[int, int] = {}
+        self.agent_columns: dict[int, int] = {}          # mbarrier byte address -> column
+        self.agent_describe: dict[int, Callable] = {}    # column -> (epoch -> (text, in flight))
+        self.labels: Optional[list[str]] = None           # warp -> name, while partitions run
+        self.cta_base = 0
+        self.new_cta()
+
+    # ------------------------------------------------------------------ clocks
+    def new_cta(self) -> None:
+        """A fresh CTA: everything recorded so far counts as ordered before everyone."""
+        self.epoch += 1
+        self.cta_base = self.epoch
+        self.clock[:] = self.epoch
+        for w in range(self.num_warps):
+            self.tick(w)
+        if self.records:
+            self.records.clear()
+            self.pending_write.fill(-1)
+            self.pending_reads.fill(0)
+        self.live_barrier.fill(False)
+        self.fences = [[] for _ in range(self.num_warps)]
+        self.labels = None
+
+    def tick(self, warp: int) -> None:
+        self.epoch += 1
+        self.clock[warp, warp] = self.epoch
+
+    def reserve(self) -> int:
+        """A fresh epoch for an agent column (an mbarrier phase that has not completed)."""
+        self.epoch += 1
+        return self.epoch
+
+    def join(self, warps) -> None:
+        """A barrier over `warps`: each is ordered after all the others' earlier work."""
+        warps = np.asarray(warps, dtype=np.int64)
+        self.clock[warps] = self.clock[warps].max(axis=0)
+        for w in warps:
+            self.tick(int(w))
+
+    def release(self, warp: int) -> np.ndarray:
+        """The clock `warp` publishes (arrive); it then starts a new epoch."""
+        vc = self.clock[warp].copy()
+        self.tick(warp)
+        return vc
+
+    def acquire(self, warps, vc: np.ndarray) -> None:
+        warps = np.asarray(warps, dtype=np.int64)
+        width = min(len(vc), self.clock.shape[1])
+        self.clock[warps, :width] = np.maximum(self.clock[warps, :width], vc[:width])
+
+    def empty_clock(self) -> np.ndarray:
+        return np.zeros(self.clock.shape[1], np.int64)
+
+    def fence(self, warps) -> None:
+        """fence.proxy.async by `warps`: their generic writes so far may reach the async proxy."""
+        for w in np.asarray(warps, dtype=np.int64):
+            self.tick(int(w))
+            self.fences[int(w)].append(int(self.clock[w, w]))
+
+    def agent_column(self, address: int, describe: Callable) -> int:
+        """The clock column of the mbarrier at `address` (kept across CTAs)."""
+        column = self.agent_columns.get(address)
+        if column is None:
+            column = self.agent_columns[address] = self.columns
+            self.columns += 1
+            if self.columns > self.clock.shape[1]:
+                grow = self.clock.shape[1] + _GROW
+                clock = np.full((self.num_warps, grow), self.cta_base, np.int64)
+                clock[:, :self.clock.shape[1]] = self.clock
+                written = np.zeros((self.size, grow), np.int32)
+                written[:, :self.written.shape[1]] = self.written
+                self.clock, self.written = clock, written
+            self.clock[:, column] = self.cta_base
+        self.agent_describe[column] = describe
+        return column
+
+    # ------------------------------------------------------------------ messages
+    def label(self, warp: int) -> str:
+        return self.labels[warp] if self.labels else f"warp {warp}"
+
+    def _op_id(self, op) -> int:
+        key = id(op)
+        if key not in self._op_index:
+            self._op_index[key] = len(self.ops)
+            self.ops.append(op)
+        return self._op_index[key]
+
+    def _op(self, index: int):
+        return self.ops[index] if index >= 0 else None
+
+    def _raise(self, message: str, op, other_op=None, other_what: str = "conflicting access"):
+        other_loc = getattr(other_op, "loc", None)
+        raise EmulationError(message, op.loc, other_loc=other_loc, other_what=other_what)
+
+    # ------------------------------------------------------------------ checks
+    def _check_barriers(self, rows: np.ndarray, op, verb: str) -> None:
+        if self.live_barrier.any():
+            hit = self.live_barrier[rows]
+            if hit.any():
+                row = int(rows[np.argmax(hit)])
+                self._raise(f"{op.NAME} {verb} byte {row}, which belongs to a live mbarrier; "
+                            f"invalidate the barrier (mbarrier.invalidate) before reusing its "
+                            f"memory", op, self._op(int(self.write_op[row])), "mbarrier initialised")
+
+    def _check_in_flight(self, rows, warps, op, verb: str, reads_too: bool) -> None:
+        if not self.records:
+            return
+        hit = self.pending_write[rows] >= 0
+        if hit.any():
+            i = int(np.argmax(hit))
+            record = self.records[int(self.pending_write[rows[i]])]
+            self._raise(f"shared-memory race: {self.who(warps, i)} {verb} byte {int(rows[i])}, which "
+                        f"the {record.what} is still writing; {record.remedy} first",
+                        op, record.op, f"{record.what} issued")
+        if reads_too:
+            hit = self.pending_reads[rows] > 0
+            if hit.any():
+                i = int(np.argmax(hit))
+                row = int(rows[i])
+                record = next(r for r in self.records.values() if r.write_rows is None and r.holds(row))
+                self._raise(f"shared-memory race (WAR): {self.who(warps, i)} {verb} byte {row}, which "
+                            f"the {record.what} is still reading; {record.remedy} first",
+                            op, record.op, f"{record.what} issued")
+
+    def who(self, warps, i: int) -> str:
+        if warps is None:
+            return "the async copy"
+        return self.label(int(warps[i]))
+
+    def _check_writes(self, rows, warps, clocks, op, kind: str, verb: str, exempt_own: bool,
+                      async_only: bool = False):
+        """Every write of `rows` must be ordered before the accessing warps (RAW / WAW);
+        `async_only` checks only the async copies' columns."""
+        columns = self.columns
+        written = self.written[rows, :columns]
+        later = written > clocks[:, :columns]
+        if async_only:
+            later[:, :self.num_warps] = False
+        n = np.arange(len(rows))
+        if exempt_own:
+            # A warp reading what it wrote itself since its last sync point (replicated
+            # layouts store one element from several warps) is not a race.
+            later[n, warps] = False
+            own = written[n, warps] == clocks[n, warps]
+            later[own, :self.num_warps] = False
+        if not later.any():
+            return written
+        i = int(np.flatnonzero(later.any(axis=1))[0])
+        column = int(np.argmax(later[i]))
+        row = int(rows[i])
+        reader = self.who(warps, i)
+        if column < self.num_warps:
+            self._raise(f"shared-memory race ({kind}): {reader} {verb} byte {row}, which "
+                        f"{self.label(column)} wrote with no barrier (or mbarrier wait) ordering "
+                        f"the two; insert a barrier between them",
+                        op, self._op(int(self.write_op[row])), f"written by {self.label(column)}")
+        text, in_flight = self.agent_describe[column](int(written[i, column]))
+        state = "is still writing" if in_flight else "wrote"
+        self._raise(f"shared-memory race ({kind}): {reader} {verb} byte {row}, which {text} "
+                    f"{state}: {'the copy is still in flight' if in_flight else 'this warp has not waited for that phase'}"
+                    f"; wait on the barrier first",
+                    op, self._op(int(self.write_op[row])), "async copy issued")
+
+    def _check_reads(self, rows, warps, clocks, op, verb: str) -> None:
+        """Every read of `rows` by another warp must be ordered before the writers (WAR)."""
+        later = self.read[rows] > clocks[:, :self.num_warps]
+        if warps is not None:
+            later[np.arange(len(rows)), warps] = False
+        if not later.any():
+            return
+        i = int(np.flatnonzero(later.any(axis=1))[0])
+        reader = int(np.argmax(later[i]))
+        row = int(rows[i])
+        self._raise(f"shared-memory race (WAR): {self.who(warps, i)} {verb} byte {row}, which "
+                    f"{self.label(reader)} read with no barrier (or mbarrier wait) ordering the "
+                    f"two; insert a barrier between them",
+                    op, self._op(int(self.read_op[row])), f"read by {self.label(reader)}")
+
+    def _check_fenced(self, rows, warps, clocks, written, op, what: str) -> None:
+        """Generic-proxy writes read by the async proxy need a fence between the write and
+        the release the reader acquired."""
+        generic = written[:, :self.num_warps]
+        recent = generic > self.cta_base
+        if not recent.any():
+            return
+        for writer in np.unique(np.nonzero(recent)[1]):
+            mask = recent[:, writer]
+            epochs = generic[mask, writer].astype(np.int64)
+            fences = np.asarray(self.fences[writer], dtype=np.int64)
+            if len(fences):
+                at = np.searchsorted(fences, epochs, side="right")
+                next_fence = np.where(at < len(fences), fences[np.minimum(at, len(fences) - 1)], _NEVER)
+            else:
+                next_fence = np.full(len(epochs), _NEVER)
+            bad = next_fence > clocks[mask, writer]
+            if bad.any():
+                row = int(rows[mask][np.argmax(bad)])
+                self._raise(f"shared-memory race (proxy): generic-proxy write of byte {row} by "
+                            f"{self.label(int(writer))} read by {what} without fence_async_shared: "
+                            f"the writing threads must run fence_async_shared after the write and "
+                            f"before the barrier that publishes it",
+                            op, self._op(int(self.write_op[row])),
+                            f"generic-proxy write by {self.label(int(writer))}")
+
+    # ------------------------------------------------------------------ accesses
+    def access(self, rows: np.ndarray, warps: np.ndarray, op, write: bool,
+               barrier_op: bool = False) -> None:
+        """A generic (ordinary) read or write of byte `rows[i]` by warp `warps[i]`."""
+        if not barrier_op:
+            self._check_barriers(rows, op, "writes" if write else "reads")
+        verb = "writes" if write else "reads"
+        self._check_in_flight(rows, warps, op, verb, reads_too=write)
+        clocks = self.clock[warps]
+        n = np.arange(len(rows))
+        if write:
+            self._check_reads(rows, warps, clocks, op, verb)
+            written = self.written[rows, :self.columns]
+            # another warp's unordered generic write is tolerated (replicated layouts
+            # store one element from several warps); async writes are not
+            if self.columns > self.num_warps:
+                self._check_writes(rows, warps, clocks, op, "WAW", verb, exempt_own=False,
+                                   async_only=True)
+            self._record_write(rows, warps, clocks, written, op)
+        else:
+            self._check_writes(rows, warps, clocks, op, "RAW", verb, exempt_own=True)
+            self.read[rows, warps] = clocks[n, warps]
+            self.read_op[rows] = self._op_id(op)
+
+    def _record_write(self, rows, warps, clocks, written, op, own: bool = True) -> None:
+        kept = np.where(written <= clocks[:, :self.columns], 0, written)
+        self.written[rows, :self.columns] = kept
+        if own:
+            n = np.arange(len(rows))
+            self.written[rows, warps] = clocks[n, warps]
+        self.write_op[rows] = self._op_id(op)
+
+    def async_read(self, rows: np.ndarray, warps: np.ndarray, op, what: str, remedy: str) -> int:
+        """The async proxy reads `rows` for each of `warps` (wgmma: the warpgroups; TMA
+        store: the issuing warp); the read stays in flight until `retire`."""
+        rows = np.unique(rows)
+        self._check_barriers(rows, op, "reads")
+        all_rows = np.tile(rows, len(warps))
+        all_warps = np.repeat(np.asarray(warps, dtype=np.int64), len(rows))
+        self._check_in_flight(all_rows, all_warps, op, "reads", reads_too=False)
+        clocks = self.clock[all_warps]
+        written = self._check_writes(all_rows, all_warps, clocks, op, "RAW", "reads", exempt_own=False)
+        self._check_fenced(all_rows, all_warps, clocks, written, op, what)
+        record = AsyncAccess(rows, np.asarray(warps, dtype=np.int64), None, None, op, what, remedy)
+        return self._add(record)
+
+    def async_write(self, rows: np.ndarray, warps: Optional[np.ndarray], op, what: str, remedy: str,
+                    issuer: Optional[int] = None, column: Optional[int] = None,
+                    epoch: Optional[int] = None) -> Optional[int]:
+        """An async write of `rows`: a cp.async (per-thread `warps`; in flight until
+        `retire`) or a TMA load (issued by `issuer`, stamped with mbarrier `column`'s
+        phase `epoch`)."""
+        self._check_barriers(rows, op, "writes")
+        if warps is None:
+            warps = np.full(len(rows), issuer, dtype=np.int64)
+        self._check_in_flight(rows, warps, op, "writes", reads_too=True)
+        clocks = self.clock[warps]
+        self._check_reads(rows, warps, clocks, op, "writes")
+        written = self._check_writes(rows, warps, clocks, op, "WAW", "writes", exempt_own=False)
+        self._record_write(rows, warps, clocks, written, op, own=False)
+        if column is not None:
+            self.written[rows, column] = epoch
+            return None
+        unique = np.unique(rows)
+        record = AsyncAccess(unique, np.unique(warps), rows.copy(), np.asarray(warps).copy(), op, what, remedy)
+        index = self._add(record)
+        self.pending_write[unique] = index
+        return index
+
+    def _add(self, record: AsyncAccess) -> int:
+        index = next(self._record_ids)
+        self.records[index] = record
+        if record.write_rows is None:
+            self.pending_reads[record.rows] += 1
+        return index
+
+    def retire(self, index: int) -> None:
+        """An async access completes (wait_group / wgmma wait / store_wait): its bytes now
+        count as read (written) by its warps at this point."""
+        record = self.records.pop(index)
+        op_id = self._op_id(record.op)
+        if record.write_rows is None:
+            self.pending_reads[record.rows] -= 1
+            for w in record.warps:
+                self.read[record.rows, w] = self.clock[w, w]
+            self.read_op[record.rows] = op_id
+        else:
+            self.pending_write[record.rows] = -1
+            self.written[record.write_rows, record.write_warps] = \
+                self.clock[record.write_warps, record.write_warps]

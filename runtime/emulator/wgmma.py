@@ -1,0 +1,130 @@
+"""Emulation rules: wgmma (warpgroup_dot), its wait, and the shared_permute view.
+
+`a @ b + acc` is computed in float64 from the operands' decoded values (bf16, fp16 and
+the fp8 formats decode exactly) and rounded once to the accumulator's type; the GPU's
+tensor cores accumulate in fp32 with their own (truncating) additions, so results agree
+to fp32 accumulation error, not bit for bit. Shared operands are read through their
+buffers' shared layouts at real byte offsets (a view from shared_index / shared_slice /
+shared_permute reads what that view addresses); a register A operand is collected from
+its DotOperandLayout registers (every copy of an element must agree). The result lands
+in the accumulator's layout.
+
+The async protocol: an async wgmma's shared reads stay in flight (overwriting those
+bytes is a race) and its result is an `InFlight` value until a warpgroup_mma_wait
+retires its group; a synchronous wgmma waits for every group of its partition. Shared
+operands must be ordered after their writers and, when written by ordinary stores,
+fenced (fence_async_shared) before the barrier that published them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...compiler import ir
+from ...layouts import LinearLayout
+from .async_ops import async_state, byte_rows, view_addresses
+from .dtypes import element_bytes, finish
+from .errors import EmulationError
+from .interpreter import InFlight, SharedRef
+from .mbarriers import partition_warps, predicate
+from .registers import registers_to_tensor, tensor_to_registers
+from .rules import EMULATION_RULES as RULES
+
+
+@dataclass(eq=False)
+class DotGroup:
+    """One async wgmma (a wgmma.commit_group of one op): its in-flight shared reads."""
+
+    op: ir.Op
+    reads: tuple
+    retired: bool = False
+
+
+def _retire(cta, group: DotGroup) -> None:
+    for record in group.reads:
+        cta.shared.ordering.retire(record)
+    group.retired = True
+
+
+def _retire_all_but(cta, pending: int) -> None:
+    groups = async_state(cta).dot_groups
+    while len(groups) > pending:
+        _retire(cta, groups.pop(0))
+
+
+def _shared_operand(cta, op, ref: SharedRef, name: str):
+    """(values as float64 in the view's shape, in-flight read record)."""
+    addresses = view_addresses(cta, op, ref)
+    element = ref.type.element
+    record = cta.shared.ordering.async_read(
+        byte_rows(addresses, element_bytes(element)), partition_warps(cta), op,
+        f"wgmma (operand {name})", "warpgroup_mma_wait")
+    values = cta.shared.read(addresses, element, op, lambda position: f"wgmma operand {name}",
+                             track=False)
+    return np.asarray(values, dtype=np.float64), record
+
+
+def _accumulator(cta, op: ir.WarpGroupDot):
+    acc = cta.peek(op.acc)
+    if type(acc) is InFlight:
+        if acc.group.retired or acc.group not in async_state(cta).dot_groups:
+            raise acc.error()
+        acc = acc.registers  # chaining into the next wgmma, as the hardware allows
+    return acc
+
+
+@RULES.register(ir.WarpGroupDot)
+def warpgroup_dot(cta, op: ir.WarpGroupDot) -> None:
+    if cta.num_warps % 4:
+        raise EmulationError(f"wgmma runs on whole warpgroups; this partition has "
+                             f"{cta.num_warps} warps", op.loc)
+    layout = cta.layout(op.result.type)
+    acc = _accumulator(cta, op)
+    use_acc = predicate(cta, op.use_acc, op)
+    reads = []
+    if isinstance(op.a.type, ir.SharedType):
+        a, record = _shared_operand(cta, op, cta[op.a], "a")
+        reads.append(record)
+    else:
+        a = registers_to_tensor(cta[op.a], cta.layout(op.a.type)).astype(np.float64)
+    if not isinstance(op.b.type, ir.SharedType):
+        raise EmulationError("wgmma reads B from shared memory", op.loc)
+    b, record = _shared_operand(cta, op, cta[op.b], "b")
+    reads.append(record)
+    out = a @ b
+    if use_acc:
+        out = out + registers_to_tensor(acc, cta.layout(op.acc.type)).astype(np.float64)
+    registers = finish(op.result.type.element,
+                       tensor_to_registers(out, layout, cta.num_warps))
+    group = DotGroup(op, tuple(reads))
+    async_state(cta).dot_groups.append(group)
+    if op.is_async:
+        cta.bind(op.result, InFlight(registers, op, group))
+    else:
+        _retire_all_but(cta, 0)  # wgmma.wait_group 0 right after it
+        cta.bind(op.result, registers)
+
+
+@RULES.register(ir.WarpGroupDotWait)
+def warpgroup_dot_wait(cta, op: ir.WarpGroupDotWait) -> None:
+    _retire_all_but(cta, op.pending)
+    for result, dep in zip(op.results, op.deps):
+        x = cta.peek(dep)
+        if type(x) is InFlight and x.group.retired:
+            x = x.registers
+        cta.bind(result, x)
+
+
+@RULES.register(ir.SharedPermute)
+def shared_permute(cta, op: ir.SharedPermute) -> None:
+    """A view with dims reordered: view dim i addresses buffer dim order[i]."""
+    ref: SharedRef = cta[op.buffer]
+
+    def permuted() -> LinearLayout:
+        bases = ref.addressing.bases
+        return LinearLayout({f"dim{i}": bases[f"dim{o}"] for i, o in enumerate(op.order)},
+                            ref.addressing.out_dims)
+    addressing = cta.memo(op, ("view", id(ref.addressing)), permuted)
+    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor))
