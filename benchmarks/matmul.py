@@ -4,8 +4,8 @@ fp32 torch reference before it is timed.
 
     python -m weft.benchmarks.matmul [--quick] [--out results.json]
 
-TFLOP/s = 2 M N K / time. Times are the median of CUDA-event timings of back-to-back
-launches (a 4096^3 matmul runs ~0.2 ms, so launch overhead does not matter here).
+TFLOP/s = 2 M N K / time, the time of the GPU work measured by CUDA-graph replay for every
+system alike; weft's host time per call (descriptors, checks, launch) is reported beside.
 """
 
 from __future__ import annotations
@@ -15,21 +15,26 @@ import json
 import sys
 
 
-def _time(torch, fn, warmup=5, reps=20) -> float:
-    for _ in range(warmup):
-        fn()
+def _time(torch, fn) -> float:
+    """Seconds per call of the GPU work alone: CUDA-graph replays (benchmarks/NOTES.md),
+    the same method for every system."""
+    from weft.benchmarks.memory_bound import _graph_bench
+
+    return _graph_bench([fn], repeats=3, replays=5) * 1e-3
+
+
+def _host_time(torch, fn, calls=30) -> float:
+    """Seconds of host time per call (launches queue without waiting)."""
+    import time
+
+    fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    times.sort()
-    return times[len(times) // 2] * 1e-3  # seconds
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls
 
 
 def _error(out, ref) -> float:
@@ -73,6 +78,7 @@ def run(quick: bool = False) -> list[dict]:
                     if err < 2e-2:
                         entry["tflops"] = flops / _time(torch, lambda: matmul(a, b, config=config)) / 1e12
                         entry["vs_cublas"] = entry["tflops"] / row["cublas_tflops"]
+                        entry["host_us"] = 1e6 * _host_time(torch, lambda: matmul(a, b, config=config))
                 except Exception as error:
                     entry = {"failure": f"{type(error).__name__}: {error}"[:500]}
                 row[name] = entry
@@ -103,7 +109,7 @@ def run(quick: bool = False) -> list[dict]:
 
 
 def print_table(results) -> None:
-    print(f"{'shape':>16} {'dtype':>8} {'variant':>30} {'TFLOP/s':>8} {'ratio':>6} {'err':>8}")
+    print(f"{'shape':>16} {'dtype':>8} {'variant':>30} {'TFLOP/s':>8} {'ratio':>6} {'err':>8} {'host us':>8}")
     for row in results:
         shape = "x".join(map(str, row["shape"]))
         for key in ("cublas_tflops", "triton_tflops", "scaled_mm_tflops"):
@@ -116,7 +122,7 @@ def print_table(results) -> None:
                     print(f"{shape:>16} {row['dtype']:>8} {name:>30} FAILED {entry['failure'][:120]}")
                 else:
                     print(f"{shape:>16} {row['dtype']:>8} {name:>30} {entry.get('tflops', float('nan')):8.1f} "
-                          f"{ratio:6.3f} {entry['error']:8.1e}")
+                          f"{ratio:6.3f} {entry['error']:8.1e} {entry.get('host_us', float('nan')):8.1f}")
 
 
 def main(argv=None) -> int:

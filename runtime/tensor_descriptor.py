@@ -17,6 +17,7 @@ innermost first, so the encoder reverses them. Out-of-bounds box elements load a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import struct
 import sys
@@ -204,8 +205,11 @@ def _ints(name: str, values) -> tuple[int, ...]:
 
 # ----------------------------------------------------------------------------- checking
 
+@functools.lru_cache(maxsize=256)
 def _box_type(dtype: ScalarType, block_shape: tuple, layout) -> TensorDescriptorType:
-    """The kernel-facing type of the box, after checking `layout` against TMA's rules."""
+    """The kernel-facing type of the box, after checking `layout` against TMA's rules.
+    Cached: a launch path builds descriptors per call, and the layout algebra behind
+    this answer costs hundreds of microseconds (errors are not cached, they re-raise)."""
     if layout is None:
         swizzle = None
     else:
@@ -285,22 +289,32 @@ def _check_global(address: int, shape: tuple, strides: tuple, block_shape: tuple
 def _encode(desc: TensorDescriptor, itemsize: int) -> bytes:
     """The 128-byte CUtensorMap of `desc` (cuTensorMapEncodeTiled; CUDA driver API,
     "Tensor Map Object Management"): no interleave, L2 promotion 256B, OOB fill zeros."""
+    return _encoded(desc.dtype.name, desc.address, desc.shape, desc.strides, desc.block_shape,
+                    desc.swizzle, itemsize)
+
+
+@functools.lru_cache(maxsize=1024)
+def _encoded(dtype_name: str, address: int, shape: tuple, strides: tuple, block_shape: tuple,
+             swizzle: int, itemsize: int) -> bytes:
+    """The encoding, cached: the 128 bytes depend only on these values (not on the
+    tensor object), and a matmul in a loop builds the same descriptors every call."""
     driver.init()
     d = driver.cuda()
-    rank = len(desc.shape)
-    dims = [d.cuuint64_t(s) for s in reversed(desc.shape)]
-    strides = [d.cuuint64_t(s * itemsize) for s in reversed(desc.strides[:-1])]
-    box = [d.cuuint32_t(b) for b in reversed(desc.block_shape)]
+    rank = len(shape)
+    dims = [d.cuuint64_t(s) for s in reversed(shape)]
+    byte_strides = [d.cuuint64_t(s * itemsize) for s in reversed(strides[:-1])]
+    box = [d.cuuint32_t(b) for b in reversed(block_shape)]
     ones = [d.cuuint32_t(1)] * rank
     data_type = getattr(d.CUtensorMapDataType,
-                        f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DATA_TYPES[desc.dtype.name]}")
-    swizzle = getattr(d.CUtensorMapSwizzle,
-                      f"CU_TENSOR_MAP_SWIZZLE_{_TMA_SWIZZLE_NAMES[desc.swizzle]}")
+                        f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DATA_TYPES[dtype_name]}")
+    swizzle_mode = getattr(d.CUtensorMapSwizzle,
+                           f"CU_TENSOR_MAP_SWIZZLE_{_TMA_SWIZZLE_NAMES[swizzle]}")
     tensor_map = driver.check(d.cuTensorMapEncodeTiled(
-        data_type, rank, desc.address, dims, strides, box, ones,
-        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        data_type, rank, address, dims, byte_strides, box, ones,
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_mode,
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        f"cuTensorMapEncodeTiled({desc!r})")
+        f"cuTensorMapEncodeTiled({dtype_name}, shape={list(shape)}, strides={list(strides)}, "
+        f"box={list(block_shape)}, swizzle={swizzle})")
     words = list(tensor_map.opaque)
     return struct.pack(f"<{len(words)}Q", *(int(w) for w in words))

@@ -10,6 +10,8 @@ import types
 import numpy as np
 import pytest
 
+from weft.runtime import tensor_descriptor
+
 from weft.compiler.types import ScalarType, TensorDescriptorType, fp16
 from weft.lowlevel import NVMMASharedLayout, SwizzledSharedLayout
 from weft.runtime import TensorDescriptor, TensorDescriptorError, arguments, driver
@@ -43,6 +45,7 @@ def fake_driver(monkeypatch):
     """driver.cuda() with real enums but a recording cuTensorMapEncodeTiled."""
     real = pytest.importorskip("cuda.bindings.driver")
     calls = []
+    tensor_descriptor._encoded.cache_clear()  # encodings are cached by value across calls
 
     def encode(*args):
         calls.append(args)
@@ -218,7 +221,7 @@ def test_encoder_errors_name_the_call(monkeypatch, fake_driver):
     fake = driver.cuda()
     monkeypatch.setattr(fake, "cuTensorMapEncodeTiled", lambda *args: (1, None))
     monkeypatch.setattr(driver, "_error_text", lambda err: ("CUDA_ERROR_INVALID_VALUE", "invalid argument"))
-    with pytest.raises(driver.DriverError, match=r"cuTensorMapEncodeTiled\(TensorDescriptor\(fp16"):
+    with pytest.raises(driver.DriverError, match=r"cuTensorMapEncodeTiled\(fp16, shape=\[64, 64\]"):
         TensorDescriptor.from_tensor(FakeCudaTensor((64, 64)), [8, 64])
 
 
