@@ -1,0 +1,238 @@
+"""The CPU emulator on the Hopper async machinery: TMA, cp.async, mbarriers, wgmma and
+warp-specialized partitions, as @ll.jit kernels on numpy arrays (checked against float64
+numpy), and the broken kernels it must catch: missing fences, wrong phases, missing
+expects, in-flight reads, and deadlocks named by barrier, phase and partition."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from weft import lowlevel as ll
+from weft.compiler.frontend import build_kernel
+from weft.compiler.pipeline import run_layout_passes
+from weft.lowlevel import async_copy, mbarrier, tma
+from weft.runtime.emulator import EmulationError, emulate, from_bf16, to_bf16
+from weft.runtime.emulator.dtypes import from_fp8, to_fp8
+
+RNG = np.random.default_rng(4)
+BLOCKED = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+ACC = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, 64, 16])
+
+
+def run(fn, signature, grid, args, num_warps=4, **constexprs):
+    """Compile `fn` for the emulator with an explicit signature (bf16/fp8 arrays are
+    uint16/uint8 bit patterns on the host) and run it."""
+    kernel = run_layout_passes(build_kernel(fn, signature, constexprs, num_warps))
+    emulate(kernel, grid, args)
+
+
+def padded(rows, cols, dtype):
+    """A [rows, cols] view whose rows start 16-byte aligned, as TMA needs."""
+    width = -(-cols * np.dtype(dtype).itemsize // 16) * 16 // np.dtype(dtype).itemsize
+    return np.zeros((rows, width), dtype)[:, :cols]
+
+
+def descriptor_type(dtype: str, block):
+    return f"tensordesc<{dtype}[{','.join(map(str, block))}]>"
+
+
+# ------------------------------------------------------------------ TMA round trip
+@ll.jit
+def tma_round_trip(src, dst, landed, LANDED_COLS: ll.constexpr, LAYOUT: ll.constexpr):
+    smem = ll.allocate_shared_memory(src.dtype, src.block_shape, src.layout)
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    row = ll.program_id(0) * src.block_shape[0]
+    col = ll.program_id(1) * src.block_shape[1]
+    mbarrier.expect(bar, src.nbytes)
+    tma.async_copy_global_to_shared(src, [row, col], bar, smem)
+    mbarrier.wait(bar, 0)
+    # the box as it landed, out-of-range elements included, read through the swizzle
+    rows = row + ll.arange(0, src.block_shape[0], ll.SliceLayout(1, LAYOUT))
+    cols = col + ll.arange(0, src.block_shape[1], ll.SliceLayout(0, LAYOUT))
+    ll.store(landed + rows[:, None] * LANDED_COLS + cols[None, :], smem.load(LAYOUT))
+    tma.async_copy_shared_to_global(dst, [row, col], smem)
+    tma.store_wait(0)
+    mbarrier.invalidate(bar)
+
+
+@pytest.mark.parametrize("dtype, block, layout", [
+    (np.float16, (64, 64), BLOCKED),                                            # 128B swizzle
+    (np.float16, (32, 32), ll.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])),   # 64B
+    (np.float32, (16, 8), ll.BlockedLayout([1, 1], [4, 8], [4, 1], [1, 0])),    # 32B
+])
+def test_tma_round_trip_with_tails(dtype, block, layout):
+    x = padded(100, 150, dtype)
+    x[:] = RNG.standard_normal(x.shape)
+    y = padded(100, 150, dtype)
+    grid = (-(-100 // block[0]), -(-150 // block[1]))
+    landed = np.full((grid[0] * block[0], grid[1] * block[1]), np.nan, dtype)
+    src = ll.TensorDescriptor.from_tensor(x, list(block))
+    dst = ll.TensorDescriptor.from_tensor(y, list(block))
+    tma_round_trip[grid](src, dst, landed, landed.shape[1], layout)
+    np.testing.assert_array_equal(y, x)  # stores skip the out-of-range part of each box
+    expected = np.zeros_like(landed)
+    expected[:100, :150] = x           # loads fill it with zeros
+    np.testing.assert_array_equal(landed, expected)
+
+
+# ------------------------------------------------------------------ cp.async
+@ll.jit
+def cp_async_copy(src, out, n, READ: ll.constexpr, WAIT: ll.constexpr):
+    smem = ll.allocate_shared_memory(ll.float16, [64, 64], ll.NVMMASharedLayout(128, 16))
+    rows = ll.arange(0, 64, ll.SliceLayout(1, BLOCKED))
+    cols = ll.arange(0, 64, ll.SliceLayout(0, BLOCKED))
+    offsets = rows[:, None] * 64 + cols[None, :]
+    async_copy.async_copy_global_to_shared(smem, src + offsets, offsets < n)
+    async_copy.commit_group()
+    if WAIT:
+        async_copy.wait_group(0)
+    ll.barrier()  # other threads' copies: wait_group only covers the thread's own
+    r = ll.arange(0, 64, ll.SliceLayout(1, READ))
+    c = ll.arange(0, 64, ll.SliceLayout(0, READ))
+    ll.store(out + r[:, None] * 64 + c[None, :], smem.load(READ))
+
+
+def test_cp_async_copy_with_masks():
+    x = RNG.standard_normal((64, 64)).astype(np.float16)
+    out = np.full_like(x, np.nan)
+    transposed_read = ll.BlockedLayout([8, 1], [8, 4], [1, 4], [0, 1])
+    cp_async_copy[(1,)](x, out, 1000, transposed_read, True)
+    expected = np.where(np.arange(64 * 64).reshape(64, 64) < 1000, x, 0)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_reading_cp_async_bytes_before_wait_group_is_a_race():
+    x = np.ones((64, 64), np.float16)
+    with pytest.raises(EmulationError, match="cp.async is still writing") as info:
+        cp_async_copy[(1,)](x, np.zeros_like(x), 4096, BLOCKED, False)
+    text = str(info.value)
+    assert "smem.load(READ)" in text and "async_copy_global_to_shared(smem" in text
+    assert "wait_group" in text
+
+
+# ------------------------------------------------------------------ wgmma
+DTYPES = {  # name: (host dtype, encode, decode)
+    "fp16": (np.float16, lambda v: v.astype(np.float16), lambda b: b.astype(np.float64)),
+    "bf16": (np.uint16, to_bf16, from_bf16),
+    "fp8e4m3": (np.uint8, lambda v: to_fp8(v, "fp8e4m3"), lambda b: from_fp8(b, "fp8e4m3")),
+    "fp8e5m2": (np.uint8, lambda v: to_fp8(v, "fp8e5m2"), lambda b: from_fp8(b, "fp8e5m2")),
+}
+BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
+
+
+@ll.constexpr_function
+def nvmma(shape, bits):
+    return ll.NVMMASharedLayout.get_default_for(shape, bits)
+
+
+@ll.jit
+def tile_offsets(ROWS: ll.constexpr, COLS: ll.constexpr, LAYOUT: ll.constexpr):
+    rows = ll.arange(0, ROWS, ll.SliceLayout(1, LAYOUT))
+    cols = ll.arange(0, COLS, ll.SliceLayout(0, LAYOUT))
+    return rows[:, None] * COLS + cols[None, :]
+
+
+@ll.jit
+def wgmma_kernel(a_ptr, b_ptr, acc_ptr, c_ptr, K: ll.constexpr, A_IN_REGISTERS: ll.constexpr,
+                 B_K_MAJOR: ll.constexpr, USE_ACC: ll.constexpr, FENCE: ll.constexpr):
+    dtype: ll.constexpr = a_ptr.dtype.element_ty
+    load_layout: ll.constexpr = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    a = ll.load(a_ptr + tile_offsets(64, K, load_layout))
+    if A_IN_REGISTERS:
+        a_operand = ll.convert_layout(a, ll.DotOperandLayout(0, ACC, 32 // dtype.bits))
+    else:
+        a_operand = ll.allocate_shared_memory(dtype, [64, K], nvmma([64, K], dtype.bits))
+        a_operand.store(a)
+    if B_K_MAJOR:  # b_ptr holds B^T, [N, K]
+        b_smem = ll.allocate_shared_memory(dtype, [64, K], nvmma([64, K], dtype.bits))
+        b_smem.store(ll.load(b_ptr + tile_offsets(64, K, load_layout)))
+        b_operand = b_smem.permute((1, 0))
+    else:
+        b_operand = ll.allocate_shared_memory(dtype, [K, 64], nvmma([K, 64], dtype.bits))
+        b_operand.store(ll.load(b_ptr + tile_offsets(K, 64, load_layout)))
+    if FENCE:
+        ll.fence_async_shared()
+    acc = ll.load(acc_ptr + tile_offsets(64, 64, ACC))
+    acc = ll.warpgroup_mma(a_operand, b_operand, acc, use_acc=USE_ACC, is_async=True)
+    acc = ll.warpgroup_mma_wait(0, deps=[acc])
+    ll.store(c_ptr + tile_offsets(64, 64, ACC), acc)
+
+
+def _run_wgmma(dtype, a_in_registers, b_k_major, use_acc=True, fence=True, k=64):
+    host, encode, decode = DTYPES[dtype]
+    a_bits = encode(RNG.standard_normal((64, k)))
+    b_bits = encode(RNG.standard_normal((k, 64)))
+    acc = RNG.standard_normal((64, 64)).astype(np.float32)
+    out = np.full((64, 64), np.nan, np.float32)
+    b_host = np.ascontiguousarray(b_bits.T) if b_k_major else b_bits
+    signature = {"a_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "acc_ptr": "*fp32", "c_ptr": "*fp32"}
+    run(wgmma_kernel, signature, (1,), [a_bits, b_host, acc, out], K=k,
+        A_IN_REGISTERS=a_in_registers, B_K_MAJOR=b_k_major, USE_ACC=use_acc, FENCE=fence)
+    reference = decode(a_bits).astype(np.float64) @ decode(b_bits).astype(np.float64)
+    if use_acc:
+        reference += acc
+    return out, reference
+
+
+@pytest.mark.parametrize("dtype, a_in_registers, b_k_major", [
+    ("fp16", False, False), ("fp16", True, False), ("fp16", False, True),
+    ("bf16", False, False), ("bf16", True, True),
+    ("fp8e4m3", False, True), ("fp8e4m3", True, True),
+    ("fp8e5m2", False, True),
+])
+def test_wgmma_matches_numpy(dtype, a_in_registers, b_k_major):
+    out, reference = _run_wgmma(dtype, a_in_registers, b_k_major)
+    np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_wgmma_without_use_acc_ignores_the_accumulator():
+    out, reference = _run_wgmma("fp16", False, False, use_acc=False)
+    np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_missing_fence_async_shared_is_a_race():
+    with pytest.raises(EmulationError, match="without fence_async_shared") as info:
+        _run_wgmma("fp16", False, False, fence=False)
+    text = str(info.value)
+    assert "generic-proxy write" in text
+    assert "a_operand.store(a)" in text  # the write
+    assert "ll.warpgroup_mma(a_operand, b_operand" in text  # the async-proxy read
+
+
+@ll.jit
+def wgmma_misuse(a_ptr, c_ptr, READ_EARLY: ll.constexpr, OVERWRITE: ll.constexpr):
+    layout: ll.constexpr = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    a = ll.load(a_ptr + tile_offsets(64, 64, layout))
+    smem = ll.allocate_shared_memory(ll.float16, [64, 64], ll.NVMMASharedLayout(128, 16), a)
+    ll.fence_async_shared()
+    acc = ll.zeros([64, 64], ll.float32, ACC)
+    acc = ll.warpgroup_mma(smem, smem, acc, is_async=True)
+    if OVERWRITE:
+        smem.store(a)
+    if READ_EARLY:
+        ll.store(c_ptr + tile_offsets(64, 64, ACC), acc)
+    acc = ll.warpgroup_mma_wait(0, deps=[acc])
+    ll.store(c_ptr + tile_offsets(64, 64, ACC), acc)
+
+
+@pytest.mark.parametrize("read_early, overwrite, message, lines", [
+    (True, False, "before a warpgroup_mma_wait", ["ll.store(c_ptr + tile_offsets(64, 64, ACC), acc)"]),
+    (False, True, "wgmma (operand a) is still reading", ["smem.store(a)", "ll.warpgroup_mma(smem, smem"]),
+])
+def test_async_wgmma_protocol_errors(read_early, overwrite, message, lines):
+    a = RNG.standard_normal((64, 64)).astype(np.float16)
+    with pytest.raises(EmulationError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        wgmma_misuse[(1,)](a, np.zeros((64, 64), np.float32), read_early, overwrite)
+    for line in lines:
+        assert line in str(info.value)
+
+
+def test_async_wgmma_retired_by_its_wait_is_readable():
+    a = RNG.standard_normal((64, 64)).astype(np.float16)
+    c = np.zeros((64, 64), np.float32)
+    wgmma_misuse[(1,)](a, c, False, False)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ a.astype(np.float64), rtol=1e-5, atol=1e-4)
