@@ -1,18 +1,17 @@
 """Emulation rules: async copies (TMA load/store, cp.async) and their completion points.
 
-The data moves when the op issues; what is modelled is *when the bytes may be used*
-(ordering.py tracks it per byte):
+What is modelled is *when the bytes may be used* (ordering.py tracks it per byte):
 
 - TMA load: one thread of the partition issues; the box (out-of-range elements zero) is
-  written into the buffer at the buffer's real (swizzled) byte offsets, and its bytes
-  complete on the barrier's transaction count at once. The written bytes carry the
-  epoch the barrier's current phase publishes when it completes, so only warps that
-  waited for that phase may read them (earlier: "still in flight"; without waiting:
-  "has not waited for that phase").
+  read from global memory then, and lands later (mbarriers.land_oldest: as late as the
+  emulator can, when every partition is blocked) at the buffer's real (swizzled) byte
+  offsets, completing its bytes on the barrier's transaction count. Until it lands its
+  bytes are in flight; after, they carry the epoch the barrier's phase publishes, so
+  only warps that waited for that phase may read them.
 - TMA store: reads the buffer (a read by the issuing warp through the async proxy: the
   bytes must be fenced and ordered before it) and writes the box's in-range elements to
   global memory; the read stays in flight until a store_wait retires its group.
-- cp.async: each thread copies its elements (masked-off ones as zeros); the bytes stay in
+- cp.async: each thread copies its elements (masked-off ones as zeros) at issue; the bytes stay in
   flight until a wait_group retires their commit group, after which they count as the
   issuing thread's own (generic-proxy) writes.
 Groups (cp.async commit groups, TMA store groups, wgmma groups) are kept per partition,
@@ -33,7 +32,7 @@ from .dtypes import element_bytes
 from .errors import EmulationError
 from .global_memory import _check_vector
 from .interpreter import SharedRef
-from .mbarriers import complete_if_due, live_barrier, partition_warps, predicate, touch
+from .mbarriers import TmaInFlight, live_barrier, partition_warps, predicate, touch
 from .rules import EMULATION_RULES as RULES
 from .shared_memory import _addresses
 
@@ -127,12 +126,11 @@ def tma_load(cta, op: ir.TmaLoad) -> None:
     values = cta.memory.load(global_addresses, element, inside, op.loc,
                              _where(f"box at {coords} of {desc.describe()}"))
     values = np.where(inside, values, 0)
-    cta.shared.ordering.async_write(byte_rows(addresses, size), None, op, "TMA load",
-                                    "wait on its mbarrier", issuer=issuer, column=bar.column,
-                                    epoch=bar.phase_epoch)
-    cta.shared.write(addresses, values, element, op, _where("TMA box"), track=False)
-    bar.tx -= desc.type.box_bytes
-    complete_if_due(cta, op, bar)
+    record = cta.shared.ordering.async_write(
+        byte_rows(addresses, size), None, op, "TMA load", f"wait on mbarrier {bar.name}",
+        issuer=issuer)
+    cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, addresses, values, element,
+                                            desc.type.box_bytes))
 
 
 @RULES.register(ir.TmaStore)

@@ -11,9 +11,13 @@ arrivals, the transaction count, completed phases, and the clock its arrivals re
 - A phase completes when pending arrivals reach 0 and the transaction count is 0; then
   pending arrivals reset to `count`. wait(phase) passes once the phase of parity
   `phase & 1` has completed: a fresh barrier counts as having completed phase -1.
-- A wait that cannot pass blocks its partition (partitions.py). With no other partition
-  to run it can never complete: a deadlock, reported with the barrier, the phase and the
-  partition. Using a barrier before init or after invalidate is an error.
+- A TMA load lands (writes its box, completes its bytes) as late as possible: when every
+  partition is blocked, oldest load first (`land_oldest`). Until then its bytes are in
+  flight, so reads that do not wait for the load are caught.
+- A wait that cannot pass blocks its partition (partitions.py). When no partition can
+  run and no load is left to land, it can never complete: a deadlock, reported with the
+  barrier, the phase and the partition. Using a barrier before init or after invalidate
+  is an error.
 """
 
 from __future__ import annotations
@@ -155,16 +159,49 @@ def live_barrier(cta, op, value: ir.Value) -> MBarrier:
 
 
 def _describe_agent(shared, address: int):
-    """For race messages: which async copy wrote with a given phase epoch of this barrier."""
+    """For race messages: the TMA load that wrote with a phase epoch of this barrier, and
+    whether that phase has completed."""
     def describe(epoch: int) -> tuple[str, bool]:
         bar = shared.mbarriers.get(address)
         if bar is not None and epoch == bar.phase_epoch:
-            return (f"the async copy completing phase {bar.completed} of mbarrier {bar.name}", True)
+            return f"the TMA load completing phase {bar.completed} of mbarrier {bar.name}", False
         if bar is not None and epoch in bar.epochs:
-            return (f"the async copy that completed phase {bar.epochs[epoch]} of mbarrier "
-                    f"{bar.name}", False)
-        return (f"an async copy completing on the mbarrier at shared byte {address}", False)
+            return f"the TMA load completing phase {bar.epochs[epoch]} of mbarrier {bar.name}", True
+        return f"a TMA load completing on the mbarrier at shared byte {address}", True
     return describe
+
+
+@dataclass(eq=False)
+class TmaInFlight:
+    """A TMA load issued but not landed: its box waits to be written and to complete its
+    bytes on the barrier."""
+
+    op: ir.Op
+    barrier: int         # byte address of the mbarrier it completes on
+    record: int          # Ordering record keeping its bytes "being written"
+    addresses: np.ndarray
+    values: np.ndarray
+    element: object
+    nbytes: int
+
+
+def land_oldest(shared) -> None:
+    """The oldest in-flight TMA load lands: its bytes are written and stamped with the
+    phase they complete on the barrier, whose transaction count drops by the box bytes.
+
+    Loads land as late as the emulator can make them (when every partition is blocked),
+    so a read that does not wait for them sees them still in flight."""
+    load = shared.in_flight.pop(0)
+    bar = shared.mbarriers.get(load.barrier)
+    if bar is None or bar.invalidated_by is not None:
+        raise EmulationError(f"a TMA load completes on the mbarrier at shared byte {load.barrier}, "
+                             f"which is no longer initialised (invalidated before the load landed)",
+                             load.op.loc)
+    shared.ordering.land(load.record, bar.column, bar.phase_epoch)
+    shared.write(load.addresses, load.values, load.element, load.op, lambda position: "TMA box",
+                 track=False)
+    bar.tx -= load.nbytes
+    complete_if_due(shared, load.op, bar)
 
 
 def _widened(clock: np.ndarray, width: int) -> np.ndarray:
@@ -186,13 +223,13 @@ def arrive(cta, op, bar: MBarrier, count: int, warp: int) -> None:
                              f"more arrivals than init(count=...) allows", op.loc,
                              other_loc=bar.init_op.loc, other_what="initialised")
     bar.pending -= count
-    complete_if_due(cta, op, bar)
+    complete_if_due(cta.shared, op, bar)
 
 
-def complete_if_due(cta, op, bar: MBarrier) -> None:
+def complete_if_due(shared, op, bar: MBarrier) -> None:
     if bar.pending or bar.tx:
         return
-    ordering = cta.shared.ordering
+    ordering = shared.ordering
     published = _widened(bar.release, ordering.clock.shape[1]).copy()
     published[bar.column] = bar.phase_epoch
     bar.epochs[bar.phase_epoch] = bar.completed
@@ -270,6 +307,14 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
     parity = int(cta[op.phase]) & 1
     warps = partition_warps(cta)
     touch(cta, bar.address, warps, op, write=False)
+    if bar.completed % 2 == parity and cta.scheduler is None:
+        # nothing else runs: the copies in flight land, oldest first, until the phase completes
+        target = bar.completed
+        while bar.completed == target and cta.shared.in_flight:
+            land_oldest(cta.shared)
+        if bar.completed > target:
+            cta.shared.ordering.acquire(warps, bar.completions[target + 1])
+            return
     if bar.completed % 2 == parity:  # the phase of that parity is the one in progress
         waiter = Waiter(cta.partition, op, bar, bar.completed, parity)
         if cta.scheduler is None:

@@ -145,6 +145,7 @@ class SharedMemory:
         self.total_warps = total_warps or num_warps
         self.ordering = Ordering(padded, self.total_warps)
         self.mbarriers: dict = {}  # byte address -> mbarriers.MBarrier
+        self.in_flight: list = []  # mbarriers.TmaInFlight, oldest first
         # The running partition's first warp and warp count (register arrays' leading
         # axis); `partitioned` while warp_specialize partitions run.
         self.active = (0, num_warps)
@@ -154,6 +155,7 @@ class SharedMemory:
         """Fresh shared memory for the next CTA: poisoned bytes, no pending accesses."""
         self.bytes.fill(POISON_BYTE)
         self.mbarriers.clear()
+        self.in_flight.clear()
         self.ordering.new_cta()
         self.active = (0, self.num_warps)
         self.partitioned = False

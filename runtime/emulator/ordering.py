@@ -18,7 +18,8 @@ vector clocks (the scheme of race detectors such as FastTrack):
 - An access by w of a byte whose write (read) by column u has epoch e > C[w][u] is not
   ordered after it: a race (RAW, WAW with async writes, WAR).
 - Async accesses in flight are listed apart: a cp.async write until its wait_group, a
-  wgmma / TMA-store read until its wait. Any other access to those bytes is a race.
+  TMA load until it lands, a wgmma / TMA-store read until its wait. Any other access to
+  those bytes is a race.
 - The async proxy (wgmma, TMA) reads a generic-proxy write only if the writing warp ran
   fence_async_shared after the write and before the release the reader acquired.
 
@@ -79,7 +80,7 @@ class Ordering:
         self.ops: list = []
         self._op_index: dict[int, int] = {}
         self.agent_columns: dict[int, int] = {}          # mbarrier byte address -> column
-        self.agent_describe: dict[int, Callable] = {}    # column -> (epoch -> (text, in flight))
+        self.agent_describe: dict[int, Callable] = {}    # column -> (epoch -> (text, completed))
         self.labels: Optional[list[str]] = None           # warp -> name, while partitions run
         self.cta_base = 0
         self.new_cta()
@@ -233,12 +234,13 @@ class Ordering:
                         f"{self.label(column)} wrote with no barrier (or mbarrier wait) ordering "
                         f"the two; insert a barrier between them",
                         op, self._op(int(self.write_op[row])), f"written by {self.label(column)}")
-        text, in_flight = self.agent_describe[column](int(written[i, column]))
-        state = "is still writing" if in_flight else "wrote"
-        self._raise(f"shared-memory race ({kind}): {reader} {verb} byte {row}, which {text} "
-                    f"{state}: {'the copy is still in flight' if in_flight else 'this warp has not waited for that phase'}"
-                    f"; wait on the barrier first",
-                    op, self._op(int(self.write_op[row])), "async copy issued")
+        text, completed = self.agent_describe[column](int(written[i, column]))
+        state = ("its phase has completed, but this warp has not waited for it" if completed
+                 else "its phase has not completed")
+        self._raise(f"shared-memory race ({kind}): {reader} {verb} byte {row}, which {text} is "
+                    f"still writing as far as this warp knows: the copy is in flight until a wait "
+                    f"on that phase returns ({state}); wait on the barrier first",
+                    op, self._op(int(self.write_op[row])), "TMA load issued")
 
     def _check_reads(self, rows, warps, clocks, op, verb: str) -> None:
         """Every read of `rows` by another warp must be ordered before the writers (WAR)."""
@@ -328,11 +330,9 @@ class Ordering:
         return self._add(record)
 
     def async_write(self, rows: np.ndarray, warps: Optional[np.ndarray], op, what: str, remedy: str,
-                    issuer: Optional[int] = None, column: Optional[int] = None,
-                    epoch: Optional[int] = None) -> Optional[int]:
-        """An async write of `rows`: a cp.async (per-thread `warps`; in flight until
-        `retire`) or a TMA load (issued by `issuer`, stamped with mbarrier `column`'s
-        phase `epoch`)."""
+                    issuer: Optional[int] = None) -> int:
+        """An async write of `rows`, in flight until `retire` (a cp.async, per-thread
+        `warps`) or `land` (a TMA load issued by `issuer`)."""
         self._check_barriers(rows, op, "writes")
         if warps is None:
             warps = np.full(len(rows), issuer, dtype=np.int64)
@@ -341,14 +341,19 @@ class Ordering:
         self._check_reads(rows, warps, clocks, op, "writes")
         written = self._check_writes(rows, warps, clocks, op, "WAW", "writes", exempt_own=False)
         self._record_write(rows, warps, clocks, written, op, own=False)
-        if column is not None:
-            self.written[rows, column] = epoch
-            return None
         unique = np.unique(rows)
-        record = AsyncAccess(unique, np.unique(warps), rows.copy(), np.asarray(warps).copy(), op, what, remedy)
+        record = AsyncAccess(unique, np.unique(warps), rows.copy(), np.asarray(warps).copy(), op,
+                             what, remedy)
         index = self._add(record)
         self.pending_write[unique] = index
         return index
+
+    def land(self, index: int, column: int, epoch: int) -> None:
+        """A TMA load lands: its bytes count as written by mbarrier `column`'s agent in the
+        phase that publishes `epoch`."""
+        record = self.records.pop(index)
+        self.pending_write[record.rows] = -1
+        self.written[record.rows, column] = epoch
 
     def _add(self, record: AsyncAccess) -> int:
         index = next(self._record_ids)

@@ -236,3 +236,209 @@ def test_async_wgmma_retired_by_its_wait_is_readable():
     c = np.zeros((64, 64), np.float32)
     wgmma_misuse[(1,)](a, c, False, False)
     np.testing.assert_allclose(c, a.astype(np.float64) @ a.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+# ------------------------------------------------------------------ TMA and mbarrier misuse
+@ll.jit
+def tma_then_read(src, out, EXPECT: ll.constexpr, WAIT: ll.constexpr, PARITY: ll.constexpr,
+                  INIT: ll.constexpr):
+    smem = ll.allocate_shared_memory(src.dtype, src.block_shape, src.layout)
+    bar = mbarrier.allocate_mbarrier()
+    if INIT:
+        mbarrier.init(bar, count=1)
+    if EXPECT:
+        mbarrier.expect(bar, src.nbytes)
+    tma.async_copy_global_to_shared(src, [0, 0], bar, smem)
+    if WAIT:
+        mbarrier.wait(bar, PARITY)
+    ll.store(out + tile_offsets(64, 64, BLOCKED), smem.load(BLOCKED))
+
+
+def _tma_then_read(expect=True, wait=True, parity=0, init=True):
+    x = RNG.standard_normal((64, 64)).astype(np.float16)
+    out = np.zeros_like(x)
+    tma_then_read[(1,)](ll.TensorDescriptor.from_tensor(x, [64, 64]), out, expect, wait, parity, init)
+    return x, out
+
+
+def test_tma_load_waited_for_is_readable():
+    x, out = _tma_then_read()
+    np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.parametrize("wait, parity", [(False, 0), (True, 1)])  # no wait; a wait that passes at once
+def test_reading_a_buffer_a_tma_load_is_still_writing_is_a_race(wait, parity):
+    with pytest.raises(EmulationError, match="the TMA load is still writing") as info:
+        _tma_then_read(wait=wait, parity=parity)
+    text = str(info.value)
+    assert "smem.load(BLOCKED)" in text and "tma.async_copy_global_to_shared(src" in text
+    assert "wait on mbarrier `bar`" in text
+
+
+def test_missing_expect_is_a_deadlock_naming_the_stray_bytes():
+    with pytest.raises(EmulationError, match="deadlock") as info:
+        _tma_then_read(expect=False)
+    text = str(info.value)
+    assert "phase 0 (parity 0) of mbarrier `bar`" in text
+    assert "1 of 1 arrivals still pending" in text
+    assert "8192 bytes of TMA loads landed that no mbarrier.expect announced" in text
+    assert "mbarrier.wait(bar, PARITY)" in text and "mbarrier.init(bar, count=1)" in text
+
+
+def test_uninitialised_mbarrier_is_refused():
+    with pytest.raises(EmulationError, match="before mbarrier_init") as info:
+        _tma_then_read(init=False)
+    assert "mbarrier.expect(bar, src.nbytes)" in str(info.value)
+
+
+@ll.jit
+def tma_store_then_overwrite(dst, WAIT: ll.constexpr):
+    smem = ll.allocate_shared_memory(ll.float16, [64, 64], dst.layout,
+                                     ll.zeros([64, 64], ll.float16, BLOCKED))
+    ll.fence_async_shared()
+    tma.async_copy_shared_to_global(dst, [0, 0], smem)
+    if WAIT:
+        tma.store_wait(0)
+    smem.store(ll.full([64, 64], 1.0, ll.float16, BLOCKED))
+
+
+def test_overwriting_a_tma_store_source_before_store_wait_is_a_race():
+    y = np.ones((64, 64), np.float16)
+    tma_store_then_overwrite[(1,)](ll.TensorDescriptor.from_tensor(y, [64, 64]), True)
+    assert (y == 0).all()
+    with pytest.raises(EmulationError, match="TMA store is still reading") as info:
+        tma_store_then_overwrite[(1,)](ll.TensorDescriptor.from_tensor(y, [64, 64]), False)
+    assert "smem.store(ll.full(" in str(info.value) and "tma.store_wait" in str(info.value)
+
+
+# ------------------------------------------------------------------ warp specialization
+@ll.jit
+def ring_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, K,
+                  STAGES: ll.constexpr, FREE_PHASE: ll.constexpr, EXPECT: ll.constexpr):
+    BLOCK_K: ll.constexpr = a_desc.block_shape[1]
+    for k in range(0, ll.cdiv(K, BLOCK_K)):
+        slot = k % STAGES
+        mbarrier.wait(empty.index(slot), ((k // STAGES) & 1) ^ FREE_PHASE)
+        if EXPECT:
+            mbarrier.expect(ready.index(slot), a_desc.nbytes + b_desc.nbytes)
+        tma.async_copy_global_to_shared(a_desc, [0, k * BLOCK_K], ready.index(slot), a_ring.index(slot))
+        tma.async_copy_global_to_shared(b_desc, [0, k * BLOCK_K], ready.index(slot), b_ring.index(slot))
+
+
+@ll.jit
+def ring_consumer(a_ring, b_ring, ready, empty, K, STAGES: ll.constexpr, BLOCK_K: ll.constexpr):
+    acc = ll.zeros([64, 64], ll.float32, ACC)
+    for k in range(0, ll.cdiv(K, BLOCK_K)):
+        slot = k % STAGES
+        mbarrier.wait(ready.index(slot), (k // STAGES) & 1)
+        acc = ll.warpgroup_mma(a_ring.index(slot), b_ring.index(slot).permute((1, 0)), acc,
+                               is_async=True)
+        acc = ll.warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(empty.index(slot))
+    return acc
+
+
+@ll.jit
+def ring_matmul(a_desc, b_desc, c_ptr, K, STAGES: ll.constexpr, FREE_PHASE: ll.constexpr,
+                EXPECT: ll.constexpr):
+    BLOCK_K: ll.constexpr = a_desc.block_shape[1]
+    a_ring = ll.allocate_shared_memory(a_desc.dtype, [STAGES, 64, BLOCK_K], a_desc.layout)
+    b_ring = ll.allocate_shared_memory(b_desc.dtype, [STAGES, 64, BLOCK_K], b_desc.layout)
+    ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    for s in ll.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    acc = ll.warp_specialize((a_ring, b_ring, ready, empty, K, STAGES, BLOCK_K), ring_consumer,
+                             (a_desc, b_desc, a_ring, b_ring, ready, empty, K, STAGES, FREE_PHASE,
+                              EXPECT), [ring_producer], worker_num_warps=[1], worker_num_regs=[0])
+    ll.store(c_ptr + tile_offsets(64, 64, ACC), acc)
+    for s in ll.static_range(STAGES):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
+
+
+def _line_of(text: str) -> int:
+    with open(__file__) as source:
+        return next(i for i, line in enumerate(source, 1) if text in line)
+
+
+def _ring(k=150, free_phase=1, expect=True):
+    a = padded(64, k, np.float16)
+    a[:] = RNG.standard_normal(a.shape)
+    b_t = padded(64, k, np.float16)  # B given K-major, as B^T [N, K]
+    b_t[:] = RNG.standard_normal(b_t.shape)
+    c = np.full((64, 64), np.nan, np.float32)
+    a_desc = ll.TensorDescriptor.from_tensor(a, [64, 32])
+    b_desc = ll.TensorDescriptor.from_tensor(b_t, [64, 32])
+    ring_matmul[(1,)](a_desc, b_desc, c, k, 2, free_phase, expect)
+    return c, a.astype(np.float64) @ b_t.astype(np.float64).T
+
+
+def test_producer_consumer_ring_over_mbarriers_with_a_worker_partition():
+    c, reference = _ring()  # 5 K steps of 32 through 2 slots, the last one a zero-filled tail
+    np.testing.assert_allclose(c, reference, rtol=1e-5, atol=1e-4)
+
+
+def test_wrong_phase_is_a_deadlock_naming_barrier_phase_and_partitions():
+    threads = threading.active_count()
+    with pytest.raises(EmulationError, match="deadlock") as info:
+        _ring(free_phase=0)  # the producer waits for the slots to be freed before any use
+    text = str(info.value)
+    assert "default partition (warps 0-3) waits at" in text
+    assert "for phase 0 (parity 0) of mbarrier `ready[0]`" in text
+    assert "worker 0 (warps 4-4) waits at" in text
+    assert "for phase 0 (parity 0) of mbarrier `empty[0]`" in text
+    assert f"test_emulator_async.py:{_line_of('mbarrier.wait(empty.index(slot)')}:" in text
+    assert "mbarrier.wait(ready.index(slot)" in text  # the first wait's line, with its caret
+    assert threading.active_count() == threads  # the partition threads are gone
+
+
+def test_missing_expect_in_a_ring_deadlocks_both_partitions():
+    with pytest.raises(EmulationError, match="deadlock") as info:
+        _ring(expect=False)
+    text = str(info.value)
+    assert "`ready[0]`" in text and "bytes of TMA loads landed that no mbarrier.expect" in text
+    assert "`empty[0]`" in text
+
+
+@ll.jit
+def unsynchronised_worker(smem, bar, src):
+    layout: ll.constexpr = ll.BlockedLayout([1, 8], [4, 8], [1, 1], [1, 0])
+    smem.store(ll.load(src + tile_offsets(64, 64, layout)))
+    mbarrier.arrive(bar)
+
+
+@ll.jit
+def unsynchronised_default(smem, bar, WAIT: ll.constexpr):
+    if WAIT:
+        mbarrier.wait(bar, 0)
+    return smem.load(BLOCKED)
+
+
+@ll.jit
+def handoff(src, out, WAIT: ll.constexpr):
+    smem = ll.allocate_shared_memory(ll.float16, [64, 64], ll.NVMMASharedLayout(128, 16))
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    x = ll.warp_specialize((smem, bar, WAIT), unsynchronised_default, (smem, bar, src),
+                           [unsynchronised_worker], worker_num_warps=[1], worker_num_regs=[0])
+    ll.store(out + tile_offsets(64, 64, BLOCKED), x)
+
+
+def test_partitions_hand_data_over_through_an_mbarrier():
+    x = RNG.standard_normal((64, 64)).astype(np.float16)
+    out = np.zeros_like(x)
+    handoff[(1,)](x, out, True)
+    np.testing.assert_array_equal(out, x)
+
+
+def test_a_partition_reading_without_the_wait_races_with_the_writer():
+    x = RNG.standard_normal((64, 64)).astype(np.float16)
+    # the default partition runs first and reads poison; the worker's later store is
+    # the unordered write after a read (WAR) that the vector clocks catch
+    with pytest.raises(EmulationError, match=r"race \(WAR\)") as info:
+        handoff[(1,)](x, np.zeros_like(x), False)
+    text = str(info.value)
+    assert "warp 4 (worker 0) writes" in text and "(default partition) read" in text
+    assert "smem.store(ll.load(src" in text and "return smem.load(BLOCKED)" in text
