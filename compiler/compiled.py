@@ -33,8 +33,10 @@ class CompiledKernel:
     """A kernel compiled for one signature: every stage's text plus launch facts.
 
     `asm` maps a stage name (source, layout, llir, ptx, cubin) to its text (bytes for the
-    cubin). `metadata` holds num_warps, shared (bytes of shared memory, static + dynamic),
-    and, when ptxas ran, registers, spills and its report.
+    cubin). `metadata` holds num_warps, total_warps, shared (bytes of shared memory,
+    static + dynamic), and, when ptxas ran, registers, spills and its report.
+    `total_warps` is what the CTA launches with: num_warps plus the warp_specialize
+    workers' warps (0: num_warps, for kernels compiled before it existed).
     """
 
     name: str
@@ -44,10 +46,12 @@ class CompiledKernel:
     asm: dict = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
     cluster: Optional[tuple[int, int, int]] = None
+    total_warps: int = 0
 
     @property
     def num_threads(self) -> int:
-        return 32 * self.num_warps
+        """Threads per CTA at launch."""
+        return 32 * (self.total_warps or self.num_warps)
 
     @property
     def binary(self) -> tuple[str, bytes]:

@@ -681,6 +681,13 @@ class Kernel:
     def walk(self) -> Iterator[Op]:
         return self.body.walk()
 
+    @property
+    def total_warps(self) -> int:
+        """Warps the CTA launches with: num_warps plus the workers of its warp_specialize
+        (the largest, when there are several)."""
+        workers = [sum(op.worker_num_warps) for op in self.walk() if isinstance(op, WarpSpecialize)]
+        return self.num_warps + max(workers, default=0)
+
     def with_body(self, body: Block, **changes) -> "Kernel":
         return dataclasses.replace(self, body=body, **changes)
 

@@ -123,11 +123,12 @@ def compile_layout_kernel(kernel: Kernel, params: tuple[Param, ...], source: str
     _dump(config, "llir", llir)
     _dump(config, "ptx", ptx)
     # The launcher passes shared - static_shared as dynamic shared memory.
-    metadata = {"num_warps": kernel.num_warps, "shared": kernel.shared_bytes,
+    metadata = {"num_warps": kernel.num_warps, "total_warps": kernel.total_warps, "shared": kernel.shared_bytes,
                 "static_shared": static_shared_bytes(kernel)}
     if ptxas.find_ptxas() is not None:
         cubin, report = ptxas.assemble(ptx, arch=target)
         asm["cubin"] = cubin
         metadata.update(report)
     return CompiledKernel(name=kernel.name, params=params, num_warps=kernel.num_warps,
-                          shared=kernel.shared_bytes, asm=asm, metadata=metadata)
+                          shared=kernel.shared_bytes, asm=asm, metadata=metadata,
+                          total_warps=kernel.total_warps)

@@ -8,10 +8,16 @@ A lowered value is one of:
 Values that depend only on the thread's position (tid, lane, warp, the lane/warp part of a
 layout's coordinates or shared offsets) are emitted once, in the entry block's prologue,
 so they dominate every use wherever the first use sits (inside a loop or a branch).
+
+Inside a warp_specialize partition (`partition_scope`), the thread and warp indices are
+relative to the partition's first warp, `barrier()` is the partition's named barrier,
+and the prologue is the partition's entry block: cached values are keyed per partition,
+since the same layout gives other thread parts there (lower_warp_specialize.py).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
@@ -60,6 +66,25 @@ class SharedView:
 Lowered = Union[ir.Value, tuple, SharedView]
 
 
+@dataclass(frozen=True)
+class Partition:
+    """The warps one block of a warp_specialize runs on, while that block is lowered.
+
+    `index` 0 is the default partition, i + 1 worker i; `region` numbers the
+    warp_specialize ops of the kernel (prologue values of two ops must not mix).
+    """
+
+    index: int
+    first_warp: int
+    num_warps: int
+    region: int
+
+    @property
+    def barrier_id(self) -> int:
+        """Named barrier of the partition (0 is the whole CTA's)."""
+        return 1 + self.index
+
+
 class Lowering:
     """Everything a rule needs while it lowers one kernel."""
 
@@ -78,6 +103,10 @@ class Lowering:
         self.prologue.position_before(entry.terminator)
         self.builder = ir.IRBuilder(body)
         self._cache: dict = {}
+        self.partition: Optional[Partition] = None
+        # Threads a CTA barrier outside partitions waits for (None: all launched threads;
+        # fewer once the extra warps of a warp_specialize have left, see lower_warp_specialize).
+        self.barrier_threads: Optional[int] = None
         self._names: dict[str, int] = {}
         self._strings: list[ir.GlobalVariable] = []
 
@@ -184,10 +213,40 @@ class Lowering:
         return self._cache[key]
 
     def cached(self, key, make: Callable[[ir.IRBuilder], ir.Value]) -> ir.Value:
-        """A value computed once in the prologue (so it dominates all uses) and reused."""
+        """A value computed once in the prologue (so it dominates all uses) and reused;
+        per partition inside a warp_specialize."""
+        key = (self.partition, key)
         if key not in self._cache:
             self._cache[key] = make(self.prologue)
         return self._cache[key]
+
+    @contextmanager
+    def partition_scope(self, partition: Partition, prologue: ir.IRBuilder):
+        """Lower a warp_specialize block: indices relative to its warps, its own prologue."""
+        saved = self.partition, self.prologue
+        self.partition, self.prologue = partition, prologue
+        try:
+            yield
+        finally:
+            self.partition, self.prologue = saved
+
+    @property
+    def num_warps(self) -> int:
+        """Warps running the code being lowered (the partition's inside a warp_specialize)."""
+        return self.partition.num_warps if self.partition is not None else self.kernel.num_warps
+
+    def barrier(self) -> None:
+        """Every thread running this code meets here: bar.sync 0 for the CTA, the
+        partition's named barrier (`bar.sync id, threads`) inside a warp_specialize."""
+        if self.partition is not None:
+            barrier_id, threads = self.partition.barrier_id, 32 * self.partition.num_warps
+        elif self.barrier_threads is not None:
+            barrier_id, threads = 0, self.barrier_threads
+        else:
+            self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
+            return
+        self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(),
+                       [ir.Constant(T.I32, barrier_id), ir.Constant(T.I32, threads)])
 
     # ------------------------------------------------------------------ thread ids
     def special_register(self, name: str) -> ir.Value:
@@ -197,14 +256,27 @@ class Lowering:
 
     @property
     def thread_id(self) -> ir.Value:
-        return self.special_register("tid.x")
+        """%tid.x; inside a partition, relative to its first thread (thread 0 issues)."""
+        tid = self.special_register("tid.x")
+        if self.partition is None or not self.partition.first_warp:
+            return tid
+        first = ir.Constant(T.I32, 32 * self.partition.first_warp)
+        return self.cached("partition_tid", lambda b: b.sub(tid, first, name="partition_tid"))
 
     def hardware_index(self, dim: str) -> ir.Value:
-        """The thread's index along a hardware in-dim: lane, warp or block (cluster rank)."""
+        """The thread's index along a hardware in-dim: lane, warp or block (cluster rank).
+
+        Outside partitions of a kernel with warp_specialize workers, the extra warps run
+        the code as copies of the first `num_warps` (warp index modulo num_warps)."""
         if dim == "lane":
             return self.cached(("hw", dim), lambda b: b.and_(self.thread_id, ir.Constant(T.I32, 31), name="lane"))
         if dim == "warp":
-            return self.cached(("hw", dim), lambda b: b.lshr(self.thread_id, ir.Constant(T.I32, 5), name="warp"))
+            def warp(b):
+                index = b.lshr(self.thread_id, ir.Constant(T.I32, 5), name="warp")
+                if self.partition is None and self.kernel.total_warps > self.kernel.num_warps:
+                    index = b.urem(index, ir.Constant(T.I32, self.kernel.num_warps), name="mirror_warp")
+                return index
+            return self.cached(("hw", dim), warp)
         if dim == "block":
             return self.special_register("cluster.ctarank")
         raise CompilationError(f"internal: no hardware index for in-dim {dim!r}")

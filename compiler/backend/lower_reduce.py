@@ -87,7 +87,7 @@ def _shared_stage(ctx: Lowering, plan: ReductionPlan, op: Reduce, accumulators: 
         raise CompilationError("a reduction across warps has no scratch offset", op.loc,
                                suggestion="run allocate_shared_memory before the backend")
     results = len(plan.register_groups)
-    warps = ctx.kernel.num_warps
+    warps = ctx.num_warps
     parts = len(accumulators[0])
     value_bytes = max(T.memory_bytes(combine.element), 4)
     arrays = [ctx.shared_pointer(op.scratch_offset)]

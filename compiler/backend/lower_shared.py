@@ -21,8 +21,8 @@ from ..layout_rules import shared_index_addressing, shared_slice_addressing
 from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map
 
 def barrier(ctx: Lowering) -> None:
-    """bar.sync 0 (all threads of the CTA)."""
-    ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
+    """bar.sync 0 (all threads of the CTA); a named barrier inside a warp_specialize partition."""
+    ctx.barrier()
 
 
 @lowers(Barrier)
