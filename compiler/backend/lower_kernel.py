@@ -1,7 +1,9 @@
 """A whole kernel: the LLVM module, the entry function and its shared memory.
 
 The function uses the `ptx_kernel` calling convention (a `.entry`) with the attribute
-`"nvvm.maxntid"` = 32 * num_warps, so ptxas knows the block size (`.maxntid`). Pointer
+`"nvvm.maxntid"` = 32 * total_warps (num_warps plus warp_specialize workers), so ptxas
+knows the block size (`.maxntid`), and `"nvvm.maxnreg"` when setmaxnreg budgets need a
+register cap at entry (lower_warp_specialize). Pointer
 parameters are `ptr addrspace(1)` (global memory), scalars are passed by value.
 
 A TMA descriptor parameter (`TensorDescriptorType`) is the 128-byte CUtensorMap passed by
@@ -33,6 +35,7 @@ from ..ir import Kernel
 from ..types import PointerType, TensorDescriptorType
 from . import llvm_types as T
 from .context import DEFAULT_RULES, Lowering
+from .lower_warp_specialize import entry_register_cap
 from .target import TRIPLE, data_layout
 
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -106,15 +109,20 @@ def _parameter_type(value) -> ir.Type:
 
 def lower_to_llvm(kernel: Kernel, rules: Optional[dict] = None) -> str:
     """The kernel (at the `layout` stage) as LLVM IR text for the NVPTX target."""
-    if kernel.num_warps < 1 or kernel.num_warps > 32:
-        raise CompilationError(f"num_warps must be 1..32, got {kernel.num_warps}")
+    if kernel.num_warps < 1 or kernel.total_warps > 32:
+        raise CompilationError(f"num_warps must be 1..32 (with warp_specialize workers), got "
+                               f"{kernel.num_warps} ({kernel.total_warps} in all)")
     module = ir.Module(name=kernel.name)
     module.triple = TRIPLE
     module.data_layout = data_layout()
     function_type = ir.FunctionType(ir.VoidType(), [_parameter_type(p) for p in kernel.params])
     function = ir.Function(module, function_type, kernel.name)
     function.calling_convention = "ptx_kernel"
-    function.attributes = _KernelAttributes({"nvvm.maxntid": str(32 * kernel.num_warps)})
+    launch = {"nvvm.maxntid": str(32 * kernel.total_warps)}
+    register_cap = entry_register_cap(kernel)  # setmaxnreg needs a cap at entry
+    if register_cap is not None:
+        launch["nvvm.maxnreg"] = str(register_cap)
+    function.attributes = _KernelAttributes(launch)
     divisibility = getattr(kernel, "param_divisibility", None) or ()
     for argument, param, divisor in zip(function.args, kernel.params, tuple(divisibility) + (0,) * len(kernel.params)):
         argument.name = param.hint or f"arg{param.id}"

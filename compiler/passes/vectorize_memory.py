@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Compare, Kernel, Load, Op, Store
+from ..ir import AsyncCopy, Compare, Kernel, Load, Op, Store
 from ..types import TensorType
 from .axis_analysis import analyze_axes
 from .rewrite import rewrite_kernel
@@ -95,7 +95,7 @@ def vectorize_memory(kernel: Kernel) -> Kernel:
             run = uniform_register_run(op, infos)
             if run != op.register_run:
                 return dataclasses.replace(op, register_run=run)
-        if isinstance(op, (Load, Store)):
+        if isinstance(op, (Load, Store, AsyncCopy)):  # cp.async: the global side of each copy
             vector = choose_vector(op, infos)
             if vector != op.vector:
                 return dataclasses.replace(op, vector=vector)

@@ -1,0 +1,271 @@
+"""Lowering of Hopper's async machinery: mbarriers, TMA copies and cp.async.
+
+"One thread issues" ops (mbarrier init/expect/arrive/invalidate, TMA load/store) are
+predicated on thread 0 of the partition running them (of the CTA outside
+warp_specialize), and on the op's `pred` when it has one; the other threads skip them.
+An arrive first syncs the threads that run it (the partition's named barrier, bar.sync 0
+outside warp_specialize, bar.warp.sync for one warp), so their earlier work is ordered
+before the single arrival. A wait is executed by every thread.
+
+TMA descriptors: the lowered descriptor value is the tensor map's generic address (an
+i64 or a pointer). TMA moves whole boxes between global memory and a shared buffer laid
+out by the descriptor's layout; the hardware applies the swizzle from address bits, so
+the buffer must start on the swizzle's period (its layout's XOR pattern repeat, at least
+the 128 bytes the ISA asks for).
+
+cp.async: each thread copies the elements it owns of the pointer tensor into the same
+coordinates of the buffer, `vector` elements (the global side proven by
+vectorize_memory) at a time when they are also consecutive and aligned in shared memory,
+as 4-, 8- or 16-byte copies; a masked-off copy reads 0 bytes and zero-fills. Accesses
+narrower than 4 bytes (cp.async's minimum) fall back to a plain load and shared store,
+which have landed before any later wait_group returns, as the copy would have.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...layouts import LinearLayout
+from ...layouts.banks import vector_width_of
+from ..errors import CompilationError
+from ..ir import (AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, MBarrierArrive, MBarrierExpect, MBarrierInit,
+                  MBarrierInvalidate, MBarrierWait, Op, TmaLoad, TmaStore, TmaStoreWait, Value)
+from ..types import TensorDescriptorType
+from . import llvm_types as T
+from . import ptx_async
+from .context import Lowering, SharedView, lowers
+from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map, owner_predicate
+
+TMA_MIN_ALIGN = 128  # bytes: cp.async.bulk.tensor's shared-memory operand
+MAX_COPY_BYTES = 16
+
+
+# --------------------------------------------------------------------- helpers
+def _asm(ctx: Lowering, asm: tuple[str, str], args, return_type=None):
+    text, constraints = asm
+    function_type = ir.FunctionType(return_type or ir.VoidType(), [a.type for a in args])
+    return ctx.builder.asm(function_type, text, constraints, list(args), side_effect=True)
+
+
+def _elected(ctx: Lowering) -> ir.Value:
+    """i1: this thread is thread 0 of the partition (of the CTA outside partitions)."""
+    return ctx.cached("thread0", lambda b: b.icmp_unsigned("==", ctx.thread_id, ir.Constant(T.I32, 0)))
+
+
+def _issuer(ctx: Lowering, pred) -> ir.Value:
+    elected = _elected(ctx)
+    if pred is None:
+        return elected
+    return ctx.builder.and_(elected, ctx.scalar(pred))
+
+
+def _shared_address(ctx: Lowering, view: SharedView) -> ir.Value:
+    """32-bit shared address of the view's element at coordinates 0."""
+    b = ctx.builder
+    pointer = view.base
+    if view.xor:
+        pointer = b.gep(pointer, [ir.Constant(T.I32, view.xor)], source_etype=T.memory_type(view.type.element))
+    return b.ptrtoint(pointer, T.I32)
+
+
+def _barrier_address(ctx: Lowering, value: Value) -> ir.Value:
+    return _shared_address(ctx, ctx.shared(value))
+
+
+def _i32(ctx: Lowering, value: ir.Value) -> ir.Value:
+    width = value.type.width
+    if width == 32:
+        return value
+    return ctx.builder.trunc(value, T.I32) if width > 32 else ctx.builder.zext(value, T.I32)
+
+
+def _running_warps(ctx: Lowering) -> int:
+    if ctx.partition is not None:
+        return ctx.partition.num_warps
+    if ctx.barrier_threads is not None:
+        return ctx.barrier_threads // 32
+    return ctx.kernel.total_warps
+
+
+# --------------------------------------------------------------------- mbarrier
+@lowers(MBarrierInit)
+def lower_mbarrier_init(ctx: Lowering, op: MBarrierInit) -> None:
+    _asm(ctx, ptx_async.mbarrier_init(op.count), [_barrier_address(ctx, op.barrier), _elected(ctx)])
+
+
+@lowers(MBarrierExpect)
+def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
+    _asm(ctx, ptx_async.mbarrier_expect(op.nbytes), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
+
+
+@lowers(MBarrierArrive)
+def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
+    if _running_warps(ctx) > 1:
+        ctx.barrier()
+    else:
+        ctx.intrinsic("llvm.nvvm.bar.warp.sync", ir.VoidType(), [ir.Constant(T.I32, -1)])
+    _asm(ctx, ptx_async.mbarrier_arrive(op.count), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
+
+
+@lowers(MBarrierWait)
+def lower_mbarrier_wait(ctx: Lowering, op: MBarrierWait) -> None:
+    parity = ctx.builder.and_(_i32(ctx, ctx.scalar(op.phase)), ir.Constant(T.I32, 1))
+    _asm(ctx, ptx_async.mbarrier_wait(), [_barrier_address(ctx, op.barrier), parity])
+
+
+@lowers(MBarrierInvalidate)
+def lower_mbarrier_invalidate(ctx: Lowering, op: MBarrierInvalidate) -> None:
+    _asm(ctx, ptx_async.mbarrier_invalidate(), [_barrier_address(ctx, op.barrier), _elected(ctx)])
+
+
+# --------------------------------------------------------------------- TMA
+def swizzle_period_bytes(layout: LinearLayout, element_bytes: int) -> int:
+    """Bytes after which a shared layout's XOR pattern repeats (at least 128): offset
+    bits up to the highest one whose basis mixes coordinates (a swizzle) are covered."""
+    mixed = 0
+    for bit, basis in enumerate(layout.bases.get("offset", ())):
+        nonzero = [c for c in basis if c]
+        if len(nonzero) > 1 or any(c & (c - 1) for c in nonzero):
+            mixed = bit + 1
+    return max(TMA_MIN_ALIGN, (1 << mixed) * element_bytes)
+
+
+def _descriptor(ctx: Lowering, op: Op) -> tuple[ir.Value, TensorDescriptorType]:
+    type_ = op.descriptor.type
+    if not isinstance(type_, TensorDescriptorType):
+        raise CompilationError(f"`{op.NAME}` needs a tensor descriptor, found {type_}", op.loc)
+    address = ctx.scalar(op.descriptor)
+    if isinstance(address.type, ir.PointerType):
+        address = ctx.builder.ptrtoint(address, T.I64)
+    elif address.type != T.I64:
+        raise CompilationError(f"internal: descriptor lowered to {address.type}, not an address", op.loc)
+    if len(op.coords) != type_.rank:
+        raise CompilationError(f"`{op.NAME}` has {len(op.coords)} coordinates for a rank-{type_.rank} "
+                               "descriptor", op.loc)
+    return address, type_
+
+
+def _box_address(ctx: Lowering, op: Op, type_: TensorDescriptorType) -> ir.Value:
+    """The buffer's shared address, after checking it holds one box as TMA writes it."""
+    view = ctx.shared(op.buffer)
+    buffer = view.type
+    if buffer.shape != type_.block_shape or buffer.element != type_.element:
+        raise CompilationError(
+            f"`{op.NAME}`: the buffer is {buffer} but the descriptor's box is "
+            f"{list(type_.block_shape)} of {type_.element}", op.loc,
+            suggestion="allocate the buffer with the descriptor's block_shape and dtype")
+    # Bases only: a window's addressing maps into its whole allocation's offset range.
+    if view.addressing.bases != addressing_of(type_.layout).bases:
+        raise CompilationError(
+            f"`{op.NAME}`: the buffer's shared layout is not the descriptor's box layout; TMA "
+            "writes a box in the descriptor's swizzle", op.loc,
+            expected=str(type_.encoding or type_.layout), found=str(buffer.encoding or buffer.layout),
+            suggestion="allocate the buffer with layout=desc.layout")
+    bytes_ = T.memory_bytes(buffer.element)
+    period = swizzle_period_bytes(type_.layout, bytes_)
+    if (view.xor * bytes_) % period:
+        raise CompilationError(
+            f"`{op.NAME}`: the buffer view starts {view.xor * bytes_} bytes into its allocation, "
+            f"not on a multiple of {period} bytes (the box layout's swizzle period)", op.loc,
+            suggestion="slice the buffer at a multiple of the swizzle period, or copy whole buffers")
+    return _shared_address(ctx, view)
+
+
+def _coordinates(ctx: Lowering, op: Op) -> list[ir.Value]:
+    """PTX's order: innermost dim first (the IR lists them outermost first)."""
+    return [_i32(ctx, ctx.scalar(c)) for c in reversed(op.coords)]
+
+
+@lowers(TmaLoad)
+def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
+    descriptor, type_ = _descriptor(ctx, op)
+    destination = _box_address(ctx, op, type_)
+    barrier = _barrier_address(ctx, op.barrier)
+    _asm(ctx, ptx_async.tma_load(type_.rank),
+         [destination, descriptor, barrier, *_coordinates(ctx, op), _issuer(ctx, op.pred)])
+
+
+@lowers(TmaStore)
+def lower_tma_store(ctx: Lowering, op: TmaStore) -> None:
+    descriptor, type_ = _descriptor(ctx, op)
+    source = _box_address(ctx, op, type_)
+    _asm(ctx, ptx_async.tma_store(type_.rank), [descriptor, source, *_coordinates(ctx, op), _elected(ctx)])
+
+
+@lowers(TmaStoreWait)
+def lower_tma_store_wait(ctx: Lowering, op: TmaStoreWait) -> None:
+    _asm(ctx, ptx_async.tma_store_wait(op.pending), [])
+
+
+# --------------------------------------------------------------------- cp.async
+def async_copy_width(op: AsyncCopy, offsets: LinearLayout, xor: int, element_bytes: int) -> int:
+    """Elements per copy: what vectorize_memory proved for the global side, within what
+    is consecutive and aligned in shared memory, at most 16 bytes."""
+    width = min(max(op.vector, 1), vector_width_of(offsets, 8 * element_bytes), MAX_COPY_BYTES // element_bytes)
+    while width > 1 and xor % width:
+        width //= 2
+    return width
+
+
+@lowers(AsyncCopy)
+def lower_async_copy(ctx: Lowering, op: AsyncCopy) -> None:
+    b = ctx.builder
+    view = ctx.shared(op.buffer)
+    element = view.type.element
+    element_bytes = T.memory_bytes(element)
+    layout = op.pointer.type.layout
+    count = T.register_count(op.pointer.type)
+    offsets = offset_map(layout, view.addressing)
+    width = min(async_copy_width(op, offsets, view.xor, element_bytes), count)
+    nbytes = width * element_bytes
+    pointers = ctx.registers(op.pointer, count)
+    masks = ctx.registers(op.mask, count) if op.mask is not None else None
+    owner = owner_predicate(ctx, layout)
+    duplicates = duplicate_registers(layout)
+    memory = T.memory_type(element)
+    for start in range(0, count, width):
+        if start & duplicates:
+            continue
+        destination = element_pointer(ctx, view.base, memory, offsets, start, view.xor)
+        mask = masks[start] if masks is not None else None
+        if nbytes < 4:
+            _copy_through_registers(ctx, pointers[start:start + width], mask, owner, destination, element)
+            continue
+        size = ir.Constant(T.I32, nbytes)
+        if mask is not None:
+            size = b.select(mask, size, ir.Constant(T.I32, 0))
+        args = [b.ptrtoint(destination, T.I32), pointers[start], size]
+        if owner is not None:
+            args.append(owner)
+        _asm(ctx, ptx_async.async_copy(nbytes, owner is not None), args)
+
+
+def _copy_through_registers(ctx: Lowering, pointers, mask, owner, destination, element) -> None:
+    """Elements narrower than cp.async's 4 bytes: a predicated load, then a shared store."""
+    from .lower_memory import _load_group  # the masked global load of lower_memory
+
+    b = ctx.builder
+    memory = T.memory_type(element)
+    values = _load_group(ctx, pointers[0], mask, element, len(pointers))
+    if len(values) == 1:
+        data = values[0]
+    else:
+        data = ir.Constant(ir.VectorType(memory, len(values)), None)
+        for i, value in enumerate(values):
+            data = b.insert_element(data, value, ir.Constant(T.I32, i))
+    align = len(values) * T.memory_bytes(element)
+    if owner is None:
+        b.store(data, destination, align=align)
+        return
+    with b.if_then(owner):
+        b.store(data, destination, align=align)
+
+
+@lowers(AsyncCommitGroup)
+def lower_async_commit_group(ctx: Lowering, op: AsyncCommitGroup) -> None:
+    _asm(ctx, ptx_async.async_commit_group(), [])
+
+
+@lowers(AsyncWaitGroup)
+def lower_async_wait_group(ctx: Lowering, op: AsyncWaitGroup) -> None:
+    _asm(ctx, ptx_async.async_wait_group(op.pending), [])

@@ -1,0 +1,229 @@
+"""Lowering of warp_specialize: partitions of the CTA's warps running different blocks.
+
+The CTA launches `kernel.total_warps` = num_warps + the workers' warps. Where the op
+sits, the threads branch on their (warp-uniform) warp index into one block per
+partition: the default partition on warps [0, num_warps), worker i on the next
+`worker_num_warps[i]`; warps no partition of this op uses go straight to the join.
+Each block is lowered in a `partition_scope`: thread and warp indices relative to the
+partition's first warp, `Barrier` (and the barriers inside reductions and conversions)
+as the partition's named barrier `bar.sync 1 + index, 32 * warps`, prologue values in
+the partition's entry block. The block args are the captures. All partitions meet at a
+bar.sync 0 over the whole CTA; the default partition's yield gives the op's results.
+
+Outside partitions, the extra warps run the kernel's code as copies of the first
+num_warps warps (warp index modulo num_warps; "one thread issues" ops still elect CTA
+thread 0 alone), so every value captured before the op is in their registers. A
+captured tensor reaches a worker intact only where a worker warp's copy holds what the
+worker's layout expects (checked). After the last warp_specialize at the top level of
+the kernel the extra warps exit, so code after it (and the results, which only the
+default partition computes) runs on num_warps warps, and CTA barriers from there on
+count 32 * num_warps threads. Results of any other warp_specialize are refused.
+
+Register budgets (setmaxnreg, per warpgroup): with any budget, the kernel gets an entry
+cap `.maxnreg` = 65536 / threads (at most 255) rounded down to a multiple of 8; each
+budgeted partition sets its budget first thing (dec below the cap, inc above) and sets
+the cap back before the join, so code after the op runs with the cap again. Budgets must
+be multiples of 8 in [24, 256], every partition whole warpgroups, and the partitions
+together may not hold more registers than the CTA got at launch (cap * threads).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from llvmlite import ir
+
+from ..errors import CompilationError
+from ..ir import Kernel, WarpSpecialize, Yield
+from ..types import TensorType
+from . import llvm_types as T
+from . import ptx_async
+from .context import Lowering, Partition, lowers
+from .lower_control import _flatten, _rebuild
+
+REGISTER_FILE = 65536  # 32-bit registers per SM, all of them for one CTA at most
+MAX_REGISTERS = 255  # per thread (.maxnreg)
+WARPGROUP = 4
+
+
+def entry_register_cap(kernel: Kernel) -> Optional[int]:
+    """The `.maxnreg` a kernel needs for its setmaxnreg budgets (None: it sets none),
+    after checking every warp_specialize's budgets (CompilationError at the op)."""
+    ops = [op for op in kernel.walk() if isinstance(op, WarpSpecialize)]
+    if not any(any(op.worker_num_regs) or op.default_num_regs for op in ops):
+        return None
+    threads = 32 * kernel.total_warps
+    cap = min(MAX_REGISTERS, REGISTER_FILE // threads) // 8 * 8
+    for op in ops:
+        _check_budgets(op, kernel.num_warps, cap)
+    return cap
+
+
+def _partition_warps(op: WarpSpecialize, num_warps: int) -> list[tuple[int, int]]:
+    """(first warp, warp count) of the default partition, then of each worker."""
+    spans, first = [], 0
+    for warps in (num_warps,) + tuple(op.worker_num_warps):
+        spans.append((first, warps))
+        first += warps
+    return spans
+
+
+def _check_budgets(op: WarpSpecialize, num_warps: int, cap: int) -> None:
+    budgets = (op.default_num_regs,) + tuple(op.worker_num_regs)
+    if len(op.worker_num_regs) != len(op.workers) or len(op.worker_num_warps) != len(op.workers):
+        raise CompilationError("warp_specialize needs one warp count and one register budget per worker", op.loc)
+    if not any(budgets):
+        return
+    bad = [b for b in budgets if b and (b % 8 or not 24 <= b <= 256)]
+    if bad:
+        raise CompilationError(
+            f"register budgets must be multiples of 8 in [24, 256] (setmaxnreg), found {bad}", op.loc,
+            suggestion="round the budget to a multiple of 8, or give 0 for no change")
+    spans = _partition_warps(op, num_warps)
+    if any(warps % WARPGROUP for _, warps in spans):
+        raise CompilationError(
+            "register budgets (setmaxnreg) apply per warpgroup: every partition needs a multiple of "
+            f"4 warps, found {[warps for _, warps in spans]}", op.loc,
+            suggestion="give single-warp roles a 4-warp partition, or drop the budgets")
+    held = sum(32 * warps * (budget or cap) for (_, warps), budget in zip(spans, budgets))
+    available = 32 * sum(warps for _, warps in spans) * cap
+    if held > available:
+        raise CompilationError(
+            f"the partitions' register budgets hold {held} registers, but the CTA gets {available} "
+            f"at launch ({cap} per thread, the cap for {32 * sum(w for _, w in spans)} threads)", op.loc,
+            expected=f"sum of budget * 32 * warps <= {available}",
+            found=f"budgets {list(budgets)} (0: the cap) on {[w for _, w in spans]} warps",
+            suggestion="lower the budgets; e.g. 24 or 40 for a producer warpgroup, the rest for consumers")
+
+
+def _warp_part(layout, warp: int) -> tuple:
+    """The coordinates the warp bits of `warp` contribute in `layout`."""
+    value = [0] * len(layout.out_dims)
+    for bit, basis in enumerate(layout.bases.get("warp", ())):
+        if warp >> bit & 1:
+            value = [v ^ c for v, c in zip(value, basis)]
+    return tuple(value)
+
+
+def _check_captures(op: WarpSpecialize, partition: Partition, block, num_warps: int) -> None:
+    """A worker warp holds a captured tensor as warp `w % num_warps` computed it; the
+    worker reads it as its relative warp: they must be the same elements."""
+    for capture, arg in zip(op.captures, block.args):
+        if not isinstance(capture.type, TensorType):
+            continue
+        layout = capture.type.layout
+        same = arg.type == capture.type and all(
+            _warp_part(layout, (partition.first_warp + r) % num_warps) == _warp_part(layout, r)
+            for r in range(partition.num_warps))
+        if not same:
+            raise CompilationError(
+                f"worker {partition.index - 1} of this warp_specialize cannot receive the tensor "
+                f"`{capture.hint or capture.id}`: its warps {partition.first_warp}.."
+                f"{partition.first_warp + partition.num_warps - 1} hold other elements of it than the "
+                "worker's layout gives them", op.loc,
+                suggestion="pass shared memory or scalars to workers and build tensors inside them, "
+                           "or make the tensor's layout broadcast over warps")
+
+
+def _uniform_warp(ctx: Lowering) -> ir.Value:
+    """The CTA-wide warp index, made warp-uniform (lane 0's) so branches on it are uniform."""
+    def make(b: ir.IRBuilder) -> ir.Value:
+        warp = b.lshr(ctx.special_register("tid.x"), ir.Constant(T.I32, 5))
+        return ctx.intrinsic("llvm.nvvm.shfl.sync.idx.i32", T.I32,
+                             [ir.Constant(T.I32, -1), warp, ir.Constant(T.I32, 0), ir.Constant(T.I32, 0x1F)],
+                             builder=b)
+    return ctx.cached("cta_warp", make)
+
+
+def _set_registers(builder: ir.IRBuilder, count: int, increase: bool) -> None:
+    text, constraints = ptx_async.set_max_registers(count, increase)
+    builder.asm(ir.FunctionType(ir.VoidType(), []), text, constraints, [], side_effect=True)
+
+
+def _is_last_top_level(kernel: Kernel, op: WarpSpecialize) -> bool:
+    """The op sits in the kernel's body (not in a loop or branch) and no other follows."""
+    ops = kernel.body.ops
+    index = next((i for i, o in enumerate(ops) if o is op), None)
+    if index is None:
+        return False
+    for later in ops[index + 1:]:
+        if isinstance(later, WarpSpecialize) or any(
+                isinstance(o, WarpSpecialize) for region in later.nested_blocks() for o in region.walk()):
+            return False
+    return True
+
+
+@lowers(WarpSpecialize)
+def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
+    kernel = ctx.kernel
+    if ctx.partition is not None:
+        raise CompilationError("warp_specialize inside a warp_specialize partition is not supported", op.loc)
+    if ctx.barrier_threads is not None:
+        raise CompilationError("a warp_specialize after the last top-level one: its worker warps have "
+                               "exited", op.loc)
+    last = _is_last_top_level(kernel, op)
+    if op.results and not last:
+        raise CompilationError(
+            "only the last warp_specialize at the top level of a kernel may return values (its worker "
+            "warps leave after it; elsewhere they would go on with values they do not have)", op.loc,
+            suggestion="store the values to memory in the default partition instead")
+    cap = entry_register_cap(kernel)
+    b = ctx.builder
+    warp = _uniform_warp(ctx)
+    captured = [ctx.get(v) for v in op.captures]
+    blocks = (op.default,) + tuple(op.workers)
+    budgets = (op.default_num_regs,) + tuple(op.worker_num_regs)
+    join = ctx.new_block("ws_join")
+    ends, results = [], []
+    for index, ((first, warps), block, budget) in enumerate(
+            zip(_partition_warps(op, kernel.num_warps), blocks, budgets)):
+        partition = Partition(index, first, warps, id(op))
+        if index:
+            _check_captures(op, partition, block, kernel.num_warps)
+        entry = ctx.new_block(f"ws_partition{index}_entry")
+        body = ctx.new_block(f"ws_partition{index}")
+        following = ctx.new_block("ws_dispatch")
+        b.cbranch(b.icmp_unsigned("<", warp, ir.Constant(T.I32, first + warps)), entry, following)
+        prologue = ir.IRBuilder(entry)
+        if budget and cap is not None and budget != cap:
+            _set_registers(prologue, budget, budget > cap)
+        prologue.branch(body)
+        prologue.position_before(entry.terminator)
+        b.position_at_end(body)
+        with ctx.partition_scope(partition, prologue):
+            for arg, value in zip(block.args, captured):
+                ctx.define(arg, value)
+            ctx.lower_block(block)
+            if index == 0 and op.results:
+                terminator = block.ops[-1] if block.ops else None
+                if not isinstance(terminator, Yield) or len(terminator.values) != len(op.results):
+                    raise CompilationError("the default partition must end with a yield of the op's results",
+                                           op.loc)
+                results = [ctx.get(v) for v in terminator.values]
+        if budget and cap is not None and budget != cap:
+            _set_registers(b, cap, budget < cap)
+        ends.append(b.block)
+        b.branch(join)
+        b.position_at_end(following)
+    b.branch(join)  # warps this op gives no partition (another one has more workers)
+    idle = b.block
+    b.position_at_end(join)
+    if op.results:
+        phis = []
+        for value in (v for r in results for v in _flatten(r)):
+            phi = b.phi(value.type)
+            phi.add_incoming(value, ends[0])
+            for end in ends[1:] + [idle]:
+                phi.add_incoming(ir.Constant(value.type, ir.Undefined), end)
+            phis.append(phi)
+        values = iter(phis)
+        for result, template in zip(op.results, results):
+            ctx.define(result, _rebuild(template, values))
+    ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
+    if last:
+        leave, stay = ctx.new_block("ws_extra_warps_exit"), ctx.new_block("ws_after")
+        b.cbranch(b.icmp_unsigned(">=", warp, ir.Constant(T.I32, kernel.num_warps)), leave, stay)
+        b.position_at_end(leave)
+        b.ret_void()
+        b.position_at_end(stay)
+        ctx.barrier_threads = 32 * kernel.num_warps
