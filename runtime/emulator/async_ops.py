@@ -127,8 +127,8 @@ def tma_load(cta, op: ir.TmaLoad) -> None:
                              _where(f"box at {coords} of {desc.describe()}"))
     values = np.where(inside, values, 0)
     record = cta.shared.ordering.async_write(
-        byte_rows(addresses, size), None, op, "TMA load", f"wait on mbarrier {bar.name}",
-        issuer=issuer)
+        byte_rows(addresses, size)[None, :], np.array([issuer]), op, "TMA load",
+        f"wait on mbarrier {bar.name}")
     cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, addresses, values, element,
                                             desc.type.box_bytes))
 
@@ -175,10 +175,9 @@ def async_copy(cta, op: ir.AsyncCopy) -> None:
     values = cta.memory.load(pointers, element, mask, op.loc, cta.describe(pointer_type))
     if mask is not None:
         values = np.where(mask, values, 0)
-    warps = np.broadcast_to((cta.warp_base + np.arange(addresses.shape[0]))[:, None, None],
-                            addresses.shape)
-    rows = byte_rows(addresses, size)
-    record = cta.shared.ordering.async_write(rows, np.repeat(warps.reshape(-1), size), op,
+    warps = addresses.shape[0]
+    rows = byte_rows(addresses, size).reshape(warps, -1)
+    record = cta.shared.ordering.async_write(rows, cta.warp_base + np.arange(warps), op,
                                              "cp.async", "async_copy.wait_group")
     cta.shared.write(addresses, values, element, op, cta.describe(pointer_type), track=False)
     async_state(cta).copies.append(record)

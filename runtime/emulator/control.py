@@ -97,7 +97,7 @@ def device_print(cta, op: ir.Print) -> None:
     lines = []
     for warp in range(cta.num_warps):
         for lane in range(32):
-            thread = warp * 32 + lane
+            thread = (cta.warp_base + warp) * 32 + lane
             for register in range(registers):
                 index = tuple(int(c[warp, lane, register]) for c in coords) if coords else ()
                 shown = " ".join(

@@ -140,8 +140,8 @@ def barrier_address(cta, op, value: ir.Value) -> int:
 def touch(cta, address: int, warps, op, write: bool) -> None:
     """Track an mbarrier op's access to the barrier's bytes (init must be visible first)."""
     warps = np.asarray(warps, dtype=np.int64)
-    rows = np.tile(address + np.arange(_BARRIER_BYTES), len(warps))
-    cta.shared.ordering.access(rows, np.repeat(warps, _BARRIER_BYTES), op, write, barrier_op=True)
+    rows = np.tile(address + np.arange(_BARRIER_BYTES), (len(warps), 1))
+    cta.shared.ordering.access(rows, warps, op, write, barrier_op=True)
 
 
 def live_barrier(cta, op, value: ir.Value) -> MBarrier:

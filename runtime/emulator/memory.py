@@ -201,5 +201,4 @@ class SharedMemory:
         """Check and record one access; addresses[w] are the running partition's warp w's."""
         warps = addresses.shape[0]
         byte_array = (addresses.reshape(warps, -1)[:, :, None] + np.arange(size)).reshape(warps, -1)
-        warp_ids = np.repeat(self.active[0] + np.arange(warps), byte_array.shape[1])
-        self.ordering.access(byte_array.reshape(-1), warp_ids, op, write)
+        self.ordering.access(byte_array, self.active[0] + np.arange(warps), op, write)

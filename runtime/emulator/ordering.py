@@ -45,7 +45,7 @@ _NEVER = np.iinfo(np.int64).max
 class AsyncAccess:
     """A wgmma / TMA-store read or a cp.async write still in flight."""
 
-    rows: np.ndarray        # sorted unique byte addresses
+    rows: np.ndarray        # the byte addresses (duplicates allowed)
     warps: np.ndarray       # reads: the warps that own the read once it retires;
     write_rows: Optional[np.ndarray]  # writes: (byte, warp) pairs as two arrays
     write_warps: Optional[np.ndarray]
@@ -54,8 +54,7 @@ class AsyncAccess:
     remedy: str             # what retires it
 
     def holds(self, row: int) -> bool:
-        i = np.searchsorted(self.rows, row)
-        return bool(i < len(self.rows) and self.rows[i] == row)
+        return bool((self.rows == row).any())
 
 
 class Ordering:
@@ -182,89 +181,79 @@ class Ordering:
                             f"invalidate the barrier (mbarrier.invalidate) before reusing its "
                             f"memory", op, self._op(int(self.write_op[row])), "mbarrier initialised")
 
-    def _check_in_flight(self, rows, warps, op, verb: str, reads_too: bool) -> None:
+    def _check_in_flight(self, rows, who: str, op, verb: str, reads_too: bool) -> None:
         if not self.records:
             return
         hit = self.pending_write[rows] >= 0
         if hit.any():
-            i = int(np.argmax(hit))
-            record = self.records[int(self.pending_write[rows[i]])]
-            self._raise(f"shared-memory race: {self.who(warps, i)} {verb} byte {int(rows[i])}, which "
-                        f"the {record.what} is still writing; {record.remedy} first",
+            row = int(rows[np.argmax(hit)])
+            record = self.records[int(self.pending_write[row])]
+            self._raise(f"shared-memory race: {who} {verb} byte {row}, which the {record.what} "
+                        f"is still writing; {record.remedy} first",
                         op, record.op, f"{record.what} issued")
         if reads_too:
             hit = self.pending_reads[rows] > 0
             if hit.any():
-                i = int(np.argmax(hit))
-                row = int(rows[i])
+                row = int(rows[np.argmax(hit)])
                 record = next(r for r in self.records.values() if r.write_rows is None and r.holds(row))
-                self._raise(f"shared-memory race (WAR): {self.who(warps, i)} {verb} byte {row}, which "
-                            f"the {record.what} is still reading; {record.remedy} first",
+                self._raise(f"shared-memory race (WAR): {who} {verb} byte {row}, which the "
+                            f"{record.what} is still reading; {record.remedy} first",
                             op, record.op, f"{record.what} issued")
 
-    def who(self, warps, i: int) -> str:
-        if warps is None:
-            return "the async copy"
-        return self.label(int(warps[i]))
-
-    def _check_writes(self, rows, warps, clocks, op, kind: str, verb: str, exempt_own: bool,
-                      async_only: bool = False):
-        """Every write of `rows` must be ordered before the accessing warps (RAW / WAW);
-        `async_only` checks only the async copies' columns."""
+    def _check_writes(self, rows, clock: np.ndarray, who: str, op, kind: str, verb: str,
+                      own: Optional[int] = None, async_only: bool = False) -> np.ndarray:
+        """Every write of `rows` must be ordered before `clock` (RAW / WAW); returns the
+        rows' write epochs. `own`: the accessing warp, whose own unordered-with-others
+        writes since its last sync point excuse the byte (replicated layouts store one
+        element from several warps); `async_only` checks only the TMA columns."""
         columns = self.columns
         written = self.written[rows, :columns]
-        later = written > clocks[:, :columns]
+        later = written > clock[:columns]
         if async_only:
             later[:, :self.num_warps] = False
-        n = np.arange(len(rows))
-        if exempt_own:
-            # A warp reading what it wrote itself since its last sync point (replicated
-            # layouts store one element from several warps) is not a race.
-            later[n, warps] = False
-            own = written[n, warps] == clocks[n, warps]
-            later[own, :self.num_warps] = False
+        elif own is not None:
+            excused = written[:, own] == clock[own]
+            later[excused, :self.num_warps] = False
         if not later.any():
             return written
         i = int(np.flatnonzero(later.any(axis=1))[0])
         column = int(np.argmax(later[i]))
         row = int(rows[i])
-        reader = self.who(warps, i)
         if column < self.num_warps:
-            self._raise(f"shared-memory race ({kind}): {reader} {verb} byte {row}, which "
+            self._raise(f"shared-memory race ({kind}): {who} {verb} byte {row}, which "
                         f"{self.label(column)} wrote with no barrier (or mbarrier wait) ordering "
                         f"the two; insert a barrier between them",
                         op, self._op(int(self.write_op[row])), f"written by {self.label(column)}")
         text, completed = self.agent_describe[column](int(written[i, column]))
         state = ("its phase has completed, but this warp has not waited for it" if completed
                  else "its phase has not completed")
-        self._raise(f"shared-memory race ({kind}): {reader} {verb} byte {row}, which {text} is "
+        self._raise(f"shared-memory race ({kind}): {who} {verb} byte {row}, which {text} is "
                     f"still writing as far as this warp knows: the copy is in flight until a wait "
                     f"on that phase returns ({state}); wait on the barrier first",
                     op, self._op(int(self.write_op[row])), "TMA load issued")
 
-    def _check_reads(self, rows, warps, clocks, op, verb: str) -> None:
-        """Every read of `rows` by another warp must be ordered before the writers (WAR)."""
-        later = self.read[rows] > clocks[:, :self.num_warps]
-        if warps is not None:
-            later[np.arange(len(rows)), warps] = False
+    def _check_reads(self, rows, clock: np.ndarray, warp: int, op, verb: str) -> None:
+        """Every read of `rows` by another warp must be ordered before `warp`'s write (WAR)."""
+        later = self.read[rows] > clock[:self.num_warps]
+        later[:, warp] = False
         if not later.any():
             return
         i = int(np.flatnonzero(later.any(axis=1))[0])
         reader = int(np.argmax(later[i]))
         row = int(rows[i])
-        self._raise(f"shared-memory race (WAR): {self.who(warps, i)} {verb} byte {row}, which "
+        self._raise(f"shared-memory race (WAR): {self.label(warp)} {verb} byte {row}, which "
                     f"{self.label(reader)} read with no barrier (or mbarrier wait) ordering the "
                     f"two; insert a barrier between them",
                     op, self._op(int(self.read_op[row])), f"read by {self.label(reader)}")
 
-    def _check_fenced(self, rows, warps, clocks, written, op, what: str) -> None:
+    def _check_fenced(self, rows, clock: np.ndarray, written, op, what: str) -> None:
         """Generic-proxy writes read by the async proxy need a fence between the write and
-        the release the reader acquired."""
+        the release the reader acquired (`clock`)."""
         generic = written[:, :self.num_warps]
         recent = generic > self.cta_base
         if not recent.any():
             return
-        for writer in np.unique(np.nonzero(recent)[1]):
+        for writer in np.flatnonzero(recent.any(axis=0)):
             mask = recent[:, writer]
             epochs = generic[mask, writer].astype(np.int64)
             fences = np.asarray(self.fences[writer], dtype=np.int64)
@@ -273,7 +262,7 @@ class Ordering:
                 next_fence = np.where(at < len(fences), fences[np.minimum(at, len(fences) - 1)], _NEVER)
             else:
                 next_fence = np.full(len(epochs), _NEVER)
-            bad = next_fence > clocks[mask, writer]
+            bad = next_fence > clock[writer]
             if bad.any():
                 row = int(rows[mask][np.argmax(bad)])
                 self._raise(f"shared-memory race (proxy): generic-proxy write of byte {row} by "
@@ -286,66 +275,76 @@ class Ordering:
     # ------------------------------------------------------------------ accesses
     def access(self, rows: np.ndarray, warps: np.ndarray, op, write: bool,
                barrier_op: bool = False) -> None:
-        """A generic (ordinary) read or write of byte `rows[i]` by warp `warps[i]`."""
-        if not barrier_op:
-            self._check_barriers(rows, op, "writes" if write else "reads")
+        """A generic (ordinary) read or write: warp `warps[k]` accesses bytes `rows[k]`."""
         verb = "writes" if write else "reads"
-        self._check_in_flight(rows, warps, op, verb, reads_too=write)
-        clocks = self.clock[warps]
-        n = np.arange(len(rows))
-        if write:
-            self._check_reads(rows, warps, clocks, op, verb)
-            written = self.written[rows, :self.columns]
-            # another warp's unordered generic write is tolerated (replicated layouts
-            # store one element from several warps); async writes are not
-            if self.columns > self.num_warps:
-                self._check_writes(rows, warps, clocks, op, "WAW", verb, exempt_own=False,
-                                   async_only=True)
-            self._record_write(rows, warps, clocks, written, op)
-        else:
-            self._check_writes(rows, warps, clocks, op, "RAW", verb, exempt_own=True)
-            self.read[rows, warps] = clocks[n, warps]
-            self.read_op[rows] = self._op_id(op)
+        if not barrier_op:
+            self._check_barriers(rows.reshape(-1), op, verb)
+        op_id = self._op_id(op)
+        for warp_rows, warp in zip(rows, warps):
+            warp = int(warp)
+            clock = self.clock[warp]
+            who = self.label(warp)
+            self._check_in_flight(warp_rows, who, op, verb, reads_too=write)
+            if write:
+                self._check_reads(warp_rows, clock, warp, op, verb)
+                # another warp's unordered generic write is tolerated (replicated layouts
+                # store one element from several warps); async writes are not
+                if self.columns > self.num_warps:
+                    self._check_writes(warp_rows, clock, who, op, "WAW", verb, async_only=True)
+                self._record_write(warp_rows, clock, op_id, own=warp)
+            else:
+                self._check_writes(warp_rows, clock, who, op, "RAW", verb, own=warp)
+                self.read[warp_rows, warp] = clock[warp]
+                self.read_op[warp_rows] = op_id
 
-    def _record_write(self, rows, warps, clocks, written, op, own: bool = True) -> None:
-        kept = np.where(written <= clocks[:, :self.columns], 0, written)
-        self.written[rows, :self.columns] = kept
-        if own:
-            n = np.arange(len(rows))
-            self.written[rows, warps] = clocks[n, warps]
-        self.write_op[rows] = self._op_id(op)
+    def _record_write(self, rows, clock: np.ndarray, op_id: int, own: Optional[int]) -> None:
+        written = self.written[rows, :self.columns]
+        self.written[rows, :self.columns] = np.where(written <= clock[:self.columns], 0, written)
+        if own is not None:
+            self.written[rows, own] = clock[own]
+        self.write_op[rows] = op_id
 
     def async_read(self, rows: np.ndarray, warps: np.ndarray, op, what: str, remedy: str) -> int:
-        """The async proxy reads `rows` for each of `warps` (wgmma: the warpgroups; TMA
-        store: the issuing warp); the read stays in flight until `retire`."""
-        rows = np.unique(rows)
+        """The async proxy reads `rows` for `warps` (wgmma: the partition's warpgroups; TMA
+        store: the issuing warp); the read stays in flight until `retire`. Every reader
+        must be ordered after the bytes' writers: check against the least they all know."""
+        warps = np.asarray(warps, dtype=np.int64)
         self._check_barriers(rows, op, "reads")
-        all_rows = np.tile(rows, len(warps))
-        all_warps = np.repeat(np.asarray(warps, dtype=np.int64), len(rows))
-        self._check_in_flight(all_rows, all_warps, op, "reads", reads_too=False)
-        clocks = self.clock[all_warps]
-        written = self._check_writes(all_rows, all_warps, clocks, op, "RAW", "reads", exempt_own=False)
-        self._check_fenced(all_rows, all_warps, clocks, written, op, what)
-        record = AsyncAccess(rows, np.asarray(warps, dtype=np.int64), None, None, op, what, remedy)
+        clock = self.clock[warps].min(axis=0)
+        late = warps[np.argmin(self.clock[warps], axis=0)]  # who knows least, per column
+        who = self.label(int(warps[0])) if len(warps) == 1 else f"{what} (warps {list(map(int, warps))})"
+        self._check_in_flight(rows, who, op, "reads", reads_too=False)
+        try:
+            written = self._check_writes(rows, clock, who, op, "RAW", "reads")
+        except EmulationError:
+            if len(warps) > 1:  # name the reader that is not ordered
+                written = self.written[rows, :self.columns]
+                column = int(np.argmax((written > clock[:self.columns]).any(axis=0)))
+                self._check_writes(rows, self.clock[int(late[column])], self.label(int(late[column])),
+                                   op, "RAW", "reads")
+            raise
+        self._check_fenced(rows, clock, written, op, what)
+        record = AsyncAccess(rows, warps, None, None, op, what, remedy)
         return self._add(record)
 
-    def async_write(self, rows: np.ndarray, warps: Optional[np.ndarray], op, what: str, remedy: str,
-                    issuer: Optional[int] = None) -> int:
-        """An async write of `rows`, in flight until `retire` (a cp.async, per-thread
-        `warps`) or `land` (a TMA load issued by `issuer`)."""
-        self._check_barriers(rows, op, "writes")
-        if warps is None:
-            warps = np.full(len(rows), issuer, dtype=np.int64)
-        self._check_in_flight(rows, warps, op, "writes", reads_too=True)
-        clocks = self.clock[warps]
-        self._check_reads(rows, warps, clocks, op, "writes")
-        written = self._check_writes(rows, warps, clocks, op, "WAW", "writes", exempt_own=False)
-        self._record_write(rows, warps, clocks, written, op, own=False)
-        unique = np.unique(rows)
-        record = AsyncAccess(unique, np.unique(warps), rows.copy(), np.asarray(warps).copy(), op,
-                             what, remedy)
+    def async_write(self, rows: np.ndarray, warps: np.ndarray, op, what: str, remedy: str) -> int:
+        """An async write: warp `warps[k]` starts writing bytes `rows[k]`, in flight until
+        `retire` (a cp.async) or `land` (a TMA load: one issuing warp)."""
+        flat = rows.reshape(-1)
+        self._check_barriers(flat, op, "writes")
+        op_id = self._op_id(op)
+        for warp_rows, warp in zip(rows, warps):
+            warp = int(warp)
+            clock = self.clock[warp]
+            who = self.label(warp)
+            self._check_in_flight(warp_rows, who, op, "writes", reads_too=True)
+            self._check_reads(warp_rows, clock, warp, op, "writes")
+            self._check_writes(warp_rows, clock, who, op, "WAW", "writes")
+            self._record_write(warp_rows, clock, op_id, own=None)
+        record = AsyncAccess(flat.copy(), np.asarray(warps), flat.copy(),
+                             np.repeat(np.asarray(warps, dtype=np.int64), rows.shape[1]), op, what, remedy)
         index = self._add(record)
-        self.pending_write[unique] = index
+        self.pending_write[flat] = index
         return index
 
     def land(self, index: int, column: int, epoch: int) -> None:

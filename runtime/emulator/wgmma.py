@@ -77,9 +77,10 @@ def _accumulator(cta, op: ir.WarpGroupDot):
 
 @RULES.register(ir.WarpGroupDot)
 def warpgroup_dot(cta, op: ir.WarpGroupDot) -> None:
-    if cta.num_warps % 4:
-        raise EmulationError(f"wgmma runs on whole warpgroups; this partition has "
-                             f"{cta.num_warps} warps", op.loc)
+    if cta.num_warps % 4 or cta.warp_base % 4:
+        raise EmulationError(f"wgmma runs on whole warpgroups (4 warps starting at a multiple of "
+                             f"4); this partition has warps {cta.warp_base}.."
+                             f"{cta.warp_base + cta.num_warps - 1}", op.loc)
     layout = cta.layout(op.result.type)
     acc = _accumulator(cta, op)
     use_acc = predicate(cta, op.use_acc, op)

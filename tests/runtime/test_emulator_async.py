@@ -435,6 +435,7 @@ def test_partitions_hand_data_over_through_an_mbarrier():
 
 def test_a_partition_reading_without_the_wait_races_with_the_writer():
     x = RNG.standard_normal((64, 64)).astype(np.float16)
+    threads = threading.active_count()
     # the default partition runs first and reads poison; the worker's later store is
     # the unordered write after a read (WAR) that the vector clocks catch
     with pytest.raises(EmulationError, match=r"race \(WAR\)") as info:
@@ -442,3 +443,62 @@ def test_a_partition_reading_without_the_wait_races_with_the_writer():
     text = str(info.value)
     assert "warp 4 (worker 0) writes" in text and "(default partition) read" in text
     assert "smem.store(ll.load(src" in text and "return smem.load(BLOCKED)" in text
+    assert threading.active_count() == threads
+
+
+@ll.jit
+def double_arrive_worker(bar):
+    mbarrier.arrive(bar)
+    mbarrier.arrive(bar)  # phase 1 completes before the waiter has seen phase 0
+
+
+@ll.jit
+def waiting_default(bar):
+    mbarrier.wait(bar, 0)
+
+
+@ll.jit
+def overrun(x):
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    ll.warp_specialize((bar,), waiting_default, (bar,), [double_arrive_worker],
+                       worker_num_warps=[1], worker_num_regs=[0])
+
+
+def test_arrivals_overrunning_a_waiter_are_reported():
+    with pytest.raises(EmulationError, match="can miss phase 0") as info:
+        overrun[(1,)](np.zeros(1, np.float32))
+    text = str(info.value)
+    assert "completes phase 1 while default partition (warps 0-3)" in text
+    assert "mbarrier.wait(bar, 0)" in text
+
+
+@ll.jit
+def named_barrier_worker(smem, bar, src):
+    # a 2-warp worker: one layout stores, a transposed one reads back, ordered by its
+    # own barrier (a named barrier over its 2 warps: the other partition never joins)
+    store_layout: ll.constexpr = ll.BlockedLayout([1, 8], [4, 8], [2, 1], [1, 0])
+    read_layout: ll.constexpr = ll.BlockedLayout([8, 1], [8, 4], [1, 2], [0, 1])
+    smem.store(ll.load(src + tile_offsets(64, 64, store_layout)))
+    ll.barrier()
+    x = smem.load(read_layout)
+    ll.barrier()
+    smem.store(x + x)
+    mbarrier.arrive(bar)
+
+
+@ll.jit
+def named_barrier_kernel(src, out):
+    smem = ll.allocate_shared_memory(ll.float16, [64, 64], ll.NVMMASharedLayout(128, 16))
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    x = ll.warp_specialize((smem, bar, True), unsynchronised_default, (smem, bar, src),
+                           [named_barrier_worker], worker_num_warps=[2], worker_num_regs=[0])
+    ll.store(out + tile_offsets(64, 64, BLOCKED), x)
+
+
+def test_barrier_inside_a_partition_orders_only_its_warps():
+    x = RNG.standard_normal((64, 64)).astype(np.float16)
+    out = np.zeros_like(x)
+    named_barrier_kernel[(1,)](x, out)
+    np.testing.assert_array_equal(out, x + x)
