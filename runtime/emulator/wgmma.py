@@ -3,11 +3,16 @@
 `a @ b + acc` is computed in float64 from the operands' decoded values (bf16, fp16 and
 the fp8 formats decode exactly) and rounded once to the accumulator's type; the GPU's
 tensor cores accumulate in fp32 with their own (truncating) additions, so results agree
-to fp32 accumulation error, not bit for bit. Shared operands are read through their
-buffers' shared layouts at real byte offsets (a view from shared_index / shared_slice /
-shared_permute reads what that view addresses); a register A operand is collected from
-its DotOperandLayout registers (every copy of an element must agree). The result lands
-in the accumulator's layout.
+to fp32 accumulation error, not bit for bit.
+
+Shared operands are read the way the hardware reads them: compiler/wgmma.py plans the
+matrix descriptors the backend emits for the view (swizzle mode, K- or MN-major, LBO and
+SBO, one start address per instruction tile: 64 rows of A, the accumulator's instruction
+N of B, 32 bytes of K), and `decode` gives the absolute shared byte addresses each
+descriptor reads (the swizzle XORs absolute address bits). A view no descriptor can
+express, or a base not aligned for its swizzle, is an error as in the backend. A
+register A operand is collected from its DotOperandLayout registers (every copy of an
+element must agree). The result lands in the accumulator's layout.
 
 The async protocol: an async wgmma's shared reads stay in flight (overwriting those
 bytes is a race) and its result is an `InFlight` value until a warpgroup_mma_wait
@@ -23,8 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...compiler import ir
+from ...compiler.wgmma import (OperandView, WgmmaError, decode, instruction_k, plan_accumulator,
+                               plan_operand)
 from ...layouts import LinearLayout
-from .async_ops import async_state, byte_rows, view_addresses
+from .async_ops import async_state, byte_rows
 from .dtypes import element_bytes, finish
 from .errors import EmulationError
 from .interpreter import InFlight, SharedRef
@@ -54,9 +61,41 @@ def _retire_all_but(cta, pending: int) -> None:
         _retire(cta, groups.pop(0))
 
 
+_MAX_ALIGNMENT = 1024  # the largest swizzle repeat (8 rows of 128 bytes)
+
+
+def _descriptor_addresses(ref: SharedRef, mn_dim: int, tile_mn: int) -> np.ndarray:
+    """Byte addresses the wgmma descriptors read for every element of the view, in the
+    view's shape; `mn_dim` is the view's M (A) or N (B) dim."""
+    bits = ref.type.element.bits
+    view = OperandView.from_addressing(ref.addressing, ref.xor, bits, mn_dim)
+    size_mn, size_k = view.shape
+    tile_mn, tile_k = min(tile_mn, size_mn), instruction_k(bits)
+    origins = [(m, k) for m in range(0, size_mn, tile_mn) for k in range(0, size_k, tile_k)]
+    alignment = min(ref.offset & -ref.offset, _MAX_ALIGNMENT) if ref.offset else _MAX_ALIGNMENT
+    plan = plan_operand(view, tile_mn, tile_k, origins, base_alignment=alignment)
+    out = np.empty((size_mn, size_k), np.int64)
+    for m0, k0 in origins:
+        descriptor = plan.descriptor(ref.offset + plan.start_offset(m0, k0))
+        out[m0:m0 + tile_mn, k0:k0 + tile_k] = decode(descriptor.value, plan.major, bits, tile_mn, tile_k)
+    return out if mn_dim == 0 else out.T
+
+
+def _instruction_n(op: ir.WarpGroupDot) -> int:
+    try:
+        return plan_accumulator(op.result.type.layout, op.result.type.shape).n
+    except WgmmaError:
+        return min(256, op.result.type.shape[1])
+
+
 def _shared_operand(cta, op, ref: SharedRef, name: str):
     """(values as float64 in the view's shape, in-flight read record)."""
-    addresses = view_addresses(cta, op, ref)
+    mn_dim, tile_mn = (0, 64) if name == "a" else (1, _instruction_n(op))
+    try:
+        addresses = cta.memo(op, ("descriptors", name, id(ref.addressing), ref.xor, ref.offset),
+                             lambda: _descriptor_addresses(ref, mn_dim, tile_mn))
+    except WgmmaError as error:
+        raise EmulationError(f"wgmma operand {name} ({ref.type}): {error}", op.loc) from None
     element = ref.type.element
     record = cta.shared.ordering.async_read(
         byte_rows(addresses, element_bytes(element)), partition_warps(cta), op,

@@ -5,12 +5,14 @@ expects, in-flight reads, and deadlocks named by barrier, phase and partition.""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
 import pytest
 
 from weft import lowlevel as ll
+from weft.compiler import ir
 from weft.compiler.frontend import build_kernel
 from weft.compiler.pipeline import run_layout_passes
 from weft.lowlevel import async_copy, mbarrier, tma
@@ -502,3 +504,16 @@ def test_barrier_inside_a_partition_orders_only_its_warps():
     out = np.zeros_like(x)
     named_barrier_kernel[(1,)](x, out)
     np.testing.assert_array_equal(out, x + x)
+
+
+def test_wgmma_reads_through_its_descriptors_and_refuses_a_misaligned_swizzle():
+    a = RNG.standard_normal((64, 64)).astype(np.float16)
+    kernel = run_layout_passes(build_kernel(wgmma_misuse, {"a_ptr": "*fp16", "c_ptr": "*fp32"},
+                                            {"READ_EARLY": False, "OVERWRITE": False}, 4))
+    # move the 128B-swizzled buffer to a 512-byte boundary: the swizzle repeats every 1024
+    moved = tuple(dataclasses.replace(op, offset=op.offset + 512) if isinstance(op, ir.AllocShared)
+                  else op for op in kernel.body.ops)
+    kernel = kernel.with_body(ir.Block(kernel.body.args, moved), shared_bytes=kernel.shared_bytes + 512)
+    with pytest.raises(EmulationError, match="multiple of 1024 bytes") as info:
+        emulate(kernel, (1,), [a, np.zeros((64, 64), np.float32)])
+    assert "wgmma operand a" in str(info.value)
