@@ -1,0 +1,199 @@
+"""The host side of flash attention: checks with readable errors, TMA descriptors, the
+launch, and the float64 numpy reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._launch import is_torch
+from .config import BOX, HEAD_DIMS, Config, default_config
+from .kernels import flash_attention_forward
+
+LAYOUTS = ("bhsd", "bshd")
+_DTYPES = ("bf16", "fp16")
+
+
+def _kind(x) -> str:
+    from ...runtime.arguments import ArgumentTypeError, dtype_signature
+
+    try:
+        return dtype_signature(x.dtype)
+    except (ArgumentTypeError, AttributeError):
+        return str(getattr(x, "dtype", type(x).__name__))
+
+
+def _strides(x) -> tuple[int, ...]:
+    return tuple(x.stride()) if is_torch(x) else tuple(s // x.itemsize for s in x.strides)
+
+
+def _address(x) -> int:
+    return x.data_ptr() if is_torch(x) else x.ctypes.data
+
+
+def _where(x) -> str:
+    if is_torch(x):
+        return str(x.device)
+    if isinstance(x, np.ndarray):
+        return "host"
+    raise TypeError(f"flash_attention takes torch tensors or numpy arrays, got "
+                    f"{type(x).__module__}.{type(x).__qualname__}")
+
+
+def _as_bhsd(x, layout: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shape, strides) of x seen as [batch, heads, seq, head_dim]."""
+    shape, strides = tuple(x.shape), _strides(x)
+    if layout == "bshd":
+        order = (0, 2, 1, 3)
+        shape, strides = tuple(shape[i] for i in order), tuple(strides[i] for i in order)
+    return shape, strides
+
+
+def _check_inputs(q, k, v, layout: str) -> tuple[str, int]:
+    """(dtype name, head_dim); TypeError/ValueError saying what to change otherwise."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"flash_attention layout must be 'bhsd' (batch, heads, seq, head_dim) "
+                         f"or 'bshd' (batch, seq, heads, head_dim), got {layout!r}")
+    names = ("q", "k", "v")
+    places = [_where(x) for x in (q, k, v)]
+    if len(set(places)) != 1:
+        raise ValueError(f"flash_attention: q, k and v must live on one device, got "
+                         f"{', '.join(f'{n} on {p}' for n, p in zip(names, places))}")
+    if places[0] not in ("host", "cpu") and not places[0].startswith("cuda"):
+        raise ValueError(f"flash_attention runs on CUDA tensors (GPU) or host arrays (the CPU "
+                         f"emulator), got tensors on {places[0]}; move them with .cuda()")
+    kinds = [_kind(x) for x in (q, k, v)]
+    if kinds[0] not in _DTYPES or len(set(kinds)) != 1:
+        raise TypeError(f"flash_attention takes q, k and v of one dtype, bf16 or fp16, got "
+                        f"{', '.join(kinds)}; convert with .to(torch.bfloat16)"
+                        + (" (numpy has no bf16: use float16)" if places[0] == "host" else ""))
+    for name, x in zip(names, (q, k, v)):
+        if len(x.shape) != 4:
+            raise ValueError(f"flash_attention: {name} must be 4-D ({_layout_words(layout)}), "
+                             f"got shape {tuple(x.shape)}")
+    (b, h, sq, d), (bk, hk, sk, dk) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"flash_attention: k and v must have one shape, got {tuple(k.shape)} "
+                         f"and {tuple(v.shape)}")
+    if d not in HEAD_DIMS:
+        raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {d}; pad q, k and "
+                         f"v with zeros to the next supported size (and pass softmax_scale)")
+    if dk != d or bk != b:
+        raise ValueError(f"flash_attention: q is {tuple(q.shape)} and k is {tuple(k.shape)} "
+                         f"({_layout_words(layout)}); batch and head_dim must match")
+    if hk < 1 or h % hk:
+        raise ValueError(f"flash_attention: q has {h} heads and k/v {hk}; the k/v heads must "
+                         f"divide the q heads (GQA/MQA)")
+    for name, x in zip(names, (q, k, v)):
+        strides = _strides(x)
+        if math.prod(x.shape) == 0:
+            continue
+        if strides[-1] != 1:
+            raise ValueError(f"flash_attention: {name}'s last dim (head_dim) must be contiguous, "
+                             f"got strides {strides}; pass {name}.contiguous()")
+        if any(s * 2 % 16 for s in strides[:-1]) or _address(x) % 16:
+            raise ValueError(f"flash_attention: {name} must start on 16 bytes with every stride "
+                             f"a multiple of 8 elements (TMA), got strides {strides}; pass "
+                             f"{name}.contiguous()")
+    return kinds[0], d
+
+
+def _layout_words(layout: str) -> str:
+    return "batch, heads, seq, head_dim" if layout == "bhsd" else "batch, seq, heads, head_dim"
+
+
+def _empty(like, shape, dtype=None):
+    if is_torch(like):
+        import torch
+
+        return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
+    return np.empty(shape, dtype=dtype or like.dtype)
+
+
+def _descriptor(x, layout: str, rows: int):
+    from ... import lowlevel as ll
+    from ...runtime.tensor_descriptor import TensorDescriptor
+
+    shape, strides = _as_bhsd(x, layout)
+    return TensorDescriptor(x, shape, strides, [1, 1, rows, BOX], ll.NVMMASharedLayout(128, 16))
+
+
+def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None = None,
+                    return_lse: bool = False, layout: str = "bhsd", *,
+                    config: Config | None = None):
+    """softmax(q k^T * softmax_scale) v per (batch, head), fp32 inside.
+
+    q is [batch, heads, seq_q, head_dim] and k, v [batch, kv_heads, seq_k, head_dim]
+    (layout="bshd": seq before heads); kv_heads divides heads (GQA/MQA); head_dim 64, 128
+    or 256; bf16 or fp16. Causal attention is aligned bottom-right: query i sees keys
+    j <= i + seq_k - seq_q. Returns O shaped like q (contiguous), and with return_lse
+    the fp32 log-sum-exp (natural log) of each row's scaled scores, [batch, heads,
+    seq_q]; rows that see no key get O = 0 and log-sum-exp +inf, as in FlashAttention.
+    """
+    kind, head_dim = _check_inputs(q, k, v, layout)
+    config = config or default_config(head_dim)
+    if config.head_dim != head_dim:
+        raise ValueError(f"flash_attention: {config} is for head_dim {config.head_dim}, the "
+                         f"inputs have head_dim {head_dim}")
+    (batch, heads, seq_q, _), (_, kv_heads, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(head_dim)
+    out = _empty(q, tuple(q.shape))
+    lse = _empty(q, (batch, heads, seq_q), _float32(q))
+    if seq_q == 0 or batch * heads == 0:
+        return (out, lse) if return_lse else out
+    if seq_k == 0:
+        out[...] = 0
+        lse[...] = float("inf")
+        return (out, lse) if return_lse else out
+    descs = [_descriptor(x, layout, rows) for x, rows in
+             ((q, config.block_m), (k, config.block_n), (v, config.block_n), (out, config.block_m))]
+    grid = (-(-seq_q // config.block_m), batch * heads)
+    flash_attention_forward[grid](
+        *descs, lse, float(softmax_scale), seq_q, seq_k, heads, heads // kv_heads,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=head_dim, STAGES=config.stages,
+        CAUSAL=bool(causal), WRITE_LSE=bool(return_lse), NUM_WARPS=config.num_warps,
+        PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
+        num_warps=config.num_warps)
+    return (out, lse) if return_lse else out
+
+
+def _float32(x):
+    if is_torch(x):
+        import torch
+
+        return torch.float32
+    return np.float32
+
+
+def _host64(x) -> np.ndarray:
+    if is_torch(x):
+        return x.detach().float().cpu().numpy().astype(np.float64)
+    return np.asarray(x, dtype=np.float64)
+
+
+def reference_attention(q, k, v, causal: bool = False, softmax_scale: float | None = None,
+                        return_lse: bool = False, layout: str = "bhsd"):
+    """flash_attention's result in float64 numpy (same conventions), from any arrays."""
+    q, k, v = (_host64(x) for x in (q, k, v))
+    if layout == "bshd":
+        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    heads, kv_heads = q.shape[1], k.shape[1]
+    k, v = (np.repeat(x, heads // kv_heads, axis=1) for x in (k, v))
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[3]) if softmax_scale is None else softmax_scale
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    if causal:
+        visible = np.arange(seq_k)[None, :] <= np.arange(seq_q)[:, None] + (seq_k - seq_q)
+        s = np.where(visible, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True) if seq_k else np.full(s.shape[:-1] + (1,), -np.inf)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m_safe)
+    l = p.sum(axis=-1, keepdims=True)
+    out = np.einsum("bhqk,bhkd->bhqd", p / np.where(l > 0, l, 1.0), v)
+    lse = np.where(l[..., 0] > 0, m_safe[..., 0] + np.log(np.where(l[..., 0] > 0, l[..., 0], 1.0)),
+                   np.inf)
+    if layout == "bshd":
+        out = out.transpose(0, 2, 1, 3)
+    return (out, lse) if return_lse else out

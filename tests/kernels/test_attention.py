@@ -1,0 +1,244 @@
+"""kernels/attention: every (head_dim, causal, dtype) variant through ptxas for sm_90a with
+no spills, small cases on the CPU emulator against the float64 numpy reference, the
+promised errors, and on the H200 against a float32 torch reference."""
+
+import math
+
+import numpy as np
+import pytest
+
+from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
+from weft.kernels.attention.kernels import flash_attention_forward
+from weft.runtime import ptxas
+
+RNG = np.random.default_rng(11)
+needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+
+
+def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True):
+    box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
+    signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n),
+                 "v_desc": box(config.block_n), "o_desc": box(config.block_m),
+                 "lse_ptr": "*fp32", "softmax_scale": "fp32", "seq_q": "i32", "seq_k": "i32",
+                 "heads": "i32", "kv_group": "i32"}
+    constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim,
+                      STAGES=config.stages, CAUSAL=causal, WRITE_LSE=write_lse,
+                      NUM_WARPS=config.num_warps, PRODUCER_REGS=config.producer_regs,
+                      CONSUMER_REGS=config.consumer_regs)
+    return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
+                                           num_warps=config.num_warps)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
+    config = default_config(head_dim)
+    compiled = _compile(config, dtype, causal)
+    ptx = compiled.asm["ptx"]
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor.4d", "mbarrier.try_wait",
+                        "setmaxnreg.inc", "setmaxnreg.dec", "ex2.approx", "fence.proxy.async"):
+        assert instruction in ptx, instruction
+    # P goes from the S accumulator to wgmma's register A without moving, and row
+    # statistics from S's rows to O's: no conversion moves data.
+    layout_ir = compiled.asm["layout"]
+    assert layout_ir.count("convert_layout") == layout_ir.count("convert_layout [plan=NoOp()]") >= 2
+    meta = compiled.metadata
+    assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
+    assert meta["total_warps"] == config.num_warps + 4
+
+
+def test_configs_validate_with_readable_errors():
+    for head_dim in (64, 128, 256):
+        assert default_config(head_dim).head_dim == head_dim
+    with pytest.raises(ValueError, match="head_dim must be one of"):
+        Config(head_dim=96)
+    with pytest.raises(ValueError, match="block_m must be 16 x num_warps"):
+        Config(block_m=64)
+    with pytest.raises(ValueError, match="shared memory"):
+        Config(head_dim=256, block_n=128)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        Config(consumer_regs=236)
+    with pytest.raises(ValueError, match="stages"):
+        Config(stages=1)
+
+
+def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout="bhsd"):
+    def shape(h, s):
+        return (batch, h, s, head_dim) if layout == "bhsd" else (batch, s, h, head_dim)
+    q = RNG.standard_normal(shape(heads, seq_q)).astype(np.float16)
+    k = RNG.standard_normal(shape(kv_heads, seq_k)).astype(np.float16)
+    v = RNG.standard_normal(shape(kv_heads, seq_k)).astype(np.float16)
+    return q, k, v
+
+
+EMULATED = [
+    # (batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout)
+    (1, 2, 2, 70, 70, 64, False, "bhsd"),
+    (1, 2, 2, 200, 200, 64, True, "bhsd"),
+    (1, 4, 2, 130, 200, 64, True, "bhsd"),      # GQA, seq_q < seq_k
+    (1, 2, 1, 300, 70, 64, True, "bhsd"),       # MQA, seq_q > seq_k: rows that see no key
+    (2, 2, 2, 150, 100, 128, False, "bshd"),
+    (1, 2, 2, 100, 140, 256, True, "bhsd"),
+]
+
+
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout", EMULATED)
+def test_emulated_attention_matches_numpy(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout):
+    q, k, v = _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+    ref, ref_lse = reference_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+    assert out.shape == q.shape and out.dtype == np.float16 and lse.dtype == np.float32
+    np.testing.assert_allclose(out, ref, atol=2e-3, rtol=1e-2)
+    np.testing.assert_array_equal(np.isinf(lse), np.isinf(ref_lse))
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
+
+
+def test_emulated_attention_scale_and_no_keys():
+    q, k, v = _inputs(1, 1, 1, 64, 64, 64)
+    out = flash_attention(q, k, v, softmax_scale=0.3)
+    np.testing.assert_allclose(out, reference_attention(q, k, v, softmax_scale=0.3), atol=2e-3, rtol=1e-2)
+    # seq_q > seq_k, causal: the first seq_q - seq_k rows see no key at all.
+    q, k, v = _inputs(1, 1, 1, 40, 8, 64)
+    out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    assert not out[:, :, :32].any() and np.isposinf(lse[:, :, :32]).all()
+    np.testing.assert_allclose(out, reference_attention(q, k, v, causal=True), atol=2e-3, rtol=1e-2)
+
+
+def test_reference_matches_the_definition():
+    q, k, v = (RNG.standard_normal((1, 2, 5, 64)) for _ in range(3))
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    out, lse = reference_attention(q, k, v, return_lse=True)
+    np.testing.assert_allclose(out, p @ v)
+    np.testing.assert_allclose(lse, np.log(np.exp(s).sum(-1)))
+
+
+def test_bad_inputs_get_clear_errors():
+    q = np.zeros((1, 2, 16, 64), np.float16)
+    with pytest.raises(TypeError, match="bf16 or fp16.*numpy has no bf16"):
+        flash_attention(q.astype(np.float32), q.astype(np.float32), q.astype(np.float32))
+    with pytest.raises(TypeError, match="one dtype"):
+        flash_attention(q, q, q.astype(np.float32))
+    with pytest.raises(ValueError, match="head_dim"):
+        x = np.zeros((1, 2, 16, 96), np.float16)
+        flash_attention(x, x, x)
+    with pytest.raises(ValueError, match="4-D"):
+        flash_attention(q[0], q[0], q[0])
+    with pytest.raises(ValueError, match="must divide the q heads"):
+        k = np.zeros((1, 3, 16, 64), np.float16)
+        flash_attention(np.zeros((1, 4, 16, 64), np.float16), k, k)
+    with pytest.raises(ValueError, match="k and v must have one shape"):
+        flash_attention(q, q, q[:, :, :8])
+    with pytest.raises(ValueError, match="batch and head_dim must match"):
+        flash_attention(q, np.zeros((2, 2, 16, 64), np.float16), np.zeros((2, 2, 16, 64), np.float16))
+    with pytest.raises(ValueError, match=r"last dim \(head_dim\) must be contiguous.*contiguous\(\)"):
+        t = np.zeros((1, 2, 64, 16), np.float16).transpose(0, 1, 3, 2)
+        flash_attention(t, t, t)
+    with pytest.raises(ValueError, match="multiple of 8 elements"):
+        t = np.zeros((1, 2, 16, 65), np.float16)[..., :64]
+        flash_attention(t, t, t)
+    with pytest.raises(ValueError, match="layout must be"):
+        flash_attention(q, q, q, layout="sbhd")
+    with pytest.raises(TypeError, match="torch tensors or numpy arrays"):
+        flash_attention(q.tolist(), q, q)
+    with pytest.raises(ValueError, match="is for head_dim 128"):
+        flash_attention(q, q, q, config=default_config(128))
+
+
+def test_empty_sequences():
+    q = np.zeros((1, 2, 0, 64), np.float16)
+    k = np.ones((1, 2, 5, 64), np.float16)
+    assert flash_attention(q, k, k).shape == (1, 2, 0, 64)
+    out, lse = flash_attention(k, q, q, return_lse=True)
+    assert not out.any() and np.isposinf(lse).all()
+
+
+# ------------------------------------------------------------------ on the H200
+def _torch_reference(q, k, v, causal, scale, layout):
+    """float32 attention with flash_attention's conventions."""
+    import torch
+
+    if layout == "bshd":
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    q, k, v = (x.float() for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+    s = (q @ k.transpose(-1, -2)) * scale
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    if causal:
+        rows = torch.arange(seq_q, device=q.device)[:, None]
+        cols = torch.arange(seq_k, device=q.device)[None, :]
+        s = s.masked_fill(cols > rows + (seq_k - seq_q), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isinf(lse), 0, lse)[..., None])
+    out = p @ v
+    lse = torch.where(torch.isinf(lse), float("inf"), lse)
+    if layout == "bshd":
+        out = out.transpose(1, 2)
+    return out, lse
+
+
+GPU_CASES = [
+    # (batch, heads, kv_heads, seq_q, seq_k, head_dim, layout)
+    (2, 8, 8, 1024, 1024, 64, "bhsd"),
+    (2, 8, 8, 1024, 1024, 128, "bhsd"),
+    (2, 4, 4, 1024, 1024, 256, "bhsd"),
+    (1, 6, 2, 1000, 777, 128, "bhsd"),     # GQA, odd lengths, seq_q > seq_k
+    (3, 4, 1, 333, 1111, 64, "bshd"),      # MQA, seq_q < seq_k
+    (1, 4, 4, 4097, 4097, 256, "bshd"),
+    (2, 2, 2, 1, 513, 128, "bhsd"),        # decoding-like single query
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, layout", GPU_CASES)
+def test_gpu_attention_matches_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout,
+                                     causal, dtype_name):
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
+
+    def make(h, s):
+        shape = (batch, h, s, head_dim) if layout == "bhsd" else (batch, s, h, head_dim)
+        return torch.randn(shape, device="cuda", dtype=dtype, generator=gen)
+
+    q, k, v = make(heads, seq_q), make(kv_heads, seq_k), make(kv_heads, seq_k)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+    ref, ref_lse = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), layout)
+    assert out.shape == q.shape and out.dtype == dtype and lse.shape == (batch, heads, seq_q)
+    error = (out.float() - ref).norm() / ref.norm().clamp_min(1e-6)
+    assert error.item() <= 1e-2, error.item()
+    assert (out.float() - ref).abs().max().item() <= 5e-2 * ref.abs().max().item()
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    finite = torch.isfinite(ref_lse)
+    assert (lse[finite] - ref_lse[finite]).abs().max().item() <= 1e-3 * max(1.0, ref_lse[finite].abs().max().item())
+
+
+@pytest.mark.gpu
+def test_gpu_attention_without_lse_and_with_scale():
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.randn(2, 4, 513, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = flash_attention(q, k, v, softmax_scale=0.05)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=0.05)
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_strided_views_and_errors():
+    torch = pytest.importorskip("torch")
+    # q, k and v as views into one packed qkv tensor (bshd): strides, not copies.
+    qkv = torch.randn(2, 300, 3, 4, 64, device="cuda", dtype=torch.float16)
+    q, k, v = qkv.unbind(2)
+    out = flash_attention(q, k, v, causal=True, layout="bshd")
+    ref, _ = _torch_reference(q, k, v, True, 1 / 8, "bshd")
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+    with pytest.raises(ValueError, match="one device"):
+        flash_attention(q, k.cpu(), v)
+    with pytest.raises(TypeError, match="bf16 or fp16"):
+        flash_attention(q.float(), k.float(), v.float())
