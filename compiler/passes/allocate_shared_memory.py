@@ -2,7 +2,8 @@
 
 Live ranges come from program order (a use inside a loop keeps the buffer alive for the
 whole loop, since the next iteration reads it again); buffers whose live ranges do not
-overlap share bytes. Offsets are aligned for the strictest user (1024 bytes for a
+overlap share bytes. The partitions of a warp_specialize run at the same time, so
+whatever is allocated or used inside one lives for the whole warp_specialize. Offsets are aligned for the strictest user (1024 bytes for a
 128-byte swizzle atom: HOPPER.md's NVMMA table).
 """
 
@@ -12,7 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import CompilationError
-from ..ir import AllocShared, Block, ConvertLayout, For, Kernel, Op, Reduce, SharedIndex, SharedSlice, Value, While
+from ..ir import (AllocShared, Block, ConvertLayout, For, Kernel, Op, Reduce, SharedIndex, SharedPermute,
+                  SharedSlice, Value, WarpSpecialize, While)
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
 
@@ -38,40 +40,56 @@ def _alignment(size: int) -> int:
     return align
 
 
-def _number_ops(block: Block, loops: tuple, positions: dict, loop_ends: dict, counter: list):
+def _number_ops(block: Block, loops: tuple, positions: dict, loop_ends: dict, counter: list,
+                warps: int, partition=None):
+    """positions[id(op)] = (program position, enclosing loops, the outermost enclosing
+    warp_specialize or None, the warps running the op)."""
     for op in block.ops:
-        positions[id(op)] = (counter[0], loops)
+        positions[id(op)] = (counter[0], loops, partition, warps)
         counter[0] += 1
         inner = loops + (id(op),) if isinstance(op, (For, While)) else loops
-        for region in op.nested_blocks():
-            _number_ops(region, inner, positions, loop_ends, counter)
+        if isinstance(op, WarpSpecialize):
+            owner = partition or id(op)
+            for region, region_warps in zip(op.nested_blocks(), (warps,) + tuple(op.worker_num_warps)):
+                _number_ops(region, inner, positions, loop_ends, counter, region_warps, owner)
+        else:
+            for region in op.nested_blocks():
+                _number_ops(region, inner, positions, loop_ends, counter, warps, partition)
         loop_ends[id(op)] = counter[0] - 1
 
 
 def allocate_shared_memory(kernel: Kernel) -> Kernel:
     positions: dict = {}
     loop_ends: dict = {}
-    _number_ops(kernel.body, (), positions, loop_ends, [0])
+    _number_ops(kernel.body, (), positions, loop_ends, [0], kernel.num_warps)
 
     roots: dict[Value, Value] = {}
     intervals: dict[object, _Interval] = {}
     for op in kernel.walk():
-        position, loops = positions[id(op)]
+        position, loops, partition, warps = positions[id(op)]
+        # Inside a warp_specialize, "now" is the whole op: other partitions run alongside.
+        start, here = (position, position) if partition is None else \
+            (positions[partition][0], loop_ends[partition])
         if isinstance(op, AllocShared):
             roots[op.result] = op.result
             size = op.result.type.num_bytes
-            intervals[op.result] = _Interval(op.result, size, _alignment(size), position, position, loops)
-        elif isinstance(op, (SharedIndex, SharedSlice)):
+            intervals[op.result] = _Interval(op.result, size, _alignment(size), start, here, loops)
+        elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute)):
             roots[op.result] = roots.get(op.buffer, op.buffer)
-        scratch = scratch_bytes_of(op, kernel.num_warps)
+        elif isinstance(op, WarpSpecialize):  # partitions see captured buffers as block args
+            for region in op.nested_blocks():
+                for arg, captured in zip(region.args, op.captures):
+                    if captured in roots:
+                        roots[arg] = roots[captured]
+        scratch = scratch_bytes_of(op, warps)
         if scratch:
-            intervals[id(op)] = _Interval(id(op), scratch, 16, position, position)
+            intervals[id(op)] = _Interval(id(op), scratch, 16, start, here)
         for value in op.uses():
             root = roots.get(value)
             if root is None or root not in intervals:
                 continue
             interval = intervals[root]
-            end = position
+            end = here
             # A use inside a loop that the buffer was created outside of lasts the loop.
             for loop in loops:
                 if loop not in interval.loops:

@@ -94,8 +94,8 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(reads=(buffers.of(op.buffer),))
     # Async ops, as far as CTA barriers are concerned. Ops one thread issues (TMA store,
     # mbarrier ops) and wgmma read memory other threads wrote: a barrier must come first.
-    # Async writes (TMA loads, cp.async) are ordered by mbarrier waits and wait_group,
-    # not by bar.sync, so they are not writes here; the emulator checks those protocols.
+    # TMA loads are ordered by mbarrier waits, not by bar.sync, so they are not writes
+    # here; the emulator checks that protocol.
     if isinstance(op, (MBarrierInit, MBarrierInvalidate)):
         return Access(writes=(buffers.of(op.barrier),), solo=True)
     if isinstance(op, (MBarrierExpect, MBarrierArrive, TmaLoad)):
@@ -107,7 +107,9 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
     if isinstance(op, WarpGroupDot):
         return Access(reads=tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v)))
     if isinstance(op, AsyncCopy):
-        return Access()
+        # Each thread's wait_group covers only its own copies: other threads may read
+        # (or overwrite) the bytes only after a barrier, so the copy counts as a write.
+        return Access(writes=(buffers.of(op.buffer),))
     if isinstance(op, (ConvertLayout, Reduce)) and op.scratch_offset is not None:
         size = scratch_bytes_of(op, num_warps)
         scratch = ByteRange(op.scratch_offset, op.scratch_offset + size)
