@@ -248,3 +248,24 @@ def bad_budget(ptr, out):
 def test_register_budgets_need_whole_warpgroups():
     text = error_of(bad_budget, {"ptr": "*fp16", "out": "*fp16"})
     assert "multiple of 4 warps" in text and "warp_specialize" in text
+
+
+@ll.jit
+def scratch_user(LAYOUT: ll.constexpr):
+    buffer = ll.allocate_shared_memory(ll.float32, [64, 64], ll.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    buffer.store(ll.zeros([64, 64], ll.float32, LAYOUT))
+
+
+@ll.jit
+def two_partitions_allocating():
+    worker_layout: ll.constexpr = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    ll.warp_specialize((BLOCKED,), scratch_user, (worker_layout,), [scratch_user],
+                       worker_num_warps=[4], worker_num_regs=[0])
+
+
+def test_partitions_running_together_never_share_shared_bytes():
+    kernel = run_layout_passes(build(two_partitions_allocating))
+    allocs = ops(kernel, ir.AllocShared)
+    assert len(allocs) == 2
+    (a, b) = sorted(op.offset for op in allocs)
+    assert b >= a + 64 * 64 * 4 and kernel.shared_bytes >= 2 * 64 * 64 * 4
