@@ -261,7 +261,7 @@ def mbarrier_init(cta, op: ir.MBarrierInit) -> None:
         raise EmulationError(f"mbarrier_init count {op.count} must be in [1, {_MAX_COUNT}]", op.loc)
     touch(cta, address, [cta.warp_base], op, write=True)
     ordering = shared.ordering
-    ordering.live_barrier[address:address + _BARRIER_BYTES] = True
+    ordering.set_live_barrier(address, True, _BARRIER_BYTES)
     column = ordering.agent_column(address, _describe_agent(shared, address))
     shared.mbarriers[address] = MBarrier(
         address, barrier_name(cta, address), op.count, op, column, ordering.reserve(),
@@ -277,7 +277,7 @@ def mbarrier_invalidate(cta, op: ir.MBarrierInvalidate) -> None:
                              f"on it", op.loc, other_loc=waiter.op.loc, other_what="waiting")
     touch(cta, bar.address, [cta.warp_base], op, write=True)
     bar.invalidated_by = op
-    cta.shared.ordering.live_barrier[bar.address:bar.address + _BARRIER_BYTES] = False
+    cta.shared.ordering.set_live_barrier(bar.address, False, _BARRIER_BYTES)
 
 
 @RULES.register(ir.MBarrierArrive)

@@ -73,6 +73,8 @@ class Ordering:
         self.pending_write = np.full(size, -1, np.int32)
         self.pending_reads = np.zeros(size, np.int32)
         self.live_barrier = np.zeros(size, bool)
+        self.live_barriers = 0
+        self.synced = np.zeros(num_warps, np.int64)  # each warp's epoch at its last sync
         self.records: dict[int, AsyncAccess] = {}
         self._record_ids = itertools.count()
         self.fences: list[list[int]] = [[] for _ in range(num_warps)]
@@ -97,6 +99,8 @@ class Ordering:
             self.pending_write.fill(-1)
             self.pending_reads.fill(0)
         self.live_barrier.fill(False)
+        self.live_barriers = 0
+        self.synced[:] = self.clock[np.arange(self.num_warps), np.arange(self.num_warps)]
         self.fences = [[] for _ in range(self.num_warps)]
         self.labels = None
 
@@ -113,8 +117,12 @@ class Ordering:
         """A barrier over `warps`: each is ordered after all the others' earlier work."""
         warps = np.asarray(warps, dtype=np.int64)
         self.clock[warps] = self.clock[warps].max(axis=0)
+        self._synced(warps)
+
+    def _synced(self, warps: np.ndarray) -> None:
         for w in warps:
             self.tick(int(w))
+        self.synced[warps] = self.clock[warps, warps]
 
     def release(self, warp: int) -> np.ndarray:
         """The clock `warp` publishes (arrive); it then starts a new epoch."""
@@ -126,6 +134,12 @@ class Ordering:
         warps = np.asarray(warps, dtype=np.int64)
         width = min(len(vc), self.clock.shape[1])
         self.clock[warps, :width] = np.maximum(self.clock[warps, :width], vc[:width])
+        self._synced(warps)
+
+    def set_live_barrier(self, address: int, live: bool, nbytes: int = 8) -> None:
+        """Mark an mbarrier's bytes live (init) or free (invalidate)."""
+        self.live_barrier[address:address + nbytes] = live
+        self.live_barriers += 1 if live else -1
 
     def empty_clock(self) -> np.ndarray:
         return np.zeros(self.clock.shape[1], np.int64)
@@ -173,7 +187,7 @@ class Ordering:
 
     # ------------------------------------------------------------------ checks
     def _check_barriers(self, rows: np.ndarray, op, verb: str) -> None:
-        if self.live_barrier.any():
+        if self.live_barriers:
             hit = self.live_barrier[rows]
             if hit.any():
                 row = int(rows[np.argmax(hit)])
@@ -203,16 +217,17 @@ class Ordering:
     def _check_writes(self, rows, clock: np.ndarray, who: str, op, kind: str, verb: str,
                       own: Optional[int] = None, async_only: bool = False) -> np.ndarray:
         """Every write of `rows` must be ordered before `clock` (RAW / WAW); returns the
-        rows' write epochs. `own`: the accessing warp, whose own unordered-with-others
-        writes since its last sync point excuse the byte (replicated layouts store one
-        element from several warps); `async_only` checks only the TMA columns."""
+        rows' write epochs. `own`: the accessing warp, whose own write of a byte since its
+        last barrier or wait excuses another warp's unordered write of it (replicated
+        layouts store one element from several warps); `async_only` checks only the TMA
+        columns."""
         columns = self.columns
         written = self.written[rows, :columns]
         later = written > clock[:columns]
         if async_only:
             later[:, :self.num_warps] = False
         elif own is not None:
-            excused = written[:, own] == clock[own]
+            excused = written[:, own] >= self.synced[own]
             later[excused, :self.num_warps] = False
         if not later.any():
             return written
