@@ -294,10 +294,11 @@ def test_uninitialised_mbarrier_is_refused():
 
 
 @ll.jit
-def tma_store_then_overwrite(dst, WAIT: ll.constexpr):
+def tma_store_then_overwrite(dst, WAIT: ll.constexpr, FENCE: ll.constexpr = True):
     smem = ll.allocate_shared_memory(ll.float16, [64, 64], dst.layout,
                                      ll.zeros([64, 64], ll.float16, BLOCKED))
-    ll.fence_async_shared()
+    if FENCE:
+        ll.fence_async_shared()
     tma.async_copy_shared_to_global(dst, [0, 0], smem)
     if WAIT:
         tma.store_wait(0)
@@ -311,6 +312,13 @@ def test_overwriting_a_tma_store_source_before_store_wait_is_a_race():
     with pytest.raises(EmulationError, match="TMA store is still reading") as info:
         tma_store_then_overwrite[(1,)](ll.TensorDescriptor.from_tensor(y, [64, 64]), False)
     assert "smem.store(ll.full(" in str(info.value) and "tma.store_wait" in str(info.value)
+
+
+def test_tma_store_of_unfenced_generic_writes_is_a_race():
+    y = np.ones((64, 64), np.float16)
+    with pytest.raises(EmulationError, match="read by TMA store without fence_async_shared") as info:
+        tma_store_then_overwrite[(1,)](ll.TensorDescriptor.from_tensor(y, [64, 64]), True, False)
+    assert "smem = ll.allocate_shared_memory" in str(info.value)
 
 
 # ------------------------------------------------------------------ warp specialization
