@@ -26,7 +26,7 @@ from llvmlite import ir
 from ...layouts import LinearLayout
 from ..errors import CompilationError
 from ..ir import (AllocShared, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedSlice, Value,
-                  WarpGroupDot, WarpGroupDotWait, WarpSpecialize, is_shared, is_tensor)
+                  WarpGroupDot, WarpGroupDotWait, WarpSpecialize, Yield, is_shared, is_tensor)
 from ..types import SharedType, TensorType
 from ..wgmma import (AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types, instruction_k,
                      plan_accumulator, plan_operand, plan_register_a)
@@ -119,20 +119,21 @@ def _lowbit(value: int) -> int:
     return value & -value if value else SHARED_ALIGN
 
 
-def _known_alignments(kernel: Kernel) -> dict[Value, int]:
-    """Bytes each shared value's base address is known to be a multiple of.
+def _size_alignment(value: Value) -> int:
+    """What the allocator guarantees a buffer of this size (roots are aligned to their
+    size rounded up to a power of two, at most 1024; stages are whole sub-buffers)."""
+    size = value.type.num_bytes
+    return min(SHARED_ALIGN, 1 << (size.bit_length() - 1)) if size else 16
 
-    Roots are allocated at `offset` in the 1024-byte-aligned shared array; `index` moves
-    by whole sub-buffers; slices and permutes keep the base (their offset is an xor).
-    """
+
+def _walk_alignments(kernel: Kernel, loop_args: dict[Value, int]) -> dict[Value, int]:
     known: dict[Value, int] = {}
     for op in kernel.walk():
         if isinstance(op, AllocShared) and op.offset is not None:
             known[op.result] = min(SHARED_ALIGN, _lowbit(op.offset))
         elif isinstance(op, SharedIndex) and op.buffer in known:
             parent = op.buffer.type
-            stride = parent.num_bytes // parent.shape[0]
-            known[op.result] = min(known[op.buffer], _lowbit(stride))
+            known[op.result] = min(known[op.buffer], _lowbit(parent.num_bytes // parent.shape[0]))
         elif isinstance(op, (SharedSlice, SharedPermute)) and op.buffer in known:
             known[op.result] = known[op.buffer]
         elif isinstance(op, WarpSpecialize):
@@ -141,22 +142,37 @@ def _known_alignments(kernel: Kernel) -> dict[Value, int]:
                     if capture in known:
                         known[arg] = known[capture]
         elif isinstance(op, For):
-            for arg, init in zip(op.body.args[1:], op.inits):
-                if init in known and is_shared(init):
-                    known[arg] = known[init]
+            for arg, result, init in zip(op.body.args[1:], op.results, op.inits):
+                if init in known:
+                    known[arg] = known[result] = min(known[init], loop_args.get(arg, SHARED_ALIGN))
     return known
 
 
+def _known_alignments(kernel: Kernel) -> dict[Value, int]:
+    """Bytes each shared value's base address is known to be a multiple of.
+
+    Roots are allocated at `offset` in the 1024-byte-aligned shared array; `index` moves
+    by whole sub-buffers; slices and permutes keep the base (their offset is an xor); a
+    buffer carried by a loop is as aligned as the least aligned of its init and the value
+    the body yields (a second walk applies that).
+    """
+    known = _walk_alignments(kernel, {})
+    loop_args = {}
+    for op in kernel.walk():
+        if isinstance(op, For) and op.body.ops and isinstance(op.body.ops[-1], Yield):
+            for arg, value in zip(op.body.args[1:], op.body.ops[-1].values):
+                if arg in known:
+                    loop_args[arg] = known.get(value, _size_alignment(value))
+    return _walk_alignments(kernel, loop_args) if loop_args else known
+
+
 def view_alignment(ctx: Lowering, value: Value) -> int:
-    """Known alignment of a shared value's base; for values this walk cannot trace (a
-    buffer carried through control flow), the allocator's rule for a buffer of its size."""
+    """Known alignment of a shared value's base; for a value the walk cannot trace, what
+    the allocator guarantees a buffer of its size."""
     if ctx not in _ALIGNMENTS:
         _ALIGNMENTS[ctx] = _known_alignments(ctx.kernel)
     known = _ALIGNMENTS[ctx].get(value)
-    if known is not None:
-        return known
-    size = value.type.num_bytes
-    return min(SHARED_ALIGN, 1 << (size.bit_length() - 1)) if size else 16
+    return known if known is not None else _size_alignment(value)
 
 
 # ---------------------------------------------------------------------- descriptors

@@ -59,6 +59,9 @@ CONFIGS = [
     DotConfig(element="fp16", a_swizzle=32, b_swizzle=64),
     DotConfig(element="fp16", acc="fp16", is_async=True, use_acc=False),
     DotConfig(element="fp32", k=32),
+    DotConfig(element="bf16", a_mmajor=True),
+    DotConfig(element="fp16", m=64, n=64, warpgroups=2, warps_n=2, b_kmajor=False),
+    DotConfig(element="fp16", m=128, warpgroups=2, a_mmajor=True, b_kmajor=False, a_swizzle=64),
 ]
 
 
@@ -80,8 +83,8 @@ def test_wgmma_kernels_compile_to_the_promised_instructions(config):
     assert all(len(re.search(r"\{([^}]*)\}", line).group(1).split(",")) == registers for line in lines)
     immediates = [line.rsplit("p, ", 1)[1].rstrip(";") for line in lines]
     if element.bits == 16:
-        trans_b = "0" if config.b_kmajor else "1"
-        expected = f"1, 1, {trans_b}" if config.a_in_registers else f"1, 1, 0, {trans_b}"
+        trans_a, trans_b = int(config.a_mmajor), int(not config.b_kmajor)
+        expected = f"1, 1, {trans_b}" if config.a_in_registers else f"1, 1, {trans_a}, {trans_b}"
     else:
         expected = "1, 1"
     assert set(immediates) == {expected}
@@ -181,6 +184,10 @@ def test_fp8_b_must_be_k_major():
     assert "operand b" in message and "must be K-major" in message
     kb, _ = _dot_builder(a="fp8e4m3", b="fp8e4m3", b_transposed_view=True)
     compile_to_ptx(prepare(kb.build()))  # the permuted [N, K] buffer is K-major: fine
+    kb, _ = _dot_builder(a="fp8e4m3", b="fp8e4m3", b_transposed_view=True,
+                         a_layout=nvmma_shared((64, 64), 64, 8, transposed=True))
+    message = str(error_of(kb))
+    assert "operand a" in message and "must be K-major" in message
 
 
 def test_accumulator_must_be_a_wgmma_layout():

@@ -70,6 +70,7 @@ class Variant:
     a_in_registers: bool = False
     b_k_major: bool = True
     swizzle: int = -1  # -1: NVMMASharedLayout.get_default_for
+    a_m_major: bool = False  # A stored with M contiguous
     is_async: bool = False
 
     @property
@@ -81,20 +82,20 @@ class Variant:
         instr_n = min(self.n, 256)
         acc = ll.NVMMADistributedLayout([3, 0], [warps, 1], [16, instr_n, 256 // self.bits])
 
-        def shared(shape):
+        def shared(shape, transposed=False):
             if self.swizzle < 0:
-                return ll.NVMMASharedLayout.get_default_for(shape, self.bits)
-            return ll.NVMMASharedLayout(self.swizzle, self.bits)
+                return ll.NVMMASharedLayout.get_default_for(shape, self.bits, transposed)
+            return ll.NVMMASharedLayout(self.swizzle, self.bits, transposed=transposed)
 
         b_shape = [self.n, self.k] if self.b_k_major else [self.k, self.n]
-        return dict(M=self.m, N=self.n, K=self.k, WARPS=warps, ACC=acc, A_SMEM=shared([self.m, self.k]),
+        return dict(M=self.m, N=self.n, K=self.k, WARPS=warps, ACC=acc, A_SMEM=shared([self.m, self.k], self.a_m_major),
                     B_SMEM=shared(b_shape), A_IN_REGISTERS=self.a_in_registers, B_K_MAJOR=self.b_k_major,
                     IS_ASYNC=self.is_async)
 
     def __str__(self) -> str:
         return (f"{self.dtype}-{'rs' if self.a_in_registers else 'ss'}-m{self.m}n{self.n}k{self.k}-"
                 f"wg{self.warpgroups}-{'bk' if self.b_k_major else 'bn'}-sw{self.swizzle}"
-                f"{'-async' if self.is_async else ''}")
+                f"{'-async' if self.is_async else ''}{'-am' if self.a_m_major else ''}")
 
 
 VARIANTS = [
@@ -113,6 +114,8 @@ VARIANTS = [
     Variant("bf16", swizzle=0),
     Variant("fp16", swizzle=32, b_k_major=False),
     Variant("bf16", swizzle=64, is_async=True),
+    Variant("bf16", a_m_major=True),
+    Variant("fp16", m=128, n=128, warpgroups=2, a_m_major=True, b_k_major=False, swizzle=64),
 ]
 
 
@@ -165,6 +168,8 @@ IR_CONFIGS = [
     DotConfig(element="fp32", m=128, n=128, k=64, warpgroups=2),
     DotConfig(element="fp16", acc="fp16", n=128),
     DotConfig(element="fp16", acc="fp16", a_in_registers=True, b_kmajor=False, use_acc=False),
+    # warps [4, 2]: each warpgroup's n32 B tile starts 64 bytes into a 128-byte swizzle row
+    DotConfig(element="fp16", m=64, n=64, warpgroups=2, warps_n=2, b_kmajor=False),
 ]
 
 

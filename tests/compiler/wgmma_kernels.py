@@ -33,6 +33,7 @@ class DotConfig:
     warpgroups: int = 1
     a_in_registers: bool = False
     b_kmajor: bool = True
+    a_mmajor: bool = False  # A stored with M contiguous (transposed NVMMA layout)
     a_swizzle: int = -1  # -1: the default (widest) swizzle
     b_swizzle: int = -1
     instr_n: int = 0     # 0: min(n, 256)
@@ -47,7 +48,7 @@ class DotConfig:
     @property
     def name(self) -> str:
         return (f"wgmma_{self.element}_{'rs' if self.a_in_registers else 'ss'}_m{self.m}n{self.n}k{self.k}_"
-                f"wg{self.warpgroups}{'_bk' if self.b_kmajor else '_bn'}")
+                f"wg{self.warpgroups}{'_bk' if self.b_kmajor else '_bn'}{'_am' if self.a_mmajor else ''}")
 
 
 def _load_layout(shape, num_warps):
@@ -93,7 +94,7 @@ def wgmma_dot(config: DotConfig):
         a, _ = _load(kb, a_ptr, (m, k), element, a_layout, DotOperandLayout(0, acc_encoding, 32 // bits))
     else:
         values, _ = _load(kb, a_ptr, (m, k), element, load_a)
-        layout, encoding = _nvmma((m, k), bits, config.a_swizzle)
+        layout, encoding = _nvmma((m, k), bits, config.a_swizzle, transposed=config.a_mmajor)
         a = kb.add(AllocShared, SharedType((m, k), element, layout, encoding), "a_smem", init=values)
     if config.b_kmajor:
         values, _ = _load(kb, b_ptr, (n, k), element, _load_layout((n, k), config.num_warps))
