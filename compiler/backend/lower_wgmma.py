@@ -37,7 +37,6 @@ from .indexing import xor_of_bits
 from .lower_kernel import SHARED_ALIGN
 from .warp_ops import from_bits, to_bits
 
-_SUGGEST_SHARED = "allocate it with NVMMASharedLayout.get_default_for(shape, bits) (or a TMA descriptor's layout)"
 
 
 def _asm(ctx: Lowering, asm: tuple[str, str], args, result_types) -> list[ir.Value]:
@@ -102,13 +101,45 @@ def _restore(b: ir.IRBuilder, passed: ir.Value, like: ir.Value) -> ir.Value:
     return from_bits(b, bits, like.type)
 
 
+def _is_half(value: ir.Value) -> bool:
+    return str(value.type) in ("half", "bfloat")
+
+
 def pass_through(ctx: Lowering, asm_of_letters, values: list[ir.Value]) -> list[ir.Value]:
-    """Run an asm (built from the operand letters) that the values pass through."""
+    """Run an asm (built from the operand letters) that the values pass through.
+
+    Neighbouring 16-bit floats travel packed in one 32-bit register: an fp16 accumulator's
+    pairs (d_2j, d_2j+1) were unpacked from one such register, so LLVM folds the repack
+    away and nothing reads the halves before the asm.
+    """
     b = ctx.builder
-    passed = [_passing(b, v) for v in values]
-    outs = _asm(ctx, asm_of_letters([letter for _, letter in passed]), [v for v, _ in passed],
-                [v.type for v, _ in passed])
-    return [_restore(b, out, like) for out, like in zip(outs, values)]
+    groups: list[list[ir.Value]] = []
+    i = 0
+    while i < len(values):
+        if i + 1 < len(values) and _is_half(values[i]) and values[i + 1].type == values[i].type:
+            groups.append(values[i:i + 2])
+            i += 2
+        else:
+            groups.append([values[i]])
+            i += 1
+    operands = []
+    for group in groups:
+        if len(group) == 2:
+            vector = ir.Constant(ir.VectorType(group[0].type, 2), None)
+            for j, value in enumerate(group):
+                vector = b.insert_element(vector, value, ir.Constant(T.I32, j))
+            operands.append((b.bitcast(vector, T.I32), "r"))
+        else:
+            operands.append(_passing(b, group[0]))
+    outs = _asm(ctx, asm_of_letters([letter for _, letter in operands]), [v for v, _ in operands],
+                [v.type for v, _ in operands])
+    result = []
+    for out, group in zip(outs, groups):
+        if len(group) == 2:
+            result.extend(_unpack_half(b, out, group[0].type))
+        else:
+            result.append(_restore(b, out, group[0]))
+    return result
 
 
 # ----------------------------------------------------------------- alignment of views
@@ -302,7 +333,9 @@ class _DotPlan:
         try:
             return plan_operand(operand, tile_mn, self.k, sorted(origins), base_alignment=view_alignment(ctx, value))
         except WgmmaError as error:
-            suggestion = error.suggestion or _SUGGEST_SHARED
+            bits = value.type.element.bits
+            suggestion = error.suggestion or (f"allocate it with NVMMASharedLayout.get_default_for("
+                                              f"{list(value.type.shape)}, {bits}), the layout TMA writes")
             raise CompilationError(f"warpgroup_mma: operand {name} ({value.type} in "
                                    f"{_describe(value.type)}): {error}", op.loc, suggestion=suggestion) from None
 
