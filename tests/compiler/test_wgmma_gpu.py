@@ -187,7 +187,7 @@ def test_ir_wgmma_matches_numpy(config):
     b_given = np.ascontiguousarray(b.T) if config.b_kmajor else b
     out = np.full((config.m, config.n), np.nan, np.float32)
     kernel = wgmma_dot(config)
-    _, _, _, result, _ = launch(kernel, [a, b_given, c, out, int(config.use_acc)])
+    _, _, _, result = launch(kernel, [a, b_given, c, out, int(config.use_acc)])  # the 4 buffers
     reference = a.astype(np.float64) @ b.astype(np.float64) + (c.astype(np.float64) if config.use_acc else 0)
     # tf32 keeps 10 mantissa bits of each input; fp16 accumulation rounds every partial sum.
     tolerance = 2e-3 if config.element == "fp32" or config.acc == "fp16" else 1e-5
