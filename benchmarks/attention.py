@@ -1,0 +1,249 @@
+"""Attention forward on the H200: weft's flash_attention beside torch SDPA with the cuDNN
+backend, SDPA with the flash backend (FlashAttention-2) and a plain Triton kernel
+(benchmarks/triton_attention.py), in one run. Each output is checked against a float32
+torch reference before it is timed.
+
+    python -m weft.benchmarks.attention [--quick] [--out results.json] [--systems weft,cudnn]
+
+TFLOP/s = 4 B H Sq Sk D / time (x 0.5 causal), bf16 random normal inputs, the time of the
+GPU work by CUDA-graph replay for every system alike (matmul.py `_time`; warm-up and
+autotuning happen before the capture). Shapes (../shared/BENCHMARKS.md): the FA3 grid,
+batch * seq = 16k tokens and heads * head_dim = 2048 for seq 512..16k and head_dim 64, 128,
+256, causal and not, plus (4, 16, 4096, 128) and (2, 16, 16384, 128). A system that is
+missing, raises, or is wrong (max |out - ref| / max |ref| > 1e-2) is recorded with the
+reason, not timed, and the run goes on.
+
+The reference is float32 torch on the GPU, in query chunks so that no score matrix passes
+1 GiB: weft.kernels.attention.reference_attention (float64 numpy on the host) is far too
+slow at these sizes, so it only checks this reference's conventions on small cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+from weft.benchmarks.matmul import _error, _time  # max |out - ref| / max |ref|; graph-replay seconds
+
+TOLERANCE = 1e-2
+PEAK_TFLOPS = 989.0  # dense bf16 on the H100/H200
+SYSTEMS = ("weft", "cudnn", "flash", "triton")
+
+
+def shapes(quick: bool = False) -> list[tuple[int, int, int, int, bool]]:
+    """(batch, heads, seq, head_dim, causal) for every configuration measured."""
+    if quick:
+        grid = [(4, 2048 // d, 4096, d) for d in (128, 64, 256)]
+    else:
+        grid = [(16384 // s, 2048 // d, s, d) for d in (64, 128, 256)
+                for s in (512, 1024, 2048, 4096, 8192, 16384)]
+        grid += [(4, 16, 4096, 128), (2, 16, 16384, 128)]  # the first is also in the grid
+    return [(*shape, causal) for shape in dict.fromkeys(grid) for causal in (False, True)]
+
+
+def reference(q, k, v, causal: bool, scale: float, budget: int = 1 << 28):
+    """float32 softmax(q k^T * scale) v with flash_attention's conventions: causal aligned
+    bottom-right, k/v heads shared by groups of q heads, rows that see no key give 0.
+    Query rows go in chunks of at most `budget` scores (1 GiB of fp32)."""
+    import torch
+
+    batch, heads, seq_q, _ = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    k, v = (x.float().repeat_interleave(heads // kv_heads, dim=1) for x in (k, v))
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    rows = max(1, budget // (batch * heads * seq_k))
+    for start in range(0, seq_q, rows):
+        stop = min(seq_q, start + rows)
+        scores = torch.matmul(q[:, :, start:stop].float(), k.transpose(-1, -2)).mul_(scale)
+        if causal:
+            last_key = torch.arange(start, stop, device=q.device)[:, None] + (seq_k - seq_q)
+            scores.masked_fill_(torch.arange(seq_k, device=q.device)[None, :] > last_key, float("-inf"))
+        out[:, :, start:stop] = torch.matmul(torch.softmax(scores, dim=-1).nan_to_num_(0.0), v)
+    return out
+
+
+def _reason(error, caught=()) -> str:
+    """One line on why a system did not run; torch's SDPA says why in its warnings."""
+    said = "; ".join(dict.fromkeys(str(w.message).splitlines()[0] for w in caught))
+    return (f"{type(error).__name__}: {error}" + (f" [{said}]" if said else ""))[:600]
+
+
+def check_reference(torch):
+    """Max error of `reference` against weft's float64 numpy reference on small causal and
+    full cases with GQA and seq_q != seq_k both ways; None if weft's is missing."""
+    try:
+        from weft.kernels.attention import reference_attention
+    except Exception:
+        return None
+    worst = 0.0
+    try:
+        for seq_q, seq_k in ((70, 100), (100, 70)):
+            q = torch.randn(1, 4, seq_q, 64, device="cuda")
+            k, v = (torch.randn(1, 2, seq_k, 64, device="cuda") for _ in range(2))
+            for causal in (False, True):
+                mine = reference(q, k, v, causal, 0.125)
+                theirs = torch.from_numpy(reference_attention(q, k, v, causal, 0.125)).to(mine)
+                worst = max(worst, _error(mine, theirs))
+    except Exception as error:
+        return _reason(error)
+    return worst
+
+
+def find_systems(torch, wanted) -> dict:
+    """name -> fn(q, k, v, causal, scale), or a string saying why it is unavailable."""
+    found = {}
+    try:
+        from weft.kernels.attention import flash_attention
+
+        found["weft"] = lambda q, k, v, causal, scale: flash_attention(q, k, v, causal=causal,
+                                                                        softmax_scale=scale)
+    except Exception as error:
+        found["weft"] = "weft.kernels.attention unavailable: " + _reason(error)
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def sdpa(backend):
+            # is_causal is top-left aligned in SDPA, the same as bottom-right for seq_q == seq_k.
+            def call(q, k, v, causal, scale):
+                with sdpa_kernel(backend):
+                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                            scale=scale)
+            return call
+
+        found["cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
+        found["flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
+    except Exception as error:
+        found["cudnn"] = found["flash"] = "torch.nn.attention unavailable: " + _reason(error)
+    try:
+        from weft.benchmarks.triton_attention import attention
+
+        found["triton"] = attention
+    except Exception as error:
+        found["triton"] = "Triton kernel unavailable: " + _reason(error)
+    return {name: found[name] for name in wanted}
+
+
+def measure(torch, system, q, k, v, causal, scale, ref, flops) -> dict:
+    """Check one system's output, then time it if it is right."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = system(q, k, v, causal, scale)
+            torch.cuda.synchronize()
+        except Exception as error:
+            return {"failure": _reason(error, caught)}
+    entry = {"error": _error(out, ref)}
+    del out
+    if _wrong(entry):
+        return {**entry, "failure": f"wrong result: error {entry['error']:.2e} > {TOLERANCE}"}
+    try:
+        seconds = _time(torch, lambda: system(q, k, v, causal, scale))
+    except Exception as error:
+        return {**entry, "failure": "timing: " + _reason(error)}
+    return {**entry, "ms": seconds * 1e3, "tflops": flops / seconds / 1e12}
+
+
+def _versions(torch) -> dict:
+    import datetime
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:
+        triton_version = None
+    return {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "triton": triton_version}
+
+
+def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None) -> dict:
+    import torch
+
+    torch.manual_seed(0)
+    found = find_systems(torch, wanted)
+    results = {**_versions(torch), "tolerance": TOLERANCE, "systems": list(wanted),
+               "reference_vs_weft_numpy": check_reference(torch), "rows": []}
+    for batch, heads, seq, head_dim, causal in shapes(quick):
+        q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        scale = head_dim ** -0.5
+        ref = reference(q, k, v, causal, scale)
+        flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
+        row = {"batch": batch, "heads": heads, "seq_q": seq, "seq_k": seq, "head_dim": head_dim,
+               "causal": causal, "dtype": "bfloat16"}
+        for name, system in found.items():
+            row[name] = {"failure": system} if isinstance(system, str) else \
+                measure(torch, system, q, k, v, causal, scale, ref, flops)
+        for other in ("cudnn", "flash", "triton"):
+            if "tflops" in row.get("weft", {}) and "tflops" in row.get(other, {}):
+                row[f"weft_over_{other}"] = row["weft"]["tflops"] / row[other]["tflops"]
+        del q, k, v, ref
+        results["rows"].append(row)
+        print(_label(row), " ".join(f"{name} {_cell(row[name])}" for name in found), file=sys.stderr,
+              flush=True)
+        if out_path:
+            with open(out_path, "w") as f:
+                json.dump(results, f, indent=1)
+    return results
+
+
+def _label(row) -> str:
+    return (f"b{row['batch']} h{row['heads']} s{row['seq_q']} d{row['head_dim']} "
+            f"{'causal' if row['causal'] else 'full'}")
+
+
+def _wrong(entry) -> bool:
+    return "error" in entry and not entry["error"] <= TOLERANCE  # NaN is wrong too
+
+
+def _cell(entry) -> str:
+    if "tflops" in entry:
+        return f"{entry['tflops']:.0f}"
+    return "WRONG" if _wrong(entry) else "ERR"
+
+
+def print_table(results) -> None:
+    systems = results["systems"]
+    print(f"{results['device']}  torch {results['torch']}  cuDNN {results['cudnn']}  "
+          f"Triton {results['triton']}  {results['date']}")
+    print(f"reference vs weft's float64 numpy reference: {results['reference_vs_weft_numpy']}")
+    reasons = {}
+    for row in results["rows"]:
+        for name in systems:
+            if "failure" in row[name]:
+                reasons.setdefault((name, row[name]["failure"]), []).append(_label(row))
+    for (name, reason), where in reasons.items():
+        print(f"{name} not timed on {len(where)} shape(s), e.g. {where[0]}: {reason}")
+    print("TFLOP/s (CUDA-graph replay, bf16; ERR = raised or unavailable, WRONG = failed the check)")
+    print(f"{'shape':<26}" + "".join(f"{name:>8}" for name in systems)
+          + f"{'w/cuDNN':>9}{'w/Triton':>9}{'w/peak':>8}")
+    for row in results["rows"]:
+        ratios = "".join(f"{row[key]:>9.2f}" if key in row else f"{'-':>9}"
+                         for key in ("weft_over_cudnn", "weft_over_triton"))
+        peak = f"{row['weft']['tflops'] / PEAK_TFLOPS:>8.2f}" if "tflops" in row.get("weft", {}) else f"{'-':>8}"
+        print(f"{_label(row):<26}" + "".join(f"{_cell(row[name]):>8}" for name in systems) + ratios + peak)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="seq 4096 only: head_dim 128, 64 and 256, causal and not")
+    parser.add_argument("--out", help="write the full results as JSON here (after every shape)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    args = parser.parse_args(argv)
+    wanted = [name for name in args.systems.split(",") if name]
+    if not wanted or set(wanted) - set(SYSTEMS):
+        parser.error(f"--systems takes names from {','.join(SYSTEMS)}, got {args.systems!r}")
+    results = run(args.quick, wanted, args.out)
+    print_table(results)
+    wrong = any(_wrong(row[name]) for row in results["rows"] for name in wanted)
+    weft_short = "weft" in wanted and any("tflops" not in row["weft"] for row in results["rows"])
+    return 1 if wrong or weft_short else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
