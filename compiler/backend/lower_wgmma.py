@@ -38,7 +38,6 @@ from .lower_kernel import SHARED_ALIGN
 from .warp_ops import from_bits, to_bits
 
 
-
 def _asm(ctx: Lowering, asm: tuple[str, str], args, result_types) -> list[ir.Value]:
     """Call side-effecting inline asm; its results as a list (one per result type)."""
     text, constraints = asm
@@ -92,13 +91,12 @@ def _passing(b: ir.IRBuilder, value: ir.Value) -> tuple[ir.Value, str]:
 
 
 def _restore(b: ir.IRBuilder, passed: ir.Value, like: ir.Value) -> ir.Value:
+    """Inverse of `_passing`."""
     if passed.type == like.type:
         return passed
-    bits = passed
-    want = T.I8 if isinstance(like.type, ir.IntType) and like.type.width <= 8 else None
-    if want is not None:
-        bits = b.trunc(passed, T.I8)
-    return from_bits(b, bits, like.type)
+    if isinstance(like.type, ir.IntType) and like.type.width <= 8:
+        passed = b.trunc(passed, T.I8)
+    return from_bits(b, passed, like.type)
 
 
 def _is_half(value: ir.Value) -> bool:
