@@ -79,8 +79,12 @@ def bind_descriptor(arg, type_: TensorDescriptorType, name: str, memory: GlobalM
         raise EmulationError(f"argument `{name}` has box {list(block_shape)} but the kernel was "
                              f"compiled for {type_}")
     arg_type = getattr(arg, "type", None)
+    # numpy has no bf16 or fp8: a host array of unsigned ints of the same width holds
+    # their bit patterns, and a descriptor over it may feed a kernel compiled for them.
+    bit_patterns = isinstance(arg_type, TensorDescriptorType) and arg_type.element.name.startswith("u") \
+        and arg_type.element.bits == type_.element.bits and type_.element.is_float
     if isinstance(arg_type, TensorDescriptorType) and (
-            arg_type.element != type_.element or arg_type.layout != type_.layout):
+            (arg_type.element != type_.element and not bit_patterns) or arg_type.layout != type_.layout):
         raise EmulationError(f"argument `{name}` is a {arg_type} descriptor but the kernel was "
                              f"compiled for {type_}")
     shape = tuple(int(s) for s in arg.shape)

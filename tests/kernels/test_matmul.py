@@ -131,3 +131,31 @@ def test_gpu_autotuned_matmul_matches_torch():
     got = matmul(a, b).float()
     ref = a.float() @ b.float()
     assert (got - ref).abs().max().item() <= 1e-2 * ref.abs().max().item()
+
+
+@pytest.mark.parametrize("fp8", ["fp8e4m3", "fp8e5m2"])
+def test_emulated_fp8_variant_matches_numpy(fp8):
+    """The fp8 variant on the emulator: numpy has no fp8, so the operands are uint8 bit
+    patterns and the kernel is compiled with an explicit fp8 signature."""
+    from weft.compiler.frontend import build_kernel
+    from weft.compiler.pipeline import run_layout_passes
+    from weft.lowlevel import NVMMASharedLayout, TensorDescriptor
+    from weft.runtime.emulator import emulate
+    from weft.runtime.emulator.dtypes import from_fp8, to_fp8
+
+    m, n, k = 130, 136, 200
+    config = Config(128, 128, 128, 2)
+    a_bits = to_fp8(RNG.standard_normal((m, 208)) * 0.5, fp8)[:, :k]   # rows 16-byte aligned
+    bt_bits = to_fp8(RNG.standard_normal((n, 208)) * 0.5, fp8)[:, :k]
+    c = np.zeros((m, n), np.float16)
+    swizzled = NVMMASharedLayout(128, 8)
+    descriptors = (TensorDescriptor.from_tensor(a_bits, [128, 128], swizzled),
+                   TensorDescriptor.from_tensor(bt_bits, [128, 128], swizzled),
+                   TensorDescriptor.from_tensor(c, [128, 64], NVMMASharedLayout(128, 16)))
+    signature = _signature(fp8, "fp16", config, True)
+    constexprs = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, STAGES=2, GROUP_M=8, B_K_MAJOR=True,
+                      NUM_WARPS=8, PRODUCER_REGS=40)
+    kernel = run_layout_passes(build_kernel(warp_specialized_matmul, signature, constexprs, 8))
+    emulate(kernel, (2, 1, 1), descriptors + (m, n, k))
+    reference = from_fp8(a_bits, fp8).astype(np.float64) @ from_fp8(bt_bits, fp8).astype(np.float64).T
+    np.testing.assert_allclose(c.astype(np.float64), reference, rtol=2e-3, atol=2e-2)
