@@ -15,7 +15,7 @@ class Config:
     block_k: int = 64
     stages: int = 3
     num_warps: int = 8           # consumer warps (whole warpgroups, 64 rows each)
-    group_m: int = 8             # tile rows that sweep the columns together (L2 reuse)
+    group_m: int = 16            # tile rows that sweep the columns together (L2 reuse)
     variant: str = "warp_specialized"
     producer_regs: int = 40      # setmaxnreg budget of the TMA producer partition
 
@@ -56,12 +56,12 @@ def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
 
 
 def configs_for(in_bits: int, out_bits: int) -> list[Config]:
-    """The candidates the autotuner times, largest tiles first; all fit in shared memory."""
+    """The candidates the autotuner times; all fit in shared memory. From the H200 sweep
+    (benchmarks/NOTES.md): 128x256 tiles with 3 stages and 16-row groups lead at 4096^3
+    and 8192^3; the others win on shapes where 256-wide tiles leave SMs idle or the
+    output tile crowds out stages."""
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
-    candidates = []
-    for variant in VARIANTS:
-        for block_n, stages in ((256, 4), (256, 3), (256, 2), (128, 5), (128, 4)):
-            config = Config(128, block_n, block_k, stages, 8, 8, variant)
-            if shared_bytes(config, in_bits, out_bits) <= SHARED_LIMIT:
-                candidates.append(config)
-    return candidates
+    candidates = [Config(128, 256, block_k, 3), Config(128, 256, block_k, 3, variant="pipelined"),
+                  Config(128, 256, block_k, 2), Config(128, 128, block_k, 5, group_m=8),
+                  Config(128, 128, block_k, 4, group_m=8)]
+    return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
