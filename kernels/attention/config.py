@@ -1,40 +1,46 @@
-"""Flash-attention tile configurations: validated, with the shared memory they need."""
+"""Flash-attention kernel configurations: validated, with the shared memory they need."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
+REGISTER_FILE = 65536      # 32-bit registers per SM
 HEAD_DIMS = (64, 128, 256)
-BOX = 64  # elements of a 16-bit type in one 128-byte swizzle row: one TMA box's width
+BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TMA box's width
+ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
+VARIANTS = ("pingpong", "simple")
 
 
 @dataclass(frozen=True)
 class Config:
     """One forward-kernel variant for a head dim.
 
-    block_m query rows per CTA (64 per consumer warpgroup), block_n keys per K/V tile,
-    `stages` K/V tiles in flight, the register budgets (setmaxnreg) of the TMA producer
-    warpgroup and of the two consumer warpgroups.
+    - variant "pingpong": the FA3 kernel (kernels.py): `consumers` warpgroups, each in its
+      own partition, the GEMMs of one overlapping the softmax of the others and of its own
+      previous step. "simple": one partition of all consumer warps, no overlap inside a
+      warpgroup (simple.py; a baseline).
+    - block_n keys per K/V tile, `stages` K/V tiles in flight;
+    - producer_regs / consumer_regs: setmaxnreg budgets of the TMA producer warpgroup and
+      of each consumer warpgroup.
     """
 
     head_dim: int = 128
-    block_m: int = 128
     block_n: int = 128
     stages: int = 2
-    num_warps: int = 8           # consumer warps: two warpgroups of 64 rows
+    consumers: int = 2
+    variant: str = "pingpong"
     producer_regs: int = 24
     consumer_regs: int = 240
 
     def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"Config.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
-        if self.num_warps not in (4, 8):
-            raise ValueError(f"Config.num_warps must be 4 or 8 (one or two consumer warpgroups), "
-                             f"got {self.num_warps}")
-        if self.block_m != 16 * self.num_warps:
-            raise ValueError(f"Config.block_m must be 16 x num_warps = {16 * self.num_warps} "
-                             f"(each consumer warp owns 16 query rows), got {self.block_m}")
+        if self.consumers not in (1, 2, 3) or (self.variant == "simple" and self.consumers == 3):
+            raise ValueError(f"Config.consumers (warpgroups of {ROWS} query rows) must be 1, 2 or "
+                             f"3 (1 or 2 for the simple variant), got {self.consumers}")
         if self.block_n not in (16, 32, 64, 128, 256):
             raise ValueError(f"Config.block_n must be a power of two from 16 to 256 (the wgmma N "
                              f"of S = Q K^T and the K of O += P V), got {self.block_n}")
@@ -45,26 +51,34 @@ class Config:
             if regs % 8 or not 24 <= regs <= 256:
                 raise ValueError(f"Config.{name} must be a multiple of 8 in [24, 256] "
                                  f"(setmaxnreg), got {regs}")
-        warps = self.num_warps + 4
-        if 32 * (4 * self.producer_regs + self.num_warps * self.consumer_regs) > 65536:
-            raise ValueError(f"Config: {warps} warps at {self.producer_regs} (producer) and "
-                             f"{self.consumer_regs} (consumers) registers exceed the 64K "
-                             f"registers of an SM; lower consumer_regs")
+        used = 128 * (self.producer_regs + self.consumers * self.consumer_regs)
+        if used > REGISTER_FILE:
+            raise ValueError(f"Config: a producer warpgroup at {self.producer_regs} registers and "
+                             f"{self.consumers} consumer warpgroups at {self.consumer_regs} need "
+                             f"{used} registers, an SM has {REGISTER_FILE}; lower consumer_regs to "
+                             f"{(REGISTER_FILE // 128 - self.producer_regs) // self.consumers // 8 * 8}")
         if shared_bytes(self) > SHARED_LIMIT:
             raise ValueError(f"{self} needs {shared_bytes(self)} bytes of shared memory; a CTA "
                              f"has {SHARED_LIMIT}. Use a smaller block_n or fewer stages.")
 
+    @property
+    def block_m(self) -> int:
+        """Query rows per CTA tile."""
+        return ROWS * self.consumers
+
 
 def shared_bytes(config: Config, element_bytes: int = 2) -> int:
-    """Q (reused for the O tile), the K and V rings, the mbarriers."""
+    """Q (reused for O), the K and V rings, the mbarriers."""
     q = config.block_m * config.head_dim * element_bytes
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
-    return q + kv + 8 * (2 + 4 * config.stages)
+    return q + kv + 8 * (1 + 4 * config.stages + config.consumers)
 
 
 def default_config(head_dim: int) -> Config:
-    """The tile shapes FA3 uses on H100, rounded to powers of two."""
+    """FA3's H100 tile shapes, rounded to powers of two where they are not: 128 x 128 for
+    head_dim 64 and 128, 128 x 64 for 256 (FA3: 192 x 128, 128 x 128 (176 non-causal),
+    128 x 80). Three consumer warpgroups at 160 registers, as FA3 runs head_dim 64,
+    only fit with 64-key tiles here."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
-    block_n = {64: 128, 128: 128, 256: 64}[head_dim]
-    return Config(head_dim=head_dim, block_n=block_n)
+    return Config(head_dim=head_dim, block_n=64 if head_dim == 256 else 128)

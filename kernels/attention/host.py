@@ -8,8 +8,11 @@ import math
 import numpy as np
 
 from .._launch import is_torch
-from .config import BOX, HEAD_DIMS, Config, default_config
-from .kernels import flash_attention_forward
+from .config import BOX, HEAD_DIMS, ROWS, Config, default_config
+from .kernels import flash_attention_fa3
+from .simple import flash_attention_forward
+
+L2_BUDGET = 24 << 20  # bytes of K and V that tiles running together should share in L2
 
 LAYOUTS = ("bhsd", "bshd")
 _DTYPES = ("bf16", "fp16")
@@ -147,16 +150,32 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
         out[...] = 0
         lse[...] = float("inf")
         return (out, lse) if return_lse else out
-    descs = [_descriptor(x, layout, rows) for x, rows in
-             ((q, config.block_m), (k, config.block_n), (v, config.block_n), (out, config.block_m))]
-    grid = (-(-seq_q // config.block_m), batch * heads)
-    flash_attention_forward[grid](
-        *descs, lse, float(softmax_scale), seq_q, seq_k, heads, heads // kv_heads,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=head_dim, STAGES=config.stages,
-        CAUSAL=bool(causal), WRITE_LSE=bool(return_lse), NUM_WARPS=config.num_warps,
-        PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
-        num_warps=config.num_warps)
+    _launch(q, k, v, out, lse, layout, config, float(softmax_scale), bool(causal), bool(return_lse))
     return (out, lse) if return_lse else out
+
+
+def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal: bool,
+            write_lse: bool) -> None:
+    (batch, heads, seq_q, head_dim), (_, kv_heads, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    num_m_tiles = -(-seq_q // config.block_m)
+    regs = dict(PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs)
+    if config.variant == "simple":
+        descs = [_descriptor(x, layout, rows) for x, rows in
+                 ((q, config.block_m), (k, config.block_n), (v, config.block_n), (out, config.block_m))]
+        flash_attention_forward[(num_m_tiles, batch * heads)](
+            *descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads, BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n, HEAD_DIM=head_dim, STAGES=config.stages, CAUSAL=causal,
+            WRITE_LSE=write_lse, NUM_WARPS=4 * config.consumers, **regs,
+            num_warps=4 * config.consumers)
+        return
+    descs = [_descriptor(x, layout, rows) for x, rows in
+             ((q, ROWS), (k, config.block_n), (v, config.block_n), (out, ROWS))]
+    kv_bytes = 2 * seq_k * head_dim * 2 // (heads // kv_heads)  # per query head
+    group = max(1, min(batch * heads, L2_BUDGET // max(kv_bytes, 1)))
+    flash_attention_fa3[(num_m_tiles * batch * heads,)](
+        *descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads, num_m_tiles, batch * heads,
+        group, HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages,
+        CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, **regs, num_warps=4)
 
 
 def _float32(x):

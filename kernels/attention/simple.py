@@ -1,4 +1,5 @@
-"""The flash-attention forward kernel in weft.lowlevel (FA3's structure, HOPPER.md).
+"""The simple flash-attention forward kernel (Config(variant="simple")): a baseline for
+the FA3 kernel in kernels.py, with none of its overlaps.
 
 One CTA computes O for BLOCK_M query rows of one (batch, head):
 

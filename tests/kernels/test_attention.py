@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.kernels import flash_attention_forward
+from weft.kernels.attention.kernels import flash_attention_fa3
+from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
 
 RNG = np.random.default_rng(11)
@@ -17,25 +18,23 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 
 def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
-    signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n),
-                 "v_desc": box(config.block_n), "o_desc": box(config.block_m),
-                 "lse_ptr": "*fp32", "softmax_scale": "fp32", "seq_q": "i32", "seq_k": "i32",
-                 "heads": "i32", "kv_group": "i32"}
-    constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim,
-                      STAGES=config.stages, CAUSAL=causal, WRITE_LSE=write_lse,
-                      NUM_WARPS=config.num_warps, PRODUCER_REGS=config.producer_regs,
+    q_rows = 64 if config.variant == "pingpong" else config.block_m
+    signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
+                 "o_desc": box(q_rows), "lse_ptr": "*fp32", "softmax_scale": "fp32", "seq_q": "i32",
+                 "seq_k": "i32", "heads": "i32", "kv_group": "i32"}
+    constexprs = dict(BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
+                      CAUSAL=causal, WRITE_LSE=write_lse, PRODUCER_REGS=config.producer_regs,
                       CONSUMER_REGS=config.consumer_regs)
-    return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
-                                           num_warps=config.num_warps)
+    if config.variant == "simple":
+        constexprs.update(BLOCK_M=config.block_m, NUM_WARPS=4 * config.consumers)
+        return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
+                                               num_warps=4 * config.consumers)
+    signature.update(num_m_tiles="i32", batch_heads="i32", group="i32")
+    constexprs.update(CONSUMERS=config.consumers)
+    return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
-@needs_ptxas
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
-    config = default_config(head_dim)
-    compiled = _compile(config, dtype, causal)
+def _check_assembly(compiled, config: Config):
     ptx = compiled.asm["ptx"]
     for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor.4d", "mbarrier.try_wait",
                         "setmaxnreg.inc", "setmaxnreg.dec", "ex2.approx", "fence.proxy.async"):
@@ -46,7 +45,27 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
     assert layout_ir.count("convert_layout") == layout_ir.count("convert_layout [plan=NoOp()]") >= 2
     meta = compiled.metadata
     assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
-    assert meta["total_warps"] == config.num_warps + 4
+    assert meta["total_warps"] == 4 * config.consumers + 4
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
+    config = default_config(head_dim)
+    compiled = _compile(config, dtype, causal)
+    _check_assembly(compiled, config)
+    # The two GEMMs of a step are in flight together: S_n is waited for with P V pending.
+    assert "wgmma.wait_group.sync.aligned 1;" in compiled.asm["ptx"]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("config", [Config(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+                                    Config(head_dim=128, variant="simple"),
+                                    Config(head_dim=256, block_n=64, variant="simple")])
+def test_other_configs_assemble_without_spills(config):
+    _check_assembly(_compile(config, "bf16", True), config)
 
 
 def test_configs_validate_with_readable_errors():
@@ -54,10 +73,14 @@ def test_configs_validate_with_readable_errors():
         assert default_config(head_dim).head_dim == head_dim
     with pytest.raises(ValueError, match="head_dim must be one of"):
         Config(head_dim=96)
-    with pytest.raises(ValueError, match="block_m must be 16 x num_warps"):
-        Config(block_m=64)
+    with pytest.raises(ValueError, match="consumers"):
+        Config(consumers=4)
     with pytest.raises(ValueError, match="shared memory"):
         Config(head_dim=256, block_n=128)
+    with pytest.raises(ValueError, match="lower consumer_regs to 160"):
+        Config(head_dim=64, consumers=3)
+    with pytest.raises(ValueError, match="variant"):
+        Config(variant="persistent")
     with pytest.raises(ValueError, match="multiple of 8"):
         Config(consumer_regs=236)
     with pytest.raises(ValueError, match="stages"):
@@ -86,14 +109,34 @@ EMULATED = [
 
 @pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout", EMULATED)
 def test_emulated_attention_matches_numpy(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout):
+    _check_emulated(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout)
+
+
+def _check_emulated(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, config=None):
     q, k, v = _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout)
-    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout, config=config)
     ref, ref_lse = reference_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
     assert out.shape == q.shape and out.dtype == np.float16 and lse.dtype == np.float32
     np.testing.assert_allclose(out, ref, atol=2e-3, rtol=1e-2)
     np.testing.assert_array_equal(np.isinf(lse), np.isinf(ref_lse))
     finite = np.isfinite(ref_lse)
     np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("config", [Config(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+                                    Config(head_dim=64, block_n=32, stages=3, consumers=1),
+                                    Config(head_dim=64, variant="simple")])
+def test_emulated_other_configs(config):
+    _check_emulated(1, 2, 1, 200, 150, 64, True, "bhsd", config)
+
+
+def test_emulated_tile_groups(monkeypatch):
+    """Tiles in L2 groups of 3 (batch, head) pairs, the last group short."""
+    from weft.kernels.attention import host
+
+    kv_bytes_per_query_head = 2 * 100 * 64 * 2 // 2  # K and V, 100 keys, shared by 2 heads
+    monkeypatch.setattr(host, "L2_BUDGET", 3 * kv_bytes_per_query_head)
+    _check_emulated(2, 4, 2, 150, 100, 64, False, "bhsd")
 
 
 def test_emulated_attention_scale_and_no_keys():

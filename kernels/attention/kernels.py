@@ -1,0 +1,308 @@
+"""The FA3-style flash-attention forward kernel in weft.lowlevel (HOPPER.md).
+
+One CTA per (query tile, batch * head) tile, in the order `tile_coordinates` gives (the
+hardware starts CTAs roughly in index order). Its warps split into partitions:
+
+- the producer (4 warps at a few registers, one thread issuing TMA) loads the tile's Q,
+  then streams its K and V tiles through a ring of STAGES slots; every slot has a
+  `ready` mbarrier (the TMA bytes land on it) and an `empty` one (each consumer
+  releases it);
+- CONSUMERS warpgroups of 64 query rows each: S = Q K^T by async wgmma from shared
+  memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
+  folded into one FMA), and O += P V with P fed to wgmma from registers.
+
+Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
+- inside a warpgroup, the GEMMs of step n (S_n = Q K_n^T and O += P_{n-1} V_{n-1}) are
+  issued together and the softmax of S_n runs while P_{n-1} V_{n-1} is still in flight;
+- between warpgroups (ping-pong), a token passed around on `turn` mbarriers lets one
+  warpgroup issue its GEMMs while the others do their softmax.
+
+Tensors are seen through 4-D TMA descriptors [batch, heads, seq, head_dim] with boxes
+[1, 1, rows, 64]: a box never crosses a (batch, head) boundary, rows past the sequence
+load as zeros and are not stored, and any strides work (bhsd and bshd). Head dims above
+64 are several 64-wide boxes side by side in one buffer.
+
+Causal attention is aligned bottom-right (query i sees keys j <= i + seq_k - seq_q):
+K/V tiles wholly above the diagonal are never loaded, only tiles crossing the diagonal or
+the end of the keys pay for masks, and tiles are started longest first.
+
+Why not persistent (FA3 is): inside a loop over tiles, LLVM hoists every loop-invariant
+address (each register's shared-memory offset for the O store, each K step's wgmma
+descriptor of Q, the mask's column indices) to the kernel entry, and ptxas keeps them
+all live instead of recomputing them: the consumers then spill at 240 registers.
+"""
+
+from __future__ import annotations
+
+from ... import lowlevel as ll
+from ...lowlevel import mbarrier, tma
+from .config import ROWS  # query rows per consumer warpgroup (one wgmma M)
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@ll.jit
+def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
+                     BLOCK_M: ll.constexpr, CAUSAL: ll.constexpr):
+    """(batch, head, kv head, first row) of `tile`. Tiles come in groups of `group`
+    (batch, head) pairs whose K and V stay in L2 while all their query tiles run, and
+    within a group bottom query tiles first (causal: those see the most keys)."""
+    per_group = group * num_m_tiles
+    first = (tile // per_group) * group
+    in_group = ll.minimum(batch_heads - first, group)
+    rank = tile % per_group
+    pid_m = rank // in_group
+    if CAUSAL:
+        pid_m = num_m_tiles - 1 - pid_m
+    bh = first + rank % in_group
+    head = bh % heads
+    return bh // heads, head, head // kv_group, pid_m * BLOCK_M
+
+
+@ll.jit
+def key_tiles(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
+              CAUSAL: ll.constexpr):
+    """(unmasked, all): the key tiles the rows [off_m, off_m + BLOCK_M) see; tiles
+    [0, unmasked) need no mask, tiles [unmasked, all) do."""
+    full = seq_k // BLOCK_N
+    count = ll.cdiv(seq_k, BLOCK_N)
+    if CAUSAL:
+        shift = seq_k - seq_q  # query i sees keys j <= i + shift
+        full = ll.minimum(full, ll.maximum(off_m + shift + 1, 0) // BLOCK_N)
+        count = ll.minimum(count, ll.cdiv(ll.maximum(off_m + BLOCK_M + shift, 0), BLOCK_N))
+    return full, count
+
+
+@ll.jit
+def load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr):
+    """TMA loads of a [rows, HEAD_DIM] tile as HEAD_DIM / 64 boxes side by side."""
+    BOX: ll.constexpr = desc.block_shape[3]
+    for j in ll.static_range(HEAD_DIM // BOX):
+        tma.async_copy_global_to_shared(desc, [batch, head, row, j * BOX], bar,
+                                        dst.slice(j * BOX, BOX, 3))
+
+
+@ll.jit
+def producer(state):
+    """Load this tile's Q, then every K/V tile the consumers need, as slots free up."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty, v_ready,
+     v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
+     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE) = state
+    BLOCK_M: ll.constexpr = ROWS * CONSUMERS
+    boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
+    batch, head, kv_head, off_m = tile_coordinates(ll.program_id(0), num_m_tiles, batch_heads,
+                                                   group, heads, kv_group, BLOCK_M, CAUSAL)
+    mbarrier.expect(q_ready, q_desc.nbytes * boxes * CONSUMERS)
+    for wg in ll.static_range(CONSUMERS):
+        load_boxes(q_desc, batch, head, off_m + wg * ROWS, q_ready, q_smem.index(wg), HEAD_DIM)
+    full, count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
+    for n in range(0, count):
+        slot = n % STAGES
+        phase = ((n // STAGES) & 1) ^ 1  # a fresh `empty` barrier counts as released
+        mbarrier.wait(k_empty.index(slot), phase)
+        mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
+        load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM)
+        mbarrier.wait(v_empty.index(slot), phase)
+        mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
+        load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM)
+
+
+@ll.jit
+def masked(s, n, row0, seq_q, seq_k, BLOCK_N: ll.constexpr, CAUSAL: ll.constexpr, S_LAYOUT: ll.constexpr):
+    """S with keys past seq_k (and, causal, right of the diagonal) at -inf."""
+    cols = n * BLOCK_N + ll.arange(0, BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
+    visible = cols[None, :] < seq_k
+    if CAUSAL:
+        rows = row0 + ll.arange(0, ROWS, ll.SliceLayout(1, S_LAYOUT))
+        visible = visible & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))
+    return ll.where(visible, s, float("-inf"))
+
+
+@ll.jit
+def online_softmax(s, m_i, l_i, qk_scale):
+    """P = exp2(S * scale - m) with m the running row max (log2 units); alpha rescales
+    what came before. Rows that have seen no key keep m = -inf and subtract 0 instead,
+    so their (all masked) P and alpha come out 0, not NaN."""
+    m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
+    m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
+    p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]))
+    alpha = ll.exp2(m_i - m_use)
+    return p, alpha, m_new, l_i * alpha + ll.sum(p, axis=1)
+
+
+@ll.jit
+def take_turn(turns, n, WG: ll.constexpr):
+    """Wait for this warpgroup's turn to issue the GEMMs of key tile n (warpgroup 0 goes
+    first: its barrier's fresh phase counts as passed)."""
+    mbarrier.wait(turns.index(WG), (n & 1) ^ (1 if WG == 0 else 0))
+
+
+@ll.jit
+def pass_turn(turns, WG: ll.constexpr, CONSUMERS: ll.constexpr):
+    mbarrier.arrive(turns.index((WG + 1) % CONSUMERS))
+
+
+@ll.jit
+def attend_step(n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op,
+                m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
+                STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
+                CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
+                O_LAYOUT: ll.constexpr):
+    """Key tile n: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n while the
+    second GEMM runs, then rescale O."""
+    slot = n % STAGES
+    prev = (n - 1) % STAGES
+    take_turn(turns, n, WG)
+    mbarrier.wait(k_ready.index(slot), (n // STAGES) & 1)
+    s = ll.warpgroup_mma(q, k_ring.index(slot).index(0).index(0).permute((1, 0)),
+                         ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(prev), ((n - 1) // STAGES) & 1)
+    acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
+    pass_turn(turns, WG, CONSUMERS)
+    s = ll.warpgroup_mma_wait(1, deps=[s])
+    mbarrier.arrive(k_empty.index(slot))
+    if MASKED:
+        s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
+    p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale)
+    acc = ll.warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(v_empty.index(prev))
+    acc = acc * ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
+    p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+    return acc, p_op, m_i, l_i
+
+
+@ll.jit
+def consumer(state, WG: ll.constexpr):
+    """Softmax(Q K^T * scale) V for rows [off_m + 64 WG, +64) of this CTA's tile."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty, v_ready,
+     v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
+     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE) = state
+    BLOCK_M: ll.constexpr = ROWS * CONSUMERS
+    S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
+    O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
+    ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
+    dtype: ll.constexpr = q_desc.dtype
+    batch, head, kv_head, off_m = tile_coordinates(ll.program_id(0), num_m_tiles, batch_heads,
+                                                   group, heads, kv_group, BLOCK_M, CAUSAL)
+    row0 = off_m + WG * ROWS
+    full, count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
+    qk_scale = softmax_scale * LOG2E
+    q = q_smem.index(WG).index(0).index(0)
+    m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
+    l_i = ll.zeros([ROWS], ll.float32, ROW)
+    acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
+    mbarrier.wait(q_ready, 0)
+    if count > 0:
+        # Key tile 0 alone: S_0 and its softmax (O is still 0: nothing to rescale).
+        take_turn(turns, 0, WG)
+        mbarrier.wait(k_ready.index(0), 0)
+        s = ll.warpgroup_mma(q, k_ring.index(0).index(0).index(0).permute((1, 0)),
+                             ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False,
+                             is_async=True)
+        pass_turn(turns, WG, CONSUMERS)
+        s = ll.warpgroup_mma_wait(0, deps=[s])
+        mbarrier.arrive(k_empty.index(0))
+        s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
+        p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale)
+        p_op = ll.convert_layout(p.to(dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+        for n in range(1, full):
+            acc, p_op, m_i, l_i = attend_step(
+                n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
+                l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
+                S_LAYOUT, O_LAYOUT)
+        for n in range(ll.maximum(full, 1), count):
+            acc, p_op, m_i, l_i = attend_step(
+                n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
+                l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
+                S_LAYOUT, O_LAYOUT)
+        # The last P V.
+        last = (count - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((count - 1) // STAGES) & 1)
+        acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
+        acc = ll.warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(v_empty.index(last))
+    # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
+    # FlashAttention does.
+    seen = l_i > 0.0
+    inv_l = ll.where(seen, 1.0 / ll.where(seen, l_i, 1.0), 0.0)
+    if WRITE_LSE:
+        rows = row0 + ll.arange(0, ROWS, ROW)
+        lse = ll.where(seen, (m_i + ll.log2(ll.where(seen, l_i, 1.0))) * LN2, float("inf"))
+        ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=rows < seq_q)
+    # O leaves through this warpgroup's Q buffer: its last S GEMM has read it.
+    q.store((acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(dtype))
+    ll.fence_async_shared()
+    BOX: ll.constexpr = o_desc.block_shape[3]
+    for j in ll.static_range(HEAD_DIM // BOX):
+        tma.async_copy_shared_to_global(o_desc, [batch, head, row0, j * BOX],
+                                        q_smem.index(WG).slice(j * BOX, BOX, 3))
+    tma.store_wait(0)
+
+
+@ll.jit
+def consumer_0(state):
+    consumer(state, 0)
+
+
+@ll.jit
+def consumer_1(state):
+    consumer(state, 1)
+
+
+@ll.jit
+def consumer_2(state):
+    consumer(state, 2)
+
+
+@ll.jit
+def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, seq_q, seq_k,
+                        heads, kv_group, num_m_tiles, batch_heads, group,
+                        HEAD_DIM: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
+                        CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
+                        PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr):
+    """Grid (num_m_tiles * batch_heads,), 4 warps (the producer; each consumer warpgroup
+    adds 4); descriptors over [batch, heads, seq, head_dim] with [1, 1, 64 | BLOCK_N, 64]
+    boxes (Q and O | K and V)."""
+    dtype: ll.constexpr = q_desc.dtype
+    q_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, ROWS, HEAD_DIM], q_desc.layout)
+    k_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_ready = mbarrier.allocate_mbarrier()
+    k_ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    k_empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    v_ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    v_empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    turns = mbarrier.allocate_mbarrier(batch=CONSUMERS)
+    mbarrier.init(q_ready, count=1)
+    for s in ll.static_range(STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(k_empty.index(s), count=CONSUMERS)
+        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(v_empty.index(s), count=CONSUMERS)
+    for wg in ll.static_range(CONSUMERS):
+        mbarrier.init(turns.index(wg), count=1)
+    state = (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty,
+             v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+             num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL,
+             WRITE_LSE)
+    if CONSUMERS == 1:
+        ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
+                           worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
+    elif CONSUMERS == 2:
+        ll.warp_specialize((state,), producer, (state,), [consumer_0, consumer_1],
+                           worker_num_warps=[4, 4], worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS],
+                           default_num_regs=PRODUCER_REGS)
+    else:
+        ll.warp_specialize((state,), producer, (state,), [consumer_0, consumer_1, consumer_2],
+                           worker_num_warps=[4, 4, 4],
+                           worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS],
+                           default_num_regs=PRODUCER_REGS)
+    mbarrier.invalidate(q_ready)
+    for s in ll.static_range(STAGES):
+        mbarrier.invalidate(k_ready.index(s))
+        mbarrier.invalidate(k_empty.index(s))
+        mbarrier.invalidate(v_ready.index(s))
+        mbarrier.invalidate(v_empty.index(s))
+    for wg in ll.static_range(CONSUMERS):
+        mbarrier.invalidate(turns.index(wg))
