@@ -27,10 +27,12 @@ def test_readme_set_up_commands_are_the_ci_commands():
 def test_readme_lowlevel_kernel_runs_on_the_emulator(tmp_path, monkeypatch):
     # The kernel example needs its source in a file (the frontend reads it), so it runs as
     # a script rather than through exec.
-    (block,) = re.findall(r"```py\n(.*?)```", README.read_text(), flags=re.S)
-    script = tmp_path / "readme_kernel.py"
-    script.write_text(block)
+    blocks = re.findall(r"```py\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) == 2  # the first kernel, and one tile through TMA and wgmma
     monkeypatch.setenv("WEFT_CACHE_DIR", str(tmp_path / "cache"))
     import runpy
 
-    runpy.run_path(str(script), run_name="__main__")
+    for index, block in enumerate(blocks):
+        script = tmp_path / f"readme_kernel_{index}.py"
+        script.write_text(block)
+        runpy.run_path(str(script), run_name="__main__")
