@@ -1,0 +1,86 @@
+#!/bin/bash
+# One call on the GPU machine for flash attention (issue 5): install, the attention GPU
+# tests, compute-sanitizer memcheck and racecheck on a small case, a sweep of kernel
+# configs (TFLOP/s per Config, for tuning), then benchmarks/attention.py if it exists.
+# Logs and JSON under $OUT. Usage: bash benchmarks/run_attention_gpu.sh [pytest args...]
+#   BENCH=quick (default: seq 4096 only) | full (the FA3 grid, several minutes) | none
+set -o pipefail
+export PYTHONUNBUFFERED=1 WEFT_CACHE_DIR=/tmp/weft-cache
+OUT=${OUT:-/tmp/weft-out}
+BENCH=${BENCH:-quick}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+
+timeout 180 python3 -m pytest -m gpu -q -x -p no:randomly "$@" tests/kernels/test_attention.py 2>&1 \
+  | tee "$OUT/pytest_attention_gpu.log" | tail -30
+status=$?
+
+# A small case per tool: causal with tails, GQA, the FA3 kernel and the simple one.
+SMALL='
+import torch
+from weft.kernels.attention import Config, flash_attention
+torch.manual_seed(0)
+for config in (None, Config(head_dim=128, variant="simple")):
+    q = torch.randn(1, 4, 200, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 300, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 2, 300, 128, device="cuda", dtype=torch.bfloat16)
+    out, lse = flash_attention(q, k, v, causal=True, return_lse=True, config=config)
+    torch.cuda.synchronize()
+    print("ok", config, out.float().abs().mean().item(), lse.mean().item())
+'
+for tool in memcheck racecheck; do
+  timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 -c "$SMALL" \
+    >"$OUT/sanitizer_attention_$tool.log" 2>&1
+  echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY' "$OUT/sanitizer_attention_$tool.log") summaries)"
+  grep -E 'ERROR SUMMARY|WRONG|Error|^ok' "$OUT/sanitizer_attention_$tool.log" | head -6
+done
+
+# Configs side by side (CUDA events, 20 launches after a warm-up); bf16, bhsd.
+SWEEP='
+import json, math, sys, torch
+from weft.kernels.attention import Config, default_config, flash_attention
+C = Config
+cases = {
+    (4, 16, 4096, 128): [None, C(head_dim=128, stages=3), C(head_dim=128, block_n=64, stages=4),
+                         C(head_dim=128, variant="simple"), C(head_dim=128, consumers=1)],
+    (4, 32, 4096, 64): [None, C(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+                        C(head_dim=64, stages=4), C(head_dim=64, variant="simple")],
+    (4, 8, 4096, 256): [None, C(head_dim=256, block_n=32, stages=4),
+                        C(head_dim=256, block_n=64, variant="simple")],
+}
+rows = []
+for (b, h, s, d), configs in cases.items():
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    for causal in (False, True):
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        for config in configs:
+            name = "default" if config is None else str(config)
+            try:
+                out = flash_attention(q, k, v, causal=causal, config=config)
+                error = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(20):
+                    flash_attention(q, k, v, causal=causal, config=config)
+                end.record()
+                end.synchronize()
+                seconds = start.elapsed_time(end) / 20 / 1e3
+                tflops = 4 * b * h * s * s * d * (0.5 if causal else 1) / seconds / 1e12
+                row = dict(shape=[b, h, s, d], causal=causal, config=name, tflops=round(tflops, 1), error=error)
+            except Exception as exc:
+                row = dict(shape=[b, h, s, d], causal=causal, config=name, failed=f"{type(exc).__name__}: {exc}"[:300])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+json.dump(rows, open(sys.argv[1], "w"), indent=1)
+'
+timeout 150 python3 -c "$SWEEP" "$OUT/attention_sweep.json" 2>&1 | tee "$OUT/attention_sweep.log" | tail -40
+
+if [ "$BENCH" != none ] && [ -f benchmarks/attention.py ]; then
+  flag=--quick; [ "$BENCH" = full ] && flag=
+  timeout 400 python3 -m weft.benchmarks.attention $flag --out "$OUT/attention.json" 2>&1 \
+    | tee "$OUT/attention.log" | tail -50
+fi
+exit $status
