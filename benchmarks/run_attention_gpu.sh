@@ -3,19 +3,25 @@
 # tests, compute-sanitizer memcheck and racecheck on a small case, a sweep of kernel
 # configs (TFLOP/s per Config, for tuning), then benchmarks/attention.py if it exists.
 # Logs and JSON under $OUT. Usage: bash benchmarks/run_attention_gpu.sh [pytest args...]
-#   BENCH=quick (default: seq 4096 only) | full (the FA3 grid, several minutes) | none
+#   STEPS="tests sanitize sweep bench" (default: all; e.g. STEPS=bench for the benchmark alone)
+#   BENCH=quick (default: seq 4096 only) | full (the FA3 grid, several minutes)
 set -o pipefail
 export PYTHONUNBUFFERED=1 WEFT_CACHE_DIR=/tmp/weft-cache
 OUT=${OUT:-/tmp/weft-out}
 BENCH=${BENCH:-quick}
+STEPS=${STEPS:-tests sanitize sweep bench}
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+status=0
 mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
-timeout 180 python3 -m pytest -m gpu -q -x -p no:randomly "$@" tests/kernels/test_attention.py 2>&1 \
-  | tee "$OUT/pytest_attention_gpu.log" | tail -30
-status=$?
+if step tests; then
+  timeout 180 python3 -m pytest -m gpu -q -x -p no:randomly "$@" tests/kernels/test_attention.py 2>&1 \
+    | tee "$OUT/pytest_attention_gpu.log" | tail -30
+  status=$?
+fi
 
 # A small case per tool: causal with tails, GQA, the FA3 kernel and the simple one.
 SMALL='
@@ -31,6 +37,7 @@ for config in (None, Config(head_dim=128, variant="simple")):
     print("ok", config, out.float().abs().mean().item(), lse.mean().item())
 '
 for tool in memcheck racecheck; do
+  step sanitize || break
   timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 -c "$SMALL" \
     >"$OUT/sanitizer_attention_$tool.log" 2>&1
   echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY' "$OUT/sanitizer_attention_$tool.log") summaries)"
@@ -76,9 +83,11 @@ for (b, h, s, d), configs in cases.items():
             print(json.dumps(row), flush=True)
 json.dump(rows, open(sys.argv[1], "w"), indent=1)
 '
-timeout 150 python3 -c "$SWEEP" "$OUT/attention_sweep.json" 2>&1 | tee "$OUT/attention_sweep.log" | tail -40
+if step sweep; then
+  timeout 150 python3 -c "$SWEEP" "$OUT/attention_sweep.json" 2>&1 | tee "$OUT/attention_sweep.log" | tail -40
+fi
 
-if [ "$BENCH" != none ] && [ -f benchmarks/attention.py ]; then
+if step bench && [ -f benchmarks/attention.py ]; then
   flag=--quick; [ "$BENCH" = full ] && flag=
   timeout 400 python3 -m weft.benchmarks.attention $flag --out "$OUT/attention.json" 2>&1 \
     | tee "$OUT/attention.log" | tail -50
