@@ -80,6 +80,24 @@ def _results(returned: Any) -> tuple[ir.Value, ...]:
     return tuple(i.handle for i in items)
 
 
+def _check_captured_tensors(fn, num_warps: int, args: Any) -> None:
+    """A worker sees a captured tensor in the layout it was made in, which spans the
+    default partition's warps: only a worker with that many warps can hold it."""
+    for value in _captures((args,)):
+        layout = getattr(value.type, "layout", None)
+        if layout is None or "warp" not in layout.in_dims:
+            continue
+        spans = layout.in_dims["warp"]
+        if spans != num_warps:
+            name = getattr(fn, "__name__", repr(fn))
+            raise sem.builder().error(
+                f"worker partition {name} runs on {num_warps} warps but is given a tensor laid "
+                f"out over {spans} warps ({sem.describe(sem.builder().wrap(value))})",
+                suggestion="pass it through shared memory (store it into a buffer before "
+                           "warp_specialize and load it in the worker's layout), or compute it "
+                           "inside the worker")
+
+
 def _ints(value: Any, what: str, count: int) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or len(value) != count or \
             any(isinstance(v, bool) or not isinstance(v, int) for v in value):
@@ -139,6 +157,7 @@ def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
     default = ir.Block(default.args, default.ops + (ir.Yield(values=results, loc=b.loc),))
     workers = []
     for fn, w in zip(worker_partitions, warps):
+        _check_captured_tensors(fn, w, worker_args)
         block, returned = _partition(fn, worker_args, captures, w)
         if returned is not None:
             raise b.error("worker partitions return nothing; only the default partition's "

@@ -269,3 +269,20 @@ def test_partitions_running_together_never_share_shared_bytes():
     assert len(allocs) == 2
     (a, b) = sorted(op.offset for op in allocs)
     assert b >= a + 64 * 64 * 4 and kernel.shared_bytes >= 2 * 64 * 64 * 4
+
+
+@ll.jit
+def nothing(x):
+    pass
+
+
+@ll.jit
+def captures_a_tensor_into_a_smaller_worker():
+    rows = ll.arange(0, 64, ll.SliceLayout(1, BLOCKED))
+    ll.warp_specialize((rows,), nothing, (rows,), [nothing], worker_num_warps=[1], worker_num_regs=[0])
+
+
+def test_a_worker_cannot_hold_a_tensor_laid_out_over_other_warps():
+    text = error_of(captures_a_tensor_into_a_smaller_worker)
+    assert "runs on 1 warps but is given a tensor laid out over 4 warps" in text
+    assert "through shared memory" in text
