@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 
 from ..compiler import ir
 from ..compiler.builder import DynamicValue, builtin
+from ..compiler.errors import CompilationError
 from . import semantic as sem
 
 __all__ = ["warp_specialize"]
@@ -80,19 +81,21 @@ def _results(returned: Any) -> tuple[ir.Value, ...]:
     return tuple(i.handle for i in items)
 
 
-def _check_captured_tensors(fn, num_warps: int, args: Any) -> None:
+def _check_captured_tensors(fn, num_warps: int, block: ir.Block) -> None:
     """A worker sees a captured tensor in the layout it was made in, which spans the
-    default partition's warps: only a worker with that many warps can hold it."""
-    for value in _captures((args,)):
-        layout = getattr(value.type, "layout", None)
-        if layout is None or "warp" not in layout.in_dims:
-            continue
-        spans = layout.in_dims["warp"]
-        if spans != num_warps:
+    default partition's warps: a worker with another warp count cannot use it."""
+    mismatched = {arg for arg in block.args
+                  if getattr(arg.type, "layout", None) is not None
+                  and arg.type.layout.in_dims.get("warp", num_warps) != num_warps}
+    for op in block.walk():
+        used = mismatched.intersection(op.uses())
+        if used:
+            arg = used.pop()
             name = getattr(fn, "__name__", repr(fn))
-            raise sem.builder().error(
-                f"worker partition {name} runs on {num_warps} warps but is given a tensor laid "
-                f"out over {spans} warps ({sem.describe(sem.builder().wrap(value))})",
+            raise CompilationError(
+                f"worker partition {name} runs on {num_warps} warps but uses a captured tensor "
+                f"laid out over {arg.type.layout.in_dims['warp']} warps "
+                f"({sem.describe(sem.builder().wrap(arg))})", op.loc,
                 suggestion="pass it through shared memory (store it into a buffer before "
                            "warp_specialize and load it in the worker's layout), or compute it "
                            "inside the worker")
@@ -157,8 +160,8 @@ def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
     default = ir.Block(default.args, default.ops + (ir.Yield(values=results, loc=b.loc),))
     workers = []
     for fn, w in zip(worker_partitions, warps):
-        _check_captured_tensors(fn, w, worker_args)
         block, returned = _partition(fn, worker_args, captures, w)
+        _check_captured_tensors(fn, w, block)
         if returned is not None:
             raise b.error("worker partitions return nothing; only the default partition's "
                           "results come back")

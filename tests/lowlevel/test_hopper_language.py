@@ -277,12 +277,20 @@ def nothing(x):
 
 
 @ll.jit
-def captures_a_tensor_into_a_smaller_worker():
+def uses_it(x):
+    y = x + 1
+
+
+@ll.jit
+def captures_a_tensor_into_a_smaller_worker(WORKER: ll.constexpr):
     rows = ll.arange(0, 64, ll.SliceLayout(1, BLOCKED))
-    ll.warp_specialize((rows,), nothing, (rows,), [nothing], worker_num_warps=[1], worker_num_regs=[0])
+    ll.warp_specialize((rows,), nothing, (rows,), [WORKER], worker_num_warps=[1], worker_num_regs=[0])
 
 
-def test_a_worker_cannot_hold_a_tensor_laid_out_over_other_warps():
-    text = error_of(captures_a_tensor_into_a_smaller_worker)
-    assert "runs on 1 warps but is given a tensor laid out over 4 warps" in text
-    assert "through shared memory" in text
+def test_a_worker_cannot_use_a_tensor_laid_out_over_other_warps():
+    build(captures_a_tensor_into_a_smaller_worker, constexprs={"WORKER": nothing})  # unused: fine
+    with pytest.raises(CompilationError) as info:
+        build(captures_a_tensor_into_a_smaller_worker, constexprs={"WORKER": uses_it})
+    text = str(info.value)
+    assert "runs on 1 warps but uses a captured tensor laid out over 4 warps" in text
+    assert "y = x + 1" in text and "through shared memory" in text
