@@ -99,10 +99,16 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     _separate_small_scratch(intervals, kernel.num_warps)
     total = _pack(list(intervals.values()))
     if total > SHARED_LIMIT:
+        allocations = sorted((op for op in kernel.walk() if isinstance(op, AllocShared)),
+                             key=lambda op: -op.result.type.num_bytes)
+        notes = tuple(f"{op.result.type.num_bytes} bytes: {op.result.type} at {op.loc}"
+                      for op in allocations[:6])
         raise CompilationError(
             f"kernel {kernel.name!r} needs {total} bytes of shared memory, over the "
             f"{SHARED_LIMIT} bytes one CTA can use on sm_90",
+            allocations[0].loc if allocations else None,
             suggestion="use smaller tiles, fewer pipeline stages, or narrower element types",
+            notes=notes,
         )
     offsets = {iv.key: iv.offset for iv in intervals.values()}
 

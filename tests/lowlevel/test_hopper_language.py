@@ -294,3 +294,19 @@ def test_a_worker_cannot_use_a_tensor_laid_out_over_other_warps():
     text = str(info.value)
     assert "runs on 1 warps but uses a captured tensor laid out over 4 warps" in text
     assert "y = x + 1" in text and "through shared memory" in text
+
+
+@ll.jit
+def too_much_shared():
+    ring = ll.allocate_shared_memory(ll.float16, [4, 128, 256], SWIZZLED)
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    ring.index(0).store(ll.zeros([128, 256], ll.float16, BLOCKED))
+
+
+def test_the_shared_memory_budget_is_reported_at_the_largest_buffer():
+    with pytest.raises(CompilationError) as info:
+        run_layout_passes(build(too_much_shared))
+    text = str(info.value)
+    assert "over the 232448 bytes" in text and "ring = ll.allocate_shared_memory" in text
+    assert "262144 bytes: shared<4x128x256xfp16>" in text
