@@ -18,6 +18,7 @@ accumulator layout's warp bases say which rows (A) and columns (B) each one owns
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Optional
 
@@ -339,9 +340,17 @@ class _DotPlan:
 
 
 def _pack(b: ir.IRBuilder, values: list[ir.Value], bits: int) -> ir.Value:
-    """Elements into one 32-bit register, the first in the lowest bits."""
+    """Elements into one 32-bit register, the first in the lowest bits.
+
+    A 16-bit float pair is a vector bitcast: when the pair came out of one 32-bit register
+    (a packed cvt, see lower_cast), LLVM folds the repack away."""
     if len(values) == 1:
         return to_bits(b, values[0]) if values[0].type != T.I32 else values[0]
+    if len(values) == 2 and _is_half(values[0]) and values[1].type == values[0].type:
+        vector = ir.Constant(ir.VectorType(values[0].type, 2), None)
+        for j, value in enumerate(values):
+            vector = b.insert_element(vector, value, ir.Constant(T.I32, j))
+        return b.bitcast(vector, T.I32)
     word = None
     for j, value in enumerate(values):
         part = b.zext(to_bits(b, value), T.I32)
@@ -356,6 +365,25 @@ def _unpack_half(b: ir.IRBuilder, word: ir.Value, element: ir.Type) -> list[ir.V
     return [b.extract_element(pair, ir.Constant(T.I32, i)) for i in range(2)]
 
 
+def _is_false(value: ir.Value) -> bool:
+    return isinstance(value, ir.Constant) and isinstance(value.type, ir.IntType) and value.constant in (0, False)
+
+
+def _is_positive_zero(value: ir.Value) -> bool:
+    return (isinstance(value, ir.Constant) and isinstance(value.constant, float) and value.constant == 0.0
+            and math.copysign(1.0, value.constant) > 0)
+
+
+def starts_from_zero(ctx: Lowering, op: WarpGroupDot, registers) -> bool:
+    """Whether the first K step can run with scale-d = 0 (D = A*B): `use_acc` is the
+    constant false, or the accumulator is the constant +0.0 (A*B + 0 = A*B whatever
+    use_acc is). The accumulator's incoming values are then never read, so they need not
+    be materialised."""
+    if op.use_acc is not None and _is_false(ctx.scalar(op.use_acc)):
+        return True
+    return all(_is_positive_zero(r) for r in registers)
+
+
 @lowers(WarpGroupDot)
 def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     plan = _DotPlan(ctx, op)
@@ -363,8 +391,13 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     acc = plan.acc
     registers = list(ctx.registers(op.acc, T.register_count(op.acc.type)))
     half = plan.types[2] == "f16"
-    # Accumulator words per tile: f32 registers, or f16 pairs packed in 32 bits.
-    if half:
+    from_zero = starts_from_zero(ctx, op, registers)
+    # Accumulator words per tile: f32 registers, or f16 pairs packed in 32 bits; undef
+    # when the first step ignores them (scale-d = 0), so no zeros are moved into place.
+    if from_zero:
+        undef = ir.Constant(T.I32 if half else T.F32, ir.Undefined)
+        words = [[undef] * (len(t) // 2 if half else len(t)) for t in acc.registers]
+    elif half:
         vector = ir.VectorType(T.F16, 2)
         words = [[b.bitcast(b.insert_element(b.insert_element(ir.Constant(vector, None), registers[t[2 * j]],
                                                               ir.Constant(T.I32, 0)),
@@ -377,11 +410,13 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
         a_values = ctx.registers(op.a, T.register_count(op.a.type))
         for key, groups in plan.a_registers.items():
             a_words[key] = [_pack(b, [a_values[r] for r in group], plan.bits) for group in groups]
-    # wgmma.fence, with every register the instructions read passing through it.
-    flat = [w for tile in words for w in tile] + [w for key in sorted(a_words) for w in a_words[key]]
+    # wgmma.fence, with every register the instructions read passing through it (undef
+    # accumulators are not read).
+    fenced_words = [] if from_zero else words
+    flat = [w for tile in fenced_words for w in tile] + [w for key in sorted(a_words) for w in a_words[key]]
     fenced = pass_through(ctx, ptx_wgmma.fence_operands, flat)
     cursor = 0
-    for tile in words:
+    for tile in fenced_words:
         tile[:] = fenced[cursor:cursor + len(tile)]
         cursor += len(tile)
     for key in sorted(a_words):
@@ -391,7 +426,13 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     descriptors_a = None
     if plan.a_plan is not None:
         descriptors_a = _Descriptors(ctx, ctx.shared(op.a), plan.a_plan, _warp_components(acc, plan.a_plan, 0))
-    use_acc = ir.Constant(T.I32, 1) if op.use_acc is None else b.zext(ctx.scalar(op.use_acc), T.I32)
+    # scale-d of the first step is the constant 0 exactly when the accumulators are undef.
+    if from_zero:
+        use_acc = ir.Constant(T.I32, 0)
+    elif op.use_acc is None:
+        use_acc = ir.Constant(T.I32, 1)
+    else:
+        use_acc = b.zext(ctx.scalar(op.use_acc), T.I32)
     dtype, atype, btype = plan.types[2], plan.types[0], plan.types[1]
     letter = "r" if half else "f"
     word_type = T.I32 if half else T.F32
