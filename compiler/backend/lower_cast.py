@@ -4,6 +4,9 @@
 - from i1: 0 or 1 (never -1);
 - integer widening sign-extends signed sources and zero-extends unsigned ones;
 - float to float rounds to nearest even (16-bit <-> 16-bit goes through fp32, exactly);
+  a tensor's fp32 registers go to bf16/fp16 in pairs, one `cvt.rn.{bf16x2,f16x2}.f32`
+  per pair, whose halves consumers that pack 16-bit pairs again (wgmma register A)
+  get back without any instruction;
 - float to integer truncates toward zero (cvt.rzi; out-of-range values are undefined,
   as in C and Triton);
 - fp8 (e4m3, e5m2) converts through f16 with the sm_89+ `cvt` instructions in `ptx_asm`;
@@ -16,7 +19,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..ir import Cast
-from ..types import PointerType, fp32
+from ..types import PointerType, TensorType, bf16, fp16, fp32
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, elementwise, lowers
@@ -84,8 +87,27 @@ def convert(ctx: Lowering, x: ir.Value, source, target) -> ir.Value:
     return b.sext(x, llvm_target) if source.is_signed else b.zext(x, llvm_target)
 
 
+def f32_pairs_to_half(ctx: Lowering, registers, half_name: str) -> tuple:
+    """Registers (an even count) converted two by two with one packed cvt each; the
+    halves come back as 16-bit values through a bitcast LLVM folds into a repack."""
+    b = ctx.builder
+    element = {"bf16": T.BF16, "fp16": T.F16}[half_name]
+    out = []
+    for lo, hi in zip(registers[0::2], registers[1::2]):
+        word = _inline(ctx, ptx_asm.f32_pair_to_half2(half_name), T.I32, [hi, lo])
+        pair = b.bitcast(word, ir.VectorType(element, 2))
+        out += [b.extract_element(pair, ir.Constant(T.I32, i)) for i in range(2)]
+    return tuple(out)
+
+
 @lowers(Cast)
 def lower_cast(ctx: Lowering, op: Cast) -> None:
     source = T.element_of(op.operand.type)
     target = T.element_of(op.result.type)
+    if source == fp32 and target in (bf16, fp16) and isinstance(op.result.type, TensorType) \
+            and isinstance(op.operand.type, TensorType):
+        count = T.register_count(op.result.type)
+        if count % 2 == 0:
+            ctx.define(op.result, f32_pairs_to_half(ctx, ctx.registers(op.operand, count), target.name))
+            return
     elementwise(ctx, op.result, (op.operand,), lambda _, x: convert(ctx, x, source, target))

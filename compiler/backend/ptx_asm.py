@@ -3,7 +3,8 @@
 Everything that an NVVM intrinsic covers (thread ids, barriers, shuffles, ex2/lg2/sin/cos
 approximations) is emitted as the intrinsic, not here. Inline PTX is used where LLVM has
 no way to say what we need: predicated global accesses (a masked-off lane must not touch
-memory) and the fp8 conversions.
+memory), the fp8 conversions, and fp32 pairs to packed 16-bit floats (LLVM emits one
+scalar `cvt` per element and integer ops to pack them).
 
 Each function returns `(asm_text, constraints)` for `llvmlite.ir.InlineAsm`. Constraint
 letters (LLVM NVPTX): `b` predicate (i1), `h` 16-bit, `r` 32-bit, `l` 64-bit, `f` f32.
@@ -87,3 +88,15 @@ def f32_pair_to_fp8x2(fp8_name: str) -> tuple[str, str]:
     https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cvt
     """
     return f"cvt.rn.satfinite.{_FP8[fp8_name]}.f32 $0, $1, $2;", "=h,f,f"
+
+
+_HALF_PAIR = {"bf16": "bf16x2", "fp16": "f16x2"}
+
+
+def f32_pair_to_half2(half_name: str) -> tuple[str, str]:
+    """cvt.rn.{bf16x2,f16x2}.f32 d, a, b: two fp32 values rounded to nearest even into one
+    32-bit register, `a` in the high half and `b` in the low one (sm_80+; NaN stays NaN,
+    infinities and denormals convert exactly as the scalar cvt.rn does).
+    cvt: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cvt
+    """
+    return f"cvt.rn.{_HALF_PAIR[half_name]}.f32 $0, $1, $2;", "=r,f,f"
