@@ -52,7 +52,8 @@ C = Config
 cases = {
     (4, 16, 4096, 128): [None, C(head_dim=128, stages=3), C(head_dim=128, block_n=64, stages=4),
                          C(head_dim=128, variant="simple"), C(head_dim=128, consumers=1)],
-    (4, 32, 4096, 64): [None, C(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+    (4, 32, 4096, 64): [None, C(head_dim=64), C(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+                        C(head_dim=64, block_n=128, consumers=3, consumer_regs=160, stages=3),
                         C(head_dim=64, stages=4), C(head_dim=64, variant="simple")],
     (4, 8, 4096, 256): [None, C(head_dim=256, block_n=32, stages=4),
                         C(head_dim=256, block_n=64, variant="simple")],

@@ -1,8 +1,10 @@
 """Lowering of structured control flow: for, if, while, and their terminators.
 
-Every carried value becomes phi nodes: one per register for a tensor, one for a scalar,
-one for the base address of a shared view (its addressing is static and must agree
-between the initial and the yielded view). `yield` and `condition` lower to nothing by
+Every carried value becomes phi nodes: one per register for a tensor (16-bit registers
+two to a phi, as a <2 x T> vector: one 32-bit register in PTX, where a phi per 16-bit
+value makes ptxas take packed pairs apart and put them back together with a PRMT per
+half on every trip), one for a scalar, one for the base address of a shared view (its
+addressing is static and must agree between the initial and the yielded view). `yield` and `condition` lower to nothing by
 themselves; the op owning the region reads the terminator's values.
 
 `for` runs `iv = lower; iv < upper; iv += step` (signed compare; unsigned for u32/u64
@@ -19,18 +21,45 @@ from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 
 
-def _flatten(lowered) -> list[ir.Value]:
+def _paired(registers: tuple) -> bool:
+    """Whether a tensor's registers travel two to a phi: 16-bit floats or integers."""
+    if not registers or len(registers) % 2:
+        return False
+    first = registers[0].type
+    sixteen = first in (T.F16, T.BF16) or (isinstance(first, ir.IntType) and first.width == 16)
+    return sixteen and all(r.type == first for r in registers)
+
+
+def _flatten(lowered, builder: ir.IRBuilder | None = None) -> list[ir.Value]:
+    """The phi operands of a lowered value; with a builder, 16-bit registers are packed
+    in pairs there."""
     if isinstance(lowered, tuple):
-        return list(lowered)
+        if builder is None or not _paired(lowered):
+            return list(lowered)
+        pair_type = ir.VectorType(lowered[0].type, 2)
+        pairs = []
+        for i in range(0, len(lowered), 2):
+            pair = builder.insert_element(ir.Constant(pair_type, ir.Undefined), lowered[i],
+                                          ir.Constant(T.I32, 0))
+            pair = builder.insert_element(pair, lowered[i + 1], ir.Constant(T.I32, 1))
+            pairs.append(builder.bitcast(pair, T.I32))
+        return pairs
     if isinstance(lowered, SharedView):
         return [lowered.base]
     return [lowered]
 
 
-def _rebuild(template, values) -> object:
-    """`values` (an iterator) shaped like `template` (a lowered value)."""
+def _rebuild(template, values, builder: ir.IRBuilder | None = None) -> object:
+    """`values` (an iterator of phis) shaped like `template` (a lowered value); with a
+    builder, the pairs `_flatten` packed are unpacked there."""
     if isinstance(template, tuple):
-        return tuple(next(values) for _ in template)
+        if builder is None or not _paired(template):
+            return tuple(next(values) for _ in template)
+        registers = []
+        for _ in range(len(template) // 2):
+            pair = builder.bitcast(next(values), ir.VectorType(template[0].type, 2))
+            registers += [builder.extract_element(pair, ir.Constant(T.I32, i)) for i in (0, 1)]
+        return tuple(registers)
     if isinstance(template, SharedView):
         return SharedView(template.type, next(values), template.addressing, template.xor)
     return next(values)
@@ -55,15 +84,20 @@ def _yielded(ctx: Lowering, block: Block) -> list:
     return [ctx.get(v) for v in terminator.values] if terminator is not None else []
 
 
-def _phis(ctx: Lowering, templates, incoming: list, block: ir.Block) -> tuple[list, list]:
-    flat = [v for t in incoming for v in _flatten(t)]
+def _phis(ctx: Lowering, templates, flat: list, block: ir.Block) -> tuple[list, list]:
+    """Phis over `flat` (the flattened values coming from `block`), and the carried values
+    rebuilt from them, shaped like `templates`."""
     phis = []
     for value in flat:
         phi = ctx.builder.phi(value.type)
         phi.add_incoming(value, block)
         phis.append(phi)
     values = iter(phis)
-    return phis, [_rebuild(t, values) for t in templates]
+    return phis, [_rebuild(t, values, ctx.builder) for t in templates]
+
+
+def _flatten_all(builder: ir.IRBuilder, lowered: list) -> list[ir.Value]:
+    return [v for t in lowered for v in _flatten(t, builder)]
 
 
 def _define_all(ctx: Lowering, names, lowered) -> None:
@@ -83,13 +117,14 @@ def lower_for(ctx: Lowering, op: For) -> None:
     if upper.type != lower.type or step.type != lower.type:
         raise CompilationError("for bounds and step must have one integer type", op.loc)
     inits = [ctx.get(v) for v in op.inits]
+    flat_inits = _flatten_all(b, inits)
     entry = b.block
     header, body, exit_ = ctx.new_block("for_header"), ctx.new_block("for_body"), ctx.new_block("for_exit")
     b.branch(header)
     b.position_at_end(header)
     iv = b.phi(lower.type, name="iv")
     iv.add_incoming(lower, entry)
-    phis, carried = _phis(ctx, inits, inits, entry)
+    phis, carried = _phis(ctx, inits, flat_inits, entry)
     unsigned = not T.element_of(op.lower.type).is_signed
     keep_going = (b.icmp_unsigned if unsigned else b.icmp_signed)("<", iv, upper)
     b.cbranch(keep_going, body, exit_)
@@ -100,9 +135,10 @@ def lower_for(ctx: Lowering, op: For) -> None:
     ctx.lower_block(op.body)
     yielded = _yielded(ctx, op.body)
     _check_views(op, inits, yielded)
+    flat_yielded = _flatten_all(b, yielded)
     latch = b.block
     iv.add_incoming(b.add(iv, step), latch)
-    for phi, value in zip(phis, (v for y in yielded for v in _flatten(y))):
+    for phi, value in zip(phis, flat_yielded):
         phi.add_incoming(value, latch)
     b.branch(header)
 
@@ -120,33 +156,34 @@ def lower_if(ctx: Lowering, op: If) -> None:
     for block, region in ((then_block, op.then_body), (else_block, op.else_body)):
         b.position_at_end(block)
         ctx.lower_block(region)
-        ends.append((b.block, _yielded(ctx, region) if op.results else []))
+        values = _yielded(ctx, region) if op.results else []
+        ends.append((b.block, values, _flatten_all(b, values)))
         b.branch(merge)
     b.position_at_end(merge)
     if not op.results:
         return
-    (then_end, then_values), (else_end, else_values) = ends
+    (then_end, then_values, then_flat), (else_end, else_values, else_flat) = ends
     _check_views(op, then_values, else_values)
     phis = []
-    for value, other in zip((v for t in then_values for v in _flatten(t)),
-                            (v for t in else_values for v in _flatten(t))):
+    for value, other in zip(then_flat, else_flat):
         phi = b.phi(value.type)
         phi.add_incoming(value, then_end)
         phi.add_incoming(other, else_end)
         phis.append(phi)
     values = iter(phis)
-    _define_all(ctx, op.results, [_rebuild(t, values) for t in then_values])
+    _define_all(ctx, op.results, [_rebuild(t, values, b) for t in then_values])
 
 
 @lowers(While)
 def lower_while(ctx: Lowering, op: While) -> None:
     b = ctx.builder
     inits = [ctx.get(v) for v in op.inits]
+    flat_inits = _flatten_all(b, inits)
     entry = b.block
     before, after, exit_ = ctx.new_block("while_before"), ctx.new_block("while_after"), ctx.new_block("while_exit")
     b.branch(before)
     b.position_at_end(before)
-    phis, carried = _phis(ctx, inits, inits, entry)
+    phis, carried = _phis(ctx, inits, flat_inits, entry)
     _define_all(ctx, op.before.args, carried)
     ctx.lower_block(op.before)
     condition_op = _terminator(op.before, Condition)
@@ -160,8 +197,9 @@ def lower_while(ctx: Lowering, op: While) -> None:
     ctx.lower_block(op.after)
     yielded = _yielded(ctx, op.after)
     _check_views(op, inits, yielded)
+    flat_yielded = _flatten_all(b, yielded)
     latch = b.block
-    for phi, value in zip(phis, (v for y in yielded for v in _flatten(y))):
+    for phi, value in zip(phis, flat_yielded):
         phi.add_incoming(value, latch)
     b.branch(before)
 

@@ -3,7 +3,9 @@ it does not (there is no libdevice here).
 
 fp32 accuracy (worst case over the fp32 range, against correctly rounded results):
 - exp(x) = ex2.approx(x * log2 e): about 2 ulp plus |x| * 2^-24 from the scaling (Triton's
-  lowering); exp2 = ex2.approx.f32 (2 ulp); log = lg2.approx * ln 2, log2 = lg2.approx
+  lowering); exp2 = ex2.approx.ftz.f32 (2 ulp; results below 2^-126 flush to 0, as with
+  Triton's and CUDA's fast math: without .ftz, ptxas wraps every MUFU.EX2 in a compare
+  and two multiplies that keep denormal results); log = lg2.approx * ln 2, log2 = lg2.approx
   (absolute error 2^-22 near 1, relative 2^-22 elsewhere);
 - sqrt is IEEE round-to-nearest (sqrt.rn.f32); rsqrt = rsqrt.approx.f32 (2 ulp);
 - sin/cos: reduction by 2*pi in two fp32 parts, then sin/cos.approx.f32 (absolute error
@@ -65,7 +67,8 @@ def horner(builder: ir.IRBuilder, ctx: Lowering, x: ir.Value, coefficients) -> i
 
 
 def ex2(ctx: Lowering, x: ir.Value) -> ir.Value:
-    return ctx.intrinsic("llvm.nvvm.ex2.approx.f", T.F32, [x])
+    """2^x, one MUFU.EX2 (denormal inputs and results flush to zero)."""
+    return ctx.intrinsic("llvm.nvvm.ex2.approx.ftz.f", T.F32, [x])
 
 
 def lg2(ctx: Lowering, x: ir.Value) -> ir.Value:

@@ -75,10 +75,11 @@ def shared_bytes(config: Config, element_bytes: int = 2) -> int:
 
 
 def default_config(head_dim: int) -> Config:
-    """FA3's H100 tile shapes, rounded to powers of two where they are not: 128 x 128 for
-    head_dim 64 and 128, 128 x 64 for 256 (FA3: 192 x 128, 128 x 128 (176 non-causal),
-    128 x 80). Three consumer warpgroups at 160 registers, as FA3 runs head_dim 64,
-    only fit with 64-key tiles here."""
+    """FA3's H100 tile shapes, rounded to powers of two where they are not: 192 x 128
+    (three consumer warpgroups at 160 registers) for head_dim 64, 128 x 128 for 128,
+    128 x 64 for 256 (FA3: 192 x 128, 128 x 128 (176 non-causal), 128 x 80)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
+    if head_dim == 64:
+        return Config(head_dim=64, block_n=128, consumers=3, consumer_regs=160)
     return Config(head_dim=head_dim, block_n=64 if head_dim == 256 else 128)

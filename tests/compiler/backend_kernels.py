@@ -143,13 +143,13 @@ def row_reduce(kind="sum", rows=16, cols=128, warps=(1, 4), per_thread=(1, 4), e
     return kb.build(param_divisibility=(16, 16, 16))
 
 
-def loop_accumulate(size=512, per_thread=4) -> Kernel:
+def loop_accumulate(size=512, per_thread=4, element=fp32) -> Kernel:
     """acc = sum over i < steps of x[i * size + offs], a for loop carrying a tensor."""
     kb = KernelBuilder("loop_accumulate")
     layout = blocked_1d(size, per_thread)
-    x, out, steps = kb.param(PointerType(fp32), "x"), kb.param(PointerType(fp32), "out"), kb.param(i32, "steps")
+    x, out, steps = kb.param(PointerType(element), "x"), kb.param(PointerType(element), "out"), kb.param(i32, "steps")
     offs = kb.add(Arange, tensor((size,), i32, layout), "offs", start=0, end=size)
-    zero = kb.full(0.0, fp32, offs.type)
+    zero = kb.full(0.0, element, offs.type)
     lower = kb.add(Constant, i32, value=0)
     one = kb.add(Constant, i32, value=1)
     iv, acc = Value(i32, "i"), Value(zero.type, "acc")

@@ -62,6 +62,7 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
 
 @needs_ptxas
 @pytest.mark.parametrize("config", [Config(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+                                    Config(head_dim=64),  # 2 consumer warpgroups
                                     Config(head_dim=128, variant="simple"),
                                     Config(head_dim=256, block_n=64, variant="simple")])
 def test_other_configs_assemble_without_spills(config):
@@ -124,6 +125,7 @@ def _check_emulated(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layo
 
 
 @pytest.mark.parametrize("config", [Config(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+                                    Config(head_dim=64),  # 2 consumer warpgroups
                                     Config(head_dim=64, block_n=32, stages=3, consumers=1),
                                     Config(head_dim=64, variant="simple")])
 def test_emulated_other_configs(config):
