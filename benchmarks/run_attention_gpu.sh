@@ -6,7 +6,11 @@
 #   STEPS="tests sanitize sweep bench" (default: all; e.g. STEPS=bench for the benchmark alone)
 #   BENCH=quick (default: seq 4096 only) | full (the FA3 grid, several minutes)
 set -o pipefail
-export PYTHONUNBUFFERED=1 WEFT_CACHE_DIR=/tmp/weft-cache
+# The kernel cache keys on kernel source and toolchain versions, not on weft's compiler
+# source: a cache kept on a warm machine would serve kernels built by an older compiler.
+# Key the directory on every Python file of the tree instead.
+TREE=$(find . -name '*.py' -not -path './.*' -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-16)
+export PYTHONUNBUFFERED=1 WEFT_CACHE_DIR=/tmp/weft-cache/$TREE
 OUT=${OUT:-/tmp/weft-out}
 BENCH=${BENCH:-quick}
 STEPS=${STEPS:-tests sanitize sweep bench}

@@ -24,7 +24,9 @@ load as zeros and are not stored, and any strides work (bhsd and bshd). Head dim
 
 Causal attention is aligned bottom-right (query i sees keys j <= i + seq_k - seq_q):
 K/V tiles wholly above the diagonal are never loaded, only tiles crossing the diagonal or
-the end of the keys pay for masks, and tiles are started longest first.
+the end of the keys pay for masks, and tiles are started longest first. Each warpgroup
+bounds its key tiles by its own 64 rows: of a 192-row tile's keys, the first warpgroup
+skips (only releases) those right of its diagonal, and masks only the tile it crosses.
 
 Why not persistent (FA3 is): inside a loop over tiles, LLVM hoists every loop-invariant
 address (each register's shared-memory offset for the O store, each K step's wgmma
@@ -110,13 +112,16 @@ def producer(state):
 
 @ll.jit
 def masked(s, n, row0, seq_q, seq_k, BLOCK_N: ll.constexpr, CAUSAL: ll.constexpr, S_LAYOUT: ll.constexpr):
-    """S with keys past seq_k (and, causal, right of the diagonal) at -inf."""
+    """S with keys past seq_k (and, causal, right of the diagonal) at -inf: each row's
+    bound on the key index is computed once, then one compare and one select per element.
+    (The column indices include n: loop-invariant ones would be hoisted out of the key
+    loop and held in registers across it.)"""
     cols = n * BLOCK_N + ll.arange(0, BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
-    visible = cols[None, :] < seq_k
     if CAUSAL:
         rows = row0 + ll.arange(0, ROWS, ll.SliceLayout(1, S_LAYOUT))
-        visible = visible & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))
-    return ll.where(visible, s, float("-inf"))
+        bound = ll.minimum(rows + (seq_k - seq_q + 1), seq_k)  # keys [0, bound) are seen
+        return ll.where(cols[None, :] < bound[:, None], s, float("-inf"))
+    return ll.where(cols[None, :] < seq_k, s, float("-inf"))
 
 
 @ll.jit
@@ -141,6 +146,21 @@ def take_turn(turns, n, WG: ll.constexpr):
 @ll.jit
 def pass_turn(turns, WG: ll.constexpr, CONSUMERS: ll.constexpr):
     mbarrier.arrive(turns.index((WG + 1) % CONSUMERS))
+
+
+@ll.jit
+def release_step(n, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
+                 CONSUMERS: ll.constexpr, WG: ll.constexpr):
+    """Key tile n, which this warpgroup's rows do not see but others of the CTA do: keep
+    the turn order and free the slot. Waiting for `ready` first makes the `empty` arrive
+    count toward tile n's phase, not the previous one of the slot."""
+    slot = n % STAGES
+    take_turn(turns, n, WG)
+    pass_turn(turns, WG, CONSUMERS)
+    mbarrier.wait(k_ready.index(slot), (n // STAGES) & 1)
+    mbarrier.arrive(k_empty.index(slot))
+    mbarrier.wait(v_ready.index(slot), (n // STAGES) & 1)
+    mbarrier.arrive(v_empty.index(slot))
 
 
 @ll.jit
@@ -186,7 +206,11 @@ def consumer(state, WG: ll.constexpr):
     batch, head, kv_head, off_m = tile_coordinates(ll.program_id(0), num_m_tiles, batch_heads,
                                                    group, heads, kv_group, BLOCK_M, CAUSAL)
     row0 = off_m + WG * ROWS
-    full, count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
+    # This warpgroup's key tiles; the producer loads those of the whole CTA (`loaded`),
+    # and the ones these rows do not see (causal, or rows past seq_q) are only released.
+    full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
+    count = ll.where(row0 < seq_q, count, 0)
+    loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
     qk_scale = softmax_scale * LOG2E
     q = q_smem.index(WG).index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
@@ -222,6 +246,8 @@ def consumer(state, WG: ll.constexpr):
         acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(last))
+    for n in range(count, loaded):
+        release_step(n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
     # FlashAttention does.
     seen = l_i > 0.0

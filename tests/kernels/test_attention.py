@@ -101,6 +101,7 @@ EMULATED = [
     # (batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout)
     (1, 2, 2, 70, 70, 64, False, "bhsd"),
     (1, 2, 2, 200, 200, 64, True, "bhsd"),
+    (1, 1, 1, 400, 400, 64, True, "bhsd"),      # warpgroups skip key tiles others of the CTA see
     (1, 4, 2, 130, 200, 64, True, "bhsd"),      # GQA, seq_q < seq_k
     (1, 2, 1, 300, 70, 64, True, "bhsd"),       # MQA, seq_q > seq_k: rows that see no key
     (2, 2, 2, 150, 100, 128, False, "bshd"),
