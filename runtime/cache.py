@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -88,8 +89,22 @@ def toolchain_versions() -> dict:
         ptxas = ptxas_version()
     except Exception:  # a bad WEFT_PTXAS surfaces when assembling, not here
         ptxas = None
-    return {"format": FORMAT, "weft": weft_version, "llvmlite": llvmlite_version,
-            "ptxas": ptxas}
+    return {"format": FORMAT, "weft": weft_version, "compiler": compiler_fingerprint(),
+            "llvmlite": llvmlite_version, "ptxas": ptxas}
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_fingerprint() -> str:
+    """A hash of the code that turns a kernel into a cubin (compiler/, layouts/, the
+    languages). The version number alone misses every change made between releases, so
+    an edited or upgraded weft would be handed kernels its older self compiled."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for folder in ("compiler", "layouts", "lowlevel", "highlevel"):
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def make_key(source: str, constexprs: Mapping[str, Any], specialization: Any,
