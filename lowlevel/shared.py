@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..compiler import ir
+from ..compiler import ir, layout_rules
 from ..compiler.builder import DynamicValue, builtin
 from ..compiler.types import ScalarType, SharedType, TensorType
 from ..layouts import LayoutError, LinearLayout
@@ -115,7 +115,8 @@ class SharedMemoryDescriptor(DynamicValue):
                 any(isinstance(o, bool) or not isinstance(o, int) for o in order):
             raise b.error(f"permute order must be a permutation of {list(range(rank))}, found {order!r}")
         order = tuple(order)
-        layout = _permuted_layout(self.type.layout, order)
+        names = [f"dim{i}" for i in range(rank)]
+        layout = layout_rules.permute_layout(self.type.layout.transpose_outs(names), order)
         shape = tuple(self.shape[o] for o in order)
         encoding = self.layout
         flipped = None
@@ -126,14 +127,6 @@ class SharedMemoryDescriptor(DynamicValue):
             flipped = LinearSharedLayout.from_linear(layout)
         result_type = SharedType(shape, self.dtype, layout, flipped)
         return b.wrap(b.create(ir.SharedPermute, result_type, buffer=self.handle, order=order))
-
-
-def _permuted_layout(layout: LinearLayout, order: tuple[int, ...]) -> LinearLayout:
-    names = [f"dim{i}" for i in range(len(layout.out_dims))]
-    layout = layout.transpose_outs(names)
-    sizes = [layout.out_dims[n] for n in names]
-    bases = {dim: [tuple(row[o] for o in order) for row in rows] for dim, rows in layout.bases.items()}
-    return LinearLayout(bases, [(f"dim{i}", sizes[o]) for i, o in enumerate(order)])
 
 
 def _strip_top_zeros(rows: list) -> list:

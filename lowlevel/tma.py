@@ -16,9 +16,8 @@ from typing import Any, Sequence
 
 from ..compiler import ir
 from ..compiler.builder import DynamicValue, builtin
-from ..compiler.types import ScalarType, TensorDescriptorType
+from ..compiler.types import ScalarType, TensorDescriptorType, tensor_descriptor_swizzle
 from . import semantic as sem
-from ..layouts import LayoutError
 from .layouts import LinearSharedLayout, NVMMASharedLayout
 from .mbarrier import _barrier
 from .shared import SharedMemoryDescriptor
@@ -54,13 +53,14 @@ class TensorDescriptorValue(DynamicValue):
         """The shared layout a box lands in (allocate the destination with it)."""
         if self.type.encoding is not None:
             return self.type.encoding
-        for swizzle in (128, 64, 32, 0):  # the NVMMA layout it is, so it extends to rings
-            candidate = NVMMASharedLayout(swizzle, self.dtype.bits, max(2, self.type.rank))
+        if self.type.rank >= 2:  # the NVMMA layout it is, so that it extends to rings
             try:
+                candidate = NVMMASharedLayout(tensor_descriptor_swizzle(self.type), self.dtype.bits,
+                                              self.type.rank)
                 if candidate.to_linear(self.block_shape) == self.type.layout:
                     return candidate
-            except LayoutError:
-                continue
+            except ValueError:  # no TMA swizzle places it so (LayoutError is a ValueError)
+                pass
         return LinearSharedLayout.from_linear(self.type.layout)
 
     @property

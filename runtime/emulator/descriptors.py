@@ -14,9 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...compiler.types import TensorDescriptorType
-from ...layouts import nvmma_shared
-from ...layouts.errors import LayoutError
+from ...compiler.types import TensorDescriptorType, tensor_descriptor_swizzle
 from .dtypes import element_bytes
 from .errors import EmulationError
 from .memory import GlobalMemory
@@ -56,15 +54,11 @@ class EmulatedDescriptor:
 
 
 def swizzle_of(type_: TensorDescriptorType) -> int:
-    """The NVMMA swizzle (bytes) whose layout `type_.layout` is; 0 when none matches."""
-    if type_.rank >= 2:
-        for swizzle in (128, 64, 32, 0):
-            try:
-                if nvmma_shared(type_.block_shape, swizzle, type_.element.bits) == type_.layout:
-                    return swizzle
-            except LayoutError:
-                continue
-    return 0
+    """The TMA swizzle (bytes) that places a box as `type_.layout`; 0 when none does."""
+    try:
+        return tensor_descriptor_swizzle(type_)
+    except ValueError:
+        return 0
 
 
 def bind_descriptor(arg, type_: TensorDescriptorType, name: str, memory: GlobalMemory,
