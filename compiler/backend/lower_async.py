@@ -32,7 +32,7 @@ from ..ir import (AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, MBarrierArrive, M
                   MBarrierInvalidate, MBarrierWait, Op, TmaLoad, TmaStore, TmaStoreWait, Value)
 from ..types import TensorDescriptorType
 from . import llvm_types as T
-from . import ptx_async
+from . import ptx_asm
 from .context import Lowering, SharedView, lowers
 from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map, owner_predicate
 
@@ -90,12 +90,12 @@ def _running_warps(ctx: Lowering) -> int:
 # --------------------------------------------------------------------- mbarrier
 @lowers(MBarrierInit)
 def lower_mbarrier_init(ctx: Lowering, op: MBarrierInit) -> None:
-    _asm(ctx, ptx_async.mbarrier_init(op.count), [_barrier_address(ctx, op.barrier), _elected(ctx)])
+    _asm(ctx, ptx_asm.mbarrier_init(op.count), [_barrier_address(ctx, op.barrier), _elected(ctx)])
 
 
 @lowers(MBarrierExpect)
 def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
-    _asm(ctx, ptx_async.mbarrier_expect(op.nbytes), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
+    _asm(ctx, ptx_asm.mbarrier_expect(op.nbytes), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
 
 
 @lowers(MBarrierArrive)
@@ -104,18 +104,18 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
         ctx.barrier()
     else:
         ctx.intrinsic("llvm.nvvm.bar.warp.sync", ir.VoidType(), [ir.Constant(T.I32, -1)])
-    _asm(ctx, ptx_async.mbarrier_arrive(op.count), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
+    _asm(ctx, ptx_asm.mbarrier_arrive(op.count), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
 
 
 @lowers(MBarrierWait)
 def lower_mbarrier_wait(ctx: Lowering, op: MBarrierWait) -> None:
     parity = ctx.builder.and_(_i32(ctx, ctx.scalar(op.phase)), ir.Constant(T.I32, 1))
-    _asm(ctx, ptx_async.mbarrier_wait(), [_barrier_address(ctx, op.barrier), parity])
+    _asm(ctx, ptx_asm.mbarrier_wait(), [_barrier_address(ctx, op.barrier), parity])
 
 
 @lowers(MBarrierInvalidate)
 def lower_mbarrier_invalidate(ctx: Lowering, op: MBarrierInvalidate) -> None:
-    _asm(ctx, ptx_async.mbarrier_invalidate(), [_barrier_address(ctx, op.barrier), _elected(ctx)])
+    _asm(ctx, ptx_asm.mbarrier_invalidate(), [_barrier_address(ctx, op.barrier), _elected(ctx)])
 
 
 # --------------------------------------------------------------------- TMA
@@ -181,7 +181,7 @@ def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
     descriptor, type_ = _descriptor(ctx, op)
     destination = _box_address(ctx, op, type_)
     barrier = _barrier_address(ctx, op.barrier)
-    _asm(ctx, ptx_async.tma_load(type_.rank),
+    _asm(ctx, ptx_asm.tma_load(type_.rank),
          [destination, descriptor, barrier, *_coordinates(ctx, op), _issuer(ctx, op.pred)])
 
 
@@ -189,12 +189,12 @@ def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
 def lower_tma_store(ctx: Lowering, op: TmaStore) -> None:
     descriptor, type_ = _descriptor(ctx, op)
     source = _box_address(ctx, op, type_)
-    _asm(ctx, ptx_async.tma_store(type_.rank), [descriptor, source, *_coordinates(ctx, op), _elected(ctx)])
+    _asm(ctx, ptx_asm.tma_store(type_.rank), [descriptor, source, *_coordinates(ctx, op), _elected(ctx)])
 
 
 @lowers(TmaStoreWait)
 def lower_tma_store_wait(ctx: Lowering, op: TmaStoreWait) -> None:
-    _asm(ctx, ptx_async.tma_store_wait(op.pending), [])
+    _asm(ctx, ptx_asm.tma_store_wait(op.pending), [])
 
 
 # --------------------------------------------------------------------- cp.async
@@ -237,7 +237,7 @@ def lower_async_copy(ctx: Lowering, op: AsyncCopy) -> None:
         args = [b.ptrtoint(destination, T.I32), pointers[start], size]
         if owner is not None:
             args.append(owner)
-        _asm(ctx, ptx_async.async_copy(nbytes, owner is not None), args)
+        _asm(ctx, ptx_asm.async_copy(nbytes, owner is not None), args)
 
 
 def _copy_through_registers(ctx: Lowering, pointers, mask, owner, destination, element) -> None:
@@ -263,9 +263,9 @@ def _copy_through_registers(ctx: Lowering, pointers, mask, owner, destination, e
 
 @lowers(AsyncCommitGroup)
 def lower_async_commit_group(ctx: Lowering, op: AsyncCommitGroup) -> None:
-    _asm(ctx, ptx_async.async_commit_group(), [])
+    _asm(ctx, ptx_asm.async_commit_group(), [])
 
 
 @lowers(AsyncWaitGroup)
 def lower_async_wait_group(ctx: Lowering, op: AsyncWaitGroup) -> None:
-    _asm(ctx, ptx_async.async_wait_group(op.pending), [])
+    _asm(ctx, ptx_asm.async_wait_group(op.pending), [])

@@ -37,7 +37,7 @@ from ..errors import CompilationError
 from ..ir import Kernel, WarpSpecialize, Yield
 from ..types import TensorType
 from . import llvm_types as T
-from . import ptx_async
+from . import ptx_asm
 from .context import Lowering, Partition, lowers
 from .lower_control import _flatten, _rebuild
 
@@ -136,7 +136,7 @@ def _uniform_warp(ctx: Lowering) -> ir.Value:
 
 
 def _set_registers(builder: ir.IRBuilder, count: int, increase: bool) -> None:
-    text, constraints = ptx_async.set_max_registers(count, increase)
+    text, constraints = ptx_asm.set_max_registers(count, increase)
     builder.asm(ir.FunctionType(ir.VoidType(), []), text, constraints, [], side_effect=True)
 
 

@@ -32,7 +32,7 @@ from ..types import SharedType, TensorType
 from ..wgmma import (AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types, instruction_k,
                      plan_accumulator, plan_operand, plan_register_a)
 from . import llvm_types as T
-from . import ptx_wgmma
+from . import ptx_asm
 from .context import Lowering, SharedView, lowers
 from .indexing import xor_of_bits
 from .lower_kernel import SHARED_ALIGN
@@ -74,7 +74,7 @@ def lower_shared_permute(ctx: Lowering, op: SharedPermute) -> None:
 
 @lowers(FenceAsyncShared)
 def lower_fence_async_shared(ctx: Lowering, op: FenceAsyncShared) -> None:
-    _asm(ctx, ptx_wgmma.fence_proxy_async_shared(), [], [])
+    _asm(ctx, ptx_asm.fence_proxy_async_shared(), [], [])
 
 
 # ------------------------------------------------------------------- pass-through
@@ -414,7 +414,7 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     # accumulators are not read).
     fenced_words = [] if from_zero else words
     flat = [w for tile in fenced_words for w in tile] + [w for key in sorted(a_words) for w in a_words[key]]
-    fenced = pass_through(ctx, ptx_wgmma.fence_operands, flat)
+    fenced = pass_through(ctx, ptx_asm.wgmma_fence_operands, flat)
     cursor = 0
     for tile in fenced_words:
         tile[:] = fenced[cursor:cursor + len(tile)]
@@ -437,7 +437,7 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     letter = "r" if half else "f"
     word_type = T.I32 if half else T.F32
     trans_a = plan.a_plan.transposed if plan.a_plan is not None else 0
-    asm = ptx_wgmma.mma_async(acc.n, plan.k, dtype, atype, btype, len(words[0]), letter,
+    asm = ptx_asm.wgmma_mma_async(acc.n, plan.k, dtype, atype, btype, len(words[0]), letter,
                               plan.a_plan is None, trans_a, plan.b_plan.transposed)
     for step in range(plan.steps):
         k0 = step * plan.k
@@ -446,9 +446,9 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
             a_operands = a_words[(m0, step)] if descriptors_a is None else [descriptors_a.at(m0, k0)]
             outs = _asm(ctx, asm, [*tile, *a_operands, descriptors_b.at(n0, k0), scale], [word_type] * len(tile))
             tile[:] = outs
-    _asm(ctx, ptx_wgmma.commit_group(), [], [])
+    _asm(ctx, ptx_asm.wgmma_commit_group(), [], [])
     if not op.is_async:
-        flat = pass_through(ctx, lambda letters: ptx_wgmma.wait_group(0, letters), [w for t in words for w in t])
+        flat = pass_through(ctx, lambda letters: ptx_asm.wgmma_wait_group(0, letters), [w for t in words for w in t])
         cursor = 0
         for tile in words:
             tile[:] = flat[cursor:cursor + len(tile)]
@@ -474,7 +474,7 @@ def lower_warpgroup_dot_wait(ctx: Lowering, op: WarpGroupDotWait) -> None:
     for dep in op.deps:
         if is_tensor(dep):
             values.extend(ctx.registers(dep, T.register_count(dep.type)))
-    passed = pass_through(ctx, lambda letters: ptx_wgmma.wait_group(op.pending, letters), values)
+    passed = pass_through(ctx, lambda letters: ptx_asm.wgmma_wait_group(op.pending, letters), values)
     cursor = 0
     for dep, result in zip(op.deps, op.results):
         if is_tensor(dep):

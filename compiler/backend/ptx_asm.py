@@ -3,8 +3,9 @@
 Everything that an NVVM intrinsic covers (thread ids, barriers, shuffles, ex2/lg2/sin/cos
 approximations) is emitted as the intrinsic, not here. Inline PTX is used where LLVM has
 no way to say what we need: predicated global accesses (a masked-off lane must not touch
-memory), the fp8 conversions, and fp32 pairs to packed 16-bit floats (LLVM emits one
-scalar `cvt` per element and integer ops to pack them).
+memory), the fp8 conversions, fp32 pairs to packed 16-bit floats (LLVM emits one
+scalar `cvt` per element and integer ops to pack them), and Hopper's async machinery
+(mbarrier, TMA, cp.async, setmaxnreg, wgmma) in the two sections at the end.
 
 Each function returns `(asm_text, constraints)` for `llvmlite.ir.InlineAsm`. Constraint
 letters (LLVM NVPTX): `b` predicate (i1), `h` 16-bit, `r` 32-bit, `l` 64-bit, `f` f32.
@@ -13,6 +14,8 @@ PTX ISA: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 ISA = "https://docs.nvidia.com/cuda/parallel-thread-execution/index.html"
 
@@ -100,3 +103,228 @@ def f32_pair_to_half2(half_name: str) -> tuple[str, str]:
     cvt: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cvt
     """
     return f"cvt.rn.{_HALF_PAIR[half_name]}.f32 $0, $1, $2;", "=r,f,f"
+
+
+# ======================================================= Hopper async machinery
+# mbarrier, TMA (cp.async.bulk.tensor), cp.async, setmaxnreg.
+#
+# Shared-memory operands are 32-bit shared::cta addresses (`r`); a shared::cta address is
+# also a valid shared::cluster address of the executing CTA, which TMA loads take. The
+# TMA descriptor is the 64-bit generic address of the tensor map (`l`). Labels inside
+# `{ }` are local to that block, so a wait loop may appear many times in one kernel.
+#
+
+def _guard(predicated: bool, index: int) -> str:
+    return f"@${index} " if predicated else ""
+
+
+# ------------------------------------------------------------------------ mbarrier
+def mbarrier_init(count: int) -> tuple[str, str]:
+    """Initialise the mbarrier at $0 for phases of `count` arrivals, where $1 holds; then
+    make the initialisation visible to other threads and to the async proxy (TMA's
+    complete_tx) before the CTA barrier that follows.
+
+    Operands: the barrier ($0, shared address), the predicate ($1).
+    mbarrier.init: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-init
+    fence.mbarrier_init: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-membar
+    """
+    return (f"@$1 mbarrier.init.shared::cta.b64 [$0], {count};\n\t"
+            "@$1 fence.mbarrier_init.release.cluster;"), "r,b"
+
+
+def mbarrier_expect(nbytes: int) -> tuple[str, str]:
+    """One arrival on the mbarrier at $0 that also raises its expected transaction count
+    by `nbytes`, where $1 holds.
+
+    mbarrier.arrive.expect_tx: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-arrive
+    """
+    return f"@$1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {nbytes};", "r,b"
+
+
+def mbarrier_arrive(count: int) -> tuple[str, str]:
+    """`count` arrivals (release, CTA scope) on the mbarrier at $0, where $1 holds.
+
+    mbarrier.arrive: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-arrive
+    """
+    return f"@$1 mbarrier.arrive.shared::cta.b64 _, [$0], {count};", "r,b"
+
+
+def mbarrier_wait() -> tuple[str, str]:
+    """Spin until the phase of parity $1 (0 or 1) of the mbarrier at $0 has completed
+    (try_wait suspends the thread for a while before each retry).
+
+    mbarrier.try_wait: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-test-wait-try-wait
+    """
+    text = ("{\n\t.reg .pred done;\n\twait_phase:\n\t"
+            "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n\t"
+            "@!done bra.uni wait_phase;\n\t}")
+    return text, "r,r"
+
+
+def mbarrier_invalidate() -> tuple[str, str]:
+    """Retire the mbarrier at $0, where $1 holds.
+
+    mbarrier.inval: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-inval
+    """
+    return "@$1 mbarrier.inval.shared::cta.b64 [$0];", "r,b"
+
+
+# ----------------------------------------------------------------------------- TMA
+def tma_load(rank: int) -> tuple[str, str]:
+    """Copy one box of a tensor into shared memory; its bytes complete on an mbarrier.
+
+    Operands: the destination ($0, shared), the descriptor ($1, generic 64-bit), the
+    mbarrier ($2, shared), the coordinates ($3.., innermost first), the predicate.
+    cp.async.bulk.tensor: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk-tensor
+    """
+    coords = ", ".join(f"${3 + i}" for i in range(rank))
+    text = (f"@${3 + rank} cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+            f"[$0], [$1, {{{coords}}}], [$2];")
+    return text, ",".join(["r", "l", "r"] + ["r"] * rank + ["b"])
+
+
+def tma_store(rank: int) -> tuple[str, str]:
+    """Copy a shared-memory box to the tensor, then close this thread's bulk group.
+
+    Operands: the descriptor ($0), the source ($1, shared), the coordinates ($2..,
+    innermost first), the predicate.
+    cp.async.bulk.tensor: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk-tensor
+    cp.async.bulk.commit_group: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk-commit-group
+    """
+    coords = ", ".join(f"${2 + i}" for i in range(rank))
+    guard = f"@${2 + rank} "
+    text = (f"{guard}cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{coords}}}], [$1];\n\t"
+            f"{guard}cp.async.bulk.commit_group;")
+    return text, ",".join(["l", "r"] + ["r"] * rank + ["b"])
+
+
+def tma_store_wait(pending: int) -> tuple[str, str]:
+    """Wait until at most `pending` bulk groups of this thread still read shared memory.
+
+    cp.async.bulk.wait_group: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk-wait-group
+    """
+    return f"cp.async.bulk.wait_group.read {pending};", ""
+
+
+# ------------------------------------------------------------------------ cp.async
+def async_copy(nbytes: int, predicated: bool) -> tuple[str, str]:
+    """Copy `nbytes` (4, 8 or 16) from global to shared memory without registers; only
+    the first $2 bytes are read and the rest are zero-filled (so 0 fills all).
+
+    16-byte copies cache in L2 only (.cg, which allows 16 bytes only); smaller ones in
+    L1 too (.ca). Operands: the destination ($0, shared), the source ($1, global), the
+    source size ($2), then the predicate ($3) when `predicated`.
+    cp.async: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async
+    """
+    if nbytes not in (4, 8, 16):
+        raise ValueError(f"cp.async copies 4, 8 or 16 bytes, not {nbytes}")
+    cache = "cg" if nbytes == 16 else "ca"
+    text = f"{_guard(predicated, 3)}cp.async.{cache}.shared.global [$0], [$1], {nbytes}, $2;"
+    return text, "r,l,r" + (",b" if predicated else "")
+
+
+def async_commit_group() -> tuple[str, str]:
+    """cp.async.commit_group: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-commit-group"""
+    return "cp.async.commit_group;", ""
+
+
+def async_wait_group(pending: int) -> tuple[str, str]:
+    """cp.async.wait_group: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-wait-group"""
+    return f"cp.async.wait_group {pending};", ""
+
+
+# ---------------------------------------------------------------------- setmaxnreg
+def set_max_registers(count: int, increase: bool) -> tuple[str, str]:
+    """Give this warpgroup `count` registers per thread (a multiple of 8 in [24, 256]);
+    every warp of the warpgroup executes it.
+
+    setmaxnreg: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#miscellaneous-instructions-setmaxnreg
+    """
+    direction = "inc" if increase else "dec"
+    return f"setmaxnreg.{direction}.sync.aligned.u32 {count};", ""
+
+
+# ======================================================= wgmma
+# Warpgroup MMA and the async-proxy fence. An input constraint that is a number ties it
+# to that output (LLVM's spelling of "+f"), so values that pass through an instruction
+# are outputs and tied inputs.
+#
+# Registers the hardware reads or writes asynchronously (accumulators, register A) pass
+# through every asm that orders them — the fence before the first mma, each mma, and the
+# wait — so LLVM cannot move their definitions below the fence or their uses above the
+# wait (Triton and CUTLASS do the same with `warpgroup_fence_operand`).
+#
+# wgmma: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions
+
+MEMORY = "~{memory}"
+
+
+def _tied(letters: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Output constraints and the inputs tied to them, for registers passing through."""
+    return [f"={c}" for c in letters], [str(i) for i in range(len(letters))]
+
+
+def _join(*groups: Sequence[str]) -> str:
+    return ",".join(c for group in groups for c in group)
+
+
+def wgmma_fence_operands(letters: Sequence[str]) -> tuple[str, str]:
+    """wgmma.fence.sync.aligned, with `letters` registers passing through (outputs $0..,
+    tied inputs after them): orders earlier register writes and shared-memory accesses of
+    the warpgroup before the wgmma.mma_async that follow.
+    wgmma.fence: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions-wgmma-fence
+    """
+    outputs, inputs = _tied(letters)
+    return "wgmma.fence.sync.aligned;", _join(outputs, inputs, [MEMORY])
+
+
+def wgmma_mma_async(n: int, k: int, dtype: str, atype: str, btype: str, accumulators: int, acc_letter: str,
+              a_in_registers: bool, trans_a: int, trans_b: int) -> tuple[str, str]:
+    """One wgmma.mma_async.sync.aligned.m64n{n}k{k}.{dtype}.{atype}.{btype}.
+
+    Operands: the `accumulators` d registers ($0..$R-1, each also a tied input), then A
+    (a 64-bit descriptor, or four 32-bit registers), the B descriptor, and scale-d as an
+    i32 (non-zero: D = A*B + D, zero: D = A*B), turned into the predicate `p` in the asm.
+    imm-scale-a/b are 1; imm-trans-a/b (only for 16-bit inputs) select MN-major operands.
+    wgmma.mma_async: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions-wgmma-mma-async
+    """
+    r = accumulators
+    outputs, tied = _tied([acc_letter] * r)
+    d = "{" + ", ".join(f"${i}" for i in range(r)) + "}"
+    a_count = 4 if a_in_registers else 1
+    a = "{" + ", ".join(f"${2 * r + i}" for i in range(4)) + "}" if a_in_registers else f"${2 * r}"
+    b = f"${2 * r + a_count}"
+    scale = f"${2 * r + a_count + 1}"
+    immediates = "1, 1"
+    if atype in ("f16", "bf16"):  # only 16-bit types take the transpose immediates
+        immediates += f", {trans_b}" if a_in_registers else f", {trans_a}, {trans_b}"
+    text = ("{\n\t.reg .pred p;\n\t"
+            f"setp.ne.b32 p, {scale}, 0;\n\t"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{dtype}.{atype}.{btype} {d}, {a}, {b}, p, {immediates};\n\t"
+            "}")
+    a_letters = ["r"] * 4 if a_in_registers else ["l"]
+    return text, _join(outputs, tied, a_letters, ["l", "r"], [MEMORY])
+
+
+def wgmma_commit_group() -> tuple[str, str]:
+    """wgmma.commit_group.sync.aligned: the warpgroup's uncommitted mma_async form a group.
+    https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group
+    """
+    return "wgmma.commit_group.sync.aligned;", MEMORY
+
+
+def wgmma_wait_group(pending: int, letters: Sequence[str]) -> tuple[str, str]:
+    """wgmma.wait_group.sync.aligned `pending`, with the registers the waited groups write
+    passing through (outputs $0.., tied inputs), so their reads stay below the wait.
+    https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions-wgmma-wait-group
+    """
+    outputs, inputs = _tied(letters)
+    return f"wgmma.wait_group.sync.aligned {int(pending)};", _join(outputs, inputs, [MEMORY])
+
+
+def fence_proxy_async_shared() -> tuple[str, str]:
+    """fence.proxy.async.shared::cta: this thread's generic-proxy shared-memory accesses
+    are ordered with later async-proxy ones (wgmma operands, TMA).
+    membar/fence: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-membar
+    """
+    return "fence.proxy.async.shared::cta;", MEMORY
