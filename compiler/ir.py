@@ -260,6 +260,7 @@ class Load(Op):
     mask: Optional[Value] = None
     other: Optional[Value] = None
     vector: int = 1  # elements per access, chosen by the vectorize pass
+    cache: str = ""  # PTX cache qualifiers after ld.global (".cg", ".L1::evict_first", ...)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -496,11 +497,12 @@ class MBarrierInit(Op):
 @dataclass(frozen=True, kw_only=True)
 class MBarrierExpect(Op):
     """One arrival on `barrier` that also expects `nbytes` more transaction bytes in the
-    current phase (one thread issues; mbarrier.arrive.expect_tx)."""
+    current phase (one thread issues; mbarrier.arrive.expect_tx). `nbytes` is an int, or
+    an i32 scalar when the byte count is known only at run time (a row's length)."""
 
     NAME = "mbarrier_expect"
     barrier: Value
-    nbytes: int
+    nbytes: Union[int, Value]
     pred: Optional[Value] = None
 
 
@@ -550,6 +552,21 @@ class TmaLoad(Op):
     NAME = "tma_load"
     descriptor: Value
     coords: tuple[Value, ...]
+    barrier: Value
+    buffer: Value
+    pred: Optional[Value] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BulkCopyLoad(Op):
+    """Copy `nbytes` contiguous bytes (an i32 scalar, a multiple of 16) from the global
+    address `pointer` (a scalar pointer, 16-byte aligned) to the start of `buffer`, whose
+    layout is plain row-major; completes on `barrier` as transaction bytes (one thread
+    issues; cp.async.bulk without a tensor map)."""
+
+    NAME = "bulk_copy_load"
+    pointer: Value
+    nbytes: Value
     barrier: Value
     buffer: Value
     pred: Optional[Value] = None

@@ -238,6 +238,20 @@ def shared_addressing(shared_layout: LinearLayout) -> LinearLayout:
     return inverse.sublayout(inverse.in_dim_names, ["offset"])
 
 
+def is_row_major(addressing: LinearLayout, shape) -> bool:
+    """Whether `addressing` (dims -> offset) puts the elements one after another in
+    row-major order, as a plain byte copy (cp.async.bulk) writes them."""
+    stride = 1
+    strides = []
+    for size in reversed(tuple(shape)):
+        strides.append(stride)
+        stride *= size
+    strides.reverse()
+    bases = addressing.bases
+    return all(bases.get(f"dim{d}", ()) == tuple((s << bit,) for bit in range((size - 1).bit_length()))
+               for d, (size, s) in enumerate(zip(shape, strides)))
+
+
 def _renumbered(bases: dict, size: int) -> LinearLayout:
     return LinearLayout({f"dim{i}": rows for i, rows in enumerate(bases.values())}, {"offset": size})
 

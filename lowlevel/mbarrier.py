@@ -61,10 +61,13 @@ def init(bar: Any, count: int) -> None:
 @builtin
 def expect(bar: Any, nbytes: int, pred: Any = True) -> None:
     """Arrive once on `bar` and make its current phase also wait for `nbytes` bytes of
-    async copies (TMA loads) to land."""
+    async copies (TMA loads) to land; `nbytes` is a compile-time int or an i32 scalar."""
     b = sem.builder()
     barrier = _barrier(bar, "mbarrier.expect")
-    nbytes = _count(nbytes, "mbarrier.expect nbytes", 1)
+    if sem.is_value(nbytes):  # a run-time count (a row's bytes); the hardware limit is 2^20 - 1
+        nbytes = sem.i32_scalar(nbytes, "mbarrier.expect nbytes")
+    else:
+        nbytes = _count(nbytes, "mbarrier.expect nbytes", 1)
     b.emit(ir.MBarrierExpect(barrier=barrier, nbytes=nbytes,
                              pred=sem.predicate(pred, "mbarrier.expect"), loc=b.loc))
 

@@ -4,26 +4,29 @@ a tensor descriptor, issued by one thread.
     tma.async_copy_global_to_shared(desc, [row, col], bar, smem)   # lands on `bar`
     tma.async_copy_shared_to_global(desc, [row, col], smem)
     tma.store_wait(0)                                               # before reusing smem
+    tma.async_bulk_copy_global_to_shared(row_ptr, bar, smem, nbytes) # no descriptor
 
 Coordinates are element offsets along the tensor's dims, outermost first. Box elements
 outside the tensor load as zero and are not stored, so tiles at the edges need no masks.
 The descriptor comes from the host: `ll.TensorDescriptor.from_tensor(t, block_shape, layout)`.
+A bulk copy needs none: it moves contiguous bytes (a row) into a plain row-major buffer,
+which suits streaming kernels whose rows are longer than a TMA box (256 elements per dim).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..compiler import ir
+from ..compiler import ir, layout_rules
 from ..compiler.builder import DynamicValue, builtin
-from ..compiler.types import ScalarType, TensorDescriptorType, tensor_descriptor_swizzle
+from ..compiler.types import PointerType, ScalarType, TensorDescriptorType, tensor_descriptor_swizzle
 from . import semantic as sem
 from .layouts import LinearSharedLayout, NVMMASharedLayout
 from .mbarrier import _barrier
 from .shared import SharedMemoryDescriptor
 
-__all__ = ["TensorDescriptorValue", "async_copy_global_to_shared", "async_copy_shared_to_global",
-           "store_wait"]
+__all__ = ["TensorDescriptorValue", "async_bulk_copy_global_to_shared", "async_copy_global_to_shared",
+           "async_copy_shared_to_global", "store_wait"]
 
 
 class _BlockType:
@@ -137,3 +140,40 @@ def store_wait(pendings: int = 0) -> None:
     if isinstance(pendings, bool) or not isinstance(pendings, int) or not 0 <= pendings <= 63:
         raise b.error(f"tma.store_wait pendings must be a compile-time int in [0, 63], found {pendings!r}")
     b.emit(ir.TmaStoreWait(pending=pendings, loc=b.loc))
+
+
+@builtin
+def async_bulk_copy_global_to_shared(src: Any, bar: Any, result: Any, nbytes: Any = None,
+                                     pred: Any = True) -> None:
+    """Start copying `nbytes` contiguous bytes at the scalar pointer `src` to the start of
+    `result`; they complete on `bar` (count them in `mbarrier.expect`).
+
+    `result` must be laid out plainly row-major (e.g. SwizzledSharedLayout(1, 1, 1,
+    order=[rank-1, ..., 0])); `nbytes` (default: all of `result`) may be a run-time i32 and
+    must be a multiple of 16, and `src` 16-byte aligned: the hardware faults otherwise.
+    """
+    b = sem.builder()
+    what = "tma.async_bulk_copy_global_to_shared"
+    pointer = sem.to_value(src)
+    if not isinstance(pointer.type, PointerType):
+        raise b.error(f"{what} needs a scalar pointer as its source, found {sem.describe(src)}",
+                      suggestion="pass a pointer such as x_ptr + row * stride")
+    if not isinstance(result, SharedMemoryDescriptor):
+        raise b.error(f"{what} needs a shared-memory buffer, found {sem.describe(result)}")
+    if pointer.type.pointee != result.dtype:
+        raise b.error(f"{what}: the source points to {pointer.type.pointee} but the buffer holds "
+                      f"{result.dtype}")
+    if not layout_rules.is_row_major(layout_rules.shared_addressing(result.type.layout), result.shape):
+        raise b.error(f"{what}: the buffer's layout {result.layout} does not place its elements "
+                      "one after another in row-major order, as a bulk copy writes them",
+                      suggestion="allocate it with ll.SwizzledSharedLayout(1, 1, 1, order=[...descending dims])")
+    capacity = result.type.num_bytes
+    if nbytes is None:
+        nbytes = capacity
+    if isinstance(nbytes, int) and not isinstance(nbytes, bool) and \
+            (nbytes <= 0 or nbytes % 16 or nbytes > capacity):
+        raise b.error(f"{what}: nbytes={nbytes} must be a positive multiple of 16 of at most the "
+                      f"buffer's {capacity} bytes")
+    b.emit(ir.BulkCopyLoad(pointer=pointer.handle, nbytes=sem.i32_scalar(nbytes, f"{what} nbytes"),
+                           barrier=_barrier(bar, what), buffer=result.handle,
+                           pred=sem.predicate(pred, what), loc=b.loc))

@@ -27,8 +27,9 @@ from llvmlite import ir
 
 from ...layouts import LinearLayout
 from ...layouts.banks import vector_width_of
+from ..layout_rules import is_row_major
 from ..errors import CompilationError
-from ..ir import (AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, MBarrierArrive, MBarrierExpect, MBarrierInit,
+from ..ir import (AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, MBarrierArrive, MBarrierExpect, MBarrierInit,
                   MBarrierInvalidate, MBarrierWait, Op, TmaLoad, TmaStore, TmaStoreWait, Value)
 from ..types import TensorDescriptorType
 from . import llvm_types as T
@@ -95,7 +96,11 @@ def lower_mbarrier_init(ctx: Lowering, op: MBarrierInit) -> None:
 
 @lowers(MBarrierExpect)
 def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
-    _asm(ctx, ptx_asm.mbarrier_expect(op.nbytes), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
+    operands = [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)]
+    if isinstance(op.nbytes, int):
+        _asm(ctx, ptx_asm.mbarrier_expect(op.nbytes), operands)
+    else:
+        _asm(ctx, ptx_asm.mbarrier_expect(None), operands + [_i32(ctx, ctx.scalar(op.nbytes))])
 
 
 @lowers(MBarrierArrive)
@@ -183,6 +188,19 @@ def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
     barrier = _barrier_address(ctx, op.barrier)
     _asm(ctx, ptx_asm.tma_load(type_.rank),
          [destination, descriptor, barrier, *_coordinates(ctx, op), _issuer(ctx, op.pred)])
+
+
+@lowers(BulkCopyLoad)
+def lower_bulk_copy_load(ctx: Lowering, op: BulkCopyLoad) -> None:
+    view = ctx.shared(op.buffer)
+    if not is_row_major(view.addressing, view.type.shape):
+        raise CompilationError(f"`{op.NAME}`: the buffer is not laid out plainly row-major, as a "
+                               "bulk copy writes it", op.loc, found=str(view.type.encoding or view.type.layout))
+    if (view.xor * T.memory_bytes(view.type.element)) % 16:
+        raise CompilationError(f"`{op.NAME}`: the buffer view does not start on 16 bytes", op.loc)
+    source = ctx.builder.ptrtoint(ctx.scalar(op.pointer), T.I64)
+    _asm(ctx, ptx_asm.bulk_load(), [_shared_address(ctx, view), source, _i32(ctx, ctx.scalar(op.nbytes)),
+                                    _barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
 
 
 @lowers(TmaStore)

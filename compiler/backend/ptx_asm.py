@@ -27,9 +27,10 @@ def _vector_suffix(count: int) -> str:
     return "" if count == 1 else f".v{count}"
 
 
-def masked_global_load(word_bits: int, count: int, fill: tuple = ()) -> tuple[str, str]:
+def masked_global_load(word_bits: int, count: int, fill: tuple = (), cache: str = "") -> tuple[str, str]:
     """`count` words of `word_bits`, loaded only where the predicate holds, else `fill`
-    (one bit pattern per word; 0 when not given).
+    (one bit pattern per word; 0 when not given). `cache`: qualifiers after ld.global
+    (".cg", ".L1::evict_first", ...).
 
     Operands: outputs $0..$count-1, then the address ($count, 64-bit global) and the
     predicate ($count+1).
@@ -42,7 +43,7 @@ def masked_global_load(word_bits: int, count: int, fill: tuple = ()) -> tuple[st
     fill = tuple(fill) or (0,) * count
     zero = "\n\t".join(f"mov.{mov_type} {o}, {word:#x};" for o, word in zip(outputs, fill))
     target = outputs[0] if count == 1 else "{" + ", ".join(outputs) + "}"
-    text = f"{zero}\n\t@${count + 1} ld.global{_vector_suffix(count)}.{ptx_type} {target}, [${count}];"
+    text = f"{zero}\n\t@${count + 1} ld.global{cache}{_vector_suffix(count)}.{ptx_type} {target}, [${count}];"
     constraints = ",".join([f"={letter}"] * count + ["l", "b"])
     return text, constraints
 
@@ -132,12 +133,14 @@ def mbarrier_init(count: int) -> tuple[str, str]:
             "@$1 fence.mbarrier_init.release.cluster;"), "r,b"
 
 
-def mbarrier_expect(nbytes: int) -> tuple[str, str]:
+def mbarrier_expect(nbytes) -> tuple[str, str]:
     """One arrival on the mbarrier at $0 that also raises its expected transaction count
-    by `nbytes`, where $1 holds.
+    by `nbytes`, where $1 holds. `nbytes` None: the count is a run-time operand ($2).
 
     mbarrier.arrive.expect_tx: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-arrive
     """
+    if nbytes is None:
+        return "@$1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $2;", "r,b,r"
     return f"@$1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {nbytes};", "r,b"
 
 
@@ -181,6 +184,18 @@ def tma_load(rank: int) -> tuple[str, str]:
     text = (f"@${3 + rank} cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
             f"[$0], [$1, {{{coords}}}], [$2];")
     return text, ",".join(["r", "l", "r"] + ["r"] * rank + ["b"])
+
+
+def bulk_load() -> tuple[str, str]:
+    """Copy contiguous bytes from global to shared memory; they complete on an mbarrier.
+
+    Operands: the destination ($0, shared, 16-byte aligned), the source ($1, global,
+    16-byte aligned), the byte count ($2, a multiple of 16), the mbarrier ($3, shared),
+    the predicate ($4).
+    cp.async.bulk: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk
+    """
+    return ("@$4 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+            "r,l,r,r,b")
 
 
 def tma_store(rank: int) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..ir import (AllocShared, AsyncCopy, ConvertLayout, MBarrierArrive, MBarrierExpect, MBarrierInit,
+from ..ir import (AllocShared, AsyncCopy, BulkCopyLoad, ConvertLayout, MBarrierArrive, MBarrierExpect, MBarrierInit,
                   MBarrierInvalidate, MBarrierWait, Op, Reduce, SharedIndex, SharedLoad, SharedPermute,
                   SharedSlice, SharedStore, TmaLoad, TmaStore, Value, WarpGroupDot, WarpSpecialize,
                   is_shared)
@@ -98,7 +98,7 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
     # here; the emulator checks that protocol.
     if isinstance(op, (MBarrierInit, MBarrierInvalidate)):
         return Access(writes=(buffers.of(op.barrier),), solo=True)
-    if isinstance(op, (MBarrierExpect, MBarrierArrive, TmaLoad)):
+    if isinstance(op, (MBarrierExpect, MBarrierArrive, TmaLoad, BulkCopyLoad)):
         return Access(reads=(buffers.of(op.barrier),), solo=True)
     if isinstance(op, MBarrierWait):
         return Access(reads=(buffers.of(op.barrier),))

@@ -128,9 +128,39 @@ def tma_load(cta, op: ir.TmaLoad) -> None:
     values = np.where(inside, values, 0)
     record = cta.shared.ordering.async_write(
         byte_rows(addresses, size)[None, :], np.array([issuer]), op, "TMA load",
-        f"wait on mbarrier {bar.name}")
+        f"wait on mbarrier {bar.name}", async_proxy=True)
     cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, addresses, values, element,
                                             desc.type.box_bytes))
+
+
+@RULES.register(ir.BulkCopyLoad)
+def bulk_copy_load(cta, op: ir.BulkCopyLoad) -> None:
+    if not predicate(cta, op.pred, op):
+        return
+    ref = cta[op.buffer]
+    if not isinstance(ref, SharedRef):
+        raise EmulationError(f"`{op.NAME}` needs a shared buffer, found {ref!r}", op.loc)
+    element = ref.type.element
+    size = element_bytes(element)
+    nbytes = int(cta[op.nbytes])
+    source = int(cta[op.pointer])
+    addresses = view_addresses(cta, op, ref).reshape(-1)
+    if nbytes <= 0 or nbytes % 16 or nbytes > addresses.size * size:
+        raise EmulationError(f"bulk copy of {nbytes} bytes into a {addresses.size * size}-byte buffer: "
+                             "the count must be a positive multiple of 16 that fits", op.loc)
+    if source % 16 or addresses[0] % 16:
+        raise EmulationError(f"bulk copy from global address {source:#x} to shared byte {addresses[0]}: "
+                             "both must be 16-byte aligned", op.loc)
+    addresses = addresses[:nbytes // size]
+    bar = live_barrier(cta, op, op.barrier)
+    issuer = cta.warp_base
+    touch(cta, bar.address, [issuer], op, write=False)
+    values = cta.memory.load(source + np.arange(addresses.size, dtype=np.int64) * size, element, None,
+                             op.loc, _where(f"{nbytes} bytes at {source:#x}"))
+    record = cta.shared.ordering.async_write(
+        byte_rows(addresses, size)[None, :], np.array([issuer]), op, "bulk copy",
+        f"wait on mbarrier {bar.name}", async_proxy=True)
+    cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, addresses, values, element, nbytes))
 
 
 @RULES.register(ir.TmaStore)

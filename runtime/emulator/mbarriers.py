@@ -297,7 +297,7 @@ def mbarrier_expect(cta, op: ir.MBarrierExpect) -> None:
         return
     bar = live_barrier(cta, op, op.barrier)
     touch(cta, bar.address, [cta.warp_base], op, write=False)
-    bar.tx += op.nbytes
+    bar.tx += op.nbytes if isinstance(op.nbytes, int) else int(cta[op.nbytes])
     arrive(cta, op, bar, 1, cta.warp_base)
 
 

@@ -70,6 +70,10 @@ class Ordering:
         self.read = np.zeros((size, num_warps), np.int32)
         self.write_op = np.full(size, -1, np.int32)
         self.read_op = np.full(size, -1, np.int32)
+        # Whether a byte's last read was through the async proxy (wgmma, TMA store): those
+        # need no proxy fence before an async write. Per byte, not per warp: an
+        # approximation that can only miss a race, never invent one.
+        self.read_async = np.zeros(size, bool)
         self.pending_write = np.full(size, -1, np.int32)
         self.pending_reads = np.zeros(size, np.int32)
         self.live_barrier = np.zeros(size, bool)
@@ -261,31 +265,52 @@ class Ordering:
                     f"two; insert a barrier between them",
                     op, self._op(int(self.read_op[row])), f"read by {self.label(reader)}")
 
+    def _unfenced(self, rows, clock: np.ndarray, epochs: np.ndarray):
+        """(warp, row) of a generic access at `epochs` (bytes x warps) that no fence of
+        its warp follows before `clock` (the release the async proxy acquired), or None."""
+        recent = epochs > self.cta_base
+        if not recent.any():
+            return None
+        for warp in np.flatnonzero(recent.any(axis=0)):
+            mask = recent[:, warp]
+            accessed = epochs[mask, warp].astype(np.int64)
+            fences = np.asarray(self.fences[warp], dtype=np.int64)
+            if len(fences):
+                at = np.searchsorted(fences, accessed, side="right")
+                next_fence = np.where(at < len(fences), fences[np.minimum(at, len(fences) - 1)], _NEVER)
+            else:
+                next_fence = np.full(len(accessed), _NEVER)
+            bad = next_fence > clock[warp]
+            if bad.any():
+                return int(warp), int(rows[mask][np.argmax(bad)])
+        return None
+
     def _check_fenced(self, rows, clock: np.ndarray, written, op, what: str) -> None:
         """Generic-proxy writes read by the async proxy need a fence between the write and
         the release the reader acquired (`clock`)."""
-        generic = written[:, :self.num_warps]
-        recent = generic > self.cta_base
-        if not recent.any():
-            return
-        for writer in np.flatnonzero(recent.any(axis=0)):
-            mask = recent[:, writer]
-            epochs = generic[mask, writer].astype(np.int64)
-            fences = np.asarray(self.fences[writer], dtype=np.int64)
-            if len(fences):
-                at = np.searchsorted(fences, epochs, side="right")
-                next_fence = np.where(at < len(fences), fences[np.minimum(at, len(fences) - 1)], _NEVER)
-            else:
-                next_fence = np.full(len(epochs), _NEVER)
-            bad = next_fence > clock[writer]
-            if bad.any():
-                row = int(rows[mask][np.argmax(bad)])
-                self._raise(f"shared-memory race (proxy): generic-proxy write of byte {row} by "
-                            f"{self.label(int(writer))} read by {what} without fence_async_shared: "
-                            f"the writing threads must run fence_async_shared after the write and "
-                            f"before the barrier that publishes it",
-                            op, self._op(int(self.write_op[row])),
-                            f"generic-proxy write by {self.label(int(writer))}")
+        found = self._unfenced(rows, clock, written[:, :self.num_warps])
+        if found is not None:
+            writer, row = found
+            self._raise(f"shared-memory race (proxy): generic-proxy write of byte {row} by "
+                        f"{self.label(writer)} read by {what} without fence_async_shared: "
+                        f"the writing threads must run fence_async_shared after the write and "
+                        f"before the barrier that publishes it",
+                        op, self._op(int(self.write_op[row])), f"generic-proxy write by {self.label(writer)}")
+
+    def _check_reads_fenced(self, rows, clock: np.ndarray, op, what: str) -> None:
+        """Generic-proxy reads that an async-proxy write (TMA load, bulk copy) overwrites
+        need a fence too, between the read and the release the writer acquired: on the
+        H200 a bulk copy issued right after a CTA barrier landed under loads of the same
+        bytes that were still pending without one."""
+        generic = ~self.read_async[rows]
+        found = self._unfenced(rows[generic], clock, self.read[rows[generic]])
+        if found is not None:
+            reader, row = found
+            self._raise(f"shared-memory race (proxy): {what} overwrites byte {row}, which "
+                        f"{self.label(reader)} read through the generic proxy without fence_async_shared: "
+                        f"the reading threads must run fence_async_shared after their reads and "
+                        f"before the barrier (or arrive) that hands the buffer to the copy",
+                        op, self._op(int(self.read_op[row])), f"read by {self.label(reader)}")
 
     # ------------------------------------------------------------------ accesses
     def access(self, rows: np.ndarray, warps: np.ndarray, op, write: bool,
@@ -311,6 +336,7 @@ class Ordering:
                 self._check_writes(warp_rows, clock, who, op, "RAW", verb, own=warp)
                 self.read[warp_rows, warp] = clock[warp]
                 self.read_op[warp_rows] = op_id
+                self.read_async[warp_rows] = False
 
     def _record_write(self, rows, clock: np.ndarray, op_id: int, own: Optional[int]) -> None:
         written = self.written[rows, :self.columns]
@@ -342,9 +368,11 @@ class Ordering:
         record = AsyncAccess(rows, warps, None, None, op, what, remedy)
         return self._add(record)
 
-    def async_write(self, rows: np.ndarray, warps: np.ndarray, op, what: str, remedy: str) -> int:
+    def async_write(self, rows: np.ndarray, warps: np.ndarray, op, what: str, remedy: str,
+                    async_proxy: bool = False) -> int:
         """An async write: warp `warps[k]` starts writing bytes `rows[k]`, in flight until
-        `retire` (a cp.async) or `land` (a TMA load: one issuing warp)."""
+        `retire` (a cp.async) or `land` (a TMA load or bulk copy: one issuing warp, through
+        the async proxy)."""
         flat = rows.reshape(-1)
         self._check_barriers(flat, op, "writes")
         op_id = self._op_id(op)
@@ -354,6 +382,8 @@ class Ordering:
             who = self.label(warp)
             self._check_in_flight(warp_rows, who, op, "writes", reads_too=True)
             self._check_reads(warp_rows, clock, warp, op, "writes")
+            if async_proxy:
+                self._check_reads_fenced(warp_rows, clock, op, what)
             self._check_writes(warp_rows, clock, who, op, "WAW", "writes")
             self._record_write(warp_rows, clock, op_id, own=None)
         record = AsyncAccess(flat.copy(), np.asarray(warps), flat.copy(),
@@ -386,6 +416,7 @@ class Ordering:
             for w in record.warps:
                 self.read[record.rows, w] = self.clock[w, w]
             self.read_op[record.rows] = op_id
+            self.read_async[record.rows] = True
         else:
             self.pending_write[record.rows] = -1
             self.written[record.write_rows, record.write_warps] = \
