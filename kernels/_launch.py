@@ -54,7 +54,7 @@ def next_power_of_two(n: int) -> int:
 
 
 
-def _data_address(x) -> int:
+def data_address(x) -> int:
     return x.data_ptr() if is_torch(x) else x.ctypes.data
 
 
@@ -67,7 +67,7 @@ def prefetch_distance(x, config) -> int:
     prefetch would fault on them.
     """
     item = x.element_size() if is_torch(x) else x.itemsize
-    if _data_address(x) % 16 or (row_stride(x) * item) % 16:
+    if data_address(x) % 16 or (row_stride(x) * item) % 16:
         return 0
     if config.prefetch_rows >= 0:
         return config.prefetch_rows

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
+from ..lowlevel import mbarrier
 from ._launch import float_bits, empty_like, next_power_of_two, prefetch_distance, row_stride
+from .row_ring import ring_fits, ring_grid, start_ring, start_row
 
 MAX_ROW = 32768  # elements held in registers by one CTA (16 warps x 32 lanes x 64 registers)
 
@@ -23,6 +25,7 @@ class Config:
     num_warps: int
     vector: int     # elements per thread per access (128 bits when the row allows)
     prefetch_rows: int = 0  # rows ahead to prefetch into L2; -1: from the GPU's size, 0: off
+    ring_stages: int = 0    # > 0: persistent CTAs stream rows through this many shared slots
 
     def __post_init__(self):
         if self.block & (self.block - 1) or not 0 < self.block <= MAX_ROW:
@@ -32,6 +35,9 @@ class Config:
         if self.prefetch_rows < -1:
             raise ValueError(f"Config.prefetch_rows must be -1 (automatic), 0 (off) or positive, "
                              f"got {self.prefetch_rows}")
+        if self.ring_stages not in (0, 1, 2, 4, 8):
+            raise ValueError(f"Config.ring_stages must be 0 (no ring), 1, 2, 4 or 8 (shared layouts "
+                             f"span powers of two), got {self.ring_stages}")
         if self.vector not in (1, 2, 4, 8, 16):
             raise ValueError(f"Config.vector must be a power of two up to 16, got {self.vector}")
 
@@ -72,6 +78,41 @@ def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_col
     ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
 
 
+@ll.jit
+def softmax_ring_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_cols,
+                        BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr, ELEMENT_BYTES: ll.constexpr,
+                        EVEN: ll.constexpr, STAGES: ll.constexpr):
+    """The same softmax over a persistent CTA's rows, streamed through a ring of STAGES
+    shared-memory rows (row_ring.py)."""
+    layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
+    ring = ll.allocate_shared_memory(in_ptr.dtype.element_ty, [STAGES, BLOCK],
+                                     ll.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    landed = mbarrier.allocate_mbarrier(batch=STAGES)
+    row_bytes = n_cols * ELEMENT_BYTES
+    start_ring(in_ptr, in_row_stride, n_rows, row_bytes, ring, landed, STAGES)
+    cols = ll.arange(0, BLOCK, layout=layout)
+    in_bounds = None if EVEN else cols < n_cols
+    step = ll.num_programs(0)
+    done = 0  # rows this CTA has finished: slot done % STAGES, phase (done // STAGES) & 1
+    for row in range(ll.program_id(0), n_rows, step):
+        slot = done % STAGES
+        mbarrier.wait(landed.index(slot), (done // STAGES) & 1)
+        x = ring.index(slot).load(layout).to(ll.float32)
+        if not EVEN:  # the slot's bytes past the row are another row's (or never written)
+            x = ll.where(in_bounds, x, -float("inf"))
+        # Every thread has read the slot: refill it with the row STAGES ahead. The fence
+        # orders these generic-proxy reads before the copy's async-proxy writes (without
+        # it, measured on the H200, refills landed under loads still pending).
+        ll.fence_async_shared()
+        ll.barrier()
+        start_row(in_ptr, in_row_stride, row + STAGES * step, n_rows, row_bytes, ring.index(slot),
+                  landed.index(slot))
+        numerator = ll.exp(x - ll.max(x, axis=0))
+        y = numerator * (1.0 / ll.sum(numerator, axis=0))
+        ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
+        done += 1
+
+
 def reference(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -88,8 +129,14 @@ def softmax(x, config: Config = None):
     out = empty_like(x)
     if n_rows == 0:
         return out
-    softmax_kernel[(n_rows,)](out, x, row_stride(x), row_stride(out), n_rows, n_cols, BLOCK=config.block,
-                              VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
-                              EVEN=n_cols == config.block, PREFETCH_ROWS=prefetch_distance(x, config),
-                              num_warps=config.num_warps)
+    args = (out, x, row_stride(x), row_stride(out), n_rows, n_cols)
+    shape = dict(BLOCK=config.block, VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
+                 EVEN=n_cols == config.block)
+    if config.ring_stages and ring_fits(x, n_cols, config.ring_stages):
+        shape["STAGES"] = config.ring_stages
+        grid = ring_grid(softmax_ring_kernel, x, n_rows, args, shape, config.num_warps)
+        softmax_ring_kernel[(grid,)](*args, **shape, num_warps=config.num_warps)
+    else:
+        softmax_kernel[(n_rows,)](*args, **shape, PREFETCH_ROWS=prefetch_distance(x, config),
+                                  num_warps=config.num_warps)
     return out

@@ -205,6 +205,15 @@ def set_max_dynamic_shared(function, nbytes: int) -> None:
           f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes})")
 
 
+def max_active_ctas(function, threads: int, dynamic_shared: int) -> int:
+    """CTAs of `function` one SM holds at once with `threads` per CTA and `dynamic_shared`
+    bytes of dynamic shared memory (the driver's occupancy calculator: registers, shared
+    memory and warps all count)."""
+    return int(check(cuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, int(threads),
+                                                                         int(dynamic_shared)),
+                     "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+
+
 # ----------------------------------------------------------------------------- devices
 
 @dataclass(frozen=True)

@@ -354,6 +354,28 @@ class JITFunction:
         else:
             self._emulate(entry, grid, tuple(runtime))
 
+    def resident_ctas(self, *args, **kwargs) -> int:
+        """How many CTAs of this kernel, compiled for these arguments (as a launch would
+        take them), one SM holds at once: the driver's occupancy answer, for sizing a
+        persistent grid. Compiles without launching; 1 when the launch would emulate."""
+        kwargs = dict(kwargs)
+        kwargs.pop("stream", None)
+        num_warps = kwargs.pop("num_warps", 4)
+        options = tuple((k, kwargs.pop(k)) for k in OPTION_NAMES if k in kwargs)
+        bound = self._bind(args, kwargs)
+        cx = tuple(bound[i] for i in self._constexpr_idx)
+        runtime = [bound[i] for i in self._runtime_idx]
+        keys, _ = arguments.read_all(runtime)
+        entry = self._resolve(keys, cx, num_warps, options, config.emulate())
+        if type(entry) is not _GpuEntry:
+            return 1
+        device = entry.plan.device
+        if device is None:
+            from . import driver
+
+            device = driver.current_device()
+        return entry.launcher.resident_ctas(device)
+
     def _bind(self, args: Sequence, kwargs: dict) -> list:
         names = self.arg_names
         if len(args) > len(names):

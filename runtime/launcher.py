@@ -112,6 +112,10 @@ class Launcher:
                 function = self._functions[device] = self._load(device)
         return function
 
+    def resident_ctas(self, device: int) -> int:
+        """CTAs of this kernel one SM of `device` holds at once (for persistent grids)."""
+        return driver.max_active_ctas(self.function(device), self.compiled.num_threads, self.dynamic_shared)
+
     def _load(self, device: int):
         previous = driver.current_context()
         target = driver.primary_context(device)

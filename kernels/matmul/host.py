@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import lowlevel as ll
-from .._launch import _data_address, is_torch
+from .._launch import data_address, is_torch
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 
@@ -79,7 +79,7 @@ def _aligned(x, inner: int):
     itself when they already do, else a zero-padded copy of the same values."""
     item = x.element_size() if is_torch(x) else x.itemsize
     stride = _strides(x)[0]
-    if (stride * item) % 16 == 0 and _data_address(x) % 16 == 0:
+    if (stride * item) % 16 == 0 and data_address(x) % 16 == 0:
         return x
     padded_cols = -(-inner * item // 16) * 16 // item
     if is_torch(x):
