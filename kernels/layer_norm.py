@@ -7,23 +7,44 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
+from ..lowlevel import mbarrier
 from ._launch import float_bits, empty_like, is_torch, prefetch_distance, row_stride
+from .row_ring import ring_fits, ring_grid, start_ring, start_row
 from .softmax import Config as RowConfig
 
 
 @dataclass(frozen=True)
 class Config(RowConfig):
     """Same shape rules as softmax (the whole row in registers of one CTA), plus whether
-    weight and bias load before the reductions."""
+    weight and bias load before the reductions, and with a ring (`ring_stages` > 0,
+    row_ring.py) whether a persistent CTA holds them in registers across its rows."""
 
     early_weights: bool = False
+    hold_weights: bool = False
+    # Cache hints of the register kernel (ll.load's cache_modifier / eviction_policy).
+    row_cache: str = ""
+    row_eviction: str = ""
+    weight_eviction: str = ""
+
+    @staticmethod
+    def for_row(n_cols: int, element_bits: int) -> "Config":
+        """From the H200 sweep (benchmarks/NOTES.md): 32-bit rows gain from loading the
+        weights before the reductions, with at most 8 warps (at 16 the early weights cost
+        a third of the bandwidth); 16-bit rows lose from it (registers), but gain from rows
+        that leave L1 first, and from at least 4 warps."""
+        base = RowConfig.for_row(n_cols, element_bits)
+        if element_bits == 32:
+            return Config(base.block, min(base.num_warps, 8), base.vector, early_weights=True)
+        warps = max(base.num_warps, min(4, base.block // (32 * base.vector)))
+        return Config(base.block, warps, base.vector, row_eviction="evict_first" if base.vector > 1 else "")
 
 
 @ll.jit
 def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
                       n_rows, n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr,
                       ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr, EARLY_WEIGHTS: ll.constexpr,
-                      EVEN: ll.constexpr, PREFETCH_ROWS: ll.constexpr):
+                      EVEN: ll.constexpr, PREFETCH_ROWS: ll.constexpr, ROW_CACHE: ll.constexpr = "",
+                      ROW_EVICTION: ll.constexpr = "", WEIGHT_EVICTION: ll.constexpr = ""):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
     if PREFETCH_ROWS > 0:  # a later CTA's row, pulled into L2 (see softmax)
@@ -33,12 +54,15 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
     cols = ll.arange(0, BLOCK, layout=layout)
     # EVEN: the row fills the block exactly, so no mask, select or predicate is needed.
     in_bounds = None if EVEN else cols < n_cols
-    x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0).to(ll.float32)
+    # Cache hints (Config): a row is read once, weight and bias by every CTA; keeping the
+    # rows from pushing them out of L1 is worth 5% on 16-bit rows (benchmarks/NOTES.md).
+    x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0, cache_modifier=ROW_CACHE,
+                eviction_policy=ROW_EVICTION).to(ll.float32)
     # Loading the weights before the reductions hides their latency but keeps them live
     # (more registers, fewer CTAs per SM); which wins depends on the row (see Config).
     if EARLY_WEIGHTS:
-        w_early = ll.load(w_ptr + cols, mask=in_bounds, other=0.0)
-        b_early = ll.load(b_ptr + cols, mask=in_bounds, other=0.0)
+        w_early = ll.load(w_ptr + cols, mask=in_bounds, other=0.0, eviction_policy=WEIGHT_EVICTION)
+        b_early = ll.load(b_ptr + cols, mask=in_bounds, other=0.0, eviction_policy=WEIGHT_EVICTION)
     mean = ll.sum(x, axis=0) / n_cols
     centered = x - mean
     if not EVEN:
@@ -47,13 +71,65 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
     if EARLY_WEIGHTS:
         y = centered * rstd * w_early.to(ll.float32) + b_early.to(ll.float32)
     else:
-        w = ll.load(w_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
-        b = ll.load(b_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
+        w = ll.load(w_ptr + cols, mask=in_bounds, other=0.0, eviction_policy=WEIGHT_EVICTION).to(ll.float32)
+        b = ll.load(b_ptr + cols, mask=in_bounds, other=0.0, eviction_policy=WEIGHT_EVICTION).to(ll.float32)
         y = centered * rstd * w + b
     ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
     if STATS:
         ll.store(mean_ptr + row, mean)
         ll.store(rstd_ptr + row, rstd)
+
+
+@ll.jit
+def layer_norm_ring_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
+                           n_rows, n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr,
+                           ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr, EVEN: ll.constexpr,
+                           STAGES: ll.constexpr, HOLD_WEIGHTS: ll.constexpr):
+    """The same layer norm over a persistent CTA's rows, streamed through a ring of STAGES
+    shared-memory rows (row_ring.py): STAGES - 1 later rows are in flight while one is
+    normalised."""
+    layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
+    ring = ll.allocate_shared_memory(in_ptr.dtype.element_ty, [STAGES, BLOCK],
+                                     ll.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    landed = mbarrier.allocate_mbarrier(batch=STAGES)
+    row_bytes = n_cols * ELEMENT_BYTES
+    start_ring(in_ptr, in_row_stride, n_rows, row_bytes, ring, landed, STAGES)
+    cols = ll.arange(0, BLOCK, layout=layout)
+    in_bounds = None if EVEN else cols < n_cols
+    if HOLD_WEIGHTS:  # loaded and converted once per CTA, at the cost of registers
+        w_held = ll.load(w_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
+        b_held = ll.load(b_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
+    step = ll.num_programs(0)
+    done = 0  # rows this CTA has finished: slot done % STAGES, phase (done // STAGES) & 1
+    for row in range(ll.program_id(0), n_rows, step):
+        slot = done % STAGES
+        mbarrier.wait(landed.index(slot), (done // STAGES) & 1)
+        x = ring.index(slot).load(layout).to(ll.float32)
+        if not EVEN:  # the slot's bytes past the row are another row's (or never written)
+            x = ll.where(in_bounds, x, 0.0)
+        # Every thread has read the slot: refill it with the row STAGES ahead. The fence
+        # orders these generic-proxy reads before the copy's async-proxy writes (without
+        # it, measured on the H200, refills landed under loads still pending).
+        ll.fence_async_shared()
+        ll.barrier()
+        start_row(in_ptr, in_row_stride, row + STAGES * step, n_rows, row_bytes, ring.index(slot),
+                  landed.index(slot))
+        mean = ll.sum(x, axis=0) / n_cols
+        centered = x - mean
+        if not EVEN:
+            centered = ll.where(in_bounds, centered, 0.0)
+        rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
+        if HOLD_WEIGHTS:
+            y = centered * rstd * w_held + b_held
+        else:
+            w = ll.load(w_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
+            b = ll.load(b_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
+            y = centered * rstd * w + b
+        ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
+        if STATS:
+            ll.store(mean_ptr + row, mean)
+            ll.store(rstd_ptr + row, rstd)
+        done += 1
 
 
 def reference(x, w, b, eps):
@@ -73,11 +149,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
         raise ValueError(f"layer_norm: weight and bias must have shape ({n_cols},), got "
                          f"{tuple(w.shape)} and {tuple(b.shape)}")
     bits = float_bits(x, "layer_norm")
-    base = RowConfig.for_row(n_cols, bits)
-    # From the H200 sweep (benchmarks/NOTES.md): 32-bit rows gain from early weight loads,
-    # 16-bit rows lose (the extra live registers cost occupancy).
-    config = config or Config(base.block, base.num_warps, base.vector, base.prefetch_rows,
-                              early_weights=bits == 32)
+    config = config or Config.for_row(n_cols, bits)
     out = empty_like(x)
     if return_stats:
         if is_torch(x):
@@ -92,12 +164,17 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
         mean = rstd = _fp32_placeholder(x)
     if n_rows == 0:
         return (out, mean, rstd) if return_stats else out
-    layer_norm_kernel[(n_rows,)](out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_rows, n_cols,
-                                 float(eps), BLOCK=config.block, VEC=config.vector, WARPS=config.num_warps,
-                                 ELEMENT_BYTES=bits // 8, STATS=bool(return_stats),
-                                 EARLY_WEIGHTS=config.early_weights, EVEN=n_cols == config.block,
-                                 PREFETCH_ROWS=prefetch_distance(x, config),
-                                 num_warps=config.num_warps)
+    args = (out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_rows, n_cols, float(eps))
+    shape = dict(BLOCK=config.block, VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
+                 STATS=bool(return_stats), EVEN=n_cols == config.block)
+    if config.ring_stages and ring_fits(x, n_cols, config.ring_stages):
+        shape.update(STAGES=config.ring_stages, HOLD_WEIGHTS=config.hold_weights)
+        grid = ring_grid(layer_norm_ring_kernel, x, n_rows, args, shape, config.num_warps)
+        layer_norm_ring_kernel[(grid,)](*args, **shape, num_warps=config.num_warps)
+    else:
+        layer_norm_kernel[(n_rows,)](*args, **shape, EARLY_WEIGHTS=config.early_weights, ROW_CACHE=config.row_cache,
+                                     ROW_EVICTION=config.row_eviction, WEIGHT_EVICTION=config.weight_eviction,
+                                     PREFETCH_ROWS=prefetch_distance(x, config), num_warps=config.num_warps)
     return (out, mean, rstd) if return_stats else out
 
 

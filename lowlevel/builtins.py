@@ -101,10 +101,36 @@ def _memory_operands(pointer: Any, mask: Any, what: str):
     return pointer, mask
 
 
-@builtin
-def load(pointer: Any, mask: Any = None, other: Any = None):
-    """Elements at `pointer`; where `mask` is false, `other` (default 0) instead."""
+_CACHE_MODIFIERS = {"": "", ".ca": ".ca", ".cg": ".cg", ".cv": ".cv"}
+_EVICTION_POLICIES = {"": "", "evict_normal": ".L1::evict_normal", "evict_first": ".L1::evict_first",
+                      "evict_last": ".L1::evict_last", "no_allocate": ".L1::no_allocate"}
+
+
+def _cache_qualifier(cache_modifier: Any, eviction_policy: Any) -> str:
+    """The PTX qualifiers of a load's cache options (Triton's names)."""
     b = sem.builder()
+    if cache_modifier not in _CACHE_MODIFIERS:
+        raise b.error(f"load cache_modifier must be one of {sorted(_CACHE_MODIFIERS)}, found {cache_modifier!r}")
+    if eviction_policy not in _EVICTION_POLICIES:
+        raise b.error(f"load eviction_policy must be one of {sorted(_EVICTION_POLICIES)}, "
+                      f"found {eviction_policy!r}")
+    if cache_modifier and eviction_policy:
+        raise b.error("load takes a cache_modifier or an eviction_policy, not both",
+                      suggestion="keep an L1 eviction_policy, or bypass L1 with cache_modifier='.cg'")
+    return _CACHE_MODIFIERS[cache_modifier] or _EVICTION_POLICIES[eviction_policy]
+
+
+@builtin
+def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "",
+         eviction_policy: str = ""):
+    """Elements at `pointer`; where `mask` is false, `other` (default 0) instead.
+
+    `cache_modifier` (".ca", ".cg": L2 only, ".cv") and `eviction_policy` ("evict_first",
+    "evict_last", "evict_normal", "no_allocate": L1 priority) are hints, as in Triton: e.g.
+    stream data read once with "evict_first" so data read again (weights) stays in L1.
+    """
+    b = sem.builder()
+    cache = _cache_qualifier(cache_modifier, eviction_policy)
     pointer, mask = _memory_operands(pointer, mask, "load")
     if mask is None:
         # As in Triton, `other` without a mask has nothing to fill; a kernel can then
@@ -124,7 +150,7 @@ def load(pointer: Any, mask: Any = None, other: Any = None):
     result_type = template.with_element(element) if template else element
     return b.wrap(b.create(ir.Load, result_type, pointer=pointer.handle,
                            mask=mask.handle if mask is not None else None,
-                           other=other.handle if other is not None else None))
+                           other=other.handle if other is not None else None, cache=cache))
 
 
 @builtin

@@ -138,11 +138,13 @@ def _fill_words(others, element, width: int):
     return tuple(words)
 
 
-def _load_group(ctx: Lowering, pointer, mask, element, width: int, fill=()) -> list[ir.Value]:
+def _load_group(ctx: Lowering, pointer, mask, element, width: int, fill=(), cache: str = "") -> list[ir.Value]:
     b = ctx.builder
     memory = T.memory_type(element)
     bits = T.memory_bytes(element) * 8
     align = width * T.memory_bytes(element)
+    if mask is None and cache:  # LLVM loads carry no cache qualifiers: inline PTX, always on
+        mask = ir.Constant(T.I1, 1)
     if mask is None:
         if width == 1:
             return [b.load(pointer, typ=memory, align=align)]
@@ -151,7 +153,7 @@ def _load_group(ctx: Lowering, pointer, mask, element, width: int, fill=()) -> l
     word_bits, count = _words(width * bits, bits)
     word_type = _word_type(word_bits)
     result_type = word_type if count == 1 else ir.LiteralStructType([word_type] * count)
-    text, constraints = ptx_asm.masked_global_load(word_bits, count, fill)
+    text, constraints = ptx_asm.masked_global_load(word_bits, count, fill, cache)
     asm = ir.InlineAsm(ir.FunctionType(result_type, [T.GLOBAL_PTR, T.I1]), text, constraints, side_effect=True)
     loaded = b.call(asm, [pointer, mask])
     words = [loaded] if count == 1 else [b.extract_value(loaded, i) for i in range(count)]
@@ -165,7 +167,7 @@ def lower_load(ctx: Lowering, op: Load) -> None:
     bits = T.memory_bytes(element) * 8
     if not isinstance(op.result.type, TensorType):
         mask = ctx.scalar(op.mask) if op.mask is not None else None
-        (value,) = _load_group(ctx, ctx.scalar(op.pointer), mask, element, 1)
+        (value,) = _load_group(ctx, ctx.scalar(op.pointer), mask, element, 1, cache=op.cache)
         value = _to_register(b, value, element)
         if op.other is not None and mask is not None:
             value = b.select(mask, value, ctx.scalar(op.other))
@@ -181,7 +183,7 @@ def lower_load(ctx: Lowering, op: Load) -> None:
         mask = masks[start] if masks is not None else None
         size = min(width, count - start)
         fill = _fill_words(others[start:start + size] if others is not None else None, element, size)
-        group = _load_group(ctx, pointers[start], mask, element, size, fill or ())
+        group = _load_group(ctx, pointers[start], mask, element, size, fill or (), op.cache)
         for i, value in enumerate(group):
             value = _to_register(b, value, element)
             if mask is not None and fill is None:

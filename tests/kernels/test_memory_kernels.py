@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from weft.kernels import convert, layer_norm, softmax, transpose, vector_add
+from weft.compiler.errors import CompilationError
 from weft.runtime import ptxas
 
 RNG = np.random.default_rng(1234)
@@ -92,6 +93,16 @@ SIGNATURES = {
                     "n_cols": "i32", "eps": "fp32"},
                    {"BLOCK": 4096, "VEC": 8, "WARPS": 8, "ELEMENT_BYTES": 4, "STATS": True,
                     "EARLY_WEIGHTS": False, "EVEN": False, "PREFETCH_ROWS": 512}, 8),
+    "softmax_ring": (softmax.softmax_ring_kernel,
+                     {"out_ptr": "*{t}", "in_ptr": "*{t}", "in_row_stride": "i32", "out_row_stride": "i32",
+                      "n_rows": "i32", "n_cols": "i32"},
+                     {"BLOCK": 4096, "VEC": 4, "WARPS": 8, "ELEMENT_BYTES": 4, "EVEN": False, "STAGES": 4}, 8),
+    "layer_norm_ring": (layer_norm.layer_norm_ring_kernel,
+                        {"out_ptr": "*{t}", "in_ptr": "*{t}", "w_ptr": "*{t}", "b_ptr": "*{t}",
+                         "mean_ptr": "*fp32", "rstd_ptr": "*fp32", "in_row_stride": "i32",
+                         "out_row_stride": "i32", "n_rows": "i32", "n_cols": "i32", "eps": "fp32"},
+                        {"BLOCK": 4096, "VEC": 8, "WARPS": 8, "ELEMENT_BYTES": 4, "STATS": True, "EVEN": False,
+                         "STAGES": 2, "HOLD_WEIGHTS": True}, 8),
     "vector_add": (vector_add.add_kernel, {"x_ptr": "*{t}", "y_ptr": "*{t}", "out_ptr": "*{t}", "n": "i32"},
                    {"BLOCK": 4096, "VEC": 4, "WARPS": 4}, 4),
     "transpose": (transpose.transpose_kernel,
@@ -117,6 +128,9 @@ def test_every_kernel_assembles_for_sm90a_without_spills(name, element):
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0
     if name in ("softmax", "layer_norm"):
         assert "cp.async.bulk.prefetch.L2.global" in compiled.asm["ptx"]
+    if name.endswith("_ring"):  # rows arrive by bulk copy, counted on an mbarrier
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in compiled.asm["ptx"]
+        assert "mbarrier.try_wait.parity" in compiled.asm["ptx"]
     if name != "transpose":
         # Aligned rows move 128 bits per access.
         assert ".v4.b32" in compiled.asm["ptx"] or ".v2.b64" in compiled.asm["ptx"]
@@ -130,3 +144,28 @@ def test_convert_kernel_between_blocked_and_wgmma_accumulator():
     x = RNG.standard_normal((64, 64)).astype(np.float32)
     assert np.array_equal(convert.convert(x, src, dst), x)
     assert np.array_equal(convert.convert(x, dst, src), x)
+
+
+@needs_ptxas
+def test_load_cache_hints_reach_the_ptx_and_bad_ones_are_refused():
+    kernel, signature, constexprs, warps = SIGNATURES["layer_norm"]
+    signature = {k: v.format(t="bf16") for k, v in signature.items()}
+    constexprs = {**constexprs, "VEC": 8, "ELEMENT_BYTES": 2, "ROW_EVICTION": "evict_first",
+                  "WEIGHT_EVICTION": "evict_last"}
+    aligned = {k: "divisible_by_16" for k in signature if k != "eps"}
+    ptx = kernel.compile(signature=signature, constexprs=constexprs, num_warps=warps,
+                         specialization=aligned).asm["ptx"]
+    assert "ld.global.L1::evict_first.v4.b32" in ptx and "ld.global.L1::evict_last.v4.b32" in ptx
+    with pytest.raises(CompilationError, match="eviction_policy must be one of") as error:
+        kernel.compile(signature=signature, constexprs={**constexprs, "ROW_EVICTION": "evict_soon"},
+                       num_warps=warps, specialization=aligned)
+    assert "x = ll.load(in_ptr" in str(error.value)
+    with pytest.raises(CompilationError, match="not both"):
+        kernel.compile(signature=signature, constexprs={**constexprs, "ROW_CACHE": ".cg"},
+                       num_warps=warps, specialization=aligned)
+    # The hint changes nothing the emulator can see.
+    x = RNG.standard_normal((3, 256)).astype(np.float16)
+    w, b = RNG.standard_normal(256).astype(np.float16), RNG.standard_normal(256).astype(np.float16)
+    config = layer_norm.Config(256, 1, 8, row_eviction="evict_first", weight_eviction="evict_last")
+    np.testing.assert_allclose(layer_norm.layer_norm(x, w, b, config=config), layer_norm.reference(x, w, b, 1e-5)[0],
+                               rtol=2e-2, atol=2e-2)
