@@ -1,16 +1,50 @@
-"""Configuration sweep for the row kernels (softmax, layer norm) at one shape.
+"""Configuration sweep for the row kernels (softmax, layer norm): one row per CTA with the
+row in registers, and persistent CTAs streaming rows through a shared-memory ring.
 
-    python -m weft.benchmarks.sweep_rows [--shape 4096 4096]
+    python -m weft.benchmarks.sweep_rows [--shapes 4096x4096 2048x8192] [--out sweep.json]
 
-Every configuration is checked against a float64 reference before it is timed.
+Every configuration is checked against a float64 reference before it is timed; the
+copy roof and the default configuration are measured in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
 
-def run(shape) -> list[dict]:
+def _configs(kernel, block: int, bits: int):
+    """(label, config) pairs to try for one row length."""
+    from weft.kernels import layer_norm, softmax
+
+    vector = 128 // bits
+    make = layer_norm.Config if kernel == "layer_norm" else softmax.Config
+    yield "default", None
+    for warps in (4, 8, 16):
+        if block < 32 * warps * vector:
+            continue
+        yield f"registers w{warps}", make(block, warps, vector)
+        if kernel == "layer_norm":
+            hints = {"evict": {"row_eviction": "evict_first"}, "no_allocate": {"row_eviction": "no_allocate"},
+                     "cg": {"row_cache": ".cg"},
+                     "evict+wlast": {"row_eviction": "evict_first", "weight_eviction": "evict_last"}}
+            for name, options in hints.items():
+                yield f"registers w{warps} {name}", make(block, warps, vector, **options)
+            if bits == 32:
+                yield f"registers w{warps} early", make(block, warps, vector, early_weights=True)
+        if warps == 16:  # rings with 16 warps measured slowest everywhere (NOTES.md)
+            continue
+        for stages in (1, 2, 4):
+            if stages * block * bits // 8 > 200 * 1024:
+                continue
+            holds = (False, True) if kernel == "layer_norm" else (False,)
+            for hold in holds:
+                extra = {"hold_weights": True} if hold else {}
+                label = f"ring w{warps} s{stages}" + (" hold" if hold else "")
+                yield label, make(block, warps, vector, 0, stages, **extra)
+
+
+def run(shapes, kernels=("softmax", "layer_norm")) -> dict:
     import torch
 
     from weft.benchmarks.memory_bound import _graph_bench, _relative_error, copy_roof
@@ -18,42 +52,58 @@ def run(shape) -> list[dict]:
 
     roof = copy_roof(torch)
     rows = []
-    for dtype, bits in ((torch.bfloat16, 16), (torch.float32, 32)):
-        xs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(4)]
-        w = torch.randn(shape[1], device="cuda", dtype=dtype)
-        b = torch.randn(shape[1], device="cuda", dtype=dtype)
-        moved = 2 * xs[0].numel() * xs[0].element_size()
-        ref_softmax = torch.softmax(xs[0].double(), -1)
-        ref_norm = torch.nn.functional.layer_norm(xs[0].double(), (shape[1],), w.double(), b.double(), 1e-5)
-        block = 1 << (shape[1] - 1).bit_length()
-        for warps in (4, 8, 16):
-            vector = 128 // bits
-            if block < 32 * warps * vector:
-                continue
-            cases = [("softmax", lambda i, c=softmax.Config(block, warps, vector): softmax.softmax(xs[i], c), ref_softmax)]
-            for early in (False, True):
-                config = layer_norm.Config(block, warps, vector, 0, early)
-                label = "layer_norm" + ("_early" if early else "")
-                cases.append((label, lambda i, c=config: layer_norm.layer_norm(xs[i], w, b, 1e-5, config=c), ref_norm))
-            for name, fn, ref in cases:
-                error = _relative_error(fn(0), ref)
-                row = {"kernel": name, "dtype": str(dtype).split(".")[-1], "warps": warps, "vector": vector,
-                       "rel_error": error}
-                if error < (1e-5 if bits == 32 else 1e-2):
-                    ms = _graph_bench([lambda i=i: fn(i) for i in range(4)])
-                    row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9, over_roof=moved / (ms * 1e-3) / 1e9 / roof)
-                rows.append(row)
-    return rows
+    for shape in shapes:
+        for dtype, bits in ((torch.bfloat16, 16), (torch.float32, 32)):
+            xs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(4)]
+            w = torch.randn(shape[1], device="cuda", dtype=dtype)
+            b = torch.randn(shape[1], device="cuda", dtype=dtype)
+            moved = 2 * xs[0].numel() * xs[0].element_size()
+            block = 1 << (shape[1] - 1).bit_length()
+            references = {
+                "softmax": torch.softmax(xs[0].double(), -1),
+                "layer_norm": torch.nn.functional.layer_norm(xs[0].double(), (shape[1],), w.double(),
+                                                             b.double(), 1e-5)}
+            for kernel in kernels:
+                for label, config in _configs(kernel, block, bits):
+                    if kernel == "softmax":
+                        fn = lambda i, c=config: softmax.softmax(xs[i], c)  # noqa: E731
+                    else:
+                        fn = lambda i, c=config: layer_norm.layer_norm(xs[i], w, b, 1e-5, config=c)  # noqa: E731
+                    row = {"kernel": kernel, "dtype": str(dtype).split(".")[-1], "shape": list(shape),
+                           "config": label}
+                    try:
+                        row["rel_error"] = _relative_error(fn(0), references[kernel])
+                    except Exception as error:  # a config that does not compile or launch
+                        row["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+                        rows.append(row)
+                        continue
+                    if row["rel_error"] < (1e-5 if bits == 32 else 1e-2):
+                        ms = _graph_bench([lambda i=i, fn=fn: fn(i) for i in range(4)])
+                        row.update(ms=ms, gbps=moved / (ms * 1e-3) / 1e9,
+                                   over_roof=moved / (ms * 1e-3) / 1e9 / roof)
+                    rows.append(row)
+    return {"copy_roof_gbps": roof, "rows": rows}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shape", type=int, nargs=2, default=(4096, 4096))
+    parser.add_argument("--shapes", nargs="+", default=["4096x4096"])
+    parser.add_argument("--kernels", nargs="+", default=["softmax", "layer_norm"])
+    parser.add_argument("--out")
     args = parser.parse_args(argv)
-    rows = run(tuple(args.shape))
-    for r in rows:
-        shown = f"{r['gbps']:7.0f} GB/s {r['over_roof']:.2f} roof" if "gbps" in r else f"WRONG {r['rel_error']:.1e}"
-        print(f"{r['kernel']:<20}{r['dtype']:<9} warps {r['warps']:>2} vec {r['vector']}  {shown}")
+    shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes]
+    results = run(shapes, args.kernels)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    print(f"copy roof {results['copy_roof_gbps']:.0f} GB/s")
+    for r in results["rows"]:
+        if "gbps" in r:
+            shown = f"{r['gbps']:7.0f} GB/s {r['over_roof']:.3f} roof"
+        else:
+            shown = r.get("error") or f"WRONG {r['rel_error']:.1e}"
+        shape = "x".join(map(str, r["shape"]))
+        print(f"{r['kernel']:<11}{r['dtype']:<9}{shape:<10}{r['config']:<20}{shown}")
 
 
 if __name__ == "__main__":
