@@ -53,9 +53,18 @@ def next_power_of_two(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-
 def data_address(x) -> int:
     return x.data_ptr() if is_torch(x) else x.ctypes.data
+
+
+def item_bytes(x) -> int:
+    return x.element_size() if is_torch(x) else x.itemsize
+
+
+def rows_start_on_16_bytes(x) -> bool:
+    """Whether every row of a 2-D array starts on a 16-byte boundary (what bulk copies
+    and bulk prefetches need)."""
+    return data_address(x) % 16 == 0 and (row_stride(x) * item_bytes(x)) % 16 == 0
 
 
 def prefetch_distance(x, config) -> int:
@@ -66,8 +75,7 @@ def prefetch_distance(x, config) -> int:
     Rows that do not start on 16-byte boundaries are never prefetched: the bulk
     prefetch would fault on them.
     """
-    item = x.element_size() if is_torch(x) else x.itemsize
-    if data_address(x) % 16 or (row_stride(x) * item) % 16:
+    if not rows_start_on_16_bytes(x):
         return 0
     if config.prefetch_rows >= 0:
         return config.prefetch_rows

@@ -9,7 +9,7 @@ import numpy as np
 from .. import lowlevel as ll
 from ..lowlevel import mbarrier
 from ._launch import float_bits, empty_like, is_torch, prefetch_distance, row_stride
-from .row_ring import ring_fits, ring_grid, start_ring, start_row
+from .row_ring import ring_fits, ring_grid, start_ring, take_row
 from .softmax import Config as RowConfig
 
 
@@ -40,6 +40,18 @@ class Config(RowConfig):
 
 
 @ll.jit
+def row_statistics(x, cols, n_cols, eps, EVEN: ll.constexpr):
+    """(mean, x - mean with columns past n_cols at 0, 1 / std) of an fp32 row whose
+    columns past n_cols hold 0."""
+    mean = ll.sum(x, axis=0) / n_cols
+    centered = x - mean
+    if not EVEN:
+        centered = ll.where(cols < n_cols, centered, 0.0)
+    rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
+    return mean, centered, rstd
+
+
+@ll.jit
 def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_stride, out_row_stride,
                       n_rows, n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr,
                       ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr, EARLY_WEIGHTS: ll.constexpr,
@@ -63,11 +75,7 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
     if EARLY_WEIGHTS:
         w_early = ll.load(w_ptr + cols, mask=in_bounds, other=0.0, eviction_policy=WEIGHT_EVICTION)
         b_early = ll.load(b_ptr + cols, mask=in_bounds, other=0.0, eviction_policy=WEIGHT_EVICTION)
-    mean = ll.sum(x, axis=0) / n_cols
-    centered = x - mean
-    if not EVEN:
-        centered = ll.where(in_bounds, centered, 0.0)
-    rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
+    mean, centered, rstd = row_statistics(x, cols, n_cols, eps, EVEN)
     if EARLY_WEIGHTS:
         y = centered * rstd * w_early.to(ll.float32) + b_early.to(ll.float32)
     else:
@@ -99,26 +107,11 @@ def layer_norm_ring_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in
     if HOLD_WEIGHTS:  # loaded and converted once per CTA, at the cost of registers
         w_held = ll.load(w_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
         b_held = ll.load(b_ptr + cols, mask=in_bounds, other=0.0).to(ll.float32)
-    step = ll.num_programs(0)
-    done = 0  # rows this CTA has finished: slot done % STAGES, phase (done // STAGES) & 1
-    for row in range(ll.program_id(0), n_rows, step):
-        slot = done % STAGES
-        mbarrier.wait(landed.index(slot), (done // STAGES) & 1)
-        x = ring.index(slot).load(layout).to(ll.float32)
-        if not EVEN:  # the slot's bytes past the row are another row's (or never written)
-            x = ll.where(in_bounds, x, 0.0)
-        # Every thread has read the slot: refill it with the row STAGES ahead. The fence
-        # orders these generic-proxy reads before the copy's async-proxy writes (without
-        # it, measured on the H200, refills landed under loads still pending).
-        ll.fence_async_shared()
-        ll.barrier()
-        start_row(in_ptr, in_row_stride, row + STAGES * step, n_rows, row_bytes, ring.index(slot),
-                  landed.index(slot))
-        mean = ll.sum(x, axis=0) / n_cols
-        centered = x - mean
-        if not EVEN:
-            centered = ll.where(in_bounds, centered, 0.0)
-        rstd = ll.rsqrt(ll.sum(centered * centered, axis=0) / n_cols + eps)
+    done = 0  # rows this CTA has finished
+    for row in range(ll.program_id(0), n_rows, ll.num_programs(0)):
+        x = take_row(in_ptr, in_row_stride, row, n_rows, row_bytes, ring, landed, done, cols, n_cols, 0.0,
+                     layout, STAGES, EVEN)
+        mean, centered, rstd = row_statistics(x, cols, n_cols, eps, EVEN)
         if HOLD_WEIGHTS:
             y = centered * rstd * w_held + b_held
         else:

@@ -7,8 +7,8 @@ STAGES rows in flight in shared memory instead: one thread starts a bulk copy
 (cp.async.bulk, no tensor map) of a later row into a free slot while every thread
 computes the current one, and an mbarrier per slot says when its bytes have landed.
 
-The kernels built on this walk rows `first, first + step, ...` (step = the grid) and
-call `start_row` for the row STAGES ahead as soon as the current slot has been read.
+The kernels built on this start the ring (`start_ring`), then walk rows `first, first +
+step, ...` (step = the grid), each taken with `take_row`, which also refills its slot.
 The host side (`ring_grid`, `ring_fits`) picks the grid and decides when a ring applies:
 rows must start on 16 bytes and span a multiple of 16 bytes (the bulk copy's rules).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .. import lowlevel as ll
 from ..lowlevel import mbarrier, tma
-from ._launch import data_address, is_torch, row_stride
+from ._launch import is_torch, item_bytes, rows_start_on_16_bytes
 
 RING_SHARED_BYTES = 200 * 1024  # per SM, for all resident CTAs' rings together
 
@@ -41,13 +41,32 @@ def start_ring(in_ptr, in_row_stride, n_rows, row_bytes, ring, landed, STAGES: l
                   ring.index(s), landed.index(s))
 
 
+@ll.jit
+def take_row(in_ptr, in_row_stride, row, n_rows, row_bytes, ring, landed, done, cols, n_cols, fill,
+             LAYOUT: ll.constexpr, STAGES: ll.constexpr, EVEN: ll.constexpr):
+    """This CTA's `done`-th row (`row`) as fp32 in LAYOUT, columns past n_cols as `fill`
+    (the slot's bytes there are another row's, or were never written); its slot is then
+    refilled with the row STAGES ahead."""
+    slot = done % STAGES
+    mbarrier.wait(landed.index(slot), (done // STAGES) & 1)
+    x = ring.index(slot).load(LAYOUT).to(ll.float32)
+    if not EVEN:
+        x = ll.where(cols < n_cols, x, fill)
+    # Every thread has read the slot. The fence orders these generic-proxy reads before
+    # the copy's async-proxy writes (without it, measured on the H200, refills landed
+    # under loads still pending); the barrier, before the one thread that issues it.
+    ll.fence_async_shared()
+    ll.barrier()
+    start_row(in_ptr, in_row_stride, row + STAGES * ll.num_programs(0), n_rows, row_bytes, ring.index(slot),
+              landed.index(slot))
+    return x
+
+
 def ring_fits(x, n_cols: int, stages: int) -> bool:
     """Whether rows of `x` can stream through a ring of `stages` slots: rows start on 16
     bytes and span a multiple of 16 bytes (the bulk copy's rules), and the slots fit."""
-    item = x.element_size() if is_torch(x) else x.itemsize
-    row_bytes = n_cols * item
-    return (data_address(x) % 16 == 0 and (row_stride(x) * item) % 16 == 0 and row_bytes % 16 == 0
-            and 0 < stages * row_bytes <= RING_SHARED_BYTES)
+    row_bytes = n_cols * item_bytes(x)
+    return rows_start_on_16_bytes(x) and row_bytes % 16 == 0 and 0 < stages * row_bytes <= RING_SHARED_BYTES
 
 
 EMULATED_CTAS = 3  # on the CPU emulator: a few CTAs, so each walks several rows

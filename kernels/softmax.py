@@ -14,7 +14,7 @@ import numpy as np
 from .. import lowlevel as ll
 from ..lowlevel import mbarrier
 from ._launch import float_bits, empty_like, next_power_of_two, prefetch_distance, row_stride
-from .row_ring import ring_fits, ring_grid, start_ring, start_row
+from .row_ring import ring_fits, ring_grid, start_ring, take_row
 
 MAX_ROW = 32768  # elements held in registers by one CTA (16 warps x 32 lanes x 64 registers)
 
@@ -92,21 +92,10 @@ def softmax_ring_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, 
     start_ring(in_ptr, in_row_stride, n_rows, row_bytes, ring, landed, STAGES)
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = None if EVEN else cols < n_cols
-    step = ll.num_programs(0)
-    done = 0  # rows this CTA has finished: slot done % STAGES, phase (done // STAGES) & 1
-    for row in range(ll.program_id(0), n_rows, step):
-        slot = done % STAGES
-        mbarrier.wait(landed.index(slot), (done // STAGES) & 1)
-        x = ring.index(slot).load(layout).to(ll.float32)
-        if not EVEN:  # the slot's bytes past the row are another row's (or never written)
-            x = ll.where(in_bounds, x, -float("inf"))
-        # Every thread has read the slot: refill it with the row STAGES ahead. The fence
-        # orders these generic-proxy reads before the copy's async-proxy writes (without
-        # it, measured on the H200, refills landed under loads still pending).
-        ll.fence_async_shared()
-        ll.barrier()
-        start_row(in_ptr, in_row_stride, row + STAGES * step, n_rows, row_bytes, ring.index(slot),
-                  landed.index(slot))
+    done = 0  # rows this CTA has finished
+    for row in range(ll.program_id(0), n_rows, ll.num_programs(0)):
+        x = take_row(in_ptr, in_row_stride, row, n_rows, row_bytes, ring, landed, done, cols, n_cols,
+                     -float("inf"), layout, STAGES, EVEN)
         numerator = ll.exp(x - ll.max(x, axis=0))
         y = numerator * (1.0 / ll.sum(numerator, axis=0))
         ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
