@@ -270,6 +270,7 @@ class Store(Op):
     value: Value
     mask: Optional[Value] = None
     vector: int = 1
+    cache: str = ""  # PTX cache qualifiers after st.global (".cs", ".L1::evict_first", ...)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -107,18 +107,19 @@ def zeros_like(x: Any):
 def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "",
          eviction_policy: str = ""):
     """Elements at `pointer`; where `mask` is false, `other` (default 0). As in Triton,
-    `other` without a mask is ignored, and cache and eviction hints are accepted and ignored."""
+    `other` without a mask is ignored; the cache hints are ll.load's."""
     other = None if mask is None else other
     pointer, mask, other = sem.broadcast_all(pointer, mask, other, what="load")
-    return ll.load.__wrapped__(pointer, mask, other)
+    return ll.load.__wrapped__(pointer, mask, other, cache_modifier, eviction_policy)
 
 
 @builtin
 def store(pointer: Any, value: Any, mask: Any = None, cache_modifier: str = "",
           eviction_policy: str = ""):
-    """Write `value` (converted to the pointee type) at `pointer` where `mask` is true."""
+    """Write `value` (converted to the pointee type) at `pointer` where `mask` is true;
+    the cache hints are ll.store's."""
     pointer, value, mask = sem.broadcast_all(pointer, value, mask, what="store")
-    ll.store.__wrapped__(pointer, value, mask)
+    ll.store.__wrapped__(pointer, value, mask, cache_modifier, eviction_policy)
 
 
 # ------------------------------------------------------------------ elementwise

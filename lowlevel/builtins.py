@@ -101,23 +101,27 @@ def _memory_operands(pointer: Any, mask: Any, what: str):
     return pointer, mask
 
 
-_CACHE_MODIFIERS = {"": "", ".ca": ".ca", ".cg": ".cg", ".cv": ".cv"}
+# Triton's hint names -> PTX qualifiers, for ld.global and st.global.
+_LOAD_CACHE_MODIFIERS = {"": "", ".ca": ".ca", ".cg": ".cg", ".cv": ".cv"}
+_STORE_CACHE_MODIFIERS = {"": "", ".wb": ".wb", ".cg": ".cg", ".cs": ".cs", ".wt": ".wt"}
 _EVICTION_POLICIES = {"": "", "evict_normal": ".L1::evict_normal", "evict_first": ".L1::evict_first",
                       "evict_last": ".L1::evict_last", "no_allocate": ".L1::no_allocate"}
 
 
-def _cache_qualifier(cache_modifier: Any, eviction_policy: Any) -> str:
-    """The PTX qualifiers of a load's cache options (Triton's names)."""
+def _cache_qualifier(what: str, cache_modifier: Any, eviction_policy: Any) -> str:
+    """The PTX qualifiers of a load's or store's cache options (Triton's names)."""
     b = sem.builder()
-    if cache_modifier not in _CACHE_MODIFIERS:
-        raise b.error(f"load cache_modifier must be one of {sorted(_CACHE_MODIFIERS)}, found {cache_modifier!r}")
+    modifiers = _LOAD_CACHE_MODIFIERS if what == "load" else _STORE_CACHE_MODIFIERS
+    if cache_modifier not in modifiers:
+        raise b.error(f"{what} cache_modifier must be one of {sorted(modifiers)}, found {cache_modifier!r}")
     if eviction_policy not in _EVICTION_POLICIES:
-        raise b.error(f"load eviction_policy must be one of {sorted(_EVICTION_POLICIES)}, "
+        raise b.error(f"{what} eviction_policy must be one of {sorted(_EVICTION_POLICIES)}, "
                       f"found {eviction_policy!r}")
     if cache_modifier and eviction_policy:
-        raise b.error("load takes a cache_modifier or an eviction_policy, not both",
+        # PTX allows both only with an L2 cache policy operand, which weft does not emit.
+        raise b.error(f"{what} takes a cache_modifier or an eviction_policy, not both",
                       suggestion="keep an L1 eviction_policy, or bypass L1 with cache_modifier='.cg'")
-    return _CACHE_MODIFIERS[cache_modifier] or _EVICTION_POLICIES[eviction_policy]
+    return modifiers[cache_modifier] or _EVICTION_POLICIES[eviction_policy]
 
 
 @builtin
@@ -130,7 +134,7 @@ def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str 
     stream data read once with "evict_first" so data read again (weights) stays in L1.
     """
     b = sem.builder()
-    cache = _cache_qualifier(cache_modifier, eviction_policy)
+    cache = _cache_qualifier("load", cache_modifier, eviction_policy)
     pointer, mask = _memory_operands(pointer, mask, "load")
     if mask is None:
         # As in Triton, `other` without a mask has nothing to fill; a kernel can then
@@ -154,9 +158,14 @@ def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str 
 
 
 @builtin
-def store(pointer: Any, value: Any, mask: Any = None):
-    """Write `value` (converted to the pointee type) at `pointer` where `mask` is true."""
+def store(pointer: Any, value: Any, mask: Any = None, cache_modifier: str = "", eviction_policy: str = ""):
+    """Write `value` (converted to the pointee type) at `pointer` where `mask` is true.
+
+    `cache_modifier` (".wb", ".cg", ".cs": streaming, ".wt") and `eviction_policy` (as for
+    load) are hints, as in Triton.
+    """
     b = sem.builder()
+    cache = _cache_qualifier("store", cache_modifier, eviction_policy)
     pointer, mask = _memory_operands(pointer, mask, "store")
     element = sem.element_of(pointer.type).pointee
     values = [pointer, value, mask]
@@ -170,7 +179,7 @@ def store(pointer: Any, value: Any, mask: Any = None):
     value = sem.coerce(values[1], element, template)
     mask = sem.coerce(values[2], i1, template) if mask is not None else None
     b.emit(ir.Store(pointer=pointer.handle, value=value.handle,
-                    mask=mask.handle if mask is not None else None, loc=b.loc))
+                    mask=mask.handle if mask is not None else None, cache=cache, loc=b.loc))
 
 
 # ------------------------------------------------------------------ elementwise

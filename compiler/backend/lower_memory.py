@@ -192,12 +192,14 @@ def lower_load(ctx: Lowering, op: Load) -> None:
     ctx.define(op.result, tuple(values))
 
 
-def _store_group(ctx: Lowering, pointer, values, predicate, element) -> None:
+def _store_group(ctx: Lowering, pointer, values, predicate, element, cache: str = "") -> None:
     b = ctx.builder
     memory = T.memory_type(element)
     bits = T.memory_bytes(element) * 8
     values = [_to_memory(b, v, element) for v in values]
     width = len(values)
+    if predicate is None and cache:  # LLVM stores carry no cache qualifiers: inline PTX, always on
+        predicate = ir.Constant(T.I1, 1)
     if predicate is None:
         align = width * T.memory_bytes(element)
         if width == 1:
@@ -210,7 +212,7 @@ def _store_group(ctx: Lowering, pointer, values, predicate, element) -> None:
         return
     words = _pack(b, values, memory, bits)
     word_bits, count = _words(width * bits, bits)
-    text, constraints = ptx_asm.masked_global_store(word_bits, count)
+    text, constraints = ptx_asm.masked_global_store(word_bits, count, cache)
     function_type = ir.FunctionType(ir.VoidType(), [T.GLOBAL_PTR] + [w.type for w in words] + [T.I1])
     b.call(ir.InlineAsm(function_type, text, constraints, side_effect=True), [pointer, *words, predicate])
 
@@ -232,7 +234,8 @@ def lower_store(ctx: Lowering, op: Store) -> None:
         first_thread = ctx.cached("thread0", lambda p: p.icmp_unsigned(
             "==", ctx.thread_id, ir.Constant(T.I32, 0)))
         mask = ctx.scalar(op.mask) if op.mask is not None else None
-        _store_group(ctx, ctx.scalar(op.pointer), [ctx.scalar(op.value)], _and(b, first_thread, mask), element)
+        _store_group(ctx, ctx.scalar(op.pointer), [ctx.scalar(op.value)], _and(b, first_thread, mask), element,
+                     op.cache)
         return
     layout = op.pointer.type.layout
     count = T.register_count(op.pointer.type)
@@ -247,7 +250,7 @@ def lower_store(ctx: Lowering, op: Store) -> None:
             continue
         mask = masks[start] if masks is not None else None
         group = values[start:start + width]
-        _store_group(ctx, pointers[start], group, _and(b, owner, mask), element)
+        _store_group(ctx, pointers[start], group, _and(b, owner, mask), element, op.cache)
 
 
 @lowers(PrefetchL2)

@@ -48,8 +48,9 @@ def masked_global_load(word_bits: int, count: int, fill: tuple = (), cache: str 
     return text, constraints
 
 
-def masked_global_store(word_bits: int, count: int) -> tuple[str, str]:
-    """Store `count` words only where the predicate holds.
+def masked_global_store(word_bits: int, count: int, cache: str = "") -> tuple[str, str]:
+    """Store `count` words only where the predicate holds. `cache`: qualifiers after
+    st.global (".cs", ".L1::evict_first", ...).
 
     Operands: the address ($0), the words ($1..$count), the predicate ($count+1).
     st: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-st
@@ -57,7 +58,7 @@ def masked_global_store(word_bits: int, count: int) -> tuple[str, str]:
     letter, ptx_type = _WORD[word_bits]
     values = [f"${i + 1}" for i in range(count)]
     source = values[0] if count == 1 else "{" + ", ".join(values) + "}"
-    text = f"@${count + 1} st.global{_vector_suffix(count)}.{ptx_type} [$0], {source};"
+    text = f"@${count + 1} st.global{cache}{_vector_suffix(count)}.{ptx_type} [$0], {source};"
     constraints = ",".join(["l"] + [letter] * count + ["b"])
     return text, constraints
 

@@ -99,7 +99,7 @@ def ported_scale(x_ptr, out_ptr, n, alpha, BLOCK_SIZE: tl.constexpr):
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0, eviction_policy="evict_first")
-    tl.store(out_ptr + offsets, x * alpha + tl.next_power_of_2(5), mask=mask)
+    tl.store(out_ptr + offsets, x * alpha + tl.next_power_of_2(5), mask=mask, cache_modifier=".cs")
 
 
 def test_triton_code_runs_with_only_the_imports_changed():
@@ -109,6 +109,13 @@ def test_triton_code_runs_with_only_the_imports_changed():
     ported_scale[grid](x, out, 1000, 2.0, BLOCK_SIZE=256)
     np.testing.assert_allclose(out, x * 2 + 8, rtol=1e-6)
     assert triton.cdiv(1000, 256) == 4 and triton.next_power_of_2(1000) == 1024
+
+
+def test_triton_cache_hints_reach_the_ptx():
+    compiled = ported_scale.compile(signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32"},
+                                    constexprs={"BLOCK_SIZE": 256})
+    ptx = compiled.asm["ptx"]
+    assert "ld.global.L1::evict_first" in ptx and "st.global.cs" in ptx
 
 
 # ------------------------------------------------------------------ errors at the user's line
