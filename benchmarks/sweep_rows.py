@@ -13,7 +13,7 @@ import argparse
 import json
 
 
-def _configs(kernel, block: int, bits: int):
+def _configs(kernel, block: int, bits: int, rings: bool = True):
     """(label, config) pairs to try for one row length."""
     from weft.kernels import layer_norm, softmax
 
@@ -24,15 +24,27 @@ def _configs(kernel, block: int, bits: int):
         if block < 32 * warps * vector:
             continue
         yield f"registers w{warps}", make(block, warps, vector)
+        if kernel == "softmax":
+            hints = {"cs": {"out_cache": ".cs"}, "evict+cs": {"row_eviction": "evict_first", "out_cache": ".cs"}}
+            for name, options in hints.items():
+                yield f"registers w{warps} {name}", make(block, warps, vector, **options)
         if kernel == "layer_norm":
             hints = {"evict": {"row_eviction": "evict_first"}, "no_allocate": {"row_eviction": "no_allocate"},
                      "cg": {"row_cache": ".cg"},
-                     "evict+wlast": {"row_eviction": "evict_first", "weight_eviction": "evict_last"}}
+                     "evict+wlast": {"row_eviction": "evict_first", "weight_eviction": "evict_last"},
+                     "evict+cs": {"row_eviction": "evict_first", "out_cache": ".cs"},
+                     "evict+cg": {"row_eviction": "evict_first", "out_cache": ".cg"},
+                     "evict+wlast+cs": {"row_eviction": "evict_first", "weight_eviction": "evict_last",
+                                        "out_cache": ".cs"}}
             for name, options in hints.items():
                 yield f"registers w{warps} {name}", make(block, warps, vector, **options)
             if bits == 32:
                 yield f"registers w{warps} early", make(block, warps, vector, early_weights=True)
-        if warps == 16:  # rings with 16 warps measured slowest everywhere (NOTES.md)
+                yield f"registers w{warps} early+cs", make(block, warps, vector, early_weights=True,
+                                                           out_cache=".cs")
+                yield f"registers w{warps} early+evict+cs", make(block, warps, vector, early_weights=True,
+                                                                 row_eviction="evict_first", out_cache=".cs")
+        if warps == 16 or not rings:  # rings with 16 warps measured slowest everywhere (NOTES.md)
             continue
         for stages in (1, 2, 4):
             if stages * block * bits // 8 > 200 * 1024:
@@ -44,7 +56,7 @@ def _configs(kernel, block: int, bits: int):
                 yield label, make(block, warps, vector, 0, stages, **extra)
 
 
-def run(shapes, kernels=("softmax", "layer_norm")) -> dict:
+def run(shapes, kernels=("softmax", "layer_norm"), dtypes=("bfloat16", "float32"), rings=True) -> dict:
     import torch
 
     from weft.benchmarks.memory_bound import _graph_bench, _relative_error, copy_roof
@@ -53,7 +65,9 @@ def run(shapes, kernels=("softmax", "layer_norm")) -> dict:
     roof = copy_roof(torch)
     rows = []
     for shape in shapes:
-        for dtype, bits in ((torch.bfloat16, 16), (torch.float32, 32)):
+        for dtype in dtypes:
+            dtype = getattr(torch, dtype)
+            bits = dtype.itemsize * 8
             xs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(4)]
             w = torch.randn(shape[1], device="cuda", dtype=dtype)
             b = torch.randn(shape[1], device="cuda", dtype=dtype)
@@ -64,7 +78,7 @@ def run(shapes, kernels=("softmax", "layer_norm")) -> dict:
                 "layer_norm": torch.nn.functional.layer_norm(xs[0].double(), (shape[1],), w.double(),
                                                              b.double(), 1e-5)}
             for kernel in kernels:
-                for label, config in _configs(kernel, block, bits):
+                for label, config in _configs(kernel, block, bits, rings):
                     if kernel == "softmax":
                         fn = lambda i, c=config: softmax.softmax(xs[i], c)  # noqa: E731
                     else:
@@ -89,10 +103,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", nargs="+", default=["4096x4096"])
     parser.add_argument("--kernels", nargs="+", default=["softmax", "layer_norm"])
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
+    parser.add_argument("--no-rings", action="store_true", help="registers-only configurations")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes]
-    results = run(shapes, args.kernels)
+    results = run(shapes, args.kernels, args.dtypes, not args.no_rings)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

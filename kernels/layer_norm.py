@@ -21,22 +21,22 @@ class Config(RowConfig):
 
     early_weights: bool = False
     hold_weights: bool = False
-    # Cache hints of the register kernel (ll.load's cache_modifier / eviction_policy).
+    # More cache hints of the register kernel (beside RowConfig's row_eviction, out_cache).
     row_cache: str = ""
-    row_eviction: str = ""
     weight_eviction: str = ""
 
     @staticmethod
     def for_row(n_cols: int, element_bits: int) -> "Config":
         """From the H200 sweep (benchmarks/NOTES.md): 32-bit rows gain from loading the
         weights before the reductions, with at most 8 warps (at 16 the early weights cost
-        a third of the bandwidth); 16-bit rows lose from it (registers), but gain from rows
-        that leave L1 first, and from at least 4 warps."""
+        a third of the bandwidth); 16-bit rows lose from it (registers), but gain from at
+        least 4 warps. The cache hints are softmax's (RowConfig.for_row)."""
         base = RowConfig.for_row(n_cols, element_bits)
+        hints = dict(row_eviction=base.row_eviction, out_cache=base.out_cache)
         if element_bits == 32:
-            return Config(base.block, min(base.num_warps, 8), base.vector, early_weights=True)
+            return Config(base.block, min(base.num_warps, 8), base.vector, early_weights=True, **hints)
         warps = max(base.num_warps, min(4, base.block // (32 * base.vector)))
-        return Config(base.block, warps, base.vector, row_eviction="evict_first" if base.vector > 1 else "")
+        return Config(base.block, warps, base.vector, **hints)
 
 
 @ll.jit
@@ -56,7 +56,8 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
                       n_rows, n_cols, eps, BLOCK: ll.constexpr, VEC: ll.constexpr, WARPS: ll.constexpr,
                       ELEMENT_BYTES: ll.constexpr, STATS: ll.constexpr, EARLY_WEIGHTS: ll.constexpr,
                       EVEN: ll.constexpr, PREFETCH_ROWS: ll.constexpr, ROW_CACHE: ll.constexpr = "",
-                      ROW_EVICTION: ll.constexpr = "", WEIGHT_EVICTION: ll.constexpr = ""):
+                      ROW_EVICTION: ll.constexpr = "", WEIGHT_EVICTION: ll.constexpr = "",
+                      OUT_CACHE: ll.constexpr = ""):
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
     row = ll.program_id(0)
     if PREFETCH_ROWS > 0:  # a later CTA's row, pulled into L2 (see softmax)
@@ -82,7 +83,8 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
         w = ll.load(w_ptr + cols, mask=in_bounds, other=0.0, eviction_policy=WEIGHT_EVICTION).to(ll.float32)
         b = ll.load(b_ptr + cols, mask=in_bounds, other=0.0, eviction_policy=WEIGHT_EVICTION).to(ll.float32)
         y = centered * rstd * w + b
-    ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds)
+    ll.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=in_bounds,
+             cache_modifier=OUT_CACHE)
     if STATS:
         ll.store(mean_ptr + row, mean)
         ll.store(rstd_ptr + row, rstd)
@@ -167,6 +169,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
     else:
         layer_norm_kernel[(n_rows,)](*args, **shape, EARLY_WEIGHTS=config.early_weights, ROW_CACHE=config.row_cache,
                                      ROW_EVICTION=config.row_eviction, WEIGHT_EVICTION=config.weight_eviction,
+                                     OUT_CACHE=config.out_cache,
                                      PREFETCH_ROWS=prefetch_distance(x, config), num_warps=config.num_warps)
     return (out, mean, rstd) if return_stats else out
 

@@ -147,6 +147,20 @@ def test_convert_kernel_between_blocked_and_wgmma_accumulator():
 
 
 @needs_ptxas
+def test_softmax_cache_hints_reach_the_ptx():
+    kernel, signature, constexprs, warps = SIGNATURES["softmax"]
+    signature = {k: v.format(t="fp32") for k, v in signature.items()}
+    aligned = {k: "divisible_by_16" for k in signature}
+    ptx = kernel.compile(signature=signature, constexprs={**constexprs, "ROW_EVICTION": "evict_first",
+                                                          "OUT_CACHE": ".cs"},
+                         num_warps=warps, specialization=aligned).asm["ptx"]
+    assert "ld.global.L1::evict_first.v4.b32" in ptx and "st.global.cs.v4.b32" in ptx
+    x = RNG.standard_normal((3, 300)).astype(np.float32)
+    config = softmax.Config(512, 2, 4, row_eviction="evict_first", out_cache=".cs")
+    np.testing.assert_allclose(softmax.softmax(x, config), softmax.reference(x), rtol=1e-6)
+
+
+@needs_ptxas
 def test_load_cache_hints_reach_the_ptx_and_bad_ones_are_refused():
     kernel, signature, constexprs, warps = SIGNATURES["layer_norm"]
     signature = {k: v.format(t="bf16") for k, v in signature.items()}
@@ -163,9 +177,16 @@ def test_load_cache_hints_reach_the_ptx_and_bad_ones_are_refused():
     with pytest.raises(CompilationError, match="not both"):
         kernel.compile(signature=signature, constexprs={**constexprs, "ROW_CACHE": ".cg"},
                        num_warps=warps, specialization=aligned)
+    stores = kernel.compile(signature=signature, constexprs={**constexprs, "OUT_CACHE": ".cs"},
+                            num_warps=warps, specialization=aligned).asm["ptx"]
+    assert "st.global.cs.v4.b32" in stores
+    with pytest.raises(CompilationError, match=r"store cache_modifier must be one of \['', '.cg', '.cs'"):
+        kernel.compile(signature=signature, constexprs={**constexprs, "OUT_CACHE": ".ca"},
+                       num_warps=warps, specialization=aligned)
     # The hint changes nothing the emulator can see.
     x = RNG.standard_normal((3, 256)).astype(np.float16)
     w, b = RNG.standard_normal(256).astype(np.float16), RNG.standard_normal(256).astype(np.float16)
-    config = layer_norm.Config(256, 1, 8, row_eviction="evict_first", weight_eviction="evict_last")
+    config = layer_norm.Config(256, 1, 8, row_eviction="evict_first", weight_eviction="evict_last",
+                               out_cache=".cs")
     np.testing.assert_allclose(layer_norm.layer_norm(x, w, b, config=config), layer_norm.reference(x, w, b, 1e-5)[0],
                                rtol=2e-2, atol=2e-2)

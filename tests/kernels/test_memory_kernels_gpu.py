@@ -1,5 +1,7 @@
 """The issue-3 kernels on the GPU against torch (float64 references), random inputs."""
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -39,6 +41,32 @@ def test_layer_norm_matches_torch(dtype, tolerance, shape):
     ref = torch.nn.functional.layer_norm(x.double(), (shape[1],), w.double(), b.double(), 1e-5)
     assert relative_error(y, ref) < tolerance
     assert relative_error(mean, x.double().mean(-1)) < 1e-5
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("shape", [(4096, 4096), (300, 777)])
+def test_softmax_with_cache_hints_matches_torch(dtype, tolerance, shape):
+    x = torch.randn(shape, device="cuda", dtype=dtype) * 3
+    base = softmax.Config.for_row(shape[1], 32 if dtype == torch.float32 else 16)
+    config = dataclasses.replace(base, row_eviction="evict_first", out_cache=".cs")
+    assert relative_error(softmax.softmax(x, config), torch.softmax(x.double(), -1)) < tolerance
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("options", [{"out_cache": ".cs", "row_eviction": "evict_first"},
+                                     {"out_cache": ".cg", "weight_eviction": "evict_last"}])
+@pytest.mark.parametrize("shape", [(4096, 4096), (300, 777)])
+def test_layer_norm_cache_hint_variants_match_torch(dtype, tolerance, shape, options):
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    w = torch.randn(shape[1], device="cuda", dtype=dtype)
+    b = torch.randn(shape[1], device="cuda", dtype=dtype)
+    base = layer_norm.Config.for_row(shape[1], 32 if dtype == torch.float32 else 16)
+    config = dataclasses.replace(base, **options)
+    y, mean, rstd = layer_norm.layer_norm(x, w, b, 1e-5, return_stats=True, config=config)
+    ref = torch.nn.functional.layer_norm(x.double(), (shape[1],), w.double(), b.double(), 1e-5)
+    assert relative_error(y, ref) < tolerance
+    assert relative_error(mean, x.double().mean(-1)) < 1e-5
+    assert relative_error(rstd, torch.rsqrt(x.double().var(-1, unbiased=False) + 1e-5)) < 1e-4
 
 
 RING_CASES = [((4096, 4096), 4, 4), ((4096, 4096), 8, 2), ((1000, 1000), 4, 2), ((7, 2048), 2, 1),
