@@ -222,14 +222,22 @@ class static_range:
 
 
 class dynamic_range:
-    """`for i in range(a, b, step)` (or `ll.range`): one `ir.For`, bounds known at run time."""
+    """`for i in range(a, b, step)` (or `ll.range`): one `ir.For`, bounds known at run time.
+
+    `ll.range(..., rematerialize=True)` recomputes values derived from the thread's position
+    (lane and warp indices, each register's shared-memory offsets, mask columns) at the top
+    of every iteration instead of holding them in registers from the kernel's entry: for
+    a persistent kernel's tile loop, whose inner loops need every register (flash attention
+    spilled without it). Off by default: moving those values can cost elsewhere (ptxas
+    serialized a pipelined matmul's wgmma with it)."""
 
     __weft_constexpr__ = True
 
-    def __init__(self, start, stop=None, step=1):
+    def __init__(self, start, stop=None, step=1, rematerialize=False):
         if stop is None:
             start, stop = 0, start
         self.start, self.stop, self.step = start, stop, step
+        self.rematerialize = rematerialize
 
 
 def _loc() -> Optional[Loc]:

@@ -394,6 +394,9 @@ class KernelBuilder(ExpressionVisitor):
             raise self.builder.error("the variable of a runtime loop must be a single name")
         if isinstance(bounds.step, int) and not isinstance(bounds.step, bool) and bounds.step == 0:
             raise self.builder.error("range() step must not be 0")
+        if not isinstance(bounds.rematerialize, bool):
+            raise self.builder.error(f"range(..., rematerialize=) takes True or False, found "
+                                     f"{bounds.rematerialize!r}")
         index_type = self.index_type((bounds.start, bounds.stop, bounds.step))
         lower, upper, step = (self.index_value(v, index_type) for v in
                               (bounds.start, bounds.stop, bounds.step))
@@ -414,7 +417,8 @@ class KernelBuilder(ExpressionVisitor):
         self.builder.pop_block()
         results = tuple(ir.Value(t, name) for name, t in carried)
         self.builder.emit(ir.For(results=results, lower=lower, upper=upper, step=step, inits=inits,
-                                 body=ir.Block((iv,) + args, tuple(ops)), loc=loc))
+                                 body=ir.Block((iv,) + args, tuple(ops)), rematerialize=bounds.rematerialize,
+                                 loc=loc))
         self.finish_loop(before, after, carried, results, loc, exclude={induction})
 
     def visit_While(self, node: ast.While) -> None:

@@ -431,6 +431,7 @@ class For(Op):
     step: Value
     inits: tuple[Value, ...]
     body: Block
+    rematerialize: bool = False  # thread-position values recomputed per iteration (ll.range)
 
 
 @dataclass(frozen=True, kw_only=True)

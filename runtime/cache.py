@@ -95,15 +95,17 @@ def toolchain_versions() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def compiler_fingerprint() -> str:
-    """A hash of the code that turns a kernel into a cubin (compiler/, layouts/, the
-    languages). The version number alone misses every change made between releases, so
-    an edited or upgraded weft would be handed kernels its older self compiled."""
+    """A hash of the code that turns a kernel into a cubin and its metadata (compiler/,
+    layouts/, the languages, the ptxas driver and report parser). The version number alone
+    misses every change made between releases, so an edited or upgraded weft would be
+    handed kernels its older self compiled."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for folder in ("compiler", "layouts", "lowlevel", "highlevel"):
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
+    paths = [path for folder in ("compiler", "layouts", "lowlevel", "highlevel")
+             for path in sorted((root / folder).rglob("*.py"))]
+    for path in paths + [root / "runtime" / "ptxas.py"]:
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -107,10 +107,16 @@ _EMPTY = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "stack_frame": 0,
           "shared_bytes": 0, "barriers": 0}
 
 
+# ptxas's performance advisories, e.g. "(C7515) Potential Performance Loss: wgmma.mma_async
+# instructions are serialized due to ...": the code is right but slow (a pipelined matmul
+# lost 30% to one), so tests of fast kernels assert there are none.
+_ADVISORY = re.compile(r"Potential Performance Loss: (.*)")
+
+
 def parse_report(text: str) -> dict:
     """Parse `ptxas -v` output into {registers, spill_stores, spill_loads, stack_frame,
-    shared_bytes, barriers, text} for the first entry function, plus `kernels`: the same
-    numbers per entry name when the PTX holds several."""
+    shared_bytes, barriers, text, performance_warnings} for the first entry function,
+    plus `kernels`: the same numbers per entry name when the PTX holds several."""
     kernels: dict[str, dict] = {}
     current = None
     for line in text.splitlines():
@@ -134,7 +140,8 @@ def parse_report(text: str) -> dict:
             if barriers:
                 current["barriers"] = int(barriers.group(1))
     first = next(iter(kernels.values()), _EMPTY)
-    return {**first, "kernels": kernels, "text": text}
+    return {**first, "kernels": kernels, "text": text,
+            "performance_warnings": [m.group(1).strip() for m in _ADVISORY.finditer(text)]}
 
 
 def assemble(ptx: str, arch: str = "sm_90a", max_registers: Optional[int] = None,

@@ -8,6 +8,10 @@ A lowered value is one of:
 Values that depend only on the thread's position (tid, lane, warp, the lane/warp part of a
 layout's coordinates or shared offsets) are emitted once, in the entry block's prologue,
 so they dominate every use wherever the first use sits (inside a loop or a branch).
+The body of a loop marked `ll.range(..., rematerialize=True)` (a persistent kernel's tile
+loop) gets its own prologue instead (`recompute_scope`): held from the kernel's entry,
+those values (one shared offset per register of a stored tile, say) would stay live
+across every inner loop, and ptxas spills them rather than recompute them.
 
 Inside a warp_specialize partition (`partition_scope`), the thread and warp indices are
 relative to the partition's first warp, `barrier()` is the partition's named barrier,
@@ -103,6 +107,7 @@ class Lowering:
         self.prologue.position_before(entry.terminator)
         self.builder = ir.IRBuilder(body)
         self._cache: dict = {}
+        self._opaque_tid = False  # inside a recompute_scope
         self.partition: Optional[Partition] = None
         # Threads a CTA barrier outside partitions waits for (None: all launched threads;
         # fewer once the extra warps of a warp_specialize have left, see lower_warp_specialize).
@@ -221,6 +226,21 @@ class Lowering:
         return self._cache[key]
 
     @contextmanager
+    def recompute_scope(self, prologue: ir.IRBuilder):
+        """Lower a loop body whose thread-position values are computed afresh in each
+        iteration, in `prologue` (the body's first block), from a volatile read of %tid.x
+        that LLVM can neither hoist out of the loop nor merge with the entry block's: the
+        values derived from it stay inside the loop too, instead of occupying registers
+        across it. (Measured on flash attention's persistent loop: 4-288 spilled
+        registers without the scope, none with it.)"""
+        saved = self.prologue, self._cache, self._opaque_tid
+        self.prologue, self._cache, self._opaque_tid = prologue, {}, True
+        try:
+            yield
+        finally:
+            self.prologue, self._cache, self._opaque_tid = saved
+
+    @contextmanager
     def partition_scope(self, partition: Partition, prologue: ir.IRBuilder):
         """Lower a warp_specialize block: indices relative to its warps, its own prologue."""
         saved = self.partition, self.prologue
@@ -251,6 +271,10 @@ class Lowering:
     # ------------------------------------------------------------------ thread ids
     def special_register(self, name: str) -> ir.Value:
         """%tid.x, %ctaid.y, ... read once in the prologue."""
+        if self._opaque_tid and name == "tid.x":
+            # LLVM may not hoist a volatile asm, nor merge it with the entry block's read.
+            return self.cached(("sreg", name), lambda b: b.asm(
+                ir.FunctionType(T.I32, []), "mov.u32 $0, %tid.x;", "=r", [], side_effect=True, name="tid"))
         return self.cached(("sreg", name), lambda b: self.intrinsic(
             f"llvm.nvvm.read.ptx.sreg.{name}", T.I32, [], builder=b))
 

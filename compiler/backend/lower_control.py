@@ -132,7 +132,19 @@ def lower_for(ctx: Lowering, op: For) -> None:
     b.position_at_end(body)
     ctx.define(op.body.args[0], iv)
     _define_all(ctx, op.body.args[1:], carried)
-    ctx.lower_block(op.body)
+    if op.rematerialize:
+        # A persistent kernel's tile loop, say: thread-position values are recomputed in
+        # each iteration rather than held in registers across its inner loops
+        # (ll.range(..., rematerialize=True); Lowering.recompute_scope).
+        rest = ctx.new_block("for_body_rest")
+        prologue = ir.IRBuilder(body)
+        prologue.branch(rest)
+        prologue.position_before(body.terminator)
+        b.position_at_end(rest)
+        with ctx.recompute_scope(prologue):
+            ctx.lower_block(op.body)
+    else:
+        ctx.lower_block(op.body)
     yielded = _yielded(ctx, op.body)
     _check_views(op, inits, yielded)
     flat_yielded = _flatten_all(b, yielded)

@@ -1,6 +1,9 @@
 """weft.lowlevel: layout classes, type promotion, broadcasting, reductions, shape ops and
 shared-memory views, checked through the IR the frontend builds (no GPU)."""
 
+import re
+
+import numpy as np
 import pytest
 
 from weft import layouts as standard
@@ -318,3 +321,30 @@ def test_a_kernel_runs_on_the_emulator():
     expected = centered / np.sqrt((centered ** 2).mean(1, keepdims=True) + 1e-5)
     expected[:, 1::2] = -1.0
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+@ll.jit
+def tile_loop(out_ptr, n_tiles, inner, REMAT: ll.constexpr):
+    layout: ll.constexpr = ll.BlockedLayout([1], [32], [4], [0])
+    for tile in ll.range(ll.program_id(0), n_tiles, ll.num_programs(0), rematerialize=REMAT):
+        offs = ll.arange(0, 128, layout)  # its thread part: from the entry, or per tile
+        acc = ll.zeros([128], ll.float32, layout)
+        for k in range(0, inner):
+            acc += offs.to(ll.float32) * k
+        ll.store(out_ptr + tile * 128 + offs, acc)
+
+
+def test_rematerialized_loops_recompute_thread_values_per_iteration():
+    signature = {"out_ptr": "*fp32", "n_tiles": "i32", "inner": "i32"}
+    ptx = {remat: tile_loop.compile(signature=signature, constexprs={"REMAT": remat}).asm["ptx"]
+           for remat in (False, True)}
+    # %tid.x read once at the entry, or (rematerialize=True) by a volatile read at the top of
+    # every tile, which LLVM can neither hoist nor merge with another.
+    per_tile = re.compile(r"begin inline asm\s+mov\.u32\s+%r\d+, %tid\.x;")
+    assert "%tid.x" in ptx[False] and not per_tile.search(ptx[False])
+    assert per_tile.search(ptx[True])
+    out = np.zeros((5, 128), np.float32)
+    tile_loop[(2,)](out, 5, 4, REMAT=True)  # the emulator: two CTAs walk five tiles
+    np.testing.assert_array_equal(out, np.tile(np.arange(128, dtype=np.float32) * 6, (5, 1)))
+    with pytest.raises(CompilationError, match=r"rematerialize=\) takes True or False"):
+        tile_loop.compile(signature=signature, constexprs={"REMAT": 1})

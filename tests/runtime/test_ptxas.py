@@ -55,6 +55,19 @@ ptxas info    : Used 8 registers, used 0 barriers
     assert report["kernels"]["big"] == big
     assert report["kernels"]["small"]["registers"] == 8
     assert report["text"] == text
+    assert report["performance_warnings"] == []
+
+
+def test_parse_report_keeps_performance_advisories():
+    text = """ptxas info    : Compiling entry function 'mm' for 'sm_90a'
+ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function 'mm'
+ptxas info    : Used 154 registers, used 1 barriers
+"""
+    report = ptxas.parse_report(text)
+    assert report["registers"] == 154
+    assert report["performance_warnings"] == [
+        "wgmma.mma_async instructions are serialized due to non wgmma instructions defining accumulator "
+        "registers of a wgmma between start and end of the pipeline stage in the function 'mm'"]
 
 
 def test_weft_ptxas_pointing_nowhere_is_an_error(monkeypatch, tmp_path):
