@@ -21,6 +21,7 @@ slow at these sizes, so it only checks this reference's conventions on small cas
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import warnings
@@ -30,9 +31,11 @@ from weft.benchmarks.matmul import _error, _time  # max |out - ref| / max |ref|;
 TOLERANCE = 1e-2
 PEAK_TFLOPS = 989.0  # dense bf16 on the H100/H200
 SYSTEMS = ("weft", "cudnn", "flash", "triton")
+# Also measurable (--systems): weft with one CTA per tile instead of persistent CTAs.
+EXTRA_SYSTEMS = ("weft_tiles",)
 
 
-def shapes(quick: bool = False) -> list[tuple[int, int, int, int, bool]]:
+def shapes(quick: bool = False, causal=(False, True)) -> list[tuple[int, int, int, int, bool]]:
     """(batch, heads, seq, head_dim, causal) for every configuration measured."""
     if quick:
         grid = [(4, 2048 // d, 4096, d) for d in (128, 64, 256)]
@@ -40,7 +43,7 @@ def shapes(quick: bool = False) -> list[tuple[int, int, int, int, bool]]:
         grid = [(16384 // s, 2048 // d, s, d) for d in (64, 128, 256)
                 for s in (512, 1024, 2048, 4096, 8192, 16384)]
         grid += [(4, 16, 4096, 128), (2, 16, 16384, 128)]  # the first is also in the grid
-    return [(*shape, causal) for shape in dict.fromkeys(grid) for causal in (False, True)]
+    return [(*shape, masked) for shape in dict.fromkeys(grid) for masked in causal]
 
 
 def reference(q, k, v, causal: bool, scale: float, budget: int = 1 << 28):
@@ -95,12 +98,15 @@ def find_systems(torch, wanted) -> dict:
     """name -> fn(q, k, v, causal, scale), or a string saying why it is unavailable."""
     found = {}
     try:
-        from weft.kernels.attention import flash_attention
+        from weft.kernels.attention import default_config, flash_attention
 
         found["weft"] = lambda q, k, v, causal, scale: flash_attention(q, k, v, causal=causal,
                                                                         softmax_scale=scale)
+        found["weft_tiles"] = lambda q, k, v, causal, scale: flash_attention(
+            q, k, v, causal=causal, softmax_scale=scale,
+            config=dataclasses.replace(default_config(q.shape[-1]), persistent=False))
     except Exception as error:
-        found["weft"] = "weft.kernels.attention unavailable: " + _reason(error)
+        found["weft"] = found["weft_tiles"] = "weft.kernels.attention unavailable: " + _reason(error)
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -159,14 +165,14 @@ def _versions(torch) -> dict:
             "cudnn": torch.backends.cudnn.version(), "triton": triton_version}
 
 
-def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None) -> dict:
+def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None, causal=(False, True)) -> dict:
     import torch
 
     torch.manual_seed(0)
     found = find_systems(torch, wanted)
     results = {**_versions(torch), "tolerance": TOLERANCE, "systems": list(wanted),
                "reference_vs_weft_numpy": check_reference(torch), "rows": []}
-    for batch, heads, seq, head_dim, causal in shapes(quick):
+    for batch, heads, seq, head_dim, causal in shapes(quick, causal):
         q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         scale = head_dim ** -0.5
@@ -177,7 +183,7 @@ def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None) -> dic
         for name, system in found.items():
             row[name] = {"failure": system} if isinstance(system, str) else \
                 measure(torch, system, q, k, v, causal, scale, ref, flops)
-        for other in ("cudnn", "flash", "triton"):
+        for other in ("cudnn", "flash", "triton", "weft_tiles"):
             if "tflops" in row.get("weft", {}) and "tflops" in row.get(other, {}):
                 row[f"weft_over_{other}"] = row["weft"]["tflops"] / row[other]["tflops"]
         del q, k, v, ref
@@ -232,13 +238,17 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="seq 4096 only: head_dim 128, 64 and 256, causal and not")
     parser.add_argument("--out", help="write the full results as JSON here (after every shape)")
+    parser.add_argument("--causal", choices=("both", "only", "none"), default="both",
+                        help="causal and non-causal shapes, causal only, or non-causal only")
+    known = SYSTEMS + EXTRA_SYSTEMS
     parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated subset of {','.join(SYSTEMS)}")
+                        help=f"comma-separated subset of {','.join(known)}")
     args = parser.parse_args(argv)
     wanted = [name for name in args.systems.split(",") if name]
-    if not wanted or set(wanted) - set(SYSTEMS):
-        parser.error(f"--systems takes names from {','.join(SYSTEMS)}, got {args.systems!r}")
-    results = run(args.quick, wanted, args.out)
+    if not wanted or set(wanted) - set(known):
+        parser.error(f"--systems takes names from {','.join(known)}, got {args.systems!r}")
+    masks = {"both": (False, True), "only": (True,), "none": (False,)}[args.causal]
+    results = run(args.quick, wanted, args.out, masks)
     print_table(results)
     wrong = any(_wrong(row[name]) for row in results["rows"] for name in wanted)
     weft_short = "weft" in wanted and any("tflops" not in row["weft"] for row in results["rows"])

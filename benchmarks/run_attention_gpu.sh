@@ -27,7 +27,8 @@ if step tests; then
   status=$?
 fi
 
-# A small case per tool: causal with tails, GQA, the FA3 kernel and the simple one.
+# Small cases per tool: causal with tails, GQA, the FA3 kernel and the simple one; then
+# more tiles than an H200 has SMs, so some persistent CTAs walk two tiles.
 SMALL='
 import torch
 from weft.kernels.attention import Config, flash_attention
@@ -39,6 +40,10 @@ for config in (None, Config(head_dim=128, variant="simple")):
     out, lse = flash_attention(q, k, v, causal=True, return_lse=True, config=config)
     torch.cuda.synchronize()
     print("ok", config, out.float().abs().mean().item(), lse.mean().item())
+q, k, v = (torch.randn(1, 140, 150, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+out = flash_attention(q, k, v, causal=True)
+torch.cuda.synchronize()
+print("ok persistent, 140 tiles", out.float().abs().mean().item())
 '
 for tool in memcheck racecheck; do
   step sanitize || break

@@ -86,3 +86,23 @@ def prefetch_distance(x, config) -> int:
     sm_count = driver.device_properties(x.device.index or 0).sm_count  # cached by the driver
     ctas_per_sm = max(1, 2048 // (32 * config.num_warps))
     return sm_count * ctas_per_sm
+
+
+EMULATED_CTAS = 3  # persistent kernels on the CPU emulator: a few CTAs, each with several items
+_RESIDENT: dict = {}
+
+
+def persistent_grid(kernel, x, items: int, args: tuple, constexprs: dict, num_warps: int) -> int:
+    """CTAs to launch for a persistent kernel over `items` work items (rows, tiles) on
+    x's device: as many as the SMs hold at once (every CTA resident, so none waits for
+    another to finish; the driver's occupancy answer), but no more than there are items."""
+    if not (is_torch(x) and x.is_cuda):
+        return max(1, min(items, EMULATED_CTAS))
+    from ..runtime import driver
+
+    device = x.device.index or 0
+    key = (kernel, str(x.dtype), tuple(sorted(constexprs.items())), num_warps, device)
+    resident = _RESIDENT.get(key)
+    if resident is None:
+        resident = _RESIDENT[key] = kernel.resident_ctas(*args, **constexprs, num_warps=num_warps)
+    return max(1, min(items, driver.device_properties(device).sm_count * resident))

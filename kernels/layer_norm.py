@@ -8,8 +8,8 @@ import numpy as np
 
 from .. import lowlevel as ll
 from ..lowlevel import mbarrier
-from ._launch import float_bits, empty_like, is_torch, prefetch_distance, row_stride
-from .row_ring import ring_fits, ring_grid, start_ring, take_row
+from ._launch import float_bits, empty_like, is_torch, persistent_grid, prefetch_distance, row_stride
+from .row_ring import ring_fits, start_ring, take_row
 from .softmax import Config as RowConfig
 
 
@@ -164,7 +164,7 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
                  STATS=bool(return_stats), EVEN=n_cols == config.block)
     if config.ring_stages and ring_fits(x, n_cols, config.ring_stages):
         shape.update(STAGES=config.ring_stages, HOLD_WEIGHTS=config.hold_weights)
-        grid = ring_grid(layer_norm_ring_kernel, x, n_rows, args, shape, config.num_warps)
+        grid = persistent_grid(layer_norm_ring_kernel, x, n_rows, args, shape, config.num_warps)
         layer_norm_ring_kernel[(grid,)](*args, **shape, num_warps=config.num_warps)
     else:
         layer_norm_kernel[(n_rows,)](*args, **shape, EARLY_WEIGHTS=config.early_weights, ROW_CACHE=config.row_cache,

@@ -9,7 +9,7 @@ computes the current one, and an mbarrier per slot says when its bytes have land
 
 The kernels built on this start the ring (`start_ring`), then walk rows `first, first +
 step, ...` (step = the grid), each taken with `take_row`, which also refills its slot.
-The host side (`ring_grid`, `ring_fits`) picks the grid and decides when a ring applies:
+The host side (`_launch.persistent_grid`, `ring_fits`) picks the grid and decides when a ring applies:
 rows must start on 16 bytes and span a multiple of 16 bytes (the bulk copy's rules).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .. import lowlevel as ll
 from ..lowlevel import mbarrier, tma
-from ._launch import is_torch, item_bytes, rows_start_on_16_bytes
+from ._launch import item_bytes, rows_start_on_16_bytes
 
 RING_SHARED_BYTES = 200 * 1024  # per SM, for all resident CTAs' rings together
 
@@ -69,20 +69,3 @@ def ring_fits(x, n_cols: int, stages: int) -> bool:
     return rows_start_on_16_bytes(x) and row_bytes % 16 == 0 and 0 < stages * row_bytes <= RING_SHARED_BYTES
 
 
-EMULATED_CTAS = 3  # on the CPU emulator: a few CTAs, so each walks several rows
-_RESIDENT: dict = {}
-
-
-def ring_grid(kernel, x, n_rows: int, args: tuple, constexprs: dict, num_warps: int) -> int:
-    """CTAs to launch: as many as the SMs hold at once (every CTA resident, so none
-    waits for another to finish), but no more than there are rows."""
-    if not (is_torch(x) and x.is_cuda):
-        return max(1, min(n_rows, EMULATED_CTAS))
-    from ..runtime import driver
-
-    device = x.device.index or 0
-    key = (kernel, str(x.dtype), tuple(sorted(constexprs.items())), num_warps, device)
-    resident = _RESIDENT.get(key)
-    if resident is None:
-        resident = _RESIDENT[key] = kernel.resident_ctas(*args, **constexprs, num_warps=num_warps)
-    return max(1, min(n_rows, driver.device_properties(device).sm_count * resident))

@@ -13,8 +13,8 @@ import numpy as np
 
 from .. import lowlevel as ll
 from ..lowlevel import mbarrier
-from ._launch import float_bits, empty_like, next_power_of_two, prefetch_distance, row_stride
-from .row_ring import ring_fits, ring_grid, start_ring, take_row
+from ._launch import float_bits, empty_like, next_power_of_two, persistent_grid, prefetch_distance, row_stride
+from .row_ring import ring_fits, start_ring, take_row
 
 MAX_ROW = 32768  # elements held in registers by one CTA (16 warps x 32 lanes x 64 registers)
 
@@ -137,7 +137,7 @@ def softmax(x, config: Config = None):
                  EVEN=n_cols == config.block)
     if config.ring_stages and ring_fits(x, n_cols, config.ring_stages):
         shape["STAGES"] = config.ring_stages
-        grid = ring_grid(softmax_ring_kernel, x, n_rows, args, shape, config.num_warps)
+        grid = persistent_grid(softmax_ring_kernel, x, n_rows, args, shape, config.num_warps)
         softmax_ring_kernel[(grid,)](*args, **shape, num_warps=config.num_warps)
     else:
         softmax_kernel[(n_rows,)](*args, **shape, PREFETCH_ROWS=prefetch_distance(x, config),

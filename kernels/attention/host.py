@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .._launch import is_torch
+from .._launch import is_torch, persistent_grid
 from .config import BOX, HEAD_DIMS, ROWS, Config, default_config
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
@@ -75,7 +75,7 @@ def _check_inputs(q, k, v, layout: str) -> tuple[str, int]:
         if len(x.shape) != 4:
             raise ValueError(f"flash_attention: {name} must be 4-D ({_layout_words(layout)}), "
                              f"got shape {tuple(x.shape)}")
-    (b, h, sq, d), (bk, hk, sk, dk) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    (b, h, _, d), (bk, hk, _, dk) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
     if tuple(k.shape) != tuple(v.shape):
         raise ValueError(f"flash_attention: k and v must have one shape, got {tuple(k.shape)} "
                          f"and {tuple(v.shape)}")
@@ -139,7 +139,7 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
     if config.head_dim != head_dim:
         raise ValueError(f"flash_attention: {config} is for head_dim {config.head_dim}, the "
                          f"inputs have head_dim {head_dim}")
-    (batch, heads, seq_q, _), (_, kv_heads, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    (batch, heads, seq_q, _), (_, _, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     out = _empty(q, tuple(q.shape))
@@ -172,10 +172,13 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
              ((q, ROWS), (k, config.block_n), (v, config.block_n), (out, ROWS))]
     kv_bytes = 2 * seq_k * head_dim * 2 // (heads // kv_heads)  # per query head
     group = max(1, min(batch * heads, L2_BUDGET // max(kv_bytes, 1)))
-    flash_attention_fa3[(num_m_tiles * batch * heads,)](
-        *descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads, num_m_tiles, batch * heads,
-        group, HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages,
-        CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, **regs, num_warps=4)
+    args = (*descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads, num_m_tiles, batch * heads, group)
+    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages,
+                      CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, **regs)
+    tiles = num_m_tiles * batch * heads
+    persistent = not causal if config.persistent is None else config.persistent
+    grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
+    flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)
 
 
 def _float32(x):

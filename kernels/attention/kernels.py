@@ -1,12 +1,15 @@
 """The FA3-style flash-attention forward kernel in weft.lowlevel (HOPPER.md).
 
-One CTA per (query tile, batch * head) tile, in the order `tile_coordinates` gives (the
-hardware starts CTAs roughly in index order). Its warps split into partitions:
+Persistent: each CTA walks tiles (query tile, batch * head) `program_id, + num_programs,
+...` in the order `tile_coordinates` gives (the host launches one CTA per SM, or one per
+tile with `Config(persistent=False)`). Its warps split into partitions:
 
-- the producer (4 warps at a few registers, one thread issuing TMA) loads the tile's Q,
-  then streams its K and V tiles through a ring of STAGES slots; every slot has a
-  `ready` mbarrier (the TMA bytes land on it) and an `empty` one (each consumer
-  releases it);
+- the producer (4 warps at a few registers, one thread issuing TMA) loads a tile's Q once
+  the consumers have stored the previous tile's O out of the Q buffer (`q_empty`), then
+  streams its K and V tiles through a ring of STAGES slots; every slot has a `ready`
+  mbarrier (the TMA bytes land on it) and an `empty` one (each consumer releases it).
+  Ring positions count on over the CTA's tiles, so the next tile's loads start while the
+  consumers finish the last one;
 - CONSUMERS warpgroups of 64 query rows each: S = Q K^T by async wgmma from shared
   memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
@@ -28,10 +31,10 @@ the end of the keys pay for masks, and tiles are started longest first. Each war
 bounds its key tiles by its own 64 rows: of a 192-row tile's keys, the first warpgroup
 skips (only releases) those right of its diagonal, and masks only the tile it crosses.
 
-Why not persistent (FA3 is): inside a loop over tiles, LLVM hoists every loop-invariant
-address (each register's shared-memory offset for the O store, each K step's wgmma
-descriptor of Q, the mask's column indices) to the kernel entry, and ptxas keeps them
-all live instead of recomputing them: the consumers then spill at 240 registers.
+The tile loops are `ll.range(..., rematerialize=True)`: thread-position values (each
+register's shared-memory offset for the O store, the mask's column indices) are
+recomputed for each tile instead of held in registers across the K/V loop; held, they
+made the consumers spill at 240 registers.
 """
 
 from __future__ import annotations
@@ -87,27 +90,35 @@ def load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr):
 
 @ll.jit
 def producer(state):
-    """Load this tile's Q, then every K/V tile the consumers need, as slots free up."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty, v_ready,
+    """For each of this CTA's tiles: load its Q once the consumers have stored the last
+    tile's O out of the Q buffer, then every K/V tile the consumers need, as slots free up.
+    `step` counts K/V tiles over all of the CTA's tiles: ring slots and phases run on."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty, v_ready,
      v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
      batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
-    batch, head, kv_head, off_m = tile_coordinates(ll.program_id(0), num_m_tiles, batch_heads,
-                                                   group, heads, kv_group, BLOCK_M, CAUSAL)
-    mbarrier.expect(q_ready, q_desc.nbytes * boxes * CONSUMERS)
-    for wg in ll.static_range(CONSUMERS):
-        load_boxes(q_desc, batch, head, off_m + wg * ROWS, q_ready, q_smem.index(wg), HEAD_DIM)
-    full, count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
-    for n in range(0, count):
-        slot = n % STAGES
-        phase = ((n // STAGES) & 1) ^ 1  # a fresh `empty` barrier counts as released
-        mbarrier.wait(k_empty.index(slot), phase)
-        mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
-        load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM)
-        mbarrier.wait(v_empty.index(slot), phase)
-        mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
-        load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM)
+    step = 0
+    done = 0  # tiles of this CTA started
+    for tile in ll.range(ll.program_id(0), num_m_tiles * batch_heads, ll.num_programs(0), rematerialize=True):
+        batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
+                                                       BLOCK_M, CAUSAL)
+        mbarrier.wait(q_empty, (done & 1) ^ 1)  # a fresh barrier counts as released
+        mbarrier.expect(q_ready, q_desc.nbytes * boxes * CONSUMERS)
+        for wg in ll.static_range(CONSUMERS):
+            load_boxes(q_desc, batch, head, off_m + wg * ROWS, q_ready, q_smem.index(wg), HEAD_DIM)
+        count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
+        for n in range(0, count):
+            slot = step % STAGES
+            phase = ((step // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(slot), phase)
+            mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
+            load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM)
+            mbarrier.wait(v_empty.index(slot), phase)
+            mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
+            load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM)
+            step += 1
+        done += 1
 
 
 @ll.jit
@@ -149,35 +160,35 @@ def pass_turn(turns, WG: ll.constexpr, CONSUMERS: ll.constexpr):
 
 
 @ll.jit
-def release_step(n, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
+def release_step(step, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
                  CONSUMERS: ll.constexpr, WG: ll.constexpr):
-    """Key tile n, which this warpgroup's rows do not see but others of the CTA do: keep
-    the turn order and free the slot. Waiting for `ready` first makes the `empty` arrive
-    count toward tile n's phase, not the previous one of the slot."""
-    slot = n % STAGES
-    take_turn(turns, n, WG)
+    """A key tile (at ring position `step`) which this warpgroup's rows do not see but
+    others of the CTA do: keep the turn order and free the slot. Waiting for `ready` first
+    makes the `empty` arrive count toward this tile's phase, not the slot's previous one."""
+    slot = step % STAGES
+    take_turn(turns, step, WG)
     pass_turn(turns, WG, CONSUMERS)
-    mbarrier.wait(k_ready.index(slot), (n // STAGES) & 1)
+    mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
     mbarrier.arrive(k_empty.index(slot))
-    mbarrier.wait(v_ready.index(slot), (n // STAGES) & 1)
+    mbarrier.wait(v_ready.index(slot), (step // STAGES) & 1)
     mbarrier.arrive(v_empty.index(slot))
 
 
 @ll.jit
-def attend_step(n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op,
+def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op,
                 m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
                 STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
                 CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
                 O_LAYOUT: ll.constexpr):
-    """Key tile n: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n while the
-    second GEMM runs, then rescale O."""
-    slot = n % STAGES
-    prev = (n - 1) % STAGES
-    take_turn(turns, n, WG)
-    mbarrier.wait(k_ready.index(slot), (n // STAGES) & 1)
+    """Key tile n, at ring position `step`: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1},
+    softmax S_n while the second GEMM runs, then rescale O."""
+    slot = step % STAGES
+    prev = (step - 1) % STAGES
+    take_turn(turns, step, WG)
+    mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
     s = ll.warpgroup_mma(q, k_ring.index(slot).index(0).index(0).permute((1, 0)),
                          ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(prev), ((n - 1) // STAGES) & 1)
+    mbarrier.wait(v_ready.index(prev), ((step - 1) // STAGES) & 1)
     acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
     pass_turn(turns, WG, CONSUMERS)
     s = ll.warpgroup_mma_wait(1, deps=[s])
@@ -194,8 +205,28 @@ def attend_step(n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
 
 @ll.jit
 def consumer(state, WG: ll.constexpr):
-    """Softmax(Q K^T * scale) V for rows [off_m + 64 WG, +64) of this CTA's tile."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty, v_ready,
+    """For each of this CTA's tiles: softmax(Q K^T * scale) V for its rows
+    [off_m + 64 WG, +64). `step` runs on over tiles, as in the producer."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty, v_ready,
+     v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
+     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE) = state
+    BLOCK_M: ll.constexpr = ROWS * CONSUMERS
+    qk_scale = softmax_scale * LOG2E
+    step = 0
+    done = 0
+    for tile in ll.range(ll.program_id(0), num_m_tiles * batch_heads, ll.num_programs(0), rematerialize=True):
+        batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
+                                                       BLOCK_M, CAUSAL)
+        attend_tile(state, batch, head, off_m, step, done, qk_scale, WG)
+        step += key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
+        done += 1
+
+
+@ll.jit
+def attend_tile(state, batch, head, off_m, step, done, qk_scale, WG: ll.constexpr):
+    """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on; O
+    leaves through the Q buffer, which is then released to the producer."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty, v_ready,
      v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
      batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
@@ -203,51 +234,50 @@ def consumer(state, WG: ll.constexpr):
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     dtype: ll.constexpr = q_desc.dtype
-    batch, head, kv_head, off_m = tile_coordinates(ll.program_id(0), num_m_tiles, batch_heads,
-                                                   group, heads, kv_group, BLOCK_M, CAUSAL)
     row0 = off_m + WG * ROWS
     # This warpgroup's key tiles; the producer loads those of the whole CTA (`loaded`),
     # and the ones these rows do not see (causal, or rows past seq_q) are only released.
     full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
     count = ll.where(row0 < seq_q, count, 0)
     loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-    qk_scale = softmax_scale * LOG2E
     q = q_smem.index(WG).index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
     l_i = ll.zeros([ROWS], ll.float32, ROW)
     acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
-    mbarrier.wait(q_ready, 0)
+    mbarrier.wait(q_ready, done & 1)
     if count > 0:
         # Key tile 0 alone: S_0 and its softmax (O is still 0: nothing to rescale).
-        take_turn(turns, 0, WG)
-        mbarrier.wait(k_ready.index(0), 0)
-        s = ll.warpgroup_mma(q, k_ring.index(0).index(0).index(0).permute((1, 0)),
+        first = step % STAGES
+        take_turn(turns, step, WG)
+        mbarrier.wait(k_ready.index(first), (step // STAGES) & 1)
+        s = ll.warpgroup_mma(q, k_ring.index(first).index(0).index(0).permute((1, 0)),
                              ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False,
                              is_async=True)
         pass_turn(turns, WG, CONSUMERS)
         s = ll.warpgroup_mma_wait(0, deps=[s])
-        mbarrier.arrive(k_empty.index(0))
+        mbarrier.arrive(k_empty.index(first))
         s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
         p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale)
         p_op = ll.convert_layout(p.to(dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
         for n in range(1, full):
             acc, p_op, m_i, l_i = attend_step(
-                n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
+                n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
                 S_LAYOUT, O_LAYOUT)
         for n in range(ll.maximum(full, 1), count):
             acc, p_op, m_i, l_i = attend_step(
-                n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
+                n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
                 S_LAYOUT, O_LAYOUT)
         # The last P V.
-        last = (count - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((count - 1) // STAGES) & 1)
+        last_step = step + count - 1
+        last = last_step % STAGES
+        mbarrier.wait(v_ready.index(last), (last_step // STAGES) & 1)
         acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(last))
     for n in range(count, loaded):
-        release_step(n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG)
+        release_step(step + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
     # FlashAttention does.
     seen = l_i > 0.0
@@ -263,7 +293,8 @@ def consumer(state, WG: ll.constexpr):
     for j in ll.static_range(HEAD_DIM // BOX):
         tma.async_copy_shared_to_global(o_desc, [batch, head, row0, j * BOX],
                                         q_smem.index(WG).slice(j * BOX, BOX, 3))
-    tma.store_wait(0)
+    tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
+    mbarrier.arrive(q_empty)
 
 
 @ll.jit
@@ -287,20 +318,22 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, 
                         HEAD_DIM: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
                         CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
                         PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr):
-    """Grid (num_m_tiles * batch_heads,), 4 warps (the producer; each consumer warpgroup
-    adds 4); descriptors over [batch, heads, seq, head_dim] with [1, 1, 64 | BLOCK_N, 64]
+    """Grid (any count up to num_m_tiles * batch_heads; CTA i takes tiles i, i + grid, ...),
+    4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads, seq, head_dim] with [1, 1, 64 | BLOCK_N, 64]
     boxes (Q and O | K and V)."""
     dtype: ll.constexpr = q_desc.dtype
     q_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, ROWS, HEAD_DIM], q_desc.layout)
     k_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = mbarrier.allocate_mbarrier()
+    q_empty = mbarrier.allocate_mbarrier()
     k_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     k_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     v_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     v_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     turns = mbarrier.allocate_mbarrier(batch=CONSUMERS)
     mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=CONSUMERS)
     for s in ll.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(k_empty.index(s), count=CONSUMERS)
@@ -308,7 +341,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, 
         mbarrier.init(v_empty.index(s), count=CONSUMERS)
     for wg in ll.static_range(CONSUMERS):
         mbarrier.init(turns.index(wg), count=1)
-    state = (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty,
+    state = (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
              v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
              num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL,
              WRITE_LSE)
@@ -325,6 +358,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, 
                            worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS],
                            default_num_regs=PRODUCER_REGS)
     mbarrier.invalidate(q_ready)
+    mbarrier.invalidate(q_empty)
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(s))
         mbarrier.invalidate(k_empty.index(s))

@@ -45,6 +45,7 @@ def _check_assembly(compiled, config: Config):
     assert layout_ir.count("convert_layout") == layout_ir.count("convert_layout [plan=NoOp()]") >= 2
     meta = compiled.metadata
     assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
+    assert meta["performance_warnings"] == []  # e.g. wgmma serialized by ptxas
     assert meta["total_warps"] == 4 * config.consumers + 4
 
 
@@ -86,6 +87,8 @@ def test_configs_validate_with_readable_errors():
         Config(consumer_regs=236)
     with pytest.raises(ValueError, match="stages"):
         Config(stages=1)
+    with pytest.raises(ValueError, match="persistent must be None"):
+        Config(persistent="yes")
 
 
 def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout="bhsd"):
@@ -131,6 +134,19 @@ def _check_emulated(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layo
                                     Config(head_dim=64, variant="simple")])
 def test_emulated_other_configs(config):
     _check_emulated(1, 2, 1, 200, 150, 64, True, "bhsd", config)
+
+
+@pytest.mark.parametrize("ctas", [1, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_persistent_ctas_walk_every_tile(monkeypatch, causal, ctas):
+    """1 or 4 CTAs over 6 tiles of different lengths (GQA, tails): the ring's slots and
+    phases and the warpgroups' turns run on from tile to tile, and each tile's Q waits
+    for the last tile's O to leave the buffer they share."""
+    from weft.kernels import _launch
+
+    monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
+    config = Config(head_dim=64, block_n=64, stages=3, persistent=True)
+    _check_emulated(1, 3, 1, 200, 230, 64, causal, "bhsd", config)
 
 
 def test_emulated_tile_groups(monkeypatch):
@@ -264,6 +280,28 @@ def test_gpu_attention_matches_torch(batch, heads, kv_heads, seq_q, seq_k, head_
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
     finite = torch.isfinite(ref_lse)
     assert (lse[finite] - ref_lse[finite]).abs().max().item() <= 1e-3 * max(1.0, ref_lse[finite].abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, causal):
+    """2-5 tiles per persistent CTA (GQA, odd lengths): bitwise the result of one CTA per
+    tile (each tile's arithmetic is the same wherever it runs), and right."""
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(head_dim + causal)
+    q = torch.randn(3, 16, 1500, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(3, 4, 1700, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    persistent = dataclasses.replace(default_config(head_dim), persistent=True)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=persistent)
+    tiles = dataclasses.replace(default_config(head_dim), persistent=False)
+    out_tiles, lse_tiles = flash_attention(q, k, v, causal=causal, return_lse=True, config=tiles)
+    assert torch.equal(out, out_tiles) and torch.equal(lse, lse_tiles)
+    ref, _ = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
 
 
 @pytest.mark.gpu
