@@ -41,7 +41,7 @@ for config in (None, Config(head_dim=128, variant="simple")):
     torch.cuda.synchronize()
     print("ok", config, out.float().abs().mean().item(), lse.mean().item())
 q, k, v = (torch.randn(1, 140, 150, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-out = flash_attention(q, k, v, causal=True)
+out = flash_attention(q, k, v, config=Config(head_dim=64, block_n=128, consumers=3, consumer_regs=160, persistent=True))
 torch.cuda.synchronize()
 print("ok persistent, 140 tiles", out.float().abs().mean().item())
 '
