@@ -76,11 +76,11 @@ class Config:
         return ROWS * self.consumers
 
 
-def shared_bytes(config: Config, element_bytes: int = 2) -> int:
-    """Q (reused for O), the K and V rings, the mbarriers."""
+def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False) -> int:
+    """Q (reused for O unless `o_buffer`), the K and V rings, the mbarriers."""
     q = config.block_m * config.head_dim * element_bytes
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
-    return q + kv + 8 * (1 + 4 * config.stages + config.consumers)
+    return q * (2 if o_buffer else 1) + kv + 8 * (2 + 4 * config.stages + config.consumers)
 
 
 def default_config(head_dim: int) -> Config:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .._launch import is_torch, persistent_grid
-from .config import BOX, HEAD_DIMS, ROWS, Config, default_config
+from .config import BOX, HEAD_DIMS, ROWS, SHARED_LIMIT, Config, default_config, shared_bytes
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
 
@@ -173,10 +173,13 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
     kv_bytes = 2 * seq_k * head_dim * 2 // (heads // kv_heads)  # per query head
     group = max(1, min(batch * heads, L2_BUDGET // max(kv_bytes, 1)))
     args = (*descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads, num_m_tiles, batch * heads, group)
-    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages,
-                      CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, **regs)
-    tiles = num_m_tiles * batch * heads
     persistent = not causal if config.persistent is None else config.persistent
+    # A persistent CTA stores O through its own buffer where it fits (not head_dim 256), so
+    # the next tile's Q loads during the last tile's final P V and store.
+    o_buffer = persistent and shared_bytes(config, o_buffer=True) <= SHARED_LIMIT
+    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages,
+                      CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, O_BUFFER=o_buffer, **regs)
+    tiles = num_m_tiles * batch * heads
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
     flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)
 

@@ -93,9 +93,9 @@ def producer(state):
     """For each of this CTA's tiles: load its Q once the consumers have stored the last
     tile's O out of the Q buffer, then every K/V tile the consumers need, as slots free up.
     `step` counts K/V tiles over all of the CTA's tiles: ring slots and phases run on."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty, v_ready,
-     v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
-     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE) = state
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
+     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     step = 0
@@ -207,9 +207,9 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
 def consumer(state, WG: ll.constexpr):
     """For each of this CTA's tiles: softmax(Q K^T * scale) V for its rows
     [off_m + 64 WG, +64). `step` runs on over tiles, as in the producer."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty, v_ready,
-     v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
-     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE) = state
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
+     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     step = 0
@@ -220,15 +220,17 @@ def consumer(state, WG: ll.constexpr):
         attend_tile(state, batch, head, off_m, step, done, qk_scale, WG)
         step += key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
         done += 1
+    tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
 
 
 @ll.jit
 def attend_tile(state, batch, head, off_m, step, done, qk_scale, WG: ll.constexpr):
-    """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on; O
-    leaves through the Q buffer, which is then released to the producer."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty, v_ready,
-     v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
-     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE) = state
+    """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on. O
+    leaves through its own buffer (O_BUFFER), Q released once the S GEMMs are done, or
+    through the Q buffer, released after that."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
+     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -269,6 +271,8 @@ def attend_tile(state, batch, head, off_m, step, done, qk_scale, WG: ll.constexp
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
                 S_LAYOUT, O_LAYOUT)
+        if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
+            mbarrier.arrive(q_empty)
         # The last P V.
         last_step = step + count - 1
         last = last_step % STAGES
@@ -276,6 +280,8 @@ def attend_tile(state, batch, head, off_m, step, done, qk_scale, WG: ll.constexp
         acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(last))
+    elif O_BUFFER:  # no key tile: Q is not read at all
+        mbarrier.arrive(q_empty)
     for n in range(count, loaded):
         release_step(step + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
@@ -286,15 +292,19 @@ def attend_tile(state, batch, head, off_m, step, done, qk_scale, WG: ll.constexp
         rows = row0 + ll.arange(0, ROWS, ROW)
         lse = ll.where(seen, (m_i + ll.log2(ll.where(seen, l_i, 1.0))) * LN2, float("inf"))
         ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=rows < seq_q)
-    # O leaves through this warpgroup's Q buffer: its last S GEMM has read it.
-    q.store((acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(dtype))
+    o = (acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(dtype)
+    if O_BUFFER:
+        tma.store_wait(0)  # the last tile's O is read out of the buffer
+        ll.barrier()
+    o_smem.index(WG).index(0).index(0).store(o)
     ll.fence_async_shared()
     BOX: ll.constexpr = o_desc.block_shape[3]
     for j in ll.static_range(HEAD_DIM // BOX):
         tma.async_copy_shared_to_global(o_desc, [batch, head, row0, j * BOX],
-                                        q_smem.index(WG).slice(j * BOX, BOX, 3))
-    tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
-    mbarrier.arrive(q_empty)
+                                        o_smem.index(WG).slice(j * BOX, BOX, 3))
+    if not O_BUFFER:
+        tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
+        mbarrier.arrive(q_empty)
 
 
 @ll.jit
@@ -317,12 +327,16 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, 
                         heads, kv_group, num_m_tiles, batch_heads, group,
                         HEAD_DIM: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
                         CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
-                        PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr):
-    """Grid (any count up to num_m_tiles * batch_heads; CTA i takes tiles i, i + grid, ...),
-    4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads, seq, head_dim] with [1, 1, 64 | BLOCK_N, 64]
-    boxes (Q and O | K and V)."""
+                        PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, O_BUFFER: ll.constexpr = False):
+    """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
+    4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
+    seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V)."""
     dtype: ll.constexpr = q_desc.dtype
     q_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, ROWS, HEAD_DIM], q_desc.layout)
+    if O_BUFFER:  # O leaves through its own buffer, so the next tile's Q can land meanwhile
+        o_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, ROWS, HEAD_DIM], o_desc.layout)
+    else:  # through the Q buffer, once the last S GEMM has read it
+        o_smem = q_smem
     k_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = mbarrier.allocate_mbarrier()
@@ -341,10 +355,10 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, 
         mbarrier.init(v_empty.index(s), count=CONSUMERS)
     for wg in ll.static_range(CONSUMERS):
         mbarrier.init(turns.index(wg), count=1)
-    state = (q_desc, k_desc, v_desc, o_desc, q_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-             v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+    state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
+             k_empty, v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
              num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL,
-             WRITE_LSE)
+             WRITE_LSE, O_BUFFER)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
+from weft.kernels.attention.config import shared_bytes
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -16,7 +17,7 @@ RNG = np.random.default_rng(11)
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
 
-def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True):
+def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -30,7 +31,7 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True):
         return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
                                                num_warps=4 * config.consumers)
     signature.update(num_m_tiles="i32", batch_heads="i32", group="i32")
-    constexprs.update(CONSUMERS=config.consumers)
+    constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer)
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -59,6 +60,16 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
     _check_assembly(compiled, config)
     # The two GEMMs of a step are in flight together: S_n is waited for with P V pending.
     assert "wgmma.wait_group.sync.aligned 1;" in compiled.asm["ptx"]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_own_o_buffer_variants_assemble_without_spills(head_dim, causal):
+    config = default_config(head_dim)
+    compiled = _compile(config, "bf16", causal, o_buffer=True)
+    _check_assembly(compiled, config)
+    assert compiled.metadata["shared"] >= shared_bytes(config, o_buffer=True) - 64
 
 
 @needs_ptxas
