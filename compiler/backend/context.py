@@ -32,6 +32,7 @@ from ..errors import CompilationError
 from ..ir import Block, Kernel, Op, Value
 from ..types import SharedType, TensorType
 from . import llvm_types as T
+from . import ptx_asm
 
 LoweringRule = Callable[["Lowering", Op], None]
 
@@ -273,8 +274,9 @@ class Lowering:
         """%tid.x, %ctaid.y, ... read once in the prologue."""
         if self._opaque_tid and name == "tid.x":
             # LLVM may not hoist a volatile asm, nor merge it with the entry block's read.
+            text, constraints = ptx_asm.read_special_register(name)
             return self.cached(("sreg", name), lambda b: b.asm(
-                ir.FunctionType(T.I32, []), "mov.u32 $0, %tid.x;", "=r", [], side_effect=True, name="tid"))
+                ir.FunctionType(T.I32, []), text, constraints, [], side_effect=True, name="tid"))
         return self.cached(("sreg", name), lambda b: self.intrinsic(
             f"llvm.nvvm.read.ptx.sreg.{name}", T.I32, [], builder=b))
 

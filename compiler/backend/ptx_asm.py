@@ -63,6 +63,15 @@ def masked_global_store(word_bits: int, count: int, cache: str = "") -> tuple[st
     return text, constraints
 
 
+def read_special_register(name: str) -> tuple[str, str]:
+    """A special register (%tid.x, ...) read into a 32-bit register ($0). Emitted as
+    volatile asm where LLVM must neither hoist the read nor merge it with another (its
+    NVVM intrinsic is `readnone`, so LLVM may do both).
+    Special registers: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#special-registers
+    """
+    return f"mov.u32 $0, %{name};", "=r"
+
+
 def bulk_prefetch_l2() -> tuple[str, str]:
     """Prefetch a byte range of global memory into L2, issued where the predicate holds.
 

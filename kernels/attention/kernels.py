@@ -5,11 +5,12 @@ Persistent: each CTA walks tiles (query tile, batch * head) `program_id, + num_p
 tile with `Config(persistent=False)`). Its warps split into partitions:
 
 - the producer (4 warps at a few registers, one thread issuing TMA) loads a tile's Q once
-  the consumers have stored the previous tile's O out of the Q buffer (`q_empty`), then
+  the consumers release the Q buffer (`q_empty`: after their last S GEMM when O leaves
+  through its own buffer, O_BUFFER; after the O store when it leaves through Q's), then
   streams its K and V tiles through a ring of STAGES slots; every slot has a `ready`
   mbarrier (the TMA bytes land on it) and an `empty` one (each consumer releases it).
-  Ring positions count on over the CTA's tiles, so the next tile's loads start while the
-  consumers finish the last one;
+  Ring positions count on over the CTA's tiles, so the next tile's K/V loads start as
+  soon as the last tile frees slots;
 - CONSUMERS warpgroups of 64 query rows each: S = Q K^T by async wgmma from shared
   memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
@@ -90,9 +91,9 @@ def load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr):
 
 @ll.jit
 def producer(state):
-    """For each of this CTA's tiles: load its Q once the consumers have stored the last
-    tile's O out of the Q buffer, then every K/V tile the consumers need, as slots free up.
-    `step` counts K/V tiles over all of the CTA's tiles: ring slots and phases run on."""
+    """For each of this CTA's tiles: load its Q once the consumers release the Q buffer,
+    then every K/V tile the consumers need, as slots free up. `step` counts K/V tiles over
+    all of the CTA's tiles: ring slots and phases run on."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
      batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state

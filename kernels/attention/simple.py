@@ -28,24 +28,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
-
-
-@ll.jit
-def key_tiles(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
-              CAUSAL: ll.constexpr):
-    """(tiles without masks, all tiles) of keys the query rows [off_m, off_m + BLOCK_M)
-    see: tiles [0, full) need no mask, tiles [full, count) do."""
-    full = seq_k // BLOCK_N
-    count = ll.cdiv(seq_k, BLOCK_N)
-    if CAUSAL:
-        shift = seq_k - seq_q  # query i sees keys j <= i + shift
-        full = ll.minimum(full, ll.maximum(off_m + shift + 1, 0) // BLOCK_N)
-        count = ll.minimum(count, ll.cdiv(ll.maximum(off_m + BLOCK_M + shift, 0), BLOCK_N))
-    return full, count
-
+from .kernels import LN2, LOG2E, key_tiles, load_boxes  # shared with the FA3 kernel
 
 @ll.jit
 def tile_coordinates(heads, kv_group, BLOCK_M: ll.constexpr, num_m_tiles, CAUSAL: ll.constexpr):
@@ -57,15 +40,6 @@ def tile_coordinates(heads, kv_group, BLOCK_M: ll.constexpr, num_m_tiles, CAUSAL
     bh = ll.program_id(1)
     head = bh % heads
     return bh // heads, head, head // kv_group, pid_m * BLOCK_M
-
-
-@ll.jit
-def load_boxes(desc, coords_b, coords_h, row, bar, dst, HEAD_DIM: ll.constexpr):
-    """TMA loads of a [rows, HEAD_DIM] tile as HEAD_DIM / 64 boxes side by side."""
-    BOX: ll.constexpr = desc.block_shape[3]
-    for j in ll.static_range(HEAD_DIM // BOX):
-        tma.async_copy_global_to_shared(desc, [coords_b, coords_h, row, j * BOX], bar,
-                                        dst.slice(j * BOX, BOX, 3))
 
 
 @ll.jit
