@@ -51,7 +51,8 @@ class Op:
         found = []
         for f in dataclasses.fields(self):
             if f.name == "result":
-                found.append(getattr(self, f.name))
+                if getattr(self, f.name) is not None:  # an atomic whose old value is unused
+                    found.append(getattr(self, f.name))
             elif f.name == "results":
                 found.extend(getattr(self, f.name))
         return tuple(found)
@@ -271,6 +272,53 @@ class Store(Op):
     mask: Optional[Value] = None
     vector: int = 1
     cache: str = ""  # PTX cache qualifiers after st.global (".cs", ".L1::evict_first", ...)
+
+
+ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
+MEMORY_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel")  # PTX's .sem qualifiers
+MEMORY_SCOPES = ("cta", "gpu", "sys")  # PTX's .scope qualifiers
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtomicRMW(Op):
+    """memory = kind(memory, value) at each element of `pointer` where `mask` holds, as
+    one atomic per element and program (per partition inside a warp_specialize), however
+    many threads hold the element: the replica with the lowest thread index issues it.
+
+    `result`: the old values (0 where masked off), the same in every thread holding an
+    element; None once nothing reads them (drop_unused_atomic_results), which lowers to
+    `red` where PTX allows. `scratch_offset` (bytes, set by allocation): where the issuing
+    threads pass the old values to the other replicas (see backend/lower_atomic.py).
+    """
+
+    NAME = "atomic_rmw"
+    result: Optional[Value]
+    kind: str
+    pointer: Value
+    value: Value
+    mask: Optional[Value] = None
+    sem: str = "acq_rel"
+    scope: str = "gpu"
+    scratch_offset: Optional[int] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtomicCAS(Op):
+    """Compare-and-swap: where memory equals `compare`, write `value`; exactly once per
+    element and program, with the old values as for AtomicRMW."""
+
+    NAME = "atomic_cas"
+    result: Optional[Value]
+    pointer: Value
+    compare: Value
+    value: Value
+    mask: Optional[Value] = None
+    sem: str = "acq_rel"
+    scope: str = "gpu"
+    scratch_offset: Optional[int] = None
+
+
+ATOMICS = (AtomicRMW, AtomicCAS)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from .ir import Kernel
 from .passes.allocate_shared_memory import allocate_shared_memory
 from .passes.axis_analysis import format_axis_info
 from .passes.coalesce import coalesce
+from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.insert_barriers import insert_barriers
 from .passes.lower_tiles import lower_tiles
 from .passes.plan_conversions import plan_conversions
@@ -43,6 +44,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
 LAYOUT_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("plan_conversions", plan_conversions),              # plans decide which conversions need scratch
     ("vectorize_memory", vectorize_memory),              # layouts are final; axis facts pick access widths
+    ("drop_unused_atomic_results", drop_unused_atomic_results),  # before allocation: no scratch for them
     ("allocate_shared_memory", allocate_shared_memory),  # every buffer and scratch user is known now
     ("insert_barriers", insert_barriers),                # needs byte offsets to see overlapping accesses
 )

@@ -11,12 +11,12 @@ from __future__ import annotations
 from ..layouts import LayoutError
 from . import layout_rules
 from .errors import CompilationError
-from .ir import (AddPtr, Binary, Block, Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma,
-                 For, If, Kernel, Load, Op, Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value,
-                 While, Yield)
+from .ir import (ATOMIC_KINDS, ATOMICS, MEMORY_SCOPES, MEMORY_SEMANTICS, AddPtr, AtomicRMW, Binary, Block,
+                 Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma, For, If, Kernel, Load, Op,
+                 Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value, While, Yield)
 from .types import TensorType
 
-_ELEMENTWISE = (Binary, Unary, Compare, Fma, Select, Cast, AddPtr, Load, Store, Splat, Constant)
+_ELEMENTWISE = (Binary, Unary, Compare, Fma, Select, Cast, AddPtr, Load, Store, Splat, Constant) + ATOMICS
 
 
 class VerificationError(CompilationError):
@@ -40,6 +40,15 @@ def _check_elementwise(op: Op) -> None:
     scalars = [v for v in op.uses() if not isinstance(v.type, TensorType)]
     if isinstance(op, (Load, Store, AddPtr)) and scalars and op.defines() and isinstance(op.defines()[0].type, TensorType):
         _fail(op, "mixes scalar and tensor operands; splat the scalar first")
+    if isinstance(op, ATOMICS) and scalars and isinstance(op.pointer.type, TensorType):
+        _fail(op, "mixes scalar and tensor operands; splat the scalar first")
+
+
+def _check_atomic(op: Op) -> None:
+    if isinstance(op, AtomicRMW) and op.kind not in ATOMIC_KINDS:
+        _fail(op, f"unknown kind {op.kind!r}")
+    if op.sem not in MEMORY_SEMANTICS or op.scope not in MEMORY_SCOPES:
+        _fail(op, f"unknown sem {op.sem!r} or scope {op.scope!r}")
 
 
 def _check_shape_op(op: Op) -> None:
@@ -101,6 +110,8 @@ def _verify_block(block: Block, scope: set) -> None:
             _check_elementwise(op)
         elif isinstance(op, (ExpandDims, Permute, Reshape, Reduce, Broadcast)):
             _check_shape_op(op)
+        if isinstance(op, ATOMICS):
+            _check_atomic(op)
         if isinstance(op, For):
             _check_yield(op, op.body, op.results, "loop body")
             for init, arg in zip(op.inits, op.body.args[1:]):

@@ -23,7 +23,8 @@ from ..lowlevel.dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, fl
                                fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
                                int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
 from ..runtime.jit import constexpr
-from .builtins import (abs, arange, argmax, argmin, broadcast, broadcast_to, cdiv, ceil, cos, debug_barrier,
+from .builtins import (abs, arange, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
+                       atomic_xchg, atomic_xor, argmax, argmin, broadcast, broadcast_to, cdiv, ceil, cos, debug_barrier,
                        device_assert, device_print, erf, exp, exp2, expand_dims, floor, fma, full, load, log,
                        log2, max, maximum, min, minimum, next_power_of_2, num_programs, permute, program_id,
                        rsqrt, sin, sqrt, static_assert, static_print, store, sum, trans, where, zeros,
@@ -51,6 +52,7 @@ __all__ = [
     "Tensor", "tensor", "dtype", "pointer_type",
     # ops
     "program_id", "num_programs", "arange", "full", "zeros", "zeros_like", "load", "store", "where",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
     "maximum", "minimum", "fma", "cdiv", "next_power_of_2", "sum", "max", "min", "argmax", "argmin",
     "expand_dims", "broadcast_to", "broadcast", "permute", "trans",

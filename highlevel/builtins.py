@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 from ..compiler import ir
 from ..compiler.builder import builtin, constexpr_function
 from ..compiler.types import ScalarType, TensorType, i32
+from ..lowlevel import atomics as ll_atomics
 from ..lowlevel import builtins as ll
 from ..lowlevel import semantic as ll_sem
 from . import semantic as sem
@@ -120,6 +121,37 @@ def store(pointer: Any, value: Any, mask: Any = None, cache_modifier: str = "",
     the cache hints are ll.store's."""
     pointer, value, mask = sem.broadcast_all(pointer, value, mask, what="store")
     ll.store.__wrapped__(pointer, value, mask, cache_modifier, eviction_policy)
+
+
+def _atomic(kind: str):
+    """tl.atomic_<kind>: ll.atomic_<kind> with the operands broadcast to one shape first."""
+    name = "atomic_" + kind
+    lowlevel_op = getattr(ll_atomics, name)
+
+    def op(pointer: Any, value: Any, mask: Any = None, sem: Optional[str] = "acq_rel",
+           scope: Optional[str] = "gpu"):
+        pointer, value, mask = _broadcast(pointer, value, mask, what=name)
+        return lowlevel_op.__wrapped__(pointer, value, mask, sem, scope)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = lowlevel_op.__doc__
+    return builtin(op)
+
+
+def _broadcast(*values: Any, what: str) -> list:
+    return sem.broadcast_all(*values, what=what)  # here `sem` is the module, not an argument
+
+
+atomic_add, atomic_max, atomic_min = _atomic("add"), _atomic("max"), _atomic("min")
+atomic_and, atomic_or, atomic_xor, atomic_xchg = _atomic("and"), _atomic("or"), _atomic("xor"), _atomic("xchg")
+
+
+@builtin
+def atomic_cas(pointer: Any, cmp: Any, value: Any, sem: Optional[str] = "acq_rel",
+               scope: Optional[str] = "gpu", mask: Any = None):
+    """ll.atomic_cas with the operands broadcast to one shape first."""
+    pointer, cmp, value, mask = _broadcast(pointer, cmp, value, mask, what="atomic_cas")
+    return ll_atomics.atomic_cas.__wrapped__(pointer, cmp, value, sem, scope, mask)
 
 
 # ------------------------------------------------------------------ elementwise

@@ -16,6 +16,8 @@ Python subset a kernel may use):
 from ..compiler.builder import constexpr_function, dynamic_range as range, register_language, static_range
 from ..compiler.types import PointerType, ScalarType, SharedType, TensorDescriptorType
 from ..runtime.jit import constexpr
+from .atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or, atomic_xchg,
+                      atomic_xor)
 from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, prefetch_l2, ceil, convert_layout, cos,
                        device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
                        load, log, log2, max, maximum, min, minimum, num_programs, permute,
@@ -65,6 +67,7 @@ __all__ = [
     "Tensor", "tensor", "SharedMemoryDescriptor", "dtype", "pointer_type",
     # ops
     "program_id", "num_programs", "arange", "full", "zeros", "load", "store", "where",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
     "maximum", "minimum", "fma", "cdiv", "sum", "max", "min", "argmax", "argmin",
     "expand_dims", "reshape", "permute", "convert_layout", "allocate_shared_memory", "barrier", "prefetch_l2",

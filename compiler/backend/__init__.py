@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..ir import Kernel
 # Importing the families registers their rules in DEFAULT_RULES.
-from . import (lower_cast, lower_control, lower_convert, lower_debug, lower_elementwise,  # noqa: F401
+from . import (lower_atomic, lower_cast, lower_control, lower_convert, lower_debug, lower_elementwise,  # noqa: F401
                lower_math, lower_memory, lower_reduce, lower_shape, lower_shared)
 from . import lower_wgmma  # noqa: F401
 from . import lower_async, lower_warp_specialize  # noqa: F401

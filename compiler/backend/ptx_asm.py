@@ -3,8 +3,9 @@
 Everything that an NVVM intrinsic covers (thread ids, barriers, shuffles, ex2/lg2/sin/cos
 approximations) is emitted as the intrinsic, not here. Inline PTX is used where LLVM has
 no way to say what we need: predicated global accesses (a masked-off lane must not touch
-memory), the fp8 conversions, fp32 pairs to packed 16-bit floats (LLVM emits one
-scalar `cvt` per element and integer ops to pack them), and Hopper's async machinery
+memory), atomics with PTX's memory semantics and scope (atom, red), the fp8
+conversions, fp32 pairs to packed 16-bit floats (LLVM emits one scalar `cvt` per
+element and integer ops to pack them), and Hopper's async machinery
 (mbarrier, TMA, cp.async, setmaxnreg, wgmma) in the two sections at the end.
 
 Each function returns `(asm_text, constraints)` for `llvmlite.ir.InlineAsm`. Constraint
@@ -61,6 +62,52 @@ def masked_global_store(word_bits: int, count: int, cache: str = "") -> tuple[st
     text = f"@${count + 1} st.global{cache}{_vector_suffix(count)}.{ptx_type} [$0], {source};"
     constraints = ",".join(["l"] + [letter] * count + ["b"])
     return text, constraints
+
+
+_ATOMIC_OPS = {"add": "add", "max": "max", "min": "min", "and": "and", "or": "or", "xor": "xor",
+               "xchg": "exch", "cas": "cas"}
+
+
+def atomic_type(kind: str, element_name: str) -> str:
+    """The PTX type of an atom/red on `element_name` elements: bitwise ops, exch and cas
+    take .b32/.b64, add .u32/.u64 (two's complement: signed too) or .f32/.f64, max/min
+    .s or .u by signedness."""
+    bits = element_name[-2:]
+    if element_name.startswith("fp"):
+        return f"f{bits}"
+    if kind in ("max", "min"):
+        return f"{element_name[0].replace('i', 's')}{bits}"
+    return f"u{bits}" if kind == "add" else f"b{bits}"
+
+
+def global_atomic(kind: str, ptx_type: str, sem: str, scope: str) -> tuple[str, str]:
+    """atom.{sem}.{scope}.global.{op}.{type} where the predicate holds; the old value
+    where it does not is 0. `sem` and `scope` are PTX's qualifiers without the dot.
+
+    Operands: the old value ($0), the address ($1, 64-bit global), the value ($2), for
+    cas the new value ($3; $2 is the compared one), then the predicate. Registers are
+    32- or 64-bit words (`r`/`l`): PTX accepts a .b register where .f has its width.
+    atom: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-atom
+    """
+    letter, word = ("l", "b64") if ptx_type.endswith("64") else ("r", "b32")
+    cas = kind == "cas"
+    predicate = 4 if cas else 3
+    operands = "$2, $3" if cas else "$2"
+    text = (f"mov.{word} $0, 0;\n\t"
+            f"@${predicate} atom.{sem}.{scope}.global.{_ATOMIC_OPS[kind]}.{ptx_type} $0, [$1], {operands};")
+    return text, ",".join([f"={letter}", "l"] + [letter] * (2 if cas else 1) + ["b", MEMORY])
+
+
+def global_reduction(kind: str, ptx_type: str, sem: str, scope: str) -> tuple[str, str]:
+    """red.{sem}.{scope}.global.{op}.{type}: an atom that returns nothing (PTX allows
+    only .relaxed and .release, and no exch or cas), where the predicate holds.
+
+    Operands: the address ($0), the value ($1), the predicate ($2).
+    red: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-red
+    """
+    letter = "l" if ptx_type.endswith("64") else "r"
+    text = f"@$2 red.{sem}.{scope}.global.{_ATOMIC_OPS[kind]}.{ptx_type} [$0], $1;"
+    return text, ",".join(["l", letter, "b", MEMORY])
 
 
 def read_special_register(name: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import CompilationError
-from ..ir import (AllocShared, Block, ConvertLayout, For, Kernel, Op, Reduce, SharedIndex, SharedPermute,
+from ..ir import (ATOMICS, AllocShared, Block, ConvertLayout, For, Kernel, Op, Reduce, SharedIndex, SharedPermute,
                   SharedSlice, Value, WarpSpecialize, While)
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
@@ -63,6 +63,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     loop_ends: dict = {}
     _number_ops(kernel.body, (), positions, loop_ends, [0], kernel.num_warps)
 
+    copied_by_workers = kernel.total_warps > kernel.num_warps  # code outside partitions
     roots: dict[Value, Value] = {}
     intervals: dict[object, _Interval] = {}
     for op in kernel.walk():
@@ -81,7 +82,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
                 for arg, captured in zip(region.args, op.captures):
                     if captured in roots:
                         roots[arg] = roots[captured]
-        scratch = scratch_bytes_of(op, warps)
+        scratch = scratch_bytes_of(op, warps, mirrored=partition is None and copied_by_workers)
         if scratch:
             intervals[id(op)] = _Interval(id(op), scratch, 16, start, here)
         for value in op.uses():
@@ -115,7 +116,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     def rule(op: Op) -> Op:
         if isinstance(op, AllocShared):
             return dataclasses.replace(op, offset=offsets[op.result])
-        if isinstance(op, (ConvertLayout, Reduce)) and id(op) in offsets:
+        if isinstance(op, (ConvertLayout, Reduce) + ATOMICS) and id(op) in offsets:
             return dataclasses.replace(op, scratch_offset=offsets[id(op)])
         return op
 

@@ -4,8 +4,9 @@ A hazard is a read or write of bytes that another thread may have written since 
 last barrier (RAW, WAW), or a write of bytes that another thread may still be reading
 (WAR). Loops are walked twice so hazards across the back edge are seen; an `if` leaves
 the union of both branches pending. Ops that use scratch (reductions across warps,
-conversions through shared memory) synchronise inside themselves; here they count as a
-write of their scratch, a full barrier, then a pending read.
+conversions through shared memory, atomics passing old values to copies) synchronise
+inside themselves; here they count as a write of their scratch, a full barrier, then a
+pending read.
 
 Two refinements keep barriers out of hot loops:
 - ops that one elected thread issues (mbarrier init/arrive/invalidate, TMA) never

@@ -35,7 +35,7 @@ from ...layouts import LayoutError, LinearLayout
 from .. import layout_rules
 from ..builder import language_layouts
 from ..errors import CompilationError
-from ..ir import (AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
+from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
                   ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, Select,
                   Splat, Store, Unary, Value, While)
 from ..types import TensorType
@@ -137,6 +137,15 @@ def _elementwise_forward(op: Op, operands, ctx) -> Optional[Decision]:
 @LAYOUT_RULES.backward(*ELEMENTWISE, *SOURCES)
 def _elementwise_backward(op: Op, result: Placement, ctx) -> Decision:
     return Decision(result, tuple(result if _tensor(v) else None for v in op.uses()))
+
+
+@LAYOUT_RULES.forward(*ATOMICS)
+def _atomic_forward(op: Op, operands, ctx) -> Optional[Decision]:
+    """Elementwise on its operands; never redone in another layout (it writes memory)."""
+    return _elementwise_forward(op, operands, ctx)
+
+
+LAYOUT_RULES.backward(*ATOMICS)(_elementwise_backward)
 
 
 @LAYOUT_RULES.forward(Load, Store)

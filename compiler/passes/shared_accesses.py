@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..ir import (AllocShared, AsyncCopy, BulkCopyLoad, ConvertLayout, MBarrierArrive, MBarrierExpect, MBarrierInit,
-                  MBarrierInvalidate, MBarrierWait, Op, Reduce, SharedIndex, SharedLoad, SharedPermute,
+from .. import atomics
+from ..ir import (ATOMICS, AllocShared, AsyncCopy, BulkCopyLoad, ConvertLayout, MBarrierArrive, MBarrierExpect,
+                  MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Reduce, SharedIndex, SharedLoad, SharedPermute,
                   SharedSlice, SharedStore, TmaLoad, TmaStore, Value, WarpGroupDot, WarpSpecialize,
                   is_shared)
 
@@ -57,8 +58,11 @@ class BufferRanges:
         return self.ranges.get(value)
 
 
-def scratch_bytes_of(op: Op, num_warps: int) -> int:
-    """Bytes of scratch an op needs while it runs (0 when it needs none)."""
+def scratch_bytes_of(op: Op, num_warps: int, mirrored: bool = False) -> int:
+    """Bytes of scratch an op needs while it runs (0 when it needs none). `mirrored`: the
+    op runs outside partitions in a kernel whose worker warps copy that code."""
+    if isinstance(op, ATOMICS):
+        return atomics.scratch_bytes(op) if atomics.needs_scratch(op, num_warps, mirrored) else 0
     if isinstance(op, ConvertLayout) and op.plan is not None:
         return int(getattr(op.plan, "scratch_bytes", 0) or 0)
     if isinstance(op, Reduce):
@@ -110,8 +114,8 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         # Each thread's wait_group covers only its own copies: other threads may read
         # (or overwrite) the bytes only after a barrier, so the copy counts as a write.
         return Access(writes=(buffers.of(op.buffer),))
-    if isinstance(op, (ConvertLayout, Reduce)) and op.scratch_offset is not None:
-        size = scratch_bytes_of(op, num_warps)
+    if isinstance(op, (ConvertLayout, Reduce) + ATOMICS) and op.scratch_offset is not None:
+        size = atomics.scratch_bytes(op) if isinstance(op, ATOMICS) else scratch_bytes_of(op, num_warps)
         scratch = ByteRange(op.scratch_offset, op.scratch_offset + size)
         return Access(writes=(scratch,), syncs=True, pending_reads=(scratch,))
     return Access()

@@ -23,6 +23,7 @@ op-family modules imported below; copy it to add rules locally (`RuleTable.copy`
 """
 
 from . import control, elementwise, global_memory, reduce, shape_ops, shared_memory  # noqa: F401  (register rules)
+from . import atomics  # noqa: F401  (register rules)
 from . import async_ops, mbarriers, partitions, wgmma  # noqa: F401  (Hopper async rules)
 from .dtypes import from_bf16, to_bf16
 from .errors import EmulationError

@@ -105,6 +105,13 @@ class GlobalMemory:
                         f"{describe(position)}", loc)
         return ids, offsets
 
+    def check(self, addresses, element, mask, what: str, loc, describe: Describe) -> None:
+        """Raise as an access `what` would where `mask` holds: an address outside every
+        argument buffer, out of bounds or misaligned (atomics check before updating)."""
+        addresses = np.asarray(addresses, dtype=np.int64)
+        active = np.ones(addresses.shape, bool) if mask is None else np.broadcast_to(mask, addresses.shape)
+        self._locate(addresses, active, element, what, loc, describe)
+
     def load(self, addresses, element, mask, loc, describe: Describe) -> np.ndarray:
         addresses = np.asarray(addresses, dtype=np.int64)
         active = np.ones(addresses.shape, bool) if mask is None else np.broadcast_to(mask, addresses.shape)

@@ -399,3 +399,29 @@ def test_tiles_smaller_than_the_cta_wrap_for_any_warp_count(warps):
     out = np.zeros((8, 4), np.float32)
     small[(1,)](x, out, R=4, C=8, num_warps=warps)
     np.testing.assert_allclose(out, (x - x.max(0) + x.sum(1)[:, None]).T, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ atomics
+@tl.jit
+def tile_histogram(bins_ptr, hist_ptr, old_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    bins = tl.load(bins_ptr + offsets, mask=mask)
+    old = tl.atomic_add(hist_ptr + bins, 1, mask=mask)
+    tl.store(old_ptr + offsets, old, mask=mask)
+    tl.atomic_max(hist_ptr + bins[:, None] * 0 + tl.arange(0, 2)[None, :] * 0, bins[:, None], mask=mask[:, None],
+                  sem="relaxed")
+
+
+@pytest.mark.parametrize("block", [32, 256])  # 32 elements on 4 warps: every warp holds a copy
+def test_tile_atomics_update_each_element_once(block):
+    n, bins = 900, 23
+    index = RNG.integers(1, bins, n).astype(np.int32)
+    hist = np.zeros(bins, np.int32)
+    old = np.full(n, -1, np.int32)
+    tile_histogram[(triton.cdiv(n, block),)](index, hist, old, n, block)
+    expected = np.bincount(index, minlength=bins)
+    expected[0] = index.max()  # each element also maxes its bin into bin 0 (from both columns)
+    np.testing.assert_array_equal(hist, expected)
+    for b in range(1, bins):
+        np.testing.assert_array_equal(np.sort(old[index == b]), np.arange((index == b).sum()))
