@@ -240,6 +240,18 @@ class dynamic_range:
         self.rematerialize = rematerialize
 
 
+class condition:
+    """`while ll.condition(test, rematerialize=True):` a runtime while loop whose body
+    recomputes thread-position values in every iteration, as `ll.range(...,
+    rematerialize=True)` does for a for loop: for a persistent kernel whose tiles come
+    from a dynamic scheduler, so their number is not known when the loop starts."""
+
+    __weft_constexpr__ = True
+
+    def __init__(self, test, rematerialize=False):
+        self.test, self.rematerialize = test, rematerialize
+
+
 def _loc() -> Optional[Loc]:
     builder = _CURRENT.get()
     return builder.loc if builder else None

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from . import ir
 from .builder import (Builder, DynamicValue, dynamic_range, language_stage, language_wrapper,
                       unwrap_constexpr)
+from .builder import condition as loop_condition
 from .errors import CompilationError, Loc
 from .frontend_expr import (BINARY_OPERATORS, ExpressionVisitor, FunctionFrame, ReturnSignal,
                             assigned_names, changed, is_constexpr_annotation, number_type,
@@ -441,7 +442,7 @@ class KernelBuilder(ExpressionVisitor):
         self.scope.update(bind(before_args))
         self.dynamic_depth += 1
         try:
-            condition = self.visit(node.test)
+            condition, rematerialize = self.while_test(node.test)
             if not isinstance(condition, DynamicValue):
                 condition = self.builder.wrap(self.as_handle("condition", bool(condition), i1))
             condition = self.scalar_condition(condition, "while")
@@ -458,8 +459,19 @@ class KernelBuilder(ExpressionVisitor):
         results = tuple(ir.Value(t, name) for name, t in carried)
         self.builder.emit(ir.While(results=results, inits=inits,
                                    before=ir.Block(before_args, tuple(condition_ops)),
-                                   after=ir.Block(after_args, tuple(ops)), loc=loc))
+                                   after=ir.Block(after_args, tuple(ops)), rematerialize=rematerialize,
+                                   loc=loc))
         self.finish_loop(before, after, carried, results, loc)
+
+    def while_test(self, test: ast.expr) -> tuple[Any, bool]:
+        """(condition, rematerialize) of a while loop's test, `ll.condition(...)` or not."""
+        condition = self.visit(test)
+        if not isinstance(condition, loop_condition):
+            return condition, False
+        if not isinstance(condition.rematerialize, bool):
+            raise self.builder.error(f"ll.condition(..., rematerialize=) takes True or False, found "
+                                     f"{condition.rematerialize!r}")
+        return condition.test, condition.rematerialize
 
     def carried(self, body, before: dict, bindings: dict, test: Optional[ast.expr] = None):
         """The (name, type) of each variable a runtime loop carries, found by walking the
@@ -490,7 +502,7 @@ class KernelBuilder(ExpressionVisitor):
                 self.scope = dict(before)
                 self.scope.update(probes)
                 try:
-                    condition = self.visit(test)
+                    condition = self.while_test(test)[0]
                 finally:
                     self.builder.pop_block()
                 if not isinstance(condition, DynamicValue):

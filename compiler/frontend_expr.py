@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .builder import (Builder, DynamicValue, dynamic_range, is_builtin, is_constexpr_callable,
                       unwrap_constexpr)
+from .builder import condition as loop_condition
 from .errors import CompilationError, Loc
 from .types import ScalarType, TensorType, Type, fp32, i1, i32, i64
 
@@ -321,8 +322,8 @@ class ExpressionVisitor:
             return self.inline_call(jitted, args, kwargs, node)
         if is_builtin(function):
             return function(*args, **kwargs)
-        if isinstance(function, type) and issubclass(function, dynamic_range):
-            return function(*args, **kwargs)  # bounds may be runtime values
+        if isinstance(function, type) and issubclass(function, (dynamic_range, loop_condition)):
+            return function(*args, **kwargs)  # bounds and tests may be runtime values
         if function is abs and len(args) == 1 and isinstance(args[0], DynamicValue):
             return abs(args[0])
         if self.compile_time_callable(function):

@@ -500,6 +500,7 @@ class While(Op):
     inits: tuple[Value, ...]
     before: Block
     after: Block
+    rematerialize: bool = False  # as For's: `while ll.condition(..., rematerialize=True)`
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ Python subset a kernel may use):
         ll.store(out_ptr + offsets, ll.load(x_ptr + offsets, mask) + ll.load(y_ptr + offsets, mask), mask)
 """
 
-from ..compiler.builder import constexpr_function, dynamic_range as range, register_language, static_range
+from ..compiler.builder import condition, constexpr_function, dynamic_range as range, register_language, static_range
 from ..compiler.types import PointerType, ScalarType, SharedType, TensorDescriptorType
 from ..runtime.jit import constexpr
 from .atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or, atomic_xchg,
@@ -55,7 +55,7 @@ register_language("lowlevel", _wrap)
 
 __all__ = [
     # kernels and compile-time helpers
-    "jit", "constexpr", "constexpr_function", "static_range", "range",
+    "jit", "constexpr", "constexpr_function", "static_range", "range", "condition",
     # layouts
     "BlockedLayout", "SliceLayout", "NVMMADistributedLayout", "DotOperandLayout",
     "LinearDistributedLayout", "SwizzledSharedLayout", "NVMMASharedLayout", "LinearSharedLayout",

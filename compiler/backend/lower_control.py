@@ -132,19 +132,7 @@ def lower_for(ctx: Lowering, op: For) -> None:
     b.position_at_end(body)
     ctx.define(op.body.args[0], iv)
     _define_all(ctx, op.body.args[1:], carried)
-    if op.rematerialize:
-        # A persistent kernel's tile loop, say: thread-position values are recomputed in
-        # each iteration rather than held in registers across its inner loops
-        # (ll.range(..., rematerialize=True); Lowering.recompute_scope).
-        rest = ctx.new_block("for_body_rest")
-        prologue = ir.IRBuilder(body)
-        prologue.branch(rest)
-        prologue.position_before(body.terminator)
-        b.position_at_end(rest)
-        with ctx.recompute_scope(prologue):
-            ctx.lower_block(op.body)
-    else:
-        ctx.lower_block(op.body)
+    _lower_body(ctx, op.body, op.rematerialize, "for_body_rest")
     yielded = _yielded(ctx, op.body)
     _check_views(op, inits, yielded)
     flat_yielded = _flatten_all(b, yielded)
@@ -156,6 +144,24 @@ def lower_for(ctx: Lowering, op: For) -> None:
 
     b.position_at_end(exit_)
     _define_all(ctx, op.results, carried)
+
+
+def _lower_body(ctx: Lowering, body, rematerialize: bool, rest_name: str) -> None:
+    """A loop body at the builder's position. `rematerialize` (a persistent kernel's tile
+    loop, say; `ll.range(..., rematerialize=True)`, `ll.condition(...)`): thread-position
+    values are recomputed in a prologue of each iteration (Lowering.recompute_scope)
+    rather than held in registers across the body's inner loops."""
+    if not rematerialize:
+        ctx.lower_block(body)
+        return
+    b = ctx.builder
+    entry, rest = b.block, ctx.new_block(rest_name)
+    prologue = ir.IRBuilder(entry)
+    prologue.branch(rest)
+    prologue.position_before(entry.terminator)
+    b.position_at_end(rest)
+    with ctx.recompute_scope(prologue):
+        ctx.lower_block(body)
 
 
 @lowers(If)
@@ -206,7 +212,7 @@ def lower_while(ctx: Lowering, op: While) -> None:
 
     b.position_at_end(after)
     _define_all(ctx, op.after.args, forwarded)
-    ctx.lower_block(op.after)
+    _lower_body(ctx, op.after, op.rematerialize, "while_after_rest")
     yielded = _yielded(ctx, op.after)
     _check_views(op, inits, yielded)
     flat_yielded = _flatten_all(b, yielded)

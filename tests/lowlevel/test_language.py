@@ -348,3 +348,31 @@ def test_rematerialized_loops_recompute_thread_values_per_iteration():
     np.testing.assert_array_equal(out, np.tile(np.arange(128, dtype=np.float32) * 6, (5, 1)))
     with pytest.raises(CompilationError, match=r"rematerialize=\) takes True or False"):
         tile_loop.compile(signature=signature, constexprs={"REMAT": 1})
+
+
+@ll.jit
+def tile_while(out_ptr, n_tiles, inner, REMAT: ll.constexpr):
+    layout: ll.constexpr = ll.BlockedLayout([1], [32], [4], [0])
+    tile = ll.program_id(0)
+    while ll.condition(tile < n_tiles, rematerialize=REMAT):
+        offs = ll.arange(0, 128, layout)
+        acc = ll.zeros([128], ll.float32, layout)
+        for k in range(0, inner):
+            acc += offs.to(ll.float32) * k
+        ll.store(out_ptr + tile * 128 + offs, acc + tile)
+        tile += ll.num_programs(0)
+
+
+def test_rematerialized_while_loops_recompute_thread_values_per_iteration():
+    signature = {"out_ptr": "*fp32", "n_tiles": "i32", "inner": "i32"}
+    ptx = {remat: tile_while.compile(signature=signature, constexprs={"REMAT": remat}).asm["ptx"]
+           for remat in (False, True)}
+    per_tile = re.compile(r"begin inline asm\s+mov\.u32\s+%r\d+, %tid\.x;")
+    assert "%tid.x" in ptx[False] and not per_tile.search(ptx[False])
+    assert per_tile.search(ptx[True])
+    out = np.zeros((5, 128), np.float32)
+    tile_while[(2,)](out, 5, 4, REMAT=True)  # the emulator: two CTAs walk five tiles
+    expected = np.arange(128, dtype=np.float32)[None, :] * 6 + np.arange(5, dtype=np.float32)[:, None]
+    np.testing.assert_array_equal(out, expected)
+    with pytest.raises(CompilationError, match=r"ll.condition\(..., rematerialize=\) takes True or False"):
+        tile_while.compile(signature=signature, constexprs={"REMAT": 1})
