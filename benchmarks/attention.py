@@ -31,8 +31,9 @@ from weft.benchmarks.matmul import _error, _time  # max |out - ref| / max |ref|;
 TOLERANCE = 1e-2
 PEAK_TFLOPS = 989.0  # dense bf16 on the H100/H200
 SYSTEMS = ("weft", "cudnn", "flash", "triton")
-# Also measurable (--systems): weft with one CTA per tile instead of persistent CTAs.
-EXTRA_SYSTEMS = ("weft_tiles",)
+# Also measurable (--systems): weft with one CTA per tile, or with persistent CTAs, whatever
+# its default for the shape.
+EXTRA_SYSTEMS = ("weft_tiles", "weft_persistent")
 
 
 def shapes(quick: bool = False, causal=(False, True)) -> list[tuple[int, int, int, int, bool]]:
@@ -102,11 +103,13 @@ def find_systems(torch, wanted) -> dict:
 
         found["weft"] = lambda q, k, v, causal, scale: flash_attention(q, k, v, causal=causal,
                                                                         softmax_scale=scale)
-        found["weft_tiles"] = lambda q, k, v, causal, scale: flash_attention(
-            q, k, v, causal=causal, softmax_scale=scale,
-            config=dataclasses.replace(default_config(q.shape[-1]), persistent=False))
+        for name, persistent in (("weft_tiles", False), ("weft_persistent", True)):
+            found[name] = lambda q, k, v, causal, scale, persistent=persistent: flash_attention(
+                q, k, v, causal=causal, softmax_scale=scale,
+                config=dataclasses.replace(default_config(q.shape[-1]), persistent=persistent))
     except Exception as error:
-        found["weft"] = found["weft_tiles"] = "weft.kernels.attention unavailable: " + _reason(error)
+        for name in ("weft",) + EXTRA_SYSTEMS:
+            found[name] = "weft.kernels.attention unavailable: " + _reason(error)
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -183,7 +186,7 @@ def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None, causal
         for name, system in found.items():
             row[name] = {"failure": system} if isinstance(system, str) else \
                 measure(torch, system, q, k, v, causal, scale, ref, flops)
-        for other in ("cudnn", "flash", "triton", "weft_tiles"):
+        for other in ("cudnn", "flash", "triton") + EXTRA_SYSTEMS:
             if "tflops" in row.get("weft", {}) and "tflops" in row.get(other, {}):
                 row[f"weft_over_{other}"] = row["weft"]["tflops"] / row[other]["tflops"]
         del q, k, v, ref

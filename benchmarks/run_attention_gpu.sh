@@ -5,6 +5,8 @@
 # Logs and JSON under $OUT. Usage: bash benchmarks/run_attention_gpu.sh [pytest args...]
 #   STEPS="tests sanitize sweep bench" (default: all; e.g. STEPS=bench for the benchmark alone)
 #   BENCH=quick (default: seq 4096 only) | full (the FA3 grid, several minutes)
+#   BENCH_ARGS="--systems weft_persistent,weft_tiles,cudnn,triton --causal only" (passed on)
+#   BENCH_TIMEOUT=400 (seconds)
 set -o pipefail
 # The kernel cache keys on kernel source and toolchain versions, not on weft's compiler
 # source: a cache kept on a warm machine would serve kernels built by an older compiler.
@@ -99,7 +101,7 @@ fi
 
 if step bench && [ -f benchmarks/attention.py ]; then
   flag=--quick; [ "$BENCH" = full ] && flag=
-  timeout 400 python3 -m weft.benchmarks.attention $flag --out "$OUT/attention.json" 2>&1 \
+  timeout "${BENCH_TIMEOUT:-400}" python3 -m weft.benchmarks.attention $flag $BENCH_ARGS --out "$OUT/attention.json" 2>&1 \
     | tee "$OUT/attention.log" | tail -50
 fi
 exit $status

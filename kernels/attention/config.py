@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
 REGISTER_FILE = 65536      # 32-bit registers per SM
@@ -24,11 +23,9 @@ class Config:
     - block_n keys per K/V tile, `stages` K/V tiles in flight;
     - producer_regs / consumer_regs: setmaxnreg budgets of the TMA producer warpgroup and
       of each consumer warpgroup;
-    - persistent (pingpong): one CTA per SM walks the tiles (the next tile's Q and K/V load
-      while the last one's O is stored) instead of one CTA per tile. None: persistent for
-      non-causal attention only. Causal tiles differ in length, and the hardware's CTA
-      scheduler, which starts a tile wherever one finishes, balanced them better than any
-      fixed order persistent CTAs walked (benchmarks/NOTES.md).
+    - persistent (pingpong): one CTA per SM, each claiming its next tile from an atomic
+      counter when it finishes one, longest first (the next tile's Q and K/V load while
+      the last one's O is stored); False: one CTA per tile.
     """
 
     head_dim: int = 128
@@ -38,11 +35,11 @@ class Config:
     variant: str = "pingpong"
     producer_regs: int = 24
     consumer_regs: int = 240
-    persistent: Optional[bool] = None
+    persistent: bool = True
 
     def __post_init__(self):
-        if self.persistent not in (None, True, False):
-            raise ValueError(f"Config.persistent must be None (automatic), True or False, got {self.persistent!r}")
+        if self.persistent not in (True, False):
+            raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
         if self.variant not in VARIANTS:
             raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.head_dim not in HEAD_DIMS:

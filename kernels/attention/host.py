@@ -172,8 +172,12 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
              ((q, ROWS), (k, config.block_n), (v, config.block_n), (out, ROWS))]
     kv_bytes = 2 * seq_k * head_dim * 2 // (heads // kv_heads)  # per query head
     group = max(1, min(batch * heads, L2_BUDGET // max(kv_bytes, 1)))
-    args = (*descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads, num_m_tiles, batch * heads, group)
-    persistent = not causal if config.persistent is None else config.persistent
+    # The tile counter: a CTA's first tile is its program id, every later one comes from
+    # an atomic add on this (grid + the count so far), so it starts at 0 on every launch.
+    counter = _zeros_int32(q)
+    args = (*descs, lse, counter, scale, seq_q, seq_k, heads, heads // kv_heads, num_m_tiles, batch * heads,
+            group)
+    persistent = config.persistent
     # A persistent CTA stores O through its own buffer where it fits (not head_dim 256), so
     # the next tile's Q loads during the last tile's final P V and store.
     o_buffer = persistent and shared_bytes(config, o_buffer=True) <= SHARED_LIMIT
@@ -182,6 +186,14 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
     tiles = num_m_tiles * batch * heads
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
     flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)
+
+
+def _zeros_int32(like):
+    if is_torch(like):
+        import torch
+
+        return torch.zeros(1, dtype=torch.int32, device=like.device)
+    return np.zeros(1, np.int32)
 
 
 def _float32(x):

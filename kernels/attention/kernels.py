@@ -1,8 +1,12 @@
 """The FA3-style flash-attention forward kernel in weft.lowlevel (HOPPER.md).
 
-Persistent: each CTA walks tiles (query tile, batch * head) `program_id, + num_programs,
-...` in the order `tile_coordinates` gives (the host launches one CTA per SM, or one per
-tile with `Config(persistent=False)`). Its warps split into partitions:
+Persistent, with a dynamic scheduler: the host launches one CTA per SM (or one per tile
+with `Config(persistent=False)`); a CTA's first tile (query tile, batch * head) is its
+program id, and when its producer has issued a tile's loads it claims the next from an
+atomic counter (num_programs + the count so far), so a CTA that drew short tiles takes
+more of them. Tiles are numbered longest first (`tile_coordinates`). The producer hands
+each tile index to the consumers through shared memory, published with the tile's Q;
+an index past the last tile tells them to stop. The CTA's warps split into partitions:
 
 - the producer (4 warps at a few registers, one thread issuing TMA) loads a tile's Q once
   the consumers release the Q buffer (`q_empty`: after their last S GEMM when O leaves
@@ -32,8 +36,8 @@ the end of the keys pay for masks, and tiles are started longest first. Each war
 bounds its key tiles by its own 64 rows: of a 192-row tile's keys, the first warpgroup
 skips (only releases) those right of its diagonal, and masks only the tile it crosses.
 
-The tile loops are `ll.range(..., rematerialize=True)`: thread-position values (each
-register's shared-memory offset for the O store, the mask's column indices) are
+The tile loops are `while ll.condition(..., rematerialize=True)`: thread-position values
+(each register's shared-memory offset for the O store, the mask's column indices) are
 recomputed for each tile instead of held in registers across the K/V loop; held, they
 made the consumers spill at 240 registers.
 """
@@ -46,6 +50,7 @@ from .config import ROWS  # query rows per consumer warpgroup (one wgmma M)
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+TILE_LAYOUT = ll.BlockedLayout([1], [32], [4], [0])  # a tile index, replicated over a warpgroup
 
 
 @ll.jit
@@ -95,16 +100,19 @@ def producer(state):
     then every K/V tile the consumers need, as slots free up. `step` counts K/V tiles over
     all of the CTA's tiles: ring slots and phases run on."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
-     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
+    tiles = num_m_tiles * batch_heads
     step = 0
     done = 0  # tiles of this CTA started
-    for tile in ll.range(ll.program_id(0), num_m_tiles * batch_heads, ll.num_programs(0), rematerialize=True):
+    tile = ll.program_id(0)
+    while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
                                                        BLOCK_M, CAUSAL)
         mbarrier.wait(q_empty, (done & 1) ^ 1)  # a fresh barrier counts as released
+        publish_tile(tile_smem, tile)
         mbarrier.expect(q_ready, q_desc.nbytes * boxes * CONSUMERS)
         for wg in ll.static_range(CONSUMERS):
             load_boxes(q_desc, batch, head, off_m + wg * ROWS, q_ready, q_smem.index(wg), HEAD_DIM)
@@ -119,7 +127,29 @@ def producer(state):
             mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
             load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM)
             step += 1
+        # The CTA's next tile: the atomic's round trip overlaps the consumers' last steps
+        # (the next Q waits for them anyway). Tiles are claimed in order, longest first.
+        tile = ll.atomic_add(counter_ptr, 1, sem="relaxed") + ll.num_programs(0)
         done += 1
+    # No tile left: the consumers stop when they read `tiles` as the next one.
+    mbarrier.wait(q_empty, (done & 1) ^ 1)
+    publish_tile(tile_smem, tiles)
+    mbarrier.arrive(q_ready)
+
+
+@ll.jit
+def publish_tile(tile_smem, tile):
+    """Write the index of the CTA's next tile for the consumers, who read it once
+    q_ready's phase completes (the producer's arrive releases this store)."""
+    tile_smem.store(ll.full([1], tile, ll.int32, TILE_LAYOUT))
+    ll.barrier()  # every producer thread's store precedes the one thread's arrive
+
+
+@ll.jit
+def next_tile(tile_smem, q_ready, done):
+    """The index `publish_tile` wrote for this CTA's tile number `done`."""
+    mbarrier.wait(q_ready, done & 1)
+    return ll.max(tile_smem.load(TILE_LAYOUT), axis=0)
 
 
 @ll.jit
@@ -209,29 +239,32 @@ def consumer(state, WG: ll.constexpr):
     """For each of this CTA's tiles: softmax(Q K^T * scale) V for its rows
     [off_m + 64 WG, +64). `step` runs on over tiles, as in the producer."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
-     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
+    tiles = num_m_tiles * batch_heads
     step = 0
     done = 0
-    for tile in ll.range(ll.program_id(0), num_m_tiles * batch_heads, ll.num_programs(0), rematerialize=True):
+    tile = next_tile(tile_smem, q_ready, done)
+    while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
                                                        BLOCK_M, CAUSAL)
-        attend_tile(state, batch, head, off_m, step, done, qk_scale, WG)
+        attend_tile(state, batch, head, off_m, step, qk_scale, WG)
         step += key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
         done += 1
+        tile = next_tile(tile_smem, q_ready, done)
     tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
 
 
 @ll.jit
-def attend_tile(state, batch, head, off_m, step, done, qk_scale, WG: ll.constexpr):
+def attend_tile(state, batch, head, off_m, step, qk_scale, WG: ll.constexpr):
     """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on. O
     leaves through its own buffer (O_BUFFER), Q released once the S GEMMs are done, or
     through the Q buffer, released after that."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles,
-     batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -247,7 +280,6 @@ def attend_tile(state, batch, head, off_m, step, done, qk_scale, WG: ll.constexp
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
     l_i = ll.zeros([ROWS], ll.float32, ROW)
     acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
-    mbarrier.wait(q_ready, done & 1)
     if count > 0:
         # Key tile 0 alone: S_0 and its softmax (O is still 0: nothing to rescale).
         first = step % STAGES
@@ -324,7 +356,7 @@ def consumer_2(state):
 
 
 @ll.jit
-def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, seq_q, seq_k,
+def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
                         heads, kv_group, num_m_tiles, batch_heads, group,
                         HEAD_DIM: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
                         CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
@@ -347,6 +379,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, 
     v_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     v_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     turns = mbarrier.allocate_mbarrier(batch=CONSUMERS)
+    tile_smem = ll.allocate_shared_memory(ll.int32, [1], ll.SwizzledSharedLayout(1, 1, 1, [0]))
     mbarrier.init(q_ready, count=1)
     mbarrier.init(q_empty, count=CONSUMERS)
     for s in ll.static_range(STAGES):
@@ -357,9 +390,9 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_scale, 
     for wg in ll.static_range(CONSUMERS):
         mbarrier.init(turns.index(wg), count=1)
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
-             k_empty, v_ready, v_empty, turns, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-             num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL,
-             WRITE_LSE, O_BUFFER)
+             k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
+             heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
+             CAUSAL, WRITE_LSE, O_BUFFER)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

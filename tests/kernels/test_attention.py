@@ -30,7 +30,7 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
         constexprs.update(BLOCK_M=config.block_m, NUM_WARPS=4 * config.consumers)
         return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
                                                num_warps=4 * config.consumers)
-    signature.update(num_m_tiles="i32", batch_heads="i32", group="i32")
+    signature.update(counter_ptr="*i32", num_m_tiles="i32", batch_heads="i32", group="i32")
     constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer)
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
@@ -98,7 +98,7 @@ def test_configs_validate_with_readable_errors():
         Config(consumer_regs=236)
     with pytest.raises(ValueError, match="stages"):
         Config(stages=1)
-    with pytest.raises(ValueError, match="persistent must be None"):
+    with pytest.raises(ValueError, match="persistent must be True or False"):
         Config(persistent="yes")
 
 
@@ -150,9 +150,10 @@ def test_emulated_other_configs(config):
 @pytest.mark.parametrize("ctas", [1, 4])
 @pytest.mark.parametrize("causal", [False, True])
 def test_emulated_persistent_ctas_walk_every_tile(monkeypatch, causal, ctas):
-    """1 or 4 CTAs over 6 tiles of different lengths (GQA, tails): the ring's slots and
-    phases and the warpgroups' turns run on from tile to tile, and each tile's Q waits
-    for the last tile's O to leave the buffer they share."""
+    """1 or 4 CTAs over 6 tiles of different lengths (GQA, tails), claiming tiles from the
+    counter (the emulator runs CTAs one after another: the first takes every tile the
+    others have not started): the ring's slots and phases and the warpgroups' turns run
+    on from tile to tile, and each tile's Q waits for the last tile's O to leave."""
     from weft.kernels import _launch
 
     monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
