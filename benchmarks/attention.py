@@ -131,7 +131,30 @@ def find_systems(torch, wanted) -> dict:
         found["triton"] = attention
     except Exception as error:
         found["triton"] = "Triton kernel unavailable: " + _reason(error)
+    for name in wanted:
+        if name.startswith("weft:") and name not in found:
+            found[name] = _weft_with(name)
     return {name: found[name] for name in wanted}
+
+
+def _weft_with(name: str):
+    """weft under its default Config with fields overridden, from a system name such as
+    "weft:q_stages=1" or "weft:persistent=False+stages=3"."""
+    import ast
+
+    try:
+        from weft.kernels.attention import default_config, flash_attention
+
+        fields = {}
+        for item in name[len("weft:"):].split("+"):
+            key, _, value = item.partition("=")
+            fields[key] = ast.literal_eval(value)
+        dataclasses.replace(default_config(128), **fields)  # a bad field fails here, once
+    except Exception as error:
+        return f"{name}: " + _reason(error)
+    return lambda q, k, v, causal, scale: flash_attention(
+        q, k, v, causal=causal, softmax_scale=scale,
+        config=dataclasses.replace(default_config(q.shape[-1]), **fields))
 
 
 def measure(torch, system, q, k, v, causal, scale, ref, flops) -> dict:
@@ -186,7 +209,8 @@ def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None, causal
         for name, system in found.items():
             row[name] = {"failure": system} if isinstance(system, str) else \
                 measure(torch, system, q, k, v, causal, scale, ref, flops)
-        for other in ("cudnn", "flash", "triton") + EXTRA_SYSTEMS:
+        variants = tuple(name for name in found if name.startswith("weft:"))
+        for other in ("cudnn", "flash", "triton") + EXTRA_SYSTEMS + variants:
             if "tflops" in row.get("weft", {}) and "tflops" in row.get(other, {}):
                 row[f"weft_over_{other}"] = row["weft"]["tflops"] / row[other]["tflops"]
         del q, k, v, ref
@@ -245,10 +269,11 @@ def main(argv=None) -> int:
                         help="causal and non-causal shapes, causal only, or non-causal only")
     known = SYSTEMS + EXTRA_SYSTEMS
     parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated subset of {','.join(known)}")
+                        help=f"comma-separated subset of {','.join(known)}, or weft under its "
+                             f"default Config with fields changed: weft:q_stages=1+stages=3")
     args = parser.parse_args(argv)
     wanted = [name for name in args.systems.split(",") if name]
-    if not wanted or set(wanted) - set(known):
+    if not wanted or {name for name in wanted if not name.startswith("weft:")} - set(known):
         parser.error(f"--systems takes names from {','.join(known)}, got {args.systems!r}")
     masks = {"both": (False, True), "only": (True,), "none": (False,)}[args.causal]
     results = run(args.quick, wanted, args.out, masks)

@@ -26,6 +26,9 @@ class Config:
     - persistent (pingpong): one CTA per SM, each claiming its next tile from an atomic
       counter when it finishes one, longest first (the next tile's Q and K/V load while
       the last one's O is stored); False: one CTA per tile.
+    - q_stages (persistent): tiles' Q in flight, at most: with 2 the next tile's Q loads
+      during this one; the host uses 1 where a second Q buffer does not fit in shared
+      memory beside the K/V ring (head_dim 256).
     """
 
     head_dim: int = 128
@@ -36,10 +39,13 @@ class Config:
     producer_regs: int = 24
     consumer_regs: int = 240
     persistent: bool = True
+    q_stages: int = 2
 
     def __post_init__(self):
         if self.persistent not in (True, False):
             raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
+        if self.q_stages not in (1, 2):
+            raise ValueError(f"Config.q_stages must be 1 or 2 (tiles' Q in flight), got {self.q_stages!r}")
         if self.variant not in VARIANTS:
             raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.head_dim not in HEAD_DIMS:
@@ -73,11 +79,12 @@ class Config:
         return ROWS * self.consumers
 
 
-def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False) -> int:
-    """Q (reused for O unless `o_buffer`), the K and V rings, the mbarriers."""
+def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False, q_stages: int = 1) -> int:
+    """`q_stages` Q buffers (the first reused for O unless `o_buffer`), the K and V rings,
+    the mbarriers and the tile indices."""
     q = config.block_m * config.head_dim * element_bytes
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
-    return q * (2 if o_buffer else 1) + kv + 8 * (2 + 4 * config.stages + config.consumers)
+    return q * (q_stages + o_buffer) + kv + 8 * (2 * q_stages + 4 * config.stages + config.consumers) + 8 * q_stages
 
 
 def default_config(head_dim: int) -> Config:

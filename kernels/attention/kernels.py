@@ -101,7 +101,8 @@ def producer(state):
     all of the CTA's tiles: ring slots and phases run on."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_STAGES) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     tiles = num_m_tiles * batch_heads
@@ -111,11 +112,13 @@ def producer(state):
     while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
                                                        BLOCK_M, CAUSAL)
-        mbarrier.wait(q_empty, (done & 1) ^ 1)  # a fresh barrier counts as released
-        publish_tile(tile_smem, tile)
-        mbarrier.expect(q_ready, q_desc.nbytes * boxes * CONSUMERS)
+        q_slot = done % Q_STAGES
+        mbarrier.wait(q_empty.index(q_slot), ((done // Q_STAGES) & 1) ^ 1)  # a fresh barrier counts as released
+        publish_tile(tile_smem.index(q_slot), tile)
+        mbarrier.expect(q_ready.index(q_slot), q_desc.nbytes * boxes * CONSUMERS)
         for wg in ll.static_range(CONSUMERS):
-            load_boxes(q_desc, batch, head, off_m + wg * ROWS, q_ready, q_smem.index(wg), HEAD_DIM)
+            load_boxes(q_desc, batch, head, off_m + wg * ROWS, q_ready.index(q_slot),
+                       q_smem.index(q_slot * CONSUMERS + wg), HEAD_DIM)
         count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
         for n in range(0, count):
             slot = step % STAGES
@@ -132,9 +135,10 @@ def producer(state):
         tile = ll.atomic_add(counter_ptr, 1, sem="relaxed") + ll.num_programs(0)
         done += 1
     # No tile left: the consumers stop when they read `tiles` as the next one.
-    mbarrier.wait(q_empty, (done & 1) ^ 1)
-    publish_tile(tile_smem, tiles)
-    mbarrier.arrive(q_ready)
+    q_slot = done % Q_STAGES
+    mbarrier.wait(q_empty.index(q_slot), ((done // Q_STAGES) & 1) ^ 1)
+    publish_tile(tile_smem.index(q_slot), tiles)
+    mbarrier.arrive(q_ready.index(q_slot))
 
 
 @ll.jit
@@ -146,10 +150,10 @@ def publish_tile(tile_smem, tile):
 
 
 @ll.jit
-def next_tile(tile_smem, q_ready, done):
-    """The index `publish_tile` wrote for this CTA's tile number `done`."""
-    mbarrier.wait(q_ready, done & 1)
-    return ll.max(tile_smem.load(TILE_LAYOUT), axis=0)
+def next_tile(tile_smem, q_ready, done, Q_STAGES: ll.constexpr):
+    """The index `publish_tile` wrote for this CTA's tile number `done`, once its Q is in."""
+    mbarrier.wait(q_ready.index(done % Q_STAGES), (done // Q_STAGES) & 1)
+    return ll.max(tile_smem.index(done % Q_STAGES).load(TILE_LAYOUT), axis=0)
 
 
 @ll.jit
@@ -240,31 +244,33 @@ def consumer(state, WG: ll.constexpr):
     [off_m + 64 WG, +64). `step` runs on over tiles, as in the producer."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_STAGES) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
     step = 0
     done = 0
-    tile = next_tile(tile_smem, q_ready, done)
+    tile = next_tile(tile_smem, q_ready, done, Q_STAGES)
     while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
                                                        BLOCK_M, CAUSAL)
-        attend_tile(state, batch, head, off_m, step, qk_scale, WG)
+        attend_tile(state, batch, head, off_m, step, done % Q_STAGES, qk_scale, WG)
         step += key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
         done += 1
-        tile = next_tile(tile_smem, q_ready, done)
+        tile = next_tile(tile_smem, q_ready, done, Q_STAGES)
     tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
 
 
 @ll.jit
-def attend_tile(state, batch, head, off_m, step, qk_scale, WG: ll.constexpr):
+def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.constexpr):
     """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on. O
     leaves through its own buffer (O_BUFFER), Q released once the S GEMMs are done, or
     through the Q buffer, released after that."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER) = state
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_STAGES) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -276,7 +282,8 @@ def attend_tile(state, batch, head, off_m, step, qk_scale, WG: ll.constexpr):
     full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
     count = ll.where(row0 < seq_q, count, 0)
     loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-    q = q_smem.index(WG).index(0).index(0)
+    q_buffer = q_smem.index(q_slot * CONSUMERS + WG)
+    q = q_buffer.index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
     l_i = ll.zeros([ROWS], ll.float32, ROW)
     acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
@@ -305,7 +312,7 @@ def attend_tile(state, batch, head, off_m, step, qk_scale, WG: ll.constexpr):
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
                 S_LAYOUT, O_LAYOUT)
         if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
-            mbarrier.arrive(q_empty)
+            mbarrier.arrive(q_empty.index(q_slot))
         # The last P V.
         last_step = step + count - 1
         last = last_step % STAGES
@@ -314,7 +321,7 @@ def attend_tile(state, batch, head, off_m, step, qk_scale, WG: ll.constexpr):
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(last))
     elif O_BUFFER:  # no key tile: Q is not read at all
-        mbarrier.arrive(q_empty)
+        mbarrier.arrive(q_empty.index(q_slot))
     for n in range(count, loaded):
         release_step(step + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
@@ -329,15 +336,17 @@ def attend_tile(state, batch, head, off_m, step, qk_scale, WG: ll.constexpr):
     if O_BUFFER:
         tma.store_wait(0)  # the last tile's O is read out of the buffer
         ll.barrier()
-    o_smem.index(WG).index(0).index(0).store(o)
+    o_buffer = q_buffer
+    if O_BUFFER:
+        o_buffer = o_smem.index(WG)
+    o_buffer.index(0).index(0).store(o)
     ll.fence_async_shared()
     BOX: ll.constexpr = o_desc.block_shape[3]
     for j in ll.static_range(HEAD_DIM // BOX):
-        tma.async_copy_shared_to_global(o_desc, [batch, head, row0, j * BOX],
-                                        o_smem.index(WG).slice(j * BOX, BOX, 3))
+        tma.async_copy_shared_to_global(o_desc, [batch, head, row0, j * BOX], o_buffer.slice(j * BOX, BOX, 3))
     if not O_BUFFER:
         tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
-        mbarrier.arrive(q_empty)
+        mbarrier.arrive(q_empty.index(q_slot))
 
 
 @ll.jit
@@ -360,28 +369,32 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         heads, kv_group, num_m_tiles, batch_heads, group,
                         HEAD_DIM: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
                         CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
-                        PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, O_BUFFER: ll.constexpr = False):
+                        PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, O_BUFFER: ll.constexpr = False,
+                        Q_STAGES: ll.constexpr = 1):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V)."""
     dtype: ll.constexpr = q_desc.dtype
-    q_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, ROWS, HEAD_DIM], q_desc.layout)
+    # Q_STAGES tiles' Q in flight (buffer q_slot * CONSUMERS + warpgroup): with two, the next
+    # tile's Q loads during this one.
+    q_smem = ll.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS, 1, 1, ROWS, HEAD_DIM], q_desc.layout)
     if O_BUFFER:  # O leaves through its own buffer, so the next tile's Q can land meanwhile
         o_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, ROWS, HEAD_DIM], o_desc.layout)
     else:  # through the Q buffer, once the last S GEMM has read it
         o_smem = q_smem
     k_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_ready = mbarrier.allocate_mbarrier()
-    q_empty = mbarrier.allocate_mbarrier()
+    q_ready = mbarrier.allocate_mbarrier(batch=Q_STAGES)
+    q_empty = mbarrier.allocate_mbarrier(batch=Q_STAGES)
     k_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     k_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     v_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     v_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     turns = mbarrier.allocate_mbarrier(batch=CONSUMERS)
-    tile_smem = ll.allocate_shared_memory(ll.int32, [1], ll.SwizzledSharedLayout(1, 1, 1, [0]))
-    mbarrier.init(q_ready, count=1)
-    mbarrier.init(q_empty, count=CONSUMERS)
+    tile_smem = ll.allocate_shared_memory(ll.int32, [Q_STAGES, 1], ll.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    for s in ll.static_range(Q_STAGES):
+        mbarrier.init(q_ready.index(s), count=1)
+        mbarrier.init(q_empty.index(s), count=CONSUMERS)
     for s in ll.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(k_empty.index(s), count=CONSUMERS)
@@ -392,7 +405,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER)
+             CAUSAL, WRITE_LSE, O_BUFFER, Q_STAGES)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
@@ -405,8 +418,9 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                            worker_num_warps=[4, 4, 4],
                            worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS],
                            default_num_regs=PRODUCER_REGS)
-    mbarrier.invalidate(q_ready)
-    mbarrier.invalidate(q_empty)
+    for s in ll.static_range(Q_STAGES):
+        mbarrier.invalidate(q_ready.index(s))
+        mbarrier.invalidate(q_empty.index(s))
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(s))
         mbarrier.invalidate(k_empty.index(s))

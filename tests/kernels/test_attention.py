@@ -17,7 +17,8 @@ RNG = np.random.default_rng(11)
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
 
-def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False):
+def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
+             q_stages: int = 1):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -31,7 +32,7 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
         return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
                                                num_warps=4 * config.consumers)
     signature.update(counter_ptr="*i32", num_m_tiles="i32", batch_heads="i32", group="i32")
-    constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer)
+    constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer, Q_STAGES=q_stages)
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -63,13 +64,16 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
 
 
 @needs_ptxas
+@pytest.mark.parametrize("q_stages", [1, 2])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_own_o_buffer_variants_assemble_without_spills(head_dim, causal):
+def test_own_o_buffer_variants_assemble_without_spills(head_dim, causal, q_stages):
+    """What persistent CTAs run for head_dim 64 and 128: O through its own buffer, and
+    (q_stages=2, the default) the next tile's Q in a second buffer."""
     config = default_config(head_dim)
-    compiled = _compile(config, "bf16", causal, o_buffer=True)
+    compiled = _compile(config, "bf16", causal, o_buffer=True, q_stages=q_stages)
     _check_assembly(compiled, config)
-    assert compiled.metadata["shared"] >= shared_bytes(config, o_buffer=True) - 64
+    assert compiled.metadata["shared"] >= shared_bytes(config, o_buffer=True, q_stages=q_stages) - 64
 
 
 @needs_ptxas
