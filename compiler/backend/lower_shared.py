@@ -9,6 +9,8 @@ move together as one `ld.shared.v{2,4}` / `st.shared.v{2,4}` of up to 128 bits.
 
 from __future__ import annotations
 
+import contextlib
+
 from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
@@ -18,7 +20,7 @@ from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 from ...layouts.banks import vector_width_of
 from ..layout_rules import shared_index_addressing, shared_slice_addressing
-from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map
+from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map, owner_predicate
 
 def barrier(ctx: Lowering) -> None:
     """bar.sync 0 (all threads of the CTA); a named barrier inside a warp_specialize partition."""
@@ -65,23 +67,28 @@ class _Access:
 
 
 def store_tensor(ctx: Lowering, view: SharedView, value: Value) -> None:
-    """Write every register of a distributed tensor to its place in a shared view."""
+    """Write every element of a distributed tensor to its place in a shared view, once:
+    an element several threads hold (a broadcast layout, a scalar splat) is written by
+    its owner alone (indexing.owner_predicate), so that the thread which then signals
+    the write (an mbarrier arrive, say) is the one that made it."""
     b = ctx.builder
     layout = value.type.layout
     access = _Access(ctx, view, layout)
     registers = ctx.registers(value, T.register_count(value.type))
     duplicates = duplicate_registers(layout)
     width = min(access.vector, len(registers))
-    for start in range(0, len(registers), width):
-        if start & duplicates:
-            continue
-        group = [_to_memory(b, r, view.type.element) for r in registers[start:start + width]]
-        data = group[0]
-        if width > 1:
-            data = ir.Constant(access.vector_type(width), None)
-            for i, item in enumerate(group):
-                data = b.insert_element(data, item, ir.Constant(T.I32, i))
-        b.store(data, access.pointer(start), align=width * access.bytes)
+    owner = owner_predicate(ctx, layout)
+    with b.if_then(owner) if owner is not None else contextlib.nullcontext():
+        for start in range(0, len(registers), width):
+            if start & duplicates:
+                continue
+            group = [_to_memory(b, r, view.type.element) for r in registers[start:start + width]]
+            data = group[0]
+            if width > 1:
+                data = ir.Constant(access.vector_type(width), None)
+                for i, item in enumerate(group):
+                    data = b.insert_element(data, item, ir.Constant(T.I32, i))
+            b.store(data, access.pointer(start), align=width * access.bytes)
 
 
 def load_tensor(ctx: Lowering, view: SharedView, layout: LinearLayout, count: int) -> tuple:

@@ -189,13 +189,18 @@ class SharedMemory:
                     f"{describe(position)}", op.loc)
         return size
 
-    def write(self, addresses, values, element, op, describe: Describe, track: bool = True) -> None:
+    def write(self, addresses, values, element, op, describe: Describe, track: bool = True,
+              writers: Optional[np.ndarray] = None) -> None:
+        """`writers`: which warps (of the leading axis) write; None: all of them."""
         addresses = np.asarray(addresses, dtype=np.int64)
         size = self._byte_indices(addresses, element, op, "store", describe)
+        values = np.broadcast_to(encode(element, values), addresses.shape)
+        if writers is not None:
+            addresses, values = addresses[writers], values[writers]
         view = self.bytes.view(memory_dtype(element))
-        view[addresses // size] = np.broadcast_to(encode(element, values), addresses.shape)
+        view[addresses // size] = values
         if track:
-            self._track(addresses, size, op, write=True)
+            self._track(addresses, size, op, write=True, warps=None if writers is None else np.flatnonzero(writers))
 
     def read(self, addresses, element, op, describe: Describe, track: bool = True) -> np.ndarray:
         addresses = np.asarray(addresses, dtype=np.int64)
@@ -204,8 +209,9 @@ class SharedMemory:
             self._track(addresses, size, op, write=False)
         return decode(element, self.bytes.view(memory_dtype(element))[addresses // size])
 
-    def _track(self, addresses: np.ndarray, size: int, op, write: bool) -> None:
-        """Check and record one access; addresses[w] are the running partition's warp w's."""
-        warps = addresses.shape[0]
-        byte_array = (addresses.reshape(warps, -1)[:, :, None] + np.arange(size)).reshape(warps, -1)
-        self.ordering.access(byte_array, self.active[0] + np.arange(warps), op, write)
+    def _track(self, addresses: np.ndarray, size: int, op, write: bool, warps=None) -> None:
+        """Check and record one access; addresses[k] are the running partition's warp
+        warps[k]'s (default: warp k's)."""
+        count = addresses.shape[0]
+        byte_array = (addresses.reshape(count, -1)[:, :, None] + np.arange(size)).reshape(count, -1)
+        self.ordering.access(byte_array, self.active[0] + (np.arange(count) if warps is None else warps), op, write)

@@ -41,8 +41,15 @@ def _addresses(cta, op, ref: SharedRef, tensor_type) -> np.ndarray:
 
 
 def _store(cta, op, ref: SharedRef, value: ir.Value) -> None:
+    """As the backend (lower_shared.store_tensor): an element several warps hold is
+    written by the warp whose free warp bits are clear (within a warp the lanes write one
+    value, so which lane does is not visible here)."""
     addresses = _addresses(cta, op, ref, value.type)
-    cta.shared.write(addresses, cta[value], ref.type.element, op, cta.describe(value.type))
+    free = cta.layout(value.type).free_variable_masks().get("warp", 0)
+    writers = None
+    if free:
+        writers = (np.arange(addresses.shape[0]) & free) == 0
+    cta.shared.write(addresses, cta[value], ref.type.element, op, cta.describe(value.type), writers=writers)
 
 
 @RULES.register(ir.AllocShared)
