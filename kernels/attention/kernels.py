@@ -144,9 +144,9 @@ def producer(state):
 @ll.jit
 def publish_tile(tile_smem, tile):
     """Write the index of the CTA's next tile for the consumers, who read it once
-    q_ready's phase completes (the producer's arrive releases this store)."""
+    q_ready's phase completes: the store of a value every thread holds is made by one
+    thread, the one that then arrives on q_ready, so that arrive releases it."""
     tile_smem.store(ll.full([1], tile, ll.int32, TILE_LAYOUT))
-    ll.barrier()  # every producer thread's store precedes the one thread's arrive
 
 
 @ll.jit

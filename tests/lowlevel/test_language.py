@@ -376,3 +376,27 @@ def test_rematerialized_while_loops_recompute_thread_values_per_iteration():
     np.testing.assert_array_equal(out, expected)
     with pytest.raises(CompilationError, match=r"ll.condition\(..., rematerialize=\) takes True or False"):
         tile_while.compile(signature=signature, constexprs={"REMAT": 1})
+
+
+@ll.jit
+def broadcast_through_shared(x_ptr, out_ptr):
+    layout: ll.constexpr = ll.BlockedLayout([1], [32], [4], [0])
+    smem = ll.allocate_shared_memory(ll.float32, [1], ll.SwizzledSharedLayout(1, 1, 1, [0]))
+    smem.store(ll.full([1], ll.load(x_ptr), ll.float32, layout))  # every thread holds the one value
+    offs = ll.arange(0, 128, layout)
+    ll.store(out_ptr + offs, ll.max(smem.load(layout), axis=0) + offs.to(ll.float32))
+
+
+def test_a_broadcast_value_is_stored_to_shared_memory_by_one_thread():
+    """All 128 threads hold the element; thread 0 alone writes it (so an mbarrier arrive
+    by that thread would release it), a barrier, then every thread reads it."""
+    ptx = broadcast_through_shared.compile(signature={"x_ptr": "*fp32", "out_ptr": "*fp32"}).asm["ptx"]
+    lines = ptx.splitlines()
+    (store,) = [i for i, line in enumerate(lines) if "st.shared" in line]
+    guard = re.compile(r"@!?%p\d+ bra")
+    assert any(guard.search(line) for line in lines[store - 3:store])  # skipped by other threads
+    assert any("bar.sync" in line for line in lines[store:])
+    x = np.array([2.5], np.float32)
+    out = np.zeros(128, np.float32)
+    broadcast_through_shared[(1,)](x, out)  # the emulator, with the owner-only write
+    np.testing.assert_array_equal(out, 2.5 + np.arange(128, dtype=np.float32))
