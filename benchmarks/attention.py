@@ -7,7 +7,8 @@ torch reference before it is timed.
 
 TFLOP/s = 4 B H Sq Sk D / time (x 0.5 causal), bf16 random normal inputs, the time of the
 GPU work by CUDA-graph replay for every system alike (matmul.py `_time`; warm-up and
-autotuning happen before the capture). Shapes (../shared/BENCHMARKS.md): the FA3 grid,
+autotuning happen before the capture), the median of three rounds that visit the systems
+in turn (the clock drifts as the GPU heats up). Shapes (../shared/BENCHMARKS.md): the FA3 grid,
 batch * seq = 16k tokens and heads * head_dim = 2048 for seq 512..16k and head_dim 64, 128,
 256, causal and not, plus (4, 16, 4096, 128) and (2, 16, 16384, 128). A system that is
 missing, raises, or is wrong (max |out - ref| / max |ref| > 1e-2) is recorded with the
@@ -26,7 +27,7 @@ import json
 import sys
 import warnings
 
-from weft.benchmarks.matmul import _error, _time  # max |out - ref| / max |ref|; graph-replay seconds
+from weft.benchmarks.matmul import ROUNDS, _error, _time  # max |out - ref| / max |ref|; graph-replay seconds
 
 TOLERANCE = 1e-2
 PEAK_TFLOPS = 989.0  # dense bf16 on the H100/H200
@@ -158,7 +159,39 @@ def _weft_with(name: str):
 
 
 def measure(torch, system, q, k, v, causal, scale, ref, flops) -> dict:
-    """Check one system's output, then time it if it is right."""
+    """Check one system's output, then time it once if it is right."""
+    entry = check(torch, system, q, k, v, causal, scale, ref)
+    if "failure" in entry:
+        return entry
+    try:
+        seconds = _time(torch, lambda: system(q, k, v, causal, scale))
+    except Exception as error:
+        return {**entry, "failure": "timing: " + _reason(error)}
+    return {**entry, "ms": seconds * 1e3, "tflops": flops / seconds / 1e12}
+
+
+def measure_all(torch, systems: dict, q, k, v, causal, scale, ref, flops) -> dict:
+    """name -> entry: every system checked, then the right ones timed in ROUNDS
+    interleaved rounds (the median), so that the GPU's clock drift over a run (it heats
+    up) falls on all of them alike."""
+    entries = {name: {"failure": system} if isinstance(system, str) else
+               check(torch, system, q, k, v, causal, scale, ref) for name, system in systems.items()}
+    samples = {name: [] for name, entry in entries.items() if "failure" not in entry}
+    for _ in range(ROUNDS):
+        for name in list(samples):
+            try:
+                samples[name].append(_time(torch, lambda fn=systems[name]: fn(q, k, v, causal, scale)))
+            except Exception as error:
+                entries[name]["failure"] = "timing: " + _reason(error)
+                del samples[name]
+    for name, seconds in samples.items():
+        median = sorted(seconds)[len(seconds) // 2]
+        entries[name].update(ms=median * 1e3, tflops=flops / median / 1e12)
+    return entries
+
+
+def check(torch, system, q, k, v, causal, scale, ref) -> dict:
+    """{"error": max relative error}, with a "failure" when the system raises or is wrong."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -170,11 +203,7 @@ def measure(torch, system, q, k, v, causal, scale, ref, flops) -> dict:
     del out
     if _wrong(entry):
         return {**entry, "failure": f"wrong result: error {entry['error']:.2e} > {TOLERANCE}"}
-    try:
-        seconds = _time(torch, lambda: system(q, k, v, causal, scale))
-    except Exception as error:
-        return {**entry, "failure": "timing: " + _reason(error)}
-    return {**entry, "ms": seconds * 1e3, "tflops": flops / seconds / 1e12}
+    return entry
 
 
 def _versions(torch) -> dict:
@@ -206,9 +235,7 @@ def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None, causal
         flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
         row = {"batch": batch, "heads": heads, "seq_q": seq, "seq_k": seq, "head_dim": head_dim,
                "causal": causal, "dtype": "bfloat16"}
-        for name, system in found.items():
-            row[name] = {"failure": system} if isinstance(system, str) else \
-                measure(torch, system, q, k, v, causal, scale, ref, flops)
+        row.update(measure_all(torch, found, q, k, v, causal, scale, ref, flops))
         variants = tuple(name for name in found if name.startswith("weft:"))
         for other in ("cudnn", "flash", "triton") + EXTRA_SYSTEMS + variants:
             if "tflops" in row.get("weft", {}) and "tflops" in row.get(other, {}):
