@@ -6,7 +6,7 @@
 #   STEPS="tests sanitize sweep bench" (default: all; e.g. STEPS=bench for the benchmark alone)
 #   BENCH=quick (default: seq 4096 only) | full (the FA3 grid, several minutes)
 #   BENCH_ARGS="--systems weft_persistent,weft_tiles,cudnn,triton --causal only" (passed on)
-#   BENCH_TIMEOUT=400 (seconds)
+#   BENCH_TIMEOUT=400, TESTS_TIMEOUT=180 (seconds); pytest args add tests (e.g. `tests` for all)
 set -o pipefail
 # The kernel cache keys on kernel source and toolchain versions, not on weft's compiler
 # source: a cache kept on a warm machine would serve kernels built by an older compiler.
@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 if step tests; then
-  timeout 180 python3 -m pytest -m gpu -q -x -p no:randomly "$@" tests/kernels/test_attention.py 2>&1 \
+  timeout "${TESTS_TIMEOUT:-180}" python3 -m pytest -m gpu -q -x -p no:randomly "$@" tests/kernels/test_attention.py 2>&1 \
     | tee "$OUT/pytest_attention_gpu.log" | tail -30
   status=$?
 fi
