@@ -334,20 +334,26 @@ def tile_loop(out_ptr, n_tiles, inner, REMAT: ll.constexpr):
         ll.store(out_ptr + tile * 128 + offs, acc)
 
 
-def test_rematerialized_loops_recompute_thread_values_per_iteration():
-    signature = {"out_ptr": "*fp32", "n_tiles": "i32", "inner": "i32"}
-    ptx = {remat: tile_loop.compile(signature=signature, constexprs={"REMAT": remat}).asm["ptx"]
+TILE_LOOP_SIGNATURE = {"out_ptr": "*fp32", "n_tiles": "i32", "inner": "i32"}
+
+
+def _check_tid_read_per_tile(kernel):
+    """%tid.x read once at the entry, or (REMAT) by a volatile read at the top of every
+    tile, which LLVM can neither hoist nor merge with another."""
+    ptx = {remat: kernel.compile(signature=TILE_LOOP_SIGNATURE, constexprs={"REMAT": remat}).asm["ptx"]
            for remat in (False, True)}
-    # %tid.x read once at the entry, or (rematerialize=True) by a volatile read at the top of
-    # every tile, which LLVM can neither hoist nor merge with another.
     per_tile = re.compile(r"begin inline asm\s+mov\.u32\s+%r\d+, %tid\.x;")
     assert "%tid.x" in ptx[False] and not per_tile.search(ptx[False])
     assert per_tile.search(ptx[True])
+
+
+def test_rematerialized_loops_recompute_thread_values_per_iteration():
+    _check_tid_read_per_tile(tile_loop)
     out = np.zeros((5, 128), np.float32)
     tile_loop[(2,)](out, 5, 4, REMAT=True)  # the emulator: two CTAs walk five tiles
     np.testing.assert_array_equal(out, np.tile(np.arange(128, dtype=np.float32) * 6, (5, 1)))
     with pytest.raises(CompilationError, match=r"rematerialize=\) takes True or False"):
-        tile_loop.compile(signature=signature, constexprs={"REMAT": 1})
+        tile_loop.compile(signature=TILE_LOOP_SIGNATURE, constexprs={"REMAT": 1})
 
 
 @ll.jit
@@ -364,18 +370,13 @@ def tile_while(out_ptr, n_tiles, inner, REMAT: ll.constexpr):
 
 
 def test_rematerialized_while_loops_recompute_thread_values_per_iteration():
-    signature = {"out_ptr": "*fp32", "n_tiles": "i32", "inner": "i32"}
-    ptx = {remat: tile_while.compile(signature=signature, constexprs={"REMAT": remat}).asm["ptx"]
-           for remat in (False, True)}
-    per_tile = re.compile(r"begin inline asm\s+mov\.u32\s+%r\d+, %tid\.x;")
-    assert "%tid.x" in ptx[False] and not per_tile.search(ptx[False])
-    assert per_tile.search(ptx[True])
+    _check_tid_read_per_tile(tile_while)
     out = np.zeros((5, 128), np.float32)
     tile_while[(2,)](out, 5, 4, REMAT=True)  # the emulator: two CTAs walk five tiles
     expected = np.arange(128, dtype=np.float32)[None, :] * 6 + np.arange(5, dtype=np.float32)[:, None]
     np.testing.assert_array_equal(out, expected)
     with pytest.raises(CompilationError, match=r"ll.condition\(..., rematerialize=\) takes True or False"):
-        tile_while.compile(signature=signature, constexprs={"REMAT": 1})
+        tile_while.compile(signature=TILE_LOOP_SIGNATURE, constexprs={"REMAT": 1})
 
 
 @ll.jit
