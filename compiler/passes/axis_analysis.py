@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from math import gcd
 
 from ..ir import (AddPtr, Arange, Binary, Bitcast, Broadcast, Cast, Compare, Constant, ConvertLayout,
-                  ExpandDims, For, Kernel, Op, Select, Splat, Value)
+                  ExpandDims, For, Kernel, Op, Select, Splat, Value, WarpSpecialize)
 from ..types import PointerType, TensorType, element_of
 
 NAME = "axis_analysis"
@@ -65,6 +65,15 @@ def analyze_axes(kernel: Kernel) -> dict[Value, AxisInfo]:
             # iv = lower + k * step: divisible by whatever divides both.
             lower, step = (_scalar_div(_get(infos, scalar_div, v)) for v in (op.lower, op.step))
             scalar_div[op.body.args[0]] = gcd(lower, step)
+        if isinstance(op, WarpSpecialize):
+            # Every partition's args are the captured values themselves: same facts.
+            for block in (op.default, *op.workers):
+                for arg, captured in zip(block.args, op.captures):
+                    if isinstance(arg.type, TensorType):
+                        if captured in infos:
+                            infos[arg] = infos[captured]
+                    else:
+                        scalar_div[arg] = _scalar_div(_get(infos, scalar_div, captured))
     return infos
 
 

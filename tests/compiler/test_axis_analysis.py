@@ -92,3 +92,30 @@ def widened(x_ptr, BLOCK: tl.constexpr):
 def test_widening_integer_casts_keep_the_facts():
     (info,) = pointer_facts(widened, {"x_ptr": "*fp32"}, {"BLOCK": 256})
     assert info.contiguity == (256,) and info.divisibility == (16,)
+
+
+def test_partitions_see_the_facts_of_what_they_capture():
+    """A worker's args are the captured values: an aligned pointer and stride stay aligned
+    inside the partition, so its accesses vectorize as they would outside."""
+    from weft import lowlevel as ll
+
+    @ll.jit
+    def idle(x_ptr, out_ptr, stride):
+        pass
+
+    @ll.jit
+    def copy_rows(x_ptr, out_ptr, stride):
+        layout: ll.constexpr = ll.BlockedLayout([4], [32], [4], [0])
+        offsets = ll.arange(0, 512, layout)
+        row = ll.program_id(0) * stride
+        ll.store(out_ptr + row + offsets, ll.load(x_ptr + row + offsets))
+
+    @ll.jit
+    def specialized(x_ptr, out_ptr, stride):
+        ll.warp_specialize((x_ptr, out_ptr, stride), idle, (x_ptr, out_ptr, stride), [copy_rows],
+                           worker_num_warps=[4], worker_num_regs=[0])
+
+    signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "stride": "i32"}
+    kernel = build_kernel(specialized, signature, {}, 4, {n: "divisible_by_16" for n in signature})
+    (info,) = [analyze_axes(kernel)[op.pointer] for op in kernel.walk() if isinstance(op, Load)]
+    assert info.contiguity == (512,) and info.divisibility == (16,)
