@@ -8,8 +8,9 @@ more of them. Tiles are numbered longest first (`tile_coordinates`). The produce
 each tile index to the consumers through shared memory, published with the tile's Q;
 an index past the last tile tells them to stop. The CTA's warps split into partitions:
 
-- the producer (4 warps at a few registers, one thread issuing TMA) loads a tile's Q once
-  the consumers release the Q buffer (`q_empty`: after their last S GEMM when O leaves
+- the producer (4 warps at a few registers, one thread issuing TMA) loads a tile's Q into
+  one of Q_STAGES buffers (two where they fit: the next tile's Q loads during this one)
+  once the consumers release it (`q_empty`: after their last S GEMM when O leaves
   through its own buffer, O_BUFFER; after the O store when it leaves through Q's), then
   streams its K and V tiles through a ring of STAGES slots; every slot has a `ready`
   mbarrier (the TMA bytes land on it) and an `empty` one (each consumer releases it).
