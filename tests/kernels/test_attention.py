@@ -104,6 +104,8 @@ def test_configs_validate_with_readable_errors():
         Config(stages=1)
     with pytest.raises(ValueError, match="persistent must be True or False"):
         Config(persistent="yes")
+    with pytest.raises(ValueError, match=r"q_stages must be 1 or 2 \(tiles' Q in flight\)"):
+        Config(q_stages=3)
 
 
 def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout="bhsd"):
