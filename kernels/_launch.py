@@ -22,6 +22,17 @@ def empty_like(x, dtype=None):
     return np.empty_like(x, dtype=dtype)
 
 
+def new_array(like, shape, dtype: str | None = None, zero: bool = False):
+    """An array where `like` lives (a torch tensor on its device, else numpy): `shape`, of
+    `like`'s dtype or the one named ("float32", "int32"), zeroed when `zero`."""
+    if is_torch(like):
+        import torch
+
+        make = torch.zeros if zero else torch.empty
+        return make(shape, dtype=getattr(torch, dtype) if dtype else like.dtype, device=like.device)
+    return (np.zeros if zero else np.empty)(shape, dtype=np.dtype(dtype) if dtype else like.dtype)
+
+
 _FLOAT_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
 
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .._launch import is_torch, persistent_grid
+from .._launch import data_address, is_torch, new_array, persistent_grid
 from .config import BOX, HEAD_DIMS, ROWS, SHARED_LIMIT, Config, default_config, shared_bytes
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
@@ -29,10 +29,6 @@ def _kind(x) -> str:
 
 def _strides(x) -> tuple[int, ...]:
     return tuple(x.stride()) if is_torch(x) else tuple(s // x.itemsize for s in x.strides)
-
-
-def _address(x) -> int:
-    return x.data_ptr() if is_torch(x) else x.ctypes.data
 
 
 def _where(x) -> str:
@@ -95,7 +91,7 @@ def _check_inputs(q, k, v, layout: str) -> tuple[str, int]:
         if strides[-1] != 1:
             raise ValueError(f"flash_attention: {name}'s last dim (head_dim) must be contiguous, "
                              f"got strides {strides}; pass {name}.contiguous()")
-        if any(s * 2 % 16 for s in strides[:-1]) or _address(x) % 16:
+        if any(s * 2 % 16 for s in strides[:-1]) or data_address(x) % 16:
             raise ValueError(f"flash_attention: {name} must start on 16 bytes with every stride "
                              f"a multiple of 8 elements (TMA), got strides {strides}; pass "
                              f"{name}.contiguous()")
@@ -104,14 +100,6 @@ def _check_inputs(q, k, v, layout: str) -> tuple[str, int]:
 
 def _layout_words(layout: str) -> str:
     return "batch, heads, seq, head_dim" if layout == "bhsd" else "batch, seq, heads, head_dim"
-
-
-def _empty(like, shape, dtype=None):
-    if is_torch(like):
-        import torch
-
-        return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
-    return np.empty(shape, dtype=dtype or like.dtype)
 
 
 def _descriptor(x, layout: str, rows: int):
@@ -142,8 +130,8 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
     (batch, heads, seq_q, _), (_, _, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
-    out = _empty(q, tuple(q.shape))
-    lse = _empty(q, (batch, heads, seq_q), _float32(q))
+    out = new_array(q, tuple(q.shape))
+    lse = new_array(q, (batch, heads, seq_q), "float32")
     if seq_q == 0 or batch * heads == 0:
         return (out, lse) if return_lse else out
     if seq_k == 0:
@@ -174,7 +162,7 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
     group = max(1, min(batch * heads, L2_BUDGET // max(kv_bytes, 1)))
     # The tile counter: a CTA's first tile is its program id, every later one comes from
     # an atomic add on this (grid + the count so far), so it starts at 0 on every launch.
-    counter = _zeros_int32(q)
+    counter = new_array(q, (1,), "int32", zero=True)
     args = (*descs, lse, counter, scale, seq_q, seq_k, heads, heads // kv_heads, num_m_tiles, batch * heads,
             group)
     persistent = config.persistent
@@ -190,22 +178,6 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
     tiles = num_m_tiles * batch * heads
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
     flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)
-
-
-def _zeros_int32(like):
-    if is_torch(like):
-        import torch
-
-        return torch.zeros(1, dtype=torch.int32, device=like.device)
-    return np.zeros(1, np.int32)
-
-
-def _float32(x):
-    if is_torch(x):
-        import torch
-
-        return torch.float32
-    return np.float32
 
 
 def _host64(x) -> np.ndarray:
