@@ -7,8 +7,9 @@ STAGES rows in flight in shared memory instead: one thread starts a bulk copy
 (cp.async.bulk, no tensor map) of a later row into a free slot while every thread
 computes the current one, and an mbarrier per slot says when its bytes have landed.
 
-The kernels built on this start the ring (`start_ring`), then walk rows `first, first +
-step, ...` (step = the grid), each taken with `take_row`, which also refills its slot.
+The kernels built on this allocate and start the ring (`start_ring`), then walk rows
+`first, first + step, ...` (step = the grid), each taken with `take_row`, which also
+refills its slot.
 The host side (`_launch.persistent_grid`, `ring_fits`) picks the grid and decides when a ring applies:
 rows must start on 16 bytes and span a multiple of 16 bytes (the bulk copy's rules).
 """
@@ -32,13 +33,18 @@ def start_row(in_ptr, in_row_stride, row, n_rows, row_bytes, slot, landed):
 
 
 @ll.jit
-def start_ring(in_ptr, in_row_stride, n_rows, row_bytes, ring, landed, STAGES: ll.constexpr):
-    """Initialise the slots' mbarriers and start the CTA's first STAGES rows."""
+def start_ring(in_ptr, in_row_stride, n_rows, row_bytes, BLOCK: ll.constexpr, STAGES: ll.constexpr):
+    """(ring, landed): STAGES shared-memory rows of BLOCK elements and an mbarrier per
+    slot, initialised, with the CTA's first STAGES rows on their way."""
+    ring = ll.allocate_shared_memory(in_ptr.dtype.element_ty, [STAGES, BLOCK],
+                                     ll.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    landed = mbarrier.allocate_mbarrier(batch=STAGES)
     for s in ll.static_range(STAGES):
         mbarrier.init(landed.index(s), count=1)
     for s in ll.static_range(STAGES):
         start_row(in_ptr, in_row_stride, ll.program_id(0) + s * ll.num_programs(0), n_rows, row_bytes,
                   ring.index(s), landed.index(s))
+    return ring, landed
 
 
 @ll.jit

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ..lowlevel import mbarrier
 from ._launch import float_bits, empty_like, next_power_of_two, persistent_grid, prefetch_distance, row_stride
 from .row_ring import ring_fits, start_ring, take_row
 
@@ -99,11 +98,8 @@ def softmax_ring_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, 
     """The same softmax over a persistent CTA's rows, streamed through a ring of STAGES
     shared-memory rows (row_ring.py)."""
     layout: ll.constexpr = ll.BlockedLayout([VEC], [32], [WARPS], [0])
-    ring = ll.allocate_shared_memory(in_ptr.dtype.element_ty, [STAGES, BLOCK],
-                                     ll.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    landed = mbarrier.allocate_mbarrier(batch=STAGES)
     row_bytes = n_cols * ELEMENT_BYTES
-    start_ring(in_ptr, in_row_stride, n_rows, row_bytes, ring, landed, STAGES)
+    ring, landed = start_ring(in_ptr, in_row_stride, n_rows, row_bytes, BLOCK, STAGES)
     cols = ll.arange(0, BLOCK, layout=layout)
     in_bounds = None if EVEN else cols < n_cols
     done = 0  # rows this CTA has finished
