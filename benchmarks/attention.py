@@ -37,14 +37,17 @@ SYSTEMS = ("weft", "cudnn", "flash", "triton")
 EXTRA_SYSTEMS = ("weft_tiles", "weft_persistent")
 
 
-def shapes(quick: bool = False, causal=(False, True)) -> list[tuple[int, int, int, int, bool]]:
-    """(batch, heads, seq, head_dim, causal) for every configuration measured."""
+def shapes(quick: bool = False, causal=(False, True), head_dims=(64, 128, 256),
+           seqs=None) -> list[tuple[int, int, int, int, bool]]:
+    """(batch, heads, seq, head_dim, causal) for every configuration measured, of the
+    head dims `head_dims` and (when given) the sequence lengths `seqs`."""
     if quick:
         grid = [(4, 2048 // d, 4096, d) for d in (128, 64, 256)]
     else:
         grid = [(16384 // s, 2048 // d, s, d) for d in (64, 128, 256)
                 for s in (512, 1024, 2048, 4096, 8192, 16384)]
         grid += [(4, 16, 4096, 128), (2, 16, 16384, 128)]  # the first is also in the grid
+    grid = [shape for shape in grid if shape[3] in head_dims and (seqs is None or shape[2] in seqs)]
     return [(*shape, masked) for shape in dict.fromkeys(grid) for masked in causal]
 
 
@@ -220,14 +223,15 @@ def _versions(torch) -> dict:
             "cudnn": torch.backends.cudnn.version(), "triton": triton_version}
 
 
-def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None, causal=(False, True)) -> dict:
+def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None, causal=(False, True),
+        head_dims=(64, 128, 256), seqs=None) -> dict:
     import torch
 
     torch.manual_seed(0)
     found = find_systems(torch, wanted)
     results = {**_versions(torch), "tolerance": TOLERANCE, "systems": list(wanted),
                "reference_vs_weft_numpy": check_reference(torch), "rows": []}
-    for batch, heads, seq, head_dim, causal in shapes(quick, causal):
+    for batch, heads, seq, head_dim, causal in shapes(quick, causal, head_dims, seqs):
         q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         scale = head_dim ** -0.5
@@ -294,6 +298,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="write the full results as JSON here (after every shape)")
     parser.add_argument("--causal", choices=("both", "only", "none"), default="both",
                         help="causal and non-causal shapes, causal only, or non-causal only")
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256],
+                        help="only these head dims")
+    parser.add_argument("--seqs", type=int, nargs="+", help="only these sequence lengths")
     known = SYSTEMS + EXTRA_SYSTEMS
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"comma-separated subset of {','.join(known)}, or weft under its "
@@ -303,7 +310,7 @@ def main(argv=None) -> int:
     if not wanted or {name for name in wanted if not name.startswith("weft:")} - set(known):
         parser.error(f"--systems takes names from {','.join(known)}, got {args.systems!r}")
     masks = {"both": (False, True), "only": (True,), "none": (False,)}[args.causal]
-    results = run(args.quick, wanted, args.out, masks)
+    results = run(args.quick, wanted, args.out, masks, tuple(args.head_dims), args.seqs)
     print_table(results)
     wrong = any(_wrong(row[name]) for row in results["rows"] for name in wanted)
     weft_short = "weft" in wanted and any("tflops" not in row["weft"] for row in results["rows"])

@@ -193,6 +193,9 @@ class Unary(Op):
     result: Value
     kind: str
     operand: Value
+    # exp2 only: the share of each thread's registers computed by an FMA polynomial
+    # instead of the exp unit (compiler/exp2_polynomial.py); 0 = all on the exp unit.
+    fma_share: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

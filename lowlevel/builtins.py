@@ -198,8 +198,27 @@ def _math(kind: str):
     return builtin(op)
 
 
-exp, exp2, log, log2 = _math("exp"), _math("exp2"), _math("log"), _math("log2")
+exp, log, log2 = _math("exp"), _math("log"), _math("log2")
 sqrt, rsqrt, erf = _math("sqrt"), _math("rsqrt"), _math("erf")
+
+
+@builtin
+def exp2(x: Any, fma_share: float = 0.0):
+    """Elementwise 2^x of a floating-point tensor or scalar, on the exp unit (MUFU.EX2,
+    2 ulp, results below 2^-126 flush to 0).
+
+    fma_share (a compile-time number in [0, 1]): the share of each thread's registers
+    computed instead by a polynomial on the FMA pipe (FlashAttention-4's trick; relative
+    error at most 8.6e-5, below half a bf16/fp16 ulp; inf and NaN as above). Use it where
+    the exp unit limits throughput, e.g. attention at head_dim 64, and the result is
+    rounded to 16 bits. Which registers is fixed per layout (compiler/exp2_polynomial.py)."""
+    b = sem.builder()
+    if isinstance(fma_share, py.bool) or not isinstance(fma_share, (py.int, py.float)) \
+            or not 0 <= fma_share <= 1:
+        raise b.error(f"exp2 fma_share must be a compile-time number in [0, 1], found "
+                      f"{sem.describe(fma_share)}",
+                      suggestion="pass a Python float such as 0.25, or a constexpr parameter")
+    return sem.unary("exp2", x, "exp2", fma_share=float(fma_share))
 sin, cos, floor, ceil = _math("sin"), _math("cos"), _math("floor"), _math("ceil")
 
 

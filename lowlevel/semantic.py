@@ -351,8 +351,9 @@ def compare(predicate: str, lhs: Any, rhs: Any, symbol: str) -> DynamicValue:
                            rhs=rhs.handle))
 
 
-def unary(kind: str, x: Any, symbol: str) -> DynamicValue:
-    """neg, not (bitwise ~), and the math functions (floats only, except abs)."""
+def unary(kind: str, x: Any, symbol: str, fma_share: float = 0.0) -> DynamicValue:
+    """neg, not (bitwise ~), and the math functions (floats only, except abs); fma_share:
+    see `ll.exp2`."""
     b = builder()
     x = to_value(x)
     element = element_of(x.type)
@@ -363,7 +364,7 @@ def unary(kind: str, x: Any, symbol: str) -> DynamicValue:
     if kind not in ("neg", "not", "abs") and not element.is_float:
         raise b.error(f"{symbol} needs a floating-point operand, found {describe(x)}",
                       suggestion=f"convert first: {symbol}(x.to(ll.float32))")
-    return b.wrap(b.create(ir.Unary, x.type, kind=kind, operand=x.handle))
+    return b.wrap(b.create(ir.Unary, x.type, kind=kind, operand=x.handle, fma_share=fma_share))
 
 
 def to_bool(x: DynamicValue) -> DynamicValue:

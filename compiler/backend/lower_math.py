@@ -23,8 +23,10 @@ import math
 
 from llvmlite import ir
 
+from .. import exp2_polynomial as poly
 from ..errors import CompilationError
 from ..ir import Unary
+from ..types import TensorType
 from . import llvm_types as T
 from .context import Lowering, elementwise, lowers
 
@@ -164,12 +166,41 @@ def unary_int(ctx: Lowering, kind: str, x: ir.Value, signed: bool) -> ir.Value:
                            suggestion="cast to a float type first")
 
 
+def exp2_on_fma(ctx: Lowering, x: ir.Value) -> ir.Value:
+    """2^x (fp32) by the FMA-pipe polynomial of compiler/exp2_polynomial.py."""
+    b = ctx.builder
+    x = ctx.intrinsic("llvm.maximum.f32", T.F32, [x, f32(poly.CLAMP_LOW)])  # NaN-propagating
+    x = ctx.intrinsic("llvm.minimum.f32", T.F32, [x, f32(poly.CLAMP_HIGH)])
+    shifted = ctx.intrinsic("llvm.nvvm.add.rm.f", T.F32, [x, f32(poly.ROUNDING_MAGIC)])
+    fraction = b.fsub(x, b.fsub(shifted, f32(poly.ROUNDING_MAGIC)))
+    mantissa = horner(b, ctx, fraction, poly.COEFFICIENTS)
+    power_bits = b.add(b.shl(b.bitcast(shifted, T.I32), ir.Constant(T.I32, poly.MANTISSA_BITS)),
+                       ir.Constant(T.I32, poly.ONE_BITS))
+    return b.fmul(mantissa, b.bitcast(power_bits, T.F32))
+
+
+def lower_split_exp2(ctx: Lowering, op: Unary) -> None:
+    """exp2 with `fma_share`: the registers polynomial_registers picks go to the FMA pipe,
+    the rest to the exp unit."""
+    b = ctx.builder
+    count = T.register_count(op.result.type)
+    on_fma = set(poly.polynomial_registers(count, op.fma_share))
+    results = []
+    for index, x in enumerate(ctx.registers(op.operand, count)):
+        wide = x if x.type == T.F32 else b.fpext(x, T.F32)
+        value = exp2_on_fma(ctx, wide) if index in on_fma else ex2(ctx, wide)
+        results.append(value if x.type == T.F32 else b.fptrunc(value, x.type))
+    ctx.define(op.result, tuple(results))
+
+
 @lowers(Unary)
 def lower_unary(ctx: Lowering, op: Unary) -> None:
     elem = T.element_of(op.operand.type)
     if T.is_fp8(elem):
         raise CompilationError(f"unary `{op.kind}` on fp8: cast to fp32 first", op.loc)
-    if elem.is_float:
+    if op.fma_share and isinstance(op.result.type, TensorType) and elem.is_float and elem.bits <= 32:
+        lower_split_exp2(ctx, op)
+    elif elem.is_float:
         elementwise(ctx, op.result, (op.operand,), lambda _, x: unary_float(ctx, op.kind, x))
     else:
         elementwise(ctx, op.result, (op.operand,), lambda _, x: unary_int(ctx, op.kind, x, elem.is_signed))

@@ -29,6 +29,9 @@ class Config:
     - q_stages (persistent): tiles' Q in flight, at most: with 2 the next tile's Q loads
       during this one; the host uses 1 where a second Q buffer does not fit in shared
       memory beside the K/V ring (head_dim 256).
+    - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
+      of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick): at head_dim
+      64 the exp unit is as busy as the tensor cores.
     """
 
     head_dim: int = 128
@@ -40,14 +43,22 @@ class Config:
     consumer_regs: int = 240
     persistent: bool = True
     q_stages: int = 2
+    exp2_fma_share: float = 0.0
 
     def __post_init__(self):
+        if isinstance(self.exp2_fma_share, bool) or not isinstance(self.exp2_fma_share, (int, float)) \
+                or not 0 <= self.exp2_fma_share <= 1:
+            raise ValueError(f"Config.exp2_fma_share must be a number in [0, 1] (the share of exps "
+                             f"computed on the FMA pipe), got {self.exp2_fma_share!r}")
         if self.persistent not in (True, False):
             raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
         if self.q_stages not in (1, 2):
             raise ValueError(f"Config.q_stages must be 1 or 2 (tiles' Q in flight), got {self.q_stages!r}")
         if self.variant not in VARIANTS:
             raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.variant == "simple" and self.exp2_fma_share:
+            raise ValueError("Config.exp2_fma_share is a pingpong-variant option; the simple variant "
+                             "computes every exp on the exp unit")
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"Config.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
         if self.consumers not in (1, 2, 3) or (self.variant == "simple" and self.consumers == 3):

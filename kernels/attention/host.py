@@ -174,7 +174,7 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
         shared_bytes(config, o_buffer=o_buffer, q_stages=2) <= SHARED_LIMIT else 1
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages,
                       CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, O_BUFFER=o_buffer,
-                      Q_STAGES=q_stages, **regs)
+                      Q_STAGES=q_stages, EXP2_FMA=float(config.exp2_fma_share), **regs)
     tiles = num_m_tiles * batch * heads
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
     flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)

@@ -103,7 +103,7 @@ def producer(state):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_STAGES) = state
+     Q_STAGES, EXP2_FMA) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     tiles = num_m_tiles * batch_heads
@@ -172,13 +172,14 @@ def masked(s, n, row0, seq_q, seq_k, BLOCK_N: ll.constexpr, CAUSAL: ll.constexpr
 
 
 @ll.jit
-def online_softmax(s, m_i, l_i, qk_scale):
+def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
     """P = exp2(S * scale - m) with m the running row max (log2 units); alpha rescales
     what came before. Rows that have seen no key keep m = -inf and subtract 0 instead,
-    so their (all masked) P and alpha come out 0, not NaN."""
+    so their (all masked) P and alpha come out 0, not NaN. EXP2_FMA: the share of P's
+    exps computed by FMA polynomials beside the exp unit (see ll.exp2)."""
     m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
     m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
-    p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]))
+    p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
     alpha = ll.exp2(m_i - m_use)
     return p, alpha, m_new, l_i * alpha + ll.sum(p, axis=1)
 
@@ -215,7 +216,7 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
                 m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
                 STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
                 CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
-                O_LAYOUT: ll.constexpr):
+                O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr):
     """Key tile n, at ring position `step`: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1},
     softmax S_n while the second GEMM runs, then rescale O."""
     slot = step % STAGES
@@ -231,7 +232,7 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
     mbarrier.arrive(k_empty.index(slot))
     if MASKED:
         s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-    p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale)
+    p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA)
     acc = ll.warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(v_empty.index(prev))
     acc = acc * ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
@@ -246,7 +247,7 @@ def consumer(state, WG: ll.constexpr):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_STAGES) = state
+     Q_STAGES, EXP2_FMA) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
@@ -271,7 +272,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_STAGES) = state
+     Q_STAGES, EXP2_FMA) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -300,18 +301,18 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         s = ll.warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(k_empty.index(first))
         s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-        p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale)
+        p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA)
         p_op = ll.convert_layout(p.to(dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
         for n in range(1, full):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
-                S_LAYOUT, O_LAYOUT)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA)
         for n in range(ll.maximum(full, 1), count):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
-                S_LAYOUT, O_LAYOUT)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA)
         if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
             mbarrier.arrive(q_empty.index(q_slot))
         # The last P V.
@@ -371,7 +372,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         HEAD_DIM: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
                         CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
                         PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, O_BUFFER: ll.constexpr = False,
-                        Q_STAGES: ll.constexpr = 1):
+                        Q_STAGES: ll.constexpr = 1, EXP2_FMA: ll.constexpr = 0.0):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V)."""
@@ -406,7 +407,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER, Q_STAGES)
+             CAUSAL, WRITE_LSE, O_BUFFER, Q_STAGES, EXP2_FMA)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

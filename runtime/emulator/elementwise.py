@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ...compiler import exp2_polynomial as poly
 from ...compiler import ir
 from ...compiler.types import PointerType, ScalarType, element_of
 from .dtypes import bitcast, c_divide, c_remainder, cast, finish, is_float, storage_dtype
@@ -160,12 +161,42 @@ UNARY = {
 }
 
 
+def exp2_on_fma(x) -> np.ndarray:
+    """2^x by the backend's FMA-pipe polynomial (compiler/exp2_polynomial.py), step by step
+    in fp32 (each FMA rounded once)."""
+    f32 = np.float32
+    x = np.asarray(x, f32)
+    x = np.where(np.isnan(x), x, np.clip(x, f32(poly.CLAMP_LOW), f32(poly.CLAMP_HIGH)))
+    whole = np.floor(x)  # what the rounded-down add of the magic number leaves
+    fraction = (x - whole).astype(f32)
+    mantissa = np.full_like(x, poly.COEFFICIENTS[-1])
+    for c in reversed(poly.COEFFICIENTS[:-1]):
+        mantissa = (mantissa.astype(np.float64) * fraction + c).astype(f32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        power = np.ldexp(f32(1.0), np.nan_to_num(whole, nan=0.0).astype(np.int32)).astype(f32)
+        power = np.where(whole <= poly.CLAMP_LOW, f32(0.0), power)  # bits(t) << 23 gives 0 there
+        return (mantissa * power).astype(f32)
+
+
+def split_exp2(x, share: float) -> np.ndarray:
+    """exp2 with `fma_share`: the registers the backend computes by the polynomial (the
+    last axis of (warps, 32, registers)) get its values, the rest np.exp2."""
+    result = np.exp2(np.asarray(x, np.float32))
+    on_fma = list(poly.polynomial_registers(result.shape[-1], share))
+    result[..., on_fma] = exp2_on_fma(np.asarray(x)[..., on_fma])
+    return result
+
+
 @RULES.register(ir.Unary)
 def unary(cta, op: ir.Unary) -> None:
     element = _element(op.result)
     if op.kind not in UNARY:
         raise EmulationError(f"unknown unary kind {op.kind!r}", op.loc)
-    cta.bind(op.result, finish(element, UNARY[op.kind](cta[op.operand], element)))
+    x = cta[op.operand]
+    if op.fma_share and np.ndim(x) == 3 and is_float(element) and element.bits <= 32:
+        cta.bind(op.result, finish(element, split_exp2(x, op.fma_share)))
+    else:
+        cta.bind(op.result, finish(element, UNARY[op.kind](x, element)))
 
 
 @RULES.register(ir.Fma)

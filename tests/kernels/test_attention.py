@@ -32,7 +32,8 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
         return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
                                                num_warps=4 * config.consumers)
     signature.update(counter_ptr="*i32", num_m_tiles="i32", batch_heads="i32", group="i32")
-    constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer, Q_STAGES=q_stages)
+    constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer, Q_STAGES=q_stages,
+                      EXP2_FMA=float(config.exp2_fma_share))
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -79,6 +80,8 @@ def test_own_o_buffer_variants_assemble_without_spills(head_dim, causal, q_stage
 @needs_ptxas
 @pytest.mark.parametrize("config", [Config(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
                                     Config(head_dim=64),  # 2 consumer warpgroups
+                                    Config(head_dim=64, consumers=3, consumer_regs=160, exp2_fma_share=0.25),
+                                    Config(head_dim=128, exp2_fma_share=0.5),
                                     Config(head_dim=128, variant="simple"),
                                     Config(head_dim=256, block_n=64, variant="simple")])
 def test_other_configs_assemble_without_spills(config):
@@ -106,6 +109,10 @@ def test_configs_validate_with_readable_errors():
         Config(persistent="yes")
     with pytest.raises(ValueError, match=r"q_stages must be 1 or 2 \(tiles' Q in flight\)"):
         Config(q_stages=3)
+    with pytest.raises(ValueError, match=r"exp2_fma_share must be a number in \[0, 1\]"):
+        Config(exp2_fma_share=2)
+    with pytest.raises(ValueError, match="exp2_fma_share is a pingpong-variant option"):
+        Config(variant="simple", exp2_fma_share=0.25)
 
 
 def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout="bhsd"):
@@ -148,6 +155,7 @@ def _check_emulated(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layo
 @pytest.mark.parametrize("config", [Config(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
                                     Config(head_dim=64),  # 2 consumer warpgroups
                                     Config(head_dim=64, block_n=32, stages=3, consumers=1),
+                                    Config(head_dim=64, consumers=3, consumer_regs=160, exp2_fma_share=0.25),
                                     Config(head_dim=64, variant="simple")])
 def test_emulated_other_configs(config):
     _check_emulated(1, 2, 1, 200, 150, 64, True, "bhsd", config)
@@ -320,6 +328,26 @@ def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, causal):
     assert torch.equal(out, out_tiles) and torch.equal(lse, lse_tiles)
     ref, _ = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim, share", [(64, 0.25), (64, 0.5), (128, 0.25)])
+def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
+    """Part of the softmax's exps by FMA polynomials (Config.exp2_fma_share): still within
+    the bf16 tolerance of the float32 reference, and not bitwise the exp unit's result."""
+    import dataclasses
+
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(head_dim + causal)
+    q, k, v = (torch.randn(2, 4, 1100, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(3))
+    config = dataclasses.replace(default_config(head_dim), exp2_fma_share=share)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
+    ref, ref_lse = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+    assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
+    assert not torch.equal(out, flash_attention(q, k, v, causal=causal, config=default_config(head_dim)))
 
 
 @pytest.mark.gpu
