@@ -1,9 +1,10 @@
 """exp2 on the FMA pipe: the polynomial `ll.exp2(x, fma_share=...)` uses for a share of
 each thread's registers, so that those exps leave the exp unit (MUFU) free.
 
-Why: one MUFU.EX2 per clock per SM sub-partition quarter (16 per SM per clock) is as
-fast as the tensor cores consume the scores of attention at head_dim 64, so the exp unit
-and not the tensor cores sets the pace; FlashAttention-4 moves part of the exps to FMAs.
+Why: the exp unit does 16 exps per clock per SM, about the rate at which the tensor
+cores consume attention scores at head_dim 64; FlashAttention-4 moves part of the exps to
+FMAs for that reason. (On the H200 weft's attention measured slower with any share:
+benchmarks/NOTES.md. Each exp moved costs nine more issued instructions.)
 
 The algorithm, the same in the backend and the emulator, in fp32:
     x = min(max(x, -127), 128)      NaN-propagating clamps (x = NaN stays NaN)

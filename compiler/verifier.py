@@ -44,6 +44,11 @@ def _check_elementwise(op: Op) -> None:
         _fail(op, "mixes scalar and tensor operands; splat the scalar first")
 
 
+def _check_unary(op: Unary) -> None:
+    if op.fma_share and (op.kind != "exp2" or not 0 <= op.fma_share <= 1):
+        _fail(op, f"fma_share={op.fma_share} is for exp2 only, in [0, 1]; found it on {op.kind}")
+
+
 def _check_atomic(op: Op) -> None:
     if isinstance(op, AtomicRMW) and op.kind not in ATOMIC_KINDS:
         _fail(op, f"unknown kind {op.kind!r}")
@@ -112,6 +117,8 @@ def _verify_block(block: Block, scope: set) -> None:
             _check_shape_op(op)
         if isinstance(op, ATOMICS):
             _check_atomic(op)
+        if isinstance(op, Unary):
+            _check_unary(op)
         if isinstance(op, For):
             _check_yield(op, op.body, op.results, "loop body")
             for init, arg in zip(op.inits, op.body.args[1:]):

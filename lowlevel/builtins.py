@@ -209,9 +209,11 @@ def exp2(x: Any, fma_share: float = 0.0):
 
     fma_share (a compile-time number in [0, 1]): the share of each thread's registers
     computed instead by a polynomial on the FMA pipe (FlashAttention-4's trick; relative
-    error at most 8.6e-5, below half a bf16/fp16 ulp; inf and NaN as above). Use it where
-    the exp unit limits throughput, e.g. attention at head_dim 64, and the result is
-    rounded to 16 bits. Which registers is fixed per layout (compiler/exp2_polynomial.py)."""
+    error at most 8.6e-5, below half a bf16/fp16 ulp; inf and NaN as above), for kernels
+    whose exp unit, not issue slots, limits throughput and whose result is rounded to 16
+    bits. Each exp moved costs nine more issued instructions: weft's flash attention ran
+    slower with any share on the H200 (benchmarks/NOTES.md). Which registers is fixed per
+    layout (compiler/exp2_polynomial.py)."""
     b = sem.builder()
     if isinstance(fma_share, py.bool) or not isinstance(fma_share, (py.int, py.float)) \
             or not 0 <= fma_share <= 1:

@@ -30,8 +30,8 @@ class Config:
       during this one; the host uses 1 where a second Q buffer does not fit in shared
       memory beside the K/V ring (head_dim 256).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
-      of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick): at head_dim
-      64 the exp unit is as busy as the tensor cores.
+      of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
+      every share measured slower on the H200 (benchmarks/NOTES.md).
     """
 
     head_dim: int = 128

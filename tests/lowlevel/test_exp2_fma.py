@@ -122,3 +122,17 @@ def test_split_exp2_on_the_gpu(share):
     tiny = specials < 2.0 ** -126
     np.testing.assert_array_equal(got[64:80][tiny], 0.0)
     np.testing.assert_array_equal(np.isnan(got[64:80]), np.isnan(specials))
+
+
+def test_the_verifier_refuses_fma_share_on_other_math():
+    """A hand-built op must not reach the backend, which would compute exp2 for it."""
+    from weft.compiler import ir
+    from weft.compiler.frontend import build_kernel
+    from weft.compiler.verifier import VerificationError, verify
+
+    kernel = build_kernel(split_exp2, SIGNATURE, {"SHARE": 0.5}, 4)
+    (op,) = [op for op in kernel.walk() if isinstance(op, ir.Unary)]
+    verify(kernel)
+    object.__setattr__(op, "kind", "log2")  # frozen dataclass: what a buggy pass could build
+    with pytest.raises(VerificationError, match="fma_share=0.5 is for exp2 only"):
+        verify(kernel)
