@@ -143,7 +143,7 @@ def find_systems(torch, wanted) -> dict:
 
 def _weft_with(name: str):
     """weft under its default Config with fields overridden, from a system name such as
-    "weft:q_stages=1" or "weft:persistent=False+stages=3"."""
+    "weft:q_buffers=2" or "weft:persistent=False+stages=3"."""
     import ast
 
     try:
@@ -304,7 +304,7 @@ def main(argv=None) -> int:
     known = SYSTEMS + EXTRA_SYSTEMS
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"comma-separated subset of {','.join(known)}, or weft under its "
-                             f"default Config with fields changed: weft:q_stages=1+stages=3")
+                             f"default Config with fields changed: weft:q_buffers=2+stages=3")
     args = parser.parse_args(argv)
     wanted = [name for name in args.systems.split(",") if name]
     if not wanted or {name for name in wanted if not name.startswith("weft:")} - set(known):

@@ -47,11 +47,13 @@ out = flash_attention(q, k, v, config=Config(head_dim=64, block_n=128, consumers
 torch.cuda.synchronize()
 print("ok persistent, 140 tiles", out.float().abs().mean().item())
 '
-# racecheck is slow on every shared-memory access: one tiny case per mask (2 tiles of a
-# causal GQA problem with tails on persistent CTAs, the tile counter included).
+# racecheck is slow on every shared-memory access: tiny cases per mask (2 tiles of a
+# causal GQA problem with tails on persistent CTAs, the tile counter included), then one
+# persistent CTA walking 4 tiles at head_dim 64 and 256, so the Q ring's buffers (two
+# tiles' at 64, three warpgroups' at 256) and the K/V ring wrap around.
 TINY='
 import torch
-from weft.kernels.attention import flash_attention
+from weft.kernels.attention import flash_attention, host
 torch.manual_seed(0)
 q = torch.randn(1, 2, 70, 64, device="cuda", dtype=torch.bfloat16)
 k, v = (torch.randn(1, 1, 130, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -59,6 +61,17 @@ for causal in (False, True):
     out = flash_attention(q, k, v, causal=causal)
     torch.cuda.synchronize()
     print("ok tiny", causal, out.float().abs().mean().item())
+# Checked on the CPU (float64): a reference kernel would run under racecheck too.
+walk = lambda *args: 1
+for d in (64, 256):
+    q, k, v = (torch.randn(1, 2, 200 if d == 256 else 300, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    host.persistent_grid, grid = walk, host.persistent_grid
+    out = flash_attention(q, k, v, causal=True)
+    host.persistent_grid = grid
+    q, k, v, out = (x.cpu().double() for x in (q, k, v, out))
+    mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).triu(1)
+    ref = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(mask, float("-inf")), -1) @ v
+    print("ok one CTA", d, ((out - ref).norm() / ref.norm()).item())
 '
 for tool in memcheck racecheck; do
   step sanitize || break

@@ -26,9 +26,10 @@ class Config:
     - persistent (pingpong): one CTA per SM, each claiming its next tile from an atomic
       counter when it finishes one, longest first (the next tile's Q and K/V load while
       the last one's O is stored); False: one CTA per tile.
-    - q_stages (persistent): tiles' Q in flight, at most: with 2 the next tile's Q loads
-      during this one; the host uses 1 where a second Q buffer does not fit in shared
-      memory beside the K/V ring (head_dim 256).
+    - q_buffers (persistent): warpgroup-sized Q buffers in the Q ring, from `consumers`
+      (one tile's) to 2 * `consumers` (the next tile's Q loads during this one); None:
+      as many as fit in shared memory beside the K/V ring (and O's buffer, where that
+      fits: the host decides it first).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -42,7 +43,7 @@ class Config:
     producer_regs: int = 24
     consumer_regs: int = 240
     persistent: bool = True
-    q_stages: int = 2
+    q_buffers: int | None = None
     exp2_fma_share: float = 0.0
 
     def __post_init__(self):
@@ -52,8 +53,6 @@ class Config:
                              f"computed on the FMA pipe), got {self.exp2_fma_share!r}")
         if self.persistent not in (True, False):
             raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
-        if self.q_stages not in (1, 2):
-            raise ValueError(f"Config.q_stages must be 1 or 2 (tiles' Q in flight), got {self.q_stages!r}")
         if self.variant not in VARIANTS:
             raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.variant == "simple" and self.exp2_fma_share:
@@ -80,9 +79,19 @@ class Config:
                              f"{self.consumers} consumer warpgroups at {self.consumer_regs} need "
                              f"{used} registers, an SM has {REGISTER_FILE}; lower consumer_regs to "
                              f"{(REGISTER_FILE // 128 - self.producer_regs) // self.consumers // 8 * 8}")
+        if self.q_buffers is not None and (
+                isinstance(self.q_buffers, bool) or not isinstance(self.q_buffers, int)
+                or not self.consumers <= self.q_buffers <= 2 * self.consumers):
+            raise ValueError(f"Config.q_buffers must be None (as many as fit) or a count from "
+                             f"consumers = {self.consumers} to {2 * self.consumers} (warpgroup-sized "
+                             f"Q buffers: one to two tiles'), got {self.q_buffers!r}")
         if shared_bytes(self) > SHARED_LIMIT:
             raise ValueError(f"{self} needs {shared_bytes(self)} bytes of shared memory; a CTA "
                              f"has {SHARED_LIMIT}. Use a smaller block_n or fewer stages.")
+        if self.q_buffers is not None and shared_bytes(self, q_buffers=self.q_buffers) > SHARED_LIMIT:
+            raise ValueError(f"{self} needs {shared_bytes(self, q_buffers=self.q_buffers)} bytes of "
+                             f"shared memory with {self.q_buffers} Q buffers; a CTA has {SHARED_LIMIT}. "
+                             f"Use fewer Q buffers (or None: as many as fit).")
 
     @property
     def block_m(self) -> int:
@@ -90,12 +99,27 @@ class Config:
         return ROWS * self.consumers
 
 
-def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False, q_stages: int = 1) -> int:
-    """`q_stages` Q buffers (the first reused for O unless `o_buffer`), the K and V rings,
-    the mbarriers and the tile indices."""
-    q = config.block_m * config.head_dim * element_bytes
+def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False, q_buffers: int = 0) -> int:
+    """`q_buffers` warpgroup-sized Q buffers (0: one tile's, `consumers`; O leaves through
+    them unless `o_buffer`), the K and V rings, the mbarriers and the tile indices."""
+    q_buffers = q_buffers or config.consumers
+    q = ROWS * config.head_dim * element_bytes
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
-    return q * (q_stages + o_buffer) + kv + 8 * (2 * q_stages + 4 * config.stages + config.consumers) + 8 * q_stages
+    barriers = 8 * (2 * q_buffers + 4 * config.stages + config.consumers)
+    return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 4 * q_buffers
+
+
+def buffering(config: Config) -> tuple[bool, int]:
+    """(O through its own buffer, Q buffers) of a persistent CTA: O's buffer where it fits
+    beside one tile's Q (not head_dim 256), then as many Q buffers as fit, up to two
+    tiles' (config.q_buffers: that many; validated to fit)."""
+    o_buffer = shared_bytes(config, o_buffer=True) <= SHARED_LIMIT
+    if config.q_buffers is not None:
+        return o_buffer and shared_bytes(config, o_buffer=True, q_buffers=config.q_buffers) <= SHARED_LIMIT, \
+            config.q_buffers
+    fits = [n for n in range(config.consumers, 2 * config.consumers + 1)
+            if shared_bytes(config, o_buffer=o_buffer, q_buffers=n) <= SHARED_LIMIT]
+    return o_buffer, fits[-1]
 
 
 def default_config(head_dim: int) -> Config:

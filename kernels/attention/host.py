@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .._launch import data_address, is_torch, new_array, persistent_grid
-from .config import BOX, HEAD_DIMS, ROWS, SHARED_LIMIT, Config, default_config, shared_bytes
+from .config import BOX, HEAD_DIMS, ROWS, Config, buffering, default_config
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
 
@@ -167,14 +167,12 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
             group)
     persistent = config.persistent
     # A persistent CTA stores O through its own buffer where it fits (not head_dim 256), so
-    # the next tile's Q loads during the last tile's final P V and store.
-    o_buffer = persistent and shared_bytes(config, o_buffer=True) <= SHARED_LIMIT
-    # Then a second Q buffer, where it fits too, so the next tile's Q loads during this one.
-    q_stages = 2 if persistent and config.q_stages == 2 and \
-        shared_bytes(config, o_buffer=o_buffer, q_stages=2) <= SHARED_LIMIT else 1
+    # the next tile's Q loads during the last tile's final P V and store, and keeps spare
+    # Q buffers where they fit, so the next tile's Q loads during this one.
+    o_buffer, q_buffers = buffering(config) if persistent else (False, config.consumers)
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages,
                       CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, O_BUFFER=o_buffer,
-                      Q_STAGES=q_stages, EXP2_FMA=float(config.exp2_fma_share), **regs)
+                      Q_BUFFERS=q_buffers, EXP2_FMA=float(config.exp2_fma_share), **regs)
     tiles = num_m_tiles * batch * heads
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
     flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)

@@ -8,11 +8,12 @@ more of them. Tiles are numbered longest first (`tile_coordinates`). The produce
 each tile index to the consumers through shared memory, published with the tile's Q;
 an index past the last tile tells them to stop. The CTA's warps split into partitions:
 
-- the producer (4 warps at a few registers, one thread issuing TMA) loads a tile's Q into
-  one of Q_STAGES buffers (two where they fit: the next tile's Q loads during this one)
-  once the consumers release it (`q_empty`: after their last S GEMM when O leaves
-  through its own buffer, O_BUFFER; after the O store when it leaves through Q's), then
-  streams its K and V tiles through a ring of STAGES slots; every slot has a `ready`
+- the producer (4 warps at a few registers, one thread issuing TMA) loads each
+  warpgroup's Q of a tile into a ring of Q_BUFFERS warpgroup-sized buffers (up to two
+  tiles' where they fit, three for head_dim 256: the next tile's Q loads during this
+  one) once its last user released it (`q_empty`: after its last S GEMM when O leaves
+  through its own buffer, O_BUFFER; after the O store when it leaves through Q's), and
+  streams the tile's K and V tiles through a ring of STAGES slots; every slot has a `ready`
   mbarrier (the TMA bytes land on it) and an `empty` one (each consumer releases it).
   Ring positions count on over the CTA's tiles, so the next tile's K/V loads start as
   soon as the last tile frees slots;
@@ -103,9 +104,8 @@ def producer(state):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_STAGES, EXP2_FMA) = state
+     Q_BUFFERS, EXP2_FMA) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
-    boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     tiles = num_m_tiles * batch_heads
     step = 0
     done = 0  # tiles of this CTA started
@@ -113,33 +113,64 @@ def producer(state):
     while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
                                                        BLOCK_M, CAUSAL)
-        q_slot = done % Q_STAGES
-        mbarrier.wait(q_empty.index(q_slot), ((done // Q_STAGES) & 1) ^ 1)  # a fresh barrier counts as released
-        publish_tile(tile_smem.index(q_slot), tile)
-        mbarrier.expect(q_ready.index(q_slot), q_desc.nbytes * boxes * CONSUMERS)
-        for wg in ll.static_range(CONSUMERS):
-            load_boxes(q_desc, batch, head, off_m + wg * ROWS, q_ready.index(q_slot),
-                       q_smem.index(q_slot * CONSUMERS + wg), HEAD_DIM)
         count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-        for n in range(0, count):
-            slot = step % STAGES
-            phase = ((step // STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(slot), phase)
-            mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
-            load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM)
-            mbarrier.wait(v_empty.index(slot), phase)
-            mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
-            load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM)
-            step += 1
+        # The first warpgroup's Q, then the first K/V tile, then the other warpgroups' Q:
+        # with a ring of fewer than two tiles' Q buffers, the second warpgroup's buffer is
+        # the one the first warpgroup stores its last O from, and waiting for it before the
+        # first K/V tile would hold the next tile's start back by a load.
+        load_q(state, tile, done * CONSUMERS, batch, head, off_m)
+        if count > 0:
+            load_kv(state, step, batch, kv_head, 0)
+        for wg in ll.static_range(1, CONSUMERS):
+            load_q(state, tile, done * CONSUMERS + wg, batch, head, off_m + wg * ROWS)
+        for n in range(1, count):
+            load_kv(state, step + n, batch, kv_head, n)
+        step += count
         # The CTA's next tile: the atomic's round trip overlaps the consumers' last steps
         # (the next Q waits for them anyway). Tiles are claimed in order, longest first.
         tile = ll.atomic_add(counter_ptr, 1, sem="relaxed") + ll.num_programs(0)
         done += 1
-    # No tile left: the consumers stop when they read `tiles` as the next one.
-    q_slot = done % Q_STAGES
-    mbarrier.wait(q_empty.index(q_slot), ((done // Q_STAGES) & 1) ^ 1)
-    publish_tile(tile_smem.index(q_slot), tiles)
-    mbarrier.arrive(q_ready.index(q_slot))
+    # No tile left: each consumer stops when it reads `tiles` as its next one.
+    for wg in ll.static_range(CONSUMERS):
+        j = done * CONSUMERS + wg
+        slot = j % Q_BUFFERS
+        mbarrier.wait(q_empty.index(slot), ((j // Q_BUFFERS) & 1) ^ 1)
+        publish_tile(tile_smem.index(slot), tiles)
+        mbarrier.arrive(q_ready.index(slot))
+
+
+@ll.jit
+def load_q(state, tile, j, batch, head, row):
+    """The Q rows [row, row + 64) of one warpgroup, the CTA's j-th (tile, warpgroup) in
+    order, into Q buffer j % Q_BUFFERS once its last user released it, with the tile's
+    index for the consumer."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_BUFFERS, EXP2_FMA) = state
+    slot = j % Q_BUFFERS
+    mbarrier.wait(q_empty.index(slot), ((j // Q_BUFFERS) & 1) ^ 1)  # a fresh barrier counts as released
+    publish_tile(tile_smem.index(slot), tile)
+    mbarrier.expect(q_ready.index(slot), q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3]))
+    load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM)
+
+
+@ll.jit
+def load_kv(state, step, batch, kv_head, n):
+    """Key tile n's K and V into ring position `step`, each once its slot is free."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_BUFFERS, EXP2_FMA) = state
+    boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
+    slot = step % STAGES
+    phase = ((step // STAGES) & 1) ^ 1
+    mbarrier.wait(k_empty.index(slot), phase)
+    mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
+    load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM)
+    mbarrier.wait(v_empty.index(slot), phase)
+    mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
+    load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM)
 
 
 @ll.jit
@@ -151,10 +182,11 @@ def publish_tile(tile_smem, tile):
 
 
 @ll.jit
-def next_tile(tile_smem, q_ready, done, Q_STAGES: ll.constexpr):
-    """The index `publish_tile` wrote for this CTA's tile number `done`, once its Q is in."""
-    mbarrier.wait(q_ready.index(done % Q_STAGES), (done // Q_STAGES) & 1)
-    return ll.max(tile_smem.index(done % Q_STAGES).load(TILE_LAYOUT), axis=0)
+def next_tile(tile_smem, q_ready, j, Q_BUFFERS: ll.constexpr):
+    """The tile index `load_q` wrote with the CTA's j-th (tile, warpgroup) Q, once that
+    Q is in."""
+    mbarrier.wait(q_ready.index(j % Q_BUFFERS), (j // Q_BUFFERS) & 1)
+    return ll.max(tile_smem.index(j % Q_BUFFERS).load(TILE_LAYOUT), axis=0)
 
 
 @ll.jit
@@ -247,20 +279,20 @@ def consumer(state, WG: ll.constexpr):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_STAGES, EXP2_FMA) = state
+     Q_BUFFERS, EXP2_FMA) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
     step = 0
     done = 0
-    tile = next_tile(tile_smem, q_ready, done, Q_STAGES)
+    tile = next_tile(tile_smem, q_ready, WG, Q_BUFFERS)
     while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
                                                        BLOCK_M, CAUSAL)
-        attend_tile(state, batch, head, off_m, step, done % Q_STAGES, qk_scale, WG)
+        attend_tile(state, batch, head, off_m, step, (done * CONSUMERS + WG) % Q_BUFFERS, qk_scale, WG)
         step += key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
         done += 1
-        tile = next_tile(tile_smem, q_ready, done, Q_STAGES)
+        tile = next_tile(tile_smem, q_ready, done * CONSUMERS + WG, Q_BUFFERS)
     tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
 
 
@@ -272,7 +304,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_STAGES, EXP2_FMA) = state
+     Q_BUFFERS, EXP2_FMA) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -284,7 +316,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
     count = ll.where(row0 < seq_q, count, 0)
     loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-    q_buffer = q_smem.index(q_slot * CONSUMERS + WG)
+    q_buffer = q_smem.index(q_slot)
     q = q_buffer.index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
     l_i = ll.zeros([ROWS], ll.float32, ROW)
@@ -371,32 +403,35 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         heads, kv_group, num_m_tiles, batch_heads, group,
                         HEAD_DIM: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
                         CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
-                        PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, O_BUFFER: ll.constexpr = False,
-                        Q_STAGES: ll.constexpr = 1, EXP2_FMA: ll.constexpr = 0.0):
+                        PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, Q_BUFFERS: ll.constexpr,
+                        O_BUFFER: ll.constexpr = False, EXP2_FMA: ll.constexpr = 0.0):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V)."""
     dtype: ll.constexpr = q_desc.dtype
-    # Q_STAGES tiles' Q in flight (buffer q_slot * CONSUMERS + warpgroup): with two, the next
-    # tile's Q loads during this one.
-    q_smem = ll.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS, 1, 1, ROWS, HEAD_DIM], q_desc.layout)
+    ll.static_assert(CONSUMERS <= Q_BUFFERS <= 2 * CONSUMERS,
+                     "Q_BUFFERS: one to two tiles' warpgroup-sized Q buffers")
+    # A ring of warpgroup-sized Q buffers, the CTA's j-th (tile, warpgroup) in buffer
+    # j % Q_BUFFERS: beyond one tile's, each spare lets a warpgroup's next Q load during
+    # this tile (with two tiles' buffers, every warpgroup's does).
+    q_smem = ll.allocate_shared_memory(dtype, [Q_BUFFERS, 1, 1, ROWS, HEAD_DIM], q_desc.layout)
     if O_BUFFER:  # O leaves through its own buffer, so the next tile's Q can land meanwhile
         o_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, 1, 1, ROWS, HEAD_DIM], o_desc.layout)
     else:  # through the Q buffer, once the last S GEMM has read it
         o_smem = q_smem
     k_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_ready = mbarrier.allocate_mbarrier(batch=Q_STAGES)
-    q_empty = mbarrier.allocate_mbarrier(batch=Q_STAGES)
+    q_ready = mbarrier.allocate_mbarrier(batch=Q_BUFFERS)
+    q_empty = mbarrier.allocate_mbarrier(batch=Q_BUFFERS)
     k_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     k_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     v_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     v_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     turns = mbarrier.allocate_mbarrier(batch=CONSUMERS)
-    tile_smem = ll.allocate_shared_memory(ll.int32, [Q_STAGES, 1], ll.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    for s in ll.static_range(Q_STAGES):
+    tile_smem = ll.allocate_shared_memory(ll.int32, [Q_BUFFERS, 1], ll.SwizzledSharedLayout(1, 1, 1, [0]))
+    for s in ll.static_range(Q_BUFFERS):
         mbarrier.init(q_ready.index(s), count=1)
-        mbarrier.init(q_empty.index(s), count=CONSUMERS)
+        mbarrier.init(q_empty.index(s), count=1)
     for s in ll.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(k_empty.index(s), count=CONSUMERS)
@@ -407,7 +442,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER, Q_STAGES, EXP2_FMA)
+             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
@@ -420,7 +455,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                            worker_num_warps=[4, 4, 4],
                            worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS],
                            default_num_regs=PRODUCER_REGS)
-    for s in ll.static_range(Q_STAGES):
+    for s in ll.static_range(Q_BUFFERS):
         mbarrier.invalidate(q_ready.index(s))
         mbarrier.invalidate(q_empty.index(s))
     for s in ll.static_range(STAGES):

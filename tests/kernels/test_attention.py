@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import shared_bytes
+from weft.kernels.attention.config import SHARED_LIMIT, buffering, shared_bytes
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -18,7 +18,7 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 
 
 def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
-             q_stages: int = 1):
+             q_buffers: int = 0):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -32,7 +32,8 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
         return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
                                                num_warps=4 * config.consumers)
     signature.update(counter_ptr="*i32", num_m_tiles="i32", batch_heads="i32", group="i32")
-    constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer, Q_STAGES=q_stages,
+    constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer,
+                      Q_BUFFERS=q_buffers or config.consumers,
                       EXP2_FMA=float(config.exp2_fma_share))
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
@@ -65,16 +66,21 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
 
 
 @needs_ptxas
-@pytest.mark.parametrize("q_stages", [1, 2])
+@pytest.mark.parametrize("spare_q", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_own_o_buffer_variants_assemble_without_spills(head_dim, causal, q_stages):
-    """What persistent CTAs run for head_dim 64 and 128: O through its own buffer, and
-    (q_stages=2, the default) the next tile's Q in a second buffer."""
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal, spare_q):
+    """What persistent CTAs run: O through its own buffer for head_dim 64 and 128, and
+    (spare_q, the default) a Q ring of as many buffers as fit: two tiles' for 64 and 128,
+    three warpgroups' for 256."""
     config = default_config(head_dim)
-    compiled = _compile(config, "bf16", causal, o_buffer=True, q_stages=q_stages)
+    o_buffer, q_buffers = buffering(config)
+    assert (o_buffer, q_buffers) == ((False, 3) if head_dim == 256 else (True, 2 * config.consumers))
+    q_buffers = q_buffers if spare_q else config.consumers
+    compiled = _compile(config, "bf16", causal, o_buffer=o_buffer, q_buffers=q_buffers)
     _check_assembly(compiled, config)
-    assert compiled.metadata["shared"] >= shared_bytes(config, o_buffer=True, q_stages=q_stages) - 64
+    need = shared_bytes(config, o_buffer=o_buffer, q_buffers=q_buffers)
+    assert need - 64 <= compiled.metadata["shared"] <= SHARED_LIMIT
 
 
 @needs_ptxas
@@ -107,8 +113,11 @@ def test_configs_validate_with_readable_errors():
         Config(stages=1)
     with pytest.raises(ValueError, match="persistent must be True or False"):
         Config(persistent="yes")
-    with pytest.raises(ValueError, match=r"q_stages must be 1 or 2 \(tiles' Q in flight\)"):
-        Config(q_stages=3)
+    with pytest.raises(ValueError, match=r"q_buffers must be None \(as many as fit\) or a count from "
+                                         r"consumers = 2 to 4"):
+        Config(q_buffers=5)
+    with pytest.raises(ValueError, match="with 4 Q buffers; a CTA has 232448"):
+        Config(head_dim=256, block_n=64, q_buffers=4)
     with pytest.raises(ValueError, match=r"exp2_fma_share must be a number in \[0, 1\]"):
         Config(exp2_fma_share=2)
     with pytest.raises(ValueError, match="exp2_fma_share is a pingpong-variant option"):
@@ -161,18 +170,27 @@ def test_emulated_other_configs(config):
     _check_emulated(1, 2, 1, 200, 150, 64, True, "bhsd", config)
 
 
+@pytest.mark.parametrize("q_buffers", [2, 3, 4])
 @pytest.mark.parametrize("ctas", [1, 4])
 @pytest.mark.parametrize("causal", [False, True])
-def test_emulated_persistent_ctas_walk_every_tile(monkeypatch, causal, ctas):
+def test_emulated_persistent_ctas_walk_every_tile(monkeypatch, causal, ctas, q_buffers):
     """1 or 4 CTAs over 6 tiles of different lengths (GQA, tails), claiming tiles from the
     counter (the emulator runs CTAs one after another: the first takes every tile the
-    others have not started): the ring's slots and phases and the warpgroups' turns run
-    on from tile to tile, and each tile's Q waits for the last tile's O to leave."""
+    others have not started): the K/V ring's slots and phases, the Q ring's (one tile's
+    buffers, a spare, two tiles') and the warpgroups' turns run on from tile to tile."""
     from weft.kernels import _launch
 
     monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
-    config = Config(head_dim=64, block_n=64, stages=3, persistent=True)
+    config = Config(head_dim=64, block_n=64, stages=3, persistent=True, q_buffers=q_buffers)
     _check_emulated(1, 3, 1, 200, 230, 64, causal, "bhsd", config)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_head_dim_256_q_ring(causal):
+    """head_dim 256's persistent CTA: O leaves through the Q buffers, three of them for
+    two warpgroups, so a warpgroup's next Q lands where the other stored its last O."""
+    assert buffering(default_config(256)) == (False, 3)
+    _check_emulated(1, 2, 1, 300, 260, 256, causal, "bhsd", default_config(256))
 
 
 def test_emulated_tile_groups(monkeypatch):
@@ -310,10 +328,12 @@ def test_gpu_attention_matches_torch(batch, heads, kv_heads, seq_q, seq_k, head_
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, causal):
-    """2-5 tiles per persistent CTA (GQA, odd lengths): bitwise the result of one CTA per
-    tile (each tile's arithmetic is the same wherever it runs), and right."""
+@pytest.mark.parametrize("head_dim, q_buffers", [(64, None), (64, 4), (128, None), (128, 3), (256, None),
+                                                 (256, 2)])
+def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, q_buffers, causal):
+    """2-5 tiles per persistent CTA (GQA, odd lengths), with the Q ring the host picks
+    (None) or another: bitwise the result of one CTA per tile (each tile's arithmetic is
+    the same wherever it runs), and right."""
     import dataclasses
 
     torch = pytest.importorskip("torch")
@@ -321,7 +341,7 @@ def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, causal):
     q = torch.randn(3, 16, 1500, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
     k, v = (torch.randn(3, 4, 1700, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
-    persistent = dataclasses.replace(default_config(head_dim), persistent=True)
+    persistent = dataclasses.replace(default_config(head_dim), persistent=True, q_buffers=q_buffers)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=persistent)
     tiles = dataclasses.replace(default_config(head_dim), persistent=False)
     out_tiles, lse_tiles = flash_attention(q, k, v, causal=causal, return_lse=True, config=tiles)
