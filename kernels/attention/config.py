@@ -10,6 +10,7 @@ HEAD_DIMS = (64, 128, 256)
 BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TMA box's width
 ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
 VARIANTS = ("pingpong", "simple")
+L2_GROUP_BYTES = 24 << 20  # K/V bytes of the heads whose tiles run together, by default
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ class Config:
       (one tile's) to 2 * `consumers` (the next tile's Q loads during this one); None:
       as many as fit in shared memory beside the K/V ring (and O's buffer, where that
       fits: the host decides it first).
+    - l2_group_bytes (pingpong): the K/V bytes of the (batch, head) pairs whose query
+      tiles are numbered together, heads taken in turn (so causal tiles run longest
+      first within a group); 1 puts every head in a group of its own, so the query
+      tiles of one head run side by side. None: 24 MB, except one head per group for
+      non-causal attention at head_dim 128 and 256 (benchmarks/NOTES.md: that reads K/V
+      from DRAM once and was 3-9% faster up to 4k tokens; at head_dim 64 it was slower).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -44,6 +51,7 @@ class Config:
     consumer_regs: int = 240
     persistent: bool = True
     q_buffers: int | None = None
+    l2_group_bytes: int | None = None
     exp2_fma_share: float = 0.0
 
     def __post_init__(self):
@@ -51,6 +59,11 @@ class Config:
                 or not 0 <= self.exp2_fma_share <= 1:
             raise ValueError(f"Config.exp2_fma_share must be a number in [0, 1] (the share of exps "
                              f"computed on the FMA pipe), got {self.exp2_fma_share!r}")
+        if self.l2_group_bytes is not None and (
+                isinstance(self.l2_group_bytes, bool) or not isinstance(self.l2_group_bytes, int)
+                or self.l2_group_bytes < 1):
+            raise ValueError(f"Config.l2_group_bytes must be None or a positive int (K/V bytes of the "
+                             f"heads whose tiles run together), got {self.l2_group_bytes!r}")
         if self.persistent not in (True, False):
             raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
         if self.variant not in VARIANTS:
@@ -107,6 +120,17 @@ def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False,
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
     barriers = 8 * (2 * q_buffers + 4 * config.stages + config.consumers)
     return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 4 * q_buffers
+
+
+def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) -> int:
+    """(batch, head) pairs per tile group (`kernels.tile_coordinates`) for heads whose K
+    and V take `kv_bytes` each (a GQA group's shared by its query heads)."""
+    budget = config.l2_group_bytes
+    if budget is None:
+        if not causal and config.head_dim >= 128:
+            return 1
+        budget = L2_GROUP_BYTES
+    return max(1, min(batch_heads, budget // max(kv_bytes, 1)))
 
 
 def buffering(config: Config) -> tuple[bool, int]:

@@ -8,11 +8,9 @@ import math
 import numpy as np
 
 from .._launch import data_address, is_torch, new_array, persistent_grid
-from .config import BOX, HEAD_DIMS, ROWS, Config, buffering, default_config
+from .config import BOX, HEAD_DIMS, ROWS, Config, buffering, default_config, tile_group
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
-
-L2_BUDGET = 24 << 20  # bytes of K and V that tiles running together should share in L2
 
 LAYOUTS = ("bhsd", "bshd")
 _DTYPES = ("bf16", "fp16")
@@ -159,7 +157,7 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
     descs = [_descriptor(x, layout, rows) for x, rows in
              ((q, ROWS), (k, config.block_n), (v, config.block_n), (out, ROWS))]
     kv_bytes = 2 * seq_k * head_dim * 2 // (heads // kv_heads)  # per query head
-    group = max(1, min(batch * heads, L2_BUDGET // max(kv_bytes, 1)))
+    group = tile_group(config, causal, kv_bytes, batch * heads)
     # The tile counter: a CTA's first tile is its program id, every later one comes from
     # an atomic add on this (grid + the count so far), so it starts at 0 on every launch.
     counter = new_array(q, (1,), "int32", zero=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import SHARED_LIMIT, buffering, shared_bytes
+from weft.kernels.attention.config import SHARED_LIMIT, buffering, shared_bytes, tile_group
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -111,6 +111,8 @@ def test_configs_validate_with_readable_errors():
         Config(consumer_regs=236)
     with pytest.raises(ValueError, match="stages"):
         Config(stages=1)
+    with pytest.raises(ValueError, match="l2_group_bytes must be None or a positive int"):
+        Config(l2_group_bytes=0)
     with pytest.raises(ValueError, match="persistent must be True or False"):
         Config(persistent="yes")
     with pytest.raises(ValueError, match=r"q_buffers must be None \(as many as fit\) or a count from "
@@ -122,6 +124,19 @@ def test_configs_validate_with_readable_errors():
         Config(exp2_fma_share=2)
     with pytest.raises(ValueError, match="exp2_fma_share is a pingpong-variant option"):
         Config(variant="simple", exp2_fma_share=0.25)
+
+
+def test_tile_groups_by_default():
+    """Non-causal at head_dim 128 and 256: one head per group (its query tiles side by
+    side); otherwise heads whose K/V fill 24 MB, or the Config's bytes, within bounds."""
+    mb = 1 << 20
+    assert tile_group(default_config(128), False, 2 * mb, 64) == 1
+    assert tile_group(default_config(256), False, 2 * mb, 64) == 1
+    assert tile_group(default_config(128), True, 2 * mb, 64) == 12
+    assert tile_group(default_config(64), False, 2 * mb, 64) == 12
+    assert tile_group(default_config(64), False, 2 * mb, 5) == 5  # no more than there are
+    assert tile_group(default_config(64), False, 30 * mb, 64) == 1  # at least one
+    assert tile_group(Config(l2_group_bytes=8 * mb), False, 2 * mb, 64) == 4
 
 
 def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout="bhsd"):
@@ -193,13 +208,13 @@ def test_emulated_head_dim_256_q_ring(causal):
     _check_emulated(1, 2, 1, 300, 260, 256, causal, "bhsd", default_config(256))
 
 
-def test_emulated_tile_groups(monkeypatch):
-    """Tiles in L2 groups of 3 (batch, head) pairs, the last group short."""
-    from weft.kernels.attention import host
-
+@pytest.mark.parametrize("heads_per_group", [1, 3])
+def test_emulated_tile_groups(heads_per_group):
+    """Tiles in L2 groups of 1 or 3 (batch, head) pairs, the last group short."""
     kv_bytes_per_query_head = 2 * 100 * 64 * 2 // 2  # K and V, 100 keys, shared by 2 heads
-    monkeypatch.setattr(host, "L2_BUDGET", 3 * kv_bytes_per_query_head)
-    _check_emulated(2, 4, 2, 150, 100, 64, False, "bhsd")
+    config = Config(head_dim=64, consumers=3, consumer_regs=160,
+                    l2_group_bytes=heads_per_group * kv_bytes_per_query_head)
+    _check_emulated(2, 4, 2, 300, 100, 64, False, "bhsd", config)
 
 
 def test_emulated_attention_scale_and_no_keys():

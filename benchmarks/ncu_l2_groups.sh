@@ -1,0 +1,2 @@
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+cd /tmp && timeout 150 ncu --profile-from-start off --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_bytes.sum --csv --page raw python3 -m weft.benchmarks.profile_attention 4,16,4096,128 2,16,16384,128 32,16,512,128 32,8,512,256 8,8,2048,256 4,16,4096,128:causal 32,8,512,256:causal --variant l2_group_bytes=1 --variant l2_group_bytes=8388608 > $OUT/ncu_l2.csv 2>$OUT/ncu_l2.err; echo ncu rc $?; tail -3 $OUT/ncu_l2.err
