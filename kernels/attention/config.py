@@ -11,6 +11,7 @@ BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TM
 ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
 VARIANTS = ("pingpong", "simple")
 L2_GROUP_BYTES = 24 << 20  # K/V bytes of the heads whose tiles run together, by default
+L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256 (measured, NOTES.md)
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,10 @@ class Config:
     - l2_group_bytes (pingpong): the K/V bytes of the (batch, head) pairs whose query
       tiles are numbered together, heads taken in turn (so causal tiles run longest
       first within a group); 1 puts every head in a group of its own, so the query
-      tiles of one head run side by side. None: 24 MB, except one head per group for
-      non-causal attention at head_dim 128 and 256 (benchmarks/NOTES.md: that reads K/V
-      from DRAM once and was 3-9% faster up to 4k tokens; at head_dim 64 it was slower).
+      tiles of one head run side by side. None: one head per group for non-causal
+      attention at head_dim 128 and 256 (it reads K/V from DRAM once: 1-10% faster; at
+      head_dim 64 it was slower), else 24 MB, 8 MB for causal head_dim 256 (4-8% faster
+      up to 8k tokens in two runs); benchmarks/NOTES.md.
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -129,7 +131,7 @@ def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) ->
     if budget is None:
         if not causal and config.head_dim >= 128:
             return 1
-        budget = L2_GROUP_BYTES
+        budget = L2_GROUP_BYTES_256 if config.head_dim == 256 else L2_GROUP_BYTES
     return max(1, min(batch_heads, budget // max(kv_bytes, 1)))
 
 

@@ -128,11 +128,13 @@ def test_configs_validate_with_readable_errors():
 
 def test_tile_groups_by_default():
     """Non-causal at head_dim 128 and 256: one head per group (its query tiles side by
-    side); otherwise heads whose K/V fill 24 MB, or the Config's bytes, within bounds."""
+    side); otherwise heads whose K/V fill 24 MB (8 MB for causal head_dim 256), or the
+    Config's bytes, within bounds."""
     mb = 1 << 20
     assert tile_group(default_config(128), False, 2 * mb, 64) == 1
     assert tile_group(default_config(256), False, 2 * mb, 64) == 1
     assert tile_group(default_config(128), True, 2 * mb, 64) == 12
+    assert tile_group(default_config(256), True, 2 * mb, 64) == 4  # 8 MB groups
     assert tile_group(default_config(64), False, 2 * mb, 64) == 12
     assert tile_group(default_config(64), False, 2 * mb, 5) == 5  # no more than there are
     assert tile_group(default_config(64), False, 30 * mb, 64) == 1  # at least one
