@@ -1,16 +1,19 @@
-"""One launch each of weft's attention kernel (under its default Config and each variant
-given) and cuDNN's (torch SDPA) per shape, inside a profiler range, for Nsight Compute to
-compare what limits each (tensor-pipe use, issue, DRAM and L2 traffic, stalls). Every
-output is checked against the float32 math reference first.
+"""One launch of each attention system per shape (weft, weft under Config variants, cuDNN:
+benchmarks/attention.py's names) inside a profiler range, for Nsight Compute to compare
+what limits each (tensor-pipe use, issue, DRAM and L2 traffic, stalls). Every output is
+checked against the benchmark's float32 reference first.
 
     ncu --profile-from-start off --section SpeedOfLight ... \\
         python -m weft.benchmarks.profile_attention 16,16,4096,128 32,8,512,256:causal \\
-        --variant l2_group_bytes=1 --variant q_buffers=2
+        --systems weft,weft:l2_group_bytes=1,cudnn
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import math
+
+from weft.benchmarks.attention import check, find_systems, reference
 
 
 def parse(spec: str) -> tuple[tuple[int, int, int, int], bool]:
@@ -24,50 +27,36 @@ def parse(spec: str) -> tuple[tuple[int, int, int, int], bool]:
     return shape, mask == "causal"
 
 
-def main(args: list[str]) -> None:
-    import ast
-    import dataclasses
-
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shapes", nargs="+", help="batch,heads,seq,head_dim[:causal]")
+    parser.add_argument("--systems", default="weft,cudnn", help="comma-separated, as in attention.py")
+    args = parser.parse_args()
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from weft.kernels.attention import default_config, flash_attention
-
-    specs = [a for i, a in enumerate(args) if a != "--variant" and (i == 0 or args[i - 1] != "--variant")]
-    variants = [{}] + [dict([(key, ast.literal_eval(value))]) for a, b in zip(args, args[1:]) if a == "--variant"
-                       for key, _, value in [b.partition("=")]]
-
-    def weft(q, k, v, causal, fields):
-        config = dataclasses.replace(default_config(q.shape[-1]), **fields)
-        return flash_attention(q, k, v, causal=causal, config=config)
-
-    def cudnn(q, k, v, causal):
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    cases = [parse(spec) for spec in specs]
-    inputs = []
-    for shape, causal in cases:
+    systems = find_systems(torch, args.systems.split(","))
+    for name, system in systems.items():
+        if isinstance(system, str):
+            raise SystemExit(f"{name}: {system}")
+    cases = []
+    for shape, causal in map(parse, args.shapes):
         q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        with sdpa_kernel(SDPBackend.MATH):
-            ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
-                                                                   is_causal=causal)
-        systems = [(f"weft {fields}", lambda fields=fields: weft(q, k, v, causal, fields)) for fields in variants]
-        for name, system in systems + [("cudnn", lambda: cudnn(q, k, v, causal))]:
-            error = ((system().float() - ref).norm() / ref.norm()).item()  # compiles and warms up
-            print(f"{shape} causal={causal} {name}: relative error {error:.2e}", flush=True)
-            if error > 1e-2:
-                raise SystemExit(f"{name} is wrong on {shape}: not profiled")
-        inputs.append((q, k, v, causal))
+        scale = 1.0 / math.sqrt(shape[3])
+        ref = reference(q, k, v, causal, scale)
+        for name, system in systems.items():  # compiles and warms up, and must be right
+            entry = check(torch, system, q, k, v, causal, scale, ref)
+            print(f"{shape} causal={causal} {name}: {entry}", flush=True)
+            if "failure" in entry:
+                raise SystemExit(f"{name} on {shape}: {entry['failure']}; not profiled")
+        cases.append((q, k, v, causal, scale))
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for q, k, v, causal in inputs:
-        for fields in variants:
-            weft(q, k, v, causal, fields)
-        cudnn(q, k, v, causal)
+    for q, k, v, causal, scale in cases:
+        for system in systems.values():
+            system(q, k, v, causal, scale)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -141,8 +141,7 @@ def buffering(config: Config) -> tuple[bool, int]:
     tiles' (config.q_buffers: that many; validated to fit)."""
     o_buffer = shared_bytes(config, o_buffer=True) <= SHARED_LIMIT
     if config.q_buffers is not None:
-        return o_buffer and shared_bytes(config, o_buffer=True, q_buffers=config.q_buffers) <= SHARED_LIMIT, \
-            config.q_buffers
+        return shared_bytes(config, o_buffer=True, q_buffers=config.q_buffers) <= SHARED_LIMIT, config.q_buffers
     fits = [n for n in range(config.consumers, 2 * config.consumers + 1)
             if shared_bytes(config, o_buffer=o_buffer, q_buffers=n) <= SHARED_LIMIT]
     return o_buffer, fits[-1]

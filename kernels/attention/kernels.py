@@ -132,10 +132,7 @@ def producer(state):
         done += 1
     # No tile left: each consumer stops when it reads `tiles` as its next one.
     for wg in ll.static_range(CONSUMERS):
-        j = done * CONSUMERS + wg
-        slot = j % Q_BUFFERS
-        mbarrier.wait(q_empty.index(slot), ((j // Q_BUFFERS) & 1) ^ 1)
-        publish_tile(tile_smem.index(slot), tiles)
+        slot = claim_q_buffer(q_empty, tile_smem, done * CONSUMERS + wg, tiles, Q_BUFFERS)
         mbarrier.arrive(q_ready.index(slot))
 
 
@@ -148,11 +145,20 @@ def load_q(state, tile, j, batch, head, row):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA) = state
-    slot = j % Q_BUFFERS
-    mbarrier.wait(q_empty.index(slot), ((j // Q_BUFFERS) & 1) ^ 1)  # a fresh barrier counts as released
-    publish_tile(tile_smem.index(slot), tile)
+    slot = claim_q_buffer(q_empty, tile_smem, j, tile, Q_BUFFERS)
     mbarrier.expect(q_ready.index(slot), q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3]))
     load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM)
+
+
+@ll.jit
+def claim_q_buffer(q_empty, tile_smem, j, tile, Q_BUFFERS: ll.constexpr):
+    """Buffer j % Q_BUFFERS, for the CTA's j-th (tile, warpgroup) Q, once its last user
+    released it (a fresh barrier counts as released), with `tile` written for the
+    consumer that reads it."""
+    slot = j % Q_BUFFERS
+    mbarrier.wait(q_empty.index(slot), ((j // Q_BUFFERS) & 1) ^ 1)
+    publish_tile(tile_smem.index(slot), tile)
+    return slot
 
 
 @ll.jit
@@ -284,15 +290,15 @@ def consumer(state, WG: ll.constexpr):
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
     step = 0
-    done = 0
-    tile = next_tile(tile_smem, q_ready, WG, Q_BUFFERS)
+    j = WG  # the CTA's j-th (tile, warpgroup): this warpgroup's Q is in buffer j % Q_BUFFERS
+    tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
                                                        BLOCK_M, CAUSAL)
-        attend_tile(state, batch, head, off_m, step, (done * CONSUMERS + WG) % Q_BUFFERS, qk_scale, WG)
+        attend_tile(state, batch, head, off_m, step, j % Q_BUFFERS, qk_scale, WG)
         step += key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-        done += 1
-        tile = next_tile(tile_smem, q_ready, done * CONSUMERS + WG, Q_BUFFERS)
+        j += CONSUMERS
+        tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
 
 
