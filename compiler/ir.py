@@ -136,6 +136,15 @@ class ProgramId(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReplicaIndex(Op):
+    """Which copy of a replicated warp_specialize worker runs this code (an i32 scalar,
+    uniform over the copy's warps): 0 .. replicas - 1, and 0 outside replicated workers."""
+
+    NAME = "replica_index"
+    result: Value
+
+
+@dataclass(frozen=True, kw_only=True)
 class NumPrograms(Op):
     NAME = "num_programs"
     result: Value
@@ -562,12 +571,14 @@ class MBarrierExpect(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class MBarrierArrive(Op):
-    """`count` arrivals on `barrier` (one thread issues; mbarrier.arrive)."""
+    """`count` arrivals on `barrier` (one thread issues; mbarrier.arrive). `per_warp`:
+    one thread of every warp issues, once its own warp got there (no partition sync)."""
 
     NAME = "mbarrier_arrive"
     barrier: Value
     count: int = 1
     pred: Optional[Value] = None
+    per_warp: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -717,6 +728,9 @@ class WarpSpecialize(Op):
     worker are over its own warps. `default` ends with a Yield of the op's results; each
     worker ends with an empty Yield. `worker_num_regs[i]` (0 = no change) is the register
     budget set with setmaxnreg; `default_num_regs` likewise for the default partition.
+    `worker_replicas[i]` (empty: all 1) runs worker i as that many copies of one block,
+    each on its own `worker_num_warps[i]` warps, told apart by ReplicaIndex: one copy of
+    the code for several warpgroups doing the same job (instruction cache).
     """
 
     NAME = "warp_specialize"
@@ -727,6 +741,15 @@ class WarpSpecialize(Op):
     worker_num_warps: tuple[int, ...]
     worker_num_regs: tuple[int, ...]
     default_num_regs: int = 0
+    worker_replicas: tuple[int, ...] = ()
+
+    def replicas(self) -> tuple[int, ...]:
+        """Copies of each worker (1 each unless worker_replicas says otherwise)."""
+        return self.worker_replicas or (1,) * len(self.workers)
+
+    def worker_warps(self) -> int:
+        """Warps the workers take in all, every copy of a replicated worker counted."""
+        return sum(w * r for w, r in zip(self.worker_num_warps, self.replicas()))
 
 
 @dataclass(frozen=True)
@@ -756,7 +779,7 @@ class Kernel:
     def total_warps(self) -> int:
         """Warps the CTA launches with: num_warps plus the workers of its warp_specialize
         (the largest, when there are several)."""
-        workers = [sum(op.worker_num_warps) for op in self.walk() if isinstance(op, WarpSpecialize)]
+        workers = [op.worker_warps() for op in self.walk() if isinstance(op, WarpSpecialize)]
         return self.num_warps + max(workers, default=0)
 
     def with_body(self, body: Block, **changes) -> "Kernel":

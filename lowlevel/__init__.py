@@ -35,7 +35,7 @@ from .tensor import Tensor
 from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
 from .tma import TensorDescriptorValue
 from ..runtime.tensor_descriptor import TensorDescriptor
-from .warp_specialize import warp_specialize
+from .warp_specialize import replica_index, warp_specialize
 from .wgmma import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 dtype = ScalarType
@@ -62,7 +62,7 @@ __all__ = [
     "DistributedLayout", "SharedLayout", "MBarrierLayout",
     # Hopper async machinery
     "mbarrier", "tma", "async_copy", "warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared",
-    "warp_specialize", "TensorDescriptorValue", "TensorDescriptor",
+    "warp_specialize", "replica_index", "TensorDescriptorValue", "TensorDescriptor",
     # values
     "Tensor", "tensor", "SharedMemoryDescriptor", "dtype", "pointer_type",
     # ops

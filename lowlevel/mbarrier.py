@@ -73,12 +73,18 @@ def expect(bar: Any, nbytes: int, pred: Any = True) -> None:
 
 
 @builtin
-def arrive(bar: Any, count: int = 1, pred: Any = True) -> None:
-    """`count` arrivals on `bar`, once the partition's threads have all got here."""
+def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False) -> None:
+    """`count` arrivals on `bar`, once the partition's threads have all got here (a
+    named barrier over them first). `per_warp=True`: `count` arrivals from every warp of
+    the partition, each once its own threads got here, with no partition-wide sync; init
+    the barrier for warps * count arrivals a phase. A warp that is done with a buffer
+    then frees it without waiting for the others (a consumer warpgroup's release)."""
     b = sem.builder()
+    if per_warp is not True and per_warp is not False:
+        raise b.error(f"mbarrier.arrive per_warp must be a compile-time True or False, found {per_warp!r}")
     b.emit(ir.MBarrierArrive(barrier=_barrier(bar, "mbarrier.arrive"),
                              count=_count(count, "mbarrier.arrive count"),
-                             pred=sem.predicate(pred, "mbarrier.arrive"), loc=b.loc))
+                             pred=sem.predicate(pred, "mbarrier.arrive"), per_warp=per_warp, loc=b.loc))
 
 
 @builtin

@@ -12,6 +12,14 @@ inside a worker are over its own warps. Register budgets use setmaxnreg; when wo
 get budgets the default partition gets what is left (at most 240 per thread), unless
 `default_num_regs` says otherwise. Partitions share data through shared memory and
 mbarriers only.
+
+Several warpgroups doing one job (the consumer warpgroups of an attention kernel) can be
+one worker run as copies, `worker_replicas=[3]`: each copy gets its own warps, register
+budget and named barrier, but they share one copy of the code, so the instruction cache
+holds it once; `replica_index()` tells a copy which one it is, at run time:
+
+    ll.warp_specialize((state,), producer, (state,), [consumer], worker_num_warps=[4],
+                       worker_num_regs=[160], worker_replicas=[3])
 """
 
 from __future__ import annotations
@@ -21,9 +29,10 @@ from typing import Any, Optional, Sequence
 from ..compiler import ir
 from ..compiler.builder import DynamicValue, builtin
 from ..compiler.errors import CompilationError
+from ..compiler.types import i32
 from . import semantic as sem
 
-__all__ = ["warp_specialize"]
+__all__ = ["replica_index", "warp_specialize"]
 
 REGISTER_FILE = 65536
 MAX_BUDGET = 240
@@ -110,11 +119,21 @@ def _ints(value: Any, what: str, count: int) -> tuple[int, ...]:
 
 
 @builtin
+def replica_index():
+    """Which copy of a replicated worker partition runs this code, an i32 scalar from 0
+    to worker_replicas - 1 (0 in partitions that are not replicated and outside them)."""
+    b = sem.builder()
+    return b.wrap(b.create(ir.ReplicaIndex, i32))
+
+
+@builtin
 def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
                     worker_partitions: Sequence[Any], worker_num_warps: Sequence[int],
-                    worker_num_regs: Sequence[int], default_num_regs: Optional[int] = None):
+                    worker_num_regs: Sequence[int], default_num_regs: Optional[int] = None,
+                    worker_replicas: Optional[Sequence[int]] = None):
     """Run `default_partition(*default_args)` on the kernel's warps and each worker
-    partition on its own warps, all at once; returns the default partition's results."""
+    partition on its own warps (worker i as worker_replicas[i] copies, each on
+    worker_num_warps[i] warps), all at once; returns the default partition's results."""
     b = sem.builder()
     if not isinstance(worker_partitions, (list, tuple)) or not worker_partitions:
         raise b.error("warp_specialize needs a list of worker partitions (@jit functions)")
@@ -129,10 +148,17 @@ def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
     for w in warps:
         if w < 1 or w & (w - 1):
             raise b.error(f"warp_specialize worker_num_warps entries must be powers of two, found {list(warps)}")
-    total = b.num_warps + sum(warps)
+    replicas = (1,) * count if worker_replicas is None else _ints(worker_replicas, "worker_replicas", count)
+    if any(r < 1 for r in replicas):
+        raise b.error(f"warp_specialize worker_replicas entries must be at least 1, found {list(replicas)}")
+    total = b.num_warps + sum(w * r for w, r in zip(warps, replicas))
     if total > 32:
         raise b.error(f"warp_specialize needs {total} warps in all ({b.num_warps} default + "
-                      f"{list(warps)}); a CTA has at most 32")
+                      f"{list(warps)} per worker copy, copies {list(replicas)}); a CTA has at most 32")
+    # Partitions sync their own warps with a named barrier each (0 is the CTA's): 1..15.
+    if 1 + sum(replicas) > 15:
+        raise b.error(f"warp_specialize with {1 + sum(replicas)} partitions (worker copies counted) "
+                      f"needs as many named barriers; a CTA has 15 besides the CTA-wide one")
     for r in regs:
         if r and (r % 8 or not 24 <= r <= 256):
             raise b.error(f"warp_specialize register budgets must be multiples of 8 in "
@@ -148,7 +174,7 @@ def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
     if default_num_regs is None:
         default_num_regs = 0
         if any(regs):
-            spent = sum(32 * w * (r or REGISTER_FILE // (32 * total)) for w, r in zip(warps, regs))
+            spent = sum(32 * w * c * (r or REGISTER_FILE // (32 * total)) for w, r, c in zip(warps, regs, replicas))
             share = (REGISTER_FILE - spent) // (32 * b.num_warps)
             default_num_regs = min(MAX_BUDGET, share - share % 8)
     elif isinstance(default_num_regs, bool) or not isinstance(default_num_regs, int) or \
@@ -169,6 +195,7 @@ def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
     out = tuple(ir.Value(v.type, v.hint) for v in results)
     b.emit(ir.WarpSpecialize(results=out, captures=tuple(captures), default=default,
                              workers=tuple(workers), worker_num_warps=warps, worker_num_regs=regs,
-                             default_num_regs=default_num_regs, loc=b.loc))
+                             default_num_regs=default_num_regs,
+                             worker_replicas=() if all(r == 1 for r in replicas) else replicas, loc=b.loc))
     wrapped = tuple(b.wrap(v) for v in out)
     return None if not wrapped else wrapped[0] if len(wrapped) == 1 else wrapped

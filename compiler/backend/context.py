@@ -83,11 +83,14 @@ class Partition:
     first_warp: int
     num_warps: int
     region: int
+    replicas: int = 1  # copies of a replicated worker, on consecutive num_warps warps each
+    first_barrier: int = 0  # its (first copy's) named barrier; 0: 1 + index
 
     @property
     def barrier_id(self) -> int:
-        """Named barrier of the partition (0 is the whole CTA's)."""
-        return 1 + self.index
+        """Named barrier of the partition's first copy (0 is the whole CTA's); copy k
+        has barrier_id + k."""
+        return self.first_barrier or 1 + self.index
 
 
 class Lowering:
@@ -258,16 +261,21 @@ class Lowering:
 
     def barrier(self) -> None:
         """Every thread running this code meets here: bar.sync 0 for the CTA, the
-        partition's named barrier (`bar.sync id, threads`) inside a warp_specialize."""
+        partition's named barrier (`bar.sync id, threads`) inside a warp_specialize
+        (each copy of a replicated worker its own: the id is a register there)."""
         if self.partition is not None:
             barrier_id, threads = self.partition.barrier_id, 32 * self.partition.num_warps
+            if self.partition.replicas > 1:  # read where needed: no register held for it
+                barrier_id = self.builder.add(self.replica_index(here=True), ir.Constant(T.I32, barrier_id))
         elif self.barrier_threads is not None:
             barrier_id, threads = 0, self.barrier_threads
         else:
             self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
             return
+        if isinstance(barrier_id, int):
+            barrier_id = ir.Constant(T.I32, barrier_id)
         self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(),
-                       [ir.Constant(T.I32, barrier_id), ir.Constant(T.I32, threads)])
+                       [barrier_id, ir.Constant(T.I32, threads)])
 
     # ------------------------------------------------------------------ thread ids
     def special_register(self, name: str) -> ir.Value:
@@ -282,12 +290,43 @@ class Lowering:
 
     @property
     def thread_id(self) -> ir.Value:
-        """%tid.x; inside a partition, relative to its first thread (thread 0 issues)."""
+        """%tid.x; inside a partition, relative to its first thread (thread 0 issues),
+        in a replicated worker to its copy's first thread."""
         tid = self.special_register("tid.x")
-        if self.partition is None or not self.partition.first_warp:
+        partition = self.partition
+        if partition is None or not partition.first_warp:
             return tid
-        first = ir.Constant(T.I32, 32 * self.partition.first_warp)
+        first = ir.Constant(T.I32, 32 * partition.first_warp)
+        if partition.replicas > 1:  # copies are num_warps (a power of two) warps each
+            last = ir.Constant(T.I32, 32 * partition.num_warps - 1)
+            return self.cached("partition_tid", lambda b: b.and_(b.sub(tid, first), last, name="copy_tid"))
         return self.cached("partition_tid", lambda b: b.sub(tid, first, name="partition_tid"))
+
+    def replica_index(self, here: bool = False) -> ir.Value:
+        """Which copy of a replicated worker runs the code (0 elsewhere), from the warp
+        index made warp-uniform, so that branches and barrier ids on it are uniform.
+        `here`: computed where the builder is, from a read of %tid.x that LLVM may not
+        hoist, instead of once in the prologue: a kernel that asks for it where it uses
+        it holds no register for it (nor for the addresses made from it) across loops."""
+        partition = self.partition
+        if partition is None or partition.replicas == 1:
+            return ir.Constant(T.I32, 0)
+
+        def make(b: ir.IRBuilder) -> ir.Value:
+            if here:
+                text, constraints = ptx_asm.read_special_register("tid.x")
+                tid = b.asm(ir.FunctionType(T.I32, []), text, constraints, [], side_effect=True, name="tid")
+            else:
+                tid = self.special_register("tid.x")
+            warp = b.lshr(tid, ir.Constant(T.I32, 5))
+            # shfl: provably warp-uniform, and ptxas neither hoists it nor holds its result
+            # across loops (without it: spills in flash attention's consumers).
+            warp = self.intrinsic("llvm.nvvm.shfl.sync.idx.i32", T.I32,
+                                  [ir.Constant(T.I32, -1), warp, ir.Constant(T.I32, 0), ir.Constant(T.I32, 0x1F)],
+                                  builder=b)
+            copy = b.sub(warp, ir.Constant(T.I32, partition.first_warp))
+            return b.lshr(copy, ir.Constant(T.I32, partition.num_warps.bit_length() - 1), name="replica")
+        return make(self.builder) if here else self.cached("replica_index", make)
 
     def hardware_index(self, dim: str) -> ir.Value:
         """The thread's index along a hardware in-dim: lane, warp or block (cluster rank).

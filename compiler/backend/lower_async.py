@@ -5,7 +5,8 @@ predicated on thread 0 of the partition running them (of the CTA outside
 warp_specialize), and on the op's `pred` when it has one; the other threads skip them.
 An arrive first syncs the threads that run it (the partition's named barrier, bar.sync 0
 outside warp_specialize, bar.warp.sync for one warp), so their earlier work is ordered
-before the single arrival. A wait is executed by every thread.
+before the single arrival; a per-warp arrive syncs each warp alone (bar.warp.sync) and
+one thread of every warp, picked by elect.sync, arrives. A wait is executed by every thread.
 
 TMA descriptors: the lowered descriptor value is the tensor map's generic address (an
 i64 or a pointer). TMA moves whole boxes between global memory and a shared buffer laid
@@ -105,10 +106,19 @@ def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
 
 @lowers(MBarrierArrive)
 def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
-    if _running_warps(ctx) > 1:
+    if _running_warps(ctx) > 1 and not op.per_warp:
         ctx.barrier()
     else:
         ctx.intrinsic("llvm.nvvm.bar.warp.sync", ir.VoidType(), [ir.Constant(T.I32, -1)])
+    if op.per_warp:  # lane 0 of every warp
+        if ctx.partition is None and ctx.kernel.total_warps > ctx.kernel.num_warps:
+            raise CompilationError(
+                "a per-warp mbarrier arrive outside warp_specialize, in a kernel with worker warps: "
+                "those warps run this code too and would arrive as well", op.loc,
+                suggestion="arrive per warp inside a partition, or arrive once (per_warp=False)")
+        pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)
+        _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(op.count), [_barrier_address(ctx, op.barrier), pred])
+        return
     _asm(ctx, ptx_asm.mbarrier_arrive(op.count), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
 
 

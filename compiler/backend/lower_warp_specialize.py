@@ -6,8 +6,10 @@ partition: the default partition on warps [0, num_warps), worker i on the next
 `worker_num_warps[i]`; warps no partition of this op uses go straight to the join.
 Each block is lowered in a `partition_scope`: thread and warp indices relative to the
 partition's first warp, `Barrier` (and the barriers inside reductions and conversions)
-as the partition's named barrier `bar.sync 1 + index, 32 * warps`, prologue values in
-the partition's entry block. The block args are the captures. All partitions meet at a
+as the partition's named barrier `bar.sync id, 32 * warps` (ids from 1, one per
+partition), prologue values in the partition's entry block. A replicated worker is one
+block run by all its copies: indices relative to the copy's first warp, its copy index
+from the warp index, and one named barrier per copy (the id a register). The block args are the captures. All partitions meet at a
 bar.sync 0 over the whole CTA; the default partition's yield gives the op's results.
 
 Outside partitions, the extra warps run the kernel's code as copies of the first
@@ -34,7 +36,7 @@ from typing import Optional
 from llvmlite import ir
 
 from ..errors import CompilationError
-from ..ir import Kernel, WarpSpecialize, Yield
+from ..ir import Kernel, ReplicaIndex, WarpSpecialize, Yield
 from ..types import TensorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -60,11 +62,12 @@ def entry_register_cap(kernel: Kernel) -> Optional[int]:
 
 
 def _partition_warps(op: WarpSpecialize, num_warps: int) -> list[tuple[int, int]]:
-    """(first warp, warp count) of the default partition, then of each worker."""
+    """(first warp, warp count) of the default partition, then of each worker (all its
+    copies, when replicated)."""
     spans, first = [], 0
-    for warps in (num_warps,) + tuple(op.worker_num_warps):
-        spans.append((first, warps))
-        first += warps
+    for warps, copies in zip((num_warps,) + tuple(op.worker_num_warps), (1,) + op.replicas()):
+        spans.append((first, warps * copies))
+        first += warps * copies
     return spans
 
 
@@ -72,6 +75,8 @@ def _check_budgets(op: WarpSpecialize, num_warps: int, cap: int) -> None:
     budgets = (op.default_num_regs,) + tuple(op.worker_num_regs)
     if len(op.worker_num_regs) != len(op.workers) or len(op.worker_num_warps) != len(op.workers):
         raise CompilationError("warp_specialize needs one warp count and one register budget per worker", op.loc)
+    if len(op.replicas()) != len(op.workers):
+        raise CompilationError("warp_specialize needs one copy count per worker", op.loc)
     if not any(budgets):
         return
     bad = [b for b in budgets if b and (b % 8 or not 24 <= b <= 256)]
@@ -112,9 +117,10 @@ def _check_captures(op: WarpSpecialize, partition: Partition, block, num_warps: 
         if not isinstance(capture.type, TensorType):
             continue
         layout = capture.type.layout
+        warps = partition.num_warps
         same = arg.type == capture.type and all(
-            _warp_part(layout, (partition.first_warp + r) % num_warps) == _warp_part(layout, r)
-            for r in range(partition.num_warps))
+            _warp_part(layout, (partition.first_warp + w) % num_warps) == _warp_part(layout, w % warps)
+            for w in range(warps * partition.replicas))
         if not same:
             raise CompilationError(
                 f"worker {partition.index - 1} of this warp_specialize cannot receive the tensor "
@@ -175,9 +181,11 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
     budgets = (op.default_num_regs,) + tuple(op.worker_num_regs)
     join = ctx.new_block("ws_join")
     ends, results = [], []
+    copies = (1,) + op.replicas()
+    barrier_ids = [1 + sum(copies[:index]) for index in range(len(copies))]  # a copy's own
     for index, ((first, warps), block, budget) in enumerate(
             zip(_partition_warps(op, kernel.num_warps), blocks, budgets)):
-        partition = Partition(index, first, warps, id(op))
+        partition = Partition(index, first, warps // copies[index], id(op), copies[index], barrier_ids[index])
         if index:
             _check_captures(op, partition, block, kernel.num_warps)
         entry = ctx.new_block(f"ws_partition{index}_entry")
@@ -227,3 +235,8 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
         b.ret_void()
         b.position_at_end(stay)
         ctx.barrier_threads = 32 * kernel.num_warps
+
+
+@lowers(ReplicaIndex)
+def lower_replica_index(ctx: Lowering, op: ReplicaIndex) -> None:
+    ctx.define(op.result, ctx.replica_index(here=True))

@@ -209,6 +209,16 @@ def mbarrier_arrive(count: int) -> tuple[str, str]:
     return f"@$1 mbarrier.arrive.shared::cta.b64 _, [$0], {count};", "r,b"
 
 
+def mbarrier_arrive_per_warp(count: int) -> tuple[str, str]:
+    """`count` arrivals on the mbarrier at $0 from one thread of the warp (elect.sync
+    picks it, so no lane index is held in a register), where $1 holds.
+
+    elect.sync: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-elect-sync
+    """
+    return ("{ .reg .pred elected; elect.sync _|elected, -1; and.pred elected, elected, $1;\n"
+            f"@elected mbarrier.arrive.shared::cta.b64 _, [$0], {count}; }}", "r,b")
+
+
 def mbarrier_wait() -> tuple[str, str]:
     """Spin until the phase of parity $1 (0 or 1) of the mbarrier at $0 has completed
     (try_wait suspends the thread for a while before each retry).

@@ -41,20 +41,21 @@ def _alignment(size: int) -> int:
 
 
 def _number_ops(block: Block, loops: tuple, positions: dict, loop_ends: dict, counter: list,
-                warps: int, partition=None):
+                warps: int, partition=None, replicas: int = 1):
     """positions[id(op)] = (program position, enclosing loops, the outermost enclosing
-    warp_specialize or None, the warps running the op)."""
+    warp_specialize or None, the warps running the op, copies of the worker running it)."""
     for op in block.ops:
-        positions[id(op)] = (counter[0], loops, partition, warps)
+        positions[id(op)] = (counter[0], loops, partition, warps, replicas)
         counter[0] += 1
         inner = loops + (id(op),) if isinstance(op, (For, While)) else loops
         if isinstance(op, WarpSpecialize):
             owner = partition or id(op)
-            for region, region_warps in zip(op.nested_blocks(), (warps,) + tuple(op.worker_num_warps)):
-                _number_ops(region, inner, positions, loop_ends, counter, region_warps, owner)
+            for region, region_warps, copies in zip(op.nested_blocks(), (warps,) + tuple(op.worker_num_warps),
+                                                    (1,) + op.replicas()):
+                _number_ops(region, inner, positions, loop_ends, counter, region_warps, owner, copies)
         else:
             for region in op.nested_blocks():
-                _number_ops(region, inner, positions, loop_ends, counter, warps, partition)
+                _number_ops(region, inner, positions, loop_ends, counter, warps, partition, replicas)
         loop_ends[id(op)] = counter[0] - 1
 
 
@@ -67,7 +68,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     roots: dict[Value, Value] = {}
     intervals: dict[object, _Interval] = {}
     for op in kernel.walk():
-        position, loops, partition, warps = positions[id(op)]
+        position, loops, partition, warps, replicas = positions[id(op)]
         # Inside a warp_specialize, "now" is the whole op: other partitions run alongside.
         start, here = (position, position) if partition is None else \
             (positions[partition][0], loop_ends[partition])
@@ -83,6 +84,12 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
                     if captured in roots:
                         roots[arg] = roots[captured]
         scratch = scratch_bytes_of(op, warps, mirrored=partition is None and copied_by_workers)
+        if scratch and replicas > 1:
+            raise CompilationError(
+                f"`{op.NAME}` needs {scratch} bytes of shared scratch memory, which a replicated "
+                f"warp_specialize worker ({replicas} copies of one block) does not get", op.loc,
+                suggestion="keep the worker's reductions and layout conversions inside a warp, or "
+                           "give each copy its own worker partition")
         if scratch:
             intervals[id(op)] = _Interval(id(op), scratch, 16, start, here)
         for value in op.uses():

@@ -36,7 +36,7 @@ from .. import layout_rules
 from ..builder import language_layouts
 from ..errors import CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
-                  ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, Select,
+                  ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex, Select,
                   Splat, Store, Unary, Value, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
@@ -50,7 +50,7 @@ CHEAP = SOURCES + ELEMENTWISE + DERIVED
 # Ops redone from converted operands when that moves no more elements than converting the
 # result (and always, for the derived ones: their operands are never larger).
 REDONE = DERIVED + ELEMENTWISE
-PURE = CHEAP + (Reduce, ConvertLayout, Load, ProgramId, NumPrograms)
+PURE = CHEAP + (Reduce, ConvertLayout, Load, ProgramId, NumPrograms, ReplicaIndex)
 
 
 @dataclasses.dataclass(frozen=True)

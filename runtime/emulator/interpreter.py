@@ -74,6 +74,7 @@ class CTA:
         self.env: dict[ir.Value, object] = {}
         self.warp_base = 0
         self.partition = "default partition"
+        self.replica = 0         # which copy of a replicated worker partition this is
         self.scheduler = None    # partitions.Scheduler while warp_specialize runs
         self.async_state = None  # async_ops.PartitionAsync: this partition's async groups
         self._rule_cache: dict[type, object] = {}
@@ -211,7 +212,7 @@ def _place_unallocated(kernel: ir.Kernel) -> tuple[dict, int]:
 
 def _total_warps(kernel: ir.Kernel) -> int:
     """Warps the CTA launches with: num_warps plus the largest warp_specialize's workers."""
-    workers = [sum(op.worker_num_warps) for op in kernel.walk() if isinstance(op, ir.WarpSpecialize)]
+    workers = [op.worker_warps() for op in kernel.walk() if isinstance(op, ir.WarpSpecialize)]
     return kernel.num_warps + max(workers, default=0)
 
 

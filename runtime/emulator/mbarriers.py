@@ -285,6 +285,11 @@ def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
     if not predicate(cta, op.pred, op):
         return
     bar = live_barrier(cta, op, op.barrier)
+    if op.per_warp:  # each warp arrives for itself: its own accesses before, no one else's
+        for warp in partition_warps(cta):
+            touch(cta, bar.address, [warp], op, write=False)
+            arrive(cta, op, bar, op.count, warp)
+        return
     if cta.num_warps > 1:
         cta.shared.barrier()  # the backend syncs the partition before its one arrival
     touch(cta, bar.address, [cta.warp_base], op, write=False)

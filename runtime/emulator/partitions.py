@@ -183,18 +183,20 @@ def warp_specialize(cta, op: ir.WarpSpecialize) -> None:
     if cta.scheduler is not None:
         raise EmulationError("warp_specialize inside a warp_specialize partition", op.loc)
     shared = cta.shared
-    total = cta.num_warps + sum(op.worker_num_warps)
+    total = cta.num_warps + op.worker_warps()
     if total > shared.total_warps:
         raise EmulationError(f"warp_specialize needs {total} warps but the CTA has "
                              f"{shared.total_warps}", op.loc)
-    blocks = (op.default,) + tuple(op.workers)
-    warps = (cta.num_warps,) + tuple(op.worker_num_warps)
-    names = ["default partition"] + [f"worker {i}" for i in range(len(op.workers))]
+    # Every copy of a replicated worker runs its block as a partition of its own.
+    parts = [(op.default, cta.num_warps, "default partition", 0)]
+    for i, (block, count, copies) in enumerate(zip(op.workers, op.worker_num_warps, op.replicas())):
+        parts += [(block, count, f"worker {i}" + (f" copy {k}" if copies > 1 else ""), k) for k in range(copies)]
     scheduler = Scheduler(shared, [])
     base = 0
     labels = []
-    for index, (block, count, name) in enumerate(zip(blocks, warps, names)):
+    for index, (block, count, name, copy_index) in enumerate(parts):
         child = _partition_cta(cta, scheduler, f"{name} (warps {base}-{base + count - 1})", base, count)
+        child.replica = copy_index
         args = tuple(_capture(cta, v, a, count, op) for v, a in zip(op.captures, block.args))
         partition = Partition(index, name, child, block, args)
         child.partition_state = partition
@@ -217,3 +219,8 @@ def warp_specialize(cta, op: ir.WarpSpecialize) -> None:
                              f"{len(op.results)} results", op.loc)
     for value, x in zip(op.results, default.results):
         cta.bind(value, x)
+
+
+@RULES.register(ir.ReplicaIndex)
+def replica_index(cta, op: ir.ReplicaIndex) -> None:
+    cta.bind(op.result, cta.full(op.result.type, cta.replica))
