@@ -12,6 +12,7 @@ ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
 VARIANTS = ("pingpong", "simple")
 L2_GROUP_BYTES = 24 << 20  # K/V bytes of the heads whose tiles run together, by default
 L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256 (measured, NOTES.md)
+REPLICATE_UP_TO = 4096  # keys up to which causal head_dim 128 consumers share one copy of the code
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,16 @@ class Config:
       attention at head_dim 128 and 256 (it reads K/V from DRAM once: 1-10% faster; at
       head_dim 64 it was slower), else 24 MB, 8 MB for causal head_dim 256 (4-8% faster
       up to 8k tokens in two runs); benchmarks/NOTES.md.
+    - replicated (pingpong): the consumer warpgroups run one copy of the consumer code
+      (a warp_specialize worker with `worker_replicas`, each copy reading its index at run
+      time) rather than a partition each with its index compiled in: the kernel's code is
+      a half to a third the size, so short tiles, which go through all of it often, wait
+      less on instruction fetches (Nsight Compute: 28-35% of the consumers' stall samples
+      at causal head_dim 64, 512 tokens); the index costs a few instructions per key step.
+      Replicated consumers also release ring slots warp by warp. None: replicated for
+      causal head_dim 64, and causal head_dim 128 up to REPLICATE_UP_TO keys, where it
+      measured faster (+3 to +19% at head_dim 64, +1 to +6% at 128); elsewhere it measured
+      level to 3% slower (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -54,6 +65,7 @@ class Config:
     persistent: bool = True
     q_buffers: int | None = None
     l2_group_bytes: int | None = None
+    replicated: bool | None = None
     exp2_fma_share: float = 0.0
 
     def __post_init__(self):
@@ -66,6 +78,9 @@ class Config:
                 or self.l2_group_bytes < 1):
             raise ValueError(f"Config.l2_group_bytes must be None or a positive int (K/V bytes of the "
                              f"heads whose tiles run together), got {self.l2_group_bytes!r}")
+        if self.replicated not in (None, True, False):
+            raise ValueError(f"Config.replicated must be None (chosen per problem), True or False, "
+                             f"got {self.replicated!r}")
         if self.persistent not in (True, False):
             raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
         if self.variant not in VARIANTS:
@@ -133,6 +148,13 @@ def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) ->
             return 1
         budget = L2_GROUP_BYTES_256 if config.head_dim == 256 else L2_GROUP_BYTES
     return max(1, min(batch_heads, budget // max(kv_bytes, 1)))
+
+
+def replicated(config: Config, causal: bool, seq_k: int) -> bool:
+    """Whether the consumer warpgroups share one copy of the code (Config.replicated)."""
+    if config.replicated is not None:
+        return config.replicated
+    return causal and (config.head_dim == 64 or config.head_dim == 128 and seq_k <= REPLICATE_UP_TO)
 
 
 def buffering(config: Config) -> tuple[bool, int]:

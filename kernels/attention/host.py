@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .._launch import data_address, is_torch, new_array, persistent_grid
-from .config import BOX, HEAD_DIMS, ROWS, Config, buffering, default_config, tile_group
+from .config import BOX, HEAD_DIMS, ROWS, Config, buffering, default_config, replicated, tile_group
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
 
@@ -170,7 +170,8 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
     o_buffer, q_buffers = buffering(config) if persistent else (False, config.consumers)
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=config.block_n, STAGES=config.stages,
                       CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, O_BUFFER=o_buffer,
-                      Q_BUFFERS=q_buffers, EXP2_FMA=float(config.exp2_fma_share), **regs)
+                      Q_BUFFERS=q_buffers, EXP2_FMA=float(config.exp2_fma_share),
+                      REPLICATED=replicated(config, causal, seq_k), **regs)
     tiles = num_m_tiles * batch * heads
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
     flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import SHARED_LIMIT, buffering, shared_bytes, tile_group
+from weft.kernels.attention.config import SHARED_LIMIT, buffering, replicated, shared_bytes, tile_group
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -18,7 +18,7 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 
 
 def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
-             q_buffers: int = 0):
+             q_buffers: int = 0, replicated: bool = True):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -34,7 +34,7 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
     signature.update(counter_ptr="*i32", num_m_tiles="i32", batch_heads="i32", group="i32")
     constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer,
                       Q_BUFFERS=q_buffers or config.consumers,
-                      EXP2_FMA=float(config.exp2_fma_share))
+                      EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated)
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -54,15 +54,26 @@ def _check_assembly(compiled, config: Config):
 
 
 @needs_ptxas
+@pytest.mark.parametrize("replicated", [False, True])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_every_variant_assembles_without_spills(head_dim, causal, dtype):
+def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replicated):
+    """Both consumer layouts: a partition per warpgroup, and one replicated partition
+    (one copy of the code). head_dim 256 replicates only with its default Q ring (with
+    one tile's Q buffers it spills 4 bytes; the host never replicates it)."""
     config = default_config(head_dim)
-    compiled = _compile(config, dtype, causal)
+    q_buffers = buffering(config)[1] if replicated and head_dim == 256 else 0
+    compiled = _compile(config, dtype, causal, q_buffers=q_buffers, replicated=replicated)
     _check_assembly(compiled, config)
+    ptx = compiled.asm["ptx"]
     # The two GEMMs of a step are in flight together: S_n is waited for with P V pending.
-    assert "wgmma.wait_group.sync.aligned 1;" in compiled.asm["ptx"]
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx
+    # One copy of the consumer code (its softmax exps) or one per warpgroup.
+    per_copy = ptx.count("ex2.approx") // (1 if replicated else config.consumers)
+    assert per_copy and ptx.count("ex2.approx") == per_copy * (1 if replicated else config.consumers)
+    # Replicated warpgroups release ring slots warp by warp, without a named barrier.
+    assert ("elect.sync" in ptx) == replicated
 
 
 @needs_ptxas
@@ -77,7 +88,8 @@ def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal,
     o_buffer, q_buffers = buffering(config)
     assert (o_buffer, q_buffers) == ((False, 3) if head_dim == 256 else (True, 2 * config.consumers))
     q_buffers = q_buffers if spare_q else config.consumers
-    compiled = _compile(config, "bf16", causal, o_buffer=o_buffer, q_buffers=q_buffers)
+    compiled = _compile(config, "bf16", causal, o_buffer=o_buffer, q_buffers=q_buffers,
+                        replicated=replicated(config, causal, 4096))
     _check_assembly(compiled, config)
     need = shared_bytes(config, o_buffer=o_buffer, q_buffers=q_buffers)
     assert need - 64 <= compiled.metadata["shared"] <= SHARED_LIMIT
@@ -107,6 +119,8 @@ def test_configs_validate_with_readable_errors():
         Config(head_dim=64, consumers=3)
     with pytest.raises(ValueError, match="variant"):
         Config(variant="persistent")
+    with pytest.raises(ValueError, match="replicated must be None"):
+        Config(replicated="yes")
     with pytest.raises(ValueError, match="multiple of 8"):
         Config(consumer_regs=236)
     with pytest.raises(ValueError, match="stages"):
@@ -139,6 +153,17 @@ def test_tile_groups_by_default():
     assert tile_group(default_config(64), False, 2 * mb, 5) == 5  # no more than there are
     assert tile_group(default_config(64), False, 30 * mb, 64) == 1  # at least one
     assert tile_group(Config(l2_group_bytes=8 * mb), False, 2 * mb, 64) == 4
+
+
+def test_replicated_consumers_by_default():
+    """One copy of the consumer code for causal head_dim 64, and causal head_dim 128 up
+    to 4096 keys (measured faster there), a partition per warpgroup elsewhere."""
+    assert all(replicated(default_config(64), True, seq) for seq in (128, 4096, 16384))
+    assert replicated(default_config(128), True, 4096) and not replicated(default_config(128), True, 4097)
+    assert not any(replicated(default_config(d), False, 512) for d in (64, 128, 256))
+    assert not replicated(default_config(256), True, 512)
+    assert replicated(Config(head_dim=256, block_n=64, replicated=True), False, 16384)
+    assert not replicated(Config(head_dim=64, replicated=False), True, 512)
 
 
 def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout="bhsd"):
@@ -185,6 +210,18 @@ def _check_emulated(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layo
                                     Config(head_dim=64, variant="simple")])
 def test_emulated_other_configs(config):
     _check_emulated(1, 2, 1, 200, 150, 64, True, "bhsd", config)
+
+
+@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("replicated", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_replicated_consumers(causal, replicated, consumers):
+    """The consumer warpgroups as one replicated partition (each copy finds its rows,
+    turn and Q buffer from its index at run time) or a partition each, whichever the
+    host picks by default for that mask or not, over persistent tiles with tails."""
+    config = Config(head_dim=64, consumers=consumers, consumer_regs=240 if consumers == 2 else 160,
+                    replicated=replicated)
+    _check_emulated(1, 2, 1, 300, 250, 64, causal, "bhsd", config)
 
 
 @pytest.mark.parametrize("q_buffers", [2, 3, 4])
