@@ -148,7 +148,8 @@ def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
     for w in warps:
         if w < 1 or w & (w - 1):
             raise b.error(f"warp_specialize worker_num_warps entries must be powers of two, found {list(warps)}")
-    replicas = (1,) * count if worker_replicas is None else _ints(worker_replicas, "worker_replicas", count)
+    replicas = (1,) * count if worker_replicas is None else \
+        _ints(worker_replicas, "worker_replicas", count)
     if any(r < 1 for r in replicas):
         raise b.error(f"warp_specialize worker_replicas entries must be at least 1, found {list(replicas)}")
     total = b.num_warps + sum(w * r for w, r in zip(warps, replicas))
@@ -174,7 +175,8 @@ def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
     if default_num_regs is None:
         default_num_regs = 0
         if any(regs):
-            spent = sum(32 * w * c * (r or REGISTER_FILE // (32 * total)) for w, r, c in zip(warps, regs, replicas))
+            spent = sum(32 * w * copies * (r or REGISTER_FILE // (32 * total))
+                        for w, r, copies in zip(warps, regs, replicas))
             share = (REGISTER_FILE - spent) // (32 * b.num_warps)
             default_num_regs = min(MAX_BUDGET, share - share % 8)
     elif isinstance(default_num_regs, bool) or not isinstance(default_num_regs, int) or \

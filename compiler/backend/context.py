@@ -299,7 +299,8 @@ class Lowering:
         first = ir.Constant(T.I32, 32 * partition.first_warp)
         if partition.replicas > 1:  # copies are num_warps (a power of two) warps each
             last = ir.Constant(T.I32, 32 * partition.num_warps - 1)
-            return self.cached("partition_tid", lambda b: b.and_(b.sub(tid, first), last, name="copy_tid"))
+            return self.cached("partition_tid",
+                               lambda b: b.and_(b.sub(tid, first), last, name="copy_tid"))
         return self.cached("partition_tid", lambda b: b.sub(tid, first, name="partition_tid"))
 
     def replica_index(self, here: bool = False) -> ir.Value:

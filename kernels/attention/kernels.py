@@ -17,8 +17,10 @@ an index past the last tile tells them to stop. The CTA's warps split into parti
   mbarrier (the TMA bytes land on it) and an `empty` one (each consumer releases it).
   Ring positions count on over the CTA's tiles, so the next tile's K/V loads start as
   soon as the last tile frees slots;
-- CONSUMERS warpgroups of 64 query rows each: S = Q K^T by async wgmma from shared
-  memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
+- CONSUMERS warpgroups of 64 query rows each (a partition each, or, REPLICATED, one
+  partition run as CONSUMERS copies: one copy of the code, as short causal tiles want,
+  each copy reading its index with ll.replica_index): S = Q K^T by async wgmma from
+  shared memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
 
 Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
