@@ -84,13 +84,7 @@ class Partition:
     num_warps: int
     region: int
     replicas: int = 1  # copies of a replicated worker, on consecutive num_warps warps each
-    first_barrier: int = 0  # its (first copy's) named barrier; 0: 1 + index
-
-    @property
-    def barrier_id(self) -> int:
-        """Named barrier of the partition's first copy (0 is the whole CTA's); copy k
-        has barrier_id + k."""
-        return self.first_barrier or 1 + self.index
+    barrier_id: int = 1  # named barrier of the (first copy of the) partition; copy k: + k
 
 
 class Lowering:
@@ -265,8 +259,8 @@ class Lowering:
         (each copy of a replicated worker its own: the id is a register there)."""
         if self.partition is not None:
             barrier_id, threads = self.partition.barrier_id, 32 * self.partition.num_warps
-            if self.partition.replicas > 1:  # read where needed: no register held for it
-                barrier_id = self.builder.add(self.replica_index(here=True), ir.Constant(T.I32, barrier_id))
+            if self.partition.replicas > 1:
+                barrier_id = self.builder.add(self.replica_index(), ir.Constant(T.I32, barrier_id))
         elif self.barrier_threads is not None:
             barrier_id, threads = 0, self.barrier_threads
         else:
@@ -303,31 +297,33 @@ class Lowering:
                                lambda b: b.and_(b.sub(tid, first), last, name="copy_tid"))
         return self.cached("partition_tid", lambda b: b.sub(tid, first, name="partition_tid"))
 
-    def replica_index(self, here: bool = False) -> ir.Value:
-        """Which copy of a replicated worker runs the code (0 elsewhere), from the warp
-        index made warp-uniform, so that branches and barrier ids on it are uniform.
-        `here`: computed where the builder is, from a read of %tid.x that LLVM may not
-        hoist, instead of once in the prologue: a kernel that asks for it where it uses
-        it holds no register for it (nor for the addresses made from it) across loops."""
+    def uniform_warp(self, tid: Optional[ir.Value] = None) -> ir.Value:
+        """The CTA-wide warp index made warp-uniform (lane 0's, by shfl), so that branches
+        and barrier ids on it are uniform; of %tid.x read once in the prologue, or of
+        `tid`, computed where the builder is."""
+        def make(b: ir.IRBuilder, tid: ir.Value) -> ir.Value:
+            warp = b.lshr(tid, ir.Constant(T.I32, 5))
+            return self.intrinsic("llvm.nvvm.shfl.sync.idx.i32", T.I32,
+                                  [ir.Constant(T.I32, -1), warp, ir.Constant(T.I32, 0), ir.Constant(T.I32, 0x1F)],
+                                  builder=b)
+        if tid is not None:
+            return make(self.builder, tid)
+        return self.cached("cta_warp", lambda b: make(b, self.special_register("tid.x")))
+
+    def replica_index(self) -> ir.Value:
+        """Which copy of a replicated worker runs the code (0 elsewhere), computed where
+        the builder is from a read of %tid.x that LLVM may not hoist: a kernel that asks
+        for it where it uses it holds no register for it (nor for the addresses made from
+        it) across loops. (The shfl is also what keeps ptxas from hoisting it: without
+        it, flash attention's consumers spilled.)"""
         partition = self.partition
         if partition is None or partition.replicas == 1:
             return ir.Constant(T.I32, 0)
-
-        def make(b: ir.IRBuilder) -> ir.Value:
-            if here:
-                text, constraints = ptx_asm.read_special_register("tid.x")
-                tid = b.asm(ir.FunctionType(T.I32, []), text, constraints, [], side_effect=True, name="tid")
-            else:
-                tid = self.special_register("tid.x")
-            warp = b.lshr(tid, ir.Constant(T.I32, 5))
-            # shfl: provably warp-uniform, and ptxas neither hoists it nor holds its result
-            # across loops (without it: spills in flash attention's consumers).
-            warp = self.intrinsic("llvm.nvvm.shfl.sync.idx.i32", T.I32,
-                                  [ir.Constant(T.I32, -1), warp, ir.Constant(T.I32, 0), ir.Constant(T.I32, 0x1F)],
-                                  builder=b)
-            copy = b.sub(warp, ir.Constant(T.I32, partition.first_warp))
-            return b.lshr(copy, ir.Constant(T.I32, partition.num_warps.bit_length() - 1), name="replica")
-        return make(self.builder) if here else self.cached("replica_index", make)
+        b = self.builder
+        text, constraints = ptx_asm.read_special_register("tid.x")
+        tid = b.asm(ir.FunctionType(T.I32, []), text, constraints, [], side_effect=True, name="tid")
+        copy = b.sub(self.uniform_warp(tid), ir.Constant(T.I32, partition.first_warp))
+        return b.lshr(copy, ir.Constant(T.I32, partition.num_warps.bit_length() - 1), name="replica")
 
     def hardware_index(self, dim: str) -> ir.Value:
         """The thread's index along a hardware in-dim: lane, warp or block (cluster rank).

@@ -106,20 +106,26 @@ def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
 
 @lowers(MBarrierArrive)
 def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
-    if _running_warps(ctx) > 1 and not op.per_warp:
-        ctx.barrier()
-    else:
-        ctx.intrinsic("llvm.nvvm.bar.warp.sync", ir.VoidType(), [ir.Constant(T.I32, -1)])
-    if op.per_warp:  # lane 0 of every warp
+    address = _barrier_address(ctx, op.barrier)
+    if op.per_warp:
         if ctx.partition is None and ctx.kernel.total_warps > ctx.kernel.num_warps:
             raise CompilationError(
                 "a per-warp mbarrier arrive outside warp_specialize, in a kernel with worker warps: "
                 "those warps run this code too and would arrive as well", op.loc,
                 suggestion="arrive per warp inside a partition, or arrive once (per_warp=False)")
+        _warp_sync(ctx)
         pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)
-        _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(op.count), [_barrier_address(ctx, op.barrier), pred])
+        _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(op.count), [address, pred])
         return
-    _asm(ctx, ptx_asm.mbarrier_arrive(op.count), [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
+    if _running_warps(ctx) > 1:
+        ctx.barrier()
+    else:
+        _warp_sync(ctx)
+    _asm(ctx, ptx_asm.mbarrier_arrive(op.count), [address, _issuer(ctx, op.pred)])
+
+
+def _warp_sync(ctx: Lowering) -> None:
+    ctx.intrinsic("llvm.nvvm.bar.warp.sync", ir.VoidType(), [ir.Constant(T.I32, -1)])
 
 
 @lowers(MBarrierWait)

@@ -9,8 +9,9 @@ partition's first warp, `Barrier` (and the barriers inside reductions and conver
 as the partition's named barrier `bar.sync id, 32 * warps` (ids from 1, one per
 partition), prologue values in the partition's entry block. A replicated worker is one
 block run by all its copies: indices relative to the copy's first warp, its copy index
-from the warp index, and one named barrier per copy (the id a register). The block args are the captures. All partitions meet at a
-bar.sync 0 over the whole CTA; the default partition's yield gives the op's results.
+from the warp index, and one named barrier per copy (the id a register). The block args
+are the captures. All partitions meet at a bar.sync 0 over the whole CTA; the default
+partition's yield gives the op's results.
 
 Outside partitions, the extra warps run the kernel's code as copies of the first
 num_warps warps (warp index modulo num_warps; "one thread issues" ops still elect CTA
@@ -131,16 +132,6 @@ def _check_captures(op: WarpSpecialize, partition: Partition, block, num_warps: 
                            "or make the tensor's layout broadcast over warps")
 
 
-def _uniform_warp(ctx: Lowering) -> ir.Value:
-    """The CTA-wide warp index, made warp-uniform (lane 0's) so branches on it are uniform."""
-    def make(b: ir.IRBuilder) -> ir.Value:
-        warp = b.lshr(ctx.special_register("tid.x"), ir.Constant(T.I32, 5))
-        return ctx.intrinsic("llvm.nvvm.shfl.sync.idx.i32", T.I32,
-                             [ir.Constant(T.I32, -1), warp, ir.Constant(T.I32, 0), ir.Constant(T.I32, 0x1F)],
-                             builder=b)
-    return ctx.cached("cta_warp", make)
-
-
 def _set_registers(builder: ir.IRBuilder, count: int, increase: bool) -> None:
     text, constraints = ptx_asm.set_max_registers(count, increase)
     builder.asm(ir.FunctionType(ir.VoidType(), []), text, constraints, [], side_effect=True)
@@ -175,7 +166,7 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
             suggestion="store the values to memory in the default partition instead")
     cap = entry_register_cap(kernel)
     b = ctx.builder
-    warp = _uniform_warp(ctx)
+    warp = ctx.uniform_warp()
     captured = [ctx.get(v) for v in op.captures]
     blocks = (op.default,) + tuple(op.workers)
     budgets = (op.default_num_regs,) + tuple(op.worker_num_regs)
@@ -185,7 +176,8 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
     barrier_ids = [1 + sum(copies[:index]) for index in range(len(copies))]  # a copy's own
     for index, ((first, warps), block, budget) in enumerate(
             zip(_partition_warps(op, kernel.num_warps), blocks, budgets)):
-        partition = Partition(index, first, warps // copies[index], id(op), copies[index], barrier_ids[index])
+        partition = Partition(index, first, warps // copies[index], id(op), copies[index],
+                              barrier_ids[index])
         if index:
             _check_captures(op, partition, block, kernel.num_warps)
         entry = ctx.new_block(f"ws_partition{index}_entry")
@@ -239,4 +231,4 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
 
 @lowers(ReplicaIndex)
 def lower_replica_index(ctx: Lowering, op: ReplicaIndex) -> None:
-    ctx.define(op.result, ctx.replica_index(here=True))
+    ctx.define(op.result, ctx.replica_index())
