@@ -50,6 +50,12 @@ class Config:
       causal head_dim 64, and causal head_dim 128 up to REPLICATE_UP_TO keys, where it
       measured faster (+3 to +19% at head_dim 64, +1 to +6% at 128); elsewhere it measured
       level to 3% slower (benchmarks/NOTES.md).
+    - per_warp_release (pingpong): consumers release ring slots and pass turns with one
+      arrival per warp, as soon as each warp gets there, rather than one per warpgroup
+      after a warpgroup-wide named barrier (which holds the first warps back until the
+      last gets there). None: where the consumers are replicated (which needs it) and at
+      head_dim 128, where it measured faster (+2 to +4% non-causal from 1k tokens); level
+      at 256, 1-2% slower at 64 (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -66,6 +72,7 @@ class Config:
     q_buffers: int | None = None
     l2_group_bytes: int | None = None
     replicated: bool | None = None
+    per_warp_release: bool | None = None
     exp2_fma_share: float = 0.0
 
     def __post_init__(self):
@@ -81,6 +88,12 @@ class Config:
         if self.replicated not in (None, True, False):
             raise ValueError(f"Config.replicated must be None (chosen per problem), True or False, "
                              f"got {self.replicated!r}")
+        if self.per_warp_release is not None and not isinstance(self.per_warp_release, bool):
+            raise ValueError(f"Config.per_warp_release must be None (with replicated consumers), True "
+                             f"or False, got {self.per_warp_release!r}")
+        if self.replicated is True and self.per_warp_release is False:
+            raise ValueError("Config: replicated consumers release warp by warp; per_warp_release=False "
+                             "needs replicated=False (or None)")
         if self.persistent not in (True, False):
             raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
         if self.variant not in VARIANTS:
@@ -88,6 +101,9 @@ class Config:
         if self.variant == "simple" and self.exp2_fma_share:
             raise ValueError("Config.exp2_fma_share is a pingpong-variant option; the simple variant "
                              "computes every exp on the exp unit")
+        if self.variant == "simple" and self.per_warp_release:
+            raise ValueError("Config.per_warp_release is a pingpong-variant option; the simple "
+                             "variant has no ring slots to release")
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"Config.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
         if self.consumers not in (1, 2, 3) or (self.variant == "simple" and self.consumers == 3):
@@ -155,6 +171,16 @@ def replicated(config: Config, causal: bool, seq_k: int) -> bool:
     if config.replicated is not None:
         return config.replicated
     return causal and (config.head_dim == 64 or config.head_dim == 128 and seq_k <= REPLICATE_UP_TO)
+
+
+def per_warp_release(config: Config, replicate: bool) -> bool:
+    """Whether consumers arrive warp by warp (Config.per_warp_release), given whether they
+    are replicated (`replicated`), which needs it."""
+    if replicate:
+        return True
+    if config.per_warp_release is None:
+        return config.head_dim == 128
+    return config.per_warp_release
 
 
 def buffering(config: Config) -> tuple[bool, int]:

@@ -106,7 +106,7 @@ def producer(state):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     tiles = num_m_tiles * batch_heads
     step = 0
@@ -146,7 +146,7 @@ def load_q(state, tile, j, batch, head, row):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, tile, Q_BUFFERS)
     mbarrier.expect(q_ready.index(slot), q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3]))
     load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM)
@@ -169,7 +169,7 @@ def load_kv(state, step, batch, kv_head, n):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     slot = step % STAGES
     phase = ((step // STAGES) & 1) ^ 1
@@ -235,11 +235,11 @@ def warpgroup(WG: ll.constexpr):
 
 
 @ll.jit
-def release(bar, WG: ll.constexpr):
+def release(bar, PER_WARP: ll.constexpr):
     """This warpgroup's arrival on `bar` (a ring slot's `empty`, the next warpgroup's
-    turn): warp by warp in the replicated partition (WG None; the barriers count 4 a
-    warpgroup), else once, after a warpgroup-wide named barrier."""
-    mbarrier.arrive(bar, per_warp=WG is None)
+    turn): warp by warp (PER_WARP; the barriers count 4 a warpgroup), else once, after a
+    warpgroup-wide named barrier."""
+    mbarrier.arrive(bar, per_warp=PER_WARP)
 
 
 @ll.jit
@@ -250,24 +250,24 @@ def take_turn(turns, n, wg):
 
 
 @ll.jit
-def pass_turn(turns, wg, CONSUMERS: ll.constexpr, WG: ll.constexpr):
-    release(turns.index((wg + 1) % CONSUMERS), WG)
+def pass_turn(turns, wg, CONSUMERS: ll.constexpr, PER_WARP: ll.constexpr):
+    release(turns.index((wg + 1) % CONSUMERS), PER_WARP)
 
 
 @ll.jit
 def release_step(step, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
-                 CONSUMERS: ll.constexpr, WG: ll.constexpr):
+                 CONSUMERS: ll.constexpr, WG: ll.constexpr, PER_WARP: ll.constexpr):
     """A key tile (at ring position `step`) which this warpgroup's rows do not see but
     others of the CTA do: keep the turn order and free the slot. Waiting for `ready` first
     makes the `empty` arrive count toward this tile's phase, not the slot's previous one."""
     slot = step % STAGES
     wg = warpgroup(WG)
     take_turn(turns, step, wg)
-    pass_turn(turns, wg, CONSUMERS, WG)
+    pass_turn(turns, wg, CONSUMERS, PER_WARP)
     mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
-    release(k_empty.index(slot), WG)
+    release(k_empty.index(slot), PER_WARP)
     mbarrier.wait(v_ready.index(slot), (step // STAGES) & 1)
-    release(v_empty.index(slot), WG)
+    release(v_empty.index(slot), PER_WARP)
 
 
 @ll.jit
@@ -275,7 +275,7 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
                 m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
                 STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
                 CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
-                O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr):
+                O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr):
     """Key tile n, at ring position `step`: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1},
     softmax S_n while the second GEMM runs, then rescale O."""
     slot = step % STAGES
@@ -287,14 +287,14 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
                          ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(prev), ((step - 1) // STAGES) & 1)
     acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
-    pass_turn(turns, wg, CONSUMERS, WG)
+    pass_turn(turns, wg, CONSUMERS, PER_WARP)
     s = ll.warpgroup_mma_wait(1, deps=[s])
-    release(k_empty.index(slot), WG)
+    release(k_empty.index(slot), PER_WARP)
     if MASKED:
         s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
     p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA)
     acc = ll.warpgroup_mma_wait(0, deps=[acc])
-    release(v_empty.index(prev), WG)
+    release(v_empty.index(prev), PER_WARP)
     acc = acc * ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
     p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
     return acc, p_op, m_i, l_i
@@ -308,7 +308,7 @@ def consumer(state, WG: ll.constexpr):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
@@ -333,7 +333,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -359,9 +359,9 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         s = ll.warpgroup_mma(q, k_ring.index(first).index(0).index(0).permute((1, 0)),
                              ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False,
                              is_async=True)
-        pass_turn(turns, wg, CONSUMERS, WG)
+        pass_turn(turns, wg, CONSUMERS, PER_WARP)
         s = ll.warpgroup_mma_wait(0, deps=[s])
-        release(k_empty.index(first), WG)
+        release(k_empty.index(first), PER_WARP)
         s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
         p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA)
         p_op = ll.convert_layout(p.to(dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
@@ -369,12 +369,12 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP)
         for n in range(ll.maximum(full, 1), count):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP)
         if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
             mbarrier.arrive(q_empty.index(q_slot))
         # The last P V.
@@ -383,11 +383,11 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         mbarrier.wait(v_ready.index(last), (last_step // STAGES) & 1)
         acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        release(v_empty.index(last), WG)
+        release(v_empty.index(last), PER_WARP)
     elif O_BUFFER:  # no key tile: Q is not read at all
         mbarrier.arrive(q_empty.index(q_slot))
     for n in range(count, loaded):
-        release_step(step + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG)
+        release_step(step + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG, PER_WARP)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
     # FlashAttention does.
     seen = l_i > 0.0
@@ -440,7 +440,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
                         PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, Q_BUFFERS: ll.constexpr,
                         O_BUFFER: ll.constexpr = False, EXP2_FMA: ll.constexpr = 0.0,
-                        REPLICATED: ll.constexpr = True):
+                        REPLICATED: ll.constexpr = True, PER_WARP: ll.constexpr = None):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V)."""
@@ -469,8 +469,12 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
         mbarrier.init(q_ready.index(s), count=1)
         mbarrier.init(q_empty.index(s), count=1)
     # Replicated consumers release ring slots and pass turns warp by warp (`release`):
-    # no warpgroup-wide named barrier first, whose id there is a register.
-    ARRIVALS: ll.constexpr = 4 if REPLICATED else 1
+    # no warpgroup-wide named barrier first, whose id there is a register. PER_WARP None:
+    # so do replicated consumers, and only they.
+    if PER_WARP is None:
+        PER_WARP = REPLICATED
+    ll.static_assert(PER_WARP or not REPLICATED, "replicated consumers release warp by warp (PER_WARP)")
+    ARRIVALS: ll.constexpr = 4 if PER_WARP else 1
     for s in ll.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(k_empty.index(s), count=CONSUMERS * ARRIVALS)
@@ -481,7 +485,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA)
+             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP)
     if REPLICATED:  # one copy of the consumer code for all warpgroups (instruction cache)
         ll.warp_specialize((state,), producer, (state,), [consumer_copy], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS,

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import SHARED_LIMIT, buffering, replicated, shared_bytes, tile_group
+from weft.kernels.attention.config import (SHARED_LIMIT, buffering, per_warp_release, replicated, shared_bytes,
+                                           tile_group)
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -18,7 +19,7 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 
 
 def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
-             q_buffers: int = 0, replicated: bool = True):
+             q_buffers: int = 0, replicated: bool = True, **options):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -34,7 +35,7 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
     signature.update(counter_ptr="*i32", num_m_tiles="i32", batch_heads="i32", group="i32")
     constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer,
                       Q_BUFFERS=q_buffers or config.consumers,
-                      EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated)
+                      EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, **options)
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -64,7 +65,8 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
     one tile's Q buffers it spills 4 bytes; the host never replicates it)."""
     config = default_config(head_dim)
     q_buffers = buffering(config)[1] if replicated and head_dim == 256 else 0
-    compiled = _compile(config, dtype, causal, q_buffers=q_buffers, replicated=replicated)
+    per_warp = per_warp_release(config, replicated)  # as the host picks it: also head_dim 128
+    compiled = _compile(config, dtype, causal, q_buffers=q_buffers, replicated=replicated, PER_WARP=per_warp)
     _check_assembly(compiled, config)
     ptx = compiled.asm["ptx"]
     # The two GEMMs of a step are in flight together: S_n is waited for with P V pending.
@@ -72,8 +74,9 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
     # One copy of the consumer code (its softmax exps) or one per warpgroup.
     per_copy = ptx.count("ex2.approx") // (1 if replicated else config.consumers)
     assert per_copy and ptx.count("ex2.approx") == per_copy * (1 if replicated else config.consumers)
-    # Replicated warpgroups release ring slots warp by warp, without a named barrier.
-    assert ("elect.sync" in ptx) == replicated
+    # Warpgroups that release ring slots warp by warp (replicated ones, and head_dim 128's)
+    # elect one thread a warp, without a named barrier.
+    assert ("elect.sync" in ptx) == per_warp == (replicated or head_dim == 128)
 
 
 @needs_ptxas
@@ -88,8 +91,9 @@ def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal,
     o_buffer, q_buffers = buffering(config)
     assert (o_buffer, q_buffers) == ((False, 3) if head_dim == 256 else (True, 2 * config.consumers))
     q_buffers = q_buffers if spare_q else config.consumers
+    replicate = replicated(config, causal, 4096)
     compiled = _compile(config, "bf16", causal, o_buffer=o_buffer, q_buffers=q_buffers,
-                        replicated=replicated(config, causal, 4096))
+                        replicated=replicate, PER_WARP=per_warp_release(config, replicate))
     _check_assembly(compiled, config)
     need = shared_bytes(config, o_buffer=o_buffer, q_buffers=q_buffers)
     assert need - 64 <= compiled.metadata["shared"] <= SHARED_LIMIT
@@ -121,6 +125,13 @@ def test_configs_validate_with_readable_errors():
         Config(variant="persistent")
     with pytest.raises(ValueError, match="replicated must be None"):
         Config(replicated="yes")
+    with pytest.raises(ValueError, match="per_warp_release must be None"):
+        Config(per_warp_release=1)
+    with pytest.raises(ValueError, match="release warp by warp"):
+        Config(replicated=True, per_warp_release=False)
+    with pytest.raises(ValueError, match="pingpong-variant option"):
+        Config(variant="simple", per_warp_release=True)
+
     with pytest.raises(ValueError, match="multiple of 8"):
         Config(consumer_regs=236)
     with pytest.raises(ValueError, match="stages"):
@@ -153,6 +164,15 @@ def test_tile_groups_by_default():
     assert tile_group(default_config(64), False, 2 * mb, 5) == 5  # no more than there are
     assert tile_group(default_config(64), False, 30 * mb, 64) == 1  # at least one
     assert tile_group(Config(l2_group_bytes=8 * mb), False, 2 * mb, 64) == 4
+
+
+def test_per_warp_release_by_default():
+    """Replicated consumers always release warp by warp; others at head_dim 128 only,
+    unless the config says otherwise."""
+    assert per_warp_release(default_config(128), False) and per_warp_release(default_config(64), True)
+    assert not per_warp_release(default_config(64), False) and not per_warp_release(default_config(256), False)
+    assert not per_warp_release(Config(head_dim=128, per_warp_release=False), False)
+    assert per_warp_release(Config(head_dim=256, block_n=64, per_warp_release=True), False)
 
 
 def test_replicated_consumers_by_default():
@@ -221,6 +241,16 @@ def test_emulated_replicated_consumers(causal, replicated, consumers):
     host picks by default for that mask or not, over persistent tiles with tails."""
     config = Config(head_dim=64, consumers=consumers, consumer_regs=240 if consumers == 2 else 160,
                     replicated=replicated)
+    _check_emulated(1, 2, 1, 300, 250, 64, causal, "bhsd", config)
+
+
+@pytest.mark.parametrize("per_warp", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_per_warp_release(causal, per_warp):
+    """Partitions per warpgroup releasing ring slots and turns warp by warp (the barriers
+    count four arrivals a warpgroup) or once after a named barrier, over persistent tiles
+    with tails and warpgroups that skip key tiles."""
+    config = Config(head_dim=64, consumers=3, consumer_regs=160, replicated=False, per_warp_release=per_warp)
     _check_emulated(1, 2, 1, 300, 250, 64, causal, "bhsd", config)
 
 
