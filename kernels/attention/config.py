@@ -54,7 +54,7 @@ class Config:
       arrival per warp, as soon as each warp gets there, rather than one per warpgroup
       after a warpgroup-wide named barrier (which holds the first warps back until the
       last gets there). None: where the consumers are replicated (which needs it) and at
-      head_dim 128, where it measured faster (+2 to +6% non-causal from 1k tokens); level
+      head_dim 128, where it measured faster (+1 to +6% non-causal from 1k tokens); level
       at 256, 1-2% slower at 64 (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
