@@ -19,7 +19,7 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 
 
 def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
-             q_buffers: int = 0, replicated: bool = True, **options):
+             q_buffers: int = 0, replicated: bool = True, per_warp: bool | None = None):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -35,7 +35,7 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
     signature.update(counter_ptr="*i32", num_m_tiles="i32", batch_heads="i32", group="i32")
     constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer,
                       Q_BUFFERS=q_buffers or config.consumers,
-                      EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, **options)
+                      EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, PER_WARP=per_warp)
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -66,7 +66,7 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
     config = default_config(head_dim)
     q_buffers = buffering(config)[1] if replicated and head_dim == 256 else 0
     per_warp = per_warp_release(config, replicated)  # as the host picks it: also head_dim 128
-    compiled = _compile(config, dtype, causal, q_buffers=q_buffers, replicated=replicated, PER_WARP=per_warp)
+    compiled = _compile(config, dtype, causal, q_buffers=q_buffers, replicated=replicated, per_warp=per_warp)
     _check_assembly(compiled, config)
     ptx = compiled.asm["ptx"]
     # The two GEMMs of a step are in flight together: S_n is waited for with P V pending.
@@ -93,7 +93,7 @@ def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal,
     q_buffers = q_buffers if spare_q else config.consumers
     replicate = replicated(config, causal, 4096)
     compiled = _compile(config, "bf16", causal, o_buffer=o_buffer, q_buffers=q_buffers,
-                        replicated=replicate, PER_WARP=per_warp_release(config, replicate))
+                        replicated=replicate, per_warp=per_warp_release(config, replicate))
     _check_assembly(compiled, config)
     need = shared_bytes(config, o_buffer=o_buffer, q_buffers=q_buffers)
     assert need - 64 <= compiled.metadata["shared"] <= SHARED_LIMIT
