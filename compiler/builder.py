@@ -100,6 +100,8 @@ class Builder:
         # the current block and returns its result (ops that take functions, such as
         # warp_specialize, build their regions with it).
         self.inline_function: Optional[Callable[[Any, list, dict], Any]] = None
+        # Tensors uniform over each warp (WarpAny results): what `if` may branch on per warp.
+        self.warp_uniform: set[ir.Value] = set()
 
     # ------------------------------------------------------------------ emission
     def emit(self, op: ir.Op) -> ir.Op:

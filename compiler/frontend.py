@@ -275,7 +275,9 @@ class KernelBuilder(ExpressionVisitor):
         if not isinstance(condition, DynamicValue):
             self.visit_body(node.body if condition else node.orelse)
             return
-        condition = self.scalar_condition(condition, "if")
+        per_warp = condition.handle in self.builder.warp_uniform  # `if ll.warp_any(...)`
+        if not per_warp:
+            condition = self.scalar_condition(condition, "if")
         loc = self.builder.loc
         before = self.scope
         then_ops, then_scope = self.region(node.body, before)
@@ -291,6 +293,8 @@ class KernelBuilder(ExpressionVisitor):
             else:
                 same[name] = then_value
         merged = [self.merged_type(name, then_scope[name], else_scope[name]) for name in names]
+        if per_warp:
+            self.check_per_warp_branch(then_ops + else_ops, names, merged)
         for ops, scope in ((then_ops, then_scope), (else_ops, else_scope)):
             self.builder.push_block(ops)
             values = tuple(self.as_handle(name, scope[name], type_) for name, type_ in zip(names, merged))
@@ -299,13 +303,32 @@ class KernelBuilder(ExpressionVisitor):
         results = tuple(ir.Value(t, name) for name, t in zip(names, merged))
         self.builder.emit(ir.If(results=results, condition=condition.handle,
                                 then_body=ir.Block((), tuple(then_ops)),
-                                else_body=ir.Block((), tuple(else_ops)), loc=loc))
+                                else_body=ir.Block((), tuple(else_ops)), per_warp=per_warp, loc=loc))
         self.scope = dict(before)
         self.scope.update(same)
         self.scope.update({name: self.builder.wrap(r) for name, r in zip(names, results)})
         for name in set(then_scope) ^ set(else_scope):
             if name not in before:
                 self.region_locals[name] = loc
+
+    def check_per_warp_branch(self, ops: list, names: list, types: list) -> None:
+        """A branch taken warp by warp holds register arithmetic only and changes tensors
+        only (ir.If's per_warp)."""
+        for op in ir.Block((), tuple(ops)).walk():
+            if not isinstance(op, ir.REGISTER_OPS):
+                raise CompilationError(
+                    f"`{op.NAME}` in a branch taken warp by warp (`if ll.warp_any(...)`)", op.loc,
+                    suggestion="only register arithmetic (elementwise math, ll.where, casts, "
+                               "broadcasts) may run there: the warps that skip the branch would "
+                               "leave a memory access, barrier, reduction or layout conversion "
+                               "short of threads. Compute it before the `if`")
+        for name, type_ in zip(names, types):
+            if not isinstance(type_, TensorType):
+                raise self.builder.error(
+                    f"'{name}' is a scalar assigned in a branch taken warp by warp "
+                    f"(`if ll.warp_any(...)`)",
+                    suggestion="a scalar is one value for every warp of the partition: change "
+                               "only tensors there, or branch on a scalar")
 
     def region(self, statements, before: dict, bindings: Optional[dict] = None,
                ops: Optional[list] = None) -> tuple[list, dict]:
@@ -364,9 +387,11 @@ class KernelBuilder(ExpressionVisitor):
 
     def scalar_condition(self, value: DynamicValue, what: str) -> DynamicValue:
         if isinstance(value.type, TensorType):
+            suggestion = "reduce it (e.g. ll.max(mask, 0)) or select elementwise with ll.where"
+            if what == "if" and value.type.layout is not None:  # explicit layouts: warps are known
+                suggestion += "; to branch warp by warp, write `if ll.warp_any(mask):`"
             raise self.builder.error(f"the condition of `{what}` must be a scalar, found {type_text(value.type)}",
-                                     suggestion="reduce it (e.g. ll.max(mask, 0)) or select "
-                                                "elementwise with ll.where")
+                                     suggestion=suggestion)
         if isinstance(value.type, PointerType):
             raise self.builder.error(f"the condition of `{what}` is a pointer ({value.type})")
         return value if value.type == i1 else value != 0

@@ -383,6 +383,17 @@ class Reduce(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WarpAny(Op):
+    """Per warp: whether any element of the boolean tensor `operand` that the warp holds is
+    true, in every element the warp holds of the result (same type). Its result is
+    uniform over each warp, so it may be the condition of a per-warp `If`."""
+
+    NAME = "warp_any"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
 class ConvertLayout(Op):
     """Move a tensor to another layout along a recorded `plan` (weft.layouts conversion)."""
 
@@ -496,11 +507,18 @@ class For(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class If(Op):
+    """A branch on a scalar, taken alike by every thread of the partition; or, `per_warp`,
+    on a WarpAny result (a boolean tensor uniform over each warp), taken warp by warp.
+    A per-warp branch holds only REGISTER_OPS (no memory, barrier or cross-warp op: the
+    warps that skip it would leave those short) and merges only tensors (a scalar is one
+    value for the whole partition)."""
+
     NAME = "if"
     results: tuple[Value, ...]
     condition: Value
     then_body: Block
     else_body: Block
+    per_warp: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -797,3 +815,9 @@ def is_shared(value: Value) -> bool:
 __all__ = [name for name in dir() if not name.startswith("_")] + [
     "PointerType", "ScalarType", "TensorDescriptorType",
 ]
+
+
+# Ops that act on a thread's registers alone (a lane's own values, or, WarpAny, its own
+# warp's): what a per-warp `If` may hold.
+REGISTER_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Fma, Select, Cast, Bitcast, AddPtr, ExpandDims,
+                Broadcast, WarpAny, If, Yield)

@@ -2,7 +2,8 @@
 
 It checks what every later stage assumes: values are defined before use and in scope,
 elementwise ops agree on shape and layout, shape ops carry the layout their rule gives,
-region yields match the values they feed, and shared-memory allocations fit.
+region yields match the values they feed, per-warp branches hold register arithmetic only,
+and shared-memory allocations fit.
 A failure is a compiler bug (or a hand-built IR mistake), reported with the op's location.
 """
 
@@ -11,10 +12,10 @@ from __future__ import annotations
 from ..layouts import LayoutError
 from . import layout_rules
 from .errors import CompilationError
-from .ir import (ATOMIC_KINDS, ATOMICS, MEMORY_SCOPES, MEMORY_SEMANTICS, AddPtr, AtomicRMW, Binary, Block,
-                 Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma, For, If, Kernel, Load, Op,
-                 Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value, While, Yield)
-from .types import TensorType
+from .ir import (ATOMIC_KINDS, ATOMICS, MEMORY_SCOPES, MEMORY_SEMANTICS, REGISTER_OPS, AddPtr, AtomicRMW, Binary,
+                 Block, Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma, For, If, Kernel, Load, Op,
+                 Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value, WarpAny, While, Yield)
+from .types import TensorType, i1
 
 _ELEMENTWISE = (Binary, Unary, Compare, Fma, Select, Cast, AddPtr, Load, Store, Splat, Constant) + ATOMICS
 
@@ -47,6 +48,18 @@ def _check_elementwise(op: Op) -> None:
 def _check_unary(op: Unary) -> None:
     if op.fma_share and (op.kind != "exp2" or not 0 <= op.fma_share <= 1):
         _fail(op, f"fma_share={op.fma_share} is for exp2 only, in [0, 1]; found it on {op.kind}")
+
+
+def _check_per_warp_if(op: If) -> None:
+    if not isinstance(op.condition.type, TensorType) or op.condition.type.element != i1:
+        _fail(op, f"a per-warp if branches on a boolean tensor (a warp_any result), found {op.condition.type}")
+    for result in op.results:
+        if not isinstance(result.type, TensorType):
+            _fail(op, f"a per-warp if merges tensors only, found {result.type}")
+    for region in (op.then_body, op.else_body):
+        for inner in region.walk():
+            if not isinstance(inner, REGISTER_OPS):
+                _fail(inner, "is in a per-warp if, which holds register arithmetic only")
 
 
 def _check_atomic(op: Op) -> None:
@@ -128,6 +141,12 @@ def _verify_block(block: Block, scope: set) -> None:
             if op.results:
                 _check_yield(op, op.then_body, op.results, "then branch")
                 _check_yield(op, op.else_body, op.results, "else branch")
+            if op.per_warp:
+                _check_per_warp_if(op)
+        elif isinstance(op, WarpAny):
+            if not isinstance(op.operand.type, TensorType) or op.operand.type.element != i1 \
+                    or op.result.type != op.operand.type:
+                _fail(op, f"takes a boolean tensor to one of its type, found {op.operand.type} -> {op.result.type}")
         elif isinstance(op, While):
             _check_yield(op, op.after, op.inits, "while body")
         for region in op.nested_blocks():

@@ -22,7 +22,7 @@ from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, prefetch_l2, 
                        device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
                        load, log, log2, max, maximum, min, minimum, num_programs, permute,
                        program_id, reshape, rsqrt, sin, sqrt, static_assert, static_print, store,
-                       sum, where, zeros)
+                       sum, warp_any, where, zeros)
 from .dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, float64, fp8e4m3,
                      fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
                      int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
@@ -69,7 +69,7 @@ __all__ = [
     "program_id", "num_programs", "arange", "full", "zeros", "load", "store", "where",
     "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
-    "maximum", "minimum", "fma", "cdiv", "sum", "max", "min", "argmax", "argmin",
+    "maximum", "minimum", "fma", "cdiv", "sum", "max", "min", "argmax", "argmin", "warp_any",
     "expand_dims", "reshape", "permute", "convert_layout", "allocate_shared_memory", "barrier", "prefetch_l2",
     "device_print", "device_assert", "static_assert", "static_print",
     # element types

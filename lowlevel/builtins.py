@@ -256,6 +256,24 @@ def cdiv(x: Any, y: Any):
     return (x + y - 1) // y
 
 
+@builtin
+def warp_any(mask: Any):
+    """Per warp: whether any element of the boolean tensor `mask` that the warp holds is
+    true, in every element the warp holds (vote.sync.any; the same shape and layout).
+
+    Being uniform over each warp, the result may be the condition of an `if` that each
+    warp takes or skips on its own, `if ll.warp_any(mask):`, so that warps with nothing
+    to do skip the work (flash attention rescales O only in warps whose running max
+    grew). Such a branch holds register arithmetic only."""
+    b = sem.builder()
+    if not sem.is_tensor(mask) or mask.type.element != i1:
+        raise b.error(f"warp_any needs a boolean tensor, found {sem.describe(mask)}",
+                      suggestion="compare first, e.g. ll.warp_any(x > limit)")
+    result = b.wrap(b.create(ir.WarpAny, mask.type, operand=mask.handle))
+    b.warp_uniform.add(result.handle)
+    return result
+
+
 # ------------------------------------------------------------------ reductions and shapes
 @builtin
 def sum(x: Any, axis: Optional[int] = None, keep_dims: bool = False, dtype=None):

@@ -167,7 +167,8 @@ def _lower_body(ctx: Lowering, body, rematerialize: bool, rest_name: str) -> Non
 @lowers(If)
 def lower_if(ctx: Lowering, op: If) -> None:
     b = ctx.builder
-    condition = ctx.scalar(op.condition)
+    # Per warp: the condition is a WarpAny result, every register holding the warp's answer.
+    condition = ctx.get(op.condition)[0] if op.per_warp else ctx.scalar(op.condition)
     then_block, else_block, merge = ctx.new_block("then"), ctx.new_block("else"), ctx.new_block("endif")
     b.cbranch(condition, then_block, else_block)
     ends = []

@@ -1,4 +1,5 @@
-"""Lowering of `reduce` along one axis, in the three stages of `layout_rules.plan_reduction`.
+"""Lowering of `reduce` along one axis, in the three stages of `layout_rules.plan_reduction`
+(and of `warp_any`, a vote over the warp: at the end).
 
 1. In-thread: the operand registers of `register_groups[k]` fold into result register k as
    a balanced pairwise tree (`fold_tree`), so a row of n registers costs ceil(log2 n)
@@ -27,7 +28,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..errors import CompilationError
-from ..ir import Reduce
+from ..ir import Reduce, WarpAny
 from ..layout_rules import ReductionPlan, plan_reduction
 from ..types import ScalarType, TensorType, fp32, i32, u32
 from . import llvm_types as T
@@ -217,3 +218,16 @@ def lower_reduce(ctx: Lowering, op: Reduce) -> None:
         ctx.define(op.result, tuple(final))
     else:
         ctx.define(op.result, final[0])
+
+
+@lowers(WarpAny)
+def lower_warp_any(ctx: Lowering, op: WarpAny) -> None:
+    """The thread's registers OR-ed, then vote.sync.any over the whole warp (PTX ISA,
+    vote.sync: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-vote-sync);
+    every register of the result holds the warp's answer."""
+    b = ctx.builder
+    mine = ctx.get(op.operand)[0]
+    for register in ctx.get(op.operand)[1:]:
+        mine = b.or_(mine, register)
+    answer = ctx.intrinsic("llvm.nvvm.vote.any.sync", T.I1, [ir.Constant(T.I32, -1), mine])
+    ctx.define(op.result, (answer,) * len(ctx.get(op.operand)))

@@ -2,7 +2,8 @@
 
 Regions run as Python loops over the IR blocks with their carried values. Control flow is
 uniform across the CTA (every thread takes the same path), so a branch or loop condition
-must be a scalar, or a tensor whose elements all agree.
+must be a scalar, or a tensor whose elements all agree; except a per-warp `if`, whose
+branches (register arithmetic only) both run, each warp keeping its own's results.
 """
 
 from __future__ import annotations
@@ -54,10 +55,27 @@ def for_loop(cta, op: ir.For) -> None:
 
 @RULES.register(ir.If)
 def if_else(cta, op: ir.If) -> None:
+    if op.per_warp:
+        _per_warp_if(cta, op)
+        return
     taken = op.then_body if _uniform(cta, op.condition, op, "if") else op.else_body
     terminator = cta.run_block(taken)
     for value, x in zip(op.results, _carried(cta, terminator, op, len(op.results))):
         cta.bind(value, x)
+
+
+def _per_warp_if(cta, op: ir.If) -> None:
+    """Both branches run for every warp (they hold register arithmetic only, so running
+    one for nothing changes nothing else); each warp keeps the results of its own."""
+    taken = np.asarray(cta[op.condition], dtype=bool).reshape(cta.num_warps, -1)
+    if not (taken == taken[:, :1]).all():
+        raise EmulationError("per-warp if condition differs inside a warp (it must come from "
+                             "ll.warp_any)", op.loc)
+    taken = taken[:, 0][:, None, None]
+    then_values = _carried(cta, cta.run_block(op.then_body), op, len(op.results))
+    else_values = _carried(cta, cta.run_block(op.else_body), op, len(op.results))
+    for value, a, b in zip(op.results, then_values, else_values):
+        cta.bind(value, np.where(taken, a, b).astype(np.asarray(a).dtype))
 
 
 @RULES.register(ir.While)

@@ -1,4 +1,4 @@
-"""Emulation rule for `reduce`, executed by its ReductionPlan in the GPU's order.
+"""Emulation rules for `reduce`, executed by its ReductionPlan in the GPU's order, and `warp_any`.
 
 The same stages, accumulator types and scratch layout as the backend (backend/lower_reduce):
 
@@ -146,3 +146,10 @@ def reduce(cta, op: ir.Reduce) -> None:
         value = cast(acc[0], element, element_of(result_type))
     # Reducing a 1-D tensor gives a scalar: after the plan every thread holds it.
     cta.bind(op.result, value[0, 0, 0] if scalar_result else value)
+
+
+@RULES.register(ir.WarpAny)
+def warp_any(cta, op: ir.WarpAny) -> None:
+    """Every element a warp holds: whether any element that warp holds of the operand is true."""
+    x = np.asarray(cta[op.operand], dtype=bool)
+    cta.bind(op.result, np.broadcast_to(x.any(axis=(1, 2), keepdims=True), x.shape).copy())
