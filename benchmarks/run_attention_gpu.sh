@@ -46,6 +46,10 @@ q, k, v = (torch.randn(1, 140, 150, 64, device="cuda", dtype=torch.bfloat16) for
 out = flash_attention(q, k, v, config=Config(head_dim=64, block_n=128, consumers=3, consumer_regs=160, persistent=True))
 torch.cuda.synchronize()
 print("ok persistent, 140 tiles", out.float().abs().mean().item())
+q, k, v = (torch.randn(1, 2, 300, 256, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+out = flash_attention(q, k, v, causal=True)  # head_dim 256: O rescaled per warp (ll.warp_any)
+torch.cuda.synchronize()
+print("ok head_dim 256", out.float().abs().mean().item())
 '
 # racecheck is slow on every shared-memory access: tiny cases per mask (2 tiles of a
 # causal GQA problem with tails on persistent CTAs, the tile counter included), then one

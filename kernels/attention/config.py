@@ -12,6 +12,7 @@ ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
 VARIANTS = ("pingpong", "simple")
 L2_GROUP_BYTES = 24 << 20  # K/V bytes of the heads whose tiles run together, by default
 L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256 (measured, NOTES.md)
+MAX_RESCALE_ABOVE = 15  # log2 of the largest P a skipped rescale may leave: below fp16's 65504
 REPLICATE_UP_TO = 4096  # keys up to which causal head_dim 128 consumers share one copy of the code
 
 
@@ -56,6 +57,15 @@ class Config:
       last gets there). None: where the consumers are replicated (which needs it) and at
       head_dim 128, where it measured faster (+1 to +6% non-causal from 1k tokens); level
       at 256, 1-2% slower at 64 (benchmarks/NOTES.md).
+    - conditional_rescale (pingpong): FlashAttention-4's rescale. A row's running max,
+      which the softmax subtracts before exp2, moves only in warps where some row's max
+      grew past it by more than `rescale_above` (log2 units), so the other warps skip
+      rescaling O (a branch per warp, `ll.warp_any`); P then stays below
+      2^rescale_above. The result is the same up to rounding. False: the max moves at
+      every key tile and O is rescaled at every step, as in FlashAttention-2 and 3.
+      None: at head_dim 256 only, whose 64-key tiles rescale 128 O registers per thread
+      every 64 keys (+4 to +18% there); at 64 and 128 it measured level to 4% slower
+      (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -73,6 +83,8 @@ class Config:
     l2_group_bytes: int | None = None
     replicated: bool | None = None
     per_warp_release: bool | None = None
+    conditional_rescale: bool | None = None
+    rescale_above: float = 8.0
     exp2_fma_share: float = 0.0
 
     def __post_init__(self):
@@ -80,12 +92,20 @@ class Config:
                 or not 0 <= self.exp2_fma_share <= 1:
             raise ValueError(f"Config.exp2_fma_share must be a number in [0, 1] (the share of exps "
                              f"computed on the FMA pipe), got {self.exp2_fma_share!r}")
+        if self.conditional_rescale is not None and not isinstance(self.conditional_rescale, bool):
+            raise ValueError(f"Config.conditional_rescale must be None (chosen per head dim), True or "
+                             f"False, got {self.conditional_rescale!r}")
+        if isinstance(self.rescale_above, bool) or not isinstance(self.rescale_above, (int, float)) \
+                or not 0 <= self.rescale_above <= MAX_RESCALE_ABOVE:
+            raise ValueError(f"Config.rescale_above must be a number in [0, {MAX_RESCALE_ABOVE}] (log2 "
+                             f"units: P reaches 2^rescale_above, and fp16 overflows at 2^16), got "
+                             f"{self.rescale_above!r}")
         if self.l2_group_bytes is not None and (
                 isinstance(self.l2_group_bytes, bool) or not isinstance(self.l2_group_bytes, int)
                 or self.l2_group_bytes < 1):
             raise ValueError(f"Config.l2_group_bytes must be None or a positive int (K/V bytes of the "
                              f"heads whose tiles run together), got {self.l2_group_bytes!r}")
-        if self.replicated not in (None, True, False):
+        if self.replicated is not None and not isinstance(self.replicated, bool):
             raise ValueError(f"Config.replicated must be None (chosen per problem), True or False, "
                              f"got {self.replicated!r}")
         if self.per_warp_release is not None and not isinstance(self.per_warp_release, bool):
@@ -181,6 +201,15 @@ def per_warp_release(config: Config, replicate: bool) -> bool:
     if config.per_warp_release is None:
         return config.head_dim == 128
     return config.per_warp_release
+
+
+def rescale_above(config: Config) -> float | None:
+    """How far (log2 units) a row's max may grow before its warp rescales O, or None
+    where O is rescaled at every key tile (Config.conditional_rescale)."""
+    conditional = config.conditional_rescale
+    if conditional is None:
+        conditional = config.head_dim == 256
+    return float(config.rescale_above) if conditional else None
 
 
 def buffering(config: Config) -> tuple[bool, int]:

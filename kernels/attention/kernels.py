@@ -23,6 +23,11 @@ an index past the last tile tells them to stop. The CTA's warps split into parti
   shared memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
 
+At head_dim 256 (RESCALE_ABOVE, Config.conditional_rescale), a row's running max moves
+only when some row of its warp grew past it by more than 2^8, and only those warps
+rescale O (`if ll.warp_any(...)`), as FlashAttention-4 does: 64-key tiles would otherwise
+rescale 128 O registers per thread every 64 keys.
+
 Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
 - inside a warpgroup, the GEMMs of step n (S_n = Q K_n^T and O += P_{n-1} V_{n-1}) are
   issued together and the softmax of S_n runs while P_{n-1} V_{n-1} is still in flight;
@@ -106,7 +111,7 @@ def producer(state):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     tiles = num_m_tiles * batch_heads
     step = 0
@@ -146,7 +151,7 @@ def load_q(state, tile, j, batch, head, row):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, tile, Q_BUFFERS)
     mbarrier.expect(q_ready.index(slot), q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3]))
     load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM)
@@ -169,7 +174,7 @@ def load_kv(state, step, batch, kv_head, n):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     slot = step % STAGES
     phase = ((step // STAGES) & 1) ^ 1
@@ -212,16 +217,37 @@ def masked(s, n, row0, seq_q, seq_k, BLOCK_N: ll.constexpr, CAUSAL: ll.constexpr
 
 
 @ll.jit
-def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
+def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr):
     """P = exp2(S * scale - m) with m the running row max (log2 units); alpha rescales
     what came before. Rows that have seen no key keep m = -inf and subtract 0 instead,
     so their (all masked) P and alpha come out 0, not NaN. EXP2_FMA: the share of P's
-    exps computed by FMA polynomials beside the exp unit (see ll.exp2)."""
+    exps computed by FMA polynomials beside the exp unit (see ll.exp2).
+
+    RESCALE_ABOVE (FlashAttention-4's trick; None: m always moves): m moves only in
+    warps where some row's max grew past m + RESCALE_ABOVE, so that elsewhere alpha is 1
+    and the rescale of O can be skipped (`grew`, uniform over each warp); P stays below
+    2^RESCALE_ABOVE, which bf16/fp16 P and the fp32 sums hold exactly as well."""
     m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
+    grew = m_new > m_i
+    if RESCALE_ABOVE is not None:
+        grew = ll.warp_any(m_new > m_i + RESCALE_ABOVE)
+        m_new = ll.where(grew, m_new, m_i)
     m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
     alpha = ll.exp2(m_i - m_use)
-    return p, alpha, m_new, l_i * alpha + ll.sum(p, axis=1)
+    return p, alpha, m_new, l_i * alpha + ll.sum(p, axis=1), grew
+
+
+@ll.jit
+def rescaled(acc, alpha, grew, O_LAYOUT: ll.constexpr, RESCALE_ABOVE: ll.constexpr):
+    """O * alpha per row; with RESCALE_ABOVE, only in the warps whose max moved (alpha
+    is 1 in the others)."""
+    alpha = ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
+    if RESCALE_ABOVE is None:
+        return acc * alpha
+    if grew:  # an ll.warp_any result: each warp branches on its own
+        acc = acc * alpha
+    return acc
 
 
 @ll.jit
@@ -275,7 +301,8 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
                 m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
                 STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
                 CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
-                O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr):
+                O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr,
+                RESCALE_ABOVE: ll.constexpr):
     """Key tile n, at ring position `step`: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1},
     softmax S_n while the second GEMM runs, then rescale O."""
     slot = step % STAGES
@@ -292,10 +319,10 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
     release(k_empty.index(slot), PER_WARP)
     if MASKED:
         s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-    p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA)
+    p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
     acc = ll.warpgroup_mma_wait(0, deps=[acc])
     release(v_empty.index(prev), PER_WARP)
-    acc = acc * ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
+    acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
     p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
     return acc, p_op, m_i, l_i
 
@@ -308,7 +335,7 @@ def consumer(state, WG: ll.constexpr):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
@@ -333,7 +360,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -363,18 +390,18 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         s = ll.warpgroup_mma_wait(0, deps=[s])
         release(k_empty.index(first), PER_WARP)
         s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-        p, alpha, m_i, l_i = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA)
+        p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
         p_op = ll.convert_layout(p.to(dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
         for n in range(1, full):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE)
         for n in range(ll.maximum(full, 1), count):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE)
         if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
             mbarrier.arrive(q_empty.index(q_slot))
         # The last P V.
@@ -440,7 +467,8 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr, WRITE_LSE: ll.constexpr,
                         PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, Q_BUFFERS: ll.constexpr,
                         O_BUFFER: ll.constexpr = False, EXP2_FMA: ll.constexpr = 0.0,
-                        REPLICATED: ll.constexpr = True, PER_WARP: ll.constexpr = None):
+                        REPLICATED: ll.constexpr = True, PER_WARP: ll.constexpr = None,
+                        RESCALE_ABOVE: ll.constexpr = None):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V)."""
@@ -485,7 +513,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP)
+             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE)
     if REPLICATED:  # one copy of the consumer code for all warpgroups (instruction cache)
         ll.warp_specialize((state,), producer, (state,), [consumer_copy], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS,

@@ -2,14 +2,15 @@
 no spills, small cases on the CPU emulator against the float64 numpy reference, the
 promised errors, and on the H200 against a float32 torch reference."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import (SHARED_LIMIT, buffering, per_warp_release, replicated, shared_bytes,
-                                           tile_group)
+from weft.kernels.attention.config import (SHARED_LIMIT, buffering, per_warp_release, replicated, rescale_above,
+                                           shared_bytes, tile_group)
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -35,7 +36,8 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
     signature.update(counter_ptr="*i32", num_m_tiles="i32", batch_heads="i32", group="i32")
     constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer,
                       Q_BUFFERS=q_buffers or config.consumers,
-                      EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, PER_WARP=per_warp)
+                      EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, PER_WARP=per_warp,
+                      RESCALE_ABOVE=rescale_above(config))
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -77,6 +79,24 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
     # Warpgroups that release ring slots warp by warp (replicated ones, and head_dim 128's)
     # elect one thread a warp, without a named barrier.
     assert ("elect.sync" in ptx) == per_warp == (replicated or head_dim == 128)
+    # head_dim 256 rescales O only in warps whose max moved: one vote per softmax.
+    assert ("vote.sync.any.pred" in ptx) == (head_dim == 256)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_conditional_rescale_either_way_assembles_without_spills(head_dim, causal):
+    """Config.conditional_rescale the other way from its default for the head dim: on
+    at 64 and 128, off at 256."""
+    config = dataclasses.replace(default_config(head_dim), conditional_rescale=head_dim != 256)
+    replicate = replicated(config, causal, 4096)
+    o_buffer, q_buffers = buffering(config)
+    compiled = _compile(config, "bf16", causal, o_buffer=o_buffer, q_buffers=q_buffers, replicated=replicate,
+                        per_warp=per_warp_release(config, replicate))
+    _check_assembly(compiled, config)
+    votes = compiled.asm["ptx"].count("vote.sync.any.pred")
+    assert (votes > 0) == (head_dim != 256)
 
 
 @needs_ptxas
@@ -149,6 +169,11 @@ def test_configs_validate_with_readable_errors():
         Config(exp2_fma_share=2)
     with pytest.raises(ValueError, match="exp2_fma_share is a pingpong-variant option"):
         Config(variant="simple", exp2_fma_share=0.25)
+    for bad in (-1.0, 16, True, "8", None):
+        with pytest.raises(ValueError, match=r"rescale_above must be a number in \[0, 15\] \(log2 units"):
+            Config(rescale_above=bad)
+    with pytest.raises(ValueError, match="conditional_rescale must be None"):
+        Config(conditional_rescale=1)
 
 
 def test_tile_groups_by_default():
@@ -164,6 +189,13 @@ def test_tile_groups_by_default():
     assert tile_group(default_config(64), False, 2 * mb, 5) == 5  # no more than there are
     assert tile_group(default_config(64), False, 30 * mb, 64) == 1  # at least one
     assert tile_group(Config(l2_group_bytes=8 * mb), False, 2 * mb, 64) == 4
+
+
+def test_conditional_rescale_by_default():
+    assert rescale_above(default_config(256)) == 8.0
+    assert rescale_above(default_config(128)) is None and rescale_above(default_config(64)) is None
+    assert rescale_above(Config(head_dim=128, conditional_rescale=True, rescale_above=4)) == 4.0
+    assert rescale_above(Config(head_dim=256, block_n=64, conditional_rescale=False)) is None
 
 
 def test_per_warp_release_by_default():
@@ -252,6 +284,37 @@ def test_emulated_per_warp_release(causal, per_warp):
     with tails and warpgroups that skip key tiles."""
     config = Config(head_dim=64, consumers=3, consumer_regs=160, replicated=False, per_warp_release=per_warp)
     _check_emulated(1, 2, 1, 300, 250, 64, causal, "bhsd", config)
+
+
+def _jumping_scores(q, k, rows, key, gain=3.0):
+    """Key `key` of every head made `gain` times the first of `rows`' query, so those rows'
+    max jumps far past 2^8 at that key tile (log2 units: about gain * head_dim / sqrt(head_dim)
+    * 1.44), while other rows' grows by less than 8."""
+    k = k.copy()
+    k[:, :, key, :] = (gain * q[:, : k.shape[1], rows[0], :].astype(np.float32)).astype(k.dtype)
+    return k
+
+
+@pytest.mark.parametrize("threshold", [None, 0.0, 8.0])
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_conditional_rescale(causal, threshold):
+    """O rescaled only in warps where some row's max grew past rescale_above
+    (Config.conditional_rescale): one row's max jumps by ~2^35 at key 200, a tile after the
+    first, where only its warp must rescale; the others keep their max. Right either way,
+    and not bitwise the result of rescaling at every step (the skipped path ran)."""
+    q, k, v = _inputs(1, 2, 2, 300, 280, 64)
+    k = _jumping_scores(q, k, [250], 200)
+    config = Config(head_dim=64, consumers=3, consumer_regs=160, conditional_rescale=threshold is not None,
+                    rescale_above=threshold or 0.0)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
+    ref, ref_lse = reference_attention(q, k, v, causal=causal, return_lse=True)
+    np.testing.assert_allclose(out, ref, atol=2e-3, rtol=1e-2)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+    assert abs(ref_lse[0, 0, 250] - ref_lse[0, 0, 249]) > 10  # the jump is there
+    if threshold == 8.0:
+        always = flash_attention(q, k, v, causal=causal, config=Config(
+            head_dim=64, consumers=3, consumer_regs=160, conditional_rescale=False))
+        assert not np.array_equal(out, always)
 
 
 @pytest.mark.parametrize("q_buffers", [2, 3, 4])
@@ -418,8 +481,6 @@ def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, q_buffers, causal)
     """2-5 tiles per persistent CTA (GQA, odd lengths), with the Q ring the host picks
     (None) or another: bitwise the result of one CTA per tile (each tile's arithmetic is
     the same wherever it runs), and right."""
-    import dataclasses
-
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(head_dim + causal)
     q = torch.randn(3, 16, 1500, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -440,8 +501,6 @@ def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, q_buffers, causal)
 def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
     """Part of the softmax's exps by FMA polynomials (Config.exp2_fma_share): still within
     the bf16 tolerance of the float32 reference, and not bitwise the exp unit's result."""
-    import dataclasses
-
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(head_dim + causal)
     q, k, v = (torch.randn(2, 4, 1100, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -452,6 +511,31 @@ def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
     assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
     assert not torch.equal(out, flash_attention(q, k, v, causal=causal, config=default_config(head_dim)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gpu_conditional_rescale(head_dim, causal, dtype_name):
+    """Rows whose max jumps far past 2^8 at a key tile in the middle (only their warps
+    rescale O) beside rows whose max barely moves (whose warps skip it), with
+    Config.conditional_rescale and without: both right."""
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator(device="cuda").manual_seed(head_dim * 3 + causal)
+    q, k, v = (torch.randn(2, 4, 1500, head_dim, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
+    for row, key in ((700, 300), (1400, 1200), (1450, 20)):
+        k[:, :, key] = 4.0 * q[:, :, row]
+    scale = 1.0 / math.sqrt(head_dim)
+    ref, ref_lse = _torch_reference(q, k, v, causal, scale, "bhsd")
+    assert (ref_lse[:, :, 700] - ref_lse[:, :, 699]).min().item() > 8  # natural log: 2^11.5
+    for conditional in (True, False):
+        config = dataclasses.replace(default_config(head_dim), conditional_rescale=conditional)
+        out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
+        assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2, conditional
+        assert (out.float() - ref).abs().max().item() <= 5e-2 * ref.abs().max().item()
+        assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
 
 
 @pytest.mark.gpu
