@@ -64,7 +64,7 @@ class Config:
       2^rescale_above. The result is the same up to rounding. False: the max moves at
       every key tile and O is rescaled at every step, as in FlashAttention-2 and 3.
       None: at head_dim 256 only, whose 64-key tiles rescale 128 O registers per thread
-      every 64 keys (+4 to +18% there); at 64 and 128 it measured level to 4% slower
+      every 64 keys (+2 to +18% there in two runs); at 64 and 128 it measured -4 to +2%
       (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
