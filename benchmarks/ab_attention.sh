@@ -3,6 +3,7 @@
 # `git archive <commit>`), each run by benchmarks/attention.py beside cuDNN in its own
 # process, one after the other on the same machine; logs and JSON under $OUT/<n>-<tree>.
 #   TREES="ab_old ab_new" ARGS="--systems weft,cudnn --head-dims 64" bash benchmarks/ab_attention.sh
+# then `python3 benchmarks/ab_table.py $OUT` puts the runs side by side.
 set -u
 ARGS=${ARGS:---systems weft,cudnn}
 export PYTHONUNBUFFERED=1

@@ -225,10 +225,11 @@ def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE:
 
     RESCALE_ABOVE (FlashAttention-4's trick; None: m always moves): m moves only in
     warps where some row's max grew past m + RESCALE_ABOVE, so that elsewhere alpha is 1
-    and the rescale of O can be skipped (`grew`, uniform over each warp); P stays below
-    2^RESCALE_ABOVE, which bf16/fp16 P and the fp32 sums hold exactly as well."""
+    and the rescale of O can be skipped (`grew`, uniform over each warp); P stays at most
+    2^RESCALE_ABOVE, which bf16/fp16 P and the fp32 sums hold as precisely as values
+    below 1."""
     m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
-    grew = m_new > m_i
+    grew = m_new > m_i  # unused without RESCALE_ABOVE: O is rescaled at every step
     if RESCALE_ABOVE is not None:
         grew = ll.warp_any(m_new > m_i + RESCALE_ABOVE)
         m_new = ll.where(grew, m_new, m_i)
