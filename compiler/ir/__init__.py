@@ -1,0 +1,62 @@
+"""The IR: SSA values, one frozen dataclass per op, blocks, kernels.
+
+`core` holds values, the op base class and blocks; `ops` the ops any kernel may hold;
+`hopper` the Hopper async machinery; this module the kernel, and re-exports them all.
+
+An op's fields are typed: `result`/`results` are the values it defines, fields holding a
+`Value` (or a tuple of them, or None) are its operands, fields holding a `Block` are its
+regions, everything else is an attribute. Passes never mutate an op; they build a new one
+with `dataclasses.replace` and a new block around it.
+
+Values compare by identity: two values are the same value only if they are the same object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ..types import PointerType, ScalarType, TensorDescriptorType  # noqa: F401 (re-exported)
+from .core import *  # noqa: F401,F403
+from .core import Block, Op, Value
+from .hopper import *  # noqa: F401,F403
+from .hopper import WarpSpecialize
+from .ops import *  # noqa: F401,F403
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel: parameters (values), body, and launch facts.
+
+    `shared_bytes` is the kernel's total shared memory, set by allocation.
+    """
+
+    name: str
+    params: tuple[Value, ...]
+    body: Block
+    num_warps: int
+    source: str = ""
+    constexprs: tuple[tuple[str, Any], ...] = ()
+    shared_bytes: int = 0
+    stage: str = "layout"
+    # Per parameter, a power of two known to divide it (integers: the value; pointers: the
+    # address in bytes), from launch specialization; 1 when nothing is known.
+    param_divisibility: tuple[int, ...] = ()
+    language: str = "lowlevel"  # the language it was written in (its registered layout classes)
+
+    def walk(self) -> Iterator[Op]:
+        return self.body.walk()
+
+    @property
+    def total_warps(self) -> int:
+        """Warps the CTA launches with: num_warps plus the workers of its warp_specialize
+        (the largest, when there are several)."""
+        workers = [op.worker_warps() for op in self.walk() if isinstance(op, WarpSpecialize)]
+        return self.num_warps + max(workers, default=0)
+
+    def with_body(self, body: Block, **changes) -> "Kernel":
+        return dataclasses.replace(self, body=body, **changes)
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]

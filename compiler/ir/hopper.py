@@ -1,0 +1,230 @@
+"""The Hopper async machinery's ops: mbarriers, TMA and bulk copies, cp.async, wgmma and
+warp specialization."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from .core import Block, Op, Value
+
+# Semantics follow the PTX ISA; ../shared/HOPPER.md has the summary. An mbarrier operand
+# (`barrier`) is a shared i64 buffer of shape [1]. `pred` operands are i1 scalars: the op
+# happens only where they hold (None = always). "One thread issues" means the backend
+# elects one thread of the partition running the op (thread 0 of its first warp).
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedPermute(Op):
+    """A view of a buffer with its dims reordered (result dim i = buffer dim order[i]);
+    e.g. a K-major [N, K] tile seen as the [K, N] B operand of a wgmma."""
+
+    NAME = "shared_permute"
+    result: Value
+    buffer: Value
+    order: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierInit(Op):
+    """Initialise `barrier` for phases of `count` arrivals (one thread issues;
+    mbarrier.init.shared::cta.b64). The kernel fences and barriers before first use."""
+
+    NAME = "mbarrier_init"
+    barrier: Value
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierExpect(Op):
+    """One arrival on `barrier` that also expects `nbytes` more transaction bytes in the
+    current phase (one thread issues; mbarrier.arrive.expect_tx). `nbytes` is an int, or
+    an i32 scalar when the byte count is known only at run time (a row's length)."""
+
+    NAME = "mbarrier_expect"
+    barrier: Value
+    nbytes: Union[int, Value]
+    pred: Optional[Value] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierArrive(Op):
+    """`count` arrivals on `barrier` (one thread issues; mbarrier.arrive). `per_warp`:
+    one thread of every warp issues, once its own warp got there (no partition sync)."""
+
+    NAME = "mbarrier_arrive"
+    barrier: Value
+    count: int = 1
+    pred: Optional[Value] = None
+    per_warp: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierWait(Op):
+    """Every thread waits until the phase of parity `phase & 1` of `barrier` has
+    completed (mbarrier.try_wait.parity in a loop). `phase` is an i32 scalar."""
+
+    NAME = "mbarrier_wait"
+    barrier: Value
+    phase: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class MBarrierInvalidate(Op):
+    """Retire `barrier` before its memory is reused (one thread issues; mbarrier.inval)."""
+
+    NAME = "mbarrier_invalidate"
+    barrier: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class FenceAsyncShared(Op):
+    """fence.proxy.async.shared::cta: this thread's generic-proxy shared-memory writes
+    become visible to the async proxy (wgmma, TMA) once a barrier publishes them."""
+
+    NAME = "fence_async_shared"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmaLoad(Op):
+    """Copy the box at element `coords` (coords[i] along tensor dim i, outermost first as
+    in Gluon; the backend reverses them for PTX) of `descriptor`'s tensor into `buffer`;
+    completes on `barrier` as transaction bytes (one thread issues; cp.async.bulk.tensor). Out-of-range
+    elements land as zeros."""
+
+    NAME = "tma_load"
+    descriptor: Value
+    coords: tuple[Value, ...]
+    barrier: Value
+    buffer: Value
+    pred: Optional[Value] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BulkCopyLoad(Op):
+    """Copy `nbytes` contiguous bytes (an i32 scalar, a multiple of 16) from the global
+    address `pointer` (a scalar pointer, 16-byte aligned) to the start of `buffer`, whose
+    layout is plain row-major; completes on `barrier` as transaction bytes (one thread
+    issues; cp.async.bulk without a tensor map)."""
+
+    NAME = "bulk_copy_load"
+    pointer: Value
+    nbytes: Value
+    barrier: Value
+    buffer: Value
+    pred: Optional[Value] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmaStore(Op):
+    """Copy `buffer` to the box at `coords` of `descriptor`'s tensor (one thread issues;
+    cp.async.bulk.tensor .global.shared::cta + commit_group). Out-of-range elements are
+    not written."""
+
+    NAME = "tma_store"
+    descriptor: Value
+    coords: tuple[Value, ...]
+    buffer: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmaStoreWait(Op):
+    """Wait until at most `pending` TMA stores of this thread still read shared memory
+    (cp.async.bulk.wait_group.read)."""
+
+    NAME = "tma_store_wait"
+    pending: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncCopy(Op):
+    """cp.async: each thread copies its elements of the pointer tensor `pointer` (layout
+    L) into the same coordinates of `buffer`; masked-off elements are zero-filled.
+    `vector` elements per instruction (4, 8 or 16 bytes), chosen by the vectorize pass."""
+
+    NAME = "async_copy"
+    buffer: Value
+    pointer: Value
+    mask: Optional[Value] = None
+    vector: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncCommitGroup(Op):
+    """cp.async.commit_group: the thread's outstanding cp.async copies form one group."""
+
+    NAME = "async_commit_group"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncWaitGroup(Op):
+    """cp.async.wait_group: wait until at most `pending` groups of this thread are in flight."""
+
+    NAME = "async_wait_group"
+    pending: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarpGroupDot(Op):
+    """result = a @ b + (acc if use_acc else 0) by wgmma.mma_async over the warpgroups of
+    the partition.
+
+    `a`: a shared [M, K] buffer (or view), or a tensor in a DotOperandLayout (register A);
+    `b`: a shared [K, N] buffer (or view); `acc`/`result`: an fp32 (or fp16) tensor in an
+    NVMMADistributedLayout v3. `use_acc` an i1 scalar (None = true). With `is_async` the
+    result may only be read after a WarpGroupDotWait that lists it; otherwise the op
+    waits for itself.
+    """
+
+    NAME = "warpgroup_dot"
+    result: Value
+    a: Value
+    b: Value
+    acc: Value
+    use_acc: Optional[Value] = None
+    is_async: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarpGroupDotWait(Op):
+    """wgmma.wait_group `pending`: results[i] is deps[i] once at most `pending` async
+    wgmma groups are still in flight (the returned values are the ones safe to read)."""
+
+    NAME = "warpgroup_dot_wait"
+    results: tuple[Value, ...]
+    deps: tuple[Value, ...]
+    pending: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarpSpecialize(Op):
+    """Split the CTA's warps into partitions that run different code at the same time.
+
+    The `default` partition runs on the kernel's `num_warps` warps (0 .. num_warps-1);
+    worker i runs on the next `worker_num_warps[i]` warps, each a separate block. Every
+    block's args receive `captures` (values defined before the op); layouts inside a
+    worker are over its own warps. `default` ends with a Yield of the op's results; each
+    worker ends with an empty Yield. `worker_num_regs[i]` (0 = no change) is the register
+    budget set with setmaxnreg; `default_num_regs` likewise for the default partition.
+    `worker_replicas[i]` (empty: all 1) runs worker i as that many copies of one block,
+    each on its own `worker_num_warps[i]` warps, told apart by ReplicaIndex: one copy of
+    the code for several warpgroups doing the same job (instruction cache).
+    """
+
+    NAME = "warp_specialize"
+    results: tuple[Value, ...]
+    captures: tuple[Value, ...]
+    default: Block
+    workers: tuple[Block, ...]
+    worker_num_warps: tuple[int, ...]
+    worker_num_regs: tuple[int, ...]
+    default_num_regs: int = 0
+    worker_replicas: tuple[int, ...] = ()
+
+    def replicas(self) -> tuple[int, ...]:
+        """Copies of each worker (1 each unless worker_replicas says otherwise)."""
+        return self.worker_replicas or (1,) * len(self.workers)
+
+    def worker_warps(self) -> int:
+        """Warps the workers take in all, every copy of a replicated worker counted."""
+        return sum(w * r for w, r in zip(self.worker_num_warps, self.replicas()))

@@ -1,0 +1,434 @@
+"""The ops every kernel may hold: indices, constants, arithmetic, global memory and
+atomics, shape ops, reductions, layout conversions, shared memory, control flow, printing
+and assertions. (The Hopper async machinery is in `hopper`.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from .core import Block, Op, Value
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramId(Op):
+    NAME = "program_id"
+    result: Value
+    axis: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaIndex(Op):
+    """Which copy of a replicated warp_specialize worker runs this code (an i32 scalar,
+    uniform over the copy's warps): 0 .. replicas - 1, and 0 outside replicated workers."""
+
+    NAME = "replica_index"
+    result: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumPrograms(Op):
+    NAME = "num_programs"
+    result: Value
+    axis: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constant(Op):
+    """A scalar constant, or a tensor filled with one value (`full`)."""
+
+    NAME = "constant"
+    result: Value
+    value: Union[int, float, bool]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Splat(Op):
+    """A tensor every element of which is one scalar value."""
+
+    NAME = "splat"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arange(Op):
+    NAME = "arange"
+    result: Value
+    start: int
+    end: int
+
+
+BINARY_KINDS = ("add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor",
+                "shl", "shr", "max", "min", "pow")
+UNARY_KINDS = ("neg", "not", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "erf",
+               "sin", "cos", "floor", "ceil")
+COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
+REDUCE_KINDS = ("sum", "max", "min", "argmax", "argmin")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Binary(Op):
+    """Elementwise binary arithmetic; operands and result share shape and layout."""
+
+    NAME = "binary"
+    result: Value
+    kind: str
+    lhs: Value
+    rhs: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unary(Op):
+    NAME = "unary"
+    result: Value
+    kind: str
+    operand: Value
+    # exp2 only: the share of each thread's registers computed by an FMA polynomial
+    # instead of the exp unit (compiler/exp2_polynomial.py); 0 = all on the exp unit.
+    fma_share: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compare(Op):
+    NAME = "compare"
+    result: Value
+    predicate: str
+    lhs: Value
+    rhs: Value
+    # Aligned runs of this many consecutive registers share one answer (proved by axis
+    # analysis, e.g. `cols < n` with n divisible by 16): computed once per run.
+    register_run: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fma(Op):
+    NAME = "fma"
+    result: Value
+    a: Value
+    b: Value
+    c: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Select(Op):
+    NAME = "select"
+    result: Value
+    condition: Value
+    true_value: Value
+    false_value: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cast(Op):
+    """Numeric conversion to the result's element type (round to nearest even)."""
+
+    NAME = "cast"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bitcast(Op):
+    NAME = "bitcast"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddPtr(Op):
+    """pointer + offset elements (not bytes), elementwise."""
+
+    NAME = "add_ptr"
+    result: Value
+    pointer: Value
+    offset: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load(Op):
+    """Global load through a pointer (tensor); masked-off lanes take `other` (or 0)."""
+
+    NAME = "load"
+    result: Value
+    pointer: Value
+    mask: Optional[Value] = None
+    other: Optional[Value] = None
+    vector: int = 1  # elements per access, chosen by the vectorize pass
+    cache: str = ""  # PTX cache qualifiers after ld.global (".cg", ".L1::evict_first", ...)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Store(Op):
+    NAME = "store"
+    pointer: Value
+    value: Value
+    mask: Optional[Value] = None
+    vector: int = 1
+    cache: str = ""  # PTX cache qualifiers after st.global (".cs", ".L1::evict_first", ...)
+
+
+ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
+MEMORY_SEMANTICS = ("relaxed", "acquire", "release", "acq_rel")  # PTX's .sem qualifiers
+MEMORY_SCOPES = ("cta", "gpu", "sys")  # PTX's .scope qualifiers
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtomicRMW(Op):
+    """memory = kind(memory, value) at each element of `pointer` where `mask` holds, as
+    one atomic per element and program (per partition inside a warp_specialize), however
+    many threads hold the element: the replica with the lowest thread index issues it.
+
+    `result`: the old values (0 where masked off), the same in every thread holding an
+    element; None once nothing reads them (drop_unused_atomic_results), which lowers to
+    `red` where PTX allows. `scratch_offset` (bytes, set by allocation): where the issuing
+    threads pass the old values to the other replicas (see backend/lower_atomic.py).
+    """
+
+    NAME = "atomic_rmw"
+    result: Optional[Value]
+    kind: str
+    pointer: Value
+    value: Value
+    mask: Optional[Value] = None
+    sem: str = "acq_rel"
+    scope: str = "gpu"
+    scratch_offset: Optional[int] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtomicCAS(Op):
+    """Compare-and-swap: where memory equals `compare`, write `value`; exactly once per
+    element and program, with the old values as for AtomicRMW."""
+
+    NAME = "atomic_cas"
+    result: Optional[Value]
+    pointer: Value
+    compare: Value
+    value: Value
+    mask: Optional[Value] = None
+    sem: str = "acq_rel"
+    scope: str = "gpu"
+    scratch_offset: Optional[int] = None
+
+
+ATOMICS = (AtomicRMW, AtomicCAS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpandDims(Op):
+    """Insert a size-1 dim at `axis`; the operand's layout is a slice of the result's."""
+
+    NAME = "expand_dims"
+    result: Value
+    operand: Value
+    axis: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Broadcast(Op):
+    """Stretch size-1 dims to the result shape; each thread already holds what it needs."""
+
+    NAME = "broadcast"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reshape(Op):
+    NAME = "reshape"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Permute(Op):
+    NAME = "permute"
+    result: Value
+    operand: Value
+    order: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reduce(Op):
+    """Reduce along `axis`: in-thread, then lane shuffles, then across warps in shared memory.
+
+    `scratch_offset` (bytes) is assigned by shared-memory allocation when warps must combine.
+    """
+
+    NAME = "reduce"
+    result: Value
+    operand: Value
+    axis: int
+    kind: str
+    scratch_offset: Optional[int] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarpAny(Op):
+    """Per warp: whether any element of the boolean tensor `operand` that the warp holds is
+    true, in every element the warp holds of the result (same type). Its result is
+    uniform over each warp, so it may be the condition of a per-warp `If`."""
+
+    NAME = "warp_any"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertLayout(Op):
+    """Move a tensor to another layout along a recorded `plan` (weft.layouts conversion)."""
+
+    NAME = "convert_layout"
+    result: Value
+    operand: Value
+    plan: Any = None
+    scratch_offset: Optional[int] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllocShared(Op):
+    """A shared-memory buffer, optionally initialised from a distributed tensor.
+
+    `offset` (bytes from the start of the kernel's shared memory) is set by allocation.
+    """
+
+    NAME = "alloc_shared"
+    result: Value
+    init: Optional[Value] = None
+    offset: Optional[int] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedLoad(Op):
+    NAME = "shared_load"
+    result: Value
+    buffer: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedStore(Op):
+    NAME = "shared_store"
+    buffer: Value
+    value: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedIndex(Op):
+    """Sub-buffer `index` along the leading dim of a multi-buffered allocation."""
+
+    NAME = "shared_index"
+    result: Value
+    buffer: Value
+    index: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedSlice(Op):
+    """A static window [start, start + size) along `dim` of a buffer."""
+
+    NAME = "shared_slice"
+    result: Value
+    buffer: Value
+    dim: int
+    start: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Barrier(Op):
+    """bar.sync 0: all threads of the CTA, and their shared-memory accesses, meet here."""
+
+    NAME = "barrier"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefetchL2(Op):
+    """Ask L2 to fetch `nbytes` from global memory at `pointer` (a hint; no data returns).
+
+    One thread issues it (cp.async.bulk.prefetch.L2, sm_90): a CTA can pull a later
+    CTA's data into L2 without holding registers for it. The byte count is rounded down
+    to a multiple of 16 and the address must be 16-byte aligned.
+    """
+
+    NAME = "prefetch_l2"
+    pointer: Value
+    nbytes: Value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Yield(Op):
+    NAME = "yield"
+    values: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Condition(Op):
+    """Ends a while's `before` block: continue while `condition`, passing `values` on."""
+
+    NAME = "condition"
+    condition: Value
+    values: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class For(Op):
+    """for iv in range(lower, upper, step) with loop-carried values.
+
+    body.args = (iv, *carried); body ends with a Yield of the next carried values.
+    """
+
+    NAME = "for"
+    results: tuple[Value, ...]
+    lower: Value
+    upper: Value
+    step: Value
+    inits: tuple[Value, ...]
+    body: Block
+    rematerialize: bool = False  # thread-position values recomputed per iteration (ll.range)
+
+
+@dataclass(frozen=True, kw_only=True)
+class If(Op):
+    """A branch on a scalar, taken alike by every thread of the partition; or, `per_warp`,
+    on a WarpAny result (a boolean tensor uniform over each warp), taken warp by warp.
+    A per-warp branch holds only REGISTER_OPS (no memory, barrier or cross-warp op: the
+    warps that skip it would leave those short) and merges only tensors (a scalar is one
+    value for the whole partition)."""
+
+    NAME = "if"
+    results: tuple[Value, ...]
+    condition: Value
+    then_body: Block
+    else_body: Block
+    per_warp: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class While(Op):
+    """before.args = carried, ends with Condition; after.args = its values, ends with Yield."""
+
+    NAME = "while"
+    results: tuple[Value, ...]
+    inits: tuple[Value, ...]
+    before: Block
+    after: Block
+    rematerialize: bool = False  # as For's: `while ll.condition(..., rematerialize=True)`
+
+
+@dataclass(frozen=True, kw_only=True)
+class Print(Op):
+    NAME = "print"
+    prefix: str
+    values: tuple[Value, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assert(Op):
+    NAME = "assert"
+    condition: Value
+    message: str
+
+
+# Ops that act on a thread's registers alone (a lane's own values, or, WarpAny, its own
+# warp's): what a per-warp `If` may hold.
+REGISTER_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Fma, Select, Cast, Bitcast, AddPtr, ExpandDims,
+                Broadcast, WarpAny, If, Yield)
