@@ -12,9 +12,10 @@ from __future__ import annotations
 from ..layouts import LayoutError
 from . import layout_rules
 from .errors import CompilationError
-from .ir import (ATOMIC_KINDS, ATOMICS, MEMORY_SCOPES, MEMORY_SEMANTICS, REGISTER_OPS, AddPtr, AtomicRMW, Binary,
+from .ir import (ATOMIC_KINDS, ATOMICS, MEMORY_SCOPES, MEMORY_SEMANTICS, AddPtr, AtomicRMW, Binary,
                  Block, Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma, For, If, Kernel, Load, Op,
-                 Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value, WarpAny, While, Yield)
+                 Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value, WarpAny, While, Yield,
+                 first_non_register_op)
 from .types import TensorType, i1
 
 _ELEMENTWISE = (Binary, Unary, Compare, Fma, Select, Cast, AddPtr, Load, Store, Splat, Constant) + ATOMICS
@@ -56,10 +57,9 @@ def _check_per_warp_if(op: If) -> None:
     for result in op.results:
         if not isinstance(result.type, TensorType):
             _fail(op, f"a per-warp if merges tensors only, found {result.type}")
-    for region in (op.then_body, op.else_body):
-        for inner in region.walk():
-            if not isinstance(inner, REGISTER_OPS):
-                _fail(inner, "is in a per-warp if, which holds register arithmetic only")
+    inner = first_non_register_op((op.then_body, op.else_body))
+    if inner is not None:
+        _fail(inner, "is in a per-warp if, which holds register arithmetic only")
 
 
 def _check_atomic(op: Op) -> None:

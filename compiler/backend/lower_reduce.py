@@ -225,9 +225,9 @@ def lower_warp_any(ctx: Lowering, op: WarpAny) -> None:
     """The thread's registers OR-ed, then vote.sync.any over the whole warp (PTX ISA,
     vote.sync: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-vote-sync);
     every register of the result holds the warp's answer."""
-    b = ctx.builder
-    mine = ctx.get(op.operand)[0]
-    for register in ctx.get(op.operand)[1:]:
-        mine = b.or_(mine, register)
+    registers = ctx.get(op.operand)
+    mine = registers[0]
+    for register in registers[1:]:
+        mine = ctx.builder.or_(mine, register)
     answer = ctx.intrinsic("llvm.nvvm.vote.any.sync", T.I1, [ir.Constant(T.I32, -1), mine])
-    ctx.define(op.result, (answer,) * len(ctx.get(op.operand)))
+    ctx.define(op.result, (answer,) * len(registers))

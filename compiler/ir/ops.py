@@ -432,3 +432,9 @@ class Assert(Op):
 # warp's): what a per-warp `If` may hold.
 REGISTER_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Fma, Select, Cast, Bitcast, AddPtr, ExpandDims,
                 Broadcast, WarpAny, If, Yield)
+
+
+def first_non_register_op(blocks) -> Optional[Op]:
+    """The first op of `blocks` (their nested regions included) that is not in
+    REGISTER_OPS, or None: what a per-warp `If` must not hold."""
+    return next((op for block in blocks for op in block.walk() if not isinstance(op, REGISTER_OPS)), None)

@@ -229,7 +229,7 @@ def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE:
     2^RESCALE_ABOVE, which bf16/fp16 P and the fp32 sums hold as precisely as values
     below 1."""
     m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
-    grew = m_new > m_i  # unused without RESCALE_ABOVE: O is rescaled at every step
+    grew = None  # without RESCALE_ABOVE O is rescaled at every step
     if RESCALE_ABOVE is not None:
         grew = ll.warp_any(m_new > m_i + RESCALE_ABOVE)
         m_new = ll.where(grew, m_new, m_i)
