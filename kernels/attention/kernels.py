@@ -44,6 +44,8 @@ K/V tiles wholly above the diagonal are never loaded, only tiles crossing the di
 the end of the keys pay for masks, and tiles are started longest first. Each warpgroup
 bounds its key tiles by its own 64 rows: of a 192-row tile's keys, the first warpgroup
 skips (only releases) those right of its diagonal, and masks only the tile it crosses.
+Causal query tiles are aligned to the last rows too (`tile_coordinates`), so a partial
+tile is the top one, which sees the fewest keys.
 
 The tile loops are `while ll.condition(..., rematerialize=True)`: thread-position values
 (each register's shared-memory offset for the O store, the mask's column indices) are
@@ -63,21 +65,29 @@ TILE_LAYOUT = ll.BlockedLayout([1], [32], [4], [0])  # a tile index, replicated 
 
 
 @ll.jit
-def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
+def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group, seq_q,
                      BLOCK_M: ll.constexpr, CAUSAL: ll.constexpr):
     """(batch, head, kv head, first row) of `tile`. Tiles come in groups of `group`
     (batch, head) pairs whose K and V stay in L2 while all their query tiles run, and
-    within a group bottom query tiles first (causal: those see the most keys)."""
+    within a group bottom query tiles first (causal: those see the most keys).
+
+    Causal query tiles end at the last warpgroup's rows (seq_q rounded up to 64), so
+    when BLOCK_M does not divide that, the partial tile is the top one, which sees the
+    fewest keys, where a partial bottom tile would hold its whole CTA for the most keys
+    with warpgroups idle (causal head_dim 64, 192-row tiles: +8% at 1k tokens, +1 to +5%
+    at 4k; benchmarks/NOTES.md). The top tile's first warpgroups then start at row -64
+    or -128: they neither load Q nor store O (`load_q`, `attend_tile`; a TMA store at a
+    negative coordinate traps)."""
     per_group = group * num_m_tiles
     first = (tile // per_group) * group
     in_group = ll.minimum(batch_heads - first, group)
     rank = tile % per_group
-    pid_m = rank // in_group
-    if CAUSAL:
-        pid_m = num_m_tiles - 1 - pid_m
     bh = first + rank % in_group
     head = bh % heads
-    return bh // heads, head, head // kv_group, pid_m * BLOCK_M
+    off_m = (rank // in_group) * BLOCK_M
+    if CAUSAL:
+        off_m = ll.cdiv(seq_q, ROWS) * ROWS - off_m - BLOCK_M
+    return bh // heads, head, head // kv_group, off_m
 
 
 @ll.jit
@@ -95,12 +105,13 @@ def key_tiles(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
 
 
 @ll.jit
-def load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr):
-    """TMA loads of a [rows, HEAD_DIM] tile as HEAD_DIM / 64 boxes side by side."""
+def load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr, pred=True):
+    """TMA loads of a [rows, HEAD_DIM] tile as HEAD_DIM / 64 boxes side by side (none
+    where `pred` is false)."""
     BOX: ll.constexpr = desc.block_shape[3]
     for j in ll.static_range(HEAD_DIM // BOX):
         tma.async_copy_global_to_shared(desc, [batch, head, row, j * BOX], bar,
-                                        dst.slice(j * BOX, BOX, 3))
+                                        dst.slice(j * BOX, BOX, 3), pred)
 
 
 @ll.jit
@@ -119,7 +130,7 @@ def producer(state):
     tile = ll.program_id(0)
     while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
-                                                       BLOCK_M, CAUSAL)
+                                                       seq_q, BLOCK_M, CAUSAL)
         count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
         # The first warpgroup's Q, then the first K/V tile, then the other warpgroups' Q:
         # with a ring of fewer than two tiles' Q buffers, the second warpgroup's buffer is
@@ -153,8 +164,11 @@ def load_q(state, tile, j, batch, head, row):
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, tile, Q_BUFFERS)
-    mbarrier.expect(q_ready.index(slot), q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3]))
-    load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM)
+    # A warpgroup wholly above row 0 (a causal top tile's) reads no Q: only the index.
+    has_rows = row >= 0
+    nbytes = q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3])
+    mbarrier.expect(q_ready.index(slot), ll.where(has_rows, nbytes, 0))
+    load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM, has_rows)
 
 
 @ll.jit
@@ -345,7 +359,7 @@ def consumer(state, WG: ll.constexpr):
     tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     while ll.condition(tile < tiles, rematerialize=True):
         batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
-                                                       BLOCK_M, CAUSAL)
+                                                       seq_q, BLOCK_M, CAUSAL)
         attend_tile(state, batch, head, off_m, step, j % Q_BUFFERS, qk_scale, WG)
         step += key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
         j += CONSUMERS
@@ -369,9 +383,9 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     dtype: ll.constexpr = q_desc.dtype
     row0 = off_m + warpgroup(WG) * ROWS
     # This warpgroup's key tiles; the producer loads those of the whole CTA (`loaded`),
-    # and the ones these rows do not see (causal, or rows past seq_q) are only released.
+    # and the ones these rows do not see (causal, or no row in [0, seq_q)) are only released.
     full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
-    count = ll.where(row0 < seq_q, count, 0)
+    count = ll.where((row0 < seq_q) & (row0 >= 0), count, 0)
     loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
     q_buffer = q_smem.index(q_slot)
     q = q_buffer.index(0).index(0)
@@ -423,7 +437,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     if WRITE_LSE:
         rows = row0 + ll.arange(0, ROWS, ROW)
         lse = ll.where(seen, (m_i + ll.log2(ll.where(seen, l_i, 1.0))) * LN2, float("inf"))
-        ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=rows < seq_q)
+        ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=(rows >= 0) & (rows < seq_q))
     o = (acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(dtype)
     if O_BUFFER:
         tma.store_wait(0)  # the last tile's O is read out of the buffer
@@ -434,8 +448,10 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     o_buffer.index(0).index(0).store(o)
     ll.fence_async_shared()
     BOX: ll.constexpr = o_desc.block_shape[3]
-    for j in ll.static_range(HEAD_DIM // BOX):
-        tma.async_copy_shared_to_global(o_desc, [batch, head, row0, j * BOX], o_buffer.slice(j * BOX, BOX, 3))
+    if row0 >= 0:  # not a warpgroup wholly above row 0 (tile_coordinates)
+        for j in ll.static_range(HEAD_DIM // BOX):
+            tma.async_copy_shared_to_global(o_desc, [batch, head, row0, j * BOX],
+                                            o_buffer.slice(j * BOX, BOX, 3))
     if not O_BUFFER:
         tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
         mbarrier.arrive(q_empty.index(q_slot))

@@ -11,7 +11,8 @@ import pytest
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
 from weft.kernels.attention.config import (SHARED_LIMIT, buffering, per_warp_release, replicated, rescale_above,
                                            shared_bytes, tile_group)
-from weft.kernels.attention.kernels import flash_attention_fa3
+from weft import lowlevel as ll
+from weft.kernels.attention.kernels import flash_attention_fa3, tile_coordinates
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
 
@@ -347,6 +348,34 @@ def test_emulated_tile_groups(heads_per_group):
     config = Config(head_dim=64, consumers=3, consumer_regs=160,
                     l2_group_bytes=heads_per_group * kv_bytes_per_query_head)
     _check_emulated(2, 4, 2, 300, 100, 64, False, "bhsd", config)
+
+
+@ll.jit
+def _tile_origins(out_ptr, num_m_tiles, batch_heads, group, heads, seq_q, BLOCK_M: ll.constexpr,
+                  CAUSAL: ll.constexpr):
+    tile = ll.program_id(0)
+    batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, 1, seq_q,
+                                                   BLOCK_M, CAUSAL)
+    ll.store(out_ptr + 2 * tile, batch * heads + head)
+    ll.store(out_ptr + 2 * tile + 1, off_m)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq_q", [100, 500, 512, 576])
+def test_causal_tiles_end_at_the_last_row(seq_q, causal):
+    """The query tiles of each head cover its rows once, in the order the CTAs take them:
+    causal ones bottom first and aligned to the last warpgroup's rows (seq_q rounded up
+    to 64), so that a partial tile is the top one (it sees the fewest keys), non-causal
+    ones top first from row 0."""
+    block_m, heads, batch_heads, group = 192, 3, 6, 4
+    num_m_tiles = -(-seq_q // block_m)
+    out = np.zeros((num_m_tiles * batch_heads, 2), np.int32)
+    _tile_origins[(len(out),)](out, num_m_tiles, batch_heads, group, heads, seq_q, block_m, causal)
+    for bh in range(batch_heads):
+        origins = out[out[:, 0] == bh, 1]  # in the order the tiles are numbered
+        end = -(-seq_q // 64) * 64
+        starts = end - block_m * np.arange(1, num_m_tiles + 1) if causal else block_m * np.arange(num_m_tiles)
+        np.testing.assert_array_equal(origins, starts)
 
 
 def test_emulated_attention_scale_and_no_keys():

@@ -81,6 +81,27 @@ def test_tma_round_trip_with_tails(dtype, block, layout):
     np.testing.assert_array_equal(landed, expected)
 
 
+@ll.jit
+def tma_store_at(dst, row, col):
+    smem = ll.allocate_shared_memory(ll.float16, [64, 64], dst.layout,
+                                     ll.full([64, 64], 2.0, ll.float16, BLOCKED))
+    ll.fence_async_shared()
+    tma.async_copy_shared_to_global(dst, [row, col], smem)
+    tma.store_wait(0)
+
+
+def test_tma_store_at_a_negative_coordinate_is_refused():
+    """The H200 traps on a TMA store box starting at a negative coordinate, even partly
+    inside the tensor (loads there read zeros); a box past the end is clipped."""
+    y = np.zeros((100, 64), np.float16)
+    tma_store_at[(1,)](ll.TensorDescriptor.from_tensor(y, [64, 64]), 64, 0)
+    assert (y[64:] == 2).all() and not y[:64].any()
+    with pytest.raises(EmulationError, match="may not start at a negative coordinate") as info:
+        tma_store_at[(1,)](ll.TensorDescriptor.from_tensor(y, [64, 64]), -32, 0)
+    assert "tma.async_copy_shared_to_global(dst, [row, col], smem)" in str(info.value)
+    assert "[-32, 0]" in str(info.value)
+
+
 # ------------------------------------------------------------------ cp.async
 @ll.jit
 def cp_async_copy(src, out, n, READ: ll.constexpr, WAIT: ll.constexpr):
