@@ -115,6 +115,14 @@ def load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr, pred=Tr
 
 
 @ll.jit
+def store_boxes(desc, batch, head, row, src, HEAD_DIM: ll.constexpr):
+    """TMA stores of a [rows, HEAD_DIM] tile as HEAD_DIM / 64 boxes side by side."""
+    BOX: ll.constexpr = desc.block_shape[3]
+    for j in ll.static_range(HEAD_DIM // BOX):
+        tma.async_copy_shared_to_global(desc, [batch, head, row, j * BOX], src.slice(j * BOX, BOX, 3))
+
+
+@ll.jit
 def producer(state):
     """For each of this CTA's tiles: load its Q once the consumers release the Q buffer,
     then every K/V tile the consumers need, as slots free up. `step` counts K/V tiles over
@@ -164,11 +172,14 @@ def load_q(state, tile, j, batch, head, row):
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, tile, Q_BUFFERS)
-    # A warpgroup wholly above row 0 (a causal top tile's) reads no Q: only the index.
-    has_rows = row >= 0
     nbytes = q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3])
-    mbarrier.expect(q_ready.index(slot), ll.where(has_rows, nbytes, 0))
-    load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM, has_rows)
+    if CAUSAL:  # a warpgroup wholly above row 0 (tile_coordinates) reads no Q: only the index
+        has_rows = row >= 0
+        mbarrier.expect(q_ready.index(slot), ll.where(has_rows, nbytes, 0))
+        load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM, has_rows)
+    else:
+        mbarrier.expect(q_ready.index(slot), nbytes)
+        load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM)
 
 
 @ll.jit
@@ -385,7 +396,10 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     # This warpgroup's key tiles; the producer loads those of the whole CTA (`loaded`),
     # and the ones these rows do not see (causal, or no row in [0, seq_q)) are only released.
     full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
-    count = ll.where((row0 < seq_q) & (row0 >= 0), count, 0)
+    has_rows = row0 < seq_q
+    if CAUSAL:  # or wholly above row 0 (tile_coordinates)
+        has_rows = has_rows & (row0 >= 0)
+    count = ll.where(has_rows, count, 0)
     loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
     q_buffer = q_smem.index(q_slot)
     q = q_buffer.index(0).index(0)
@@ -437,7 +451,10 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     if WRITE_LSE:
         rows = row0 + ll.arange(0, ROWS, ROW)
         lse = ll.where(seen, (m_i + ll.log2(ll.where(seen, l_i, 1.0))) * LN2, float("inf"))
-        ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=(rows >= 0) & (rows < seq_q))
+        inside = rows < seq_q
+        if CAUSAL:
+            inside = inside & (rows >= 0)
+        ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=inside)
     o = (acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(dtype)
     if O_BUFFER:
         tma.store_wait(0)  # the last tile's O is read out of the buffer
@@ -447,11 +464,11 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         o_buffer = o_smem.index(warpgroup(WG))
     o_buffer.index(0).index(0).store(o)
     ll.fence_async_shared()
-    BOX: ll.constexpr = o_desc.block_shape[3]
-    if row0 >= 0:  # not a warpgroup wholly above row 0 (tile_coordinates)
-        for j in ll.static_range(HEAD_DIM // BOX):
-            tma.async_copy_shared_to_global(o_desc, [batch, head, row0, j * BOX],
-                                            o_buffer.slice(j * BOX, BOX, 3))
+    if CAUSAL:
+        if row0 >= 0:  # not a warpgroup wholly above row 0: a TMA store there traps
+            store_boxes(o_desc, batch, head, row0, o_buffer, HEAD_DIM)
+    else:
+        store_boxes(o_desc, batch, head, row0, o_buffer, HEAD_DIM)
     if not O_BUFFER:
         tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
         mbarrier.arrive(q_empty.index(q_slot))
