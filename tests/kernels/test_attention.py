@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from weft import lowlevel as ll
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
 from weft.kernels.attention.config import (SHARED_LIMIT, buffering, per_warp_release, replicated, rescale_above,
                                            shared_bytes, tile_group)
-from weft import lowlevel as ll
 from weft.kernels.attention.kernels import flash_attention_fa3, tile_coordinates
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
