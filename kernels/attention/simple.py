@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import LN2, LOG2E, key_tiles, load_boxes  # shared with the FA3 kernel
+from .kernels import LN2, LOG2E, key_tiles, load_boxes, store_boxes  # shared with the FA3 kernel
 
 @ll.jit
 def tile_coordinates(heads, kv_group, BLOCK_M: ll.constexpr, num_m_tiles, CAUSAL: ll.constexpr):
@@ -134,10 +134,7 @@ def attention_consumer(o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty
     out = acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]
     q.store(out.to(q.dtype))  # the Q tile is no longer read: reuse it for O
     ll.fence_async_shared()
-    BOX: ll.constexpr = o_desc.block_shape[3]
-    for j in ll.static_range(HEAD_DIM // BOX):
-        tma.async_copy_shared_to_global(o_desc, [batch, head, off_m, j * BOX],
-                                        q_smem.slice(j * BOX, BOX, 3))
+    store_boxes(o_desc, batch, head, off_m, q_smem, HEAD_DIM)
     if WRITE_LSE:
         rows = off_m + ll.arange(0, BLOCK_M, ROW)
         lse = ll.where(seen, (m_i + ll.log2(ll.where(seen, l_i, 1.0))) * LN2, float("inf"))
