@@ -66,6 +66,13 @@ class Config:
       None: at head_dim 256 only, whose 64-key tiles rescale 128 O registers per thread
       every 64 keys (+2 to +18% there in two runs); at 64 and 128 it measured -4 to +2%
       (benchmarks/NOTES.md).
+    - claim_ahead (causal, persistent): the producer claims the CTA's next tile before
+      the last `claim_ahead` K/V loads of a tile, rather than after all of them, so the
+      next tile's Q is in when the consumers get there; claimed earlier, the longest-first
+      order balances the CTAs worse. None: 2 at head_dim 64, whose key steps are the
+      shortest (+3% at 512 tokens in two runs, within 1% elsewhere), 0 at 128 and 256 (there
+      2 was level at 128 and 1-2.5% slower at 256 up to 4k tokens; benchmarks/NOTES.md).
+      Non-causal tiles are all alike: the next is claimed as soon as a tile starts.
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -85,6 +92,7 @@ class Config:
     per_warp_release: bool | None = None
     conditional_rescale: bool | None = None
     rescale_above: float = 8.0
+    claim_ahead: int | None = None
     exp2_fma_share: float = 0.0
 
     def __post_init__(self):
@@ -114,6 +122,11 @@ class Config:
         if self.replicated is True and self.per_warp_release is False:
             raise ValueError("Config: replicated consumers release warp by warp; per_warp_release=False "
                              "needs replicated=False (or None)")
+        if self.claim_ahead is not None and (
+                isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
+                or self.claim_ahead < 0):
+            raise ValueError(f"Config.claim_ahead must be None (chosen per head dim) or a count of K/V "
+                             f"loads >= 0, got {self.claim_ahead!r}")
         if self.persistent not in (True, False):
             raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
         if self.variant not in VARIANTS:
@@ -210,6 +223,14 @@ def rescale_above(config: Config) -> float | None:
     if conditional is None:
         conditional = config.head_dim == 256
     return float(config.rescale_above) if conditional else None
+
+
+def claim_ahead(config: Config) -> int:
+    """Before how many of a causal tile's last K/V loads the producer claims the CTA's
+    next tile (Config.claim_ahead)."""
+    if config.claim_ahead is not None:
+        return config.claim_ahead
+    return 2 if config.head_dim == 64 else 0
 
 
 def buffering(config: Config) -> tuple[bool, int]:

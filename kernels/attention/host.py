@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from .._launch import data_address, is_torch, new_array, persistent_grid
-from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, default_config, per_warp_release, replicated,
-                     rescale_above, tile_group)
+from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, default_config, per_warp_release,
+                     replicated, rescale_above, tile_group)
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
 
@@ -174,7 +174,7 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
                       CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, O_BUFFER=o_buffer,
                       Q_BUFFERS=q_buffers, EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicate,
                       PER_WARP=per_warp_release(config, replicate), RESCALE_ABOVE=rescale_above(config),
-                      **regs)
+                      CLAIM_AHEAD=claim_ahead(config), **regs)
     tiles = num_m_tiles * batch * heads
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
     flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)

@@ -134,7 +134,7 @@ def producer(state):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     tiles = num_m_tiles * batch_heads
     step = 0
@@ -155,16 +155,18 @@ def producer(state):
             load_q(state, tile, done * CONSUMERS + wg, batch, head, off_m, wg)
         # The CTA's next tile, claimed while the consumers run this one. Non-causal tiles
         # are all alike: claim it now, so that its Q is in before this tile ends (+1-2%
-        # at 512-1k tokens, head_dim 128 and 256). Causal tiles are claimed in order,
-        # longest first, once this one's loads are issued: claimed earlier, the last
-        # ones balanced worse (-3 to -8% at 4k tokens).
-        if not CAUSAL:
-            tile = claim_tile(counter_ptr)
-        for n in range(1, count):
+        # at 512-1k tokens, head_dim 128 and 256). Causal tiles run longest first and are
+        # claimed before this one's last CLAIM_AHEAD K/V loads (Config.claim_ahead):
+        # claimed at once, the last ones balanced worse (-3 to -8% at 4k tokens).
+        claim_at = 1
+        if CAUSAL:
+            claim_at = ll.maximum(count - CLAIM_AHEAD, 1)
+        for n in range(1, claim_at):
+            load_kv(state, step + n, batch, kv_head, n)
+        tile = claim_tile(counter_ptr)
+        for n in range(claim_at, count):
             load_kv(state, step + n, batch, kv_head, n)
         step += count
-        if CAUSAL:
-            tile = claim_tile(counter_ptr)
         done += 1
     # No tile left: each consumer stops when it reads `tiles` as its next one.
     for wg in ll.static_range(CONSUMERS):
@@ -187,7 +189,7 @@ def load_q(state, tile, j, batch, head, off_m, WG: ll.constexpr):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS)
     publish_tile(tile_smem.index(slot), tile, batch, head, off_m)
     row = off_m + WG * ROWS
@@ -217,7 +219,7 @@ def load_kv(state, step, batch, kv_head, n):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     slot = step % STAGES
     phase = ((step // STAGES) & 1) ^ 1
@@ -389,7 +391,7 @@ def consumer(state, WG: ll.constexpr):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
@@ -415,7 +417,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -535,7 +537,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, Q_BUFFERS: ll.constexpr,
                         O_BUFFER: ll.constexpr = False, EXP2_FMA: ll.constexpr = 0.0,
                         REPLICATED: ll.constexpr = True, PER_WARP: ll.constexpr = None,
-                        RESCALE_ABOVE: ll.constexpr = None):
+                        RESCALE_ABOVE: ll.constexpr = None, CLAIM_AHEAD: ll.constexpr = 0):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V)."""
@@ -580,7 +582,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE)
+             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD)
     if REPLICATED:  # one copy of the consumer code for all warpgroups (instruction cache)
         ll.warp_specialize((state,), producer, (state,), [consumer_copy], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS,

@@ -10,7 +10,8 @@ import pytest
 
 from weft import lowlevel as ll
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import (SHARED_LIMIT, buffering, per_warp_release, replicated, rescale_above,
+from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, per_warp_release, replicated,
+                                           rescale_above,
                                            shared_bytes, tile_group)
 from weft.kernels.attention.kernels import flash_attention_fa3, tile_coordinates
 from weft.kernels.attention.simple import flash_attention_forward
@@ -38,7 +39,7 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
     constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer,
                       Q_BUFFERS=q_buffers or config.consumers,
                       EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, PER_WARP=per_warp,
-                      RESCALE_ABOVE=rescale_above(config))
+                      RESCALE_ABOVE=rescale_above(config), CLAIM_AHEAD=claim_ahead(config))
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -175,6 +176,9 @@ def test_configs_validate_with_readable_errors():
             Config(rescale_above=bad)
     with pytest.raises(ValueError, match="conditional_rescale must be None"):
         Config(conditional_rescale=1)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="claim_ahead must be None .* or a count of K/V loads >= 0"):
+            Config(claim_ahead=bad)
 
 
 def test_tile_groups_by_default():
@@ -197,6 +201,12 @@ def test_conditional_rescale_by_default():
     assert rescale_above(default_config(128)) is None and rescale_above(default_config(64)) is None
     assert rescale_above(Config(head_dim=128, conditional_rescale=True, rescale_above=4)) == 4.0
     assert rescale_above(Config(head_dim=256, block_n=64, conditional_rescale=False)) is None
+
+
+def test_claim_ahead_by_default():
+    assert claim_ahead(default_config(64)) == 2
+    assert claim_ahead(default_config(128)) == claim_ahead(default_config(256)) == 0
+    assert claim_ahead(Config(head_dim=128, claim_ahead=3)) == 3
 
 
 def test_per_warp_release_by_default():
@@ -331,6 +341,18 @@ def test_emulated_persistent_ctas_walk_every_tile(monkeypatch, causal, ctas, q_b
     monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
     config = Config(head_dim=64, block_n=64, stages=3, persistent=True, q_buffers=q_buffers)
     _check_emulated(1, 3, 1, 200, 230, 64, causal, "bhsd", config)
+
+
+@pytest.mark.parametrize("ahead", [0, 1, 3])
+def test_emulated_causal_tiles_claimed_ahead(monkeypatch, ahead):
+    """Config.claim_ahead: the producer claims its next causal tile before the last
+    `ahead` K/V loads of one (0: after all of them; 3: before them all, for these tiles
+    of at most 4 key tiles), over 4 CTAs of 6 tiles."""
+    from weft.kernels import _launch
+
+    monkeypatch.setattr(_launch, "EMULATED_CTAS", 4)
+    config = Config(head_dim=64, block_n=64, stages=3, persistent=True, claim_ahead=ahead)
+    _check_emulated(1, 3, 1, 200, 230, 64, True, "bhsd", config)
 
 
 @pytest.mark.parametrize("causal", [False, True])
