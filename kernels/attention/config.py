@@ -180,12 +180,13 @@ class Config:
 
 def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False, q_buffers: int = 0) -> int:
     """`q_buffers` warpgroup-sized Q buffers (0: one tile's, `consumers`; O leaves through
-    them unless `o_buffer`), the K and V rings, the mbarriers and the tile indices."""
+    them unless `o_buffer`), the K and V rings, the mbarriers and the tile fields (four
+    words per Q buffer: kernels.publish_tile)."""
     q_buffers = q_buffers or config.consumers
     q = ROWS * config.head_dim * element_bytes
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
     barriers = 8 * (2 * q_buffers + 4 * config.stages + config.consumers)
-    return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 4 * q_buffers
+    return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 16 * q_buffers
 
 
 def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) -> int:
