@@ -110,7 +110,8 @@ def find_systems(torch, wanted) -> dict:
         for name, persistent in (("weft_tiles", False), ("weft_persistent", True)):
             found[name] = lambda q, k, v, causal, scale, persistent=persistent: flash_attention(
                 q, k, v, causal=causal, softmax_scale=scale,
-                config=dataclasses.replace(default_config(q.shape[-1]), persistent=persistent))
+                config=dataclasses.replace(default_config(q.shape[-1], causal, k.shape[2]),
+                                           persistent=persistent))
     except Exception as error:
         for name in ("weft",) + EXTRA_SYSTEMS:
             found[name] = "weft.kernels.attention unavailable: " + _reason(error)
@@ -158,7 +159,7 @@ def _weft_with(name: str):
         return f"{name}: " + _reason(error)
     return lambda q, k, v, causal, scale: flash_attention(
         q, k, v, causal=causal, softmax_scale=scale,
-        config=dataclasses.replace(default_config(q.shape[-1]), **fields))
+        config=dataclasses.replace(default_config(q.shape[-1], causal, k.shape[2]), **fields))
 
 
 def measure(torch, system, q, k, v, causal, scale, ref, flops) -> dict:

@@ -122,11 +122,11 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
     seq_q]; rows that see no key get O = 0 and log-sum-exp +inf, as in FlashAttention.
     """
     kind, head_dim = _check_inputs(q, k, v, layout)
-    config = config or default_config(head_dim)
+    (batch, heads, seq_q, _), (_, _, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    config = config or default_config(head_dim, bool(causal), seq_k)
     if config.head_dim != head_dim:
         raise ValueError(f"flash_attention: {config} is for head_dim {config.head_dim}, the "
                          f"inputs have head_dim {head_dim}")
-    (batch, heads, seq_q, _), (_, _, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     out = new_array(q, tuple(q.shape))

@@ -108,8 +108,10 @@ def test_conditional_rescale_either_way_assembles_without_spills(head_dim, causa
 def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal, spare_q):
     """What persistent CTAs run: O through its own buffer for head_dim 64 and 128, and
     (spare_q, the default) a Q ring of as many buffers as fit: two tiles' for 64 and 128,
-    three warpgroups' for 256."""
-    config = default_config(head_dim)
+    three warpgroups' for 256; at 1k keys, where causal head_dim 64 keeps three K/V tiles
+    in flight."""
+    config = default_config(head_dim, causal, 1024)
+    assert config.stages == (3 if causal and head_dim == 64 else 2)
     o_buffer, q_buffers = buffering(config)
     assert (o_buffer, q_buffers) == ((False, 3) if head_dim == 256 else (True, 2 * config.consumers))
     q_buffers = q_buffers if spare_q else config.consumers
@@ -201,6 +203,15 @@ def test_conditional_rescale_by_default():
     assert rescale_above(default_config(128)) is None and rescale_above(default_config(64)) is None
     assert rescale_above(Config(head_dim=128, conditional_rescale=True, rescale_above=4)) == 4.0
     assert rescale_above(Config(head_dim=256, block_n=64, conditional_rescale=False)) is None
+
+
+def test_three_stages_for_short_causal_head_dim_64():
+    """default_config per problem: three K/V stages for causal head_dim 64 up to 2048 keys,
+    two otherwise (and without the problem's lengths)."""
+    assert default_config(64, True, 512).stages == default_config(64, True, 2048).stages == 3
+    assert default_config(64, True, 4096).stages == default_config(64, False, 512).stages == 2
+    assert default_config(64).stages == default_config(128, True, 512).stages == 2
+    assert default_config(256, True, 512).stages == 2
 
 
 def test_claim_ahead_by_default():
