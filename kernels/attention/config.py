@@ -9,6 +9,7 @@ REGISTER_FILE = 65536      # 32-bit registers per SM
 HEAD_DIMS = (64, 128, 256)
 BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TMA box's width
 ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
+TILE_FIELDS = 4            # int32 words published with each Q buffer: tile, batch, head, first row
 VARIANTS = ("pingpong", "simple")
 L2_GROUP_BYTES = 24 << 20  # K/V bytes of the heads whose tiles run together, by default
 L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256 (measured, NOTES.md)
@@ -181,13 +182,13 @@ class Config:
 
 def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False, q_buffers: int = 0) -> int:
     """`q_buffers` warpgroup-sized Q buffers (0: one tile's, `consumers`; O leaves through
-    them unless `o_buffer`), the K and V rings, the mbarriers and the tile fields (four
-    words per Q buffer: kernels.publish_tile)."""
+    them unless `o_buffer`), the K and V rings, the mbarriers and the tile fields
+    (TILE_FIELDS words per Q buffer: kernels.publish_tile)."""
     q_buffers = q_buffers or config.consumers
     q = ROWS * config.head_dim * element_bytes
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
     barriers = 8 * (2 * q_buffers + 4 * config.stages + config.consumers)
-    return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 16 * q_buffers
+    return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 4 * TILE_FIELDS * q_buffers
 
 
 def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) -> int:

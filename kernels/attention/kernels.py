@@ -58,14 +58,14 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .config import ROWS  # query rows per consumer warpgroup (one wgmma M)
+from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 TILE_LAYOUT = ll.BlockedLayout([1], [32], [4], [0])  # a tile index, replicated over a warpgroup
 # What the producer publishes with each warpgroup's Q (`publish_tile`): the tile's index and
 # its coordinates, so that consumers need none of tile_coordinates' divisions.
-TILE, BATCH, HEAD, FIRST_ROW = 0, 1, 2, 3
+TILE, BATCH, HEAD, FIRST_ROW = range(TILE_FIELDS)
 
 
 @ll.jit
@@ -561,7 +561,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     v_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     v_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     turns = mbarrier.allocate_mbarrier(batch=CONSUMERS)
-    tile_smem = ll.allocate_shared_memory(ll.int32, [Q_BUFFERS, 4, 1], ll.SwizzledSharedLayout(1, 1, 1, [0]))
+    tile_smem = ll.allocate_shared_memory(ll.int32, [Q_BUFFERS, TILE_FIELDS, 1], ll.SwizzledSharedLayout(1, 1, 1, [0]))
     for s in ll.static_range(Q_BUFFERS):
         mbarrier.init(q_ready.index(s), count=1)
         mbarrier.init(q_empty.index(s), count=1)
