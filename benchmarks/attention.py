@@ -6,13 +6,18 @@ torch reference before it is timed.
     python -m weft.benchmarks.attention [--quick] [--out results.json] [--systems weft,cudnn]
 
 TFLOP/s = 4 B H Sq Sk D / time (x 0.5 causal), bf16 random normal inputs, the time of the
-GPU work by CUDA-graph replay for every system alike (matmul.py `_time`; warm-up and
-autotuning happen before the capture), the median of three rounds that visit the systems
-in turn (the clock drifts as the GPU heats up). Shapes (../shared/BENCHMARKS.md): the FA3 grid,
-batch * seq = 16k tokens and heads * head_dim = 2048 for seq 512..16k and head_dim 64, 128,
-256, causal and not, plus (4, 16, 4096, 128) and (2, 16, 16384, 128). A system that is
-missing, raises, or is wrong (max |out - ref| / max |ref| > 1e-2) is recorded with the
-reason, not timed, and the run goes on.
+GPU work by CUDA-graph replay for every system alike (`_time`: 100 ms of replays after
+25 ms of them, do_bench's window, whatever a call takes; warm-up and autotuning happen
+before the capture), the median of three rounds that visit the systems in turn (the clock
+drifts as the GPU heats up). Every system here holds the H200 at its 700 W cap, where the
+clock falls within about a tenth of a second: a window of a few milliseconds flatters the
+kernel that does the most work per cycle (benchmarks/NOTES.md), and
+benchmarks/probe_power.py times seconds-long runs beside the power and clock.
+
+Shapes (../shared/BENCHMARKS.md): the FA3 grid, batch * seq = 16k tokens and heads *
+head_dim = 2048 for seq 512..16k and head_dim 64, 128, 256, causal and not, plus (4, 16,
+4096, 128) and (2, 16, 16384, 128). A system that is missing, raises, or is wrong (max
+|out - ref| / max |ref| > 1e-2) is recorded with the reason, not timed, and the run goes on.
 
 The reference is float32 torch on the GPU, in query chunks so that no score matrix passes
 1 GiB: weft.kernels.attention.reference_attention (float64 numpy on the host) is far too
@@ -27,9 +32,10 @@ import json
 import sys
 import warnings
 
-from weft.benchmarks.matmul import ROUNDS, _error, _time  # max |out - ref| / max |ref|; graph-replay seconds
+from weft.benchmarks.matmul import ROUNDS, _error  # max |out - ref| / max |ref|
 
 TOLERANCE = 1e-2
+WINDOW_S, WARMUP_S = 0.1, 0.025  # each timing: 100 ms of replays after 25 ms, as do_bench
 PEAK_TFLOPS = 989.0  # dense bf16 on the H100/H200
 SYSTEMS = ("weft", "cudnn", "flash", "triton")
 # Also measurable (--systems): weft with one CTA per tile, or with persistent CTAs, whatever
@@ -160,6 +166,14 @@ def _weft_with(name: str):
     return lambda q, k, v, causal, scale: flash_attention(
         q, k, v, causal=causal, softmax_scale=scale,
         config=dataclasses.replace(default_config(q.shape[-1], causal, k.shape[2]), **fields))
+
+
+def _time(torch, fn) -> float:
+    """Seconds per call of the GPU work alone, over a do_bench-long window of CUDA-graph
+    replays (memory_bound._graph_bench_window), the same method for every system."""
+    from weft.benchmarks.memory_bound import _graph_bench_window
+
+    return _graph_bench_window(fn, WINDOW_S, WARMUP_S) * 1e-3
 
 
 def measure(torch, system, q, k, v, causal, scale, ref, flops) -> dict:

@@ -52,6 +52,42 @@ def _graph_bench(fns, repeats=5, replays=10) -> float:
     return start.elapsed_time(end) / (replays * repeats * len(fns))
 
 
+def _graph_bench_window(fn, seconds: float, warmup: float, repeats: int = 3) -> float:
+    """Milliseconds per call over at least `seconds` of back-to-back replays of a CUDA
+    graph of `repeats` calls, after at least `warmup` seconds of them: the window of
+    triton.testing.do_bench (100 ms after 25 ms; ../shared/BENCHMARKS.md) whatever a call
+    takes. A fixed count of calls times a short kernel over a few milliseconds, before the
+    GPU's power limiter has pulled its clock down (benchmarks/NOTES.md)."""
+    import math
+
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        fn()  # compiles, allocates
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(repeats):
+                fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    per_replay = max(start.elapsed_time(end) * 1e-3, 1e-6)
+    for _ in range(math.ceil(warmup / per_replay)):
+        graph.replay()
+    replays = math.ceil(seconds / per_replay)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / (replays * repeats)
+
+
 def _relative_error(out, ref) -> float:
     import torch
 

@@ -1,0 +1,151 @@
+"""Attention throughput at the power cap: each system run back to back for a few seconds
+while NVML samples the board power and the SM clock, so that a kernel's sustained speed
+and its energy per FLOP can be told apart from what a short timing window sees.
+
+    python -m weft.benchmarks.probe_power [--seconds 3] [--out probe.json]
+
+For every shape and system, after its output is checked against the float32 reference:
+a CUDA graph of `REPEATS` calls replayed for `seconds`, an event pair around the first
+replays (about as long as benchmarks/attention.py's window) and one around all of them;
+power and clock are the means of the samples taken while the replays ran. Systems take
+turns twice (A B C A B C), so that heating falls on all of them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+REPEATS = 3
+SHAPES = "2,16,16384,128;1,16,16384,128;4,32,4096,64"  # batch,heads,seq,head_dim[,causal];...
+SYSTEMS = ("weft", "cudnn", "triton")
+
+
+class Sampler:
+    """NVML power (W), SM clock (MHz) and temperature (C), sampled every `period` seconds
+    on a thread while active."""
+
+    def __init__(self, period=0.02):
+        self.period, self.samples, self.active = period, [], False
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            self.read = lambda: (pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                                 pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                                 pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+        except ImportError:  # no NVML bindings: nvidia-smi per sample (tens of ms each)
+            import subprocess
+
+            query = ["nvidia-smi", "--query-gpu=power.draw,clocks.sm,temperature.gpu",
+                     "--format=csv,noheader,nounits", "-i", "0"]
+            self.read = lambda: tuple(float(x) for x in subprocess.check_output(query, text=True).split(","))
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            if self.active:
+                self.samples.append(self.read())
+            time.sleep(self.period)
+
+    def window(self):
+        self.samples, self.active = [], True
+
+    def close(self):
+        self.active = False
+        rows = self.samples[len(self.samples) // 5:]  # past the ramp of the first fifth
+        mean = lambda i: sum(r[i] for r in rows) / max(len(rows), 1)  # noqa: E731
+        return {"watts": mean(0), "mhz": mean(1), "celsius": mean(2), "samples": len(rows)}
+
+
+def sustained(torch, fn, seconds, sampler) -> dict:
+    """ms per call over the first replays and over `seconds` of replays, with NVML means."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        fn()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(REPEATS):
+                fn()
+    torch.cuda.synchronize()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, early, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    sampler.window()
+    start.record()
+    for _ in range(5):
+        graph.replay()
+    early.record()
+    early.synchronize()
+    replays = 5
+    began = time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        for _ in range(4):
+            graph.replay()
+        replays += 4
+        torch.cuda.synchronize()
+    end.record()
+    torch.cuda.synchronize()
+    power = sampler.close()
+    return {"ms_first": start.elapsed_time(early) / (5 * REPEATS),
+            "ms_sustained": start.elapsed_time(end) / (replays * REPEATS), **power}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--shapes", default=SHAPES, help="batch,heads,seq,head_dim[,causal];...")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    import torch
+
+    from weft.benchmarks.attention import check, find_systems, reference
+
+    found = find_systems(torch, args.systems.split(","))
+    sampler = Sampler()
+    rows = []
+    for shape in args.shapes.split(";"):
+        batch, heads, seq, head_dim, *causal = (int(x) for x in shape.split(","))
+        causal = bool(causal and causal[0])
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        scale = head_dim ** -0.5
+        ref = reference(q, k, v, causal, scale)
+        flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
+        good = {}
+        for name, system in found.items():
+            entry = {"failure": system} if isinstance(system, str) else check(torch, system, q, k, v, causal,
+                                                                             scale, ref)
+            if "failure" in entry:
+                rows.append({"shape": [batch, heads, seq, head_dim], "causal": causal, "system": name, **entry})
+            else:
+                good[name] = system
+        del ref
+        for turn in range(2):
+            for name, system in good.items():
+                result = sustained(torch, lambda fn=system: fn(q, k, v, causal, scale), args.seconds, sampler)
+                result.update(shape=[batch, heads, seq, head_dim], causal=causal, system=name, turn=turn,
+                              tflops_first=flops / result["ms_first"] / 1e9,
+                              tflops_sustained=flops / result["ms_sustained"] / 1e9)
+                result["pj_per_flop"] = result["watts"] / (result["tflops_sustained"] * 1e12) * 1e12
+                rows.append(result)
+                print(f"b{batch} h{heads} s{seq} d{head_dim} {'causal' if causal else 'full'} {name} turn {turn}: "
+                      f"first {result['tflops_first']:6.1f} sustained {result['tflops_sustained']:6.1f} "
+                      f"TFLOP/s, {result['watts']:5.0f} W, {result['mhz']:5.0f} MHz, "
+                      f"{result['celsius']:3.0f} C, {result['pj_per_flop']:.3f} pJ/FLOP", flush=True)
+                if args.out:
+                    with open(args.out, "w") as f:
+                        json.dump(rows, f, indent=1)
+        del q, k, v
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
