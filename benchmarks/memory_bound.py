@@ -26,22 +26,31 @@ def _bench(fn, warmup=25, rep=100):
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")  # milliseconds
 
 
-def _graph_bench(fns, repeats=5, replays=10) -> float:
-    """Milliseconds per call: a CUDA graph of `repeats` passes over `fns` (one per input
-    set), replayed `replays` times between two events."""
+def _capture_graph(fns, repeats: int):
+    """A CUDA graph of `repeats` passes over `fns`, each called once before the capture
+    (it compiles and allocates there, not inside the graph)."""
     import torch
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
-        for fn in fns:  # warm up outside the capture (compiles, allocates)
+        for fn in fns:
             fn()
         with torch.cuda.graph(graph, stream=stream):
             for _ in range(repeats):
                 for fn in fns:
                     fn()
     torch.cuda.synchronize()
+    return graph
+
+
+def _graph_bench(fns, repeats=5, replays=10) -> float:
+    """Milliseconds per call: a CUDA graph of `repeats` passes over `fns` (one per input
+    set), replayed `replays` times between two events."""
+    import torch
+
+    graph = _capture_graph(fns, repeats)
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -62,15 +71,7 @@ def _graph_bench_window(fn, seconds: float, warmup: float, repeats: int = 3) -> 
 
     import torch
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        fn()  # compiles, allocates
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(repeats):
-                fn()
-    torch.cuda.synchronize()
+    graph = _capture_graph([fn], repeats)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     graph.replay()

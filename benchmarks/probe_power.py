@@ -64,15 +64,9 @@ class Sampler:
 
 def sustained(torch, fn, seconds, sampler) -> dict:
     """ms per call over the first replays and over `seconds` of replays, with NVML means."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        fn()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(REPEATS):
-                fn()
-    torch.cuda.synchronize()
+    from weft.benchmarks.memory_bound import _capture_graph
+
+    graph = _capture_graph([fn], REPEATS)
     graph.replay()
     torch.cuda.synchronize()
     start, early, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
