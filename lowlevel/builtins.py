@@ -338,6 +338,16 @@ def barrier():
 
 
 @builtin
+def cluster_barrier():
+    """Every thread of every CTA of the cluster (launch with `cluster=`) waits for all the
+    others, outside warp_specialize. Before the first remote mbarrier arrive or multicast
+    TMA load: the peers' barriers are initialised. Before the kernel ends: no peer still
+    arrives on or loads into this CTA's shared memory."""
+    b = sem.builder()
+    b.emit(ir.ClusterBarrier(loc=b.loc))
+
+
+@builtin
 def prefetch_l2(pointer: Any, nbytes: Any):
     """Ask L2 to fetch `nbytes` bytes at `pointer` (a scalar pointer, 16-byte aligned).
 

@@ -73,18 +73,26 @@ def expect(bar: Any, nbytes: int, pred: Any = True) -> None:
 
 
 @builtin
-def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False) -> None:
+def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False, cta: Any = None) -> None:
     """`count` arrivals on `bar`, once the partition's threads have all got here (a
     named barrier over them first). `per_warp=True`: `count` arrivals from every warp of
     the partition, each once its own threads got here, with no partition-wide sync; init
     the barrier for warps * count arrivals a phase. A warp that is done with a buffer
-    then frees it without waiting for the others (a consumer warpgroup's release)."""
+    then frees it without waiting for the others (a consumer warpgroup's release).
+
+    `cta` (an int or i32 scalar): arrive instead on the barrier at `bar`'s offset in the
+    CTA of that rank in the cluster (launch with `cluster=`), releasing at cluster scope:
+    a consumer frees a slot its peer's multicast TMA loads write into."""
     b = sem.builder()
     if per_warp is not True and per_warp is not False:
         raise b.error(f"mbarrier.arrive per_warp must be a compile-time True or False, found {per_warp!r}")
+    if isinstance(cta, int) and not isinstance(cta, bool) and not 0 <= cta < 16:
+        raise b.error(f"mbarrier.arrive cta must be a cluster rank in [0, 16), found {cta}")
     b.emit(ir.MBarrierArrive(barrier=_barrier(bar, "mbarrier.arrive"),
                              count=_count(count, "mbarrier.arrive count"),
-                             pred=sem.predicate(pred, "mbarrier.arrive"), per_warp=per_warp, loc=b.loc))
+                             pred=sem.predicate(pred, "mbarrier.arrive"), per_warp=per_warp,
+                             cta=None if cta is None else sem.i32_scalar(cta, "mbarrier.arrive cta"),
+                             loc=b.loc))
 
 
 @builtin

@@ -113,14 +113,23 @@ def _box_buffer(smem: Any, type_: TensorDescriptorType, what: str) -> ir.Value:
 
 @builtin
 def async_copy_global_to_shared(desc: Any, coords: Sequence[Any], bar: Any, result: Any,
-                                pred: Any = True) -> None:
-    """Start copying the box at `coords` into `result`; its bytes complete on `bar`."""
+                                pred: Any = True, multicast: Any = None) -> None:
+    """Start copying the box at `coords` into `result`; its bytes complete on `bar`.
+
+    `multicast` (an int or i32 scalar mask of cluster ranks; launch with `cluster=`): the
+    box lands in `result`'s offsets in every CTA whose bit is set, completing on the
+    barrier at `bar`'s offset in each, so each CTA expects the bytes its peers load too.
+    One load from L2 then feeds the CTAs that share a tile (K and V in attention)."""
     b = sem.builder()
     what = "tma.async_copy_global_to_shared"
     type_ = _descriptor(desc, what)
+    if isinstance(multicast, int) and not isinstance(multicast, bool) and not 0 < multicast < 1 << 16:
+        raise b.error(f"{what}: multicast must be a non-empty 16-bit mask of cluster ranks, found {multicast}")
     b.emit(ir.TmaLoad(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
                       barrier=_barrier(bar, what), buffer=_box_buffer(result, type_, what),
-                      pred=sem.predicate(pred, what), loc=b.loc))
+                      pred=sem.predicate(pred, what),
+                      multicast=None if multicast is None else sem.i32_scalar(multicast, f"{what} multicast"),
+                      loc=b.loc))
 
 
 @builtin

@@ -214,6 +214,14 @@ def max_active_ctas(function, threads: int, dynamic_shared: int) -> int:
                      "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
 
 
+def max_active_clusters(function, threads: int, dynamic_shared: int, cluster: Sequence[int]) -> int:
+    """Clusters of `cluster` CTAs of `function` the device holds at once (a cluster's CTAs
+    share a GPC, so this can be less than the SMs / cluster size)."""
+    config = make_launch_config((threads, 1, 1), dynamic_shared, cluster)
+    config.gridDimX, config.gridDimY, config.gridDimZ = _dim3(cluster)
+    return int(check(cuda().cuOccupancyMaxActiveClusters(function, config), "cuOccupancyMaxActiveClusters"))
+
+
 # ----------------------------------------------------------------------------- devices
 
 @dataclass(frozen=True)

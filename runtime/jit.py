@@ -358,6 +358,19 @@ class JITFunction:
         """How many CTAs of this kernel, compiled for these arguments (as a launch would
         take them), one SM holds at once: the driver's occupancy answer, for sizing a
         persistent grid. Compiles without launching; 1 when the launch would emulate."""
+        found = self._gpu_launcher(args, kwargs)
+        return 1 if found is None else found[0].resident_ctas(found[1])
+
+    def resident_clusters(self, *args, **kwargs) -> int:
+        """How many clusters of this kernel (launched with these arguments and `cluster=`)
+        the whole device holds at once: a persistent grid of clusters must not be larger,
+        or the clusters beyond it wait for others to finish. 1 when the launch would emulate."""
+        found = self._gpu_launcher(args, kwargs)
+        return 1 if found is None else found[0].resident_clusters(found[1])
+
+    def _gpu_launcher(self, args: tuple, kwargs: dict):
+        """(launcher, device) of the variant these launch arguments compile to; None when
+        the launch would emulate."""
         kwargs = dict(kwargs)
         kwargs.pop("stream", None)
         num_warps = kwargs.pop("num_warps", 4)
@@ -368,13 +381,13 @@ class JITFunction:
         keys, _ = arguments.read_all(runtime)
         entry = self._resolve(keys, cx, num_warps, options, config.emulate())
         if type(entry) is not _GpuEntry:
-            return 1
+            return None
         device = entry.plan.device
         if device is None:
             from . import driver
 
             device = driver.current_device()
-        return entry.launcher.resident_ctas(device)
+        return entry.launcher, device
 
     def _bind(self, args: Sequence, kwargs: dict) -> list:
         names = self.arg_names

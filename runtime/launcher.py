@@ -116,6 +116,11 @@ class Launcher:
         """CTAs of this kernel one SM of `device` holds at once (for persistent grids)."""
         return driver.max_active_ctas(self.function(device), self.compiled.num_threads, self.dynamic_shared)
 
+    def resident_clusters(self, device: int) -> int:
+        """Clusters of this kernel (its compiled `cluster` dims) `device` holds at once."""
+        return driver.max_active_clusters(self.function(device), self.compiled.num_threads, self.dynamic_shared,
+                                          self.compiled.cluster or (1, 1, 1))
+
     def _load(self, device: int):
         previous = driver.current_context()
         target = driver.primary_context(device)

@@ -30,8 +30,9 @@ from ...layouts import LinearLayout
 from ...layouts.banks import vector_width_of
 from ..layout_rules import is_row_major
 from ..errors import CompilationError
-from ..ir import (AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, MBarrierArrive, MBarrierExpect, MBarrierInit,
-                  MBarrierInvalidate, MBarrierWait, Op, TmaLoad, TmaStore, TmaStoreWait, Value)
+from ..ir import (AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, ClusterBarrier, MBarrierArrive,
+                  MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, TmaLoad, TmaStore,
+                  TmaStoreWait, Value)
 from ..types import TensorDescriptorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -107,6 +108,9 @@ def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
 @lowers(MBarrierArrive)
 def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
     address = _barrier_address(ctx, op.barrier)
+    if op.cta is not None:
+        _lower_remote_arrive(ctx, op, address)
+        return
     if op.per_warp:
         if ctx.partition is None and ctx.kernel.total_warps > ctx.kernel.num_warps:
             raise CompilationError(
@@ -122,6 +126,30 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
     else:
         _warp_sync(ctx)
     _asm(ctx, ptx_asm.mbarrier_arrive(op.count), [address, _issuer(ctx, op.pred)])
+
+
+def _lower_remote_arrive(ctx: Lowering, op: MBarrierArrive, address: ir.Value) -> None:
+    """Arrivals on the barrier at the same offset in the CTA of cluster rank `op.cta`."""
+    rank = _i32(ctx, ctx.scalar(op.cta))
+    if op.per_warp:
+        _warp_sync(ctx)
+        pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)
+    else:
+        if _running_warps(ctx) > 1:
+            ctx.barrier()
+        else:
+            _warp_sync(ctx)
+        pred = _issuer(ctx, op.pred)
+    _asm(ctx, ptx_asm.mbarrier_arrive_remote(op.count, op.per_warp), [address, pred, rank])
+
+
+@lowers(ClusterBarrier)
+def lower_cluster_barrier(ctx: Lowering, op: ClusterBarrier) -> None:
+    if ctx.partition is not None:
+        raise CompilationError(
+            "cluster_barrier inside a warp_specialize partition: every thread of the CTA must "
+            "reach it together", op.loc, suggestion="call ll.cluster_barrier() before or after warp_specialize")
+    _asm(ctx, ptx_asm.cluster_barrier(), [])
 
 
 def _warp_sync(ctx: Lowering) -> None:
@@ -202,8 +230,10 @@ def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
     descriptor, type_ = _descriptor(ctx, op)
     destination = _box_address(ctx, op, type_)
     barrier = _barrier_address(ctx, op.barrier)
-    _asm(ctx, ptx_asm.tma_load(type_.rank),
-         [destination, descriptor, barrier, *_coordinates(ctx, op), _issuer(ctx, op.pred)])
+    operands = [destination, descriptor, barrier, *_coordinates(ctx, op), _issuer(ctx, op.pred)]
+    if op.multicast is not None:
+        operands.append(ctx.builder.trunc(_i32(ctx, ctx.scalar(op.multicast)), T.I16))
+    _asm(ctx, ptx_asm.tma_load(type_.rank, op.multicast is not None), operands)
 
 
 @lowers(BulkCopyLoad)

@@ -219,6 +219,29 @@ def mbarrier_arrive_per_warp(count: int) -> tuple[str, str]:
             f"@elected mbarrier.arrive.shared::cta.b64 _, [$0], {count}; }}", "r,b")
 
 
+def mbarrier_arrive_remote(count: int, per_warp: bool) -> tuple[str, str]:
+    """`count` arrivals on the mbarrier at the shared::cta offset $0 in the CTA of cluster
+    rank $2, where $1 holds (per_warp: from one elected thread of each warp): mapa turns
+    the offset into that CTA's shared::cluster address; the arrival releases at cluster
+    scope, so this thread's reads before it happen before the peer's next writes there.
+
+    mapa: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-mapa
+    mbarrier.arrive: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-arrive
+    """
+    elect = "elect.sync _|issue, -1; and.pred issue, issue, $1;" if per_warp else "mov.pred issue, $1;"
+    return ("{ .reg .pred issue; .reg .b32 remote; " + elect + " mapa.shared::cluster.u32 remote, $0, $2;\n"
+            f"@issue mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote], {count}; }}", "r,b,r")
+
+
+def cluster_barrier() -> tuple[str, str]:
+    """Every thread of the cluster's CTAs arrives (release) and waits for all the others
+    (acquire); `.aligned`: every thread of each warp executes it together.
+
+    barrier.cluster: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-barrier-cluster
+    """
+    return "barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;", ""
+
+
 def mbarrier_wait() -> tuple[str, str]:
     """Spin until the phase of parity $1 (0 or 1) of the mbarrier at $0 has completed
     (try_wait suspends the thread for a while before each retry).
@@ -240,17 +263,21 @@ def mbarrier_invalidate() -> tuple[str, str]:
 
 
 # ----------------------------------------------------------------------------- TMA
-def tma_load(rank: int) -> tuple[str, str]:
+def tma_load(rank: int, multicast: bool = False) -> tuple[str, str]:
     """Copy one box of a tensor into shared memory; its bytes complete on an mbarrier.
+    `multicast`: into every CTA of the cluster whose rank's bit is set in a 16-bit mask,
+    at the same shared offsets, each completing on its own barrier at the mbarrier's offset.
 
     Operands: the destination ($0, shared), the descriptor ($1, generic 64-bit), the
-    mbarrier ($2, shared), the coordinates ($3.., innermost first), the predicate.
+    mbarrier ($2, shared), the coordinates ($3.., innermost first), the predicate, then
+    the mask (multicast).
     cp.async.bulk.tensor: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk-tensor
     """
     coords = ", ".join(f"${3 + i}" for i in range(rank))
-    text = (f"@${3 + rank} cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
-            f"[$0], [$1, {{{coords}}}], [$2];")
-    return text, ",".join(["r", "l", "r"] + ["r"] * rank + ["b"])
+    cast, mask = (".multicast::cluster", f", ${4 + rank}") if multicast else ("", "")
+    text = (f"@${3 + rank} cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes{cast} "
+            f"[$0], [$1, {{{coords}}}], [$2]{mask};")
+    return text, ",".join(["r", "l", "r"] + ["r"] * rank + ["b"] + (["h"] if multicast else []))
 
 
 def bulk_load() -> tuple[str, str]:

@@ -50,13 +50,16 @@ class MBarrierExpect(Op):
 @dataclass(frozen=True, kw_only=True)
 class MBarrierArrive(Op):
     """`count` arrivals on `barrier` (one thread issues; mbarrier.arrive). `per_warp`:
-    one thread of every warp issues, once its own warp got there (no partition sync)."""
+    one thread of every warp issues, once its own warp got there (no partition sync).
+    `cta` (an i32 scalar): the arrivals go to the barrier at the same offset in the CTA of
+    that rank in the cluster (mapa, then a release at cluster scope)."""
 
     NAME = "mbarrier_arrive"
     barrier: Value
     count: int = 1
     pred: Optional[Value] = None
     per_warp: bool = False
+    cta: Optional[Value] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +101,17 @@ class TmaLoad(Op):
     barrier: Value
     buffer: Value
     pred: Optional[Value] = None
+    multicast: Optional[Value] = None  # i32 mask of cluster ranks: the box lands in each, at
+    #                                    the same offsets, and completes on each one's barrier
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterBarrier(Op):
+    """Every thread of every CTA of the cluster waits for all the others (barrier.cluster
+    arrive.release + wait.acquire): before it, barriers the peers will arrive on are
+    initialised; after it, no peer still writes to or arrives in this CTA's shared memory."""
+
+    NAME = "cluster_barrier"
 
 
 @dataclass(frozen=True, kw_only=True)

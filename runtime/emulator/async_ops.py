@@ -32,7 +32,7 @@ from .dtypes import element_bytes
 from .errors import EmulationError
 from .global_memory import _check_vector
 from .interpreter import SharedRef
-from .mbarriers import TmaInFlight, live_barrier, partition_warps, predicate, touch
+from .mbarriers import TmaInFlight, check_own_rank, live_barrier, partition_warps, predicate, touch
 from .rules import EMULATION_RULES as RULES
 from .shared_memory import _addresses
 
@@ -114,6 +114,8 @@ def _where(what: str):
 def tma_load(cta, op: ir.TmaLoad) -> None:
     if not predicate(cta, op.pred, op):
         return
+    if op.multicast is not None:
+        check_own_rank(int(cta[op.multicast]), op, "tma.async_copy_global_to_shared multicast", mask=True)
     desc = _descriptor(cta, op)
     coords = [int(cta[c]) for c in op.coords]
     addresses = _box_buffer(cta, op, desc, cta[op.buffer])

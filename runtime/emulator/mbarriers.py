@@ -284,6 +284,8 @@ def mbarrier_invalidate(cta, op: ir.MBarrierInvalidate) -> None:
 def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
     if not predicate(cta, op.pred, op):
         return
+    if op.cta is not None:
+        check_own_rank(int(cta[op.cta]), op, "mbarrier.arrive cta")
     bar = live_barrier(cta, op, op.barrier)
     if op.per_warp:  # each warp arrives for itself: its own accesses before, no one else's
         for warp in partition_warps(cta):
@@ -341,3 +343,21 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
 @RULES.register(ir.FenceAsyncShared)
 def fence_async_shared(cta, op: ir.FenceAsyncShared) -> None:
     cta.shared.ordering.fence(partition_warps(cta))
+
+
+def check_own_rank(rank_or_mask: int, op, what: str, mask: bool = False) -> None:
+    """The emulator runs clusters of one CTA (a launch with `cluster=` larger is refused):
+    rank 0, or the mask of rank 0 alone, is the only one that names a CTA."""
+    if rank_or_mask != (1 if mask else 0):
+        found = f"mask {rank_or_mask:#x}" if mask else f"rank {rank_or_mask}"
+        raise EmulationError(f"{what}: {found} names a CTA of the cluster other than this one; the "
+                             f"emulator runs clusters of one CTA (rank 0), so only "
+                             f"{'mask 1' if mask else 'rank 0'} is valid here", op.loc)
+
+
+@RULES.register(ir.ClusterBarrier)
+def cluster_barrier(cta, op: ir.ClusterBarrier) -> None:
+    if cta.scheduler is not None:
+        raise EmulationError("cluster_barrier inside a warp_specialize partition: every thread "
+                             "of the CTA must reach it together", op.loc)
+    cta.shared.barrier()  # a cluster of one CTA: the CTA's threads meet

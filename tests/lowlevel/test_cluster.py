@@ -1,0 +1,130 @@
+"""Thread-block clusters in weft.lowlevel: multicast TMA loads, mbarrier arrivals on a peer
+CTA's barrier and cluster barriers. The emulator runs clusters of one CTA (rank 0 only);
+the GPU tests (marked `gpu`) run clusters of two against numpy."""
+
+import numpy as np
+import pytest
+
+from weft import lowlevel as ll
+from weft.compiler.errors import CompilationError
+from weft.lowlevel import mbarrier, tma
+from weft.runtime.arguments import LaunchError
+from weft.runtime.emulator import EmulationError
+from weft.runtime.tensor_descriptor import TensorDescriptor
+
+LAYOUT = ll.NVMMASharedLayout(128, 16)
+ROWS, COLS = 64, 128  # a tile of two 64-column boxes
+
+
+@ll.jit
+def multicast_copy(src, dst, CLUSTER: ll.constexpr):
+    """Cluster c copies src's rows [64c, 64c + 64) into dst's rows of each of its CTAs: CTA
+    rank r loads the boxes j with j % CLUSTER == r into every CTA of the cluster, then each
+    CTA tells its peer it is done (an arrival on the peer's barrier) and stores the tile."""
+    tile = ll.allocate_shared_memory(ll.float16, [ROWS, COLS], src.layout)
+    loaded = mbarrier.allocate_mbarrier()
+    peer_done = mbarrier.allocate_mbarrier()
+    mbarrier.init(loaded, count=1)
+    mbarrier.init(peer_done, count=1)
+    ll.cluster_barrier()  # the peer's barriers are initialised before it is sent anything
+    rank = ll.program_id(0) % CLUSTER
+    row = ll.program_id(0) // CLUSTER * ROWS
+    mbarrier.expect(loaded, 2 * src.nbytes)  # both boxes land here, whoever loads them
+    for j in ll.static_range(2):
+        tma.async_copy_global_to_shared(src, [row, j * 64], loaded, tile.slice(j * 64, 64, 1),
+                                        rank == j % CLUSTER, multicast=(1 << CLUSTER) - 1)
+    mbarrier.wait(loaded, 0)
+    mbarrier.arrive(peer_done, cta=(rank + 1) % CLUSTER)
+    mbarrier.wait(peer_done, 0)
+    for j in ll.static_range(2):
+        tma.async_copy_shared_to_global(dst, [ll.program_id(0) * ROWS, j * 64], tile.slice(j * 64, 64, 1))
+    tma.store_wait(0)
+    ll.cluster_barrier()  # no peer still writes into this CTA's shared memory
+    mbarrier.invalidate(loaded)
+    mbarrier.invalidate(peer_done)
+
+
+def _descriptors(src, dst):
+    return (TensorDescriptor(src, list(src.shape), [COLS, 1], [ROWS, 64], LAYOUT),
+            TensorDescriptor(dst, list(dst.shape), [COLS, 1], [ROWS, 64], LAYOUT))
+
+
+def _inputs(clusters: int, cluster: int):
+    src = np.random.default_rng(clusters).standard_normal((clusters * ROWS, COLS)).astype(np.float16)
+    return src, np.zeros((clusters * cluster * ROWS, COLS), np.float16)
+
+
+def _expected(src, cluster: int):
+    return np.repeat(src.reshape(-1, 1, ROWS, COLS), cluster, axis=1).reshape(-1, COLS)
+
+
+def test_the_emulator_runs_clusters_of_one_cta():
+    src, dst = _inputs(3, 1)
+    multicast_copy[(3,)](*_descriptors(src, dst), CLUSTER=1)
+    np.testing.assert_array_equal(dst, _expected(src, 1))
+
+
+def test_the_emulator_refuses_other_ranks_and_bigger_clusters():
+    src, dst = _inputs(1, 2)
+    with pytest.raises(EmulationError, match="clusters of one CTA"):
+        multicast_copy[(2,)](*_descriptors(src, dst), CLUSTER=2)  # mask 3 names rank 1
+    with pytest.raises(LaunchError, match="clusters of one CTA"):
+        multicast_copy[(2,)](*_descriptors(src, dst), CLUSTER=2, cluster=(2, 1, 1))
+
+
+def test_cluster_option_errors():
+    src, dst = _inputs(1, 1)
+    with pytest.raises(LaunchError, match="positive ints"):
+        multicast_copy[(1,)](*_descriptors(src, dst), CLUSTER=1, cluster=(0, 1))
+    with pytest.raises(LaunchError, match="portable limit is 8"):
+        multicast_copy[(1,)](*_descriptors(src, dst), CLUSTER=1, cluster=(16, 1, 1))
+
+
+@ll.jit
+def barrier_in_a_partition():
+    ll.warp_specialize((), cluster_worker, (), [cluster_worker], worker_num_warps=[4], worker_num_regs=[0])
+
+
+@ll.jit
+def cluster_worker():
+    ll.cluster_barrier()
+
+
+def test_a_cluster_barrier_inside_warp_specialize_is_refused():
+    with pytest.raises(CompilationError, match="cluster_barrier inside a warp_specialize partition"):
+        barrier_in_a_partition.compile(signature={}, constexprs={}, num_warps=4)
+
+
+def test_multicast_and_remote_arrive_lower_to_ptx():
+    signature = {"src": "tensordesc<fp16[64,64]>", "dst": "tensordesc<fp16[64,64]>"}
+    ptx = multicast_copy.compile(signature=signature, constexprs={"CLUSTER": 2}, num_warps=4,
+                                 cluster=(2, 1, 1)).asm["ptx"]
+    assert ptx.count(".multicast::cluster") == 2
+    assert "mapa.shared::cluster.u32" in ptx and "mbarrier.arrive.release.cluster.shared::cluster" in ptx
+    assert ptx.count("barrier.cluster.arrive.release.aligned") == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cluster, clusters", [(1, 5), (2, 5), (2, 66)])
+def test_gpu_multicast_copy(cluster, clusters):
+    torch = pytest.importorskip("torch")
+    src, dst = _inputs(clusters, cluster)
+    src_gpu, dst_gpu = torch.from_numpy(src).cuda(), torch.from_numpy(dst).cuda()
+    options = {"cluster": (cluster, 1, 1)} if cluster > 1 else {}
+    multicast_copy[(clusters * cluster,)](*_descriptors(src_gpu, dst_gpu), CLUSTER=cluster, **options)
+    np.testing.assert_array_equal(dst_gpu.cpu().numpy(), _expected(src, cluster))
+
+
+@pytest.mark.gpu
+def test_gpu_resident_clusters():
+    """The device holds at least one two-CTA cluster, and at most as many as half the CTAs
+    its SMs hold at once."""
+    torch = pytest.importorskip("torch")
+    from weft.runtime import driver
+
+    src, dst = _inputs(1, 2)
+    descs = _descriptors(torch.from_numpy(src).cuda(), torch.from_numpy(dst).cuda())
+    clusters = multicast_copy.resident_clusters(*descs, CLUSTER=2, cluster=(2, 1, 1))
+    per_sm = multicast_copy.resident_ctas(*descs, CLUSTER=2, cluster=(2, 1, 1))
+    assert 1 <= clusters <= driver.device_properties(0).sm_count * per_sm // 2, (clusters, per_sm)
+    assert multicast_copy.resident_clusters(*_descriptors(src, dst), CLUSTER=1) == 1  # emulated
