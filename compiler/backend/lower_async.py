@@ -108,9 +108,6 @@ def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
 @lowers(MBarrierArrive)
 def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
     address = _barrier_address(ctx, op.barrier)
-    if op.cta is not None:
-        _lower_remote_arrive(ctx, op, address)
-        return
     if op.per_warp:
         if ctx.partition is None and ctx.kernel.total_warps > ctx.kernel.num_warps:
             raise CompilationError(
@@ -118,29 +115,20 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
                 "those warps run this code too and would arrive as well", op.loc,
                 suggestion="arrive per warp inside a partition, or arrive once (per_warp=False)")
         _warp_sync(ctx)
-        pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)
-        _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(op.count), [address, pred])
-        return
-    if _running_warps(ctx) > 1:
-        ctx.barrier()
-    else:
-        _warp_sync(ctx)
-    _asm(ctx, ptx_asm.mbarrier_arrive(op.count), [address, _issuer(ctx, op.pred)])
-
-
-def _lower_remote_arrive(ctx: Lowering, op: MBarrierArrive, address: ir.Value) -> None:
-    """Arrivals on the barrier at the same offset in the CTA of cluster rank `op.cta`."""
-    rank = _i32(ctx, ctx.scalar(op.cta))
-    if op.per_warp:
-        _warp_sync(ctx)
-        pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)
+        pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)  # the asm elects
     else:
         if _running_warps(ctx) > 1:
             ctx.barrier()
         else:
             _warp_sync(ctx)
         pred = _issuer(ctx, op.pred)
-    _asm(ctx, ptx_asm.mbarrier_arrive_remote(op.count, op.per_warp), [address, pred, rank])
+    if op.cta is not None:  # on the barrier at the same offset in the CTA of cluster rank `cta`
+        rank = _i32(ctx, ctx.scalar(op.cta))
+        _asm(ctx, ptx_asm.mbarrier_arrive_remote(op.count, op.per_warp), [address, pred, rank])
+    elif op.per_warp:
+        _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(op.count), [address, pred])
+    else:
+        _asm(ctx, ptx_asm.mbarrier_arrive(op.count), [address, pred])
 
 
 @lowers(ClusterBarrier)
