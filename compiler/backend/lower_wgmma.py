@@ -29,8 +29,8 @@ from ..errors import CompilationError
 from ..ir import (AllocShared, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedSlice, Value,
                   WarpGroupDot, WarpGroupDotWait, WarpSpecialize, Yield, is_shared, is_tensor)
 from ..types import SharedType, TensorType
-from ..wgmma import (AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types, instruction_k,
-                     plan_accumulator, plan_operand, plan_register_a)
+from ..wgmma import (CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types,
+                     instruction_k, plan_accumulator, plan_operand, plan_register_a)
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, SharedView, lowers
@@ -223,15 +223,21 @@ class _Descriptors:
         self.base = self._encode(start)
 
     def _encode(self, start: ir.Value) -> ir.Value:
+        # The start-address field holds bits 4-17 of the CTA's shared offset. The address
+        # itself can have higher bits: in a cluster launch a CTA's shared::cta window sits
+        # at its rank << 24 (rank 1's buffers start at 0x1000400), and unmasked, that bit
+        # would land in the leading-byte-offset field and misplace every operand tile past
+        # the first swizzle atom.
         b = self.ctx.builder
-        return b.or_(self.constant, b.zext(b.lshr(start, ir.Constant(T.I32, 4)), T.I64))
+        field = b.and_(start, ir.Constant(T.I32, FIELD_LIMIT - CHUNK_BYTES))
+        return b.or_(self.constant, b.zext(b.lshr(field, ir.Constant(T.I32, 4)), T.I64))
 
     def at(self, mn: int, k: int) -> ir.Value:
         static = self.plan.start_offset(mn, k)
         b = self.ctx.builder
         if not static & self.dynamic_bits:
-            # Disjoint bits: the xor is a sum, and start >> 4 fits the 14-bit field with room
-            # to spare (shared addresses stay below 2^18), so the constant is added.
+            # Disjoint bits: the xor is a sum, and the masked start >> 4 fits the 14-bit field
+            # with room to spare (a CTA's shared offsets stay below 2^18), so the constant is added.
             return self.base if not static else b.add(self.base, ir.Constant(T.I64, static >> 4))
         offset = b.xor(self.dynamic, ir.Constant(T.I32, static))
         return self._encode(b.add(self.address, offset))

@@ -115,6 +115,73 @@ def test_gpu_multicast_copy(cluster, clusters):
     np.testing.assert_array_equal(dst_gpu.cpu().numpy(), _expected(src, cluster))
 
 
+ACC = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, COLS, 16])
+
+
+@ll.jit
+def tile_matmul(a_desc, b_desc, out_ptr):
+    """CTA i: out[i] = a[i] @ b[i], a [64, 64] and b [64, 128], b with N contiguous
+    (MN-major for wgmma) in two 64-column boxes: its descriptor steps from the first
+    swizzle atom to the second by the leading-byte offset."""
+    pid = ll.program_id(0)
+    a = ll.allocate_shared_memory(ll.float16, [ROWS, 64], a_desc.layout)
+    b = ll.allocate_shared_memory(ll.float16, [64, COLS], b_desc.layout)
+    loaded = mbarrier.allocate_mbarrier()
+    mbarrier.init(loaded, count=1)
+    mbarrier.expect(loaded, a_desc.nbytes + 2 * b_desc.nbytes)
+    tma.async_copy_global_to_shared(a_desc, [pid * ROWS, 0], loaded, a)
+    for j in ll.static_range(2):
+        tma.async_copy_global_to_shared(b_desc, [pid * 64, j * 64], loaded, b.slice(j * 64, 64, 1))
+    mbarrier.wait(loaded, 0)
+    acc = ll.warpgroup_mma(a, b, ll.zeros([ROWS, COLS], ll.float32, ACC))
+    rows = ll.arange(0, ROWS, ll.SliceLayout(1, ACC))
+    cols = ll.arange(0, COLS, ll.SliceLayout(0, ACC))
+    ll.store(out_ptr + (pid * ROWS + rows[:, None]) * COLS + cols[None, :], acc)
+    mbarrier.invalidate(loaded)
+
+
+def _matmul_inputs(ctas: int):
+    rng = np.random.default_rng(ctas)
+    a = rng.standard_normal((ctas * ROWS, 64)).astype(np.float16)
+    b = rng.standard_normal((ctas * 64, COLS)).astype(np.float16)
+    expected = np.einsum("cik,ckj->cij", a.reshape(ctas, ROWS, 64).astype(np.float64),
+                         b.reshape(ctas, 64, COLS).astype(np.float64)).reshape(-1, COLS)
+    return a, b, expected
+
+
+def _matmul_descriptors(a, b):
+    return (TensorDescriptor(a, list(a.shape), [64, 1], [ROWS, 64], LAYOUT),
+            TensorDescriptor(b, list(b.shape), [COLS, 1], [64, 64], LAYOUT))
+
+
+def test_the_emulator_runs_the_two_atom_wgmma():
+    a, b, expected = _matmul_inputs(2)
+    out = np.zeros((2 * ROWS, COLS), np.float32)
+    tile_matmul[(2,)](*_matmul_descriptors(a, b), out)
+    np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-2)
+
+
+def test_wgmma_descriptors_keep_only_the_shared_offset():
+    """A CTA's shared::cta addresses carry its cluster rank above bit 18 (0x1000400 for
+    rank 1): the descriptor's start-address field takes bits 4-17 alone."""
+    signature = {"a_desc": "tensordesc<fp16[64,64]>", "b_desc": "tensordesc<fp16[64,64]>", "out_ptr": "*fp32"}
+    llir = tile_matmul.compile(signature=signature, constexprs={}, num_warps=4, cluster=(2, 1, 1)).asm["llir"]
+    assert llir.count(f", {0x3FFF0}\n") == 2  # a's descriptor and b's
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_gpu_wgmma_in_every_cta_of_a_cluster(cluster):
+    """Every rank's product is right, past the first 64 columns too."""
+    torch = pytest.importorskip("torch")
+    a, b, expected = _matmul_inputs(8)
+    a_gpu, b_gpu = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    out = torch.zeros((8 * ROWS, COLS), dtype=torch.float32, device="cuda")
+    options = {"cluster": (cluster, 1, 1)} if cluster > 1 else {}
+    tile_matmul[(8,)](*_matmul_descriptors(a_gpu, b_gpu), out, **options)
+    np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-3, atol=1e-2)
+
+
 @pytest.mark.gpu
 def test_gpu_resident_clusters():
     """The device holds at least one two-CTA cluster, and at most as many as half the CTAs
