@@ -124,7 +124,7 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
         pred = _issuer(ctx, op.pred)
     if op.cta is not None:  # on the barrier at the same offset in the CTA of cluster rank `cta`
         rank = _i32(ctx, ctx.scalar(op.cta))
-        _asm(ctx, ptx_asm.mbarrier_arrive_remote(op.count, op.per_warp), [address, pred, rank])
+        _asm(ctx, ptx_asm.mbarrier_arrive_remote(op.count, op.per_warp, op.scope), [address, pred, rank])
     elif op.per_warp:
         _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(op.count), [address, pred])
     else:

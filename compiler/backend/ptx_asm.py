@@ -219,18 +219,24 @@ def mbarrier_arrive_per_warp(count: int) -> tuple[str, str]:
             f"@elected mbarrier.arrive.shared::cta.b64 _, [$0], {count}; }}", "r,b")
 
 
-def mbarrier_arrive_remote(count: int, per_warp: bool) -> tuple[str, str]:
+def mbarrier_arrive_remote(count: int, per_warp: bool, scope: str = "cluster") -> tuple[str, str]:
     """`count` arrivals on the mbarrier at the shared::cta offset $0 in the CTA of cluster
     rank $2, where $1 holds (per_warp: from one elected thread of each warp): mapa turns
-    the offset into that CTA's shared::cluster address; the arrival releases at cluster
-    scope, so this thread's reads before it happen before the peer's next writes there.
+    the offset into that CTA's shared::cluster address; the arrival releases at `scope`:
+    "cluster" makes this thread's accesses before it visible to the peer's threads after
+    their wait; "cta" (the instruction's default) only to this CTA's, which is enough to
+    hand back a buffer already read, and cheaper.
 
     mapa: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-mapa
     mbarrier.arrive: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-arrive
     """
     elect = "elect.sync _|issue, -1; and.pred issue, issue, $1;" if per_warp else "mov.pred issue, $1;"
     return ("{ .reg .pred issue; .reg .b32 remote; " + elect + " mapa.shared::cluster.u32 remote, $0, $2;\n"
-            f"@issue mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote], {count}; }}", "r,b,r")
+            f"@issue mbarrier.arrive{_RELEASE_SCOPES[scope]}.shared::cluster.b64 _, [remote], {count}; }}",
+            "r,b,r")
+
+
+_RELEASE_SCOPES = {"cluster": ".release.cluster", "cta": ""}
 
 
 def cluster_barrier() -> tuple[str, str]:

@@ -52,7 +52,7 @@ class MBarrierArrive(Op):
     """`count` arrivals on `barrier` (one thread issues; mbarrier.arrive). `per_warp`:
     one thread of every warp issues, once its own warp got there (no partition sync).
     `cta` (an i32 scalar): the arrivals go to the barrier at the same offset in the CTA of
-    that rank in the cluster (mapa, then a release at cluster scope)."""
+    that rank in the cluster (mapa), releasing at `scope` ("cluster" or "cta")."""
 
     NAME = "mbarrier_arrive"
     barrier: Value
@@ -60,6 +60,7 @@ class MBarrierArrive(Op):
     pred: Optional[Value] = None
     per_warp: bool = False
     cta: Optional[Value] = None
+    scope: str = "cluster"
 
 
 @dataclass(frozen=True, kw_only=True)

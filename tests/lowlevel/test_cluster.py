@@ -104,6 +104,32 @@ def test_multicast_and_remote_arrive_lower_to_ptx():
     assert ptx.count("barrier.cluster.arrive.release.aligned") == 2
 
 
+@ll.jit
+def arrive_on_peer(RANK: ll.constexpr, SCOPE: ll.constexpr):
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    ll.cluster_barrier()
+    mbarrier.arrive(bar, cta=RANK, scope=SCOPE)
+    ll.cluster_barrier()
+
+
+@pytest.mark.parametrize("scope, release", [(None, ".release.cluster"), ("cluster", ".release.cluster"),
+                                            ("cta", "")])
+def test_remote_arrive_scope(scope, release):
+    """A remote arrival releases at cluster scope unless told CTA scope is enough."""
+    ptx = arrive_on_peer.compile(signature={}, constexprs={"RANK": 1, "SCOPE": scope}, num_warps=4,
+                                 cluster=(2, 1, 1)).asm["ptx"]
+    assert f"mbarrier.arrive{release}.shared::cluster.b64 _, [remote], 1;" in ptx
+
+
+@pytest.mark.parametrize("rank, scope, message", [
+    (None, "cta", "applies to arrivals on another CTA's barrier"),
+    (1, "gpu", 'scope must be "cta" or "cluster"')])
+def test_remote_arrive_scope_errors(rank, scope, message):
+    with pytest.raises(CompilationError, match=message):
+        arrive_on_peer.compile(signature={}, constexprs={"RANK": rank, "SCOPE": scope}, num_warps=4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cluster, clusters", [(1, 5), (2, 5), (2, 66)])
 def test_gpu_multicast_copy(cluster, clusters):
