@@ -50,15 +50,21 @@ q, k, v = (torch.randn(1, 2, 300, 256, device="cuda", dtype=torch.bfloat16) for 
 out = flash_attention(q, k, v, causal=True)  # head_dim 256: O rescaled per warp (ll.warp_any)
 torch.cuda.synchronize()
 print("ok head_dim 256", out.float().abs().mean().item())
+q, k, v = (torch.randn(2, 4, 1024, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+paired = Config(head_dim=128, cluster=2)  # pairs of query tiles in clusters of two CTAs
+out = flash_attention(q, k, v, config=paired)
+torch.cuda.synchronize()
+print("ok clusters", out.float().abs().mean().item())
 '
 # racecheck is slow on every shared-memory access: tiny cases per mask (2 tiles of a
 # causal GQA problem with tails on persistent CTAs, the tile counter included), then one
 # persistent CTA walking 4 tiles at head_dim 64, 128 (non-causal: a partition per consumer
 # warpgroup, releasing ring slots warp by warp) and 256, so the Q ring's buffers (two
-# tiles' at 64 and 128, three warpgroups' at 256) and the K/V ring wrap around.
+# tiles' at 64 and 128, three warpgroups' at 256) and the K/V ring wrap around; then one
+# cluster of two CTAs.
 TINY='
 import torch
-from weft.kernels.attention import flash_attention, host
+from weft.kernels.attention import Config, flash_attention, host
 torch.manual_seed(0)
 q = torch.randn(1, 2, 70, 64, device="cuda", dtype=torch.bfloat16)
 k, v = (torch.randn(1, 1, 130, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -77,6 +83,15 @@ for d, causal in ((64, True), (128, False), (256, True)):
     mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).triu(1) & causal
     ref = torch.softmax((q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(mask, float("-inf")), -1) @ v
     print("ok one CTA", d, causal, ((out - ref).norm() / ref.norm()).item())
+# One cluster of two CTAs walking two pairs of query tiles (two heads of two tiles), each
+# CTA loading half of every K/V tile into both by multicast, releasing slots on both.
+q, k, v = (torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+host.persistent_cluster_grid, grid = (lambda *args: 2), host.persistent_cluster_grid
+out = flash_attention(q, k, v, config=Config(head_dim=128, cluster=2))
+host.persistent_cluster_grid = grid
+q, k, v, out = (x.cpu().double() for x in (q, k, v, out))
+ref = torch.softmax(q @ k.transpose(-1, -2) / 128 ** 0.5, -1) @ v
+print("ok one cluster", ((out - ref).norm() / ref.norm()).item())
 '
 for tool in memcheck racecheck; do
   step sanitize || break

@@ -111,9 +111,29 @@ def persistent_grid(kernel, x, items: int, args: tuple, constexprs: dict, num_wa
         return max(1, min(items, EMULATED_CTAS))
     from ..runtime import driver
 
-    device = x.device.index or 0
-    key = (kernel, str(x.dtype), tuple(sorted(constexprs.items())), num_warps, device)
+    resident = _resident(kernel, x, args, constexprs, num_warps)
+    return max(1, min(items, driver.device_properties(x.device.index or 0).sm_count * resident))
+
+
+def persistent_cluster_grid(kernel, x, items: int, args: tuple, constexprs: dict, num_warps: int,
+                            cluster: int) -> int:
+    """CTAs to launch for a persistent kernel on x's GPU whose CTAs run in clusters of
+    `cluster` along x (launched with cluster=(cluster, 1, 1)), `cluster` items per cluster:
+    as many clusters as the device holds at once (a cluster's CTAs share a GPC, so that
+    can be fewer than SMs / cluster; one more would wait for another to finish), but no
+    more than there are items for."""
+    return cluster * max(1, min(items // cluster, _resident(kernel, x, args, constexprs, num_warps, cluster)))
+
+
+def _resident(kernel, x, args: tuple, constexprs: dict, num_warps: int, cluster: int | None = None) -> int:
+    """The driver's occupancy answer for this kernel variant on x's device, asked once:
+    CTAs per SM, or with `cluster`, clusters of that many CTAs on the whole device."""
+    key = (kernel, str(x.dtype), tuple(sorted(constexprs.items())), num_warps, x.device.index or 0, cluster)
     resident = _RESIDENT.get(key)
     if resident is None:
-        resident = _RESIDENT[key] = kernel.resident_ctas(*args, **constexprs, num_warps=num_warps)
-    return max(1, min(items, driver.device_properties(device).sm_count * resident))
+        if cluster is None:
+            resident = kernel.resident_ctas(*args, **constexprs, num_warps=num_warps)
+        else:
+            resident = kernel.resident_clusters(*args, **constexprs, num_warps=num_warps, cluster=(cluster, 1, 1))
+        _RESIDENT[key] = resident
+    return resident

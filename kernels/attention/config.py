@@ -75,6 +75,14 @@ class Config:
       shortest (+3% at 512 tokens in two runs, within 1% elsewhere), 0 at 128 and 256 (there
       2 was level at 128 and 1-2.5% slower at 256 up to 4k tokens; benchmarks/NOTES.md).
       Non-causal tiles are all alike: the next is claimed as soon as a tile starts.
+    - cluster (pingpong, persistent): CTAs per cluster, 1 or 2. With 2, the CTAs of a
+      cluster run the two query tiles of one (batch, head) side by side, and each loads
+      half of every K/V tile into both by multicast TMA, so K and V leave L2 once per
+      pair (FlashAttention-3 does this for non-causal head_dim 128 and 256). It needs
+      non-causal attention, head_dim 128 or 256, an even count of query tiles per head,
+      one head per tile group (l2_group_bytes None) and CUDA tensors (the emulator runs
+      clusters of one CTA). 1 by default: 2 measured 1-2% faster at 4k-8k tokens, but in
+      runs one after the other, not side by side (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -96,8 +104,15 @@ class Config:
     rescale_above: float = 8.0
     claim_ahead: int | None = None
     exp2_fma_share: float = 0.0
+    cluster: int = 1
 
     def __post_init__(self):
+        if isinstance(self.cluster, bool) or self.cluster not in (1, 2):
+            raise ValueError(f"Config.cluster must be 1 or 2 (CTAs sharing K/V tiles by multicast), "
+                             f"got {self.cluster!r}")
+        if self.cluster == 2 and (self.variant != "pingpong" or not self.persistent or self.head_dim == 64):
+            raise ValueError("Config.cluster=2 needs the persistent pingpong variant at head_dim 128 or "
+                             "256 (each CTA multicasts half of a K/V tile's 64-column boxes)")
         if isinstance(self.exp2_fma_share, bool) or not isinstance(self.exp2_fma_share, (int, float)) \
                 or not 0 <= self.exp2_fma_share <= 1:
             raise ValueError(f"Config.exp2_fma_share must be a number in [0, 1] (the share of exps "
@@ -200,6 +215,28 @@ def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) ->
             return 1
         budget = L2_GROUP_BYTES_256 if config.head_dim == 256 else L2_GROUP_BYTES
     return max(1, min(batch_heads, budget // max(kv_bytes, 1)))
+
+
+def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int, on_gpu: bool) -> int:
+    """CTAs per cluster (Config.cluster), checked against the problem: 2 needs a pair of
+    query tiles of one head to share K/V by multicast. `group`: (batch, head) pairs per
+    tile group (`tile_group`)."""
+    if config.cluster == 1:
+        return 1
+    why = None
+    if causal:
+        why = "causal tiles differ in length, so paired CTAs would not run in step"
+    elif num_m_tiles % 2:
+        why = (f"the query tiles of a head ({num_m_tiles} of {config.block_m} rows) must pair up: "
+               f"use a seq_q that makes their count even")
+    elif group != 1:
+        why = (f"tiles must run one head at a time, not in groups of {group} heads "
+               f"(Config.l2_group_bytes None)")
+    elif not on_gpu:
+        why = "the CPU emulator runs clusters of one CTA; pass CUDA tensors"
+    if why is not None:
+        raise ValueError(f"flash_attention: Config.cluster=2 cannot be used here: {why}")
+    return 2
 
 
 def replicated(config: Config, causal: bool, seq_k: int) -> bool:

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from .._launch import data_address, is_torch, new_array, persistent_grid
-from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, default_config, per_warp_release,
-                     replicated, rescale_above, tile_group)
+from .._launch import data_address, is_torch, new_array, persistent_cluster_grid, persistent_grid
+from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
+                     per_warp_release, replicated, rescale_above, tile_group)
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
 
@@ -176,6 +176,12 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
                       PER_WARP=per_warp_release(config, replicate), RESCALE_ABOVE=rescale_above(config),
                       CLAIM_AHEAD=claim_ahead(config), **regs)
     tiles = num_m_tiles * batch * heads
+    cluster = cluster_size(config, causal, num_m_tiles, group, is_torch(q) and q.is_cuda) if persistent else 1
+    if cluster > 1:
+        constexprs.update(CLUSTER=cluster)
+        grid = persistent_cluster_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, cluster)
+        flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4, cluster=(cluster, 1, 1))
+        return
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
     flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)
 

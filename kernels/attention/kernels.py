@@ -35,6 +35,12 @@ Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
 - between warpgroups (ping-pong), a token passed around on `turn` mbarriers lets one
   warpgroup issue its GEMMs while the others do their softmax.
 
+With CLUSTER 2 (Config.cluster; non-causal), CTAs run in clusters of two on a static
+schedule: the pair takes query tiles 2p and 2p + 1 of one head, and each CTA's producer
+loads half of every K/V tile's 64-column boxes into both CTAs by multicast TMA
+(`load_shared_boxes`), so K and V leave L2 once per pair; consumers release each slot on
+both CTAs' `empty` barriers (`release_slot`), since either producer writes into both.
+
 Tensors are seen through 4-D TMA descriptors [batch, heads, seq, head_dim] with boxes
 [1, 1, rows, 64]: a box never crosses a (batch, head) boundary, rows past the sequence
 load as zeros and are not stored, and any strides work (bhsd and bshd). Head dims above
@@ -58,6 +64,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
+from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
 
 LOG2E = 1.4426950408889634
@@ -134,7 +141,8 @@ def producer(state):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     tiles = num_m_tiles * batch_heads
     step = 0
@@ -163,7 +171,10 @@ def producer(state):
             claim_at = ll.maximum(count - CLAIM_AHEAD, 1)
         for n in range(1, claim_at):
             load_kv(state, step + n, batch, kv_head, n)
-        tile = claim_tile(counter_ptr)
+        if CLUSTER > 1:  # the CTAs of a cluster take tiles side by side: a static schedule
+            tile += ll.num_programs(0)
+        else:
+            tile = claim_tile(counter_ptr)
         for n in range(claim_at, count):
             load_kv(state, step + n, batch, kv_head, n)
         step += count
@@ -189,7 +200,8 @@ def load_q(state, tile, j, batch, head, off_m, WG: ll.constexpr):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS)
     publish_tile(tile_smem.index(slot), tile, batch, head, off_m)
     row = off_m + WG * ROWS
@@ -219,16 +231,34 @@ def load_kv(state, step, batch, kv_head, n):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER) = state
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     slot = step % STAGES
     phase = ((step // STAGES) & 1) ^ 1
     mbarrier.wait(k_empty.index(slot), phase)
     mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
-    load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM)
+    load_shared_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM,
+                      CLUSTER)
     mbarrier.wait(v_empty.index(slot), phase)
     mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
-    load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM)
+    load_shared_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM,
+                      CLUSTER)
+
+
+@ll.jit
+def load_shared_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr, CLUSTER: ll.constexpr):
+    """A K or V tile (`load_boxes`) for every CTA of the cluster: CTA r loads the boxes
+    j with j % CLUSTER == r and multicasts them to all, so each tile leaves L2 once per
+    cluster rather than once per CTA (each CTA's barrier still expects the whole tile)."""
+    if CLUSTER == 1:
+        load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM)
+    else:
+        BOX: ll.constexpr = desc.block_shape[3]
+        rank = ll.program_id(0) % CLUSTER
+        for j in ll.static_range(HEAD_DIM // BOX):
+            tma.async_copy_global_to_shared(desc, [batch, head, row, j * BOX], bar, dst.slice(j * BOX, BOX, 3),
+                                            rank == j % CLUSTER, multicast=(1 << CLUSTER) - 1)
 
 
 @ll.jit
@@ -325,6 +355,19 @@ def release(bar, PER_WARP: ll.constexpr):
 
 
 @ll.jit
+def release_slot(bar, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr):
+    """This warpgroup's release of a K or V ring slot (`release`). In a cluster of two,
+    each CTA's producer multicasts half of every K/V tile into both CTAs' slots, so it may
+    reload a slot only once the consumers of both have released it: they arrive on their
+    own CTA's barrier and on the peer's. That arrival releases at CTA scope: the slot was
+    only read, by GEMMs already waited for, and a cluster-scope release here slowed the
+    kernel by a fifth (500 against 620 TFLOP/s at 4k tokens, head_dim 128)."""
+    release(bar, PER_WARP)
+    if CLUSTER > 1:
+        mbarrier.arrive(bar, per_warp=PER_WARP, cta=ll.program_id(0) % CLUSTER ^ 1, scope="cta")
+
+
+@ll.jit
 def take_turn(turns, n, wg):
     """Wait for warpgroup wg's turn to issue the GEMMs of key tile n (warpgroup 0 goes
     first: its barrier's fresh phase counts as passed)."""
@@ -338,7 +381,7 @@ def pass_turn(turns, wg, CONSUMERS: ll.constexpr, PER_WARP: ll.constexpr):
 
 @ll.jit
 def release_step(step, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
-                 CONSUMERS: ll.constexpr, WG: ll.constexpr, PER_WARP: ll.constexpr):
+                 CONSUMERS: ll.constexpr, WG: ll.constexpr, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr):
     """A key tile (at ring position `step`) which this warpgroup's rows do not see but
     others of the CTA do: keep the turn order and free the slot. Waiting for `ready` first
     makes the `empty` arrive count toward this tile's phase, not the slot's previous one."""
@@ -347,9 +390,9 @@ def release_step(step, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.con
     take_turn(turns, step, wg)
     pass_turn(turns, wg, CONSUMERS, PER_WARP)
     mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
-    release(k_empty.index(slot), PER_WARP)
+    release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     mbarrier.wait(v_ready.index(slot), (step // STAGES) & 1)
-    release(v_empty.index(slot), PER_WARP)
+    release_slot(v_empty.index(slot), PER_WARP, CLUSTER)
 
 
 @ll.jit
@@ -358,7 +401,7 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
                 STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
                 CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
                 O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr,
-                RESCALE_ABOVE: ll.constexpr):
+                RESCALE_ABOVE: ll.constexpr, CLUSTER: ll.constexpr):
     """Key tile n, at ring position `step`: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1},
     softmax S_n while the second GEMM runs, then rescale O."""
     slot = step % STAGES
@@ -372,12 +415,12 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
     acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
     pass_turn(turns, wg, CONSUMERS, PER_WARP)
     s = ll.warpgroup_mma_wait(1, deps=[s])
-    release(k_empty.index(slot), PER_WARP)
+    release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     if MASKED:
         s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
     p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
     acc = ll.warpgroup_mma_wait(0, deps=[acc])
-    release(v_empty.index(prev), PER_WARP)
+    release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
     acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
     p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
     return acc, p_op, m_i, l_i
@@ -391,7 +434,8 @@ def consumer(state, WG: ll.constexpr):
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
@@ -417,7 +461,8 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD) = state
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -448,7 +493,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
                              is_async=True)
         pass_turn(turns, wg, CONSUMERS, PER_WARP)
         s = ll.warpgroup_mma_wait(0, deps=[s])
-        release(k_empty.index(first), PER_WARP)
+        release_slot(k_empty.index(first), PER_WARP, CLUSTER)
         if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
             s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
         p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
@@ -457,12 +502,12 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER)
         for n in range(ll.maximum(full, 1), count):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER)
         if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
             mbarrier.arrive(q_empty.index(q_slot))
         # The last P V.
@@ -471,11 +516,12 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         mbarrier.wait(v_ready.index(last), (last_step // STAGES) & 1)
         acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        release(v_empty.index(last), PER_WARP)
+        release_slot(v_empty.index(last), PER_WARP, CLUSTER)
     elif O_BUFFER:  # no key tile: Q is not read at all
         mbarrier.arrive(q_empty.index(q_slot))
     for n in range(count, loaded):
-        release_step(step + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG, PER_WARP)
+        release_step(step + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG, PER_WARP,
+                     CLUSTER)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
     # FlashAttention does.
     seen = l_i > 0.0
@@ -537,11 +583,20 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         PRODUCER_REGS: ll.constexpr, CONSUMER_REGS: ll.constexpr, Q_BUFFERS: ll.constexpr,
                         O_BUFFER: ll.constexpr = False, EXP2_FMA: ll.constexpr = 0.0,
                         REPLICATED: ll.constexpr = True, PER_WARP: ll.constexpr = None,
-                        RESCALE_ABOVE: ll.constexpr = None, CLAIM_AHEAD: ll.constexpr = 0):
+                        RESCALE_ABOVE: ll.constexpr = None, CLAIM_AHEAD: ll.constexpr = 0,
+                        CLUSTER: ll.constexpr = 1):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
-    seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V)."""
+    seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V).
+
+    CLUSTER 2 (launched with cluster=(2, 1, 1), an even grid): the two CTAs of a cluster
+    take query tiles 2p and 2p + 1, which must share their (batch, head): non-causal, an
+    even num_m_tiles and one head per tile group. They run in step over the same K/V
+    tiles, each loading half of every tile into both (`load_shared_boxes`)."""
     dtype: ll.constexpr = q_desc.dtype
+    ll.static_assert(CLUSTER == 1 or (CLUSTER == 2 and not CAUSAL and HEAD_DIM // BOX_COLUMNS % 2 == 0),
+                     "CLUSTER 2 needs non-causal attention (tiles of equal length, paired) and an even "
+                     "count of 64-column boxes per K/V tile (head_dim 128 or 256)")
     ll.static_assert(CONSUMERS <= Q_BUFFERS <= 2 * CONSUMERS,
                      "Q_BUFFERS: one to two tiles' warpgroup-sized Q buffers")
     # A ring of warpgroup-sized Q buffers, the CTA's j-th (tile, warpgroup) in buffer
@@ -574,15 +629,17 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     ARRIVALS: ll.constexpr = 4 if PER_WARP else 1
     for s in ll.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
-        mbarrier.init(k_empty.index(s), count=CONSUMERS * ARRIVALS)
+        mbarrier.init(k_empty.index(s), count=CLUSTER * CONSUMERS * ARRIVALS)
         mbarrier.init(v_ready.index(s), count=1)
-        mbarrier.init(v_empty.index(s), count=CONSUMERS * ARRIVALS)
+        mbarrier.init(v_empty.index(s), count=CLUSTER * CONSUMERS * ARRIVALS)
     for wg in ll.static_range(CONSUMERS):
         mbarrier.init(turns.index(wg), count=ARRIVALS)
+    if CLUSTER > 1:  # the peer's barriers are initialised before anything arrives on them
+        ll.cluster_barrier()
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD)
+             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD, CLUSTER)
     if REPLICATED:  # one copy of the consumer code for all warpgroups (instruction cache)
         ll.warp_specialize((state,), producer, (state,), [consumer_copy], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS,
@@ -599,6 +656,8 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                            worker_num_warps=[4, 4, 4],
                            worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS],
                            default_num_regs=PRODUCER_REGS)
+    if CLUSTER > 1:  # the peer no longer arrives on nor loads into this CTA's shared memory
+        ll.cluster_barrier()
     for s in ll.static_range(Q_BUFFERS):
         mbarrier.invalidate(q_ready.index(s))
         mbarrier.invalidate(q_empty.index(s))

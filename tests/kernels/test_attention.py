@@ -10,7 +10,8 @@ import pytest
 
 from weft import lowlevel as ll
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, per_warp_release, replicated,
+from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, per_warp_release,
+                                           replicated,
                                            rescale_above,
                                            shared_bytes, tile_group)
 from weft.kernels.attention.kernels import flash_attention_fa3, tile_coordinates
@@ -22,7 +23,7 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 
 
 def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
-             q_buffers: int = 0, replicated: bool = True, per_warp: bool | None = None):
+             q_buffers: int = 0, replicated: bool = True, per_warp: bool | None = None, cluster: int = 1):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -40,6 +41,9 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
                       Q_BUFFERS=q_buffers or config.consumers,
                       EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, PER_WARP=per_warp,
                       RESCALE_ABOVE=rescale_above(config), CLAIM_AHEAD=claim_ahead(config))
+    if cluster > 1:
+        return flash_attention_fa3.compile(signature=signature, constexprs={**constexprs, "CLUSTER": cluster},
+                                           num_warps=4, cluster=(cluster, 1, 1))
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
 
 
@@ -132,6 +136,53 @@ def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal,
                                     Config(head_dim=256, block_n=64, variant="simple")])
 def test_other_configs_assemble_without_spills(config):
     _check_assembly(_compile(config, "bf16", True), config)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_cluster_variants_assemble_without_spills(head_dim):
+    """Two CTAs sharing K/V (Config.cluster): each issues half of a tile's boxes as
+    multicast loads, and its consumers release slots on both CTAs' barriers."""
+    config = default_config(head_dim)
+    o_buffer, q_buffers = buffering(config)
+    compiled = _compile(config, "bf16", False, o_buffer=o_buffer, q_buffers=q_buffers, replicated=False,
+                        per_warp=per_warp_release(config, False), cluster=2)
+    _check_assembly(compiled, config)
+    ptx = compiled.asm["ptx"]
+    assert compiled.cluster == (2, 1, 1)
+    boxes = head_dim // 64
+    # Every box of K and V is multicast, wherever the producer's code loads a tile; Q is not.
+    multicast = ptx.count(".multicast::cluster")
+    assert multicast > 0 and multicast % (2 * boxes) == 0
+    assert ptx.count("mbarrier::complete_tx::bytes [") == 2 * boxes  # Q's loads: own rows only
+    # Slots come back to the peer at CTA scope (read by GEMMs already waited for).
+    assert "mbarrier.arrive.shared::cluster.b64" in ptx and "arrive.release.cluster" not in ptx
+    assert ptx.count("barrier.cluster.arrive") == 2  # after the inits, before the end
+
+
+def test_cluster_size():
+    """Pairs of CTAs share K/V on request (Config.cluster=2) for non-causal head_dim 128
+    and 256 with an even count of query tiles per head, one head at a time, on the GPU;
+    where that cannot hold, the request is an error."""
+    paired = dataclasses.replace(default_config(128), cluster=2)
+    assert default_config(128).cluster == default_config(256).cluster == 1
+    assert cluster_size(default_config(128), False, 32, 1, True) == 1
+    assert cluster_size(paired, False, 32, 1, True) == 2
+    assert cluster_size(dataclasses.replace(default_config(256), cluster=2), False, 8, 1, True) == 2
+    for args, why in [((True, 32, 1, True), "causal"), ((False, 7, 1, True), "count even"),
+                      ((False, 32, 4, True), "one head at a time"),
+                      ((False, 32, 1, False), "emulator runs clusters of one CTA")]:
+        with pytest.raises(ValueError, match=why):
+            cluster_size(paired, *args)
+    with pytest.raises(ValueError, match="must be 1 or 2"):
+        Config(cluster=4)
+    with pytest.raises(ValueError, match="head_dim 128 or 256"):
+        Config(head_dim=64, cluster=2)
+    with pytest.raises(ValueError, match="persistent pingpong"):
+        Config(persistent=False, cluster=2)
+    q = RNG.standard_normal((1, 2, 256, 128)).astype(np.float16)
+    with pytest.raises(ValueError, match="emulator runs clusters of one CTA"):
+        flash_attention(q, q, q, config=paired)
 
 
 def test_configs_validate_with_readable_errors():
@@ -533,6 +584,35 @@ def test_gpu_attention_matches_torch(batch, heads, kv_heads, seq_q, seq_k, head_
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
     finite = torch.isfinite(ref_lse)
     assert (lse[finite] - ref_lse[finite]).abs().max().item() <= 1e-3 * max(1.0, ref_lse[finite].abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("head_dim", [128, 256])
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k", [
+    (3, 16, 4, 1500, 1700),   # 12 query tiles a head, GQA, key tail: many tiles per cluster
+    (2, 4, 4, 4096, 4096),
+    (1, 6, 2, 1000, 777),     # a partial last query tile: its pair's rows past seq_q
+    (1, 2, 2, 200, 4099)])    # one pair a head, seq_q < seq_k
+def test_gpu_clusters_match_single_ctas(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout):
+    """Pairs of CTAs sharing K/V by multicast (Config.cluster=2): bitwise the result of
+    CTAs that load their own (each tile's arithmetic is the same), and right."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(seq_q + seq_k + head_dim)
+
+    def make(h, s):
+        shape = (batch, h, s, head_dim) if layout == "bhsd" else (batch, s, h, head_dim)
+        return torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+    q, k, v = make(heads, seq_q), make(kv_heads, seq_k), make(kv_heads, seq_k)
+    runs = {}
+    for cluster in (1, 2):
+        config = dataclasses.replace(default_config(head_dim), cluster=cluster)
+        runs[cluster] = flash_attention(q, k, v, return_lse=True, layout=layout, config=config)
+    assert torch.equal(runs[1][0], runs[2][0]) and torch.equal(runs[1][1], runs[2][1])
+    ref, ref_lse = _torch_reference(q, k, v, False, 1.0 / math.sqrt(head_dim), layout)
+    assert ((runs[2][0].float() - ref).norm() / ref.norm()).item() <= 1e-2
+    assert (runs[2][1] - ref_lse).abs().max().item() <= 1e-3 * max(1.0, ref_lse.abs().max().item())
 
 
 @pytest.mark.gpu
