@@ -14,13 +14,17 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     the backend (for the emulator target, the `layout` IR after the lowlevel passes)."""
     from ..compiler import pipeline
     from ..compiler.frontend import build_kernel
+    from ..lowlevel.jit import cluster_option
 
+    cluster = cluster_option(jit_fn, options)  # launched in clusters, though no op uses them
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
                           language="highlevel")
     if options.get("target") == "emulator":
         return pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
     params = tuple(Param(name, text) for name, text in signature.items())
-    return pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
+    compiled = pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
+    compiled.cluster = cluster
+    return compiled
 
 
 def jit(fn: Optional[Callable] = None, *, emulate_fn: Optional[Callable] = None,

@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.compiled import Param
-from ..runtime.arguments import LaunchError
-
-MAX_CLUSTER_CTAS = 8  # CTAs per cluster any sm_90 launch may take without opting into more
+from ..runtime.arguments import LaunchError, check_cluster
 
 
 def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specialization: dict,
@@ -17,10 +15,7 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     from ..compiler import pipeline
     from ..compiler.frontend import build_kernel
 
-    cluster = _cluster(options.get("cluster"), jit_fn)
-    if options.get("target") == "emulator" and cluster is not None:
-        raise LaunchError(f"kernel '{jit_fn.__name__}' launched with cluster={options['cluster']}: the CPU "
-                          f"emulator runs clusters of one CTA; launch on the GPU, or without `cluster=`")
+    cluster = cluster_option(jit_fn, options)
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization)
     if options.get("target") == "emulator":
         return pipeline.run_layout_passes(kernel)
@@ -30,19 +25,14 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     return compiled
 
 
-def _cluster(value: Any, jit_fn: Any) -> Optional[tuple[int, int, int]]:
-    """The `cluster=` launch option as CTA counts (x, y, z); None for one CTA."""
-    if value is None:
-        return None
-    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
-        raise LaunchError(f"kernel '{jit_fn.__name__}': cluster={value!r} must be 1-3 positive ints (CTAs "
-                          f"per cluster along x, y, z)")
-    dims = (dims + (1, 1))[:3]
-    if dims[0] * dims[1] * dims[2] > MAX_CLUSTER_CTAS:
-        raise LaunchError(f"kernel '{jit_fn.__name__}': cluster={value!r} has {dims[0] * dims[1] * dims[2]} "
-                          f"CTAs; Hopper's portable limit is {MAX_CLUSTER_CTAS}")
-    return None if dims == (1, 1, 1) else dims
+def cluster_option(jit_fn: Any, options: dict) -> Optional[tuple[int, int, int]]:
+    """The checked `cluster=` option of a compile; refused for the emulator, which runs
+    clusters of one CTA."""
+    cluster = check_cluster(jit_fn.__name__, options.get("cluster"))
+    if options.get("target") == "emulator" and cluster is not None:
+        raise LaunchError(f"kernel '{jit_fn.__name__}' launched with cluster={options['cluster']}: the CPU "
+                          f"emulator runs clusters of one CTA; launch on the GPU, or without `cluster=`")
+    return cluster
 
 
 def emulate_kernel(kernel: Any, grid: tuple, args: tuple) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -462,8 +462,28 @@ def check_keys(kernel: str, names: Sequence[str], param_types: Sequence[str],
     return device
 
 
-def check_grid(kernel: str, grid) -> tuple[int, int, int]:
-    """Normalise a grid to three positive ints; LaunchError naming the kernel if not."""
+MAX_CLUSTER_CTAS = 8  # CTAs per cluster any sm_90 launch may take without opting into more
+
+
+def check_cluster(kernel: str, value) -> Optional[tuple[int, int, int]]:
+    """The `cluster=` launch option as CTA counts (x, y, z); None for clusters of one CTA.
+    LaunchError naming the kernel for anything else."""
+    if value is None:
+        return None
+    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims):
+        raise LaunchError(f"kernel '{kernel}': cluster={value!r} must be 1-3 positive ints (CTAs "
+                          f"per cluster along x, y, z)")
+    dims = (dims + (1, 1))[:3]
+    if dims[0] * dims[1] * dims[2] > MAX_CLUSTER_CTAS:
+        raise LaunchError(f"kernel '{kernel}': cluster={value!r} has {dims[0] * dims[1] * dims[2]} "
+                          f"CTAs; Hopper's portable limit is {MAX_CLUSTER_CTAS}")
+    return None if dims == (1, 1, 1) else dims
+
+
+def check_grid(kernel: str, grid, cluster: Optional[Sequence[int]] = None) -> tuple[int, int, int]:
+    """Normalise a grid to three positive ints, whole clusters of `cluster` CTAs along
+    each axis; LaunchError naming the kernel if not."""
     from .driver import MAX_GRID
     try:
         dims = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
@@ -484,6 +504,10 @@ def check_grid(kernel: str, grid) -> tuple[int, int, int]:
         if d > limit:
             raise LaunchError(f"grid {dims} of kernel '{kernel}' exceeds the limit of "
                               f"{limit} blocks along axis {axis}")
+    for axis, (d, c) in enumerate(zip(dims, cluster or (1, 1, 1))):
+        if d % c:
+            raise LaunchError(f"grid {dims} of kernel '{kernel}' is not a whole number of clusters "
+                              f"{tuple(cluster)}: make axis {axis} ({d} CTAs) a multiple of {c}")
     return dims
 
 

@@ -185,7 +185,7 @@ class Launcher:
             state = self._state()
         config = state.config
         if grid != state.grid:
-            gx, gy, gz = arguments.check_grid(self.name, grid)
+            gx, gy, gz = arguments.check_grid(self.name, grid, self.compiled.cluster)
             config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
             # Lists are not remembered: one could change in place between launches.
             state.grid = grid if type(grid) is tuple or type(grid) is int else None

@@ -18,6 +18,7 @@ from weft.compiler.frontend import build_kernel
 from weft.compiler.ir import ConvertLayout
 from weft.compiler.printer import print_kernel
 from weft.compiler.verifier import verify
+from weft.runtime.arguments import LaunchError
 
 from ..compiler.golden import golden_checker
 
@@ -116,6 +117,20 @@ def test_triton_cache_hints_reach_the_ptx():
                                     constexprs={"BLOCK_SIZE": 256})
     ptx = compiled.asm["ptx"]
     assert "ld.global.L1::evict_first" in ptx and "st.global.cs" in ptx
+
+
+def test_the_cluster_option_is_kept_checked_and_refused_on_the_emulator():
+    """`cluster=` reaches the launch of a highlevel kernel as of a lowlevel one (it was
+    accepted and dropped), with the same checks."""
+    signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32"}
+    compiled = ported_scale.compile(signature=signature, constexprs={"BLOCK_SIZE": 256}, cluster=(2, 1))
+    assert compiled.cluster == (2, 1, 1)
+    assert ported_scale.compile(signature=signature, constexprs={"BLOCK_SIZE": 256}).cluster is None
+    with pytest.raises(LaunchError, match="portable limit is 8"):
+        ported_scale.compile(signature=signature, constexprs={"BLOCK_SIZE": 256}, cluster=16)
+    x = RNG.standard_normal(512).astype(np.float32)
+    with pytest.raises(LaunchError, match="emulator runs clusters of one CTA"):
+        ported_scale[(2,)](x, np.zeros_like(x), 512, 2.0, BLOCK_SIZE=256, cluster=(2, 1, 1))
 
 
 # ------------------------------------------------------------------ errors at the user's line

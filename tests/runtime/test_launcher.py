@@ -88,6 +88,19 @@ def test_stream_objects_and_cluster(make_vadd, fake_launch):
         launcher(4, (a, a, a, 3), stream="default")
 
 
+def test_a_grid_must_hold_whole_clusters(make_vadd, fake_launch):
+    """The driver would refuse the launch with a bare error code; say which axis to fix."""
+    rec = fake_launch(("*", "*", "*", "i32"))
+    launcher = _launcher(make_vadd, cluster=(2, 1, 1))
+    a = FakeCupyArray(0x1000)
+    with pytest.raises(LaunchError, match=r"grid \(5, 1, 1\) of kernel 'vadd' is not a whole number of "
+                                          r"clusters \(2, 1, 1\): make axis 0 \(5 CTAs\) a multiple of 2"):
+        launcher(5, (a, a, a, 3))
+    assert rec.calls == []
+    launcher((6, 3), (a, a, a, 3))
+    assert rec.calls[0]["grid"] == (6, 3, 1)
+
+
 def test_dropped_parameters_are_not_passed(fake_launch):
     # The compiler specialised `n == 1` away; callers still pass it.
     rec = fake_launch(("*", "bf16"))
