@@ -3,6 +3,7 @@ passes (`compiler.pipeline.TILE_PASSES`) to the `layout` IR the lowlevel pipelin
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.compiled import Param
@@ -14,13 +15,14 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     the backend (for the emulator target, the `layout` IR after the lowlevel passes)."""
     from ..compiler import pipeline
     from ..compiler.frontend import build_kernel
-    from ..lowlevel.jit import cluster_option
+    from ..runtime.arguments import check_cluster
 
-    cluster = cluster_option(jit_fn, options)  # launched in clusters, though no op uses them
+    cluster = check_cluster(jit_fn.__name__, options.get("cluster"))  # no op uses them, but honour it
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
                           language="highlevel")
     if options.get("target") == "emulator":
-        return pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
+        kernel = pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
+        return dataclasses.replace(kernel, cluster=cluster or (1, 1, 1))
     params = tuple(Param(name, text) for name, text in signature.items())
     compiled = pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
     compiled.cluster = cluster

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.compiled import Param
-from ..runtime.arguments import LaunchError, check_cluster
+from ..runtime.arguments import check_cluster
 
 
 def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specialization: dict,
@@ -15,24 +16,14 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     from ..compiler import pipeline
     from ..compiler.frontend import build_kernel
 
-    cluster = cluster_option(jit_fn, options)
+    cluster = check_cluster(jit_fn.__name__, options.get("cluster"))
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization)
     if options.get("target") == "emulator":
-        return pipeline.run_layout_passes(kernel)
+        return dataclasses.replace(pipeline.run_layout_passes(kernel), cluster=cluster or (1, 1, 1))
     params = tuple(Param(name, text) for name, text in signature.items())
     compiled = pipeline.compile_layout_kernel(kernel, params, target=options.get("target", "sm_90a"))
     compiled.cluster = cluster
     return compiled
-
-
-def cluster_option(jit_fn: Any, options: dict) -> Optional[tuple[int, int, int]]:
-    """The checked `cluster=` option of a compile; refused for the emulator, which runs
-    clusters of one CTA."""
-    cluster = check_cluster(jit_fn.__name__, options.get("cluster"))
-    if options.get("target") == "emulator" and cluster is not None:
-        raise LaunchError(f"kernel '{jit_fn.__name__}' launched with cluster={options['cluster']}: the CPU "
-                          f"emulator runs clusters of one CTA; launch on the GPU, or without `cluster=`")
-    return cluster
 
 
 def emulate_kernel(kernel: Any, grid: tuple, args: tuple) -> None:

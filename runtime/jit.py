@@ -443,7 +443,7 @@ class JITFunction:
                 f"kernel '{self.__name__}' must run on the CPU emulator (host arrays or "
                 "WEFT_EMULATE=1), but this JITFunction has no emulate_fn; pass device "
                 "arrays for a GPU launch, or build it with emulate_fn")
-        grid3 = arguments.check_grid(self.__name__, grid)
+        grid3 = arguments.check_grid(self.__name__, grid, getattr(entry.kernel, "cluster", None))
         self.emulate_fn(entry.kernel, grid3, args)
 
 

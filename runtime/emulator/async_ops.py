@@ -32,7 +32,7 @@ from .dtypes import element_bytes
 from .errors import EmulationError
 from .global_memory import _check_vector
 from .interpreter import SharedRef
-from .mbarriers import TmaInFlight, check_own_rank, live_barrier, partition_warps, predicate, touch
+from .mbarriers import TmaInFlight, cluster_ranks, live_barrier, partition_warps, predicate, touch
 from .rules import EMULATION_RULES as RULES
 from .shared_memory import _addresses
 
@@ -114,25 +114,28 @@ def _where(what: str):
 def tma_load(cta, op: ir.TmaLoad) -> None:
     if not predicate(cta, op.pred, op):
         return
-    if op.multicast is not None:
-        check_own_rank(int(cta[op.multicast]), op, "tma.async_copy_global_to_shared multicast", mask=True)
+    ranks = [cta.rank]
+    if op.multicast is not None:  # the box lands in each of these CTAs, on each one's barrier
+        ranks = cluster_ranks(cta, int(cta[op.multicast]), op, "tma.async_copy_global_to_shared multicast")
     desc = _descriptor(cta, op)
     coords = [int(cta[c]) for c in op.coords]
     addresses = _box_buffer(cta, op, desc, cta[op.buffer])
-    bar = live_barrier(cta, op, op.barrier)
     element = desc.type.element
     size = element_bytes(element)
     issuer = cta.warp_base
-    touch(cta, bar.address, [issuer], op, write=False)
     global_addresses, inside = desc.box(coords)
     values = cta.memory.load(global_addresses, element, inside, op.loc,
                              _where(f"box at {coords} of {desc.describe()}"))
     values = np.where(inside, values, 0)
-    record = cta.shared.ordering.async_write(
-        byte_rows(addresses, size)[None, :], np.array([issuer]), op, "TMA load",
-        f"wait on mbarrier {bar.name}", async_proxy=True)
-    cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, addresses, values, element,
-                                            desc.type.box_bytes))
+    for rank in ranks:
+        bar = live_barrier(cta, op, op.barrier, rank)
+        touch(cta, bar.address, [issuer], op, write=False)
+        landing = addresses + (rank - cta.rank) * cta.shared.window
+        record = cta.shared.ordering.async_write(
+            byte_rows(landing, size)[None, :], np.array([issuer]), op, "TMA load",
+            f"wait on mbarrier {bar.name}", async_proxy=True)
+        cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, landing, values, element,
+                                                desc.type.box_bytes))
 
 
 @RULES.register(ir.BulkCopyLoad)

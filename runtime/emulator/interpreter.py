@@ -75,7 +75,10 @@ class CTA:
         self.warp_base = 0
         self.partition = "default partition"
         self.replica = 0         # which copy of a replicated worker partition this is
-        self.scheduler = None    # partitions.Scheduler while warp_specialize runs
+        self.scheduler = None    # partitions.Scheduler while warp_specialize runs (clusters: always)
+        self.in_partition = False
+        self.rank = 0            # in the cluster; its shared bytes start at shared_base
+        self.shared_base = 0
         self.async_state = None  # async_ops.PartitionAsync: this partition's async groups
         self._rule_cache: dict[type, object] = {}
         self._memo = memo  # shared by the CTAs of one launch
@@ -219,6 +222,8 @@ def _total_warps(kernel: ir.Kernel) -> int:
 def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
             stream=None) -> None:
     """Run `kernel` (layout stage) over `grid` on host arrays; results land in `args` in place.
+    CTAs run one at a time, or, launched in clusters (`kernel.cluster`), a cluster at a
+    time, its CTAs taking turns (partitions.run_cluster).
 
     `args` follow `kernel.params`: a numpy array (or CPU torch tensor) per pointer parameter,
     whose element 0 the pointer addresses, and a Python/numpy number per scalar parameter.
@@ -252,6 +257,10 @@ def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
             raise EmulationError(f"parameter `{name}` of type {param.type} is not supported")
     placements, shared_size = _place_unallocated(kernel)
     memo: dict = {}
+    cluster = tuple(kernel.cluster)
+    if cluster != (1, 1, 1):
+        _emulate_clusters(kernel, grid, cluster, bound, memory, shared_size, rules, stream, placements, memo)
+        return
     shared = SharedMemory(shared_size, kernel.num_warps, _total_warps(kernel))  # reset per CTA
     with np.errstate(all="ignore"):
         for z in range(grid[2]):
@@ -268,3 +277,33 @@ def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
                             cta.run_block(kernel.body)
                     except EmulationError as error:
                         raise error.with_program(program) from error.__cause__
+
+
+def _emulate_clusters(kernel, grid, cluster, bound, memory, shared_size, rules, stream, placements,
+                      memo) -> None:
+    """Each cluster of the grid in turn: its CTAs side by side in one SharedMemory (rank r's
+    window at r * window bytes), run by one scheduler."""
+    from .partitions import run_cluster
+
+    for axis, (g, c) in enumerate(zip(grid, cluster)):
+        if g % c:
+            raise EmulationError(f"grid {grid} of kernel `{kernel.name}` is not a whole number of "
+                                 f"clusters {cluster}: make axis {axis} ({g} CTAs) a multiple of {c}")
+    ctas = cluster[0] * cluster[1] * cluster[2]
+    total_warps = _total_warps(kernel)
+    shared = SharedMemory(shared_size, kernel.num_warps, total_warps, ctas=ctas)
+    with np.errstate(all="ignore"):
+        for cz in range(grid[2] // cluster[2]):
+            for cy in range(grid[1] // cluster[1]):
+                for cx in range(grid[0] // cluster[0]):
+                    shared.reset()
+                    members = []
+                    for rank in range(ctas):  # x fastest, as %cluster_ctarank counts
+                        i, j, k = rank % cluster[0], rank // cluster[0] % cluster[1], rank // (cluster[0] * cluster[1])
+                        program = (cx * cluster[0] + i, cy * cluster[1] + j, cz * cluster[2] + k)
+                        cta = CTA(kernel, program, grid, memory, shared, rules, stream, placements, memo)
+                        cta.rank, cta.shared_base, cta.warp_base = rank, rank * shared.window, rank * total_warps
+                        if not kernel.body.args:
+                            cta.env.update(zip(kernel.params, bound))
+                        members.append(cta)
+                    run_cluster(shared, members, kernel.body, tuple(bound) if kernel.body.args else ())

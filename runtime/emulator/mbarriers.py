@@ -18,6 +18,11 @@ arrivals, the transaction count, completed phases, and the clock its arrivals re
   run and no load is left to land, it can never complete: a deadlock, reported with the
   barrier, the phase and the partition. Using a barrier before init or after invalidate
   is an error.
+- In a cluster (memory.SharedMemory), an arrival with `cta=` lands on the barrier at the
+  same offset in that rank's window, and a multicast load is one load in flight per
+  rank of its mask, each completing on its own CTA's barrier; the cluster's warps share
+  one clock space, so what orders a peer's reads before a multicast into its buffer is
+  the same arrive -> wait chain as inside a CTA.
 """
 
 from __future__ import annotations
@@ -115,15 +120,18 @@ def _allocations(kernel, placements: dict) -> list:
 
 
 def barrier_name(cta, address: int) -> str:
-    """`bars[1]` (shared byte 1032, allocated at kernel.py:12:4), for messages."""
+    """`bars[1]` (shared byte 1032, allocated at kernel.py:12:4), for messages; in a
+    cluster, with the rank of the CTA whose window holds it."""
+    rank, local = divmod(address, cta.shared.window) if cta.shared.ctas > 1 else (0, address)
+    where = f" of CTA rank {rank}" if cta.shared.ctas > 1 else ""
     for offset, nbytes, op in cta.memo(cta.kernel, "allocations",
                                        lambda: _allocations(cta.kernel, cta.placements)):
-        if offset <= address < offset + nbytes:
+        if offset <= local < offset + nbytes:
             hint = op.result.hint or "mbarrier"
-            index = (address - offset) // _BARRIER_BYTES
+            index = (local - offset) // _BARRIER_BYTES
             shown = hint if op.result.type.num_elements == 1 else f"{hint}[{index}]"
-            return f"`{shown}` (shared byte {address}, allocated at {op.loc})"
-    return f"at shared byte {address}"
+            return f"`{shown}`{where} (shared byte {local}, allocated at {op.loc})"
+    return f"at shared byte {local}{where}"
 
 
 def barrier_address(cta, op, value: ir.Value) -> int:
@@ -144,16 +152,27 @@ def touch(cta, address: int, warps, op, write: bool) -> None:
     cta.shared.ordering.access(rows, warps, op, write, barrier_op=True)
 
 
-def live_barrier(cta, op, value: ir.Value) -> MBarrier:
-    """The initialised, not invalidated mbarrier `value` names."""
+def live_barrier(cta, op, value: ir.Value, rank: Optional[int] = None) -> MBarrier:
+    """The initialised, not invalidated mbarrier `value` names; with `rank`, the one at
+    the same offset in that CTA of the cluster."""
     address = barrier_address(cta, op, value)
+    if rank is not None:
+        address += (rank - cta.rank) * cta.shared.window
     bar = cta.shared.mbarriers.get(address)
+    peer = rank is not None and rank != cta.rank
+    if peer and rank in cta.shared.exited:
+        raise EmulationError(f"`{op.NAME}` on mbarrier {barrier_name(cta, address)} after CTA rank {rank} "
+                             f"exited (its shared memory is gone): end the kernel with ll.cluster_barrier(), "
+                             f"so that no CTA exits while a peer still arrives on or loads into it", op.loc)
     if bar is None:
+        remedy = ("its CTA initialises it, then ll.cluster_barrier() before any CTA arrives on or loads "
+                  "into a peer's barriers" if peer else "initialise it (mbarrier.init) and sync the CTA first")
         raise EmulationError(f"`{op.NAME}` on mbarrier {barrier_name(cta, address)} before "
-                             f"mbarrier_init: initialise it (mbarrier.init) and sync the CTA first",
-                             op.loc)
+                             f"mbarrier_init: {remedy}", op.loc)
     if bar.invalidated_by is not None:
-        raise EmulationError(f"`{op.NAME}` on mbarrier {bar.name} after it was invalidated",
+        remedy = (": a peer's barriers may be invalidated only after a cluster barrier that follows "
+                  "every use of them" if peer else "")
+        raise EmulationError(f"`{op.NAME}` on mbarrier {bar.name} after it was invalidated{remedy}",
                              op.loc, other_loc=bar.invalidated_by.loc, other_what="invalidated")
     return bar
 
@@ -284,9 +303,8 @@ def mbarrier_invalidate(cta, op: ir.MBarrierInvalidate) -> None:
 def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
     if not predicate(cta, op.pred, op):
         return
-    if op.cta is not None:
-        check_own_rank(int(cta[op.cta]), op, "mbarrier.arrive cta")
-    bar = live_barrier(cta, op, op.barrier)
+    rank = None if op.cta is None else check_rank(cta, int(cta[op.cta]), op, "mbarrier.arrive cta")
+    bar = live_barrier(cta, op, op.barrier, rank)
     if op.per_warp:  # each warp arrives for itself: its own accesses before, no one else's
         for warp in partition_warps(cta):
             touch(cta, bar.address, [warp], op, write=False)
@@ -345,19 +363,32 @@ def fence_async_shared(cta, op: ir.FenceAsyncShared) -> None:
     cta.shared.ordering.fence(partition_warps(cta))
 
 
-def check_own_rank(rank_or_mask: int, op, what: str, mask: bool = False) -> None:
-    """The emulator runs clusters of one CTA (a launch with `cluster=` larger is refused):
-    rank 0, or the mask of rank 0 alone, is the only one that names a CTA."""
-    if rank_or_mask != (1 if mask else 0):
-        found = f"mask {rank_or_mask:#x}" if mask else f"rank {rank_or_mask}"
-        raise EmulationError(f"{what}: {found} names a CTA of the cluster other than this one; the "
-                             f"emulator runs clusters of one CTA (rank 0), so only "
-                             f"{'mask 1' if mask else 'rank 0'} is valid here", op.loc)
+def check_rank(cta, rank: int, op, what: str) -> int:
+    """A rank of the CTA's cluster (a launch without `cluster=` has clusters of one)."""
+    ctas = cta.shared.ctas
+    if not 0 <= rank < ctas:
+        cluster = ("the launch has clusters of one CTA (rank 0); launch with cluster= for more" if ctas == 1
+                   else f"the cluster has {ctas} CTAs (ranks 0-{ctas - 1})")
+        raise EmulationError(f"{what}: rank {rank} is not a CTA of the cluster: {cluster}", op.loc)
+    return rank
+
+
+def cluster_ranks(cta, mask: int, op, what: str) -> list[int]:
+    """The ranks a multicast mask names, each one a CTA of the cluster."""
+    ranks = [r for r in range(16) if mask >> r & 1]
+    if not ranks or mask >> 16:
+        raise EmulationError(f"{what}: mask {mask:#x} must name 1 to 16 ranks (bits 0-15)", op.loc)
+    for rank in ranks:
+        check_rank(cta, rank, op, f"{what} mask {mask:#x}")
+    return ranks
 
 
 @RULES.register(ir.ClusterBarrier)
 def cluster_barrier(cta, op: ir.ClusterBarrier) -> None:
-    if cta.scheduler is not None:
+    if cta.in_partition:
         raise EmulationError("cluster_barrier inside a warp_specialize partition: every thread "
                              "of the CTA must reach it together", op.loc)
-    cta.shared.barrier()  # a cluster of one CTA: the CTA's threads meet
+    if cta.scheduler is None:
+        cta.shared.barrier()  # a cluster of one CTA: the CTA's threads meet
+    else:
+        cta.scheduler.cluster_barrier(cta, op, cta.shared.ctas)

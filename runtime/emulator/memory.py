@@ -140,17 +140,35 @@ class GlobalMemory:
             view[(offsets[mine] + buffer.origin) // size] = raw[mine]
 
 
+WINDOW_ALIGN = 1024  # a cluster CTA's shared window: the largest alignment a buffer needs
+
+
 class SharedMemory:
     """One CTA's shared memory: bytes at their real addresses, plus race tracking
-    (ordering.py) and the state of the mbarriers living in it (mbarriers.py)."""
+    (ordering.py) and the state of the mbarriers living in it (mbarriers.py).
 
-    def __init__(self, size: int, num_warps: int, total_warps: Optional[int] = None):
-        self.size = size
-        padded = -(-max(size, 1) // 16) * 16
+    For a cluster of `ctas` CTAs, theirs side by side, as in the shared::cluster window:
+    rank r's bytes start at r * `window` and its warps at r * total_warps, so one clock
+    space orders the warps of the whole cluster (a multicast load into a peer, an arrival
+    on a peer's barrier, a cluster barrier) and one list holds the loads in flight."""
+
+    def __init__(self, size: int, num_warps: int, total_warps: Optional[int] = None, ctas: int = 1):
+        # A CTA's window keeps its buffers' alignment (swizzles come from address bits):
+        # on the GPU rank r's starts at r << 24.
+        align = 16 if ctas == 1 else WINDOW_ALIGN
+        self.window = -(-max(size, 1) // align) * align
+        self.cta_size = size  # the kernel's shared bytes: each CTA's buffers lie within them
+        self.size = size if ctas == 1 else self.window * ctas
+        self.ctas = ctas
+        padded = self.window * ctas
         self.bytes = np.full(padded, POISON_BYTE, dtype=np.uint8)
         self.num_warps = num_warps
         self.total_warps = total_warps or num_warps
-        self.ordering = Ordering(padded, self.total_warps)
+        self.ordering = Ordering(padded, self.total_warps * ctas)
+        if ctas > 1:
+            self.ordering.window = self.window
+        self.cta_warps = (0, self.total_warps)  # the running CTA's first warp and warp count
+        self.exited: set[int] = set()  # ranks of the cluster's CTAs that have ended
         self.mbarriers: dict = {}  # byte address -> mbarriers.MBarrier
         self.in_flight: list = []  # mbarriers.TmaInFlight, oldest first
         # The running partition's first warp and warp count (register arrays' leading
@@ -166,6 +184,8 @@ class SharedMemory:
         self.ordering.new_cta()
         self.active = (0, self.num_warps)
         self.partitioned = False
+        self.cta_warps = (0, self.total_warps)
+        self.exited.clear()
 
     def active_warps(self) -> np.ndarray:
         first, count = self.active
@@ -174,7 +194,8 @@ class SharedMemory:
     def barrier(self) -> None:
         """bar.sync: the whole CTA (every warp, workers included, as the backend launches
         them), or inside a warp_specialize partition a named barrier over its warps."""
-        self.ordering.join(self.active_warps() if self.partitioned else np.arange(self.total_warps))
+        first, count = self.active if self.partitioned else self.cta_warps
+        self.ordering.join(np.arange(first, first + count))
 
     def _byte_indices(self, addresses: np.ndarray, element, op, what: str, describe: Describe):
         size = element_bytes(element)

@@ -87,6 +87,7 @@ class Ordering:
         self.agent_columns: dict[int, int] = {}          # mbarrier byte address -> column
         self.agent_describe: dict[int, Callable] = {}    # column -> (epoch -> (text, completed))
         self.labels: Optional[list[str]] = None           # warp -> name, while partitions run
+        self.window: Optional[int] = None                 # a cluster CTA's bytes (SharedMemory)
         self.cta_base = 0
         self.new_cta()
 
@@ -175,6 +176,13 @@ class Ordering:
     def label(self, warp: int) -> str:
         return self.labels[warp] if self.labels else f"warp {warp}"
 
+    def byte(self, row: int) -> str:
+        """`byte 81920`, or in a cluster's shared memory `byte 81920 of CTA rank 1`."""
+        if self.window is None:
+            return f"byte {row}"
+        rank, local = divmod(int(row), self.window)
+        return f"byte {local} of CTA rank {rank}"
+
     def _op_id(self, op) -> int:
         key = id(op)
         if key not in self._op_index:
@@ -195,7 +203,7 @@ class Ordering:
             hit = self.live_barrier[rows]
             if hit.any():
                 row = int(rows[np.argmax(hit)])
-                self._raise(f"{op.NAME} {verb} byte {row}, which belongs to a live mbarrier; "
+                self._raise(f"{op.NAME} {verb} {self.byte(row)}, which belongs to a live mbarrier; "
                             f"invalidate the barrier (mbarrier.invalidate) before reusing its "
                             f"memory", op, self._op(int(self.write_op[row])), "mbarrier initialised")
 
@@ -206,7 +214,7 @@ class Ordering:
         if hit.any():
             row = int(rows[np.argmax(hit)])
             record = self.records[int(self.pending_write[row])]
-            self._raise(f"shared-memory race: {who} {verb} byte {row}, which the {record.what} "
+            self._raise(f"shared-memory race: {who} {verb} {self.byte(row)}, which the {record.what} "
                         f"is still writing; {record.remedy} first",
                         op, record.op, f"{record.what} issued")
         if reads_too:
@@ -214,7 +222,7 @@ class Ordering:
             if hit.any():
                 row = int(rows[np.argmax(hit)])
                 record = next(r for r in self.records.values() if r.write_rows is None and r.holds(row))
-                self._raise(f"shared-memory race (WAR): {who} {verb} byte {row}, which the "
+                self._raise(f"shared-memory race (WAR): {who} {verb} {self.byte(row)}, which the "
                             f"{record.what} is still reading; {record.remedy} first",
                             op, record.op, f"{record.what} issued")
 
@@ -239,14 +247,14 @@ class Ordering:
         column = int(np.argmax(later[i]))
         row = int(rows[i])
         if column < self.num_warps:
-            self._raise(f"shared-memory race ({kind}): {who} {verb} byte {row}, which "
+            self._raise(f"shared-memory race ({kind}): {who} {verb} {self.byte(row)}, which "
                         f"{self.label(column)} wrote with no barrier (or mbarrier wait) ordering "
                         f"the two; insert a barrier between them",
                         op, self._op(int(self.write_op[row])), f"written by {self.label(column)}")
         text, completed = self.agent_describe[column](int(written[i, column]))
         state = ("its phase has completed, but this warp has not waited for it" if completed
                  else "its phase has not completed")
-        self._raise(f"shared-memory race ({kind}): {who} {verb} byte {row}, which {text} is "
+        self._raise(f"shared-memory race ({kind}): {who} {verb} {self.byte(row)}, which {text} is "
                     f"still writing as far as this warp knows: the copy is in flight until a wait "
                     f"on that phase returns ({state}); wait on the barrier first",
                     op, self._op(int(self.write_op[row])), "TMA load issued")
@@ -260,7 +268,7 @@ class Ordering:
         i = int(np.flatnonzero(later.any(axis=1))[0])
         reader = int(np.argmax(later[i]))
         row = int(rows[i])
-        self._raise(f"shared-memory race (WAR): {self.label(warp)} {verb} byte {row}, which "
+        self._raise(f"shared-memory race (WAR): {self.label(warp)} {verb} {self.byte(row)}, which "
                     f"{self.label(reader)} read with no barrier (or mbarrier wait) ordering the "
                     f"two; insert a barrier between them",
                     op, self._op(int(self.read_op[row])), f"read by {self.label(reader)}")
@@ -291,7 +299,7 @@ class Ordering:
         found = self._unfenced(rows, clock, written[:, :self.num_warps])
         if found is not None:
             writer, row = found
-            self._raise(f"shared-memory race (proxy): generic-proxy write of byte {row} by "
+            self._raise(f"shared-memory race (proxy): generic-proxy write of {self.byte(row)} by "
                         f"{self.label(writer)} read by {what} without fence_async_shared: "
                         f"the writing threads must run fence_async_shared after the write and "
                         f"before the barrier that publishes it",
@@ -306,7 +314,7 @@ class Ordering:
         found = self._unfenced(rows[generic], clock, self.read[rows[generic]])
         if found is not None:
             reader, row = found
-            self._raise(f"shared-memory race (proxy): {what} overwrites byte {row}, which "
+            self._raise(f"shared-memory race (proxy): {what} overwrites {self.byte(row)}, which "
                         f"{self.label(reader)} read through the generic proxy without fence_async_shared: "
                         f"the reading threads must run fence_async_shared after their reads and "
                         f"before the barrier (or arrive) that hands the buffer to the copy",

@@ -15,6 +15,11 @@ Inside a partition `barrier` (bar.sync) orders only that partition's warps (the 
 gives it a named barrier). The partitions start without a CTA barrier (the
 insert_barriers pass adds one before the split when needed) and end with one. Threads
 never outlive the op: on any error the blocked ones are woken to unwind, then joined.
+
+A cluster of CTAs (`run_cluster`) runs under one scheduler of the same kind: each CTA's
+kernel body is a unit from the start, and a CTA reaching warp_specialize adds its
+partitions as units and waits for them. A CTA blocks in an mbarrier wait as a partition
+does, and in a cluster barrier until every CTA of the cluster has reached it.
 """
 
 from __future__ import annotations
@@ -39,12 +44,18 @@ class _Unwind(BaseException):
 
 
 class Partition:
-    def __init__(self, index: int, name: str, cta, block: ir.Block, args: tuple):
+    """A unit of the scheduler: a warp_specialize partition, or a cluster CTA's kernel body.
+    `cta_warps`: the first warp and warp count of the CTA it belongs to."""
+
+    def __init__(self, index: int, name: str, cta, block: ir.Block, args: tuple,
+                 cta_warps: tuple[int, int], in_partition: bool = True):
         self.index = index
         self.name = name
         self.cta = cta
         self.block = block
         self.args = args
+        self.cta_warps = cta_warps
+        self.in_partition = in_partition
         self.waiting = None  # a mbarriers.Waiter while blocked
         self.finished = False
         self.error: Optional[BaseException] = None
@@ -64,6 +75,21 @@ class Scheduler:
         self.baton = threading.Condition()
         self.turn: Optional[Partition] = None  # who may run; None: the scheduler
         self.unwinding = False
+        self.failed: Optional[Partition] = None  # the unit whose error ends the run
+        self.cluster_arrivals = 0    # CTAs at the current cluster barrier
+        self.cluster_generation = 0  # cluster barriers completed
+
+    def add(self, partition: Partition) -> None:
+        """A unit joining a running scheduler (a cluster CTA's partitions): called by the
+        running unit, which then blocks until they are done."""
+        partition.index = len(self.partitions)
+        self.partitions.append(partition)
+        self._start(partition)
+
+    def _start(self, partition: Partition) -> None:
+        partition.thread = threading.Thread(target=self._body, args=(partition,), daemon=True,
+                                            name=f"weft-emulator {partition.name}")
+        partition.thread.start()
 
     # ------------------------------------------------------- in partition threads
     def _body(self, partition: Partition) -> None:
@@ -83,6 +109,8 @@ class Scheduler:
         finally:
             with self.baton:
                 partition.finished = True
+                if not partition.in_partition:  # a cluster CTA has exited
+                    self.shared.exited.add(partition.cta.rank)
                 self.turn = None
                 self.baton.notify_all()
 
@@ -103,17 +131,17 @@ class Scheduler:
     def _switch(self, partition: Partition) -> None:
         cta = partition.cta
         self.shared.active = (cta.warp_base, cta.num_warps)
+        self.shared.partitioned = partition.in_partition
+        self.shared.cta_warps = partition.cta_warps
         with self.baton:
             self.turn = partition
             self.baton.notify_all()
             while self.turn is not None:
                 self.baton.wait()
 
-    def run(self, op: ir.WarpSpecialize) -> None:
-        for partition in self.partitions:
-            partition.thread = threading.Thread(target=self._body, args=(partition,), daemon=True,
-                                                name=f"weft-emulator {partition.name}")
-            partition.thread.start()
+    def run(self) -> None:
+        for partition in list(self.partitions):
+            self._start(partition)
         try:
             last = len(self.partitions) - 1
             while True:
@@ -125,9 +153,10 @@ class Scheduler:
                     if self.shared.in_flight:
                         land_oldest(self.shared)
                         continue
-                    raise self._deadlock(op)
+                    raise self._deadlock()
                 self._switch(ready)
                 if ready.error is not None:
+                    self.failed = ready
                     raise ready.error
                 last = ready.index
         finally:
@@ -141,18 +170,83 @@ class Scheduler:
         for partition in self.partitions:
             partition.thread.join()
 
-    def _deadlock(self, op: ir.WarpSpecialize) -> EmulationError:
+    def _deadlock(self) -> EmulationError:
         blocked = [p for p in self.partitions if not p.finished]
         lines = [p.waiting.describe() for p in blocked]
         done = [p.name for p in self.partitions if p.finished]
         if done:
             lines.append(f"finished: {', '.join(done)}")
-        first = blocked[0].waiting
+        # Point at a wait on an mbarrier or a cluster barrier, not at a CTA waiting for
+        # its own partitions.
+        first = next((p for p in blocked if not isinstance(p.waiting, PartitionsDone)), blocked[0])
+        self.failed = first
+        waiting = first.waiting
+        barrier = getattr(waiting, "barrier", None)
         return EmulationError(
-            "deadlock: every running partition waits on an mbarrier phase that can never "
-            "complete (no partition left to arrive, no async copy in flight):\n  "
-            + "\n  ".join(lines),
-            first.op.loc, other_loc=first.barrier.init_op.loc, other_what="mbarrier initialised")
+            "deadlock: every running partition waits on a barrier that can never complete (no "
+            "partition left to arrive, no async copy in flight):\n  " + "\n  ".join(lines),
+            waiting.op.loc, other_loc=None if barrier is None else barrier.init_op.loc,
+            other_what="mbarrier initialised")
+
+    # ------------------------------------------------------- cluster barriers
+    def cluster_barrier(self, cta, op, ctas: int) -> None:
+        """barrier.cluster for the running CTA: the last of the cluster's CTAs to arrive
+        orders every warp of the cluster after every other; the others wait for it. The
+        last one yields too, so the others run on first (a CTA that exits early while this
+        one still uses its shared memory is caught rather than hidden by the order)."""
+        generation = self.cluster_generation
+        self.cluster_arrivals += 1
+        if self.cluster_arrivals == ctas:
+            self.cluster_arrivals = 0
+            self.cluster_generation += 1
+            self.shared.ordering.join(np.arange(ctas * self.shared.total_warps))
+        self.block(cta, ClusterBarrierWaiter(self, generation, cta.partition, op, ctas))
+
+
+class ClusterBarrierWaiter:
+    """A CTA in a cluster barrier, until every CTA of the cluster has reached it."""
+
+    def __init__(self, scheduler: Scheduler, generation: int, who: str, op, ctas: int):
+        self.scheduler, self.generation, self.who, self.op, self.ctas = scheduler, generation, who, op, ctas
+
+    def ready(self) -> bool:
+        return self.scheduler.cluster_generation > self.generation
+
+    def describe(self) -> str:
+        return (f"{self.who} waits at {self.op.loc} in a cluster barrier that "
+                f"{self.scheduler.cluster_arrivals} of the cluster's {self.ctas} CTAs have reached")
+
+
+class PartitionsDone:
+    """A cluster CTA in warp_specialize, until its partitions have all finished."""
+
+    def __init__(self, partitions: list, who: str, op):
+        self.partitions, self.who, self.op = partitions, who, op
+
+    def ready(self) -> bool:
+        return all(p.finished for p in self.partitions)
+
+    def describe(self) -> str:
+        return f"{self.who} waits at {self.op.loc} for its warp_specialize partitions"
+
+
+def run_cluster(shared, ctas: list, body: ir.Block, args: tuple) -> None:
+    """Run the kernel body of each CTA of a cluster (rank order) under one scheduler."""
+    scheduler = Scheduler(shared, [])
+    warps = shared.total_warps
+    shared.ordering.labels = [f"CTA rank {cta.rank} warp {w}" for cta in ctas for w in range(warps)]
+    for cta in ctas:
+        cta.partition = f"CTA rank {cta.rank}"
+        cta.scheduler = scheduler
+        unit = Partition(len(scheduler.partitions), cta.partition, cta, body, args,
+                         (cta.warp_base, warps), in_partition=False)
+        cta.partition_state = unit
+        scheduler.partitions.append(unit)
+    try:
+        scheduler.run()
+    except EmulationError as error:
+        program = scheduler.failed.cta.program_id if scheduler.failed is not None else None
+        raise (error if program is None else error.with_program(program)) from error.__cause__
 
 
 def _capture(cta, value: ir.Value, arg: ir.Value, num_warps: int, op):
@@ -174,13 +268,14 @@ def _partition_cta(cta, scheduler, partition_name: str, warp_base: int, num_warp
     child.warp_base = warp_base
     child.partition = partition_name
     child.scheduler = scheduler
+    child.in_partition = True
     child.async_state = None
     return child
 
 
 @RULES.register(ir.WarpSpecialize)
 def warp_specialize(cta, op: ir.WarpSpecialize) -> None:
-    if cta.scheduler is not None:
+    if cta.in_partition:
         raise EmulationError("warp_specialize inside a warp_specialize partition", op.loc)
     shared = cta.shared
     total = cta.num_warps + op.worker_warps()
@@ -191,34 +286,59 @@ def warp_specialize(cta, op: ir.WarpSpecialize) -> None:
     parts = [(op.default, cta.num_warps, "default partition", 0)]
     for i, (block, count, copies) in enumerate(zip(op.workers, op.worker_num_warps, op.replicas())):
         parts += [(block, count, f"worker {i}" + (f" copy {k}" if copies > 1 else ""), k) for k in range(copies)]
-    scheduler = Scheduler(shared, [])
+    in_cluster = cta.scheduler is not None  # a cluster's scheduler runs this CTA already
+    scheduler = cta.scheduler if in_cluster else Scheduler(shared, [])
+    prefix = f"{cta.partition}, " if in_cluster else ""
+    cta_warps = (cta.warp_base, shared.total_warps)
     base = 0
     labels = []
+    partitions = []
     for index, (block, count, name, copy_index) in enumerate(parts):
-        child = _partition_cta(cta, scheduler, f"{name} (warps {base}-{base + count - 1})", base, count)
+        child = _partition_cta(cta, scheduler, f"{prefix}{name} (warps {base}-{base + count - 1})",
+                               cta.warp_base + base, count)
         child.replica = copy_index
         args = tuple(_capture(cta, v, a, count, op) for v, a in zip(op.captures, block.args))
-        partition = Partition(index, name, child, block, args)
+        partition = Partition(index, prefix + name, child, block, args, cta_warps)
         child.partition_state = partition
-        scheduler.partitions.append(partition)
-        labels += [f"warp {w} ({name})" for w in range(base, base + count)]
+        partitions.append(partition)
+        labels += [f"{prefix}warp {w} ({name})" for w in range(base, base + count)]
         base += count
-    outer_active = shared.active
-    shared.partitioned = True
-    shared.ordering.labels = labels + [f"warp {w}" for w in range(base, shared.total_warps)]
-    try:
-        scheduler.run(op)
-    finally:
-        shared.partitioned = False
-        shared.active = outer_active
-        shared.ordering.labels = None
+    labels += [f"{prefix}warp {w}" for w in range(base, shared.total_warps)]
+    if in_cluster:
+        _run_in_cluster(cta, op, scheduler, partitions, labels)
+    else:
+        outer_active = shared.active
+        shared.partitioned = True
+        shared.ordering.labels = labels
+        scheduler.partitions.extend(partitions)
+        try:
+            scheduler.run()
+        finally:
+            shared.partitioned = False
+            shared.active = outer_active
+            shared.ordering.labels = None
     shared.barrier()  # the partitions end together
-    default = scheduler.partitions[0]
+    default = partitions[0]
     if len(default.results) != len(op.results):
         raise EmulationError(f"the default partition yields {len(default.results)} values for "
                              f"{len(op.results)} results", op.loc)
     for value, x in zip(op.results, default.results):
         cta.bind(value, x)
+
+
+def _run_in_cluster(cta, op, scheduler: Scheduler, partitions: list, labels: list) -> None:
+    """A cluster CTA's partitions join the cluster's scheduler; the CTA waits for them
+    (the scheduler switches back to it with its own warps active)."""
+    shared = cta.shared
+    first, count = cta.warp_base, shared.total_warps
+    outer = shared.ordering.labels[first:first + count]
+    shared.ordering.labels[first:first + count] = labels
+    try:
+        for partition in partitions:
+            scheduler.add(partition)
+        scheduler.block(cta, PartitionsDone(partitions, cta.partition, op))
+    finally:
+        shared.ordering.labels[first:first + count] = outer
 
 
 @RULES.register(ir.ReplicaIndex)

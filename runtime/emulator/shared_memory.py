@@ -56,12 +56,12 @@ def _store(cta, op, ref: SharedRef, value: ir.Value) -> None:
 def alloc_shared(cta, op: ir.AllocShared) -> None:
     offset = op.offset if op.offset is not None else cta.placements[id(op)]
     type_ = op.result.type
-    if offset < 0 or offset + type_.num_bytes > cta.shared.size:
+    if offset < 0 or offset + type_.num_bytes > cta.shared.cta_size:
         raise EmulationError(
             f"buffer of {type_.num_bytes} bytes at offset {offset} does not fit in the kernel's "
-            f"{cta.shared.size} bytes of shared memory (kernel.shared_bytes)", op.loc)
+            f"{cta.shared.cta_size} bytes of shared memory (kernel.shared_bytes)", op.loc)
     addressing = cta.memo(op, "addressing", lambda: shared_addressing(type_.layout))
-    ref = SharedRef(offset, type_, addressing)
+    ref = SharedRef(cta.shared_base + offset, type_, addressing)  # in its CTA's window of a cluster
     if op.init is not None:
         _store(cta, op, ref, op.init)
     cta.bind(op.result, ref)

@@ -23,6 +23,8 @@ fenced (fence_async_shared) before the barrier that published them.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,9 +93,13 @@ def _instruction_n(op: ir.WarpGroupDot) -> int:
 def _shared_operand(cta, op, ref: SharedRef, name: str):
     """(values as float64 in the view's shape, in-flight read record)."""
     mn_dim, tile_mn = (0, 64) if name == "a" else (1, _instruction_n(op))
+    # Descriptors hold the offset in the CTA's own shared memory (its window of a cluster's;
+    # the backend masks the rank bits off the address), and read from there.
+    base = cta.shared_base
+    local = dataclasses.replace(ref, offset=ref.offset - base)
     try:
         addresses = cta.memo(op, ("descriptors", name, id(ref.addressing), ref.xor, ref.offset),
-                             lambda: _descriptor_addresses(ref, mn_dim, tile_mn))
+                             lambda: _descriptor_addresses(local, mn_dim, tile_mn) + base)
     except WgmmaError as error:
         raise EmulationError(f"wgmma operand {name} ({ref.type}): {error}", op.loc) from None
     element = ref.type.element

@@ -119,9 +119,9 @@ def test_triton_cache_hints_reach_the_ptx():
     assert "ld.global.L1::evict_first" in ptx and "st.global.cs" in ptx
 
 
-def test_the_cluster_option_is_kept_checked_and_refused_on_the_emulator():
+def test_the_cluster_option_is_kept_and_checked():
     """`cluster=` reaches the launch of a highlevel kernel as of a lowlevel one (it was
-    accepted and dropped), with the same checks."""
+    accepted and dropped), with the same checks, on the GPU and the emulator."""
     signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32"}
     compiled = ported_scale.compile(signature=signature, constexprs={"BLOCK_SIZE": 256}, cluster=(2, 1))
     assert compiled.cluster == (2, 1, 1)
@@ -129,8 +129,11 @@ def test_the_cluster_option_is_kept_checked_and_refused_on_the_emulator():
     with pytest.raises(LaunchError, match="portable limit is 8"):
         ported_scale.compile(signature=signature, constexprs={"BLOCK_SIZE": 256}, cluster=16)
     x = RNG.standard_normal(512).astype(np.float32)
-    with pytest.raises(LaunchError, match="emulator runs clusters of one CTA"):
-        ported_scale[(2,)](x, np.zeros_like(x), 512, 2.0, BLOCK_SIZE=256, cluster=(2, 1, 1))
+    out = np.zeros_like(x)
+    ported_scale[(2,)](x, out, 512, 2.0, BLOCK_SIZE=256, cluster=(2, 1, 1))
+    np.testing.assert_allclose(out, x * 2 + 8, rtol=1e-6)
+    with pytest.raises(LaunchError, match="not a whole number of clusters"):
+        ported_scale[(3,)](x, out, 512, 2.0, BLOCK_SIZE=256, cluster=(2, 1, 1))
 
 
 # ------------------------------------------------------------------ errors at the user's line

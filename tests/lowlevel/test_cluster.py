@@ -1,6 +1,6 @@
 """Thread-block clusters in weft.lowlevel: multicast TMA loads, mbarrier arrivals on a peer
-CTA's barrier and cluster barriers. The emulator runs clusters of one CTA (rank 0 only);
-the GPU tests (marked `gpu`) run clusters of two against numpy."""
+CTA's barrier and cluster barriers, on the emulator (clusters of one and two CTAs, with
+its deadlock and race reports) and on the GPU (tests marked `gpu`), against numpy."""
 
 import numpy as np
 import pytest
@@ -13,6 +13,7 @@ from weft.runtime.emulator import EmulationError
 from weft.runtime.tensor_descriptor import TensorDescriptor
 
 LAYOUT = ll.NVMMASharedLayout(128, 16)
+BLOCKED = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
 ROWS, COLS = 64, 128  # a tile of two 64-column boxes
 
 
@@ -64,12 +65,120 @@ def test_the_emulator_runs_clusters_of_one_cta():
     np.testing.assert_array_equal(dst, _expected(src, 1))
 
 
-def test_the_emulator_refuses_other_ranks_and_bigger_clusters():
+@pytest.mark.parametrize("clusters", [1, 3])
+def test_the_emulator_runs_clusters_of_two(clusters):
+    """Each CTA loads half of the tile into both; each waits for the other's arrival."""
+    src, dst = _inputs(clusters, 2)
+    multicast_copy[(2 * clusters,)](*_descriptors(src, dst), CLUSTER=2, cluster=(2, 1, 1))
+    np.testing.assert_array_equal(dst, _expected(src, 2))
+
+
+def test_ranks_outside_the_cluster_are_errors():
     src, dst = _inputs(1, 2)
-    with pytest.raises(EmulationError, match="clusters of one CTA"):
+    with pytest.raises(EmulationError, match="rank 1 is not a CTA of the cluster: the launch has clusters "
+                                             "of one CTA"):
         multicast_copy[(2,)](*_descriptors(src, dst), CLUSTER=2)  # mask 3 names rank 1
-    with pytest.raises(LaunchError, match="clusters of one CTA"):
-        multicast_copy[(2,)](*_descriptors(src, dst), CLUSTER=2, cluster=(2, 1, 1))
+    with pytest.raises(LaunchError, match="not a whole number of clusters"):
+        multicast_copy[(3,)](*_descriptors(src, dst), CLUSTER=2, cluster=(2, 1, 1))
+
+
+@ll.jit
+def peer_never_arrives(src, dst):
+    """Rank 0 waits for an arrival rank 1 never makes."""
+    peer_done = mbarrier.allocate_mbarrier()
+    mbarrier.init(peer_done, count=1)
+    ll.cluster_barrier()
+    if ll.program_id(0) % 2 == 1:
+        mbarrier.arrive(peer_done, cta=1)  # its own barrier, not rank 0's
+    mbarrier.wait(peer_done, 0)
+    ll.cluster_barrier()
+    mbarrier.invalidate(peer_done)
+
+
+def test_a_wait_no_peer_completes_is_a_deadlock():
+    src, dst = _inputs(1, 2)
+    with pytest.raises(EmulationError, match=r"(?s)deadlock.*CTA rank 0 waits .* for phase 0 .* `peer_done` of "
+                                             r"CTA rank 0.*1 of 1 arrivals still pending"):
+        peer_never_arrives[(2,)](*_descriptors(src, dst), cluster=(2, 1, 1))
+
+
+@ll.jit
+def arrive_before_the_peer_inits(src, dst):
+    """No cluster barrier between the inits and the first remote arrival."""
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    mbarrier.arrive(bar, cta=(ll.program_id(0) + 1) % 2)
+    mbarrier.wait(bar, 0)
+    ll.cluster_barrier()
+    mbarrier.invalidate(bar)
+
+
+def test_an_arrival_on_a_peer_barrier_needs_its_init_ordered_first():
+    src, dst = _inputs(1, 2)
+    with pytest.raises(EmulationError, match="`bar` of CTA rank 1 .* before mbarrier_init: its CTA initialises "
+                                             "it, then ll.cluster_barrier"):
+        arrive_before_the_peer_inits[(2,)](*_descriptors(src, dst), cluster=(2, 1, 1))
+
+
+@ll.jit
+def reload_the_shared_tile(src, dst, WAIT_FOR_PEER: ll.constexpr):
+    """Both CTAs of a pair read the tile they share, then load the next one into it: one
+    CTA's multicast overwrites its peer's copy too, so it must first know the peer has read
+    (the peer's arrival on its `peer_read`), or that is a race."""
+    tile = ll.allocate_shared_memory(ll.float16, [ROWS, COLS], src.layout)
+    loaded = mbarrier.allocate_mbarrier()
+    peer_read = mbarrier.allocate_mbarrier()
+    mbarrier.init(loaded, count=1)
+    mbarrier.init(peer_read, count=1)
+    ll.cluster_barrier()
+    rank = ll.program_id(0) % 2
+    for step in ll.static_range(2):
+        mbarrier.expect(loaded, 2 * src.nbytes)
+        for j in ll.static_range(2):
+            tma.async_copy_global_to_shared(src, [step * ROWS, j * 64], loaded, tile.slice(j * 64, 64, 1),
+                                            rank == j % 2, multicast=3)
+        mbarrier.wait(loaded, step)
+        if step == 0:
+            first = tile.load(BLOCKED)
+            ll.fence_async_shared()  # generic-proxy reads, before the async proxy writes there
+            mbarrier.arrive(peer_read, cta=rank ^ 1)
+            if WAIT_FOR_PEER:
+                mbarrier.wait(peer_read, 0)
+    rows = ll.arange(0, ROWS, ll.SliceLayout(1, BLOCKED))
+    cols = ll.arange(0, COLS, ll.SliceLayout(0, BLOCKED))
+    ll.store(dst + (ll.program_id(0) * ROWS + rows[:, None]) * COLS + cols[None, :], first + tile.load(BLOCKED))
+    ll.cluster_barrier()
+    mbarrier.invalidate(loaded)
+    mbarrier.invalidate(peer_read)
+
+
+def test_a_multicast_into_a_peer_is_ordered_after_its_reads():
+    src = np.random.default_rng(7).standard_normal((2 * ROWS, COLS)).astype(np.float16)
+    descriptor = TensorDescriptor(src, list(src.shape), [COLS, 1], [ROWS, 64], LAYOUT)
+    dst = np.zeros((2 * ROWS, COLS), np.float16)
+    reload_the_shared_tile[(2,)](descriptor, dst, WAIT_FOR_PEER=True, cluster=(2, 1, 1))
+    expected = src[:ROWS].astype(np.float32) + src[ROWS:].astype(np.float32)
+    np.testing.assert_allclose(dst.astype(np.float32), np.vstack([expected, expected]), rtol=1e-2, atol=1e-2)
+    # Rank 0 reloads both copies before rank 1 has even waited for the first tile.
+    with pytest.raises(EmulationError, match=r"shared-memory race.*: CTA rank 0 warp 0 writes byte \d+ of CTA rank 1, "
+                                             r"which the TMA load .*still writing"):
+        reload_the_shared_tile[(2,)](descriptor, dst, WAIT_FOR_PEER=False, cluster=(2, 1, 1))
+
+
+@ll.jit
+def exit_before_the_peer_arrives(src, dst):
+    """No cluster barrier at the end: rank 0 may exit before rank 1 arrives on its barrier."""
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    ll.cluster_barrier()
+    if ll.program_id(0) % 2 == 1:
+        mbarrier.arrive(bar, cta=0)
+
+
+def test_a_cta_may_not_exit_while_a_peer_still_uses_it():
+    src, dst = _inputs(1, 2)
+    with pytest.raises(EmulationError, match="after CTA rank 0 exited .* end the kernel with ll.cluster_barrier"):
+        exit_before_the_peer_arrives[(2,)](*_descriptors(src, dst), cluster=(2, 1, 1))
 
 
 def test_cluster_option_errors():
@@ -180,10 +289,11 @@ def _matmul_descriptors(a, b):
             TensorDescriptor(b, list(b.shape), [COLS, 1], [64, 64], LAYOUT))
 
 
-def test_the_emulator_runs_the_two_atom_wgmma():
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_the_emulator_runs_the_two_atom_wgmma(cluster):
     a, b, expected = _matmul_inputs(2)
     out = np.zeros((2 * ROWS, COLS), np.float32)
-    tile_matmul[(2,)](*_matmul_descriptors(a, b), out)
+    tile_matmul[(2,)](*_matmul_descriptors(a, b), out, cluster=(cluster, 1, 1))
     np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-2)
 
 
