@@ -117,11 +117,13 @@ def persistent_grid(kernel, x, items: int, args: tuple, constexprs: dict, num_wa
 
 def persistent_cluster_grid(kernel, x, items: int, args: tuple, constexprs: dict, num_warps: int,
                             cluster: int) -> int:
-    """CTAs to launch for a persistent kernel on x's GPU whose CTAs run in clusters of
+    """CTAs to launch for a persistent kernel whose CTAs run in clusters of
     `cluster` along x (launched with cluster=(cluster, 1, 1)), `cluster` items per cluster:
     as many clusters as the device holds at once (a cluster's CTAs share a GPC, so that
     can be fewer than SMs / cluster; one more would wait for another to finish), but no
-    more than there are items for."""
+    more than there are items for. On the emulator, one cluster."""
+    if not (is_torch(x) and x.is_cuda):
+        return cluster
     return cluster * max(1, min(items // cluster, _resident(kernel, x, args, constexprs, num_warps, cluster)))
 
 

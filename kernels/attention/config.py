@@ -80,8 +80,7 @@ class Config:
       half of every K/V tile into both by multicast TMA, so K and V leave L2 once per
       pair (FlashAttention-3 does this for non-causal head_dim 128 and 256). It needs
       non-causal attention, head_dim 128 or 256, an even count of query tiles per head,
-      one head per tile group (l2_group_bytes None) and CUDA tensors (the emulator runs
-      clusters of one CTA). 1 by default: 2 measured 1-2% faster at 4k-8k tokens, but in
+      one head per tile group (l2_group_bytes None). 1 by default: 2 measured 1-2% faster at 4k-8k tokens, but in
       runs one after the other, not side by side (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
@@ -217,7 +216,7 @@ def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) ->
     return max(1, min(batch_heads, budget // max(kv_bytes, 1)))
 
 
-def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int, on_gpu: bool) -> int:
+def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int) -> int:
     """CTAs per cluster (Config.cluster), checked against the problem: 2 needs a pair of
     query tiles of one head to share K/V by multicast. `group`: (batch, head) pairs per
     tile group (`tile_group`)."""
@@ -232,8 +231,6 @@ def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int, on_
     elif group != 1:
         why = (f"tiles must run one head at a time, not in groups of {group} heads "
                f"(Config.l2_group_bytes None)")
-    elif not on_gpu:
-        why = "the CPU emulator runs clusters of one CTA; pass CUDA tensors"
     if why is not None:
         raise ValueError(f"flash_attention: Config.cluster=2 cannot be used here: {why}")
     return 2

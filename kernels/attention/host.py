@@ -176,7 +176,7 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
                       PER_WARP=per_warp_release(config, replicate), RESCALE_ABOVE=rescale_above(config),
                       CLAIM_AHEAD=claim_ahead(config), **regs)
     tiles = num_m_tiles * batch * heads
-    cluster = cluster_size(config, causal, num_m_tiles, group, is_torch(q) and q.is_cuda) if persistent else 1
+    cluster = cluster_size(config, causal, num_m_tiles, group) if persistent else 1
     if cluster > 1:
         constexprs.update(CLUSTER=cluster)
         grid = persistent_cluster_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, cluster)

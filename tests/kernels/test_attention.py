@@ -166,12 +166,11 @@ def test_cluster_size():
     where that cannot hold, the request is an error."""
     paired = dataclasses.replace(default_config(128), cluster=2)
     assert default_config(128).cluster == default_config(256).cluster == 1
-    assert cluster_size(default_config(128), False, 32, 1, True) == 1
-    assert cluster_size(paired, False, 32, 1, True) == 2
-    assert cluster_size(dataclasses.replace(default_config(256), cluster=2), False, 8, 1, True) == 2
-    for args, why in [((True, 32, 1, True), "causal"), ((False, 7, 1, True), "count even"),
-                      ((False, 32, 4, True), "one head at a time"),
-                      ((False, 32, 1, False), "emulator runs clusters of one CTA")]:
+    assert cluster_size(default_config(128), False, 32, 1) == 1
+    assert cluster_size(paired, False, 32, 1) == 2
+    assert cluster_size(dataclasses.replace(default_config(256), cluster=2), False, 8, 1) == 2
+    for args, why in [((True, 32, 1), "causal"), ((False, 7, 1), "count even"),
+                      ((False, 32, 4), "one head at a time")]:
         with pytest.raises(ValueError, match=why):
             cluster_size(paired, *args)
     with pytest.raises(ValueError, match="must be 1 or 2"):
@@ -180,9 +179,23 @@ def test_cluster_size():
         Config(head_dim=64, cluster=2)
     with pytest.raises(ValueError, match="persistent pingpong"):
         Config(persistent=False, cluster=2)
-    q = RNG.standard_normal((1, 2, 256, 128)).astype(np.float16)
-    with pytest.raises(ValueError, match="emulator runs clusters of one CTA"):
-        flash_attention(q, q, q, config=paired)
+    q = RNG.standard_normal((1, 2, 384, 128)).astype(np.float16)
+    with pytest.raises(ValueError, match="count even"):
+        flash_attention(q, q, q, config=paired)  # three query tiles a head
+
+
+@pytest.mark.parametrize("head_dim, seq_q, seq_k", [(128, 256, 300), (256, 200, 130)])
+def test_emulated_clusters_match_the_reference(head_dim, seq_q, seq_k):
+    """Config.cluster=2 on the emulator: one cluster of two CTAs walks the pairs of query
+    tiles (two heads, so the ring runs on from one pair to the next), each CTA loading
+    half of every K/V tile into both; GQA, a key tail and a partial second query tile."""
+    q = RNG.standard_normal((1, 4, seq_q, head_dim)).astype(np.float16)
+    k, v = (RNG.standard_normal((1, 2, seq_k, head_dim)).astype(np.float16) for _ in range(2))
+    config = dataclasses.replace(default_config(head_dim), cluster=2)
+    out, lse = flash_attention(q, k, v, return_lse=True, config=config)
+    ref, ref_lse = reference_attention(q, k, v, return_lse=True)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 2e-2 * np.abs(ref).max()
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-4, atol=1e-4)
 
 
 def test_configs_validate_with_readable_errors():
