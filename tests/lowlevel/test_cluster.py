@@ -83,23 +83,25 @@ def test_ranks_outside_the_cluster_are_errors():
 
 
 @ll.jit
-def peer_never_arrives(src, dst):
-    """Rank 0 waits for an arrival rank 1 never makes."""
-    peer_done = mbarrier.allocate_mbarrier()
-    mbarrier.init(peer_done, count=1)
+def arrival_from_rank_1(src, dst, TARGET: ll.constexpr, WAIT_AND_MEET: ll.constexpr):
+    """Rank 1 arrives once on the barrier of rank TARGET; with WAIT_AND_MEET each CTA then
+    waits for its barrier's first phase and the two meet before the end."""
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
     ll.cluster_barrier()
     if ll.program_id(0) % 2 == 1:
-        mbarrier.arrive(peer_done, cta=1)  # its own barrier, not rank 0's
-    mbarrier.wait(peer_done, 0)
-    ll.cluster_barrier()
-    mbarrier.invalidate(peer_done)
+        mbarrier.arrive(bar, cta=TARGET)
+    if WAIT_AND_MEET:
+        mbarrier.wait(bar, 0)
+        ll.cluster_barrier()
+        mbarrier.invalidate(bar)
 
 
 def test_a_wait_no_peer_completes_is_a_deadlock():
     src, dst = _inputs(1, 2)
-    with pytest.raises(EmulationError, match=r"(?s)deadlock.*CTA rank 0 waits .* for phase 0 .* `peer_done` of "
+    with pytest.raises(EmulationError, match=r"(?s)deadlock.*CTA rank 0 waits .* for phase 0 .* `bar` of "
                                              r"CTA rank 0.*1 of 1 arrivals still pending"):
-        peer_never_arrives[(2,)](*_descriptors(src, dst), cluster=(2, 1, 1))
+        arrival_from_rank_1[(2,)](*_descriptors(src, dst), TARGET=1, WAIT_AND_MEET=True, cluster=(2, 1, 1))
 
 
 @ll.jit
@@ -165,20 +167,11 @@ def test_a_multicast_into_a_peer_is_ordered_after_its_reads():
         reload_the_shared_tile[(2,)](descriptor, dst, WAIT_FOR_PEER=False, cluster=(2, 1, 1))
 
 
-@ll.jit
-def exit_before_the_peer_arrives(src, dst):
-    """No cluster barrier at the end: rank 0 may exit before rank 1 arrives on its barrier."""
-    bar = mbarrier.allocate_mbarrier()
-    mbarrier.init(bar, count=1)
-    ll.cluster_barrier()
-    if ll.program_id(0) % 2 == 1:
-        mbarrier.arrive(bar, cta=0)
-
-
 def test_a_cta_may_not_exit_while_a_peer_still_uses_it():
     src, dst = _inputs(1, 2)
     with pytest.raises(EmulationError, match="after CTA rank 0 exited .* end the kernel with ll.cluster_barrier"):
-        exit_before_the_peer_arrives[(2,)](*_descriptors(src, dst), cluster=(2, 1, 1))
+        # No cluster barrier at the end: rank 0 may exit before rank 1 arrives on its barrier.
+        arrival_from_rank_1[(2,)](*_descriptors(src, dst), TARGET=0, WAIT_AND_MEET=False, cluster=(2, 1, 1))
 
 
 def test_cluster_option_errors():
