@@ -44,14 +44,15 @@ MAX_INLINE_DEPTH = 64
 
 def build_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any],
                  num_warps: int, specialization: Optional[Union[Mapping[str, str], Sequence[str]]] = None,
-                 *, language: str = "lowlevel") -> ir.Kernel:
+                 *, language: str = "lowlevel", cluster: Optional[Sequence[int]] = None) -> ir.Kernel:
     """The IR of kernel `fn` (a @jit object or its Python function) at the stage its
     language enters at (`layout` for lowlevel, `tile` for highlevel).
 
     `signature` maps each runtime parameter to a Triton signature string ("*fp32", "i32",
     ...); `constexprs` gives every compile-time parameter's value (defaults fill gaps);
     `specialization` maps runtime parameters (or lists them in order) to "equal_to_1",
-    "divisible_by_16" or "".
+    "divisible_by_16" or "". `cluster`: the CTAs per cluster it launches in (checked by the
+    runtime; None for one), a launch fact it carries to the compiled kernel and the emulator.
     """
     function = python_function(fn) or fn
     if not isinstance(function, types.FunctionType):
@@ -60,7 +61,8 @@ def build_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str,
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     builder = Builder(num_warps, language_wrapper(language))
     kernel = KernelBuilder(builder).build(function, dict(signature), dict(constexprs), specialization)
-    return dataclasses.replace(kernel, stage=language_stage(language), language=language)
+    return dataclasses.replace(kernel, stage=language_stage(language), language=language,
+                               cluster=tuple(cluster or (1, 1, 1)))
 
 
 class KernelBuilder(ExpressionVisitor):

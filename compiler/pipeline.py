@@ -133,4 +133,5 @@ def compile_layout_kernel(kernel: Kernel, params: tuple[Param, ...], source: str
         metadata.update(report)
     return CompiledKernel(name=kernel.name, params=params, num_warps=kernel.num_warps,
                           shared=kernel.shared_bytes, asm=asm, metadata=metadata,
+                          cluster=None if kernel.cluster == (1, 1, 1) else kernel.cluster,
                           total_warps=kernel.total_warps)

@@ -3,7 +3,6 @@ passes (`compiler.pipeline.TILE_PASSES`) to the `layout` IR the lowlevel pipelin
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.compiled import Param
@@ -17,16 +16,12 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     from ..compiler.frontend import build_kernel
     from ..runtime.arguments import check_cluster
 
-    cluster = check_cluster(jit_fn.__name__, options.get("cluster"))  # no op uses them, but honour it
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
-                          language="highlevel")
+                          language="highlevel", cluster=check_cluster(jit_fn.__name__, options.get("cluster")))
     if options.get("target") == "emulator":
-        kernel = pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
-        return dataclasses.replace(kernel, cluster=cluster or (1, 1, 1))
+        return pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
     params = tuple(Param(name, text) for name, text in signature.items())
-    compiled = pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
-    compiled.cluster = cluster
-    return compiled
+    return pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
 
 
 def jit(fn: Optional[Callable] = None, *, emulate_fn: Optional[Callable] = None,

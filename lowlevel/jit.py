@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.compiled import Param
@@ -16,14 +15,12 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     from ..compiler import pipeline
     from ..compiler.frontend import build_kernel
 
-    cluster = check_cluster(jit_fn.__name__, options.get("cluster"))
-    kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization)
+    kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
+                          cluster=check_cluster(jit_fn.__name__, options.get("cluster")))
     if options.get("target") == "emulator":
-        return dataclasses.replace(pipeline.run_layout_passes(kernel), cluster=cluster or (1, 1, 1))
+        return pipeline.run_layout_passes(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())
-    compiled = pipeline.compile_layout_kernel(kernel, params, target=options.get("target", "sm_90a"))
-    compiled.cluster = cluster
-    return compiled
+    return pipeline.compile_layout_kernel(kernel, params, target=options.get("target", "sm_90a"))
 
 
 def emulate_kernel(kernel: Any, grid: tuple, args: tuple) -> None:

@@ -219,6 +219,9 @@ def mbarrier_arrive_per_warp(count: int) -> tuple[str, str]:
             f"@elected mbarrier.arrive.shared::cta.b64 _, [$0], {count}; }}", "r,b")
 
 
+_RELEASE_SCOPES = {"cluster": ".release.cluster", "cta": ""}  # "cta": the instruction's default
+
+
 def mbarrier_arrive_remote(count: int, per_warp: bool, scope: str = "cluster") -> tuple[str, str]:
     """`count` arrivals on the mbarrier at the shared::cta offset $0 in the CTA of cluster
     rank $2, where $1 holds (per_warp: from one elected thread of each warp): mapa turns
@@ -234,9 +237,6 @@ def mbarrier_arrive_remote(count: int, per_warp: bool, scope: str = "cluster") -
     return ("{ .reg .pred issue; .reg .b32 remote; " + elect + " mapa.shared::cluster.u32 remote, $0, $2;\n"
             f"@issue mbarrier.arrive{_RELEASE_SCOPES[scope]}.shared::cluster.b64 _, [remote], {count}; }}",
             "r,b,r")
-
-
-_RELEASE_SCOPES = {"cluster": ".release.cluster", "cta": ""}
 
 
 def cluster_barrier() -> tuple[str, str]:

@@ -44,7 +44,7 @@ class Kernel:
     # address in bytes), from launch specialization; 1 when nothing is known.
     param_divisibility: tuple[int, ...] = ()
     language: str = "lowlevel"  # the language it was written in (its registered layout classes)
-    cluster: tuple[int, int, int] = (1, 1, 1)  # CTAs per cluster it launches in (the emulator's)
+    cluster: tuple[int, int, int] = (1, 1, 1)  # CTAs per cluster it launches in
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

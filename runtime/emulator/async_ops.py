@@ -32,7 +32,7 @@ from .dtypes import element_bytes
 from .errors import EmulationError
 from .global_memory import _check_vector
 from .interpreter import SharedRef
-from .mbarriers import TmaInFlight, cluster_ranks, live_barrier, partition_warps, predicate, touch
+from .mbarriers import TmaInFlight, cluster_ranks, in_rank, live_barrier, partition_warps, predicate, touch
 from .rules import EMULATION_RULES as RULES
 from .shared_memory import _addresses
 
@@ -130,7 +130,7 @@ def tma_load(cta, op: ir.TmaLoad) -> None:
     for rank in ranks:
         bar = live_barrier(cta, op, op.barrier, rank)
         touch(cta, bar.address, [issuer], op, write=False)
-        landing = addresses + (rank - cta.rank) * cta.shared.window
+        landing = in_rank(cta, addresses, rank)
         record = cta.shared.ordering.async_write(
             byte_rows(landing, size)[None, :], np.array([issuer]), op, "TMA load",
             f"wait on mbarrier {bar.name}", async_proxy=True)

@@ -283,12 +283,10 @@ def _emulate_clusters(kernel, grid, cluster, bound, memory, shared_size, rules, 
                       memo) -> None:
     """Each cluster of the grid in turn: its CTAs side by side in one SharedMemory (rank r's
     window at r * window bytes), run by one scheduler."""
+    from ..arguments import check_grid
     from .partitions import run_cluster
 
-    for axis, (g, c) in enumerate(zip(grid, cluster)):
-        if g % c:
-            raise EmulationError(f"grid {grid} of kernel `{kernel.name}` is not a whole number of "
-                                 f"clusters {cluster}: make axis {axis} ({g} CTAs) a multiple of {c}")
+    check_grid(kernel.name, grid, cluster)  # whole clusters, as a launch checks them
     ctas = cluster[0] * cluster[1] * cluster[2]
     total_warps = _total_warps(kernel)
     shared = SharedMemory(shared_size, kernel.num_warps, total_warps, ctas=ctas)

@@ -157,7 +157,7 @@ def live_barrier(cta, op, value: ir.Value, rank: Optional[int] = None) -> MBarri
     the same offset in that CTA of the cluster."""
     address = barrier_address(cta, op, value)
     if rank is not None:
-        address += (rank - cta.rank) * cta.shared.window
+        address = in_rank(cta, address, rank)
     bar = cta.shared.mbarriers.get(address)
     peer = rank is not None and rank != cta.rank
     if peer and rank in cta.shared.exited:
@@ -361,6 +361,11 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
 @RULES.register(ir.FenceAsyncShared)
 def fence_async_shared(cta, op: ir.FenceAsyncShared) -> None:
     cta.shared.ordering.fence(partition_warps(cta))
+
+
+def in_rank(cta, addresses, rank: int):
+    """The same shared offsets in the window of the cluster's CTA `rank` (mapa)."""
+    return addresses + (rank - cta.rank) * cta.shared.window
 
 
 def check_rank(cta, rank: int, op, what: str) -> int:
