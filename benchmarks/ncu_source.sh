@@ -10,7 +10,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 cd /tmp || exit 1
 for spec in ${SHAPES:-32,32,512,64:causal 4,16,4096,128}; do
     name=$(echo "$spec" | tr ',:' '_-')
-    timeout 240 ncu --profile-from-start off --section SourceCounters --section WarpStateStats \
+    timeout 240 ncu --profile-from-start off --section SpeedOfLight --section SourceCounters --section WarpStateStats \
         --section SchedulerStats --section InstructionStats -f -o "$OUT/$name" \
         python3 -m weft.benchmarks.profile_attention "$spec" --systems "$SYSTEMS" > "$OUT/$name.log" 2>&1
     echo "$spec: ncu rc $?"

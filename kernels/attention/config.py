@@ -79,9 +79,12 @@ class Config:
       cluster run the two query tiles of one (batch, head) side by side, and each loads
       half of every K/V tile into both by multicast TMA, so K and V leave L2 once per
       pair (FlashAttention-3 does this for non-causal head_dim 128 and 256). It needs
-      non-causal attention, head_dim 128 or 256, an even count of query tiles per head,
-      one head per tile group (l2_group_bytes None). 1 by default: 2 measured 1-2% faster at 4k-8k tokens, but in
-      runs one after the other, not side by side (benchmarks/NOTES.md).
+      non-causal attention, head_dim 128 or 256, an even count of query tiles per head and
+      one head per tile group (l2_group_bytes None). None: 2 wherever that holds, else 1.
+      Side by side on the H200 at the power cap, 2 ran +0.7 to +2.0% from 4k tokens and
+      +0.2 to +0.8% at 2k (head_dim 256 at 512 too), level at 512-1k for head_dim 128:
+      the clock rises about 3% with half the L2 traffic, and the pair gives most of it
+      back in work per cycle (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -103,12 +106,12 @@ class Config:
     rescale_above: float = 8.0
     claim_ahead: int | None = None
     exp2_fma_share: float = 0.0
-    cluster: int = 1
+    cluster: int | None = None
 
     def __post_init__(self):
-        if isinstance(self.cluster, bool) or self.cluster not in (1, 2):
-            raise ValueError(f"Config.cluster must be 1 or 2 (CTAs sharing K/V tiles by multicast), "
-                             f"got {self.cluster!r}")
+        if self.cluster is not None and (isinstance(self.cluster, bool) or self.cluster not in (1, 2)):
+            raise ValueError(f"Config.cluster must be None (2 where it applies), 1 or 2 (CTAs sharing K/V "
+                             f"tiles by multicast), got {self.cluster!r}")
         if self.cluster == 2 and (self.variant != "pingpong" or not self.persistent or self.head_dim == 64):
             raise ValueError("Config.cluster=2 needs the persistent pingpong variant at head_dim 128 or "
                              "256 (each CTA multicasts half of a K/V tile's 64-column boxes)")
@@ -217,13 +220,16 @@ def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) ->
 
 
 def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int) -> int:
-    """CTAs per cluster (Config.cluster), checked against the problem: 2 needs a pair of
-    query tiles of one head to share K/V by multicast. `group`: (batch, head) pairs per
-    tile group (`tile_group`)."""
+    """CTAs per cluster (Config.cluster) for a problem: 2 needs a pair of query tiles of
+    one head to share K/V by multicast. `group`: (batch, head) pairs per tile group
+    (`tile_group`). Config.cluster None: 2 where it applies, else 1; 2 where it does not
+    apply is an error."""
     if config.cluster == 1:
         return 1
     why = None
-    if causal:
+    if config.variant != "pingpong" or not config.persistent or config.head_dim == 64:
+        why = "it needs the persistent pingpong variant at head_dim 128 or 256"
+    elif causal:
         why = "causal tiles differ in length, so paired CTAs would not run in step"
     elif num_m_tiles % 2:
         why = (f"the query tiles of a head ({num_m_tiles} of {config.block_m} rows) must pair up: "
@@ -231,9 +237,11 @@ def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int) -> 
     elif group != 1:
         why = (f"tiles must run one head at a time, not in groups of {group} heads "
                f"(Config.l2_group_bytes None)")
-    if why is not None:
-        raise ValueError(f"flash_attention: Config.cluster=2 cannot be used here: {why}")
-    return 2
+    if why is None:
+        return 2
+    if config.cluster is None:
+        return 1
+    raise ValueError(f"flash_attention: Config.cluster=2 cannot be used here: {why}")
 
 
 def replicated(config: Config, causal: bool, seq_k: int) -> bool:

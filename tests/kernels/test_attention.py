@@ -161,19 +161,24 @@ def test_cluster_variants_assemble_without_spills(head_dim):
 
 
 def test_cluster_size():
-    """Pairs of CTAs share K/V on request (Config.cluster=2) for non-causal head_dim 128
-    and 256 with an even count of query tiles per head, one head at a time, on the GPU;
-    where that cannot hold, the request is an error."""
-    paired = dataclasses.replace(default_config(128), cluster=2)
-    assert default_config(128).cluster == default_config(256).cluster == 1
-    assert cluster_size(default_config(128), False, 32, 1) == 1
-    assert cluster_size(paired, False, 32, 1) == 2
-    assert cluster_size(dataclasses.replace(default_config(256), cluster=2), False, 8, 1) == 2
+    """Pairs of CTAs share K/V (Config.cluster) by default where they can: non-causal
+    head_dim 128 and 256, an even count of query tiles per head, one head at a time, the
+    persistent pingpong kernel; elsewhere the default is one CTA, and an explicit 2 is an
+    error that says why."""
+    chosen = default_config(128)
+    paired = dataclasses.replace(chosen, cluster=2)
+    assert chosen.cluster is None and default_config(256).cluster is None
+    assert cluster_size(chosen, False, 32, 1) == cluster_size(paired, False, 32, 1) == 2
+    assert cluster_size(default_config(256), False, 8, 1) == 2
+    assert cluster_size(dataclasses.replace(chosen, cluster=1), False, 32, 1) == 1
+    assert cluster_size(default_config(64), False, 32, 1) == 1
+    assert cluster_size(dataclasses.replace(chosen, persistent=False), False, 32, 1) == 1
     for args, why in [((True, 32, 1), "causal"), ((False, 7, 1), "count even"),
                       ((False, 32, 4), "one head at a time")]:
+        assert cluster_size(chosen, *args) == 1
         with pytest.raises(ValueError, match=why):
             cluster_size(paired, *args)
-    with pytest.raises(ValueError, match="must be 1 or 2"):
+    with pytest.raises(ValueError, match="None .2 where it applies., 1 or 2"):
         Config(cluster=4)
     with pytest.raises(ValueError, match="head_dim 128 or 256"):
         Config(head_dim=64, cluster=2)
