@@ -18,8 +18,8 @@ from ..compiler.types import PointerType, ScalarType, SharedType, TensorDescript
 from ..runtime.jit import constexpr
 from .atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or, atomic_xchg,
                       atomic_xor)
-from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, cluster_barrier, prefetch_l2, ceil, convert_layout, cos,
-                       device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
+from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, cluster_barrier, prefetch_l2, ceil,
+                       convert_layout, cos, device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
                        load, log, log2, max, maximum, min, minimum, num_programs, permute,
                        program_id, reshape, rsqrt, sin, sqrt, static_assert, static_print, store,
                        sum, warp_any, where, zeros)

@@ -38,7 +38,7 @@ Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
 With CLUSTER 2 (Config.cluster; non-causal), CTAs run in clusters of two on a static
 schedule: the pair takes query tiles 2p and 2p + 1 of one head, and each CTA's producer
 loads half of every K/V tile's 64-column boxes into both CTAs by multicast TMA
-(`load_shared_boxes`), so K and V leave L2 once per pair; consumers release each slot on
+(`load_boxes`), so K and V leave L2 once per pair; consumers release each slot on
 both CTAs' `empty` barriers (`release_slot`), since either producer writes into both.
 
 Tensors are seen through 4-D TMA descriptors [batch, heads, seq, head_dim] with boxes
@@ -116,13 +116,21 @@ def key_tiles(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
 
 
 @ll.jit
-def load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr, pred=True):
+def load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr, pred=True, CLUSTER: ll.constexpr = 1):
     """TMA loads of a [rows, HEAD_DIM] tile as HEAD_DIM / 64 boxes side by side (none
-    where `pred` is false)."""
+    where `pred` is false). In a cluster of CLUSTER CTAs, the tile lands in every CTA of
+    it: CTA r loads the boxes j with j % CLUSTER == r and multicasts them to all, so it
+    leaves L2 once per cluster rather than once per CTA (each CTA's barrier still expects
+    the whole tile; `pred` is then not used: K and V tiles are always loaded)."""
     BOX: ll.constexpr = desc.block_shape[3]
     for j in ll.static_range(HEAD_DIM // BOX):
-        tma.async_copy_global_to_shared(desc, [batch, head, row, j * BOX], bar,
-                                        dst.slice(j * BOX, BOX, 3), pred)
+        if CLUSTER == 1:
+            tma.async_copy_global_to_shared(desc, [batch, head, row, j * BOX], bar,
+                                            dst.slice(j * BOX, BOX, 3), pred)
+        else:
+            tma.async_copy_global_to_shared(desc, [batch, head, row, j * BOX], bar, dst.slice(j * BOX, BOX, 3),
+                                            ll.program_id(0) % CLUSTER == j % CLUSTER,
+                                            multicast=(1 << CLUSTER) - 1)
 
 
 @ll.jit
@@ -238,27 +246,12 @@ def load_kv(state, step, batch, kv_head, n):
     phase = ((step // STAGES) & 1) ^ 1
     mbarrier.wait(k_empty.index(slot), phase)
     mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
-    load_shared_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM,
-                      CLUSTER)
+    load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM,
+               CLUSTER=CLUSTER)
     mbarrier.wait(v_empty.index(slot), phase)
     mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
-    load_shared_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM,
-                      CLUSTER)
-
-
-@ll.jit
-def load_shared_boxes(desc, batch, head, row, bar, dst, HEAD_DIM: ll.constexpr, CLUSTER: ll.constexpr):
-    """A K or V tile (`load_boxes`) for every CTA of the cluster: CTA r loads the boxes
-    j with j % CLUSTER == r and multicasts them to all, so each tile leaves L2 once per
-    cluster rather than once per CTA (each CTA's barrier still expects the whole tile)."""
-    if CLUSTER == 1:
-        load_boxes(desc, batch, head, row, bar, dst, HEAD_DIM)
-    else:
-        BOX: ll.constexpr = desc.block_shape[3]
-        rank = ll.program_id(0) % CLUSTER
-        for j in ll.static_range(HEAD_DIM // BOX):
-            tma.async_copy_global_to_shared(desc, [batch, head, row, j * BOX], bar, dst.slice(j * BOX, BOX, 3),
-                                            rank == j % CLUSTER, multicast=(1 << CLUSTER) - 1)
+    load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM,
+               CLUSTER=CLUSTER)
 
 
 @ll.jit
@@ -592,7 +585,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     CLUSTER 2 (launched with cluster=(2, 1, 1), an even grid): the two CTAs of a cluster
     take query tiles 2p and 2p + 1, which must share their (batch, head): non-causal, an
     even num_m_tiles and one head per tile group. They run in step over the same K/V
-    tiles, each loading half of every tile into both (`load_shared_boxes`)."""
+    tiles, each loading half of every tile into both (`load_boxes`)."""
     dtype: ll.constexpr = q_desc.dtype
     ll.static_assert(CLUSTER == 1 or (CLUSTER == 2 and not CAUSAL and HEAD_DIM // BOX_COLUMNS % 2 == 0),
                      "CLUSTER 2 needs non-causal attention (tiles of equal length, paired) and an even "
