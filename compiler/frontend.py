@@ -314,16 +314,17 @@ class KernelBuilder(ExpressionVisitor):
                 self.region_locals[name] = loc
 
     def check_per_warp_branch(self, ops: list, names: list, types: list) -> None:
-        """A branch taken warp by warp holds register arithmetic only and changes tensors
-        only (ir.If's per_warp)."""
+        """A branch taken warp by warp holds register arithmetic (and reductions within
+        each warp) only and changes tensors only (ir.If's per_warp)."""
         op = ir.first_non_register_op([ir.Block((), tuple(ops))])
         if op is not None:
             raise CompilationError(
                 f"`{op.NAME}` in a branch taken warp by warp (`if ll.warp_any(...)`)", op.loc,
                 suggestion="only register arithmetic (elementwise math, ll.where, casts, "
-                           "broadcasts) may run there: the warps that skip the branch would "
-                           "leave a memory access, barrier, reduction or layout conversion "
-                           "short of threads. Compute it before the `if`")
+                           "broadcasts) and reductions along an axis each warp holds whole may "
+                           "run there: the warps that skip the branch would leave a memory "
+                           "access, barrier, cross-warp reduction or layout conversion short of "
+                           "threads. Compute it before the `if`")
         for name, type_ in zip(names, types):
             if not isinstance(type_, TensorType):
                 raise self.builder.error(

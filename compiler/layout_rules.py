@@ -197,6 +197,16 @@ def plan_reduction(layout: LinearLayout, axis: int) -> ReductionPlan:
     return ReductionPlan(axis, result, tuple(tuple(g) for g in groups), lane_masks, warp_masks)
 
 
+def reduction_in_warp(layout: LinearLayout, axis: int) -> bool:
+    """Whether a reduction along `axis` combines lanes within each warp only (no exchange
+    through shared memory), so that each warp may run it alone, e.g. in a branch taken
+    warp by warp."""
+    try:
+        return not plan_reduction(layout, axis).warp_masks
+    except LayoutError:
+        return False
+
+
 def _element(register_rows, reg: int, rank: int) -> list[int]:
     element = [0] * rank
     for bit, basis in enumerate(register_rows):

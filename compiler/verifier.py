@@ -2,8 +2,8 @@
 
 It checks what every later stage assumes: values are defined before use and in scope,
 elementwise ops agree on shape and layout, shape ops carry the layout their rule gives,
-region yields match the values they feed, per-warp branches hold register arithmetic only,
-and shared-memory allocations fit.
+region yields match the values they feed, per-warp branches hold register arithmetic (and
+in-warp reductions) only, and shared-memory allocations fit.
 A failure is a compiler bug (or a hand-built IR mistake), reported with the op's location.
 """
 
@@ -59,7 +59,7 @@ def _check_per_warp_if(op: If) -> None:
             _fail(op, f"a per-warp if merges tensors only, found {result.type}")
     inner = first_non_register_op((op.then_body, op.else_body))
     if inner is not None:
-        _fail(inner, "is in a per-warp if, which holds register arithmetic only")
+        _fail(inner, "is in a per-warp if, which holds register arithmetic (and in-warp reductions) only")
 
 
 def _check_atomic(op: Op) -> None:

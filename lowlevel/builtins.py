@@ -264,7 +264,9 @@ def warp_any(mask: Any):
     Being uniform over each warp, the result may be the condition of an `if` that each
     warp takes or skips on its own, `if ll.warp_any(mask):`, so that warps with nothing
     to do skip the work (flash attention rescales O only in warps whose running max
-    grew). Such a branch holds register arithmetic only."""
+    grew). Such a branch holds register arithmetic only, and reductions along an axis
+    that each warp holds whole (lane shuffles within the warp, e.g. a row max of a wgmma
+    accumulator)."""
     b = sem.builder()
     if not sem.is_tensor(mask) or mask.type.element != i1:
         raise b.error(f"warp_any needs a boolean tensor, found {sem.describe(mask)}",

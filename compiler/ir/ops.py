@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from ..layout_rules import reduction_in_warp
 from .core import Block, Op, Value
 
 @dataclass(frozen=True, kw_only=True)
@@ -429,12 +430,22 @@ class Assert(Op):
 
 
 # Ops that act on a thread's registers alone (a lane's own values, or, WarpAny, its own
-# warp's): what a per-warp `If` may hold.
+# warp's): what a per-warp `If` may hold, with reductions whose lanes combine within each
+# warp (`in_warp`).
 REGISTER_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Fma, Select, Cast, Bitcast, AddPtr, ExpandDims,
                 Broadcast, WarpAny, If, Yield)
 
 
+def in_warp(op: Op) -> bool:
+    """Whether `op` involves no thread outside its own warp: a REGISTER_OPS op, or a
+    Reduce whose lanes shuffle within each warp (no exchange through shared memory)."""
+    if isinstance(op, REGISTER_OPS):
+        return True
+    layout = getattr(op.operand.type, "layout", None) if isinstance(op, Reduce) else None
+    return layout is not None and reduction_in_warp(layout, op.axis)
+
+
 def first_non_register_op(blocks) -> Optional[Op]:
-    """The first op of `blocks` (their nested regions included) that is not in
-    REGISTER_OPS, or None: what a per-warp `If` must not hold."""
-    return next((op for block in blocks for op in block.walk() if not isinstance(op, REGISTER_OPS)), None)
+    """The first op of `blocks` (their nested regions included) that is not `in_warp`,
+    or None: what a per-warp `If` must not hold."""
+    return next((op for block in blocks for op in block.walk() if not in_warp(op)), None)

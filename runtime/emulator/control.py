@@ -3,7 +3,7 @@
 Regions run as Python loops over the IR blocks with their carried values. Control flow is
 uniform across the CTA (every thread takes the same path), so a branch or loop condition
 must be a scalar, or a tensor whose elements all agree; except a per-warp `if`, whose
-branches (register arithmetic only) both run, each warp keeping its own's results.
+branches (register arithmetic and in-warp reductions only) both run, each warp keeping its own's results.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def if_else(cta, op: ir.If) -> None:
 
 
 def _per_warp_if(cta, op: ir.If) -> None:
-    """Both branches run for every warp (they hold register arithmetic only, so running
-    one for nothing changes nothing else); each warp keeps the results of its own."""
+    """Both branches run for every warp (they hold register arithmetic and in-warp
+    reductions only, so running one for nothing changes nothing else); each warp keeps
+    the results of its own."""
     taken = np.asarray(cta[op.condition], dtype=bool).reshape(cta.num_warps, -1)
     if not (taken == taken[:, :1]).all():
         raise EmulationError("per-warp if condition differs inside a warp (it must come from "

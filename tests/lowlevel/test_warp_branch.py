@@ -38,6 +38,27 @@ def rescale_grown_rows(x_ptr, bound_ptr, out_ptr, voted_ptr):
     ll.store(bound_ptr + rows, bound)
 
 
+@ll.jit
+def rescale_grown_rows_reducing_in_branch(x_ptr, bound_ptr, out_ptr, voted_ptr):
+    """rescale_grown_rows with the row maxima reduced inside the branch: a reduction along
+    rows, which each warp holds whole (lane shuffles within the warp), may run there, so
+    only the warps that take the branch pay for it."""
+    rows = ll.arange(0, ROWS, ROW)
+    offs = rows[:, None] * COLS + ll.arange(0, COLS, ll.SliceLayout(0, TILE))[None, :]
+    x = ll.load(x_ptr + offs)
+    bound = ll.load(bound_ptr + rows)
+    grew = ll.warp_any(x > bound[:, None])
+    ll.store(voted_ptr + rows, ll.max(ll.where(grew, 1, 0), axis=1))
+    if grew:
+        bound = ll.maximum(bound, ll.max(x, axis=1))
+        x = x / bound[:, None]
+    ll.store(out_ptr + offs, x)
+    ll.store(bound_ptr + rows, bound)
+
+
+KERNELS = [rescale_grown_rows, rescale_grown_rows_reducing_in_branch]
+
+
 def reference(x: np.ndarray, bound: np.ndarray):
     """(out, bound, voted) per warp, in float64."""
     out, bound, voted = x.astype(np.float64), bound.astype(np.float64), np.zeros(ROWS, np.int32)
@@ -61,12 +82,13 @@ def inputs(seed: int):
     return x, bound
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("seed", range(4))
-def test_each_warp_takes_the_branch_on_its_own_in_the_emulator(seed):
+def test_each_warp_takes_the_branch_on_its_own_in_the_emulator(seed, kernel):
     x, bound = inputs(seed)
     out, new_bound = np.zeros_like(x), bound.copy()
     voted = np.zeros(ROWS, np.int32)
-    rescale_grown_rows[(1,)](x, new_bound, out, voted)
+    kernel[(1,)](x, new_bound, out, voted)
     want_out, want_bound, want_voted = reference(x, bound)
     np.testing.assert_array_equal(voted, want_voted)
     np.testing.assert_allclose(out, want_out, rtol=1e-6)
@@ -87,15 +109,25 @@ def test_the_backend_votes_once_and_branches():
     assert "per_warp=True" in compiled.asm["layout"]
 
 
+def test_a_reduction_in_the_branch_shuffles_within_the_warp():
+    """Its lanes combine by shuffles after the branch instruction, with no shared memory
+    and no barrier, which the warps that skip the branch would leave short."""
+    ptx = rescale_grown_rows_reducing_in_branch.compile(signature=SIGNATURE).asm["ptx"]
+    branch = re.search(r"@%p\d+ bra", ptx).start()
+    assert "shfl.sync.bfly" in ptx[branch:]
+    assert "bar.sync" not in ptx and "st.shared" not in ptx
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("seed", range(2))
-def test_warp_branch_on_the_gpu(seed):
+def test_warp_branch_on_the_gpu(seed, kernel):
     torch = pytest.importorskip("torch")
     x, bound = inputs(seed)
     out = torch.zeros(ROWS, COLS, device="cuda")
     new_bound = torch.from_numpy(bound).cuda()
     voted = torch.zeros(ROWS, dtype=torch.int32, device="cuda")
-    rescale_grown_rows[(1,)](torch.from_numpy(x).cuda(), new_bound, out, voted)
+    kernel[(1,)](torch.from_numpy(x).cuda(), new_bound, out, voted)
     want_out, want_bound, want_voted = reference(x, bound)
     np.testing.assert_array_equal(voted.cpu().numpy(), want_voted)
     np.testing.assert_allclose(out.cpu().numpy(), want_out, rtol=1e-6)
@@ -170,5 +202,5 @@ def test_the_verifier_refuses_a_barrier_in_a_per_warp_branch():
     verify(kernel)
     body = branch.then_body
     object.__setattr__(branch, "then_body", ir.Block(body.args, (ir.Barrier(),) + body.ops))
-    with pytest.raises(VerificationError, match="per-warp if, which holds register arithmetic only"):
+    with pytest.raises(VerificationError, match=r"per-warp if, which holds register arithmetic \(and in-warp reductions\) only"):
         verify(kernel)
