@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
@@ -85,6 +86,18 @@ class Config:
       +0.2 to +0.8% at 2k (head_dim 256 at 512 too), level at 512-1k for head_dim 128:
       the clock rises about 3% with half the L2 traffic, and the pair gives most of it
       back in work per cycle (benchmarks/NOTES.md).
+    - lazy_max (pingpong): no row max is taken at a key step: P is computed against the
+      running max of the key tiles before, and the max moves (P computed again, O
+      rescaled) only in warps where a row of P summed past 2^rescale_above (scores grew)
+      or saw its first keys (kernels.softmax_on_last_max). The result is the same up to
+      rounding; a step spends no instructions on the max, its shuffles or O's rescale, and
+      its exps start as soon as S is in (a head_dim 128 key step issues 350 instructions
+      instead of 484). Needs rescale_above above log2(block_n) (with the max exact, a row
+      sums to at most block_n). S stays live beside P in 32 bits until the branch. None:
+      on at head_dim 128 (on an H100 at the power cap, +4.3 to +4.5% non-causal and +3.0%
+      causal); off at 256, where O's 128 registers leave too few for both (36-40 bytes
+      spilled; +1.5% at 4k tokens all the same), and at 64, whose 160 registers spilled
+      hundreds of bytes (64-key tiles fit, and lost 5%; benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -107,8 +120,21 @@ class Config:
     claim_ahead: int | None = None
     exp2_fma_share: float = 0.0
     cluster: int | None = None
+    lazy_max: bool | None = None
 
     def __post_init__(self):
+        if self.lazy_max is not None and not isinstance(self.lazy_max, bool):
+            raise ValueError(f"Config.lazy_max must be None (chosen per problem), True or False, "
+                             f"got {self.lazy_max!r}")
+        if self.lazy_max and (self.variant != "pingpong" or self.conditional_rescale is False):
+            raise ValueError("Config.lazy_max is a pingpong-variant option that rescales O only where "
+                             "the max moves: it needs variant='pingpong' and conditional_rescale None "
+                             "or True")
+        if self.lazy_max and 2.0 ** self.rescale_above <= self.block_n:
+            raise ValueError(f"Config.lazy_max needs rescale_above above log2(block_n) = "
+                             f"{math.log2(self.block_n):g}: a row of {self.block_n} keys sums to up to "
+                             f"{self.block_n} even with the max exact, so every step would move it; got "
+                             f"rescale_above={self.rescale_above!r}")
         if self.cluster is not None and (isinstance(self.cluster, bool) or self.cluster not in (1, 2)):
             raise ValueError(f"Config.cluster must be None (2 where it applies), 1 or 2 (CTAs sharing K/V "
                              f"tiles by multicast), got {self.cluster!r}")
@@ -261,12 +287,21 @@ def per_warp_release(config: Config, replicate: bool) -> bool:
     return config.per_warp_release
 
 
+def lazy_max(config: Config) -> bool:
+    """Whether key steps compute P against the last running max (Config.lazy_max)."""
+    if config.lazy_max is not None:
+        return config.lazy_max
+    return config.variant == "pingpong" and config.head_dim == 128 and config.conditional_rescale is not False \
+        and 2.0 ** config.rescale_above > config.block_n
+
+
 def rescale_above(config: Config) -> float | None:
-    """How far (log2 units) a row's max may grow before its warp rescales O, or None
-    where O is rescaled at every key tile (Config.conditional_rescale)."""
+    """How far (log2 units) a row's max (with lazy_max: the log2 of its sum of P) may grow
+    before its warp rescales O, or None where O is rescaled at every key tile
+    (Config.conditional_rescale)."""
     conditional = config.conditional_rescale
     if conditional is None:
-        conditional = config.head_dim == 256
+        conditional = config.head_dim == 256 or lazy_max(config)
     return float(config.rescale_above) if conditional else None
 
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .._launch import data_address, is_torch, new_array, persistent_cluster_grid, persistent_grid
-from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
+from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config, lazy_max,
                      per_warp_release, replicated, rescale_above, tile_group)
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
@@ -175,6 +175,8 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
                       Q_BUFFERS=q_buffers, EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicate,
                       PER_WARP=per_warp_release(config, replicate), RESCALE_ABOVE=rescale_above(config),
                       CLAIM_AHEAD=claim_ahead(config), **regs)
+    if lazy_max(config):
+        constexprs.update(LAZY_MAX=True)
     tiles = num_m_tiles * batch * heads
     cluster = cluster_size(config, causal, num_m_tiles, group) if persistent else 1
     if cluster > 1:

@@ -29,6 +29,11 @@ only when some row of its warp grew past it by more than 2^8, and only those war
 rescale O (`if ll.warp_any(...)`), as FlashAttention-4 does: 64-key tiles would otherwise
 rescale 128 O registers per thread every 64 keys.
 
+At head_dim 128 (LAZY_MAX, Config.lazy_max) a key step takes no row max at all: P is
+computed against the running max of the tiles before, and the row sums of P tell the few
+warps where that was unsafe (a sum past 2^8: scores grew) to take the max and compute P
+again (`exps_on_last_max`, `max_where_grew`); 484 instructions a step become 350.
+
 Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
 - inside a warpgroup, the GEMMs of step n (S_n = Q K_n^T and O += P_{n-1} V_{n-1}) are
   issued together and the softmax of S_n runs while P_{n-1} V_{n-1} is still in flight;
@@ -150,7 +155,7 @@ def producer(state):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER) = state
+     CLUSTER, LAZY_MAX) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     tiles = num_m_tiles * batch_heads
     step = 0
@@ -209,7 +214,7 @@ def load_q(state, tile, j, batch, head, off_m, WG: ll.constexpr):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER) = state
+     CLUSTER, LAZY_MAX) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS)
     publish_tile(tile_smem.index(slot), tile, batch, head, off_m)
     row = off_m + WG * ROWS
@@ -240,7 +245,7 @@ def load_kv(state, step, batch, kv_head, n):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER) = state
+     CLUSTER, LAZY_MAX) = state
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     slot = step % STAGES
     phase = ((step // STAGES) & 1) ^ 1
@@ -315,6 +320,42 @@ def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE:
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
     alpha = ll.exp2(m_i - m_use)
     return p, alpha, m_new, l_i * alpha + ll.sum(p, axis=1), grew
+
+
+@ll.jit
+def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr):
+    """The first half of a key step under Config.lazy_max, where no row max is taken: P =
+    exp2(S * scale - m) against m, the running max of the key tiles before, and its row
+    sums. A warp all of whose rows sum to at most 2^RESCALE_ABOVE (which bounds each P by
+    it, as online_softmax's conditional rescale does) keeps m, so O and l need no
+    rescale: the step spends nothing on the max, its shuffles or O's rescale, and its
+    exps start as soon as S is in. `grew`: the warps where a row passed it (scores grew, or overflowed
+    to inf) or saw its first keys (m = -inf, l and O still 0); they take the max after
+    all (`max_where_grew`). With m exact a row sums to at most its count of keys, so
+    RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it)."""
+    m_use = ll.where(m_i == float("-inf"), 0.0, m_i)
+    p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
+    row = ll.sum(p, axis=1)
+    grew = ll.warp_any((row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0)))
+    return p, row, grew
+
+
+@ll.jit
+def max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
+    """The second half (`exps_on_last_max`): in the warps where `grew`, m moves to the
+    exact running max, P is computed again and alpha = 2^(m_old - m_new) rescales l here
+    and O after (`rescaled`); elsewhere m and l stay (alpha is then not read). Returns
+    (P, alpha, m, l)."""
+    alpha = row  # a placeholder where the max stays
+    if grew:
+        m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
+        m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
+        p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
+        row = ll.sum(p, axis=1)
+        alpha = ll.exp2(m_i - m_use)
+        l_i = l_i * alpha
+        m_i = m_new
+    return p, alpha, m_i, l_i + row
 
 
 @ll.jit
@@ -394,7 +435,7 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
                 STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
                 CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
                 O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr,
-                RESCALE_ABOVE: ll.constexpr, CLUSTER: ll.constexpr):
+                RESCALE_ABOVE: ll.constexpr, CLUSTER: ll.constexpr, LAZY_MAX: ll.constexpr):
     """Key tile n, at ring position `step`: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1},
     softmax S_n while the second GEMM runs, then rescale O."""
     slot = step % STAGES
@@ -411,9 +452,15 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
     release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     if MASKED:
         s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-    p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-    acc = ll.warpgroup_mma_wait(0, deps=[acc])
-    release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
+    if LAZY_MAX:  # P in 32 bits until after the wait: the last P V still reads P's registers
+        p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+        acc = ll.warpgroup_mma_wait(0, deps=[acc])
+        release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
+        p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA)
+    else:
+        p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+        acc = ll.warpgroup_mma_wait(0, deps=[acc])
+        release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
     acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
     p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
     return acc, p_op, m_i, l_i
@@ -428,7 +475,7 @@ def consumer(state, WG: ll.constexpr):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER) = state
+     CLUSTER, LAZY_MAX) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
@@ -455,7 +502,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER) = state
+     CLUSTER, LAZY_MAX) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -495,12 +542,12 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
         for n in range(ll.maximum(full, 1), count):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
                 l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER)
+                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
         if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
             mbarrier.arrive(q_empty.index(q_slot))
         # The last P V.
@@ -577,7 +624,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         O_BUFFER: ll.constexpr = False, EXP2_FMA: ll.constexpr = 0.0,
                         REPLICATED: ll.constexpr = True, PER_WARP: ll.constexpr = None,
                         RESCALE_ABOVE: ll.constexpr = None, CLAIM_AHEAD: ll.constexpr = 0,
-                        CLUSTER: ll.constexpr = 1):
+                        CLUSTER: ll.constexpr = 1, LAZY_MAX: ll.constexpr = False):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V).
@@ -632,7 +679,8 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD, CLUSTER)
+             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD, CLUSTER,
+             LAZY_MAX)
     if REPLICATED:  # one copy of the consumer code for all warpgroups (instruction cache)
         ll.warp_specialize((state,), producer, (state,), [consumer_copy], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS,

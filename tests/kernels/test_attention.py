@@ -10,10 +10,8 @@ import pytest
 
 from weft import lowlevel as ll
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, per_warp_release,
-                                           replicated,
-                                           rescale_above,
-                                           shared_bytes, tile_group)
+from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, lazy_max,
+                                           per_warp_release, replicated, rescale_above, shared_bytes, tile_group)
 from weft.kernels.attention.kernels import flash_attention_fa3, tile_coordinates
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -41,6 +39,8 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
                       Q_BUFFERS=q_buffers or config.consumers,
                       EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, PER_WARP=per_warp,
                       RESCALE_ABOVE=rescale_above(config), CLAIM_AHEAD=claim_ahead(config))
+    if lazy_max(config):
+        constexprs.update(LAZY_MAX=True)
     if cluster > 1:
         return flash_attention_fa3.compile(signature=signature, constexprs={**constexprs, "CLUSTER": cluster},
                                            num_warps=4, cluster=(cluster, 1, 1))
@@ -85,8 +85,9 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
     # Warpgroups that release ring slots warp by warp (replicated ones, and head_dim 128's)
     # elect one thread a warp, without a named barrier.
     assert ("elect.sync" in ptx) == per_warp == (replicated or head_dim == 128)
-    # head_dim 256 rescales O only in warps whose max moved: one vote per softmax.
-    assert ("vote.sync.any.pred" in ptx) == (head_dim == 256)
+    # head_dim 128 (lazy_max) and 256 rescale O only in warps whose max moved: a vote per
+    # softmax.
+    assert ("vote.sync.any.pred" in ptx) == (head_dim >= 128)
 
 
 @needs_ptxas
@@ -247,6 +248,14 @@ def test_configs_validate_with_readable_errors():
             Config(rescale_above=bad)
     with pytest.raises(ValueError, match="conditional_rescale must be None"):
         Config(conditional_rescale=1)
+    with pytest.raises(ValueError, match="lazy_max must be None"):
+        Config(lazy_max="yes")
+    with pytest.raises(ValueError, match="lazy_max is a pingpong-variant option"):
+        Config(variant="simple", lazy_max=True)
+    with pytest.raises(ValueError, match="lazy_max is a pingpong-variant option"):
+        Config(conditional_rescale=False, lazy_max=True)
+    with pytest.raises(ValueError, match=r"lazy_max needs rescale_above above log2\(block_n\) = 7"):
+        Config(rescale_above=7, lazy_max=True)
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="claim_ahead must be None .* or a count of K/V loads >= 0"):
             Config(claim_ahead=bad)
@@ -269,9 +278,23 @@ def test_tile_groups_by_default():
 
 def test_conditional_rescale_by_default():
     assert rescale_above(default_config(256)) == 8.0
-    assert rescale_above(default_config(128)) is None and rescale_above(default_config(64)) is None
+    assert rescale_above(default_config(128)) == 8.0  # lazy_max, which rescales conditionally
+    assert rescale_above(default_config(64)) is None
     assert rescale_above(Config(head_dim=128, conditional_rescale=True, rescale_above=4)) == 4.0
+    assert rescale_above(Config(head_dim=128, conditional_rescale=False)) is None
     assert rescale_above(Config(head_dim=256, block_n=64, conditional_rescale=False)) is None
+
+
+def test_lazy_max_by_default():
+    """On at head_dim 128; off at 64 and 256 (their registers do not hold S beside P)
+    and where a Config rules it out, rather than an error."""
+    assert lazy_max(default_config(128)) and lazy_max(default_config(128, causal=True))
+    assert not lazy_max(default_config(64)) and not lazy_max(default_config(256))
+    assert lazy_max(Config(head_dim=64, block_n=64, lazy_max=True))
+    assert not lazy_max(Config(head_dim=128, variant="simple"))
+    assert not lazy_max(Config(head_dim=128, conditional_rescale=False))
+    assert not lazy_max(Config(head_dim=128, rescale_above=7))  # a row of 128 keys may sum to 2^7
+    assert not lazy_max(Config(head_dim=128, lazy_max=False))
 
 
 def test_three_stages_for_short_causal_head_dim_64():
@@ -406,6 +429,27 @@ def test_emulated_conditional_rescale(causal, threshold):
         always = flash_attention(q, k, v, causal=causal, config=Config(
             head_dim=64, consumers=3, consumer_regs=160, conditional_rescale=False))
         assert not np.array_equal(out, always)
+
+
+@pytest.mark.parametrize("head_dim, block_n", [(64, 64), (128, 128)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("gain", [0.0, 3.0, 40.0])
+def test_emulated_lazy_max(head_dim, block_n, causal, gain):
+    """Config.lazy_max: P against the last tiles' max, moved only in warps whose row sums
+    pass 2^8. gain 0: no row's max jumps (the max moves only where rows see their first
+    keys); 3: a row's max jumps far past 2^8 at a later key tile; 40: past 2^128, so its
+    P overflows to inf before the max is taken. Each right against float64."""
+    q, k, v = _inputs(1, 2, 1, 200, 300, head_dim)
+    if gain:
+        k = _jumping_scores(q, k, [150], 240, gain)  # key 240: seen by row 150 when causal too
+    config = Config(head_dim=head_dim, block_n=block_n, lazy_max=True,
+                    **({"consumers": 3, "consumer_regs": 160} if head_dim == 64 else {}))
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
+    ref, ref_lse = reference_attention(q, k, v, causal=causal, return_lse=True)
+    np.testing.assert_allclose(out, ref, atol=2e-3, rtol=1e-2)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+    if gain:
+        assert ref_lse[0, 0, 150] - ref_lse[0, 0, 149] > (10 if gain == 3.0 else 100)
 
 
 @pytest.mark.parametrize("q_buffers", [2, 3, 4])
@@ -680,20 +724,23 @@ def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
 def test_gpu_conditional_rescale(head_dim, causal, dtype_name):
     """Rows whose max jumps far past 2^8 at a key tile in the middle (only their warps
     rescale O) beside rows whose max barely moves (whose warps skip it), with
-    Config.conditional_rescale and without: both right."""
+    Config.conditional_rescale, without, and with Config.lazy_max: all right."""
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device="cuda").manual_seed(head_dim * 3 + causal)
     q, k, v = (torch.randn(2, 4, 1500, head_dim, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
-    for row, key in ((700, 300), (1400, 1200), (1450, 20)):
-        k[:, :, key] = 4.0 * q[:, :, row]
+    for row, key, gain in ((700, 300, 4.0), (1400, 1200, 4.0), (1450, 20, 4.0), (1100, 1000, 40.0)):
+        k[:, :, key] = gain * q[:, :, row]  # gain 40: past 2^128, where P against the old max overflows
     scale = 1.0 / math.sqrt(head_dim)
     ref, ref_lse = _torch_reference(q, k, v, causal, scale, "bhsd")
     assert (ref_lse[:, :, 700] - ref_lse[:, :, 699]).min().item() > 8  # natural log: 2^11.5
-    for conditional in (True, False):
-        config = dataclasses.replace(default_config(head_dim), conditional_rescale=conditional)
+    configs = [dataclasses.replace(default_config(head_dim), conditional_rescale=conditional, lazy_max=lazy)
+               for conditional, lazy in ((True, False), (False, False), (True, True))]
+    if head_dim == 64:  # lazy_max needs 64-key tiles there (registers)
+        configs[-1] = dataclasses.replace(configs[-1], block_n=64)
+    for config in configs:
         out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
-        assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2, conditional
+        assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2, config
         assert (out.float() - ref).abs().max().item() <= 5e-2 * ref.abs().max().item()
         assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
 
