@@ -3,7 +3,7 @@ benchmarks/attention.py's names) inside a profiler range, for Nsight Compute to 
 what limits each (tensor-pipe use, issue, DRAM and L2 traffic, stalls). Every output is
 checked against the benchmark's float32 reference first.
 
-    ncu --profile-from-start off --section SpeedOfLight ... \\
+    ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \\
         python -m weft.benchmarks.profile_attention 16,16,4096,128 32,8,512,256:causal \\
         --systems weft,weft:l2_group_bytes=1,cudnn
 """
