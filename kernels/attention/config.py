@@ -89,7 +89,7 @@ class Config:
     - lazy_max (pingpong): no row max is taken at a key step: P is computed against the
       running max of the key tiles before, and the max moves (P computed again, O
       rescaled) only in warps where a row of P summed past 2^rescale_above (scores grew)
-      or saw its first keys (kernels.softmax_on_last_max). The result is the same up to
+      or saw its first keys (kernels.exps_on_last_max). The result is the same up to
       rounding; a step spends no instructions on the max, its shuffles or O's rescale, and
       its exps start as soon as S is in (a head_dim 128 key step issues 350 instructions
       instead of 484). Needs rescale_above above log2(block_n) (with the max exact, a row
@@ -97,7 +97,7 @@ class Config:
       on at head_dim 128 (on an H100 at the power cap, +4.3 to +4.5% non-causal and +3.0%
       causal); off at 256, where O's 128 registers leave too few for both (36-40 bytes
       spilled; +1.5% at 4k tokens all the same), and at 64, whose 160 registers spilled
-      hundreds of bytes (64-key tiles fit, and lost 5%; benchmarks/NOTES.md).
+      hundreds of bytes (64-key tiles fit, and lost 5-6%; benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
