@@ -12,9 +12,9 @@ from __future__ import annotations
 from ..layouts import LayoutError
 from . import layout_rules
 from .errors import CompilationError
-from .ir import (ATOMIC_KINDS, ATOMICS, MEMORY_SCOPES, MEMORY_SEMANTICS, AddPtr, AtomicRMW, Binary,
-                 Block, Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma, For, If, Kernel, Load, Op,
-                 Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value, WarpAny, While, Yield,
+from .ir import (ATOMIC_KINDS, ATOMICS, MEMORY_SCOPES, MEMORY_SEMANTICS, AddPtr, AtomicRMW, BarrierAny,
+                 Binary, Block, Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma, For, If, Kernel,
+                 Load, Op, Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value, WarpAny, While, Yield,
                  first_non_register_op)
 from .types import TensorType, i1
 
@@ -143,6 +143,10 @@ def _verify_block(block: Block, scope: set) -> None:
                 _check_yield(op, op.else_body, op.results, "else branch")
             if op.per_warp:
                 _check_per_warp_if(op)
+        elif isinstance(op, BarrierAny):
+            element = op.operand.type.element if isinstance(op.operand.type, TensorType) else op.operand.type
+            if element != i1 or op.result.type != i1:
+                _fail(op, f"takes a boolean tensor or scalar to an i1, found {op.operand.type} -> {op.result.type}")
         elif isinstance(op, WarpAny):
             if not isinstance(op.operand.type, TensorType) or op.operand.type.element != i1 \
                     or op.result.type != op.operand.type:

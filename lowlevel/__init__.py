@@ -18,7 +18,7 @@ from ..compiler.types import PointerType, ScalarType, SharedType, TensorDescript
 from ..runtime.jit import constexpr
 from .atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or, atomic_xchg,
                       atomic_xor)
-from .builtins import (abs, arange, argmax, argmin, barrier, cdiv, cluster_barrier, prefetch_l2, ceil,
+from .builtins import (abs, arange, argmax, argmin, barrier, barrier_any, cdiv, cluster_barrier, prefetch_l2, ceil,
                        convert_layout, cos, device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
                        load, log, log2, max, maximum, min, minimum, num_programs, permute,
                        program_id, reshape, rsqrt, sin, sqrt, static_assert, static_print, store,
@@ -70,8 +70,8 @@ __all__ = [
     "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
     "maximum", "minimum", "fma", "cdiv", "sum", "max", "min", "argmax", "argmin", "warp_any",
-    "expand_dims", "reshape", "permute", "convert_layout", "allocate_shared_memory", "barrier", "cluster_barrier",
-    "prefetch_l2",
+    "expand_dims", "reshape", "permute", "convert_layout", "allocate_shared_memory", "barrier", "barrier_any",
+    "cluster_barrier", "prefetch_l2",
     "device_print", "device_assert", "static_assert", "static_print",
     # element types
     "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -340,6 +340,20 @@ def barrier():
 
 
 @builtin
+def barrier_any(mask: Any):
+    """`ll.barrier()` that also tells every thread whether any element of the boolean
+    `mask` (a tensor or scalar) was true in any thread meeting there (bar.red.or.pred):
+    a scalar, one value for all of them, so it may be the condition of an `if` that the
+    whole CTA (inside a partition: the whole partition) takes together, e.g. a rare slow
+    path that needs a warpgroup-wide wgmma when any warp asks for it."""
+    b = sem.builder()
+    if not (sem.is_tensor(mask) or sem.is_value(mask)) or sem.element_of(mask.type) != i1:
+        raise b.error(f"barrier_any needs a boolean tensor or scalar, found {sem.describe(mask)}",
+                      suggestion="compare first, e.g. ll.barrier_any(x > limit)")
+    return b.wrap(b.create(ir.BarrierAny, i1, operand=mask.handle))
+
+
+@builtin
 def cluster_barrier():
     """Every thread of every CTA of the cluster (launch with `cluster=`) waits for all the
     others, outside warp_specialize. Before the first remote mbarrier arrive or multicast

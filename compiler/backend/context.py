@@ -253,10 +253,30 @@ class Lowering:
         """Warps running the code being lowered (the partition's inside a warp_specialize)."""
         return self.partition.num_warps if self.partition is not None else self.kernel.num_warps
 
-    def barrier(self) -> None:
+    def barrier(self, any_of: ir.Value | None = None) -> ir.Value | None:
         """Every thread running this code meets here: bar.sync 0 for the CTA, the
         partition's named barrier (`bar.sync id, threads`) inside a warp_specialize
-        (each copy of a replicated worker its own: the id is a register there)."""
+        (each copy of a replicated worker its own: the id is a register there).
+
+        With `any_of` (an i1), the barrier also ORs it over those threads and returns the
+        answer, the same in each (`bar.red.or.pred`, the PTX ISA's barrier.cta.red)."""
+        barrier_id, threads = self._barrier_operands()
+        if any_of is not None:
+            if barrier_id is None:  # the whole CTA as launched, at barrier 0
+                barrier_id, threads = ir.Constant(T.I32, 0), ir.Constant(T.I32, 32 * self.kernel.total_warps)
+            text, constraints = ptx_asm.barrier_red_or()
+            answer = self.builder.asm(ir.FunctionType(T.I32, [T.I32, T.I32, T.I32]), text, constraints,
+                                      [self.builder.zext(any_of, T.I32), barrier_id, threads], side_effect=True)
+            return self.builder.icmp_unsigned("!=", answer, ir.Constant(T.I32, 0))
+        if barrier_id is None:
+            self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
+            return None
+        self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(), [barrier_id, threads])
+        return None
+
+    def _barrier_operands(self) -> tuple[ir.Value | None, ir.Value | None]:
+        """(id, threads) of the barrier `barrier` meets at; (None, None) for bar.sync 0
+        over the whole CTA as launched."""
         if self.partition is not None:
             barrier_id, threads = self.partition.barrier_id, 32 * self.partition.num_warps
             if self.partition.replicas > 1:
@@ -264,12 +284,10 @@ class Lowering:
         elif self.barrier_threads is not None:
             barrier_id, threads = 0, self.barrier_threads
         else:
-            self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
-            return
+            return None, None
         if isinstance(barrier_id, int):
             barrier_id = ir.Constant(T.I32, barrier_id)
-        self.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(),
-                       [barrier_id, ir.Constant(T.I32, threads)])
+        return barrier_id, ir.Constant(T.I32, threads)
 
     # ------------------------------------------------------------------ thread ids
     def special_register(self, name: str) -> ir.Value:

@@ -239,6 +239,17 @@ def mbarrier_arrive_remote(count: int, per_warp: bool, scope: str = "cluster") -
             "r,b,r")
 
 
+def barrier_red_or() -> tuple[str, str]:
+    """Named barrier $2 over $3 threads that also ORs $1 (nonzero: true) over them; $0 is
+    1 in every thread if any of them passed true, else 0. `bar.red` is the `.aligned`
+    form: every thread of each warp executes it together.
+
+    barrier.cta.red: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-bar
+    """
+    return ("{\n\t.reg .pred %mine, %any;\n\tsetp.ne.u32 %mine, $1, 0;\n\t"
+            "bar.red.or.pred %any, $2, $3, %mine;\n\tselp.u32 $0, 1, 0, %any;\n\t}"), "=r,r,r,r"
+
+
 def cluster_barrier() -> tuple[str, str]:
     """Every thread of the cluster's CTAs arrives (release) and waits for all the others
     (acquire); `.aligned`: every thread of each warp executes it together.

@@ -342,6 +342,18 @@ class Barrier(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BarrierAny(Op):
+    """A barrier (as `Barrier`: the CTA's, or inside a partition its named one) that also
+    ORs a boolean over the threads meeting there: `result` (an i1 scalar, the same in
+    every thread) is whether `operand` (a boolean tensor or scalar) held anywhere in any
+    of them (bar.red.or.pred)."""
+
+    NAME = "barrier_any"
+    result: Value
+    operand: Value
+
+
+@dataclass(frozen=True, kw_only=True)
 class PrefetchL2(Op):
     """Ask L2 to fetch `nbytes` from global memory at `pointer` (a hint; no data returns).
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Barrier, Block, ClusterBarrier, For, If, Kernel, Op, WarpSpecialize, While
+from ..ir import Barrier, BarrierAny, Block, ClusterBarrier, For, If, Kernel, Op, WarpSpecialize, While
 from .shared_accesses import Access, BufferRanges, ByteRange, access_of
 
 NAME = "insert_barriers"
@@ -91,7 +91,7 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
     ops: list[Op] = []
     for op in block.ops:
         buffers.define(op)
-        if isinstance(op, (Barrier, ClusterBarrier)):  # a cluster barrier syncs the CTA too
+        if isinstance(op, (Barrier, BarrierAny, ClusterBarrier)):  # a cluster barrier syncs the CTA too
             pending.clear()
             ops.append(op)
             continue

@@ -115,3 +115,11 @@ def shared_slice(cta, op: ir.SharedSlice) -> None:
 @RULES.register(ir.Barrier)
 def barrier(cta, op: ir.Barrier) -> None:
     cta.shared.barrier()
+
+
+@RULES.register(ir.BarrierAny)
+def barrier_any(cta, op: ir.BarrierAny) -> None:
+    """A barrier; every thread gets whether the mask held anywhere in the threads running
+    this code (the warps of the CTA, or of the partition copy)."""
+    cta.shared.barrier()
+    cta.bind(op.result, np.bool_(np.asarray(cta[op.operand], dtype=bool).any()))
