@@ -143,11 +143,20 @@ def _float_only(function):
     return apply
 
 
+def _exp2_ftz(x) -> np.ndarray:
+    """2^x as the backend's ex2.approx.ftz.f32 gives it: results below 2^-126 (denormal)
+    flush to 0 (fp16/bf16 compute in fp32 on the GPU too)."""
+    result = np.exp2(x)
+    if np.asarray(x).dtype == np.float64:
+        return result
+    return np.where(np.abs(result) < np.float32(2.0 ** -126), np.zeros_like(result), result)
+
+
 UNARY = {
     "neg": lambda x, e: np.negative(x),
     "not": lambda x, e: np.invert(x),
     "exp": _float_only(np.exp),
-    "exp2": _float_only(np.exp2),
+    "exp2": _float_only(_exp2_ftz),
     "log": _float_only(np.log),
     "log2": _float_only(np.log2),
     "sqrt": _float_only(np.sqrt),
@@ -181,7 +190,7 @@ def exp2_on_fma(x) -> np.ndarray:
 def split_exp2(x, share: float) -> np.ndarray:
     """exp2 with `fma_share`: the registers the backend computes by the polynomial (the
     last axis of (warps, 32, registers)) get its values, the rest np.exp2."""
-    result = np.exp2(np.asarray(x, np.float32))
+    result = _exp2_ftz(np.asarray(x, np.float32))
     on_fma = list(poly.polynomial_registers(result.shape[-1], share))
     result[..., on_fma] = exp2_on_fma(np.asarray(x)[..., on_fma])
     return result
