@@ -66,8 +66,9 @@ class Config:
       rescaling O (a branch per warp, `ll.warp_any`); P then stays below
       2^rescale_above. The result is the same up to rounding. False: the max moves at
       every key tile and O is rescaled at every step, as in FlashAttention-2 and 3.
-      None: at head_dim 256 only, whose 64-key tiles rescale 128 O registers per thread
-      every 64 keys (+2 to +18% there in two runs); at 64 and 128 it measured -4 to +2%
+      None: on wherever lazy_max is (which moves the max only where rows grew) and at head_dim
+      256 without it, whose 64-key tiles rescale 128 O registers per thread every 64 keys
+      (+2 to +18% there in two runs); without lazy_max at 64 and 128 it measured -4 to +2%
       (benchmarks/NOTES.md).
     - claim_ahead (causal, persistent): the producer claims the CTA's next tile before
       the last `claim_ahead` K/V loads of a tile, rather than after all of them, so the
@@ -87,17 +88,23 @@ class Config:
       the clock rises about 3% with half the L2 traffic, and the pair gives most of it
       back in work per cycle (benchmarks/NOTES.md).
     - lazy_max (pingpong): no row max is taken at a key step: P is computed against the
-      running max of the key tiles before, and the max moves (P computed again, O
-      rescaled) only in warps where a row of P summed past 2^rescale_above (scores grew)
-      or saw its first keys (kernels.exps_on_last_max). The result is the same up to
-      rounding; a step spends no instructions on the max, its shuffles or O's rescale, and
-      its exps start as soon as S is in (a head_dim 128 key step issues 350 instructions
-      instead of 484). Needs rescale_above above log2(block_n) (with the max exact, a row
-      sums to at most block_n). S stays live beside P in 32 bits until the branch. None:
-      on at head_dim 128 (on an H100 at the power cap, +4.3 to +4.5% non-causal and +3.0%
-      causal); off at 256, where O's 128 registers leave too few for both (36-40 bytes
-      spilled; +1.5% at 4k tokens all the same), and at 64, whose 160 registers spilled
-      hundreds of bytes (64-key tiles fit, and lost 5-6%; benchmarks/NOTES.md).
+      running max m of the key tiles before, and only in warps where a row of P summed
+      past 2^rescale_above (scores grew), overflowed or saw its first keys does m move,
+      with P, l and O rescaled to match (kernels.exps_on_last_max). The result is the
+      same up to rounding; a step spends no instructions on the max, its shuffles or O's
+      rescale, and its exps start as soon as S is in. Needs rescale_above above
+      log2(block_n) (a row of P against a max sums to at most block_n). How m moves
+      depends on the registers: at head_dim 128, S stays live beside P and those warps
+      take the exact max from it and compute P again (484 instructions a step become
+      350); at 64 and 256, where S beside P spilled, m moves up by log2 of the row's sum
+      and P is scaled down (max_from_sums; 429 instructions a step become 332 at 64), a
+      warpgroup with a P overflowed to inf computes S again from its K tile (released only
+      then) to take the max, and key tiles that need a mask take the max as without
+      lazy_max. None: on at head_dim 64 and 128 (on an H100 at the power cap, side by
+      side with it off: +3.3 to +4.0% at head_dim 64 from 4k tokens, level at 1k; +4.3 to
+      +4.5% non-causal and +3% causal at 128); off at 256, where it measured +1 to +2%
+      (without its overflow path) and spills 8 bytes with one tile's Q buffers
+      (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -291,7 +298,7 @@ def lazy_max(config: Config) -> bool:
     """Whether key steps compute P against the last running max (Config.lazy_max)."""
     if config.lazy_max is not None:
         return config.lazy_max
-    return config.variant == "pingpong" and config.head_dim == 128 and config.conditional_rescale is not False \
+    return config.variant == "pingpong" and config.head_dim <= 128 and config.conditional_rescale is not False \
         and 2.0 ** config.rescale_above > config.block_n
 
 

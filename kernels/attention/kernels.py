@@ -24,15 +24,21 @@ to stop. The CTA's warps split into partitions:
   shared memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
 
-At head_dim 256 (RESCALE_ABOVE, Config.conditional_rescale), a row's running max moves
+With RESCALE_ABOVE (Config.conditional_rescale: on by default), a row's running max moves
 only when some row of its warp grew past it by more than 2^8, and only those warps
-rescale O (`if ll.warp_any(...)`), as FlashAttention-4 does: 64-key tiles would otherwise
-rescale 128 O registers per thread every 64 keys.
+rescale O (`if ll.warp_any(...)`), as FlashAttention-4 does: head_dim 256's 64-key tiles
+would otherwise rescale 128 O registers per thread every 64 keys.
 
-At head_dim 128 (LAZY_MAX, Config.lazy_max) a key step takes no row max at all: P is
-computed against the running max of the tiles before, and the row sums of P tell the few
-warps where that was unsafe (a sum past 2^8: scores grew) to take the max and compute P
-again (`exps_on_last_max`, `max_where_grew`); 484 instructions a step become 350.
+At head_dim 64 and 128 (LAZY_MAX, Config.lazy_max) a key step takes no row max at all: P
+is computed against the running max of the tiles before, and the row sums of P, which l
+needs anyway, tell the few warps where that was unsafe (a sum past 2^8: scores grew) to
+move the max (`exps_on_last_max`). At 128 ("scores") they take the exact max from S,
+still live, and compute P again (`max_where_grew`; 484 instructions a step become 350).
+At 64 ("sums"), where S beside P spills, they move it up by log2 of the sum and scale P,
+l and O down to match (`max_from_sums`; 429 instructions become 332), and only key tiles
+that need no mask are lazy: a P that overflowed to inf leaves no S to take the max from,
+so the warpgroup, told by a barrier that ORs over its threads (`ll.barrier_any`),
+computes S again from the K tile, which it releases only then.
 
 Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
 - inside a warpgroup, the GEMMs of step n (S_n = Q K_n^T and O += P_{n-1} V_{n-1}) are
@@ -73,6 +79,7 @@ from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
 
 LOG2E = 1.4426950408889634
+SHIFT_LIMIT = 120.0  # log2 units a key step moves a row's max by at most (`max_from_sums`)
 LN2 = 0.6931471805599453
 TILE_LAYOUT = ll.BlockedLayout([1], [32], [4], [0])  # a tile index, replicated over a warpgroup
 # What the producer publishes with each warpgroup's Q (`publish_tile`): the tile's index and
@@ -329,10 +336,11 @@ def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll
     sums. A warp all of whose rows sum to at most 2^RESCALE_ABOVE (which bounds each P by
     it, as online_softmax's conditional rescale does) keeps m, so O and l need no
     rescale: the step spends nothing on the max, its shuffles or O's rescale, and its
-    exps start as soon as S is in. `grew`: the warps where a row passed it (scores grew, or overflowed
-    to inf) or saw its first keys (m = -inf, l and O still 0); they take the max after
-    all (`max_where_grew`). With m exact a row sums to at most its count of keys, so
-    RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it)."""
+    exps start as soon as S is in. `grew`: the warps where a row passed it (scores grew,
+    or overflowed to inf) or saw its first keys (m = -inf, l and O still 0); they move m
+    (`max_where_grew` from S, `max_from_sums` from the sums, where `attend_step` sends an
+    overflow to S computed again). With m at least the row's max a row sums to at most
+    its count of keys, so RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it)."""
     m_use = ll.where(m_i == float("-inf"), 0.0, m_i)
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
     row = ll.sum(p, axis=1)
@@ -342,9 +350,10 @@ def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll
 
 @ll.jit
 def max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
-    """The second half (`exps_on_last_max`): in the warps where `grew`, m moves to the
-    exact running max, P is computed again and alpha = 2^(m_old - m_new) rescales l here
-    and O after (`rescaled`); elsewhere m and l stay (alpha is then not read). Returns
+    """The second half (`exps_on_last_max`) where S is still live (LAZY_MAX "scores"): in
+    the warps where `grew`, m moves to the exact running max, P is computed again and
+    alpha = 2^(m_old - m_new) rescales l here and O after (`rescaled`); elsewhere m and l
+    stay (alpha is then not read). A P that overflowed is computed again too. Returns
     (P, alpha, m, l)."""
     alpha = row  # a placeholder where the max stays
     if grew:
@@ -355,6 +364,31 @@ def max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
         alpha = ll.exp2(m_i - m_use)
         l_i = l_i * alpha
         m_i = m_new
+    return p, alpha, m_i, l_i + row
+
+
+@ll.jit
+def max_from_sums(p, row, grew, m_i, l_i, RESCALE_ABOVE: ll.constexpr):
+    """The second half (`exps_on_last_max`), without S: in the warps where `grew`, the m
+    of a row that passed 2^RESCALE_ABOVE (or saw its first keys) moves up by log2 of its
+    sum (at most SHIFT_LIMIT), P and l scale down by alpha = 2^(m_old - m_new) (so the
+    row's P now sums to 1, or stays below 2^8) and O after (`rescaled`); elsewhere m and
+    l stay and alpha is 1. The new m is no more than log2(BLOCK_N) above the row's max
+    nor 8 below it, which P tolerates as it does any m: S is not needed, so it does not
+    stay live beside P (at head_dim 64 that spilled). A row that overflowed (a sum of
+    inf) is not handled here (`attend_step`). Returns (P, alpha, m, l)."""
+    alpha = row  # a placeholder where the max stays
+    if grew:
+        moved = (row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0))
+        m_base = ll.where(m_i == float("-inf"), 0.0, m_i)  # what P was computed against
+        # Moved by at most SHIFT_LIMIT, so that alpha stays a normal float (exp2 flushes
+        # those below 2^-126 to 0); P, at most a finite sum < 2^128, still ends below 2^8.
+        m_new = ll.where(moved, m_base + ll.minimum(ll.log2(row), SHIFT_LIMIT), m_base)
+        alpha = ll.exp2(m_base - m_new)  # 1 where the row's m stays
+        p = p * alpha[:, None]
+        l_i = l_i * alpha
+        row = row * alpha
+        m_i = ll.where(moved, m_new, m_i)
     return p, alpha, m_i, l_i + row
 
 
@@ -449,20 +483,47 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
     acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
     pass_turn(turns, wg, CONSUMERS, PER_WARP)
     s = ll.warpgroup_mma_wait(1, deps=[s])
-    release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
+    # LAZY_MAX "sums" moves the max without S, so a key tile that needs no mask is
+    # released only once its P is known not to have overflowed; masked ones (a row's
+    # last or a diagonal one) take the max as without LAZY_MAX.
+    SUMS: ll.constexpr = LAZY_MAX == "sums"
+    LAZY: ll.constexpr = LAZY_MAX == "scores" or (SUMS and not MASKED)
+    if not (LAZY and SUMS):
+        release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     if MASKED:
         s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-    if LAZY_MAX:  # P in 32 bits until after the wait: the last P V still reads P's registers
+    if LAZY:  # P in 32 bits until after the wait: the last P V still reads P's registers
         p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
+    if LAZY and not SUMS:  # "scores": S is live, the max is taken from it where rows grew
         p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA)
+        acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
+        p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+    elif LAZY:
+        # A row whose scores passed its running max by 2^128 has P = inf, and no S to
+        # take the max from: where any warp has one (almost never), the warpgroup
+        # computes S again from K, which it releases only now, and takes the max.
+        if ll.barrier_any(row == float("inf")):
+            s = ll.warpgroup_mma(q, k_ring.index(slot).index(0).index(0).permute((1, 0)),
+                                 ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False)
+            p, alpha, m_i, l_i, _ = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, None)
+            acc = rescaled(acc, alpha, None, O_LAYOUT, None)
+            p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+        else:
+            p, alpha, m_i, l_i = max_from_sums(p, row, grew, m_i, l_i, RESCALE_ABOVE)
+            acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
+            # Converted in each branch: the branches then join on P's 16-bit registers,
+            # and the slow one's S and P can share registers (joined on P in 32 bits,
+            # head_dim 64 spilled).
+            p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+        release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     else:
         p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
-    acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
-    p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+        acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
+        p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
     return acc, p_op, m_i, l_i
 
 
@@ -634,6 +695,11 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     even num_m_tiles and one head per tile group. They run in step over the same K/V
     tiles, each loading half of every tile into both (`load_boxes`)."""
     dtype: ll.constexpr = q_desc.dtype
+    # How a lazy step (Config.lazy_max) moves the max of rows that grew: from S, held
+    # beside P, where the registers allow it (head_dim 128: "scores"), else from the row
+    # sums of P alone ("sums", `max_from_sums`; S beside P spilled at 64 and 256).
+    if LAZY_MAX:
+        LAZY_MAX = "scores" if HEAD_DIM == 128 else "sums"
     ll.static_assert(CLUSTER == 1 or (CLUSTER == 2 and not CAUSAL and HEAD_DIM // BOX_COLUMNS % 2 == 0),
                      "CLUSTER 2 needs non-causal attention (tiles of equal length, paired) and an even "
                      "count of 64-column boxes per K/V tile (head_dim 128 or 256)")
