@@ -143,19 +143,25 @@ def _float_only(function):
     return apply
 
 
-def _exp2_ftz(x) -> np.ndarray:
-    """2^x as the backend's ex2.approx.ftz.f32 gives it: results below 2^-126 (denormal)
-    flush to 0 (fp16/bf16 compute in fp32 on the GPU too)."""
-    result = np.exp2(x)
-    if np.asarray(x).dtype == np.float64:
-        return result
-    return np.where(np.abs(result) < np.float32(2.0 ** -126), np.zeros_like(result), result)
+def _flushed(function):
+    """`function` (exp2 or exp) as the backend computes it, with ex2.approx.ftz.f32:
+    results below 2^-126 (denormal) flush to 0 (fp16/bf16 compute in fp32 on the GPU
+    too; fp64 is refused by the backend and left exact here)."""
+    def apply(x) -> np.ndarray:
+        result = function(x)
+        if np.asarray(x).dtype == np.float64:
+            return result
+        return np.where(np.abs(result) < np.float32(2.0 ** -126), np.zeros_like(result), result)
+    return apply
+
+
+_exp2_ftz = _flushed(np.exp2)
 
 
 UNARY = {
     "neg": lambda x, e: np.negative(x),
     "not": lambda x, e: np.invert(x),
-    "exp": _float_only(np.exp),
+    "exp": _float_only(_flushed(np.exp)),
     "exp2": _float_only(_exp2_ftz),
     "log": _float_only(np.log),
     "log2": _float_only(np.log2),

@@ -141,3 +141,45 @@ def test_the_verifier_refuses_fma_share_on_other_math():
     object.__setattr__(op, "kind", "log2")  # frozen dataclass: what a buggy pass could build
     with pytest.raises(VerificationError, match="fma_share=0.5 is for exp2 only"):
         verify(kernel)
+
+
+@ll.jit
+def exp_and_exp2(x_ptr, out_ptr):
+    offs = ll.arange(0, 128, ll.BlockedLayout([1], [32], [4], [0]))
+    x = ll.load(x_ptr + offs)
+    ll.store(out_ptr + offs, ll.exp2(x))
+    ll.store(out_ptr + 128 + offs, ll.exp(x * 0.6931471805599453))
+
+
+def _tiny_inputs() -> np.ndarray:
+    """Powers of two from 2^-140 to 2^0 and between: half of them denormal results."""
+    return np.linspace(-140.0, 0.0, 128).astype(np.float32)
+
+
+def _flushed_powers(x) -> np.ndarray:
+    want = np.exp2(x.astype(np.float64))
+    return np.where(want < 2.0 ** -126, 0.0, want)
+
+
+def test_exp_and_exp2_flush_denormal_results_on_the_emulator():
+    """Both lower to ex2.approx.ftz.f32, whose results below 2^-126 are 0 on the GPU; the
+    emulator gives the same (and so catches kernels that lean on denormals)."""
+    x = _tiny_inputs()
+    out = np.full(256, np.nan, np.float32)
+    exp_and_exp2[(1,)](x, out, num_warps=4)
+    want = _flushed_powers(x)
+    assert (want == 0).sum() > 10 and (want > 0).sum() > 10
+    np.testing.assert_allclose(out[:128], want, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(out[128:], want, rtol=2e-5, atol=0)
+
+
+@pytest.mark.gpu
+def test_exp_and_exp2_flush_denormal_results_on_the_gpu():
+    torch = pytest.importorskip("torch")
+    x = _tiny_inputs()
+    out = torch.full((256,), float("nan"), device="cuda")
+    exp_and_exp2[(1,)](torch.from_numpy(x).cuda(), out, num_warps=4)
+    got, want = out.cpu().numpy(), _flushed_powers(x)
+    np.testing.assert_array_equal(got[:128] == 0, want == 0)
+    np.testing.assert_allclose(got[:128], want, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(got[128:][want > 2.0 ** -125], want[want > 2.0 ** -125], rtol=2e-5, atol=0)
