@@ -24,10 +24,11 @@ to stop. The CTA's warps split into partitions:
   shared memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
 
-With RESCALE_ABOVE (Config.conditional_rescale: on by default), a row's running max moves
-only when some row of its warp grew past it by more than 2^8, and only those warps
-rescale O (`if ll.warp_any(...)`), as FlashAttention-4 does: head_dim 256's 64-key tiles
-would otherwise rescale 128 O registers per thread every 64 keys.
+The softmax of a key step is in softmax.py. With RESCALE_ABOVE (Config.conditional_rescale:
+on by default), a row's running max moves only when some row of its warp grew past it by
+more than 2^8, and only those warps rescale O (`if ll.warp_any(...)`), as FlashAttention-4
+does: head_dim 256's 64-key tiles would otherwise rescale 128 O registers per thread every
+64 keys.
 
 At head_dim 64 and 128 (LAZY_MAX, Config.lazy_max) a key step takes no row max at all: P
 is computed against the running max of the tiles before, and the row sums of P, which l
@@ -77,9 +78,9 @@ from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
+from .softmax import exps_on_last_max, masked, max_from_sums, max_where_grew, online_softmax, rescaled
 
 LOG2E = 1.4426950408889634
-SHIFT_LIMIT = 120.0  # log2 units a key step moves a row's max by at most (`max_from_sums`)
 LN2 = 0.6931471805599453
 TILE_LAYOUT = ll.BlockedLayout([1], [32], [4], [0])  # a tile index, replicated over a warpgroup
 # What the producer publishes with each warpgroup's Q (`publish_tile`): the tile's index and
@@ -290,118 +291,6 @@ def next_tile(tile_smem, q_ready, j, Q_BUFFERS: ll.constexpr):
     Q is in."""
     mbarrier.wait(q_ready.index(j % Q_BUFFERS), (j // Q_BUFFERS) & 1)
     return tile_field(tile_smem.index(j % Q_BUFFERS), TILE)
-
-
-@ll.jit
-def masked(s, n, row0, seq_q, seq_k, BLOCK_N: ll.constexpr, CAUSAL: ll.constexpr, S_LAYOUT: ll.constexpr):
-    """S with keys past seq_k (and, causal, right of the diagonal) at -inf: each row's
-    bound on the key index is computed once, then one compare and one select per element.
-    (The column indices include n: loop-invariant ones would be hoisted out of the key
-    loop and held in registers across it.)"""
-    cols = n * BLOCK_N + ll.arange(0, BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
-    if CAUSAL:
-        rows = row0 + ll.arange(0, ROWS, ll.SliceLayout(1, S_LAYOUT))
-        bound = ll.minimum(rows + (seq_k - seq_q + 1), seq_k)  # keys [0, bound) are seen
-        return ll.where(cols[None, :] < bound[:, None], s, float("-inf"))
-    return ll.where(cols[None, :] < seq_k, s, float("-inf"))
-
-
-@ll.jit
-def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr):
-    """P = exp2(S * scale - m) with m the running row max (log2 units); alpha rescales
-    what came before. Rows that have seen no key keep m = -inf and subtract 0 instead,
-    so their (all masked) P and alpha come out 0, not NaN. EXP2_FMA: the share of P's
-    exps computed by FMA polynomials beside the exp unit (see ll.exp2).
-
-    RESCALE_ABOVE (FlashAttention-4's trick; None: m always moves): m moves only in
-    warps where some row's max grew past m + RESCALE_ABOVE, so that elsewhere alpha is 1
-    and the rescale of O can be skipped (`grew`, uniform over each warp); P stays at most
-    2^RESCALE_ABOVE, which bf16/fp16 P and the fp32 sums hold as precisely as values
-    below 1."""
-    m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
-    grew = None  # without RESCALE_ABOVE O is rescaled at every step
-    if RESCALE_ABOVE is not None:
-        grew = ll.warp_any(m_new > m_i + RESCALE_ABOVE)
-        m_new = ll.where(grew, m_new, m_i)
-    m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
-    p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
-    alpha = ll.exp2(m_i - m_use)
-    return p, alpha, m_new, l_i * alpha + ll.sum(p, axis=1), grew
-
-
-@ll.jit
-def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr):
-    """The first half of a key step under Config.lazy_max, where no row max is taken: P =
-    exp2(S * scale - m) against m, the running max of the key tiles before, and its row
-    sums. A warp all of whose rows sum to at most 2^RESCALE_ABOVE (which bounds each P by
-    it, as online_softmax's conditional rescale does) keeps m, so O and l need no
-    rescale: the step spends nothing on the max, its shuffles or O's rescale, and its
-    exps start as soon as S is in. `grew`: the warps where a row passed it (scores grew,
-    or overflowed to inf) or saw its first keys (m = -inf, l and O still 0); they move m
-    (`max_where_grew` from S, `max_from_sums` from the sums, where `attend_step` sends an
-    overflow to S computed again). With m at least the row's max a row sums to at most
-    its count of keys, so RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it)."""
-    m_use = ll.where(m_i == float("-inf"), 0.0, m_i)
-    p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
-    row = ll.sum(p, axis=1)
-    grew = ll.warp_any((row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0)))
-    return p, row, grew
-
-
-@ll.jit
-def max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
-    """The second half (`exps_on_last_max`) where S is still live (LAZY_MAX "scores"): in
-    the warps where `grew`, m moves to the exact running max, P is computed again and
-    alpha = 2^(m_old - m_new) rescales l here and O after (`rescaled`); elsewhere m and l
-    stay (alpha is then not read). A P that overflowed is computed again too. Returns
-    (P, alpha, m, l)."""
-    alpha = row  # a placeholder where the max stays
-    if grew:
-        m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
-        m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
-        p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
-        row = ll.sum(p, axis=1)
-        alpha = ll.exp2(m_i - m_use)
-        l_i = l_i * alpha
-        m_i = m_new
-    return p, alpha, m_i, l_i + row
-
-
-@ll.jit
-def max_from_sums(p, row, grew, m_i, l_i, RESCALE_ABOVE: ll.constexpr):
-    """The second half (`exps_on_last_max`), without S: in the warps where `grew`, the m
-    of a row that passed 2^RESCALE_ABOVE (or saw its first keys) moves up by log2 of its
-    sum (at most SHIFT_LIMIT), P and l scale down by alpha = 2^(m_old - m_new) (so the
-    row's P now sums to 1, or stays below 2^8) and O after (`rescaled`); elsewhere m and
-    l stay and alpha is 1. The new m is no more than log2(BLOCK_N) above the row's max
-    nor 8 below it, which P tolerates as it does any m: S is not needed, so it does not
-    stay live beside P (at head_dim 64 that spilled). A row that overflowed (a sum of
-    inf) is not handled here (`attend_step`). Returns (P, alpha, m, l)."""
-    alpha = row  # a placeholder where the max stays
-    if grew:
-        moved = (row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0))
-        m_base = ll.where(m_i == float("-inf"), 0.0, m_i)  # what P was computed against
-        # Moved by at most SHIFT_LIMIT, so that alpha stays a normal float (exp2 flushes
-        # those below 2^-126 to 0); P, at most a finite sum < 2^128, still ends below 2^8.
-        m_new = ll.where(moved, m_base + ll.minimum(ll.log2(row), SHIFT_LIMIT), m_base)
-        alpha = ll.exp2(m_base - m_new)  # 1 where the row's m stays
-        p = p * alpha[:, None]
-        l_i = l_i * alpha
-        row = row * alpha
-        m_i = ll.where(moved, m_new, m_i)
-    return p, alpha, m_i, l_i + row
-
-
-@ll.jit
-def rescaled(acc, alpha, grew, O_LAYOUT: ll.constexpr, RESCALE_ABOVE: ll.constexpr):
-    """O * alpha per row; with RESCALE_ABOVE, only in the warps whose max moved (alpha
-    is 1 in the others)."""
-    alpha = ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
-    if RESCALE_ABOVE is None:
-        return acc * alpha
-    if grew:  # an ll.warp_any result: each warp branches on its own
-        acc = acc * alpha
-    return acc
 
 
 @ll.jit
