@@ -16,7 +16,7 @@ from .ir import (ATOMIC_KINDS, ATOMICS, MEMORY_SCOPES, MEMORY_SEMANTICS, AddPtr,
                  Binary, Block, Broadcast, Cast, Compare, Condition, Constant, ExpandDims, Fma, For, If, Kernel,
                  Load, Op, Permute, Reduce, Reshape, Select, Splat, Store, Unary, Value, WarpAny, While, Yield,
                  first_non_register_op)
-from .types import TensorType, i1
+from .types import TensorType, element_of, i1
 
 _ELEMENTWISE = (Binary, Unary, Compare, Fma, Select, Cast, AddPtr, Load, Store, Splat, Constant) + ATOMICS
 
@@ -144,8 +144,7 @@ def _verify_block(block: Block, scope: set) -> None:
             if op.per_warp:
                 _check_per_warp_if(op)
         elif isinstance(op, BarrierAny):
-            element = op.operand.type.element if isinstance(op.operand.type, TensorType) else op.operand.type
-            if element != i1 or op.result.type != i1:
+            if element_of(op.operand.type) != i1 or op.result.type != i1:
                 _fail(op, f"takes a boolean tensor or scalar to an i1, found {op.operand.type} -> {op.result.type}")
         elif isinstance(op, WarpAny):
             if not isinstance(op.operand.type, TensorType) or op.operand.type.element != i1 \

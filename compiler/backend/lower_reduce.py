@@ -1,5 +1,6 @@
 """Lowering of `reduce` along one axis, in the three stages of `layout_rules.plan_reduction`
-(and of `warp_any`, a vote over the warp: at the end).
+(and of `warp_any`, a vote over the warp, and `barrier_any`, one over a barrier's threads: at
+the end).
 
 1. In-thread: the operand registers of `register_groups[k]` fold into result register k as
    a balanced pairwise tree (`fold_tree`), so a row of n registers costs ceil(log2 n)
@@ -28,7 +29,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..errors import CompilationError
-from ..ir import Reduce, WarpAny
+from ..ir import BarrierAny, Reduce, WarpAny
 from ..layout_rules import ReductionPlan, plan_reduction
 from ..types import ScalarType, TensorType, fp32, i32, u32
 from . import llvm_types as T
@@ -220,14 +221,26 @@ def lower_reduce(ctx: Lowering, op: Reduce) -> None:
         ctx.define(op.result, final[0])
 
 
+def _thread_any(ctx: Lowering, value) -> ir.Value:
+    """Whether any register the thread holds of a boolean tensor (or its scalar) is true."""
+    registers = value if isinstance(value, tuple) else (value,)
+    mine = registers[0]
+    for register in registers[1:]:
+        mine = ctx.builder.or_(mine, register)
+    return mine
+
+
 @lowers(WarpAny)
 def lower_warp_any(ctx: Lowering, op: WarpAny) -> None:
     """The thread's registers OR-ed, then vote.sync.any over the whole warp (PTX ISA,
     vote.sync: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-vote-sync);
     every register of the result holds the warp's answer."""
     registers = ctx.get(op.operand)
-    mine = registers[0]
-    for register in registers[1:]:
-        mine = ctx.builder.or_(mine, register)
-    answer = ctx.intrinsic("llvm.nvvm.vote.any.sync", T.I1, [ir.Constant(T.I32, -1), mine])
+    answer = ctx.intrinsic("llvm.nvvm.vote.any.sync", T.I1, [ir.Constant(T.I32, -1), _thread_any(ctx, registers)])
     ctx.define(op.result, (answer,) * len(registers))
+
+
+@lowers(BarrierAny)
+def lower_barrier_any(ctx: Lowering, op: BarrierAny) -> None:
+    """The thread's registers of the mask OR-ed, then the barrier ORs them over its threads."""
+    ctx.define(op.result, ctx.barrier(any_of=_thread_any(ctx, ctx.get(op.operand))))

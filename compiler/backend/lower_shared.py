@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
-from ..ir import AllocShared, Barrier, BarrierAny, SharedIndex, SharedLoad, SharedSlice, SharedStore, Value
+from ..ir import AllocShared, Barrier, SharedIndex, SharedLoad, SharedSlice, SharedStore, Value
 from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 from ...layouts.banks import vector_width_of
@@ -30,17 +30,6 @@ def barrier(ctx: Lowering) -> None:
 @lowers(Barrier)
 def lower_barrier(ctx: Lowering, op: Barrier) -> None:
     barrier(ctx)
-
-
-@lowers(BarrierAny)
-def lower_barrier_any(ctx: Lowering, op: BarrierAny) -> None:
-    """The thread's registers of the mask OR-ed, then the barrier ORs them over its threads."""
-    lowered = ctx.get(op.operand)
-    registers = lowered if isinstance(lowered, tuple) else (lowered,)
-    mine = registers[0]
-    for register in registers[1:]:
-        mine = ctx.builder.or_(mine, register)
-    ctx.define(op.result, ctx.barrier(any_of=mine))
 
 
 @lowers(AllocShared)

@@ -366,8 +366,9 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
     wg = warpgroup(WG)  # read before the GEMMs: the turn passed after them is addressed early
     take_turn(turns, step, wg)
     mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
-    s = ll.warpgroup_mma(q, k_ring.index(slot).index(0).index(0).permute((1, 0)),
-                         ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False, is_async=True)
+    k_tile = k_ring.index(slot).index(0).index(0)
+    s = ll.warpgroup_mma(q, k_tile.permute((1, 0)), ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT),
+                         use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(prev), ((step - 1) // STAGES) & 1)
     acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
     pass_turn(turns, wg, CONSUMERS, PER_WARP)
@@ -385,35 +386,41 @@ def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, 
         p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
-    if LAZY and not SUMS:  # "scores": S is live, the max is taken from it where rows grew
-        p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA)
-        acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
-        p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
-    elif LAZY:
+    if LAZY and SUMS:
         # A row whose scores passed its running max by 2^128 has P = inf, and no S to
         # take the max from: where any warp has one (almost never), the warpgroup
         # computes S again from K, which it releases only now, and takes the max.
+        # P is converted in each branch: the branches then join on its 16-bit registers,
+        # and the slow one's S and P can share registers (joined on P in 32 bits, head_dim
+        # 64 spilled).
         if ll.barrier_any(row == float("inf")):
-            s = ll.warpgroup_mma(q, k_ring.index(slot).index(0).index(0).permute((1, 0)),
-                                 ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False)
+            s = ll.warpgroup_mma(q, k_tile.permute((1, 0)), ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT),
+                                 use_acc=False)
             p, alpha, m_i, l_i, _ = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, None)
             acc = rescaled(acc, alpha, None, O_LAYOUT, None)
-            p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+            p_op = p_operand(p, q.dtype, O_LAYOUT)
         else:
             p, alpha, m_i, l_i = max_from_sums(p, row, grew, m_i, l_i, RESCALE_ABOVE)
             acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
-            # Converted in each branch: the branches then join on P's 16-bit registers,
-            # and the slow one's S and P can share registers (joined on P in 32 bits,
-            # head_dim 64 spilled).
-            p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+            p_op = p_operand(p, q.dtype, O_LAYOUT)
         release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     else:
-        p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-        acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
+        if LAZY:  # "scores": S is live, the max is taken from it where rows grew
+            p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA)
+        else:
+            p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+            acc = ll.warpgroup_mma_wait(0, deps=[acc])
+            release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
         acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
-        p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+        p_op = p_operand(p, q.dtype, O_LAYOUT)
     return acc, p_op, m_i, l_i
+
+
+@ll.jit
+def p_operand(p, dtype: ll.constexpr, O_LAYOUT: ll.constexpr):
+    """P in 16 bits as the A operand of O += P V, from the registers it is in (no data
+    moves: the S accumulator's layout is the operand's)."""
+    return ll.convert_layout(p.to(dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
 
 
 @ll.jit
@@ -487,7 +494,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
             s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
         p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-        p_op = ll.convert_layout(p.to(dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
+        p_op = p_operand(p, dtype, O_LAYOUT)
         for n in range(1, full):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
