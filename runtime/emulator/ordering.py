@@ -70,10 +70,11 @@ class Ordering:
         self.read = np.zeros((size, num_warps), np.int32)
         self.write_op = np.full(size, -1, np.int32)
         self.read_op = np.full(size, -1, np.int32)
-        # Whether a byte's last read was through the async proxy (wgmma, TMA store): those
-        # need no proxy fence before an async write. Per byte, not per warp: an
-        # approximation that can only miss a race, never invent one.
-        self.read_async = np.zeros(size, bool)
+        # Whether a warp's last read of a byte was through the async proxy (wgmma, TMA
+        # store): those need no proxy fence before an async write. Per warp: a generic
+        # read of the same bytes by another warp (mma_v2 beside wgmma) needs its fence,
+        # the wgmma's reads none.
+        self.read_async = np.zeros((size, num_warps), bool)
         self.pending_write = np.full(size, -1, np.int32)
         self.pending_reads = np.zeros(size, np.int32)
         self.live_barrier = np.zeros(size, bool)
@@ -310,8 +311,8 @@ class Ordering:
         need a fence too, between the read and the release the writer acquired: on the
         H200 a bulk copy issued right after a CTA barrier landed under loads of the same
         bytes that were still pending without one."""
-        generic = ~self.read_async[rows]
-        found = self._unfenced(rows[generic], clock, self.read[rows[generic]])
+        generic_reads = np.where(self.read_async[rows], 0, self.read[rows])
+        found = self._unfenced(rows, clock, generic_reads)
         if found is not None:
             reader, row = found
             self._raise(f"shared-memory race (proxy): {what} overwrites {self.byte(row)}, which "
@@ -344,7 +345,7 @@ class Ordering:
                 self._check_writes(warp_rows, clock, who, op, "RAW", verb, own=warp)
                 self.read[warp_rows, warp] = clock[warp]
                 self.read_op[warp_rows] = op_id
-                self.read_async[warp_rows] = False
+                self.read_async[warp_rows, warp] = False
 
     def _record_write(self, rows, clock: np.ndarray, op_id: int, own: Optional[int]) -> None:
         written = self.written[rows, :self.columns]
@@ -423,8 +424,8 @@ class Ordering:
             self.pending_reads[record.rows] -= 1
             for w in record.warps:
                 self.read[record.rows, w] = self.clock[w, w]
+                self.read_async[record.rows, w] = True
             self.read_op[record.rows] = op_id
-            self.read_async[record.rows] = True
         else:
             self.pending_write[record.rows] = -1
             self.written[record.write_rows, record.write_warps] = \
