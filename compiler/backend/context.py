@@ -59,13 +59,15 @@ class SharedView:
 
     Element at coordinates c lives at byte `base + (addressing(c) XOR xor) * element bytes`,
     where `addressing` maps the view's dims to the `offset` (in elements) of the root
-    buffer's shared layout. `base` is a `ptr addrspace(3)`.
+    buffer's shared layout. `base` is a `ptr addrspace(3)`, a multiple of `align` bytes
+    (allocate_shared_memory aligns every buffer to at least 16; ldmatrix needs 16).
     """
 
     type: SharedType
     base: ir.Value
     addressing: LinearLayout
     xor: int = 0
+    align: int = 16
 
 
 Lowered = Union[ir.Value, tuple, SharedView]

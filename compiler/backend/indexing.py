@@ -112,16 +112,19 @@ def element_pointer(ctx, base: ir.Value, element: ir.Type, offsets: LinearLayout
                     xor: int = 0) -> ir.Value:
     """Address of `register`'s element: base + (thread part ^ register constant ^ xor).
 
-    When the constant only has bits the thread part never sets, the XOR is an addition,
-    emitted as a constant GEP that ptxas folds into the instruction's immediate offset.
+    The constant's bits the thread part never sets are an addition, emitted as a constant
+    GEP that ptxas folds into the instruction's immediate offset; only the others are
+    XORed in, so that registers whose constants differ only there share one address.
     """
     b = ctx.builder
     thread = thread_part(ctx, offsets, "offset")
     constant = register_constant(offsets, "offset", register) ^ xor
-    if constant & thread_bits(offsets, "offset"):
-        return b.gep(base, [b.xor(thread, ir.Constant(T.I32, constant))], source_etype=element)
+    mask = thread_bits(offsets, "offset")
+    if constant & mask:
+        thread = b.xor(thread, ir.Constant(T.I32, constant & mask))
     pointer = b.gep(base, [thread], source_etype=element)
-    return b.gep(pointer, [ir.Constant(T.I32, constant)], source_etype=element) if constant else pointer
+    added = constant & ~mask
+    return b.gep(pointer, [ir.Constant(T.I32, added)], source_etype=element) if added else pointer
 
 
 def owner_predicate(ctx, layout: LinearLayout) -> Optional[ir.Value]:

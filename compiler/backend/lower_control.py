@@ -61,7 +61,7 @@ def _rebuild(template, values, builder: ir.IRBuilder | None = None) -> object:
             registers += [builder.extract_element(pair, ir.Constant(T.I32, i)) for i in (0, 1)]
         return tuple(registers)
     if isinstance(template, SharedView):
-        return SharedView(template.type, next(values), template.addressing, template.xor)
+        return SharedView(template.type, next(values), template.addressing, template.xor, template.align)
     return next(values)
 
 

@@ -10,6 +10,7 @@ move together as one `ld.shared.v{2,4}` / `st.shared.v{2,4}` of up to 128 bits.
 from __future__ import annotations
 
 import contextlib
+import math
 
 from llvmlite import ir
 
@@ -141,7 +142,8 @@ def lower_shared_index(ctx: Lowering, op: SharedIndex) -> None:
         index = b.trunc(index, T.I32) if index.type.width > 32 else b.zext(index, T.I32)
     element_offset = b.mul(index, ir.Constant(T.I32, stride))
     base = b.gep(parent.base, [element_offset], source_etype=T.memory_type(parent.type.element))
-    ctx.define(op.result, SharedView(op.result.type, base, addressing, parent.xor))
+    align = math.gcd(parent.align, stride * T.memory_bytes(parent.type.element))
+    ctx.define(op.result, SharedView(op.result.type, base, addressing, parent.xor, align))
 
 
 @lowers(SharedSlice)
@@ -156,4 +158,5 @@ def lower_shared_slice(ctx: Lowering, op: SharedSlice) -> None:
             f"shared_slice start {op.start} along dim {op.dim} is not a multiple of the window "
             f"size {size}; such windows are not linear in the shared layout", op.loc)
     addressing, start_offset = shared_slice_addressing(parent.addressing, op.dim, op.start, size)
-    ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor ^ start_offset))
+    ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor ^ start_offset,
+                                     parent.align))

@@ -69,7 +69,7 @@ def lower_shared_permute(ctx: Lowering, op: SharedPermute) -> None:
                                f"{list(range(rank))}", op.loc)
     addressing = LinearLayout({f"dim{i}": bases[f"dim{d}"] for i, d in enumerate(op.order)},
                               parent.addressing.out_dims)
-    ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor))
+    ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor, parent.align))
 
 
 @lowers(FenceAsyncShared)
