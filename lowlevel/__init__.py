@@ -36,7 +36,7 @@ from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
 from .tma import TensorDescriptorValue
 from ..runtime.tensor_descriptor import TensorDescriptor
 from .warp_specialize import replica_index, warp_specialize
-from .wgmma import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from .wgmma import fence_async_shared, mma_v2, warpgroup_mma, warpgroup_mma_wait
 
 dtype = ScalarType
 tensor = Tensor
@@ -61,7 +61,7 @@ __all__ = [
     "LinearDistributedLayout", "SwizzledSharedLayout", "NVMMASharedLayout", "LinearSharedLayout",
     "DistributedLayout", "SharedLayout", "MBarrierLayout",
     # Hopper async machinery
-    "mbarrier", "tma", "async_copy", "warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared",
+    "mbarrier", "tma", "async_copy", "warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared", "mma_v2",
     "warp_specialize", "replica_index", "TensorDescriptorValue", "TensorDescriptor",
     # values
     "Tensor", "tensor", "SharedMemoryDescriptor", "dtype", "pointer_type",

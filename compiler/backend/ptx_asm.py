@@ -432,6 +432,29 @@ def wgmma_mma_async(n: int, k: int, dtype: str, atype: str, btype: str, accumula
     return text, _join(outputs, tied, a_letters, ["l", "r"], [MEMORY])
 
 
+def mma_sync_m16n8k16(input_type: str) -> tuple[str, str]:
+    """One mma.sync.aligned.m16n8k16.row.col.f32.{input_type}.{input_type}.f32: d0..d3
+    ($0..$3, f32, each also the tied input c_i), then A's four and B's two 32-bit words
+    (two 16-bit elements each). No memory clobber: it reads registers only.
+    mma: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-mma
+    """
+    outputs, tied = _tied(["f"] * 4)
+    text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{input_type}.{input_type}.f32 "
+            "{$0, $1, $2, $3}, {$8, $9, $10, $11}, {$12, $13}, {$0, $1, $2, $3};")
+    return text, _join(outputs, tied, ["r"] * 6)
+
+
+def ldmatrix(count: int) -> tuple[str, str]:
+    """ldmatrix.sync.aligned.m8n8.x{count}.shared.b16: `count` 32-bit words ($0..), each
+    two 16-bit elements of an 8 x 8 matrix, from the row address this lane gives (last
+    operand, shared). Reads shared memory: a memory clobber keeps it after the writes.
+    ldmatrix: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-ldmatrix
+    """
+    words = ", ".join(f"${i}" for i in range(count))
+    return (f"ldmatrix.sync.aligned.m8n8.x{count}.shared.b16 {{{words}}}, [${count}];",
+            ",".join(["=r"] * count + ["r", MEMORY]))
+
+
 def wgmma_commit_group() -> tuple[str, str]:
     """wgmma.commit_group.sync.aligned: the warpgroup's uncommitted mma_async form a group.
     https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group

@@ -111,6 +111,23 @@ class Fma(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WarpDot(Op):
+    """result = a @ b + acc by mma.sync.aligned.m16n8k16, each warp on its own registers:
+    `a` [M, K] and `b` [K, N] 16-bit tensors in the DotOperandLayouts of `acc`'s
+    NVMMADistributedLayout v2, or shared buffers read fragment by fragment as if loaded
+    in those layouts (`a_layout`, `b_layout`: the register layout of a shared operand);
+    `acc`/`result` fp32. compiler/mma.py plans the fragments."""
+
+    NAME = "warp_dot"
+    result: Value
+    a: Value
+    b: Value
+    acc: Value
+    a_layout: Any = None
+    b_layout: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Select(Op):
     NAME = "select"
     result: Value
@@ -441,20 +458,42 @@ class Assert(Op):
     message: str
 
 
-# Ops that act on a thread's registers alone (a lane's own values, or, WarpAny, its own
-# warp's): what a per-warp `If` may hold, with reductions whose lanes combine within each
-# warp (`in_warp`).
+# Ops that act on a thread's registers alone (a lane's own values, or, WarpAny and
+# WarpDot, its own warp's): what a per-warp `If` may hold, with reductions and layout
+# conversions that stay within each warp and shared-memory reads (`in_warp`).
 REGISTER_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Fma, Select, Cast, Bitcast, AddPtr, ExpandDims,
-                Broadcast, WarpAny, If, Yield)
+                Broadcast, WarpAny, WarpDot, If, Yield)
+# Reads of shared memory and views of it: each thread reads for itself, no thread waits
+# for another. (Any barrier such a read needs goes before the branch: insert_barriers.)
+SHARED_READS = (SharedLoad, SharedIndex, SharedSlice)
 
 
 def in_warp(op: Op) -> bool:
-    """Whether `op` involves no thread outside its own warp: a REGISTER_OPS op, or a
-    Reduce whose lanes shuffle within each warp (no exchange through shared memory)."""
-    if isinstance(op, REGISTER_OPS):
+    """Whether `op` involves no thread outside its own warp and no barrier: a
+    REGISTER_OPS op, a shared-memory read or view, a proxy fence (a thread's own, after
+    such reads of a buffer TMA writes next), a Reduce whose lanes shuffle within each
+    warp, or a ConvertLayout that only renames registers."""
+    from .hopper import FenceAsyncShared, SharedPermute  # hopper.py imports this module
+
+    if isinstance(op, REGISTER_OPS + SHARED_READS + (SharedPermute, FenceAsyncShared)):
         return True
+    if isinstance(op, ConvertLayout):
+        return _register_only(op)
     layout = getattr(op.operand.type, "layout", None) if isinstance(op, Reduce) else None
     return layout is not None and reduction_in_warp(layout, op.axis)
+
+
+def _register_only(op: "ConvertLayout") -> bool:
+    from ...layouts import NoOp, RegisterPermutation, plan_conversion
+
+    plan = op.plan
+    if plan is None:
+        src, dst = op.operand.type.layout, op.result.type.layout
+        if src is None or dst is None:
+            return False
+        bits = max(op.operand.type.element.bits, 8)
+        plan = plan_conversion(src, dst, bits)
+    return isinstance(plan, (NoOp, RegisterPermutation))
 
 
 def first_non_register_op(blocks) -> Optional[Op]:

@@ -13,12 +13,16 @@ Two refinements keep barriers out of hot loops:
   conflict with each other: it is the same thread;
 - a hazard between something before a loop and an op inside it gets one barrier before
   the loop, not one per iteration.
+
+A branch taken warp by warp (`if ll.warp_any(...)`) may read shared memory but holds no
+barrier: one its reads need goes before the branch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from ..errors import CompilationError
 from ..ir import Barrier, BarrierAny, Block, ClusterBarrier, For, If, Kernel, Op, WarpSpecialize, While
 from .shared_accesses import Access, BufferRanges, ByteRange, access_of
 
@@ -112,9 +116,19 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
             ops.append(op)
             continue
         if isinstance(op, If):
+            if op.per_warp and not pending.empty() and any(_touches(b, pending, buffers, num_warps)
+                                                           for b in op.nested_blocks()):
+                # Warps that skip a per-warp branch would leave a barrier inside it short
+                # of threads: its shared reads get theirs before it.
+                ops.append(Barrier(loc=op.loc))
+                pending.clear()
             then_state, else_state = pending.copy(), pending.copy()
             then_body = _walk(op.then_body, then_state, buffers, num_warps)
             else_body = _walk(op.else_body, else_state, buffers, num_warps)
+            if op.per_warp and any(isinstance(x, Barrier) for body in (then_body, else_body) for x in body.walk()):
+                raise CompilationError("a shared-memory access in a branch taken warp by warp (`if ll.warp_any"
+                                       "(...)`) conflicts with another in the same branch: it would need a "
+                                       "barrier there, which the warps that skip the branch never reach", op.loc)
             op = dataclasses.replace(op, then_body=then_body, else_body=else_body)
             pending.take(then_state.union(else_state))
             ops.append(op)

@@ -12,7 +12,7 @@ from typing import Optional
 from .. import atomics
 from ..ir import (ATOMICS, AllocShared, AsyncCopy, BulkCopyLoad, ConvertLayout, MBarrierArrive, MBarrierExpect,
                   MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Reduce, SharedIndex, SharedLoad, SharedPermute,
-                  SharedSlice, SharedStore, TmaLoad, TmaStore, Value, WarpGroupDot, WarpSpecialize,
+                  SharedSlice, SharedStore, TmaLoad, TmaStore, Value, WarpDot, WarpGroupDot, WarpSpecialize,
                   is_shared)
 
 
@@ -108,7 +108,7 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(reads=(buffers.of(op.barrier),))
     if isinstance(op, TmaStore):
         return Access(reads=(buffers.of(op.buffer),), solo=True)
-    if isinstance(op, WarpGroupDot):
+    if isinstance(op, (WarpGroupDot, WarpDot)):
         return Access(reads=tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v)))
     if isinstance(op, AsyncCopy):
         # Each thread's wait_group covers only its own copies: other threads may read

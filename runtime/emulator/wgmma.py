@@ -1,4 +1,5 @@
-"""Emulation rules: wgmma (warpgroup_dot), its wait, and the shared_permute view.
+"""Emulation rules: wgmma (warpgroup_dot), its wait, mma.sync (warp_dot) and the
+shared_permute view.
 
 `a @ b + acc` is computed in float64 from the operands' decoded values (bf16, fp16 and
 the fp8 formats decode exactly) and rounded once to the accumulator's type; the GPU's
@@ -13,6 +14,12 @@ descriptor reads (the swizzle XORs absolute address bits). A view no descriptor 
 express, or a base not aligned for its swizzle, is an error as in the backend. A
 register A operand is collected from its DotOperandLayout registers (every copy of an
 element must agree). The result lands in the accumulator's layout.
+
+mma.sync (warp_dot) is computed warp by warp from what each warp holds: its own
+registers of a register operand, or the elements its threads read from a shared one in
+the operand's register layout (`a_layout`, `b_layout`), as the backend reads them. An
+accumulator element whose row of A or column of B the warp does not hold wholly is an
+error, so a layout that would need another warp's registers cannot pass here.
 
 The async protocol: an async wgmma's shared reads stay in flight (overwriting those
 bytes is a race) and its result is an `InFlight` value until a warpgroup_mma_wait
@@ -38,7 +45,7 @@ from .dtypes import element_bytes, finish
 from .errors import EmulationError
 from .interpreter import InFlight, SharedRef
 from .mbarriers import partition_warps, predicate
-from .registers import registers_to_tensor, tensor_to_registers
+from .registers import registers_to_tensor, tensor_to_registers, thread_coordinates
 from .rules import EMULATION_RULES as RULES
 
 
@@ -161,6 +168,54 @@ def warpgroup_dot_wait(cta, op: ir.WarpGroupDotWait) -> None:
         if type(x) is InFlight and x.group.retired:
             x = x.registers
         cta.bind(result, x)
+
+
+def _warp_dot_operand(cta, op: ir.WarpDot, value: ir.Value, layout, name: str):
+    """(registers as float64, layout) of a warp_dot operand: a tensor's own, or a shared
+    buffer read as if loaded in `layout` (the backend reads those elements)."""
+    if not isinstance(value.type, ir.SharedType):
+        return np.asarray(cta[value], dtype=np.float64), cta.layout(value.type)
+    ref: SharedRef = cta[value]
+
+    def offsets():
+        coords = thread_coordinates(layout, cta.num_warps)
+        return ref.addressing(**{f"dim{i}": c for i, c in enumerate(coords)})[0]
+    element = ref.type.element
+    addresses = ref.offset + (cta.memo(op, ("offsets", name, id(ref.addressing)), offsets) ^ ref.xor) \
+        * element_bytes(element)
+    values = cta.shared.read(addresses, element, op, lambda position: f"mma_v2 operand {name}")
+    return np.asarray(values, dtype=np.float64), layout
+
+
+def _warp_matrix(registers: np.ndarray, layout: LinearLayout, warp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the tensor as warp `warp` holds it, 0 where it holds nothing; which it holds)."""
+    coords = tuple(c[warp] for c in thread_coordinates(layout, registers.shape[0]))
+    shape = tuple(layout.out_dims.values())
+    values, held = np.zeros(shape), np.zeros(shape, dtype=bool)
+    values[coords] = registers[warp]
+    held[coords] = True
+    return values, held
+
+
+@RULES.register(ir.WarpDot)
+def warp_dot(cta, op: ir.WarpDot) -> None:
+    """acc + a @ b, each warp on what it holds (module docstring)."""
+    a, a_layout = _warp_dot_operand(cta, op, op.a, op.a_layout, "a")
+    b, b_layout = _warp_dot_operand(cta, op, op.b, op.b_layout, "b")
+    acc_layout = cta.layout(op.acc.type)
+    acc = np.asarray(cta[op.acc], dtype=np.float64)
+    coords = thread_coordinates(acc_layout, cta.num_warps)
+    depth = a_layout.out_dims["dim1"]
+    out = np.empty(acc.shape)
+    for warp in range(cta.num_warps):
+        (a_values, a_held), (b_values, b_held) = _warp_matrix(a, a_layout, warp), _warp_matrix(b, b_layout, warp)
+        mine = tuple(c[warp] for c in coords)
+        complete = (a_held.astype(np.int64) @ b_held.astype(np.int64))[mine] == depth
+        if not complete.all():
+            raise EmulationError(f"mma_v2: warp {cta.warp_base + warp} does not hold every element of A's rows and "
+                                 f"B's columns its accumulator elements need", op.loc)
+        out[warp] = (a_values @ b_values)[mine] + acc[warp]
+    cta.bind(op.result, finish(op.result.type.element, out))
 
 
 @RULES.register(ir.SharedPermute)
