@@ -29,7 +29,7 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
-from ..ir import Block, Kernel, Op, Value
+from ..ir import Block, For, Kernel, Op, Value, While
 from ..types import SharedType, TensorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -157,8 +157,31 @@ class Lowering:
 
     # ------------------------------------------------------------------ blocks
     def lower_block(self, block: Block) -> None:
-        for op in block.ops:
-            self.lower_op(op)
+        """Lower a block's ops in order. Inside a recompute scope, the ops after one that
+        holds a loop compute thread-position values afresh, after it (`_restart_prologue`),
+        for the rest of the block: a persistent kernel's epilogue then holds none of its
+        addresses in registers across the key loop. (Measured on flash attention with
+        mma_v2's overflow path: 8-12 spilled bytes in the replicated consumers without
+        this, none with it.)"""
+        saved = self.prologue, self._cache
+        try:
+            for i, op in enumerate(block.ops):
+                self.lower_op(op)
+                if self._opaque_tid and i + 1 < len(block.ops) and _holds_loop(op):
+                    self._restart_prologue()
+        finally:
+            self.prologue, self._cache = saved
+
+    def _restart_prologue(self) -> None:
+        """A fresh prologue at the builder's position (as in lower_control._lower_body):
+        values cached from here on are computed here, from another volatile %tid.x read."""
+        b = self.builder
+        entry, rest = b.block, self.new_block("after_loop")
+        prologue = ir.IRBuilder(entry)
+        prologue.branch(rest)
+        prologue.position_before(entry.terminator)
+        b.position_at_end(rest)
+        self.prologue, self._cache = prologue, {}
 
     def lower_op(self, op: Op) -> None:
         rule = None
@@ -385,3 +408,8 @@ def elementwise(ctx: Lowering, result: Value, operands, compute) -> None:
         ctx.define(result, tuple(compute(ctx.builder, *row) for row in zip(*columns)))
     else:
         ctx.define(result, compute(ctx.builder, *(ctx.scalar(v) for v in operands)))
+
+
+def _holds_loop(op: Op) -> bool:
+    return isinstance(op, (For, While)) or any(
+        isinstance(inner, (For, While)) for block in op.nested_blocks() for inner in block.walk())
