@@ -86,10 +86,10 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
     # elect one thread a warp, without a named barrier.
     assert ("elect.sync" in ptx) == per_warp == (replicated or head_dim == 128)
     # The max moves (lazy_max) and O is rescaled only in warps whose rows grew: a vote per
-    # softmax; a P that overflowed sends its warpgroup to compute S again, told by a
-    # barrier that ORs over the warpgroup.
-    assert "vote.sync.any.pred" in ptx
-    assert ("bar.red.or.pred" in ptx) == (head_dim == 64)  # 128 takes the max from S
+    # softmax; at head_dim 64 a P that overflowed sends its warp alone to compute its rows
+    # of S again with mma.sync, reading Q and K by ldmatrix: no warpgroup-wide vote.
+    assert "vote.sync.any.pred" in ptx and "bar.red.or.pred" not in ptx
+    assert ("mma.sync.aligned.m16n8k16" in ptx) == ("ldmatrix.sync.aligned" in ptx) == (head_dim == 64)
 
 
 @needs_ptxas
@@ -442,7 +442,7 @@ def test_emulated_lazy_max(head_dim, block_n, causal, gain):
     """Config.lazy_max: P against the last tiles' max, moved by the log2 of their sums in
     warps whose row sums pass 2^8. gain 0: no row's max jumps; 3: a row's max jumps far
     past 2^8 at a later key tile (non-causal: an unmasked one); 40: past 2^128, so its P
-    overflows to inf and its warpgroup computes S again. Each right against float64."""
+    overflows to inf and its warp computes its rows of S again (mma_v2). Each right against float64."""
     q, k, v = _inputs(1, 2, 1, 200, 300, head_dim)
     if gain:
         k = _jumping_scores(q, k, [150], 240, gain)  # key 240: seen by row 150 when causal too
@@ -461,7 +461,7 @@ def test_emulated_lazy_max(head_dim, block_n, causal, gain):
 def test_emulated_lazy_max_jumps_near_the_exponent_limit(head_dim):
     """Rows whose scores jump at an unmasked key tile by 100, 124, 127, 127.9 (P finite
     but past 2^126, so a rescale by the whole jump would flush to 0), 129 and 200 (P
-    overflows: the warpgroup computes S again) log2 units over the max of the tile
+    overflows: its warp computes its rows of S again) log2 units over the max of the tile
     before, the other rows' scores small; right against float64 (the emulator flushes
     exp2's denormal results as the GPU does)."""
     q, k, v = _inputs(1, 1, 1, 200, 300, head_dim)
