@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layouts import LinearLayout
+from .wgmma import register_table
 
 INSTR_M, INSTR_N, INSTR_K = 16, 8, 16
 # Lane bases (row, col) of the three fragments.
@@ -62,19 +63,6 @@ def _bases(layout: LinearLayout, dim: str) -> tuple[tuple[int, int], ...]:
     return tuple(tuple(b) for b in layout.transpose_outs(["dim0", "dim1"]).bases.get(dim, ()))
 
 
-def _register_table(layout: LinearLayout) -> dict[tuple[int, int], int]:
-    """(row, col) held by register r of lane 0 of warp 0 -> r (the first such r)."""
-    bases = _bases(layout, "register")
-    table: dict[tuple[int, int], int] = {}
-    for r in range(1 << len(bases)):
-        row = col = 0
-        for bit, (a, b) in enumerate(bases):
-            if r >> bit & 1:
-                row, col = row ^ a, col ^ b
-        table.setdefault((row, col), r)
-    return table
-
-
 @dataclass(frozen=True)
 class Instruction:
     """One mma.sync: accumulator registers c0..c3 (also d0..d3), A's four 32-bit words
@@ -104,7 +92,7 @@ def plan_warp_dot(acc: LinearLayout, a: LinearLayout, b: LinearLayout) -> tuple[
     if a_warps != tuple((row, 0) for row, _ in acc_warps) or b_warps != tuple((0, col) for _, col in acc_warps):
         raise MmaError(f"the operands' warps (a {list(a_warps)}, b {list(b_warps)}) do not hold the rows and "
                        f"columns of the accumulator's warps {list(acc_warps)}")
-    tables = {name: _register_table(layout) for name, layout in (("acc", acc), ("a", a), ("b", b))}
+    tables = {name: register_table(layout) for name, layout in (("acc", acc), ("a", a), ("b", b))}
     for name, layout in (("acc", acc), ("a", a), ("b", b)):
         if len(tables[name]) != layout.in_dims.get("register", 1):
             raise MmaError(f"{name} holds some elements twice in one thread")
@@ -150,7 +138,8 @@ def ldmatrix_addresses(offsets: LinearLayout, words: tuple[tuple[int, int], ...]
     lanes = offsets.bases.get("lane", ())
     if len(lanes) != 5 or lanes[0] != (2,) or lanes[1] != (4,):
         return None
-    constant = lambda register: _register_constant(offsets, register)  # noqa: E731
+    zero = {dim: 0 for dim in offsets.in_dim_names}
+    constant = lambda register: offsets(**{**zero, "register": register})[0]  # noqa: E731
     if any(constant(first ^ second) != 1 for first, second in words):
         return None
     rows = [basis[0] for basis in lanes[2:]] + [basis[0] for dim in ("warp", "block")
@@ -165,10 +154,3 @@ def ldmatrix_addresses(offsets: LinearLayout, words: tuple[tuple[int, int], ...]
     lane_bases = [lanes[2], lanes[3], lanes[4]] + [(constant(step),) for step in steps]
     return LinearLayout({**bases, "lane": lane_bases}, offsets.out_dims)
 
-
-def _register_constant(layout: LinearLayout, register: int) -> int:
-    value = 0
-    for bit, basis in enumerate(layout.bases.get("register", ())):
-        if register >> bit & 1:
-            value ^= basis[0]
-    return value

@@ -346,8 +346,8 @@ def operand_a_lanes(element_bits: int) -> tuple[tuple[int, int], ...]:
     return (0, kw), (0, 2 * kw), (1, 0), (2, 0), (4, 0)
 
 
-def _register_table(layout: LinearLayout) -> dict[tuple[int, int], int]:
-    """(row, col) held by register r of thread 0 -> r."""
+def register_table(layout: LinearLayout) -> dict[tuple[int, int], int]:
+    """(row, col) held by register r of thread 0 -> r (the first such r)."""
     rows = layout.transpose_outs(["dim0", "dim1"]).bases.get("register", ())
     table: dict[tuple[int, int], int] = {}
     for r in range(1 << len(rows)):
@@ -394,7 +394,7 @@ def _accumulator_for_n(layout: LinearLayout, n: int, shape: tuple[int, int]) -> 
     groups = warps[2:]
     if any(row % M_PER_WARPGROUP or col % n for row, col in groups):
         return None
-    table = _register_table(layout)
+    table = register_table(layout)
     count = layout.in_dims.get("register", 1)
     if len(table) != count:
         return None
@@ -461,7 +461,7 @@ def plan_register_a(layout: LinearLayout, element_bits: int, acc: AccumulatorPla
         raise WgmmaError(f"register A's warps {list(warps)} do not hold the rows of the accumulator's "
                          f"warpgroups (expected {list(expected_warps)})",
                          f"use DotOperandLayout(operand_index=0, parent=<the accumulator layout>, k_width={kw})")
-    table = _register_table(layout)
+    table = register_table(layout)
     if len(table) != layout.in_dims.get("register", 1):
         raise WgmmaError("register A holds some elements twice; use a DotOperandLayout")
     plan = {}
