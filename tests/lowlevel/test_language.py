@@ -380,6 +380,32 @@ def test_rematerialized_while_loops_recompute_thread_values_per_iteration():
 
 
 @ll.jit
+def tile_after_loop(out_ptr, n_tiles, inner):
+    layout: ll.constexpr = ll.BlockedLayout([1], [32], [4], [0])
+    tile = ll.program_id(0)
+    while ll.condition(tile < n_tiles, rematerialize=True):
+        total = 0.0
+        for k in range(0, inner):
+            total += k * 1.0
+        offs = ll.arange(0, 128, layout)  # used only after the inner loop
+        ll.store(out_ptr + tile * 128 + offs, offs.to(ll.float32) + total)
+        tile += ll.num_programs(0)
+
+
+def test_thread_values_used_after_an_inner_loop_are_computed_after_it():
+    """In a rematerialized loop, thread positions first needed after an inner loop are
+    computed there (a fresh volatile %tid.x read), not at the top of the iteration, where
+    they would be held in registers across the inner loop."""
+    llir = tile_after_loop.compile(signature=TILE_LOOP_SIGNATURE).asm["llir"]
+    read = re.compile(r'asm sideeffect "mov\.u32 \$0, %tid\.x;"')
+    after = re.search(r"^for_exit[\w.]*:", llir, re.M)  # the inner loop's exit
+    assert after is not None and read.search(llir, after.end()) and not read.search(llir[:after.start()])
+    out = np.zeros((5, 128), np.float32)
+    tile_after_loop[(2,)](out, 5, 4)
+    np.testing.assert_array_equal(out, np.tile(np.arange(128, dtype=np.float32) + 6, (5, 1)))
+
+
+@ll.jit
 def broadcast_through_shared(x_ptr, out_ptr):
     layout: ll.constexpr = ll.BlockedLayout([1], [32], [4], [0])
     smem = ll.allocate_shared_memory(ll.float32, [1], ll.SwizzledSharedLayout(1, 1, 1, [0]))
