@@ -389,6 +389,73 @@ def ring_matmul(a_desc, b_desc, c_ptr, K, STAGES: ll.constexpr, FREE_PHASE: ll.c
         mbarrier.invalidate(empty.index(s))
 
 
+@ll.jit
+def ring_peeker(a_ring, ready, empty, sums_ptr, K, STAGES: ll.constexpr, BLOCK_K: ll.constexpr,
+                FENCE: ll.constexpr):
+    """A second reader of the A ring, through the generic proxy, beside the wgmma."""
+    layout: ll.constexpr = ll.BlockedLayout([1, 8], [8, 4], [4, 1], [1, 0])
+    total = ll.zeros([64, BLOCK_K], ll.float32, layout)
+    for k in range(0, ll.cdiv(K, BLOCK_K)):
+        slot = k % STAGES
+        mbarrier.wait(ready.index(slot), (k // STAGES) & 1)
+        total += a_ring.index(slot).load(layout).to(ll.float32)
+        if FENCE:  # before the release: TMA overwrites the slot next
+            ll.fence_async_shared()
+        mbarrier.arrive(empty.index(slot))
+    ll.store(sums_ptr + tile_offsets(64, BLOCK_K, layout), total)
+
+
+@ll.jit
+def peeked_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, sums_ptr, K, FENCE: ll.constexpr):
+    ring_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, K, 2, 1, True)
+
+
+@ll.jit
+def peeker(a_desc, b_desc, a_ring, b_ring, ready, empty, sums_ptr, K, FENCE: ll.constexpr):
+    ring_peeker(a_ring, ready, empty, sums_ptr, K, 2, a_desc.block_shape[1], FENCE)
+
+
+@ll.jit
+def peeked_ring_matmul(a_desc, b_desc, c_ptr, sums_ptr, K, FENCE: ll.constexpr):
+    BLOCK_K: ll.constexpr = a_desc.block_shape[1]
+    a_ring = ll.allocate_shared_memory(a_desc.dtype, [2, 64, BLOCK_K], a_desc.layout)
+    b_ring = ll.allocate_shared_memory(b_desc.dtype, [2, 64, BLOCK_K], b_desc.layout)
+    ready = mbarrier.allocate_mbarrier(batch=2)
+    empty = mbarrier.allocate_mbarrier(batch=2)
+    for s in ll.static_range(2):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)  # the wgmma's warpgroup and the peeker
+    acc = ll.warp_specialize((a_ring, b_ring, ready, empty, K, 2, BLOCK_K), ring_consumer,
+                             (a_desc, b_desc, a_ring, b_ring, ready, empty, sums_ptr, K, FENCE),
+                             [peeked_producer, peeker], worker_num_warps=[1, 4], worker_num_regs=[0, 0])
+    ll.store(c_ptr + tile_offsets(64, 64, ACC), acc)
+
+
+def _peeked_ring(fence: bool):
+    k = 96
+    a, b_t = padded(64, k, np.float16), padded(64, k, np.float16)
+    a[:], b_t[:] = RNG.standard_normal(a.shape), RNG.standard_normal(b_t.shape)
+    c = np.full((64, 64), np.nan, np.float32)
+    sums = np.full((64, 32), np.nan, np.float32)
+    peeked_ring_matmul[(1,)](ll.TensorDescriptor.from_tensor(a, [64, 32]),
+                             ll.TensorDescriptor.from_tensor(b_t, [64, 32]), c, sums, k, fence)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b_t.astype(np.float64).T, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(sums, a.astype(np.float64).reshape(64, 3, 32).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_slot_read_by_wgmma_and_by_fenced_generic_loads_is_refilled_without_a_race():
+    """One warpgroup's wgmma needs no proxy fence before TMA refills its slot; another
+    warp's generic reads of the same bytes need theirs (and have it): per warp, not per
+    byte, or the wgmma's reads would look unfenced."""
+    _peeked_ring(fence=True)
+
+
+def test_a_slot_read_by_generic_loads_without_a_fence_is_a_race():
+    with pytest.raises(EmulationError, match=r"race \(proxy\).*read through the generic proxy") as info:
+        _peeked_ring(fence=False)
+    assert "a_ring.index(slot).load(layout)" in str(info.value)
+
+
 def _line_of(text: str) -> int:
     with open(__file__) as source:
         return next(i for i, line in enumerate(source, 1) if text in line)
