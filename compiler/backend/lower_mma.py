@@ -5,8 +5,10 @@ The accumulator's registers chain through the K steps as the asm's tied operands
 and B's 16-bit pairs pack into 32-bit words (a pair converted together is one register
 already, and LLVM folds the repack away). A shared operand is read where an instruction
 first needs it, each thread getting the elements its register layout (`a_layout`,
-`b_layout`) gives it: by one ldmatrix for the instruction's words where they are 8 x 8
-matrices of 16-byte rows (compiler/mma.py), else word by word.
+`b_layout`) gives it: by one ldmatrix where the words are 8 x 8 matrices of 16-byte rows
+(compiler/mma.py; an A fragment's four words, or the B words of two instructions in a
+row), else word by word.
+
 The asm is marked side-effecting so that LLVM keeps it where the kernel put it: inside a
 branch taken warp by warp, never hoisted. So are the shared operands' addresses: their
 thread parts are computed where the WarpDot is, from a read of %tid.x LLVM may not hoist
