@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layouts import LinearLayout
-from .wgmma import register_table
+from .wgmma import register_table, thread_bases
 
 INSTR_M, INSTR_N, INSTR_K = 16, 8, 16
 # Lane bases (row, col) of the three fragments.
@@ -59,10 +59,6 @@ def b_position(i: int) -> tuple[int, int]:
     return i % 2 + 8 * (i // 2), 0
 
 
-def _bases(layout: LinearLayout, dim: str) -> tuple[tuple[int, int], ...]:
-    return tuple(tuple(b) for b in layout.transpose_outs(["dim0", "dim1"]).bases.get(dim, ()))
-
-
 @dataclass(frozen=True)
 class Instruction:
     """One mma.sync: accumulator registers c0..c3 (also d0..d3), A's four 32-bit words
@@ -84,11 +80,11 @@ def plan_warp_dot(acc: LinearLayout, a: LinearLayout, b: LinearLayout) -> tuple[
         raise MmaError(f"mma.sync m16n8k16 needs M, N and K multiples of 16, 8 and 16; found "
                        f"M = {m}, N = {n}, K = {k}", "pad the tile")
     for name, layout, lanes in (("acc", acc, ACC_LANES), ("a", a, A_LANES), ("b", b, B_LANES)):
-        if _bases(layout, "lane") != lanes:
-            raise MmaError(f"{name}'s lanes {list(_bases(layout, 'lane'))} are not the mma.sync fragment's "
+        if thread_bases(layout, "lane") != lanes:
+            raise MmaError(f"{name}'s lanes {list(thread_bases(layout, 'lane'))} are not the mma.sync fragment's "
                            f"{list(lanes)}")
-    acc_warps = _bases(acc, "warp")
-    a_warps, b_warps = _bases(a, "warp"), _bases(b, "warp")
+    acc_warps = thread_bases(acc, "warp")
+    a_warps, b_warps = thread_bases(a, "warp"), thread_bases(b, "warp")
     if a_warps != tuple((row, 0) for row, _ in acc_warps) or b_warps != tuple((0, col) for _, col in acc_warps):
         raise MmaError(f"the operands' warps (a {list(a_warps)}, b {list(b_warps)}) do not hold the rows and "
                        f"columns of the accumulator's warps {list(acc_warps)}")

@@ -359,7 +359,7 @@ def register_table(layout: LinearLayout) -> dict[tuple[int, int], int]:
     return table
 
 
-def _thread_bases(layout: LinearLayout, dim: str) -> tuple[tuple[int, int], ...]:
+def thread_bases(layout: LinearLayout, dim: str) -> tuple[tuple[int, int], ...]:
     return tuple(tuple(b) for b in layout.transpose_outs(["dim0", "dim1"]).bases.get(dim, ()))
 
 
@@ -390,7 +390,7 @@ class AccumulatorPlan:
 
 
 def _accumulator_for_n(layout: LinearLayout, n: int, shape: tuple[int, int]) -> Optional[AccumulatorPlan]:
-    warps = _thread_bases(layout, "warp")
+    warps = thread_bases(layout, "warp")
     groups = warps[2:]
     if any(row % M_PER_WARPGROUP or col % n for row, col in groups):
         return None
@@ -425,13 +425,13 @@ def plan_accumulator(layout: LinearLayout, shape: Sequence[int]) -> AccumulatorP
                          f"{M_PER_WARPGROUP} rows per warpgroup")
     if n_total % 8:
         raise WgmmaError(f"the accumulator has N = {n_total} columns; wgmma needs a multiple of 8")
-    warps = _thread_bases(layout, "warp")
+    warps = thread_bases(layout, "warp")
     if len(warps) < 2:
         raise WgmmaError(f"the accumulator layout spans {1 << len(warps)} warps; wgmma runs on whole "
                          f"warpgroups of {WARPS_PER_WARPGROUP} warps")
-    if _thread_bases(layout, "lane") != FRAGMENT_LANES or warps[:2] != FRAGMENT_WARPS:
+    if thread_bases(layout, "lane") != FRAGMENT_LANES or warps[:2] != FRAGMENT_WARPS:
         raise WgmmaError("the accumulator layout is not the wgmma accumulator fragment (lanes "
-                         f"{list(_thread_bases(layout, 'lane'))}, warps {list(warps)}; wgmma wants lanes "
+                         f"{list(thread_bases(layout, 'lane'))}, warps {list(warps)}; wgmma wants lanes "
                          f"{list(FRAGMENT_LANES)} and the 4 warps of a warpgroup at rows 16, 32)",
                          "use NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4 * g, 1], instr_shape=[16, N, K])")
     n = min(MAX_N, 1 << (n_total.bit_length() - 1))
@@ -451,11 +451,11 @@ def plan_register_a(layout: LinearLayout, element_bits: int, acc: AccumulatorPla
     tuple the 32/bits registers packed (lowest first) into one 32-bit instruction operand."""
     kw = 32 // element_bits
     k_instr = instruction_k(element_bits)
-    if _thread_bases(layout, "lane") != operand_a_lanes(element_bits):
-        raise WgmmaError(f"register A is not in the wgmma A fragment (lanes {list(_thread_bases(layout, 'lane'))}, "
+    if thread_bases(layout, "lane") != operand_a_lanes(element_bits):
+        raise WgmmaError(f"register A is not in the wgmma A fragment (lanes {list(thread_bases(layout, 'lane'))}, "
                          f"expected {list(operand_a_lanes(element_bits))})",
                          f"use DotOperandLayout(operand_index=0, parent=<the accumulator layout>, k_width={kw})")
-    warps = _thread_bases(layout, "warp")
+    warps = thread_bases(layout, "warp")
     expected_warps = FRAGMENT_WARPS + tuple((row, 0) for row, _ in acc.warpgroup_origins)
     if warps != expected_warps:
         raise WgmmaError(f"register A's warps {list(warps)} do not hold the rows of the accumulator's "

@@ -15,14 +15,14 @@ Two refinements keep barriers out of hot loops:
   the loop, not one per iteration.
 
 A branch taken warp by warp (`if ll.warp_any(...)`) may read shared memory but holds no
-barrier: one its reads need goes before the branch.
+barrier: one its reads need goes before the branch. (It cannot need one inside: the
+frontend lets such a branch read shared memory, never write it.)
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..errors import CompilationError
 from ..ir import Barrier, BarrierAny, Block, ClusterBarrier, For, If, Kernel, Op, WarpSpecialize, While
 from .shared_accesses import Access, BufferRanges, ByteRange, access_of
 
@@ -125,10 +125,6 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
             then_state, else_state = pending.copy(), pending.copy()
             then_body = _walk(op.then_body, then_state, buffers, num_warps)
             else_body = _walk(op.else_body, else_state, buffers, num_warps)
-            if op.per_warp and any(isinstance(x, Barrier) for body in (then_body, else_body) for x in body.walk()):
-                raise CompilationError("a shared-memory access in a branch taken warp by warp (`if ll.warp_any"
-                                       "(...)`) conflicts with another in the same branch: it would need a "
-                                       "barrier there, which the warps that skip the branch never reach", op.loc)
             op = dataclasses.replace(op, then_body=then_body, else_body=else_body)
             pending.take(then_state.union(else_state))
             ops.append(op)

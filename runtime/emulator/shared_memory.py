@@ -30,13 +30,18 @@ def _addresses(cta, op, ref: SharedRef, tensor_type) -> np.ndarray:
     if tuple(tensor_type.shape) != tuple(ref.type.shape):
         raise EmulationError(f"tensor of shape {list(tensor_type.shape)} against a shared buffer of "
                              f"shape {list(ref.type.shape)}")
+    return layout_addresses(cta, op, ref, cta.layout(tensor_type))
 
+
+def layout_addresses(cta, op, ref: SharedRef, layout, key=()) -> np.ndarray:
+    """(num_warps, 32, registers) byte addresses in `ref` of the elements each register of
+    `layout` holds; `key` tells apart several reads of one op (memoised per op)."""
     def element_offsets():
-        coords = thread_coordinates(cta.layout(tensor_type), cta.num_warps)
+        coords = thread_coordinates(layout, cta.num_warps)
         (offsets,) = ref.addressing(**{f"dim{i}": c for i, c in enumerate(coords)})
         return offsets
     # addressing objects are memoised per defining op, so their ids are stable keys
-    offsets = cta.memo(op, ("offsets", id(ref.addressing)), element_offsets)
+    offsets = cta.memo(op, ("offsets", key, id(ref.addressing)), element_offsets)
     return ref.offset + (offsets ^ ref.xor) * element_bytes(ref.type.element)
 
 

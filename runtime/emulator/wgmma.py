@@ -46,6 +46,7 @@ from .errors import EmulationError
 from .interpreter import InFlight, SharedRef
 from .mbarriers import partition_warps, predicate
 from .registers import registers_to_tensor, tensor_to_registers, thread_coordinates
+from .shared_memory import layout_addresses
 from .rules import EMULATION_RULES as RULES
 
 
@@ -176,14 +177,8 @@ def _warp_dot_operand(cta, op: ir.WarpDot, value: ir.Value, layout, name: str):
     if not isinstance(value.type, ir.SharedType):
         return np.asarray(cta[value], dtype=np.float64), cta.layout(value.type)
     ref: SharedRef = cta[value]
-
-    def offsets():
-        coords = thread_coordinates(layout, cta.num_warps)
-        return ref.addressing(**{f"dim{i}": c for i, c in enumerate(coords)})[0]
-    element = ref.type.element
-    addresses = ref.offset + (cta.memo(op, ("offsets", name, id(ref.addressing)), offsets) ^ ref.xor) \
-        * element_bytes(element)
-    values = cta.shared.read(addresses, element, op, lambda position: f"mma_v2 operand {name}")
+    addresses = layout_addresses(cta, op, ref, layout, key=name)
+    values = cta.shared.read(addresses, ref.type.element, op, lambda position: f"mma_v2 operand {name}")
     return np.asarray(values, dtype=np.float64), layout
 
 
