@@ -154,13 +154,17 @@ def _weft_with(name: str):
     import ast
 
     try:
-        from weft.kernels.attention import default_config, flash_attention
+        from weft.kernels.attention import Config, default_config, flash_attention
 
         fields = {}
         for item in name[len("weft:"):].split("+"):
             key, _, value = item.partition("=")
             fields[key] = ast.literal_eval(value)
-        dataclasses.replace(default_config(128), **fields)  # a bad field fails here, once
+        # A misspelt field fails here, once; values are checked against each shape's default
+        # Config when it runs (stages=4 fits head_dim 64's shared memory, not 128's).
+        unknown = set(fields) - {field.name for field in dataclasses.fields(Config)}
+        if unknown:
+            raise ValueError(f"Config has no field {', '.join(sorted(unknown))}")
     except Exception as error:
         return f"{name}: " + _reason(error)
     return lambda q, k, v, causal, scale: flash_attention(

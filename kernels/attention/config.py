@@ -105,6 +105,13 @@ class Config:
       +4.5% non-causal and +3% causal at 128); off at 256, where it measured +1 to +2%
       (without its overflow path) and spills 8 bytes with one tile's Q buffers
       (benchmarks/NOTES.md).
+    - dynamic_schedule (persistent): how a CTA finds its next tile. True: its producer
+      claims one from an atomic counter (zeroed on every launch) as it starts a tile, so a
+      CTA that drew short or slow tiles takes more; False: CTA i takes tiles i, i + grid,
+      ... and the host zeroes no counter. None: dynamic, except for clusters of two (which
+      take their tiles side by side). Static measured slower even for non-causal tiles,
+      which are all alike (H100, head_dim 64: -2.8% at 512 tokens, -2.7% at 1152, level
+      at 1k and 4k; benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -128,8 +135,18 @@ class Config:
     exp2_fma_share: float = 0.0
     cluster: int | None = None
     lazy_max: bool | None = None
+    dynamic_schedule: bool | None = None
 
     def __post_init__(self):
+        if self.dynamic_schedule is not None and not isinstance(self.dynamic_schedule, bool):
+            raise ValueError(f"Config.dynamic_schedule must be None (chosen per problem), True or False, "
+                             f"got {self.dynamic_schedule!r}")
+        if self.dynamic_schedule is not None and (self.variant != "pingpong" or not self.persistent):
+            raise ValueError("Config.dynamic_schedule is how persistent CTAs find their next tile: it needs "
+                             "variant='pingpong' and persistent=True")
+        if self.dynamic_schedule and self.cluster == 2:
+            raise ValueError("Config: clusters of two take their query tiles side by side on a static "
+                             "schedule; dynamic_schedule=True needs cluster 1 (or None)")
         if self.lazy_max is not None and not isinstance(self.lazy_max, bool):
             raise ValueError(f"Config.lazy_max must be None (chosen per problem), True or False, "
                              f"got {self.lazy_max!r}")
@@ -257,7 +274,7 @@ def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int) -> 
     one head to share K/V by multicast. `group`: (batch, head) pairs per tile group
     (`tile_group`). Config.cluster None: 2 where it applies, else 1; 2 where it does not
     apply is an error."""
-    if config.cluster == 1:
+    if config.cluster == 1 or config.dynamic_schedule:
         return 1
     why = None
     if config.variant != "pingpong" or not config.persistent or config.head_dim == 64:
@@ -275,6 +292,17 @@ def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int) -> 
     if config.cluster is None:
         return 1
     raise ValueError(f"flash_attention: Config.cluster=2 cannot be used here: {why}")
+
+
+def dynamic_schedule(config: Config, cluster: int) -> bool:
+    """Whether persistent CTAs claim their next tile from an atomic counter
+    (Config.dynamic_schedule), given the CTAs per cluster (`cluster_size`; clusters take
+    their tiles on a static schedule)."""
+    if cluster > 1:
+        return False
+    if config.dynamic_schedule is None:
+        return True
+    return config.dynamic_schedule
 
 
 def replicated(config: Config, causal: bool, seq_k: int) -> bool:

@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from .._launch import data_address, is_torch, new_array, persistent_cluster_grid, persistent_grid
-from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config, lazy_max,
-                     per_warp_release, replicated, rescale_above, tile_group)
+from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
+                     dynamic_schedule, lazy_max, per_warp_release, replicated, rescale_above, tile_group)
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
 
@@ -159,12 +159,15 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
              ((q, ROWS), (k, config.block_n), (v, config.block_n), (out, ROWS))]
     kv_bytes = 2 * seq_k * head_dim * 2 // (heads // kv_heads)  # per query head
     group = tile_group(config, causal, kv_bytes, batch * heads)
-    # The tile counter: a CTA's first tile is its program id, every later one comes from
-    # an atomic add on this (grid + the count so far), so it starts at 0 on every launch.
-    counter = new_array(q, (1,), "int32", zero=True)
+    persistent = config.persistent
+    cluster = cluster_size(config, causal, num_m_tiles, group) if persistent else 1
+    dynamic = persistent and dynamic_schedule(config, cluster)
+    # The tile counter of a dynamic schedule: a CTA's first tile is its program id, every
+    # later one comes from an atomic add on this (grid + the count so far), so it starts
+    # at 0 on every launch. A static schedule never reads it: no zeroing (a kernel launch).
+    counter = new_array(q, (1,), "int32", zero=dynamic)
     args = (*descs, lse, counter, scale, seq_q, seq_k, heads, heads // kv_heads, num_m_tiles, batch * heads,
             group)
-    persistent = config.persistent
     # A persistent CTA stores O through its own buffer where it fits (not head_dim 256), so
     # the next tile's Q loads during the last tile's final P V and store, and keeps spare
     # Q buffers where they fit, so the next tile's Q loads during this one.
@@ -174,11 +177,10 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
                       CONSUMERS=config.consumers, CAUSAL=causal, WRITE_LSE=write_lse, O_BUFFER=o_buffer,
                       Q_BUFFERS=q_buffers, EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicate,
                       PER_WARP=per_warp_release(config, replicate), RESCALE_ABOVE=rescale_above(config),
-                      CLAIM_AHEAD=claim_ahead(config), **regs)
+                      CLAIM_AHEAD=claim_ahead(config), DYNAMIC=dynamic, **regs)
     if lazy_max(config):
         constexprs.update(LAZY_MAX=True)
     tiles = num_m_tiles * batch * heads
-    cluster = cluster_size(config, causal, num_m_tiles, group) if persistent else 1
     if cluster > 1:
         constexprs.update(CLUSTER=cluster)
         grid = persistent_cluster_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, cluster)

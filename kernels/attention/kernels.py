@@ -4,7 +4,7 @@ Persistent, with a dynamic scheduler: the host launches one CTA per SM (or one p
 with `Config(persistent=False)`); a CTA's first tile (query tile, batch * head) is its
 program id, and its producer claims the next from an atomic counter (num_programs + the
 count so far) while the consumers run a tile, so a CTA that drew short tiles takes more
-of them. Tiles are numbered longest first (`tile_coordinates`). The producer hands each
+of them (DYNAMIC; else CTA i takes tiles i, i + num_programs, ..., as clusters do). Tiles are numbered longest first (`tile_coordinates`). The producer hands each
 tile's index and coordinates to the consumers through shared memory, published with the
 tile's Q (the consumers do no division per tile); an index past the last tile tells them
 to stop. The CTA's warps split into partitions:
@@ -46,7 +46,10 @@ Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
 - inside a warpgroup, the GEMMs of step n (S_n = Q K_n^T and O += P_{n-1} V_{n-1}) are
   issued together and the softmax of S_n runs while P_{n-1} V_{n-1} is still in flight;
 - between warpgroups (ping-pong), a token passed around on `turn` mbarriers lets one
-  warpgroup issue its GEMMs while the others do their softmax.
+  warpgroup issue its GEMMs while the others do their softmax. In a non-causal tile cut
+  by the end of the queries, the token goes round the warpgroups with rows only
+  (`turn_takers`): the others just release the ring's slots, and each warpgroup counts
+  its own turns.
 
 With CLUSTER 2 (Config.cluster; non-causal), CTAs run in clusters of two on a static
 schedule: the pair takes query tiles 2p and 2p + 1 of one head, and each CTA's producer
@@ -165,7 +168,7 @@ def producer(state):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX) = state
+     CLUSTER, LAZY_MAX, DYNAMIC) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     tiles = num_m_tiles * batch_heads
     step = 0
@@ -194,10 +197,10 @@ def producer(state):
             claim_at = ll.maximum(count - CLAIM_AHEAD, 1)
         for n in range(1, claim_at):
             load_kv(state, step + n, batch, kv_head, n)
-        if CLUSTER > 1:  # the CTAs of a cluster take tiles side by side: a static schedule
-            tile += ll.num_programs(0)
-        else:
+        if DYNAMIC:
             tile = claim_tile(counter_ptr)
+        else:  # every num_programs-th tile (clusters: the CTAs of one take tiles side by side)
+            tile += ll.num_programs(0)
         for n in range(claim_at, count):
             load_kv(state, step + n, batch, kv_head, n)
         step += count
@@ -224,7 +227,7 @@ def load_q(state, tile, j, batch, head, off_m, WG: ll.constexpr):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX) = state
+     CLUSTER, LAZY_MAX, DYNAMIC) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS)
     publish_tile(tile_smem.index(slot), tile, batch, head, off_m)
     row = off_m + WG * ROWS
@@ -255,7 +258,7 @@ def load_kv(state, step, batch, kv_head, n):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX) = state
+     CLUSTER, LAZY_MAX, DYNAMIC) = state
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     slot = step % STAGES
     phase = ((step // STAGES) & 1) ^ 1
@@ -327,27 +330,46 @@ def release_slot(bar, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr):
 
 
 @ll.jit
-def take_turn(turns, n, wg):
-    """Wait for warpgroup wg's turn to issue the GEMMs of key tile n (warpgroup 0 goes
-    first: its barrier's fresh phase counts as passed)."""
-    mbarrier.wait(turns.index(wg), (n + 1 - ll.minimum(wg, 1)) & 1)
+def take_turn(turns, turn, wg):
+    """Wait for warpgroup wg's turn-th turn to issue its GEMMs (counted over the CTA's
+    tiles; warpgroup 0 goes first: its barrier's fresh phase counts as passed). A
+    warpgroup's barrier completes a phase each time the one before it in the tile's order
+    passes the turn on, so its turn-th turn is that barrier's phase turn (0's: turn - 1)."""
+    mbarrier.wait(turns.index(wg), (turn + 1 - ll.minimum(wg, 1)) & 1)
 
 
 @ll.jit
-def pass_turn(turns, wg, CONSUMERS: ll.constexpr, PER_WARP: ll.constexpr):
-    release(turns.index((wg + 1) % CONSUMERS), PER_WARP)
+def pass_turn(turns, wg, active, PER_WARP: ll.constexpr):
+    """Pass the turn to the next of the tile's `active` warpgroups (`turn_takers`; the
+    last passes to warpgroup 0)."""
+    release(turns.index((wg + 1) % active), PER_WARP)
 
 
 @ll.jit
-def release_step(step, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
-                 CONSUMERS: ll.constexpr, WG: ll.constexpr, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr):
+def turn_takers(off_m, seq_q, CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr):
+    """The warpgroups that take turns in the tile at row off_m: all of them in causal
+    tiles (where one that sees no key tile still keeps the turn order of those it
+    releases), else those with rows below seq_q, the first ones: in a partial tile the
+    others only release the ring's slots, so the turn never waits on a warpgroup with
+    nothing to issue."""
+    if CAUSAL:
+        return CONSUMERS
+    return ll.minimum(ll.cdiv(seq_q - off_m, ROWS), CONSUMERS)
+
+
+@ll.jit
+def release_step(step, turn, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
+                 CONSUMERS: ll.constexpr, WG: ll.constexpr, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr,
+                 CAUSAL: ll.constexpr):
     """A key tile (at ring position `step`) which this warpgroup's rows do not see but
-    others of the CTA do: keep the turn order and free the slot. Waiting for `ready` first
-    makes the `empty` arrive count toward this tile's phase, not the slot's previous one."""
+    others of the CTA do: free the slot, keeping the turn order (its turn-th) in causal
+    tiles (`turn_takers`). Waiting for `ready` first makes the `empty` arrive count toward
+    this tile's phase, not the slot's previous one."""
     slot = step % STAGES
     wg = warpgroup(WG)
-    take_turn(turns, step, wg)
-    pass_turn(turns, wg, CONSUMERS, PER_WARP)
+    if CAUSAL:
+        take_turn(turns, turn, wg)
+        pass_turn(turns, wg, CONSUMERS, PER_WARP)
     mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
     release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     mbarrier.wait(v_ready.index(slot), (step // STAGES) & 1)
@@ -355,25 +377,26 @@ def release_step(step, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.con
 
 
 @ll.jit
-def attend_step(n, step, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op,
-                m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
+def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc,
+                p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
                 STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
                 CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
                 O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr,
                 RESCALE_ABOVE: ll.constexpr, CLUSTER: ll.constexpr, LAZY_MAX: ll.constexpr):
-    """Key tile n, at ring position `step`: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1},
-    softmax S_n while the second GEMM runs, then rescale O."""
+    """Key tile n, at ring position `step` and this warpgroup's turn-th turn among the
+    tile's `active` warpgroups: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n
+    while the second GEMM runs, then rescale O."""
     slot = step % STAGES
     prev = (step - 1) % STAGES
     wg = warpgroup(WG)  # read before the GEMMs: the turn passed after them is addressed early
-    take_turn(turns, step, wg)
+    take_turn(turns, turn, wg)
     mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
     k_tile = k_ring.index(slot).index(0).index(0)
     s = ll.warpgroup_mma(q, k_tile.permute((1, 0)), ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT),
                          use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(prev), ((step - 1) // STAGES) & 1)
     acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
-    pass_turn(turns, wg, CONSUMERS, PER_WARP)
+    pass_turn(turns, wg, active, PER_WARP)
     s = ll.warpgroup_mma_wait(1, deps=[s])
     # LAZY_MAX "sums" moves the max without S, so a key tile that needs no mask is
     # released only once its P is known not to have overflowed; masked ones (a row's
@@ -431,34 +454,38 @@ def consumer(state, WG: ll.constexpr):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX) = state
+     CLUSTER, LAZY_MAX, DYNAMIC) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
     step = 0
+    turn = 0  # this warpgroup's turns so far (none in tiles where it has no rows: `turn_takers`)
     j = warpgroup(WG)  # the CTA's j-th (tile, warpgroup): this warpgroup's Q is in buffer j % Q_BUFFERS
     tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     while ll.condition(tile < tiles, rematerialize=True):
         # Read before this Q is released, after which the producer may write the next.
         fields = tile_smem.index(j % Q_BUFFERS)
         batch, head, off_m = tile_field(fields, BATCH), tile_field(fields, HEAD), tile_field(fields, FIRST_ROW)
-        attend_tile(state, batch, head, off_m, step, j % Q_BUFFERS, qk_scale, WG)
-        step += key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
+        loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
+        attend_tile(state, batch, head, off_m, step, turn, j % Q_BUFFERS, qk_scale, WG)
+        step += loaded
+        turn += ll.where(warpgroup(WG) < turn_takers(off_m, seq_q, CONSUMERS, CAUSAL), loaded, 0)
         j += CONSUMERS
         tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
 
 
 @ll.jit
-def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.constexpr):
-    """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on. O
+def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.constexpr):
+    """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on, its
+    turns from its turn-th on (`take_turn`). O
     leaves through its own buffer (O_BUFFER), Q released once the S GEMMs are done, or
     through the Q buffer, released after that."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX) = state
+     CLUSTER, LAZY_MAX, DYNAMIC) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
@@ -473,6 +500,7 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         has_rows = has_rows & (row0 >= 0)
     count = ll.where(has_rows, count, 0)
     loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
+    active = turn_takers(off_m, seq_q, CONSUMERS, CAUSAL)  # the warpgroups the turn goes round
     q_buffer = q_smem.index(q_slot)
     q = q_buffer.index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
@@ -482,12 +510,12 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         # Key tile 0 alone: S_0 and its softmax (O is still 0: nothing to rescale).
         first = step % STAGES
         wg = warpgroup(WG)
-        take_turn(turns, step, wg)
+        take_turn(turns, turn, wg)
         mbarrier.wait(k_ready.index(first), (step // STAGES) & 1)
         s = ll.warpgroup_mma(q, k_ring.index(first).index(0).index(0).permute((1, 0)),
                              ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False,
                              is_async=True)
-        pass_turn(turns, wg, CONSUMERS, PER_WARP)
+        pass_turn(turns, wg, active, PER_WARP)
         s = ll.warpgroup_mma_wait(0, deps=[s])
         release_slot(k_empty.index(first), PER_WARP, CLUSTER)
         if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
@@ -496,13 +524,13 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
         p_op = p_operand(p, dtype, O_LAYOUT)
         for n in range(1, full):
             acc, p_op, m_i, l_i = attend_step(
-                n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
-                l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
+                n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
+                acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
                 S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
         for n in range(ll.maximum(full, 1), count):
             acc, p_op, m_i, l_i = attend_step(
-                n, step + n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc, p_op, m_i,
-                l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
+                n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
+                acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
                 S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
         if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
             mbarrier.arrive(q_empty.index(q_slot))
@@ -516,8 +544,8 @@ def attend_tile(state, batch, head, off_m, step, q_slot, qk_scale, WG: ll.conste
     elif O_BUFFER:  # no key tile: Q is not read at all
         mbarrier.arrive(q_empty.index(q_slot))
     for n in range(count, loaded):
-        release_step(step + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG, PER_WARP,
-                     CLUSTER)
+        release_step(step + n, turn + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG,
+                     PER_WARP, CLUSTER, CAUSAL)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
     # FlashAttention does.
     seen = l_i > 0.0
@@ -580,7 +608,8 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         O_BUFFER: ll.constexpr = False, EXP2_FMA: ll.constexpr = 0.0,
                         REPLICATED: ll.constexpr = True, PER_WARP: ll.constexpr = None,
                         RESCALE_ABOVE: ll.constexpr = None, CLAIM_AHEAD: ll.constexpr = 0,
-                        CLUSTER: ll.constexpr = 1, LAZY_MAX: ll.constexpr = False):
+                        CLUSTER: ll.constexpr = 1, LAZY_MAX: ll.constexpr = False,
+                        DYNAMIC: ll.constexpr = True):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V).
@@ -598,6 +627,8 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     ll.static_assert(CLUSTER == 1 or (CLUSTER == 2 and not CAUSAL and HEAD_DIM // BOX_COLUMNS % 2 == 0),
                      "CLUSTER 2 needs non-causal attention (tiles of equal length, paired) and an even "
                      "count of 64-column boxes per K/V tile (head_dim 128 or 256)")
+    ll.static_assert(CLUSTER == 1 or not DYNAMIC, "the CTAs of a cluster take their tiles side by side: "
+                     "CLUSTER 2 needs DYNAMIC False (a static schedule)")
     ll.static_assert(CONSUMERS <= Q_BUFFERS <= 2 * CONSUMERS,
                      "Q_BUFFERS: one to two tiles' warpgroup-sized Q buffers")
     # A ring of warpgroup-sized Q buffers, the CTA's j-th (tile, warpgroup) in buffer
@@ -641,7 +672,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
              CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD, CLUSTER,
-             LAZY_MAX)
+             LAZY_MAX, DYNAMIC)
     if REPLICATED:  # one copy of the consumer code for all warpgroups (instruction cache)
         ll.warp_specialize((state,), producer, (state,), [consumer_copy], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS,

@@ -10,8 +10,9 @@ import pytest
 
 from weft import lowlevel as ll
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, lazy_max,
-                                           per_warp_release, replicated, rescale_above, shared_bytes, tile_group)
+from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, dynamic_schedule,
+                                           lazy_max, per_warp_release, replicated, rescale_above, shared_bytes,
+                                           tile_group)
 from weft.kernels.attention.kernels import flash_attention_fa3, tile_coordinates
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -21,7 +22,8 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 
 
 def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
-             q_buffers: int = 0, replicated: bool = True, per_warp: bool | None = None, cluster: int = 1):
+             q_buffers: int = 0, replicated: bool = True, per_warp: bool | None = None, cluster: int = 1,
+             dynamic: bool = True):
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -38,7 +40,8 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
     constexprs.update(CONSUMERS=config.consumers, O_BUFFER=o_buffer,
                       Q_BUFFERS=q_buffers or config.consumers,
                       EXP2_FMA=float(config.exp2_fma_share), REPLICATED=replicated, PER_WARP=per_warp,
-                      RESCALE_ABOVE=rescale_above(config), CLAIM_AHEAD=claim_ahead(config))
+                      RESCALE_ABOVE=rescale_above(config), CLAIM_AHEAD=claim_ahead(config),
+                      DYNAMIC=dynamic and cluster == 1)
     if lazy_max(config):
         constexprs.update(LAZY_MAX=True)
     if cluster > 1:
@@ -493,6 +496,55 @@ def test_emulated_persistent_ctas_walk_every_tile(monkeypatch, causal, ctas, q_b
     _check_emulated(1, 3, 1, 200, 230, 64, causal, "bhsd", config)
 
 
+@pytest.mark.parametrize("ctas", [1, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_static_schedule_walks_every_tile(monkeypatch, causal, ctas):
+    """Config.dynamic_schedule=False: CTA i takes tiles i, i + ctas, ... (no counter), over
+    6 tiles of different lengths with GQA and tails; the rings and turns run on as with
+    claimed tiles."""
+    from weft.kernels import _launch
+
+    monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
+    config = Config(head_dim=64, block_n=64, stages=3, persistent=True, dynamic_schedule=False)
+    _check_emulated(1, 3, 1, 200, 230, 64, causal, "bhsd", config)
+
+
+@needs_ptxas
+def test_static_schedule_claims_nothing():
+    """A dynamic schedule claims tiles with a global atomic add; a static one (and clusters of
+    two, whose CTAs take tiles side by side) has none, so the host need not zero a
+    counter for it."""
+    config = default_config(64)
+    assert ".global.add" in _compile(config, "bf16", False, o_buffer=True, q_buffers=6).asm["ptx"]
+    static = _compile(config, "bf16", False, o_buffer=True, q_buffers=6, dynamic=False)
+    assert ".global.add" not in static.asm["ptx"]
+    _check_assembly(static, config)
+    assert dynamic_schedule(config, 1) and not dynamic_schedule(config, 2)
+    assert not dynamic_schedule(dataclasses.replace(config, dynamic_schedule=False), 1)
+    chosen = default_config(128)
+    assert cluster_size(dataclasses.replace(chosen, dynamic_schedule=True), False, 32, 1) == 1
+    for bad, why in [(dict(dynamic_schedule=1), "must be None .chosen per problem., True or False"),
+                     (dict(dynamic_schedule=False, persistent=False), "needs variant='pingpong' and persistent"),
+                     (dict(dynamic_schedule=True, cluster=2), "static schedule")]:
+        with pytest.raises(ValueError, match=why):
+            dataclasses.replace(chosen, **bad)
+
+
+@pytest.mark.parametrize("ctas", [1, 2])
+@pytest.mark.parametrize("seq_q", [200, 330])
+def test_emulated_turns_skip_warpgroups_without_rows(monkeypatch, seq_q, ctas):
+    """Non-causal 192-row tiles (three consumer warpgroups) whose last tile has rows for
+    one (seq_q 200) or two (330) of them: the turn goes round those alone
+    (kernels.turn_takers), and each warpgroup counts its own turns, so that the tiles of
+    the next heads, which all three take, find every turn barrier in its phase (tile
+    groups of one head: a CTA walks a head's tiles, the partial one, then the next head's)."""
+    from weft.kernels import _launch
+
+    monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
+    config = dataclasses.replace(default_config(64), l2_group_bytes=1)
+    _check_emulated(1, 3, 1, seq_q, 300, 64, False, "bhsd", config)  # 3 key tiles: an odd count
+
+
 @pytest.mark.parametrize("ahead", [0, 1, 3])
 def test_emulated_causal_tiles_claimed_ahead(monkeypatch, ahead):
     """Config.claim_ahead: the producer claims its next causal tile before the last
@@ -721,6 +773,10 @@ def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, q_buffers, causal)
     tiles = dataclasses.replace(default_config(head_dim), persistent=False)
     out_tiles, lse_tiles = flash_attention(q, k, v, causal=causal, return_lse=True, config=tiles)
     assert torch.equal(out, out_tiles) and torch.equal(lse, lse_tiles)
+    for dynamic in (False, True):  # whichever way persistent CTAs find their tiles
+        config = dataclasses.replace(persistent, dynamic_schedule=dynamic, cluster=1)
+        out_walk, lse_walk = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
+        assert torch.equal(out_walk, out_tiles) and torch.equal(lse_walk, lse_tiles)
     ref, _ = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
 
