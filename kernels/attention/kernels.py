@@ -459,7 +459,7 @@ def consumer(state, WG: ll.constexpr):
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
     step = 0
-    turn = 0  # this warpgroup's turns so far (none in tiles where it has no rows: `turn_takers`)
+    turn = 0  # this warpgroup's turns so far, non-causal (none in tiles where it has no rows: `turn_takers`)
     j = warpgroup(WG)  # the CTA's j-th (tile, warpgroup): this warpgroup's Q is in buffer j % Q_BUFFERS
     tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     while ll.condition(tile < tiles, rematerialize=True):
@@ -467,9 +467,12 @@ def consumer(state, WG: ll.constexpr):
         fields = tile_smem.index(j % Q_BUFFERS)
         batch, head, off_m = tile_field(fields, BATCH), tile_field(fields, HEAD), tile_field(fields, FIRST_ROW)
         loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-        attend_tile(state, batch, head, off_m, step, turn, j % Q_BUFFERS, qk_scale, WG)
+        if CAUSAL:  # every warpgroup takes every turn: its turns are the ring's steps
+            attend_tile(state, batch, head, off_m, step, step, j % Q_BUFFERS, qk_scale, WG)
+        else:
+            attend_tile(state, batch, head, off_m, step, turn, j % Q_BUFFERS, qk_scale, WG)
+            turn += ll.where(warpgroup(WG) < turn_takers(off_m, seq_q, CONSUMERS, CAUSAL), loaded, 0)
         step += loaded
-        turn += ll.where(warpgroup(WG) < turn_takers(off_m, seq_q, CONSUMERS, CAUSAL), loaded, 0)
         j += CONSUMERS
         tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
