@@ -4,7 +4,8 @@ Persistent, with a dynamic scheduler: the host launches one CTA per SM (or one p
 with `Config(persistent=False)`); a CTA's first tile (query tile, batch * head) is its
 program id, and its producer claims the next from an atomic counter (num_programs + the
 count so far) while the consumers run a tile, so a CTA that drew short tiles takes more
-of them (DYNAMIC; else CTA i takes tiles i, i + num_programs, ..., as clusters do). Tiles are numbered longest first (`tile_coordinates`). The producer hands each
+of them (DYNAMIC; else CTA i takes tiles i, i + num_programs, ..., as clusters do).
+Tiles are numbered longest first (`tile_coordinates`). The producer hands each
 tile's index and coordinates to the consumers through shared memory, published with the
 tile's Q (the consumers do no division per tile); an index past the last tile tells them
 to stop. The CTA's warps split into partitions:
@@ -331,10 +332,10 @@ def release_slot(bar, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr):
 
 @ll.jit
 def take_turn(turns, turn, wg):
-    """Wait for warpgroup wg's turn-th turn to issue its GEMMs (counted over the CTA's
-    tiles; warpgroup 0 goes first: its barrier's fresh phase counts as passed). A
-    warpgroup's barrier completes a phase each time the one before it in the tile's order
-    passes the turn on, so its turn-th turn is that barrier's phase turn (0's: turn - 1)."""
+    """Wait for warpgroup wg's turn-th turn (from 0, over the CTA's tiles) to issue its
+    GEMMs. Its barrier completes a phase each time the warpgroup before it passes the
+    turn on, so the turn-th turn waits for the (turn + 1)-th phase; warpgroup 0's, which
+    goes first, for the turn-th (a fresh barrier's phase counts as passed)."""
     mbarrier.wait(turns.index(wg), (turn + 1 - ll.minimum(wg, 1)) & 1)
 
 
@@ -459,7 +460,7 @@ def consumer(state, WG: ll.constexpr):
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
     step = 0
-    turn = 0  # this warpgroup's turns so far, non-causal (none in tiles where it has no rows: `turn_takers`)
+    turn = 0  # this warpgroup's turns so far, non-causal (none where it has no rows: `turn_takers`)
     j = warpgroup(WG)  # the CTA's j-th (tile, warpgroup): this warpgroup's Q is in buffer j % Q_BUFFERS
     tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     while ll.condition(tile < tiles, rematerialize=True):
@@ -471,7 +472,8 @@ def consumer(state, WG: ll.constexpr):
             attend_tile(state, batch, head, off_m, step, step, j % Q_BUFFERS, qk_scale, WG)
         else:
             attend_tile(state, batch, head, off_m, step, turn, j % Q_BUFFERS, qk_scale, WG)
-            turn += ll.where(warpgroup(WG) < turn_takers(off_m, seq_q, CONSUMERS, CAUSAL), loaded, 0)
+            takes_turns = warpgroup(WG) < turn_takers(off_m, seq_q, CONSUMERS, CAUSAL)
+            turn += ll.where(takes_turns, loaded, 0)
         step += loaded
         j += CONSUMERS
         tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
@@ -480,10 +482,10 @@ def consumer(state, WG: ll.constexpr):
 
 @ll.jit
 def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.constexpr):
-    """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on, its
-    turns from its turn-th on (`take_turn`). O
-    leaves through its own buffer (O_BUFFER), Q released once the S GEMMs are done, or
-    through the Q buffer, released after that."""
+    """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on and
+    its turns from its turn-th on (`take_turn`). O leaves through its own buffer
+    (O_BUFFER), Q released once the S GEMMs are done, or through the Q buffer, released
+    after that."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
@@ -528,13 +530,13 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
         for n in range(1, full):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
-                acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, False,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+                acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL,
+                False, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
         for n in range(ll.maximum(full, 1), count):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
-                acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL, True,
-                S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+                acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL,
+                True, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
         if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
             mbarrier.arrive(q_empty.index(q_slot))
         # The last P V.
