@@ -471,9 +471,7 @@ def consumer(state, WG: ll.constexpr):
         if CAUSAL:  # every warpgroup takes every turn: its turns are the ring's steps
             attend_tile(state, batch, head, off_m, step, step, j % Q_BUFFERS, qk_scale, WG)
         else:
-            attend_tile(state, batch, head, off_m, step, turn, j % Q_BUFFERS, qk_scale, WG)
-            takes_turns = warpgroup(WG) < turn_takers(off_m, seq_q, CONSUMERS, CAUSAL)
-            turn += ll.where(takes_turns, loaded, 0)
+            turn += attend_tile(state, batch, head, off_m, step, turn, j % Q_BUFFERS, qk_scale, WG)
         step += loaded
         j += CONSUMERS
         tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
@@ -483,9 +481,9 @@ def consumer(state, WG: ll.constexpr):
 @ll.jit
 def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.constexpr):
     """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on and
-    its turns from its turn-th on (`take_turn`). O leaves through its own buffer
-    (O_BUFFER), Q released once the S GEMMs are done, or through the Q buffer, released
-    after that."""
+    its turns from its turn-th on (`take_turn`); returns how many turns it took. O leaves
+    through its own buffer (O_BUFFER), Q released once the S GEMMs are done, or through
+    the Q buffer, released after that."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
@@ -582,6 +580,10 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
     if not O_BUFFER:
         tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
         mbarrier.arrive(q_empty.index(q_slot))
+    taken = loaded  # causal: every warpgroup takes every turn
+    if not CAUSAL:
+        taken = ll.where(warpgroup(WG) < active, loaded, 0)
+    return taken
 
 
 @ll.jit
