@@ -342,8 +342,10 @@ def take_turn(turns, turn, wg):
 @ll.jit
 def pass_turn(turns, wg, active, PER_WARP: ll.constexpr):
     """Pass the turn to the next of the tile's `active` warpgroups (`turn_takers`; the
-    last passes to warpgroup 0)."""
-    release(turns.index((wg + 1) % active), PER_WARP)
+    last passes to warpgroup 0). A select, not `% active`: replicated consumers read wg at
+    run time, where a modulo is an integer division in every key step."""
+    after = wg + 1
+    release(turns.index(ll.where(after < active, after, 0)), PER_WARP)
 
 
 @ll.jit
