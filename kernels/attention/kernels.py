@@ -83,8 +83,8 @@ from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
-from .softmax import (exps_on_last_max, masked, max_from_sums, max_where_grew, online_softmax,
-                      recomputed_max, rescaled)
+from .softmax import (exps_on_last_max, first_softmax, masked, max_from_sums, max_where_grew, normalizers,
+                      online_softmax, recomputed_max, rescaled)
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -525,7 +525,7 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
         release_slot(k_empty.index(first), PER_WARP, CLUSTER)
         if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
             s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-        p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+        p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
         p_op = p_operand(p, dtype, O_LAYOUT)
         for n in range(1, full):
             acc, p_op, m_i, l_i = attend_step(
@@ -544,20 +544,16 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
         last = last_step % STAGES
         mbarrier.wait(v_ready.index(last), (last_step // STAGES) & 1)
         acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
+        seen, log2_l, inv_l = normalizers(l_i)  # l is final: while the last P V runs
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         release_slot(v_empty.index(last), PER_WARP, CLUSTER)
-    elif O_BUFFER:  # no key tile: Q is not read at all
-        mbarrier.arrive(q_empty.index(q_slot))
+    else:
+        seen, log2_l, inv_l = normalizers(l_i)
+        if O_BUFFER:  # no key tile: Q is not read at all
+            mbarrier.arrive(q_empty.index(q_slot))
     for n in range(count, loaded):
         release_step(step + n, turn + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG,
                      PER_WARP, CLUSTER, CAUSAL)
-    # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
-    # FlashAttention does.
-    seen = l_i > 0.0
-    log2_l = ll.log2(ll.where(seen, l_i, 1.0))
-    # 1 / l as 2^-log2(l): two exp-unit ops (within 1e-6), where an IEEE division adds a
-    # slow-path branch to every tile's epilogue.
-    inv_l = ll.where(seen, ll.exp2(-log2_l), 0.0)
     if WRITE_LSE:
         rows = row0 + ll.arange(0, ROWS, ROW)
         lse = ll.where(seen, (m_i + log2_l) * LN2, float("inf"))

@@ -59,6 +59,28 @@ def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE:
 
 
 @ll.jit
+def first_softmax(s, qk_scale, EXP2_FMA: ll.constexpr):
+    """online_softmax of a row's first key tile, where there is no running max yet: m is
+    the row max (-inf where every key is masked, with P 0 there), l the row sum, and
+    nothing came before to rescale (no alpha, no vote). Returns (P, m, l)."""
+    m = ll.max(s, axis=1) * qk_scale
+    m_use = ll.where(m == float("-inf"), 0.0, m)
+    p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
+    return p, m, ll.sum(p, axis=1)
+
+
+@ll.jit
+def normalizers(l_i):
+    """(seen, log2(l), 1 / l) of the final row sums: rows that saw no key (causal, seq_q >
+    seq_k) have seen false, and 1 / l is 0 there (O = 0, log-sum-exp +inf, as in
+    FlashAttention). 1 / l is 2^-log2(l): two exp-unit ops (within 1e-6), where an IEEE
+    division adds a slow-path branch to every tile's epilogue."""
+    seen = l_i > 0.0
+    log2_l = ll.log2(ll.where(seen, l_i, 1.0))
+    return seen, log2_l, ll.where(seen, ll.exp2(-log2_l), 0.0)
+
+
+@ll.jit
 def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr):
     """The first half of a key step under Config.lazy_max, where no row max is taken: P =
     exp2(S * scale - m) against m, the running max of the key tiles before, and its row
