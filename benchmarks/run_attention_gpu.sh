@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 if step tests; then
-  timeout "${TESTS_TIMEOUT:-180}" python3 -m pytest -m gpu -q -x -p no:randomly "$@" tests/kernels/test_attention.py 2>&1 \
+  timeout "${TESTS_TIMEOUT:-180}" python3 -m pytest -m gpu -q -x -p no:randomly "$@" tests/kernels/test_attention_gpu.py 2>&1 \
     | tee "$OUT/pytest_attention_gpu.log" | tail -30
   status=$?
 fi

@@ -1,0 +1,173 @@
+"""kernels/attention: Config's validation with readable errors, and the defaults chosen
+per head dim and problem (clusters, tile groups, conditional rescale, lazy max, stages,
+claim-ahead, per-warp release, replicated consumers)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from weft.kernels.attention import Config, default_config, flash_attention
+from weft.kernels.attention.config import (claim_ahead, cluster_size, lazy_max, per_warp_release, replicated,
+                                           rescale_above, tile_group)
+
+RNG = np.random.default_rng(11)
+
+
+def test_cluster_size():
+    """Pairs of CTAs share K/V (Config.cluster) by default where they can: non-causal
+    head_dim 128 and 256, an even count of query tiles per head, one head at a time, the
+    persistent pingpong kernel; elsewhere the default is one CTA, and an explicit 2 is an
+    error that says why."""
+    chosen = default_config(128)
+    paired = dataclasses.replace(chosen, cluster=2)
+    assert chosen.cluster is None and default_config(256).cluster is None
+    assert cluster_size(chosen, False, 32, 1) == cluster_size(paired, False, 32, 1) == 2
+    assert cluster_size(default_config(256), False, 8, 1) == 2
+    assert cluster_size(dataclasses.replace(chosen, cluster=1), False, 32, 1) == 1
+    assert cluster_size(default_config(64), False, 32, 1) == 1
+    assert cluster_size(dataclasses.replace(chosen, persistent=False), False, 32, 1) == 1
+    for args, why in [((True, 32, 1), "causal"), ((False, 7, 1), "count even"),
+                      ((False, 32, 4), "one head at a time")]:
+        assert cluster_size(chosen, *args) == 1
+        with pytest.raises(ValueError, match=why):
+            cluster_size(paired, *args)
+    with pytest.raises(ValueError, match="None .2 where it applies., 1 or 2"):
+        Config(cluster=4)
+    with pytest.raises(ValueError, match="head_dim 128 or 256"):
+        Config(head_dim=64, cluster=2)
+    with pytest.raises(ValueError, match="persistent pingpong"):
+        Config(persistent=False, cluster=2)
+    q = RNG.standard_normal((1, 2, 384, 128)).astype(np.float16)
+    with pytest.raises(ValueError, match="count even"):
+        flash_attention(q, q, q, config=paired)  # three query tiles a head
+
+
+def test_configs_validate_with_readable_errors():
+    for head_dim in (64, 128, 256):
+        assert default_config(head_dim).head_dim == head_dim
+    with pytest.raises(ValueError, match="head_dim must be one of"):
+        Config(head_dim=96)
+    with pytest.raises(ValueError, match="consumers"):
+        Config(consumers=4)
+    with pytest.raises(ValueError, match="shared memory"):
+        Config(head_dim=256, block_n=128)
+    with pytest.raises(ValueError, match="lower consumer_regs to 160"):
+        Config(head_dim=64, consumers=3)
+    with pytest.raises(ValueError, match="variant"):
+        Config(variant="persistent")
+    with pytest.raises(ValueError, match="replicated must be None"):
+        Config(replicated="yes")
+    with pytest.raises(ValueError, match="per_warp_release must be None"):
+        Config(per_warp_release=1)
+    with pytest.raises(ValueError, match="release warp by warp"):
+        Config(replicated=True, per_warp_release=False)
+    with pytest.raises(ValueError, match="pingpong-variant option"):
+        Config(variant="simple", per_warp_release=True)
+
+    with pytest.raises(ValueError, match="multiple of 8"):
+        Config(consumer_regs=236)
+    with pytest.raises(ValueError, match="stages"):
+        Config(stages=1)
+    with pytest.raises(ValueError, match="l2_group_bytes must be None or a positive int"):
+        Config(l2_group_bytes=0)
+    with pytest.raises(ValueError, match="persistent must be True or False"):
+        Config(persistent="yes")
+    with pytest.raises(ValueError, match=r"q_buffers must be None \(as many as fit\) or a count from "
+                                         r"consumers = 2 to 4"):
+        Config(q_buffers=5)
+    with pytest.raises(ValueError, match="with 4 Q buffers; a CTA has 232448"):
+        Config(head_dim=256, block_n=64, q_buffers=4)
+    with pytest.raises(ValueError, match=r"exp2_fma_share must be a number in \[0, 1\]"):
+        Config(exp2_fma_share=2)
+    with pytest.raises(ValueError, match="exp2_fma_share is a pingpong-variant option"):
+        Config(variant="simple", exp2_fma_share=0.25)
+    for bad in (-1.0, 16, True, "8", None):
+        with pytest.raises(ValueError, match=r"rescale_above must be a number in \[0, 15\] \(log2 units"):
+            Config(rescale_above=bad)
+    with pytest.raises(ValueError, match="conditional_rescale must be None"):
+        Config(conditional_rescale=1)
+    with pytest.raises(ValueError, match="lazy_max must be None"):
+        Config(lazy_max="yes")
+    with pytest.raises(ValueError, match="lazy_max is a pingpong-variant option"):
+        Config(variant="simple", lazy_max=True)
+    with pytest.raises(ValueError, match="lazy_max is a pingpong-variant option"):
+        Config(conditional_rescale=False, lazy_max=True)
+    with pytest.raises(ValueError, match=r"lazy_max needs rescale_above above log2\(block_n\) = 7"):
+        Config(rescale_above=7, lazy_max=True)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="claim_ahead must be None .* or a count of K/V loads >= 0"):
+            Config(claim_ahead=bad)
+
+
+def test_tile_groups_by_default():
+    """Non-causal at head_dim 128 and 256: one head per group (its query tiles side by
+    side); otherwise heads whose K/V fill 24 MB (8 MB for causal head_dim 256), or the
+    Config's bytes, within bounds."""
+    mb = 1 << 20
+    assert tile_group(default_config(128), False, 2 * mb, 64) == 1
+    assert tile_group(default_config(256), False, 2 * mb, 64) == 1
+    assert tile_group(default_config(128), True, 2 * mb, 64) == 12
+    assert tile_group(default_config(256), True, 2 * mb, 64) == 4  # 8 MB groups
+    assert tile_group(default_config(64), False, 2 * mb, 64) == 12
+    assert tile_group(default_config(64), False, 2 * mb, 5) == 5  # no more than there are
+    assert tile_group(default_config(64), False, 30 * mb, 64) == 1  # at least one
+    assert tile_group(Config(l2_group_bytes=8 * mb), False, 2 * mb, 64) == 4
+
+
+def test_conditional_rescale_by_default():
+    assert rescale_above(default_config(256)) == 8.0
+    assert rescale_above(default_config(128)) == 8.0  # lazy_max, which rescales conditionally
+    assert rescale_above(default_config(64)) == 8.0
+    assert rescale_above(Config(head_dim=64, lazy_max=False)) is None
+    assert rescale_above(Config(head_dim=128, conditional_rescale=True, rescale_above=4)) == 4.0
+    assert rescale_above(Config(head_dim=128, conditional_rescale=False)) is None
+    assert rescale_above(Config(head_dim=256, block_n=64, conditional_rescale=False)) is None
+
+
+def test_lazy_max_by_default():
+    """On at head_dim 64 and 128; off at 256 (+1 to +2% there, and 8 bytes spilled with
+    one tile's Q buffers) and where a Config rules it out, rather than an error."""
+    for head_dim in (64, 128):
+        assert lazy_max(default_config(head_dim)) and lazy_max(default_config(head_dim, causal=True))
+    assert not lazy_max(default_config(256)) and lazy_max(dataclasses.replace(default_config(256), lazy_max=True))
+    assert lazy_max(Config(head_dim=64, block_n=64, lazy_max=True))
+    assert not lazy_max(Config(head_dim=128, variant="simple"))
+    assert not lazy_max(Config(head_dim=128, conditional_rescale=False))
+    assert not lazy_max(Config(head_dim=128, rescale_above=7))  # a row of 128 keys may sum to 2^7
+    assert not lazy_max(Config(head_dim=128, lazy_max=False))
+
+
+def test_three_stages_for_short_causal_head_dim_64():
+    """default_config per problem: three K/V stages for causal head_dim 64 up to 2048 keys,
+    two otherwise (and without the problem's lengths)."""
+    assert default_config(64, True, 512).stages == default_config(64, True, 2048).stages == 3
+    assert default_config(64, True, 4096).stages == default_config(64, False, 512).stages == 2
+    assert default_config(64).stages == default_config(128, True, 512).stages == 2
+    assert default_config(256, True, 512).stages == 2
+
+
+def test_claim_ahead_by_default():
+    assert claim_ahead(default_config(64)) == 2
+    assert claim_ahead(default_config(128)) == claim_ahead(default_config(256)) == 0
+    assert claim_ahead(Config(head_dim=128, claim_ahead=3)) == 3
+
+
+def test_per_warp_release_by_default():
+    """Replicated consumers always release warp by warp; others at head_dim 128 only,
+    unless the config says otherwise."""
+    assert per_warp_release(default_config(128), False) and per_warp_release(default_config(64), True)
+    assert not per_warp_release(default_config(64), False) and not per_warp_release(default_config(256), False)
+    assert not per_warp_release(Config(head_dim=128, per_warp_release=False), False)
+    assert per_warp_release(Config(head_dim=256, block_n=64, per_warp_release=True), False)
+
+
+def test_replicated_consumers_by_default():
+    """One copy of the consumer code for causal head_dim 64, and causal head_dim 128 up
+    to 4096 keys (measured faster there), a partition per warpgroup elsewhere."""
+    assert all(replicated(default_config(64), True, seq) for seq in (128, 4096, 16384))
+    assert replicated(default_config(128), True, 4096) and not replicated(default_config(128), True, 4097)
+    assert not any(replicated(default_config(d), False, 512) for d in (64, 128, 256))
+    assert not replicated(default_config(256), True, 512)
+    assert replicated(Config(head_dim=256, block_n=64, replicated=True), False, 16384)
+    assert not replicated(Config(head_dim=64, replicated=False), True, 512)
