@@ -19,11 +19,14 @@ takes part, so a warp-level MMA may run in a branch taken warp by warp.
 An operand in shared memory is read with ldmatrix (`ldmatrix_addresses`) where its
 fragments are 8 x 8 matrices of 16-byte rows, as in any 16-bit tile whose contiguous
 dim is the MMA's K (A row-major, B as K^T) and in 128-byte swizzles: one instruction
-and one address per thread for four words, where 32-bit loads take one each.
+and one address per thread for four words, where 32-bit loads take one each. A 16-bit
+tensor held in such fragments (an accumulator converted to bf16 or fp16) is stored the
+same way, by stmatrix (`stmatrix_groups`, lower_shared.store_tensor).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from ..layouts import LinearLayout
@@ -113,6 +116,31 @@ def plan_warp_dot(acc: LinearLayout, a: LinearLayout, b: LinearLayout) -> tuple[
             plan.append(Instruction(tuple(c), tuple(zip(a_regs[::2], a_regs[1::2])),
                                     tuple(zip(b_regs[::2], b_regs[1::2]))))
     return tuple(plan)
+
+
+def stmatrix_groups(offsets: LinearLayout, count: int, xor: int = 0, align: int = 16,
+                    element_bytes: int = 2) -> list | None:
+    """The `count` registers of a 16-bit tensor whose elements sit at `offsets` (as for
+    ldmatrix_addresses) as groups of four words (register pairs), each with the row
+    addresses of the stmatrix.x4 that stores it, every register in one group; None where
+    no two register bits step between a group's words. stmatrix places words as ldmatrix
+    loads them, so ldmatrix_addresses decides each group."""
+    if element_bytes != 2 or count < 8 or count & (count - 1):
+        return None
+    bits = [1 << i for i in range(1, count.bit_length() - 1)]  # register bits above the pair's
+    for step0, step1 in itertools.combinations(bits, 2):
+        groups = []
+        for first in range(0, count, 2):
+            if first & (step0 | step1):
+                continue
+            words = tuple((f, f + 1) for f in (first, first ^ step0, first ^ step1, first ^ step0 ^ step1))
+            addresses = ldmatrix_addresses(offsets, words, xor, align, element_bytes)
+            if addresses is None:
+                break
+            groups.append((words, addresses))
+        else:
+            return groups
+    return None
 
 
 def ldmatrix_addresses(offsets: LinearLayout, words: tuple[tuple[int, int], ...], xor: int = 0,

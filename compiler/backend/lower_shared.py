@@ -21,7 +21,10 @@ from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 from ...layouts.banks import vector_width_of
 from ..layout_rules import shared_index_addressing, shared_slice_addressing
+from ..mma import stmatrix_groups
+from . import ptx_asm
 from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map, owner_predicate
+from .lower_wgmma import _asm, _pack
 
 def barrier(ctx: Lowering) -> None:
     """bar.sync 0 (all threads of the CTA); a named barrier inside a warp_specialize partition."""
@@ -71,7 +74,10 @@ def store_tensor(ctx: Lowering, view: SharedView, value: Value) -> None:
     """Write every element of a distributed tensor to its place in a shared view, once:
     an element several threads hold (a broadcast layout, a scalar splat) is written by
     its owner alone (indexing.owner_predicate), so that the thread which then signals
-    the write (an mbarrier arrive, say) is the one that made it."""
+    the write (an mbarrier arrive, say) is the one that made it. 16-bit tensors whose
+    registers pair up as 8 x 8 matrices (an MMA accumulator's), whose widest store would
+    be 32 bits, go four matrices a stmatrix where the view allows it
+    (mma.stmatrix_groups): a quarter of the store instructions."""
     b = ctx.builder
     layout = value.type.layout
     access = _Access(ctx, view, layout)
@@ -79,6 +85,15 @@ def store_tensor(ctx: Lowering, view: SharedView, value: Value) -> None:
     duplicates = duplicate_registers(layout)
     width = min(access.vector, len(registers))
     owner = owner_predicate(ctx, layout)
+    groups = None
+    if owner is None and not duplicates and access.vector == 2:  # 32 bits the widest store
+        groups = stmatrix_groups(access.offsets, len(registers), view.xor, view.align, access.bytes)
+    if groups is not None:
+        for words, addresses in groups:
+            pointer = element_pointer(ctx, view.base, access.memory, addresses, words[0][0], view.xor)
+            data = [_pack(b, [registers[first], registers[second]], 16) for first, second in words]
+            _asm(ctx, ptx_asm.stmatrix(len(words)), [b.ptrtoint(pointer, T.I32), *data], [])
+        return
     with b.if_then(owner) if owner is not None else contextlib.nullcontext():
         for start in range(0, len(registers), width):
             if start & duplicates:

@@ -455,6 +455,17 @@ def ldmatrix(count: int) -> tuple[str, str]:
             ",".join(["=r"] * count + ["r", MEMORY]))
 
 
+def stmatrix(count: int) -> tuple[str, str]:
+    """stmatrix.sync.aligned.m8n8.x{count}.shared.b16: ldmatrix's inverse. `count` 32-bit
+    words ($1..), each two 16-bit elements of an 8 x 8 matrix, to the row address this
+    lane gives ($0, shared). Writes shared memory: a memory clobber keeps it in order.
+    stmatrix: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#warp-level-matrix-instructions-stmatrix
+    """
+    words = ", ".join(f"${i + 1}" for i in range(count))
+    return (f"stmatrix.sync.aligned.m8n8.x{count}.shared.b16 [$0], {{{words}}};",
+            ",".join(["r"] * (count + 1) + [MEMORY]))
+
+
 def wgmma_commit_group() -> tuple[str, str]:
     """wgmma.commit_group.sync.aligned: the warpgroup's uncommitted mma_async form a group.
     https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group
