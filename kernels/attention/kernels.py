@@ -41,7 +41,10 @@ l and O down to match (`max_from_sums`; 429 instructions become 332), and only k
 that need no mask are lazy: a P that overflowed to inf leaves no S to take the max from,
 so its warp alone computes its rows of S again from Q and the K tile (`recomputed_max`,
 ll.mma_v2 in a branch taken warp by warp), which it releases only then. (A warpgroup
-vote and wgmma there cost 1.7-1.8% from 4k keys, non-causal, on the H200.)
+vote and wgmma there cost 1.7-1.8% from 4k keys, non-causal, on the H200.) A row's first
+key tile, with no running max yet, takes P against the max of its first 32 keys
+(`first_keys_max`: a quarter of the compares) and the exact max only in warps where a row
+grew past that.
 
 Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
 - inside a warpgroup, the GEMMs of step n (S_n = Q K_n^T and O += P_{n-1} V_{n-1}) are
@@ -83,8 +86,8 @@ from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
-from .softmax import (exps_on_last_max, first_softmax, masked, max_from_sums, max_where_grew, normalizers,
-                      online_softmax, recomputed_max, rescaled)
+from .softmax import (exps_on_last_max, first_keys_max, first_softmax, masked, max_from_sums, max_where_grew,
+                      normalizers, online_softmax, recomputed_max, rescaled)
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -525,7 +528,15 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
         release_slot(k_empty.index(first), PER_WARP, CLUSTER)
         if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
             s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-        p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
+        if LAZY_MAX:
+            # P against the max of the tile's first keys, a lower bound on the row's; the
+            # warps with a row that passed it by 2^RESCALE_ABOVE take the max from S, held
+            # beside P at every head dim here (O is not live yet, nor a P V in flight).
+            m_i = first_keys_max(s, qk_scale, BLOCK_N, S_LAYOUT)
+            p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+            p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA)
+        else:
+            p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
         p_op = p_operand(p, dtype, O_LAYOUT)
         for n in range(1, full):
             acc, p_op, m_i, l_i = attend_step(

@@ -19,6 +19,7 @@ from ... import lowlevel as ll
 from .config import ROWS  # rows per consumer warpgroup
 
 SHIFT_LIMIT = 120.0  # log2 units a key step moves a row's max by at most (`max_from_sums`)
+FIRST_KEYS = 32  # the keys of a row's first tile whose max `first_keys_max` takes
 
 
 @ll.jit
@@ -67,6 +68,20 @@ def first_softmax(s, qk_scale, EXP2_FMA: ll.constexpr):
     m_use = ll.where(m == float("-inf"), 0.0, m)
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
     return p, m, ll.sum(p, axis=1)
+
+
+@ll.jit
+def first_keys_max(s, qk_scale, BLOCK_N: ll.constexpr, S_LAYOUT: ll.constexpr):
+    """A lower bound on each row's max of a first key tile (log2 units), for
+    `exps_on_last_max` to compute P against: the max of its first FIRST_KEYS keys only.
+    Every thread holds some of those keys of its rows, so it takes FIRST_KEYS / BLOCK_N of
+    the row max's compares (the where is known per register at compile time: the others
+    fold away) and the same shuffles. Being at most the row's max, it leaves the largest P
+    at least 1 (no row underflows); where it is too low, the row sums tell
+    (`exps_on_last_max`'s vote). -inf where the row sees no key: masks keep a prefix of
+    the keys, so key 0 is seen wherever any is."""
+    cols = ll.arange(0, BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
+    return ll.max(ll.where(cols[None, :] < FIRST_KEYS, s, float("-inf")), axis=1) * qk_scale
 
 
 @ll.jit
