@@ -250,9 +250,36 @@ def claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS: ll.constexpr):
     """Buffer j % Q_BUFFERS, for the CTA's j-th (tile, warpgroup) Q, once its last user
     released it (a fresh barrier counts as released): its tile fields may then be
     written too."""
-    slot = j % Q_BUFFERS
-    mbarrier.wait(q_empty.index(slot), ((j // Q_BUFFERS) & 1) ^ 1)
+    slot = ring_slot(j, Q_BUFFERS)
+    mbarrier.wait(q_empty.index(slot), ring_phase(j, Q_BUFFERS) ^ 1)
     return slot
+
+
+@ll.constexpr_function
+def _shift_of(slots):
+    """log2(slots) where slots is a power of two, else None."""
+    return slots.bit_length() - 1 if slots & (slots - 1) == 0 else None
+
+
+@ll.jit
+def ring_slot(position, SLOTS: ll.constexpr):
+    """position % SLOTS for a ring position (>= 0): a mask where SLOTS is a power of two
+    (positions are signed ints, and % would fix up the negative ones they never are:
+    three uniform instructions more per use, in every key step)."""
+    SHIFT: ll.constexpr = _shift_of(SLOTS)
+    if SHIFT is None:
+        return position % SLOTS
+    return position & (SLOTS - 1)
+
+
+@ll.jit
+def ring_phase(position, SLOTS: ll.constexpr):
+    """(position // SLOTS) & 1: the parity of the slot's use (a shift where SLOTS is a
+    power of two, as `ring_slot`)."""
+    SHIFT: ll.constexpr = _shift_of(SLOTS)
+    if SHIFT is None:
+        return (position // SLOTS) & 1
+    return (position >> SHIFT) & 1
 
 
 @ll.jit
@@ -264,8 +291,8 @@ def load_kv(state, step, batch, kv_head, n):
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
      CLUSTER, LAZY_MAX, DYNAMIC) = state
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
-    slot = step % STAGES
-    phase = ((step // STAGES) & 1) ^ 1
+    slot = ring_slot(step, STAGES)
+    phase = ring_phase(step, STAGES) ^ 1
     mbarrier.wait(k_empty.index(slot), phase)
     mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
     load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM,
@@ -298,8 +325,8 @@ def tile_field(fields, field: ll.constexpr):
 def next_tile(tile_smem, q_ready, j, Q_BUFFERS: ll.constexpr):
     """The tile index `load_q` wrote with the CTA's j-th (tile, warpgroup) Q, once that
     Q is in."""
-    mbarrier.wait(q_ready.index(j % Q_BUFFERS), (j // Q_BUFFERS) & 1)
-    return tile_field(tile_smem.index(j % Q_BUFFERS), TILE)
+    mbarrier.wait(q_ready.index(ring_slot(j, Q_BUFFERS)), ring_phase(j, Q_BUFFERS))
+    return tile_field(tile_smem.index(ring_slot(j, Q_BUFFERS)), TILE)
 
 
 @ll.jit
@@ -371,14 +398,14 @@ def release_step(step, turn, k_ready, k_empty, v_ready, v_empty, turns, STAGES: 
     others of the CTA do: free the slot, keeping the turn order (its turn-th) in causal
     tiles (`turn_takers`). Waiting for `ready` first makes the `empty` arrive count toward
     this tile's phase, not the slot's previous one."""
-    slot = step % STAGES
+    slot = ring_slot(step, STAGES)
     wg = warpgroup(WG)
     if CAUSAL:
         take_turn(turns, turn, wg)
         pass_turn(turns, wg, CONSUMERS, PER_WARP)
-    mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
+    mbarrier.wait(k_ready.index(slot), ring_phase(step, STAGES))
     release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
-    mbarrier.wait(v_ready.index(slot), (step // STAGES) & 1)
+    mbarrier.wait(v_ready.index(slot), ring_phase(step, STAGES))
     release_slot(v_empty.index(slot), PER_WARP, CLUSTER)
 
 
@@ -392,15 +419,15 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
     """Key tile n, at ring position `step` and this warpgroup's turn-th turn among the
     tile's `active` warpgroups: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n
     while the second GEMM runs, then rescale O."""
-    slot = step % STAGES
-    prev = (step - 1) % STAGES
+    slot = ring_slot(step, STAGES)
+    prev = ring_slot(step - 1, STAGES)
     wg = warpgroup(WG)  # read before the GEMMs: the turn passed after them is addressed early
     take_turn(turns, turn, wg)
-    mbarrier.wait(k_ready.index(slot), (step // STAGES) & 1)
+    mbarrier.wait(k_ready.index(slot), ring_phase(step, STAGES))
     k_tile = k_ring.index(slot).index(0).index(0)
     s = ll.warpgroup_mma(q, k_tile.permute((1, 0)), ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT),
                          use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(prev), ((step - 1) // STAGES) & 1)
+    mbarrier.wait(v_ready.index(prev), ring_phase(step - 1, STAGES))
     acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
     pass_turn(turns, wg, active, PER_WARP)
     s = ll.warpgroup_mma_wait(1, deps=[s])
@@ -414,7 +441,9 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
     if MASKED:
         s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
     if LAZY:  # P in 32 bits until after the wait: the last P V still reads P's registers
-        p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+        # Rows that reach a key tile needing no mask saw all of key tile 0 (masks keep a
+        # prefix of the keys): m is finite.
+        p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE, SEEN=not MASKED)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
     if LAZY and SUMS:
@@ -470,13 +499,13 @@ def consumer(state, WG: ll.constexpr):
     tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
     while ll.condition(tile < tiles, rematerialize=True):
         # Read before this Q is released, after which the producer may write the next.
-        fields = tile_smem.index(j % Q_BUFFERS)
+        fields = tile_smem.index(ring_slot(j, Q_BUFFERS))
         batch, head, off_m = tile_field(fields, BATCH), tile_field(fields, HEAD), tile_field(fields, FIRST_ROW)
         loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
         if CAUSAL:  # every warpgroup takes every turn: its turns are the ring's steps
-            attend_tile(state, batch, head, off_m, step, step, j % Q_BUFFERS, qk_scale, WG)
+            attend_tile(state, batch, head, off_m, step, step, ring_slot(j, Q_BUFFERS), qk_scale, WG)
         else:
-            turn += attend_tile(state, batch, head, off_m, step, turn, j % Q_BUFFERS, qk_scale, WG)
+            turn += attend_tile(state, batch, head, off_m, step, turn, ring_slot(j, Q_BUFFERS), qk_scale, WG)
         step += loaded
         j += CONSUMERS
         tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
@@ -516,10 +545,10 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
     acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
     if count > 0:
         # Key tile 0 alone: S_0 and its softmax (O is still 0: nothing to rescale).
-        first = step % STAGES
+        first = ring_slot(step, STAGES)
         wg = warpgroup(WG)
         take_turn(turns, turn, wg)
-        mbarrier.wait(k_ready.index(first), (step // STAGES) & 1)
+        mbarrier.wait(k_ready.index(first), ring_phase(step, STAGES))
         s = ll.warpgroup_mma(q, k_ring.index(first).index(0).index(0).permute((1, 0)),
                              ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False,
                              is_async=True)
@@ -552,8 +581,8 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
             mbarrier.arrive(q_empty.index(q_slot))
         # The last P V.
         last_step = step + count - 1
-        last = last_step % STAGES
-        mbarrier.wait(v_ready.index(last), (last_step // STAGES) & 1)
+        last = ring_slot(last_step, STAGES)
+        mbarrier.wait(v_ready.index(last), ring_phase(last_step, STAGES))
         acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
         seen, log2_l, inv_l = normalizers(l_i)  # l is final: while the last P V runs
         acc = ll.warpgroup_mma_wait(0, deps=[acc])

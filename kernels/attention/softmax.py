@@ -96,7 +96,8 @@ def normalizers(l_i):
 
 
 @ll.jit
-def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr):
+def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr,
+                     SEEN: ll.constexpr = False):
     """The first half of a key step under Config.lazy_max, where no row max is taken: P =
     exp2(S * scale - m) against m, the running max of the key tiles before, and its row
     sums. A warp all of whose rows sum to at most 2^RESCALE_ABOVE (which bounds each P by
@@ -106,11 +107,19 @@ def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll
     or overflowed to inf) or saw its first keys (m = -inf, l and O still 0); they move m
     (`max_where_grew` from S, `max_from_sums` from the sums, where `attend_step` sends an
     overflow to S computed again). With m at least the row's max a row sums to at most
-    its count of keys, so RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it)."""
-    m_use = ll.where(m_i == float("-inf"), 0.0, m_i)
+    its count of keys, so RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it).
+    SEEN: every row has seen keys before (m is finite), as in a key tile after the first
+    that needs no mask: no select of m and no test for first keys (four instructions a
+    step, and four in the vote)."""
+    m_use = m_i
+    if not SEEN:
+        m_use = ll.where(m_i == float("-inf"), 0.0, m_i)
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
     row = ll.sum(p, axis=1)
-    grew = ll.warp_any((row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0)))
+    if SEEN:
+        grew = ll.warp_any(row > 2.0 ** RESCALE_ABOVE)
+    else:
+        grew = ll.warp_any((row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0)))
     return p, row, grew
 
 
