@@ -174,6 +174,32 @@ def test_gpu_conditional_rescale(head_dim, causal, dtype_name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_first_key_tile_max_past_its_first_keys(head_dim, causal, dtype_name):
+    """A row's first key tile takes P against the max of its first 32 keys
+    (softmax.first_keys_max): rows whose max in that tile lies past them, far past 2^8
+    and past 2^128 (P overflows), take the exact max; one inside them needs nothing."""
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator(device="cuda").manual_seed(head_dim * 5 + causal)
+    q, k, v = (torch.randn(2, 4, 1500, head_dim, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
+    spikes = ((300, 100, 4.0), (900, 64, 40.0), (1200, 127, 6.0), (600, 10, 4.0))
+    for row, key, gain in spikes:
+        k[:, :, key] = gain * q[:, :, row]
+    scale = 1.0 / math.sqrt(head_dim)
+    ref, ref_lse = _torch_reference(q, k, v, causal, scale, "bhsd")
+    for row, key, _ in spikes[:3]:  # past 2^8 (8 log2 units) over the first 32 keys
+        scores = (q[:, :, row:row + 1].float() @ k[:, :, :128].float().transpose(-1, -2))[:, :, 0] * scale
+        assert (scores[:, :, key] - scores[:, :, :32].amax(-1)).min().item() > 8 * math.log(2)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+    assert (out.float() - ref).abs().max().item() <= 5e-2 * ref.abs().max().item()
+    assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
+
+
+@pytest.mark.gpu
 def test_gpu_attention_without_lse_and_with_scale():
     torch = pytest.importorskip("torch")
     q, k, v = (torch.randn(2, 4, 513, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
