@@ -101,9 +101,10 @@ class Config:
       warpgroup with a P overflowed to inf computes S again from its K tile (released only
       then) to take the max, and key tiles that need a mask take the max as without
       lazy_max. A row's first key tile takes P against the max of its first 32 keys and
-      the exact max, from S, only where a row grew past that. None: on at head_dim 64 and 128 (on an H100 at the power cap, side by
-      side with it off: +3.3 to +4.0% at head_dim 64 from 4k tokens, level at 1k; +4.3 to
-      +4.5% non-causal and +3% causal at 128); off at 256, where it measured +1 to +2%
+      the exact max, from S, only where a row grew past that. None: on at head_dim 64 and
+      128 (on an H100 at the power cap, side by side with it off: +3.3 to +4.0% at
+      head_dim 64 from 4k tokens, level at 1k; +4.3 to +4.5% non-causal and +3% causal
+      at 128); off at 256, where it measured +1 to +2%
       (without its overflow path) and spills 8 bytes with one tile's Q buffers
       (benchmarks/NOTES.md).
     - dynamic_schedule (persistent): how a CTA finds its next tile. True: its producer

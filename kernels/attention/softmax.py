@@ -116,11 +116,10 @@ def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll
         m_use = ll.where(m_i == float("-inf"), 0.0, m_i)
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
     row = ll.sum(p, axis=1)
-    if SEEN:
-        grew = ll.warp_any(row > 2.0 ** RESCALE_ABOVE)
-    else:
-        grew = ll.warp_any((row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0)))
-    return p, row, grew
+    moves = row > 2.0 ** RESCALE_ABOVE
+    if not SEEN:
+        moves = moves | ((m_i == float("-inf")) & (row > 0.0))
+    return p, row, ll.warp_any(moves)
 
 
 @ll.jit
