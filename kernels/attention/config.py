@@ -114,6 +114,16 @@ class Config:
       take their tiles side by side). Static measured slower even for non-causal tiles,
       which are all alike (H100, head_dim 64: -2.8% at 512 tokens, -2.7% at 1152, level
       at 1k and 4k; benchmarks/NOTES.md).
+    - half_tiles (pingpong): a warpgroup's last key tile, where none of its rows sees the
+      tile's second half, is taken as a tile of block_n / 2 keys: S's GEMM, its softmax
+      and the last P V over half the keys (kernels.attend_tile). Causal 64-row warpgroups
+      starting at a multiple of 128 rows cross the diagonal in the first half of a
+      128-key tile, half the warpgroups of a causal problem; non-causal, the last key
+      tile where seq_k % block_n is at most block_n / 2. None: on for causal attention
+      with 128-key tiles (head_dim 64 and 128): on the H200 at the power cap, +4.6% at
+      head_dim 64 and 512 tokens, +3.0% at 1k, +2.1% at 2k; at 128, +1.3% at 1k and
+      level at 512 and 4k. Off non-causal, where the benchmark's lengths have no such
+      tile and the code would only grow (benchmarks/NOTES.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
@@ -138,8 +148,15 @@ class Config:
     cluster: int | None = None
     lazy_max: bool | None = None
     dynamic_schedule: bool | None = None
+    half_tiles: bool | None = None
 
     def __post_init__(self):
+        if self.half_tiles is not None and not isinstance(self.half_tiles, bool):
+            raise ValueError(f"Config.half_tiles must be None (chosen per problem), True or False, "
+                             f"got {self.half_tiles!r}")
+        if self.half_tiles and self.variant != "pingpong":
+            raise ValueError("Config.half_tiles is a pingpong-variant option (the simple variant takes "
+                             "every key tile whole): it needs variant='pingpong'")
         if self.dynamic_schedule is not None and not isinstance(self.dynamic_schedule, bool):
             raise ValueError(f"Config.dynamic_schedule must be None (chosen per problem), True or False, "
                              f"got {self.dynamic_schedule!r}")
@@ -330,6 +347,14 @@ def lazy_max(config: Config) -> bool:
         return config.lazy_max
     return config.variant == "pingpong" and config.head_dim <= 128 and config.conditional_rescale is not False \
         and 2.0 ** config.rescale_above > config.block_n
+
+
+def half_tiles(config: Config, causal: bool) -> bool:
+    """Whether a warpgroup's last key tile, where no row sees its second half, is taken
+    as a tile of half the keys (Config.half_tiles)."""
+    if config.half_tiles is not None:
+        return config.half_tiles
+    return causal and config.block_n == 128
 
 
 def rescale_above(config: Config) -> float | None:

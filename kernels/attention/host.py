@@ -9,7 +9,7 @@ import numpy as np
 
 from .._launch import data_address, is_torch, new_array, persistent_cluster_grid, persistent_grid
 from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
-                     dynamic_schedule, lazy_max, per_warp_release, replicated, rescale_above, tile_group)
+                     dynamic_schedule, half_tiles, lazy_max, per_warp_release, replicated, rescale_above, tile_group)
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
 
@@ -180,6 +180,8 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
                       CLAIM_AHEAD=claim_ahead(config), DYNAMIC=dynamic, **regs)
     if lazy_max(config):
         constexprs.update(LAZY_MAX=True)
+    if half_tiles(config, causal):
+        constexprs.update(HALF_TILES=True)
     tiles = num_m_tiles * batch * heads
     if cluster > 1:
         constexprs.update(CLUSTER=cluster)

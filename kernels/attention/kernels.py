@@ -25,7 +25,7 @@ to stop. The CTA's warps split into partitions:
   shared memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
 
-The softmax of a key step is in softmax.py. With RESCALE_ABOVE (Config.conditional_rescale:
+The softmax of a key step is in softmax.py; ring slots, phases, releases and turns in rings.py. With RESCALE_ABOVE (Config.conditional_rescale:
 on by default), a row's running max moves only when some row of its warp grew past it by
 more than 2^8, and only those warps rescale O (`if ll.warp_any(...)`), as FlashAttention-4
 does: head_dim 256's 64-key tiles would otherwise rescale 128 O registers per thread every
@@ -70,7 +70,9 @@ Causal attention is aligned bottom-right (query i sees keys j <= i + seq_k - seq
 K/V tiles wholly above the diagonal are never loaded, only tiles crossing the diagonal or
 the end of the keys pay for masks, and tiles are started longest first. Each warpgroup
 bounds its key tiles by its own 64 rows: of a 192-row tile's keys, the first warpgroup
-skips (only releases) those right of its diagonal, and masks only the tile it crosses.
+skips (only releases) those right of its diagonal, and masks only the tile it crosses;
+where its rows see only the first half of that tile (rows from a multiple of 128, with
+128-key tiles), it takes the half alone (HALF_TILES, Config.half_tiles).
 Causal query tiles are aligned to the last rows too (`tile_coordinates`), so a partial
 tile is the top one, which sees the fewest keys.
 
@@ -86,6 +88,7 @@ from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
+from .rings import pass_turn, release_slot, ring_phase, ring_slot, take_turn
 from .softmax import (exps_on_last_max, first_keys_max, first_softmax, masked, max_from_sums, max_where_grew,
                       normalizers, online_softmax, recomputed_max, rescaled)
 
@@ -172,7 +175,7 @@ def producer(state):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC) = state
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     tiles = num_m_tiles * batch_heads
     step = 0
@@ -231,7 +234,7 @@ def load_q(state, tile, j, batch, head, off_m, WG: ll.constexpr):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC) = state
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS)
     publish_tile(tile_smem.index(slot), tile, batch, head, off_m)
     row = off_m + WG * ROWS
@@ -255,33 +258,6 @@ def claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS: ll.constexpr):
     return slot
 
 
-@ll.constexpr_function
-def _shift_of(slots):
-    """log2(slots) where slots is a power of two, else None."""
-    return slots.bit_length() - 1 if slots & (slots - 1) == 0 else None
-
-
-@ll.jit
-def ring_slot(position, SLOTS: ll.constexpr):
-    """position % SLOTS for a ring position (>= 0): a mask where SLOTS is a power of two
-    (positions are signed ints, and % would fix up the negative ones they never are:
-    three uniform instructions more per use, in every key step)."""
-    SHIFT: ll.constexpr = _shift_of(SLOTS)
-    if SHIFT is None:
-        return position % SLOTS
-    return position & (SLOTS - 1)
-
-
-@ll.jit
-def ring_phase(position, SLOTS: ll.constexpr):
-    """(position // SLOTS) & 1: the parity of the slot's use (a shift where SLOTS is a
-    power of two, as `ring_slot`)."""
-    SHIFT: ll.constexpr = _shift_of(SLOTS)
-    if SHIFT is None:
-        return (position // SLOTS) & 1
-    return (position >> SHIFT) & 1
-
-
 @ll.jit
 def load_kv(state, step, batch, kv_head, n):
     """Key tile n's K and V into ring position `step`, each once its slot is free."""
@@ -289,7 +265,7 @@ def load_kv(state, step, batch, kv_head, n):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC) = state
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
     boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
     slot = ring_slot(step, STAGES)
     phase = ring_phase(step, STAGES) ^ 1
@@ -340,45 +316,6 @@ def warpgroup(WG: ll.constexpr):
 
 
 @ll.jit
-def release(bar, PER_WARP: ll.constexpr):
-    """This warpgroup's arrival on `bar` (a ring slot's `empty`, the next warpgroup's
-    turn): warp by warp (PER_WARP; the barriers count 4 a warpgroup), else once, after a
-    warpgroup-wide named barrier."""
-    mbarrier.arrive(bar, per_warp=PER_WARP)
-
-
-@ll.jit
-def release_slot(bar, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr):
-    """This warpgroup's release of a K or V ring slot (`release`). In a cluster of two,
-    each CTA's producer multicasts half of every K/V tile into both CTAs' slots, so it may
-    reload a slot only once the consumers of both have released it: they arrive on their
-    own CTA's barrier and on the peer's. That arrival releases at CTA scope: the slot was
-    only read, by GEMMs already waited for, and a cluster-scope release here slowed the
-    kernel by a fifth (500 against 620 TFLOP/s at 4k tokens, head_dim 128)."""
-    release(bar, PER_WARP)
-    if CLUSTER > 1:
-        mbarrier.arrive(bar, per_warp=PER_WARP, cta=ll.program_id(0) % CLUSTER ^ 1, scope="cta")
-
-
-@ll.jit
-def take_turn(turns, turn, wg):
-    """Wait for warpgroup wg's turn-th turn (from 0, over the CTA's tiles) to issue its
-    GEMMs. Its barrier completes a phase each time the warpgroup before it passes the
-    turn on, so the turn-th turn waits for the (turn + 1)-th phase; warpgroup 0's, which
-    goes first, for the turn-th (a fresh barrier's phase counts as passed)."""
-    mbarrier.wait(turns.index(wg), (turn + 1 - ll.minimum(wg, 1)) & 1)
-
-
-@ll.jit
-def pass_turn(turns, wg, active, PER_WARP: ll.constexpr):
-    """Pass the turn to the next of the tile's `active` warpgroups (`turn_takers`; the
-    last passes to warpgroup 0). A select, not `% active`: replicated consumers read wg at
-    run time, where a modulo is an integer division in every key step."""
-    after = wg + 1
-    release(turns.index(ll.where(after < active, after, 0)), PER_WARP)
-
-
-@ll.jit
 def turn_takers(off_m, seq_q, CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr):
     """The warpgroups that take turns in the tile at row off_m: all of them in causal
     tiles (where one that sees no key tile still keeps the turn order of those it
@@ -424,7 +361,7 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
     wg = warpgroup(WG)  # read before the GEMMs: the turn passed after them is addressed early
     take_turn(turns, turn, wg)
     mbarrier.wait(k_ready.index(slot), ring_phase(step, STAGES))
-    k_tile = k_ring.index(slot).index(0).index(0)
+    k_tile = first_keys(k_ring.index(slot).index(0).index(0), BLOCK_N)
     s = ll.warpgroup_mma(q, k_tile.permute((1, 0)), ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT),
                          use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(prev), ring_phase(step - 1, STAGES))
@@ -474,6 +411,37 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
 
 
 @ll.jit
+def first_keys(tile, KEYS: ll.constexpr):
+    """The first KEYS rows of a K or V ring tile (a view; the whole tile where it has no more)."""
+    if tile.shape[0] == KEYS:
+        return tile
+    return tile.slice(0, KEYS, 0)
+
+
+@ll.jit
+def keys_seen(row0, seq_q, seq_k, CAUSAL: ll.constexpr):
+    """How many keys (a prefix) the last of the 64 rows from row0 sees."""
+    if CAUSAL:
+        return ll.minimum(row0 + ROWS + (seq_k - seq_q), seq_k)
+    return seq_k
+
+
+@ll.jit
+def last_pv(p_op, acc, l_i, v_ring, v_ready, v_empty, last_step, STAGES: ll.constexpr, PER_WARP: ll.constexpr,
+            CLUSTER: ll.constexpr):
+    """The tile's last O += P V (P of the key tile at ring position last_step, of as many keys
+    as P has columns), with the normalizers of l computed while it runs: (O, seen, log2 l, 1 / l)."""
+    last = ring_slot(last_step, STAGES)
+    mbarrier.wait(v_ready.index(last), ring_phase(last_step, STAGES))
+    v_tile = first_keys(v_ring.index(last).index(0).index(0), p_op.shape[1])
+    acc = ll.warpgroup_mma(p_op, v_tile, acc, is_async=True)
+    seen, log2_l, inv_l = normalizers(l_i)  # l is final: while the last P V runs
+    acc = ll.warpgroup_mma_wait(0, deps=[acc])
+    release_slot(v_empty.index(last), PER_WARP, CLUSTER)
+    return acc, seen, log2_l, inv_l
+
+
+@ll.jit
 def p_operand(p, dtype: ll.constexpr, O_LAYOUT: ll.constexpr):
     """P in 16 bits as the A operand of O += P V, from the registers it is in (no data
     moves: the S accumulator's layout is the operand's)."""
@@ -489,7 +457,7 @@ def consumer(state, WG: ll.constexpr):
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC) = state
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     qk_scale = softmax_scale * LOG2E
     tiles = num_m_tiles * batch_heads
@@ -522,9 +490,10 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC) = state
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
+    S_HALF: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N // 2, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     dtype: ll.constexpr = q_desc.dtype
@@ -572,21 +541,33 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
                 n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
                 acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL,
                 False, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
-        for n in range(ll.maximum(full, 1), count):
+        # A last key tile whose second half no row sees (causal: half of the warpgroups'
+        # diagonal tiles) is taken as a tile of BLOCK_N / 2 keys (HALF_TILES).
+        half = 0
+        if HALF_TILES:
+            half = ll.where((count > 1) & (keys_seen(row0, seq_q, seq_k, CAUSAL) - (count - 1) * BLOCK_N
+                                           <= BLOCK_N // 2), 1, 0)
+        for n in range(ll.maximum(full, 1), count - half):
             acc, p_op, m_i, l_i = attend_step(
                 n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
                 acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL,
                 True, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
-        if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
-            mbarrier.arrive(q_empty.index(q_slot))
-        # The last P V.
         last_step = step + count - 1
-        last = ring_slot(last_step, STAGES)
-        mbarrier.wait(v_ready.index(last), ring_phase(last_step, STAGES))
-        acc = ll.warpgroup_mma(p_op, v_ring.index(last).index(0).index(0), acc, is_async=True)
-        seen, log2_l, inv_l = normalizers(l_i)  # l is final: while the last P V runs
-        acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        release_slot(v_empty.index(last), PER_WARP, CLUSTER)
+        if half:
+            n = 2 * (count - 1)  # the half tile's index in tiles of BLOCK_N / 2 keys (its mask's columns)
+            acc, p_half, m_i, l_i = attend_step(
+                n, last_step, turn + count - 1, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty,
+                turns, acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N // 2, STAGES, CONSUMERS, WG,
+                CAUSAL, True, S_HALF, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+            if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
+                mbarrier.arrive(q_empty.index(q_slot))
+            acc, seen, log2_l, inv_l = last_pv(p_half, acc, l_i, v_ring, v_ready, v_empty, last_step,
+                                               STAGES, PER_WARP, CLUSTER)
+        else:
+            if O_BUFFER:
+                mbarrier.arrive(q_empty.index(q_slot))
+            acc, seen, log2_l, inv_l = last_pv(p_op, acc, l_i, v_ring, v_ready, v_empty, last_step,
+                                               STAGES, PER_WARP, CLUSTER)
     else:
         seen, log2_l, inv_l = normalizers(l_i)
         if O_BUFFER:  # no key tile: Q is not read at all
@@ -654,7 +635,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                         REPLICATED: ll.constexpr = True, PER_WARP: ll.constexpr = None,
                         RESCALE_ABOVE: ll.constexpr = None, CLAIM_AHEAD: ll.constexpr = 0,
                         CLUSTER: ll.constexpr = 1, LAZY_MAX: ll.constexpr = False,
-                        DYNAMIC: ll.constexpr = True):
+                        DYNAMIC: ll.constexpr = True, HALF_TILES: ll.constexpr = False):
     """Grid: any count up to num_m_tiles * batch_heads (CTA i takes tiles i, i + grid, ...);
     4 warps (the producer; each consumer warpgroup adds 4); descriptors over [batch, heads,
     seq, head_dim] with [1, 1, 64 | BLOCK_N, 64] boxes (Q and O | K and V).
@@ -717,7 +698,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
              k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
              heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
              CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD, CLUSTER,
-             LAZY_MAX, DYNAMIC)
+             LAZY_MAX, DYNAMIC, HALF_TILES)
     if REPLICATED:  # one copy of the consumer code for all warpgroups (instruction cache)
         ll.warp_specialize((state,), producer, (state,), [consumer_copy], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS,

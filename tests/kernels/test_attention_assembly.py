@@ -8,6 +8,7 @@ import pytest
 
 from weft.kernels.attention import Config, default_config
 from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, dynamic_schedule,
+                                           half_tiles,
                                            lazy_max, per_warp_release, replicated, rescale_above, shared_bytes)
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
@@ -39,6 +40,8 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
                       DYNAMIC=dynamic and cluster == 1)
     if lazy_max(config):
         constexprs.update(LAZY_MAX=True)
+    if half_tiles(config, causal):
+        constexprs.update(HALF_TILES=True)
     if cluster > 1:
         return flash_attention_fa3.compile(signature=signature, constexprs={**constexprs, "CLUSTER": cluster},
                                            num_warps=4, cluster=(cluster, 1, 1))

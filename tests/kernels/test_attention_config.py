@@ -1,6 +1,6 @@
 """kernels/attention: Config's validation with readable errors, and the defaults chosen
 per head dim and problem (clusters, tile groups, conditional rescale, lazy max, stages,
-claim-ahead, per-warp release, replicated consumers)."""
+claim-ahead, per-warp release, replicated consumers, half key tiles)."""
 
 import dataclasses
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention
-from weft.kernels.attention.config import (claim_ahead, cluster_size, lazy_max, per_warp_release, replicated,
-                                           rescale_above, tile_group)
+from weft.kernels.attention.config import (claim_ahead, cluster_size, half_tiles, lazy_max, per_warp_release,
+                                           replicated, rescale_above, tile_group)
 
 RNG = np.random.default_rng(11)
 
@@ -98,6 +98,10 @@ def test_configs_validate_with_readable_errors():
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="claim_ahead must be None .* or a count of K/V loads >= 0"):
             Config(claim_ahead=bad)
+    with pytest.raises(ValueError, match="half_tiles must be None"):
+        Config(half_tiles=1)
+    with pytest.raises(ValueError, match="half_tiles is a pingpong-variant option"):
+        Config(variant="simple", half_tiles=True)
 
 
 def test_tile_groups_by_default():
@@ -145,6 +149,18 @@ def test_three_stages_for_short_causal_head_dim_64():
     assert default_config(64, True, 4096).stages == default_config(64, False, 512).stages == 2
     assert default_config(64).stages == default_config(128, True, 512).stages == 2
     assert default_config(256, True, 512).stages == 2
+
+
+def test_half_tiles_by_default():
+    """Causal attention with 128-key tiles (head_dim 64 and 128) takes the last key tile
+    of a warpgroup as half a tile where its rows see only the first half; not with 64-key
+    tiles (head_dim 256, whose diagonal tiles each row sees part of), nor non-causal,
+    unless the config says so."""
+    assert half_tiles(default_config(64), True) and half_tiles(default_config(128), True)
+    assert not half_tiles(default_config(256), True)
+    assert not half_tiles(default_config(64), False) and not half_tiles(default_config(128), False)
+    assert half_tiles(Config(head_dim=128, half_tiles=True), False)
+    assert not half_tiles(Config(head_dim=64, half_tiles=False), True)
 
 
 def test_claim_ahead_by_default():

@@ -30,12 +30,14 @@ def test_emulated_clusters_match_the_reference(head_dim, seq_q, seq_k):
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-4, atol=1e-4)
 
 
-def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout="bhsd"):
+def _inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout="bhsd", rng=RNG):
+    """Random q, k, v; a test that checks a property of its inputs passes an rng of its
+    own, so that the check does not depend on the order tests draw from RNG."""
     def shape(h, s):
         return (batch, h, s, head_dim) if layout == "bhsd" else (batch, s, h, head_dim)
-    q = RNG.standard_normal(shape(heads, seq_q)).astype(np.float16)
-    k = RNG.standard_normal(shape(kv_heads, seq_k)).astype(np.float16)
-    v = RNG.standard_normal(shape(kv_heads, seq_k)).astype(np.float16)
+    q = rng.standard_normal(shape(heads, seq_q)).astype(np.float16)
+    k = rng.standard_normal(shape(kv_heads, seq_k)).astype(np.float16)
+    v = rng.standard_normal(shape(kv_heads, seq_k)).astype(np.float16)
     return q, k, v
 
 
@@ -88,6 +90,21 @@ def test_emulated_replicated_consumers(causal, replicated, consumers):
     _check_emulated(1, 2, 1, 300, 250, 64, causal, "bhsd", config)
 
 
+@pytest.mark.parametrize("half_tiles", [False, True])
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal", [
+    (64, 400, 400, True),    # rows from 0, 128, 256, 384: no row sees its diagonal tile's second half
+    (64, 130, 250, True),    # seq_q < seq_k: the diagonals shift by 120 keys
+    (128, 150, 190, False),  # the last key tile holds 62 keys
+    (64, 70, 60, False),     # one key tile, of 60 keys: taken whole
+])
+def test_emulated_half_key_tiles(head_dim, seq_q, seq_k, causal, half_tiles):
+    """Config.half_tiles: a warpgroup's last key tile, where none of its rows sees the
+    tile's second half, taken as a GEMM of half the keys (its mask's columns and the V
+    rows of its P V halved too); right against float64 either way."""
+    config = dataclasses.replace(default_config(head_dim), half_tiles=half_tiles)
+    _check_emulated(1, 2, 1, seq_q, seq_k, head_dim, causal, "bhsd", config)
+
+
 @pytest.mark.parametrize("per_warp", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 def test_emulated_per_warp_release(causal, per_warp):
@@ -114,7 +131,7 @@ def test_emulated_conditional_rescale(causal, threshold):
     (Config.conditional_rescale): one row's max jumps by ~2^35 at key 200, a tile after the
     first, where only its warp must rescale; the others keep their max. Right either way,
     and not bitwise the result of rescaling at every step (the skipped path ran)."""
-    q, k, v = _inputs(1, 2, 2, 300, 280, 64)
+    q, k, v = _inputs(1, 2, 2, 300, 280, 64, rng=np.random.default_rng(5))
     k = _jumping_scores(q, k, [250], 200)
     config = Config(head_dim=64, consumers=3, consumer_regs=160, conditional_rescale=threshold is not None,
                     rescale_above=threshold or 0.0)
@@ -137,7 +154,7 @@ def test_emulated_lazy_max(head_dim, block_n, causal, gain):
     warps whose row sums pass 2^8. gain 0: no row's max jumps; 3: a row's max jumps far
     past 2^8 at a later key tile (non-causal: an unmasked one); 40: past 2^128, so its P
     overflows to inf and its warp computes its rows of S again (mma_v2). Each right against float64."""
-    q, k, v = _inputs(1, 2, 1, 200, 300, head_dim)
+    q, k, v = _inputs(1, 2, 1, 200, 300, head_dim, rng=np.random.default_rng(head_dim))
     if gain:
         k = _jumping_scores(q, k, [150], 240, gain)  # key 240: seen by row 150 when causal too
     config = Config(head_dim=head_dim, block_n=block_n, lazy_max=True,

@@ -127,6 +127,26 @@ def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, q_buffers, causal)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, causal", [(64, 1000, 1000, True), (128, 700, 1200, True),
+                                                           (64, 500, 1050, False), (128, 300, 1090, False)])
+def test_gpu_half_key_tiles(head_dim, seq_q, seq_k, causal):
+    """Last key tiles whose second half no row of the warpgroup sees, taken as GEMMs of
+    half the keys (Config.half_tiles; the default for causal head_dim 64 and 128, and
+    non-causal here where seq_k % 128 is at most 64): right with it and without."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(seq_k)
+    q = torch.randn(2, 6, seq_q, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(2, 3, seq_k, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    ref, ref_lse = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
+    for half in (False, True):
+        config = dataclasses.replace(default_config(head_dim), half_tiles=half)
+        out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
+        assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+        assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim, share", [(64, 0.25), (64, 0.5), (128, 0.25)])
 def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
