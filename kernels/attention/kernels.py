@@ -25,11 +25,11 @@ to stop. The CTA's warps split into partitions:
   shared memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
 
-The softmax of a key step is in softmax.py; ring slots, phases, releases and turns in rings.py. With RESCALE_ABOVE (Config.conditional_rescale:
-on by default), a row's running max moves only when some row of its warp grew past it by
-more than 2^8, and only those warps rescale O (`if ll.warp_any(...)`), as FlashAttention-4
-does: head_dim 256's 64-key tiles would otherwise rescale 128 O registers per thread every
-64 keys.
+The softmax of a key step is in softmax.py; ring slots, phases, releases and turns in
+rings.py. With RESCALE_ABOVE (Config.conditional_rescale: on by default), a row's running
+max moves only when some row of its warp grew past it by more than 2^8, and only those
+warps rescale O (`if ll.warp_any(...)`), as FlashAttention-4 does: head_dim 256's 64-key
+tiles would otherwise rescale 128 O registers per thread every 64 keys.
 
 At head_dim 64 and 128 (LAZY_MAX, Config.lazy_max) a key step takes no row max at all: P
 is computed against the running max of the tiles before, and the row sums of P, which l
@@ -355,7 +355,8 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
                 RESCALE_ABOVE: ll.constexpr, CLUSTER: ll.constexpr, LAZY_MAX: ll.constexpr):
     """Key tile n, at ring position `step` and this warpgroup's turn-th turn among the
     tile's `active` warpgroups: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n
-    while the second GEMM runs, then rescale O."""
+    while the second GEMM runs, then rescale O. BLOCK_N keys: the ring tile's, or the first
+    half of them (a half tile, whose n counts tiles of that size: its mask's columns)."""
     slot = ring_slot(step, STAGES)
     prev = ring_slot(step - 1, STAGES)
     wg = warpgroup(WG)  # read before the GEMMs: the turn passed after them is addressed early
