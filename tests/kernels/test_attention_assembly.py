@@ -8,8 +8,8 @@ import pytest
 
 from weft.kernels.attention import Config, default_config
 from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, dynamic_schedule,
-                                           half_tiles,
-                                           lazy_max, per_warp_release, replicated, rescale_above, shared_bytes)
+                                           half_tiles, lazy_max, per_warp_release, replicated, rescale_above,
+                                           shared_bytes)
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
