@@ -127,17 +127,23 @@ def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group, seq
 
 
 @ll.jit
+def keys_seen(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, CAUSAL: ll.constexpr):
+    """How many keys (a prefix, none for rows wholly above the diagonal) the last of the
+    rows [off_m, off_m + BLOCK_M) sees."""
+    if CAUSAL:  # query i sees keys j <= i + seq_k - seq_q
+        return ll.minimum(ll.maximum(off_m + BLOCK_M + (seq_k - seq_q), 0), seq_k)
+    return seq_k
+
+
+@ll.jit
 def key_tiles(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
               CAUSAL: ll.constexpr):
     """(unmasked, all): the key tiles the rows [off_m, off_m + BLOCK_M) see; tiles
     [0, unmasked) need no mask, tiles [unmasked, all) do."""
     full = seq_k // BLOCK_N
-    count = ll.cdiv(seq_k, BLOCK_N)
-    if CAUSAL:
-        shift = seq_k - seq_q  # query i sees keys j <= i + shift
-        full = ll.minimum(full, ll.maximum(off_m + shift + 1, 0) // BLOCK_N)
-        count = ll.minimum(count, ll.cdiv(ll.maximum(off_m + BLOCK_M + shift, 0), BLOCK_N))
-    return full, count
+    if CAUSAL:  # the first row's keys, all of them unmasked
+        full = ll.minimum(full, ll.maximum(off_m + (seq_k - seq_q) + 1, 0) // BLOCK_N)
+    return full, ll.cdiv(keys_seen(off_m, seq_q, seq_k, BLOCK_M, CAUSAL), BLOCK_N)
 
 
 @ll.jit
@@ -420,14 +426,6 @@ def first_keys(tile, KEYS: ll.constexpr):
 
 
 @ll.jit
-def keys_seen(row0, seq_q, seq_k, CAUSAL: ll.constexpr):
-    """How many keys (a prefix) the last of the 64 rows from row0 sees."""
-    if CAUSAL:
-        return ll.minimum(row0 + ROWS + (seq_k - seq_q), seq_k)
-    return seq_k
-
-
-@ll.jit
 def last_pv(p_op, acc, l_i, v_ring, v_ready, v_empty, last_step, STAGES: ll.constexpr, PER_WARP: ll.constexpr,
             CLUSTER: ll.constexpr):
     """The tile's last O += P V (P of the key tile at ring position last_step, of as many keys
@@ -546,7 +544,7 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
         # diagonal tiles) is taken as a tile of BLOCK_N / 2 keys (HALF_TILES).
         half = 0
         if HALF_TILES:
-            half = ll.where((count > 1) & (keys_seen(row0, seq_q, seq_k, CAUSAL) - (count - 1) * BLOCK_N
+            half = ll.where((count > 1) & (keys_seen(row0, seq_q, seq_k, ROWS, CAUSAL) - (count - 1) * BLOCK_N
                                            <= BLOCK_N // 2), 1, 0)
         for n in range(ll.maximum(full, 1), count - half):
             acc, p_op, m_i, l_i = attend_step(
