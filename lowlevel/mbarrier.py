@@ -75,8 +75,8 @@ def expect(bar: Any, nbytes: int, pred: Any = True) -> None:
 @builtin
 def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False, cta: Any = None,
            scope: Any = None) -> None:
-    """`count` arrivals on `bar`, once the partition's threads have all got here (a
-    named barrier over them first). `per_warp=True`: `count` arrivals from every warp of
+    """`count` arrivals on `bar` (a compile-time int or an i32 scalar), once the
+    partition's threads have all got here (a named barrier over them first). `per_warp=True`: `count` arrivals from every warp of
     the partition, each once its own threads got here, with no partition-wide sync; init
     the barrier for warps * count arrivals a phase. A warp that is done with a buffer
     then frees it without waiting for the others (a consumer warpgroup's release).
@@ -101,8 +101,11 @@ def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False, c
                       f"releases at CTA scope)")
     if scope not in (None, "cta", "cluster"):
         raise b.error(f"mbarrier.arrive scope must be \"cta\" or \"cluster\", found {scope!r}")
-    b.emit(ir.MBarrierArrive(barrier=_barrier(bar, "mbarrier.arrive"),
-                             count=_count(count, "mbarrier.arrive count"),
+    if sem.is_value(count):  # known at run time (the emulator checks it is in [1, 2^20 - 1])
+        count = sem.i32_scalar(count, "mbarrier.arrive count")
+    else:
+        count = _count(count, "mbarrier.arrive count")
+    b.emit(ir.MBarrierArrive(barrier=_barrier(bar, "mbarrier.arrive"), count=count,
                              pred=sem.predicate(pred, "mbarrier.arrive"), per_warp=per_warp,
                              cta=None if cta is None else sem.i32_scalar(cta, "mbarrier.arrive cta"),
                              scope=scope or "cluster", loc=b.loc))

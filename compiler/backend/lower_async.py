@@ -122,13 +122,16 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
         else:
             _warp_sync(ctx)
         pred = _issuer(ctx, op.pred)
+    count, counted = op.count, []  # a run-time count is the asm's last operand
+    if not isinstance(count, int):
+        count, counted = None, [_i32(ctx, ctx.scalar(op.count))]
     if op.cta is not None:  # on the barrier at the same offset in the CTA of cluster rank `cta`
         rank = _i32(ctx, ctx.scalar(op.cta))
-        _asm(ctx, ptx_asm.mbarrier_arrive_remote(op.count, op.per_warp, op.scope), [address, pred, rank])
+        _asm(ctx, ptx_asm.mbarrier_arrive_remote(count, op.per_warp, op.scope), [address, pred, rank] + counted)
     elif op.per_warp:
-        _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(op.count), [address, pred])
+        _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(count), [address, pred] + counted)
     else:
-        _asm(ctx, ptx_asm.mbarrier_arrive(op.count), [address, pred])
+        _asm(ctx, ptx_asm.mbarrier_arrive(count), [address, pred] + counted)
 
 
 @lowers(ClusterBarrier)

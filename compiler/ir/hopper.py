@@ -49,14 +49,15 @@ class MBarrierExpect(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class MBarrierArrive(Op):
-    """`count` arrivals on `barrier` (one thread issues; mbarrier.arrive). `per_warp`:
-    one thread of every warp issues, once its own warp got there (no partition sync).
+    """`count` arrivals (an int, or an i32 scalar known at run time) on `barrier` (one
+    thread issues; mbarrier.arrive). `per_warp`: one thread of every warp issues, once
+    its own warp got there (no partition sync).
     `cta` (an i32 scalar): the arrivals go to the barrier at the same offset in the CTA of
     that rank in the cluster (mapa), releasing at `scope` ("cluster" or "cta")."""
 
     NAME = "mbarrier_arrive"
     barrier: Value
-    count: int = 1
+    count: Union[int, Value] = 1
     pred: Optional[Value] = None
     per_warp: bool = False
     cta: Optional[Value] = None

@@ -305,15 +305,27 @@ def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
         return
     rank = None if op.cta is None else check_rank(cta, int(cta[op.cta]), op, "mbarrier.arrive cta")
     bar = live_barrier(cta, op, op.barrier, rank)
+    count = arrival_count(cta, op)
     if op.per_warp:  # each warp arrives for itself: its own accesses before, no one else's
         for warp in partition_warps(cta):
             touch(cta, bar.address, [warp], op, write=False)
-            arrive(cta, op, bar, op.count, warp)
+            arrive(cta, op, bar, count, warp)
         return
     if cta.num_warps > 1:
         cta.shared.barrier()  # the backend syncs the partition before its one arrival
     touch(cta, bar.address, [cta.warp_base], op, write=False)
-    arrive(cta, op, bar, op.count, cta.warp_base)
+    arrive(cta, op, bar, count, cta.warp_base)
+
+
+def arrival_count(cta, op: ir.MBarrierArrive) -> int:
+    """The op's count; a run-time one must be what the hardware takes, [1, 2^20 - 1]."""
+    if isinstance(op.count, int):
+        return op.count
+    counts = np.unique(np.asarray(cta[op.count]))
+    if counts.size != 1 or not 1 <= int(counts[0]) <= _MAX_COUNT:
+        raise EmulationError(f"mbarrier.arrive count {counts.tolist()}: it must be one value in "
+                             f"[1, {_MAX_COUNT}] across the arriving threads", op.loc)
+    return int(counts[0])
 
 
 @RULES.register(ir.MBarrierExpect)

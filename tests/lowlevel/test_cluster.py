@@ -2,6 +2,8 @@
 CTA's barrier and cluster barriers, on the emulator (clusters of one and two CTAs, with
 its deadlock and race reports) and on the GPU (tests marked `gpu`), against numpy."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -222,6 +224,26 @@ def test_remote_arrive_scope(scope, release):
     ptx = arrive_on_peer.compile(signature={}, constexprs={"RANK": 1, "SCOPE": scope}, num_warps=4,
                                  cluster=(2, 1, 1)).asm["ptx"]
     assert f"mbarrier.arrive{release}.shared::cluster.b64 _, [remote], 1;" in ptx
+
+
+@ll.jit
+def arrive_counted(count, PER_WARP: ll.constexpr):
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=8)
+    ll.cluster_barrier()
+    mbarrier.arrive(bar, count=count, per_warp=PER_WARP)
+    mbarrier.arrive(bar, count=count, cta=1, scope="cta")
+    ll.cluster_barrier()
+
+
+@pytest.mark.parametrize("per_warp", [False, True])
+def test_a_run_time_arrival_count_is_a_register_operand(per_warp):
+    """Each arrive form (once, per warp, on the peer) takes its count from a register."""
+    ptx = arrive_counted.compile(signature={"count": "i32"}, constexprs={"PER_WARP": per_warp}, num_warps=1,
+                                 cluster=(2, 1, 1)).asm["ptx"]
+    arrivals = [line for line in ptx.splitlines() if "mbarrier.arrive" in line]
+    assert len(arrivals) == 2
+    assert all(re.search(r"\], %r\d+;", line) for line in arrivals), arrivals
 
 
 @pytest.mark.parametrize("rank, scope, message", [

@@ -545,6 +545,36 @@ def test_a_partition_reading_without_the_wait_races_with_the_writer():
 
 
 @ll.jit
+def counted_worker(smem, bar, src, count):
+    layout: ll.constexpr = ll.BlockedLayout([1, 8], [4, 8], [1, 1], [1, 0])
+    smem.store(ll.load(src + tile_offsets(64, 64, layout)))
+    mbarrier.arrive(bar, count=count)  # a run-time count: all of the phase's arrivals at once
+
+
+@ll.jit
+def counted_handoff(src, out, count):
+    smem = ll.allocate_shared_memory(ll.float16, [64, 64], ll.NVMMASharedLayout(128, 16))
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=3)
+    x = ll.warp_specialize((smem, bar, True), unsynchronised_default, (smem, bar, src, count),
+                           [counted_worker], worker_num_warps=[1], worker_num_regs=[0])
+    ll.store(out + tile_offsets(64, 64, BLOCKED), x)
+
+
+def test_an_arrival_count_known_at_run_time_completes_the_phase():
+    x = RNG.standard_normal((64, 64)).astype(np.float16)
+    out = np.zeros_like(x)
+    counted_handoff[(1,)](x, out, 3)
+    np.testing.assert_array_equal(out, x)
+    with pytest.raises(EmulationError, match="deadlock"):  # one arrival short: the wait never ends
+        counted_handoff[(1,)](x, np.zeros_like(x), 2)
+    with pytest.raises(EmulationError, match="more arrivals than init"):
+        counted_handoff[(1,)](x, np.zeros_like(x), 4)
+    with pytest.raises(EmulationError, match=r"mbarrier.arrive count \[0\]"):
+        counted_handoff[(1,)](x, np.zeros_like(x), 0)
+
+
+@ll.jit
 def double_arrive_worker(bar):
     mbarrier.arrive(bar)
     mbarrier.arrive(bar)  # phase 1 completes before the waiter has seen phase 0
