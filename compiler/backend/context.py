@@ -219,6 +219,24 @@ class Lowering:
             return existing
         return ir.Function(self.module, ir.FunctionType(return_type, list(arg_types), var_arg), name)
 
+    def inline_asm(self, asm: tuple[str, str], args, result_types=()) -> list[ir.Value]:
+        """Call side-effecting inline asm ((text, constraints), as ptx_asm builds them);
+        its results as a list, one per result type."""
+        text, constraints = asm
+        if not result_types:
+            return_type = ir.VoidType()
+        elif len(result_types) == 1:
+            return_type = result_types[0]
+        else:
+            return_type = ir.LiteralStructType(list(result_types))
+        function_type = ir.FunctionType(return_type, [a.type for a in args])
+        call = self.builder.call(ir.InlineAsm(function_type, text, constraints, side_effect=True), list(args))
+        if not result_types:
+            return []
+        if len(result_types) == 1:
+            return [call]
+        return [self.builder.extract_value(call, i) for i in range(len(result_types))]
+
     def intrinsic(self, name: str, return_type: ir.Type, args, builder: Optional[ir.IRBuilder] = None):
         """Call an LLVM/NVVM intrinsic, declaring it on first use."""
         function = self.declare(name, return_type, [a.type for a in args])

@@ -44,12 +44,6 @@ MAX_COPY_BYTES = 16
 
 
 # --------------------------------------------------------------------- helpers
-def _asm(ctx: Lowering, asm: tuple[str, str], args, return_type=None):
-    text, constraints = asm
-    function_type = ir.FunctionType(return_type or ir.VoidType(), [a.type for a in args])
-    return ctx.builder.asm(function_type, text, constraints, list(args), side_effect=True)
-
-
 def _elected(ctx: Lowering) -> ir.Value:
     """i1: this thread is thread 0 of the partition (of the CTA outside partitions)."""
     return ctx.cached("thread0", lambda b: b.icmp_unsigned("==", ctx.thread_id, ir.Constant(T.I32, 0)))
@@ -93,16 +87,16 @@ def _running_warps(ctx: Lowering) -> int:
 # --------------------------------------------------------------------- mbarrier
 @lowers(MBarrierInit)
 def lower_mbarrier_init(ctx: Lowering, op: MBarrierInit) -> None:
-    _asm(ctx, ptx_asm.mbarrier_init(op.count), [_barrier_address(ctx, op.barrier), _elected(ctx)])
+    ctx.inline_asm(ptx_asm.mbarrier_init(op.count), [_barrier_address(ctx, op.barrier), _elected(ctx)])
 
 
 @lowers(MBarrierExpect)
 def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
     operands = [_barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)]
     if isinstance(op.nbytes, int):
-        _asm(ctx, ptx_asm.mbarrier_expect(op.nbytes), operands)
+        ctx.inline_asm(ptx_asm.mbarrier_expect(op.nbytes), operands)
     else:
-        _asm(ctx, ptx_asm.mbarrier_expect(None), operands + [_i32(ctx, ctx.scalar(op.nbytes))])
+        ctx.inline_asm(ptx_asm.mbarrier_expect(None), operands + [_i32(ctx, ctx.scalar(op.nbytes))])
 
 
 @lowers(MBarrierArrive)
@@ -127,11 +121,11 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
         count, counted = None, [_i32(ctx, ctx.scalar(op.count))]
     if op.cta is not None:  # on the barrier at the same offset in the CTA of cluster rank `cta`
         rank = _i32(ctx, ctx.scalar(op.cta))
-        _asm(ctx, ptx_asm.mbarrier_arrive_remote(count, op.per_warp, op.scope), [address, pred, rank] + counted)
+        ctx.inline_asm(ptx_asm.mbarrier_arrive_remote(count, op.per_warp, op.scope), [address, pred, rank] + counted)
     elif op.per_warp:
-        _asm(ctx, ptx_asm.mbarrier_arrive_per_warp(count), [address, pred] + counted)
+        ctx.inline_asm(ptx_asm.mbarrier_arrive_per_warp(count), [address, pred] + counted)
     else:
-        _asm(ctx, ptx_asm.mbarrier_arrive(count), [address, pred] + counted)
+        ctx.inline_asm(ptx_asm.mbarrier_arrive(count), [address, pred] + counted)
 
 
 @lowers(ClusterBarrier)
@@ -140,7 +134,7 @@ def lower_cluster_barrier(ctx: Lowering, op: ClusterBarrier) -> None:
         raise CompilationError(
             "cluster_barrier inside a warp_specialize partition: every thread of the CTA must "
             "reach it together", op.loc, suggestion="call ll.cluster_barrier() before or after warp_specialize")
-    _asm(ctx, ptx_asm.cluster_barrier(), [])
+    ctx.inline_asm(ptx_asm.cluster_barrier(), [])
 
 
 def _warp_sync(ctx: Lowering) -> None:
@@ -150,12 +144,12 @@ def _warp_sync(ctx: Lowering) -> None:
 @lowers(MBarrierWait)
 def lower_mbarrier_wait(ctx: Lowering, op: MBarrierWait) -> None:
     parity = ctx.builder.and_(_i32(ctx, ctx.scalar(op.phase)), ir.Constant(T.I32, 1))
-    _asm(ctx, ptx_asm.mbarrier_wait(), [_barrier_address(ctx, op.barrier), parity])
+    ctx.inline_asm(ptx_asm.mbarrier_wait(), [_barrier_address(ctx, op.barrier), parity])
 
 
 @lowers(MBarrierInvalidate)
 def lower_mbarrier_invalidate(ctx: Lowering, op: MBarrierInvalidate) -> None:
-    _asm(ctx, ptx_asm.mbarrier_invalidate(), [_barrier_address(ctx, op.barrier), _elected(ctx)])
+    ctx.inline_asm(ptx_asm.mbarrier_invalidate(), [_barrier_address(ctx, op.barrier), _elected(ctx)])
 
 
 # --------------------------------------------------------------------- TMA
@@ -224,7 +218,7 @@ def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
     operands = [destination, descriptor, barrier, *_coordinates(ctx, op), _issuer(ctx, op.pred)]
     if op.multicast is not None:
         operands.append(ctx.builder.trunc(_i32(ctx, ctx.scalar(op.multicast)), T.I16))
-    _asm(ctx, ptx_asm.tma_load(type_.rank, op.multicast is not None), operands)
+    ctx.inline_asm(ptx_asm.tma_load(type_.rank, op.multicast is not None), operands)
 
 
 @lowers(BulkCopyLoad)
@@ -236,7 +230,7 @@ def lower_bulk_copy_load(ctx: Lowering, op: BulkCopyLoad) -> None:
     if (view.xor * T.memory_bytes(view.type.element)) % 16:
         raise CompilationError(f"`{op.NAME}`: the buffer view does not start on 16 bytes", op.loc)
     source = ctx.builder.ptrtoint(ctx.scalar(op.pointer), T.I64)
-    _asm(ctx, ptx_asm.bulk_load(), [_shared_address(ctx, view), source, _i32(ctx, ctx.scalar(op.nbytes)),
+    ctx.inline_asm(ptx_asm.bulk_load(), [_shared_address(ctx, view), source, _i32(ctx, ctx.scalar(op.nbytes)),
                                     _barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
 
 
@@ -244,12 +238,12 @@ def lower_bulk_copy_load(ctx: Lowering, op: BulkCopyLoad) -> None:
 def lower_tma_store(ctx: Lowering, op: TmaStore) -> None:
     descriptor, type_ = _descriptor(ctx, op)
     source = _box_address(ctx, op, type_)
-    _asm(ctx, ptx_asm.tma_store(type_.rank), [descriptor, source, *_coordinates(ctx, op), _elected(ctx)])
+    ctx.inline_asm(ptx_asm.tma_store(type_.rank), [descriptor, source, *_coordinates(ctx, op), _elected(ctx)])
 
 
 @lowers(TmaStoreWait)
 def lower_tma_store_wait(ctx: Lowering, op: TmaStoreWait) -> None:
-    _asm(ctx, ptx_asm.tma_store_wait(op.pending), [])
+    ctx.inline_asm(ptx_asm.tma_store_wait(op.pending), [])
 
 
 # --------------------------------------------------------------------- cp.async
@@ -292,7 +286,7 @@ def lower_async_copy(ctx: Lowering, op: AsyncCopy) -> None:
         args = [b.ptrtoint(destination, T.I32), pointers[start], size]
         if owner is not None:
             args.append(owner)
-        _asm(ctx, ptx_asm.async_copy(nbytes, owner is not None), args)
+        ctx.inline_asm(ptx_asm.async_copy(nbytes, owner is not None), args)
 
 
 def _copy_through_registers(ctx: Lowering, pointers, mask, owner, destination, element) -> None:
@@ -318,9 +312,9 @@ def _copy_through_registers(ctx: Lowering, pointers, mask, owner, destination, e
 
 @lowers(AsyncCommitGroup)
 def lower_async_commit_group(ctx: Lowering, op: AsyncCommitGroup) -> None:
-    _asm(ctx, ptx_asm.async_commit_group(), [])
+    ctx.inline_asm(ptx_asm.async_commit_group(), [])
 
 
 @lowers(AsyncWaitGroup)
 def lower_async_wait_group(ctx: Lowering, op: AsyncWaitGroup) -> None:
-    _asm(ctx, ptx_asm.async_wait_group(op.pending), [])
+    ctx.inline_asm(ptx_asm.async_wait_group(op.pending), [])

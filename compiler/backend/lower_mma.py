@@ -28,8 +28,8 @@ from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, lowers
 from .indexing import element_pointer
-from .lower_shared import _Access
-from .lower_wgmma import _asm, _pack
+from .lower_shared import SharedAccess
+from .warp_ops import pack_word
 
 INPUT_TYPES = {"bf16": "bf16", "fp16": "f16"}
 
@@ -41,7 +41,7 @@ class _Words:
     def __init__(self, ctx: Lowering, value, layout):
         self.ctx, self.words = ctx, {}
         if is_shared(value):
-            self.access, self.registers = _Access(ctx, ctx.shared(value), layout), None
+            self.access, self.registers = SharedAccess(ctx, ctx.shared(value), layout), None
         else:
             self.access, self.registers = None, ctx.registers(value, T.register_count(value.type))
 
@@ -66,7 +66,7 @@ class _Words:
                 b = self.ctx.builder
                 pointer = element_pointer(self.ctx, view.base, self.access.memory, addresses, missing[0][0], view.xor)
                 address = b.ptrtoint(pointer, T.I32)
-                loaded = _asm(self.ctx, ptx_asm.ldmatrix(len(missing)), [address], [T.I32] * len(missing))
+                loaded = self.ctx.inline_asm(ptx_asm.ldmatrix(len(missing)), [address], [T.I32] * len(missing))
                 self.words.update(zip(missing, loaded))
                 return True
         return False
@@ -74,14 +74,14 @@ class _Words:
     def _build(self, pair: tuple[int, int]) -> ir.Value:
         b = self.ctx.builder
         if self.access is None:
-            return _pack(b, [self.registers[r] for r in pair], 16)
+            return pack_word(b, [self.registers[r] for r in pair], 16)
         access = self.access
         first, second = pair
         if second == first + 1 and first % 2 == 0 and access.vector >= 2:
             vector = ir.VectorType(access.memory, 2)
             return b.bitcast(b.load(access.pointer(first), typ=vector, align=2 * access.bytes), T.I32)
         values = [b.load(access.pointer(r), typ=access.memory, align=access.bytes) for r in pair]
-        return _pack(b, values, 16)
+        return pack_word(b, values, 16)
 
 
 @lowers(WarpDot)
@@ -104,6 +104,6 @@ def lower_warp_dot(ctx: Lowering, op: WarpDot) -> None:
             ahead = plan[i + 1] if i + 1 < len(plan) else None
             operands = [acc[r] for r in instr.c] + a_words.fetch(instr.a)
             operands += b_words.fetch(instr.b, ahead.b if ahead is not None and ahead.b != instr.b else ())
-            for r, out in zip(instr.c, _asm(ctx, asm, operands, [T.F32] * 4)):
+            for r, out in zip(instr.c, ctx.inline_asm(asm, operands, [T.F32] * 4)):
                 acc[r] = out
     ctx.define(op.result, tuple(acc))

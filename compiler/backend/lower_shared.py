@@ -24,7 +24,7 @@ from ..layout_rules import shared_index_addressing, shared_slice_addressing
 from ..mma import stmatrix_groups
 from . import ptx_asm
 from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map, owner_predicate
-from .lower_wgmma import _asm, _pack
+from .warp_ops import pack_word
 
 def barrier(ctx: Lowering) -> None:
     """bar.sync 0 (all threads of the CTA); a named barrier inside a warp_specialize partition."""
@@ -48,7 +48,7 @@ def lower_alloc_shared(ctx: Lowering, op: AllocShared) -> None:
         store_tensor(ctx, view, op.init)
 
 
-class _Access:
+class SharedAccess:
     """Per-register element addresses of a distributed tensor inside a shared view."""
 
     def __init__(self, ctx: Lowering, view: SharedView, tensor_layout: LinearLayout):
@@ -80,7 +80,7 @@ def store_tensor(ctx: Lowering, view: SharedView, value: Value) -> None:
     (mma.stmatrix_groups): a quarter of the store instructions."""
     b = ctx.builder
     layout = value.type.layout
-    access = _Access(ctx, view, layout)
+    access = SharedAccess(ctx, view, layout)
     registers = ctx.registers(value, T.register_count(value.type))
     duplicates = duplicate_registers(layout)
     width = min(access.vector, len(registers))
@@ -91,8 +91,8 @@ def store_tensor(ctx: Lowering, view: SharedView, value: Value) -> None:
     if groups is not None:
         for words, addresses in groups:
             pointer = element_pointer(ctx, view.base, access.memory, addresses, words[0][0], view.xor)
-            data = [_pack(b, [registers[first], registers[second]], 16) for first, second in words]
-            _asm(ctx, ptx_asm.stmatrix(len(words)), [b.ptrtoint(pointer, T.I32), *data], [])
+            data = [pack_word(b, [registers[first], registers[second]], 16) for first, second in words]
+            ctx.inline_asm(ptx_asm.stmatrix(len(words)), [b.ptrtoint(pointer, T.I32), *data])
         return
     with b.if_then(owner) if owner is not None else contextlib.nullcontext():
         for start in range(0, len(registers), width):
@@ -110,7 +110,7 @@ def store_tensor(ctx: Lowering, view: SharedView, value: Value) -> None:
 def load_tensor(ctx: Lowering, view: SharedView, layout: LinearLayout, count: int) -> tuple:
     """Read a distributed tensor with `layout` from a shared view."""
     b = ctx.builder
-    access = _Access(ctx, view, layout)
+    access = SharedAccess(ctx, view, layout)
     width = min(access.vector, count)
     values = []
     for start in range(0, count, width):

@@ -36,25 +36,7 @@ from . import ptx_asm
 from .context import Lowering, SharedView, lowers
 from .indexing import xor_of_bits
 from .lower_kernel import SHARED_ALIGN
-from .warp_ops import from_bits, to_bits
-
-
-def _asm(ctx: Lowering, asm: tuple[str, str], args, result_types) -> list[ir.Value]:
-    """Call side-effecting inline asm; its results as a list (one per result type)."""
-    text, constraints = asm
-    if not result_types:
-        return_type = ir.VoidType()
-    elif len(result_types) == 1:
-        return_type = result_types[0]
-    else:
-        return_type = ir.LiteralStructType(list(result_types))
-    function_type = ir.FunctionType(return_type, [a.type for a in args])
-    call = ctx.builder.call(ir.InlineAsm(function_type, text, constraints, side_effect=True), list(args))
-    if not result_types:
-        return []
-    if len(result_types) == 1:
-        return [call]
-    return [ctx.builder.extract_value(call, i) for i in range(len(result_types))]
+from .warp_ops import from_bits, is_half, pack_word, to_bits
 
 
 # ----------------------------------------------------------------- permute and fence
@@ -74,7 +56,7 @@ def lower_shared_permute(ctx: Lowering, op: SharedPermute) -> None:
 
 @lowers(FenceAsyncShared)
 def lower_fence_async_shared(ctx: Lowering, op: FenceAsyncShared) -> None:
-    _asm(ctx, ptx_asm.fence_proxy_async_shared(), [], [])
+    ctx.inline_asm(ptx_asm.fence_proxy_async_shared(), [])
 
 
 # ------------------------------------------------------------------- pass-through
@@ -100,9 +82,6 @@ def _restore(b: ir.IRBuilder, passed: ir.Value, like: ir.Value) -> ir.Value:
     return from_bits(b, passed, like.type)
 
 
-def _is_half(value: ir.Value) -> bool:
-    return str(value.type) in ("half", "bfloat")
-
 
 def pass_through(ctx: Lowering, asm_of_letters, values: list[ir.Value]) -> list[ir.Value]:
     """Run an asm (built from the operand letters) that the values pass through.
@@ -115,7 +94,7 @@ def pass_through(ctx: Lowering, asm_of_letters, values: list[ir.Value]) -> list[
     groups: list[list[ir.Value]] = []
     i = 0
     while i < len(values):
-        if i + 1 < len(values) and _is_half(values[i]) and values[i + 1].type == values[i].type:
+        if i + 1 < len(values) and is_half(values[i]) and values[i + 1].type == values[i].type:
             groups.append(values[i:i + 2])
             i += 2
         else:
@@ -130,7 +109,7 @@ def pass_through(ctx: Lowering, asm_of_letters, values: list[ir.Value]) -> list[
             operands.append((b.bitcast(vector, T.I32), "r"))
         else:
             operands.append(_passing(b, group[0]))
-    outs = _asm(ctx, asm_of_letters([letter for _, letter in operands]), [v for v, _ in operands],
+    outs = ctx.inline_asm(asm_of_letters([letter for _, letter in operands]), [v for v, _ in operands],
                 [v.type for v, _ in operands])
     result = []
     for out, group in zip(outs, groups):
@@ -345,26 +324,6 @@ class _DotPlan:
                                    f"{_describe(value.type)}): {error}", op.loc, suggestion=suggestion) from None
 
 
-def _pack(b: ir.IRBuilder, values: list[ir.Value], bits: int) -> ir.Value:
-    """Elements into one 32-bit register, the first in the lowest bits.
-
-    A 16-bit float pair is a vector bitcast: when the pair came out of one 32-bit register
-    (a packed cvt, see lower_cast), LLVM folds the repack away."""
-    if len(values) == 1:
-        return to_bits(b, values[0]) if values[0].type != T.I32 else values[0]
-    if len(values) == 2 and _is_half(values[0]) and values[1].type == values[0].type:
-        vector = ir.Constant(ir.VectorType(values[0].type, 2), None)
-        for j, value in enumerate(values):
-            vector = b.insert_element(vector, value, ir.Constant(T.I32, j))
-        return b.bitcast(vector, T.I32)
-    word = None
-    for j, value in enumerate(values):
-        part = b.zext(to_bits(b, value), T.I32)
-        if j:
-            part = b.shl(part, ir.Constant(T.I32, j * bits))
-        word = part if word is None else b.or_(word, part)
-    return word
-
 
 def _unpack_half(b: ir.IRBuilder, word: ir.Value, element: ir.Type) -> list[ir.Value]:
     pair = b.bitcast(word, ir.VectorType(element, 2))
@@ -415,7 +374,7 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     if plan.a_registers is not None:
         a_values = ctx.registers(op.a, T.register_count(op.a.type))
         for key, groups in plan.a_registers.items():
-            a_words[key] = [_pack(b, [a_values[r] for r in group], plan.bits) for group in groups]
+            a_words[key] = [pack_word(b, [a_values[r] for r in group], plan.bits) for group in groups]
     # wgmma.fence, with every register the instructions read passing through it (undef
     # accumulators are not read).
     fenced_words = [] if from_zero else words
@@ -450,9 +409,9 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
         scale = use_acc if step == 0 else ir.Constant(T.I32, 1)
         for tile, (m0, n0) in zip(words, acc.tiles):
             a_operands = a_words[(m0, step)] if descriptors_a is None else [descriptors_a.at(m0, k0)]
-            outs = _asm(ctx, asm, [*tile, *a_operands, descriptors_b.at(n0, k0), scale], [word_type] * len(tile))
+            outs = ctx.inline_asm(asm, [*tile, *a_operands, descriptors_b.at(n0, k0), scale], [word_type] * len(tile))
             tile[:] = outs
-    _asm(ctx, ptx_asm.wgmma_commit_group(), [], [])
+    ctx.inline_asm(ptx_asm.wgmma_commit_group(), [])
     if not op.is_async:
         flat = pass_through(ctx, lambda letters: ptx_asm.wgmma_wait_group(0, letters), [w for t in words for w in t])
         cursor = 0

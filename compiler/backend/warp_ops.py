@@ -28,6 +28,33 @@ def type_bits(llvm_type: ir.Type) -> int:
     return {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(llvm_type)]
 
 
+def is_half(value: ir.Value) -> bool:
+    """A 16-bit float (half or bfloat)."""
+    return str(value.type) in ("half", "bfloat")
+
+
+def pack_word(b: ir.IRBuilder, values: list[ir.Value], bits: int) -> ir.Value:
+    """Elements of `bits` bits each into one 32-bit register, the first in the lowest bits
+    (an operand of mma, wgmma or stmatrix).
+
+    A 16-bit float pair is a vector bitcast: when the pair came out of one 32-bit register
+    (a packed cvt, see lower_cast), LLVM folds the repack away."""
+    if len(values) == 1:
+        return to_bits(b, values[0]) if values[0].type != T.I32 else values[0]
+    if len(values) == 2 and is_half(values[0]) and values[1].type == values[0].type:
+        vector = ir.Constant(ir.VectorType(values[0].type, 2), None)
+        for j, value in enumerate(values):
+            vector = b.insert_element(vector, value, ir.Constant(T.I32, j))
+        return b.bitcast(vector, T.I32)
+    word = None
+    for j, value in enumerate(values):
+        part = b.zext(to_bits(b, value), T.I32)
+        if j:
+            part = b.shl(part, ir.Constant(T.I32, j * bits))
+        word = part if word is None else b.or_(word, part)
+    return word
+
+
 def to_bits(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
     """The value as an integer of `type_bits` bits (i1 -> i8, pointers -> i64)."""
     llvm_type = value.type
