@@ -43,6 +43,14 @@ def _count(value: Any, what: str, low: int = 1, high: int = (1 << 20) - 1) -> in
     return value
 
 
+def _count_or_scalar(value: Any, what: str) -> Any:
+    """A count as `_count` takes it, or an i32 scalar known only at run time (the
+    hardware's limit, 2^20 - 1, is then not checked here)."""
+    if sem.is_value(value):
+        return sem.i32_scalar(value, what)
+    return _count(value, what)
+
+
 @builtin
 def allocate_mbarrier(batch: Optional[int] = None) -> SharedMemoryDescriptor:
     """One mbarrier (i64 [1]), or `batch` of them (i64 [batch, 1], pick with `.index(i)`)."""
@@ -64,10 +72,7 @@ def expect(bar: Any, nbytes: int, pred: Any = True) -> None:
     async copies (TMA loads) to land; `nbytes` is a compile-time int or an i32 scalar."""
     b = sem.builder()
     barrier = _barrier(bar, "mbarrier.expect")
-    if sem.is_value(nbytes):  # a run-time count (a row's bytes); the hardware limit is 2^20 - 1
-        nbytes = sem.i32_scalar(nbytes, "mbarrier.expect nbytes")
-    else:
-        nbytes = _count(nbytes, "mbarrier.expect nbytes", 1)
+    nbytes = _count_or_scalar(nbytes, "mbarrier.expect nbytes")  # run time: a row's bytes
     b.emit(ir.MBarrierExpect(barrier=barrier, nbytes=nbytes,
                              pred=sem.predicate(pred, "mbarrier.expect"), loc=b.loc))
 
@@ -76,8 +81,9 @@ def expect(bar: Any, nbytes: int, pred: Any = True) -> None:
 def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False, cta: Any = None,
            scope: Any = None) -> None:
     """`count` arrivals on `bar` (a compile-time int or an i32 scalar), once the
-    partition's threads have all got here (a named barrier over them first). `per_warp=True`: `count` arrivals from every warp of
-    the partition, each once its own threads got here, with no partition-wide sync; init
+    partition's threads have all got here (a named barrier over them first).
+    `per_warp=True`: `count` arrivals from every warp of the partition, each once its own
+    threads got here, with no partition-wide sync; init
     the barrier for warps * count arrivals a phase. A warp that is done with a buffer
     then frees it without waiting for the others (a consumer warpgroup's release).
 
@@ -101,11 +107,8 @@ def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False, c
                       f"releases at CTA scope)")
     if scope not in (None, "cta", "cluster"):
         raise b.error(f"mbarrier.arrive scope must be \"cta\" or \"cluster\", found {scope!r}")
-    if sem.is_value(count):  # known at run time (the emulator checks it is in [1, 2^20 - 1])
-        count = sem.i32_scalar(count, "mbarrier.arrive count")
-    else:
-        count = _count(count, "mbarrier.arrive count")
-    b.emit(ir.MBarrierArrive(barrier=_barrier(bar, "mbarrier.arrive"), count=count,
+    b.emit(ir.MBarrierArrive(barrier=_barrier(bar, "mbarrier.arrive"),
+                             count=_count_or_scalar(count, "mbarrier.arrive count"),
                              pred=sem.predicate(pred, "mbarrier.arrive"), per_warp=per_warp,
                              cta=None if cta is None else sem.i32_scalar(cta, "mbarrier.arrive cta"),
                              scope=scope or "cluster", loc=b.loc))

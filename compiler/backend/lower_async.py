@@ -231,7 +231,7 @@ def lower_bulk_copy_load(ctx: Lowering, op: BulkCopyLoad) -> None:
         raise CompilationError(f"`{op.NAME}`: the buffer view does not start on 16 bytes", op.loc)
     source = ctx.builder.ptrtoint(ctx.scalar(op.pointer), T.I64)
     ctx.inline_asm(ptx_asm.bulk_load(), [_shared_address(ctx, view), source, _i32(ctx, ctx.scalar(op.nbytes)),
-                                    _barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
+                                         _barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
 
 
 @lowers(TmaStore)
