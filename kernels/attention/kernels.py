@@ -100,6 +100,13 @@ TILE_LAYOUT = ll.BlockedLayout([1], [32], [4], [0])  # a tile index, replicated 
 TILE, BATCH, HEAD, FIRST_ROW = range(TILE_FIELDS)
 
 
+@ll.constexpr_function
+def accumulator_layout(columns):
+    """The wgmma accumulator layout of a warpgroup's [64, columns] tile (S, P or O): four
+    warps of 16 rows each."""
+    return ll.NVMMADistributedLayout([3, 0], [4, 1], [16, columns, 16])
+
+
 @ll.jit
 def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group, seq_q,
                      BLOCK_M: ll.constexpr, CAUSAL: ll.constexpr):
@@ -480,6 +487,23 @@ def consumer(state, WG: ll.constexpr):
 
 
 @ll.jit
+def tile_rows(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, CONSUMERS: ll.constexpr,
+              CAUSAL: ll.constexpr, WG: ll.constexpr):
+    """(row0, unmasked, count, loaded, active) of this warpgroup in the tile at row off_m:
+    its first row, its key tiles needing no mask and all it sees (none without rows), the
+    key tiles the producer loads for the whole CTA (`loaded`: those these rows do not see,
+    causal or past seq_q, are only released) and the warpgroups the turn goes round."""
+    row0 = off_m + warpgroup(WG) * ROWS
+    full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
+    has_rows = row0 < seq_q
+    if CAUSAL:  # or wholly above row 0 (tile_coordinates)
+        has_rows = has_rows & (row0 >= 0)
+    count = ll.where(has_rows, count, 0)
+    loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
+    return row0, full, count, loaded, turn_takers(off_m, seq_q, CONSUMERS, CAUSAL)
+
+
+@ll.jit
 def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.constexpr):
     """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on and
     its turns from its turn-th on (`take_turn`); returns how many turns it took. O leaves
@@ -491,23 +515,11 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
      Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
      CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
     BLOCK_M: ll.constexpr = ROWS * CONSUMERS
-    S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N, 16])
-    S_HALF: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, BLOCK_N // 2, 16])
-    O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, HEAD_DIM, 16])
+    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
-    dtype: ll.constexpr = q_desc.dtype
-    row0 = off_m + warpgroup(WG) * ROWS
-    # This warpgroup's key tiles; the producer loads those of the whole CTA (`loaded`),
-    # and the ones these rows do not see (causal, or no row in [0, seq_q)) are only released.
-    full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
-    has_rows = row0 < seq_q
-    if CAUSAL:  # or wholly above row 0 (tile_coordinates)
-        has_rows = has_rows & (row0 >= 0)
-    count = ll.where(has_rows, count, 0)
-    loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-    active = turn_takers(off_m, seq_q, CONSUMERS, CAUSAL)  # the warpgroups the turn goes round
-    q_buffer = q_smem.index(q_slot)
-    q = q_buffer.index(0).index(0)
+    row0, full, count, loaded, active = tile_rows(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CONSUMERS, CAUSAL, WG)
+    q = q_smem.index(q_slot).index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
     l_i = ll.zeros([ROWS], ll.float32, ROW)
     acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
@@ -522,42 +534,13 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
                              is_async=True)
         pass_turn(turns, wg, active, PER_WARP)
         s = ll.warpgroup_mma_wait(0, deps=[s])
-        release_slot(k_empty.index(first), PER_WARP, CLUSTER)
-        if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
-            s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-        if LAZY_MAX:
-            # P against the max of the tile's first keys, a lower bound on the row's; the
-            # warps with a row that passed it by 2^RESCALE_ABOVE take the max from S, held
-            # beside P at every head dim here (O is not live yet, nor a P V in flight).
-            m_i = first_keys_max(s, qk_scale, BLOCK_N, S_LAYOUT)
-            p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-            p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA)
-        else:
-            p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
-        p_op = p_operand(p, dtype, O_LAYOUT)
-        for n in range(1, full):
-            acc, p_op, m_i, l_i = attend_step(
-                n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
-                acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL,
-                False, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
-        # A last key tile whose second half no row sees (causal: half of the warpgroups'
-        # diagonal tiles) is taken as a tile of BLOCK_N / 2 keys (HALF_TILES).
-        half = 0
-        if HALF_TILES:
-            half = ll.where((count > 1) & (keys_seen(row0, seq_q, seq_k, ROWS, CAUSAL) - (count - 1) * BLOCK_N
-                                           <= BLOCK_N // 2), 1, 0)
-        for n in range(ll.maximum(full, 1), count - half):
-            acc, p_op, m_i, l_i = attend_step(
-                n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
-                acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL,
-                True, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+        p_op, m_i, l_i = first_step_softmax(state, s, step, full, row0, qk_scale)
+        acc, p_op, m_i, l_i, half = key_steps(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, full,
+                                              count, qk_scale, WG)
         last_step = step + count - 1
         if half:
-            n = 2 * (count - 1)  # the half tile's index in tiles of BLOCK_N / 2 keys (its mask's columns)
-            acc, p_half, m_i, l_i = attend_step(
-                n, last_step, turn + count - 1, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty,
-                turns, acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N // 2, STAGES, CONSUMERS, WG,
-                CAUSAL, True, S_HALF, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+            acc, p_half, m_i, l_i = half_step(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, count,
+                                              qk_scale, WG)
             if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
                 mbarrier.arrive(q_empty.index(q_slot))
             acc, seen, log2_l, inv_l = last_pv(p_half, acc, l_i, v_ring, v_ready, v_empty, last_step,
@@ -574,6 +557,106 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
     for n in range(count, loaded):
         release_step(step + n, turn + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG,
                      PER_WARP, CLUSTER, CAUSAL)
+    store_tile(state, acc, m_i, seen, log2_l, inv_l, batch, head, row0, q_slot, WG)
+    taken = loaded  # causal: every warpgroup takes every turn
+    if not CAUSAL:
+        taken = ll.where(warpgroup(WG) < active, loaded, 0)
+    return taken
+
+
+@ll.jit
+def first_step_softmax(state, s, step, full, row0, qk_scale):
+    """Key tile 0's softmax, once S_0 (at ring position `step`) is in: the K slot
+    released, the mask where the tile needs one (`full` 0), and P against the row max
+    (LAZY_MAX: against the max of the first keys, the exact one only in warps where a
+    row grew past it). Returns (P as the operand of P V, m, l)."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
+    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
+    ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
+    release_slot(k_empty.index(ring_slot(step, STAGES)), PER_WARP, CLUSTER)
+    if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
+        s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
+    if LAZY_MAX:
+        # P against the max of the tile's first keys, a lower bound on the row's; the
+        # warps with a row that passed it by 2^RESCALE_ABOVE take the max from S, held
+        # beside P at every head dim here (O is not live yet, nor a P V in flight).
+        m_i = first_keys_max(s, qk_scale, BLOCK_N, S_LAYOUT)
+        p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+        p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, ll.zeros([ROWS], ll.float32, ROW), qk_scale,
+                                            EXP2_FMA)
+    else:
+        p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
+    return p_operand(p, q_desc.dtype, O_LAYOUT), m_i, l_i
+
+
+@ll.jit
+def key_steps(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, full, count, qk_scale, WG: ll.constexpr):
+    """Key tiles 1 to count - 1 of this warpgroup, from ring position step + 1 and its
+    (turn + 1)-th turn on (`attend_step`), all but a last half tile (HALF_TILES: where
+    none of the rows sees its second half; `half_step`). Returns (O, P, m, l, 1 where a
+    half tile is left, else 0)."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
+    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
+    for n in range(1, full):
+        acc, p_op, m_i, l_i = attend_step(
+            n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
+            acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL,
+            False, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+    # A last key tile whose second half no row sees (causal: half of the warpgroups'
+    # diagonal tiles) is taken as a tile of BLOCK_N / 2 keys (HALF_TILES).
+    half = 0
+    if HALF_TILES:
+        half = ll.where((count > 1) & (keys_seen(row0, seq_q, seq_k, ROWS, CAUSAL) - (count - 1) * BLOCK_N
+                                       <= BLOCK_N // 2), 1, 0)
+    for n in range(ll.maximum(full, 1), count - half):
+        acc, p_op, m_i, l_i = attend_step(
+            n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
+            acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, CAUSAL,
+            True, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+    return acc, p_op, m_i, l_i, half
+
+
+@ll.jit
+def half_step(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, count, qk_scale, WG: ll.constexpr):
+    """The warpgroup's last key tile as a tile of BLOCK_N / 2 keys (`key_steps`): the ring
+    slot's first half. Returns (O, its P of BLOCK_N / 2 columns, m, l)."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
+    S_HALF: ll.constexpr = accumulator_layout(BLOCK_N // 2)
+    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
+    n = 2 * (count - 1)  # the half tile's index in tiles of BLOCK_N / 2 keys (its mask's columns)
+    return attend_step(
+        n, step + count - 1, turn + count - 1, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty,
+        turns, acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N // 2, STAGES, CONSUMERS, WG,
+        CAUSAL, True, S_HALF, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+
+
+@ll.jit
+def store_tile(state, acc, m_i, seen, log2_l, inv_l, batch, head, row0, q_slot, WG: ll.constexpr):
+    """O = acc / l of this warpgroup's rows [row0, +64) of (batch, head), by TMA from its
+    O buffer (O_BUFFER) or its Q buffer `q_slot` (released once the store has read it),
+    and the rows' log-sum-exp (WRITE_LSE; `normalizers` gave seen, log2 l and 1 / l)."""
+    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
+     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
+     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
+     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
+     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
+    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
+    ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     if WRITE_LSE:
         rows = row0 + ll.arange(0, ROWS, ROW)
         lse = ll.where(seen, (m_i + log2_l) * LN2, float("inf"))
@@ -581,11 +664,11 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
         if CAUSAL:
             inside = inside & (rows >= 0)
         ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=inside)
-    o = (acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(dtype)
+    o = (acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(q_desc.dtype)
     if O_BUFFER:
         tma.store_wait(0)  # the last tile's O is read out of the buffer
         ll.barrier()
-    o_buffer = q_buffer
+    o_buffer = q_smem.index(q_slot)
     if O_BUFFER:
         o_buffer = o_smem.index(warpgroup(WG))
     o_buffer.index(0).index(0).store(o)
@@ -598,10 +681,6 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
     if not O_BUFFER:
         tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
         mbarrier.arrive(q_empty.index(q_slot))
-    taken = loaded  # causal: every warpgroup takes every turn
-    if not CAUSAL:
-        taken = ll.where(warpgroup(WG) < active, loaded, 0)
-    return taken
 
 
 @ll.jit
