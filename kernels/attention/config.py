@@ -390,15 +390,18 @@ def buffering(config: Config) -> tuple[bool, int]:
 def default_config(head_dim: int, causal: bool = False, seq_k: int | None = None) -> Config:
     """FA3's H100 tile shapes, rounded to powers of two where they are not: 192 x 128
     (three consumer warpgroups at 160 registers) for head_dim 64, 128 x 128 for 128,
-    128 x 64 for 256 (FA3: 192 x 128, 128 x 128 (176 non-causal), 128 x 80). Causal
-    head_dim 64 with at most THREE_STAGES_UP_TO keys (seq_k) keeps three K/V tiles in
-    flight rather than two: its short tiles end every few key steps, and the third stage
-    lets the next tile's first K/V tiles load meanwhile (+6% at 512 keys, +2% at 1k, +1.5%
-    at 2k, in two runs; level at 4k, 1-2% slower from 8k, and level non-causal up to 4k:
-    benchmarks/NOTES.md)."""
+    128 x 64 for 256 (FA3: 192 x 128, 128 x 128 (176 non-causal), 128 x 80). head_dim
+    64 keeps more K/V tiles in flight than two where it measured faster: four non-causal
+    (+0.3 to +1.3% from 512 to 16k keys in three rounds on the H200 at the power cap),
+    and three causal with at most THREE_STAGES_UP_TO keys (seq_k): its short tiles end
+    every few key steps, and the third stage lets the next tile's first K/V tiles load
+    meanwhile (+6% at 512 keys, +2% at 1k, +1.5% at 2k, in two runs; level at 4k, 1-2%
+    slower from 8k: benchmarks/NOTES.md)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
     if head_dim == 64:
-        stages = 3 if causal and seq_k is not None and seq_k <= THREE_STAGES_UP_TO else 2
+        stages = 4
+        if causal:
+            stages = 3 if seq_k is not None and seq_k <= THREE_STAGES_UP_TO else 2
         return Config(head_dim=64, block_n=128, stages=stages, consumers=3, consumer_regs=160)
     return Config(head_dim=head_dim, block_n=64 if head_dim == 256 else 128)

@@ -116,10 +116,10 @@ def test_conditional_rescale_either_way_assembles_without_spills(head_dim, causa
 def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal, spare_q):
     """What persistent CTAs run: O through its own buffer for head_dim 64 and 128, and
     (spare_q, the default) a Q ring of as many buffers as fit: two tiles' for 64 and 128,
-    three warpgroups' for 256; at 1k keys, where causal head_dim 64 keeps three K/V tiles
-    in flight."""
+    three warpgroups' for 256; at 1k keys, where head_dim 64 keeps four K/V tiles in
+    flight (three causal)."""
     config = default_config(head_dim, causal, 1024)
-    assert config.stages == (3 if causal and head_dim == 64 else 2)
+    assert config.stages == ((3 if causal else 4) if head_dim == 64 else 2)
     o_buffer, q_buffers = buffering(config)
     assert (o_buffer, q_buffers) == ((False, 3) if head_dim == 256 else (True, 2 * config.consumers))
     q_buffers = q_buffers if spare_q else config.consumers

@@ -142,12 +142,14 @@ def test_lazy_max_by_default():
     assert not lazy_max(Config(head_dim=128, lazy_max=False))
 
 
-def test_three_stages_for_short_causal_head_dim_64():
-    """default_config per problem: three K/V stages for causal head_dim 64 up to 2048 keys,
-    two otherwise (and without the problem's lengths)."""
+def test_kv_stages_of_head_dim_64():
+    """default_config per problem at head_dim 64: four K/V stages non-causal, three causal
+    up to 2048 keys, two causal beyond (and without the problem's lengths); two at 128
+    and 256."""
     assert default_config(64, True, 512).stages == default_config(64, True, 2048).stages == 3
-    assert default_config(64, True, 4096).stages == default_config(64, False, 512).stages == 2
-    assert default_config(64).stages == default_config(128, True, 512).stages == 2
+    assert default_config(64, True, 4096).stages == default_config(64, True).stages == 2
+    assert default_config(64).stages == default_config(64, False, 512).stages == 4
+    assert default_config(128, True, 512).stages == default_config(128).stages == 2
     assert default_config(256, True, 512).stages == 2
 
 
