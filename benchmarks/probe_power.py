@@ -7,8 +7,10 @@ and its energy per FLOP can be told apart from what a short timing window sees.
 For every shape and system, after its output is checked against the float32 reference:
 a CUDA graph of `REPEATS` calls replayed for `seconds`, an event pair around the first
 replays (about as long as benchmarks/attention.py's window) and one around all of them;
-power and clock are the means of the samples taken while the replays ran. Systems take
-turns twice (A B C A B C), so that heating falls on all of them alike.
+power and clock are the means of the samples taken while the replays ran, with the share
+of samples in which NVML names each reason for holding the clock down (the power cap, a
+hardware slowdown, thermal limits, the power brake). Systems take turns twice (A B C A B
+C), so that heating falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -24,9 +26,15 @@ SHAPES = "2,16,16384,128;1,16,16384,128;4,32,4096,64"  # batch,heads,seq,head_di
 SYSTEMS = ("weft", "cudnn", "triton")
 
 
+# Why the SM clock is below its maximum (NVML's clock event reasons, a bit mask per sample).
+CLOCK_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                 0x80: "hw_power_brake"}
+
+
 class Sampler:
-    """NVML power (W), SM clock (MHz) and temperature (C), sampled every `period` seconds
-    on a thread while active."""
+    """NVML power (W), SM clock (MHz), temperature (C) and the reasons the clock is held
+    down (CLOCK_REASONS' bits, or -1 where NVML cannot tell), sampled every `period`
+    seconds on a thread while active."""
 
     def __init__(self, period=0.02):
         self.period, self.samples, self.active = period, [], False
@@ -35,15 +43,26 @@ class Sampler:
 
             pynvml.nvmlInit()
             handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
             self.read = lambda: (pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
                                  pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                                 pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+                                 pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+                                 reasons(handle) if reasons else -1)
         except ImportError:  # no NVML bindings: nvidia-smi per sample (tens of ms each)
             import subprocess
 
-            query = ["nvidia-smi", "--query-gpu=power.draw,clocks.sm,temperature.gpu",
+            fields = "power.draw,clocks.sm,temperature.gpu"
+            query = ["nvidia-smi", f"--query-gpu={fields},clocks_event_reasons.active",
                      "--format=csv,noheader,nounits", "-i", "0"]
-            self.read = lambda: tuple(float(x) for x in subprocess.check_output(query, text=True).split(","))
+            if subprocess.run(query, capture_output=True).returncode:  # a driver without the field
+                query[1] = f"--query-gpu={fields}"
+
+            def read():
+                values = subprocess.check_output(query, text=True).split(",")
+                reasons = int(values[3], 16) if len(values) > 3 else -1
+                return float(values[0]), float(values[1]), float(values[2]), reasons
+            self.read = read
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self):
@@ -59,7 +78,10 @@ class Sampler:
         self.active = False
         rows = self.samples[len(self.samples) // 5:]  # past the ramp of the first fifth
         mean = lambda i: sum(r[i] for r in rows) / max(len(rows), 1)  # noqa: E731
-        return {"watts": mean(0), "mhz": mean(1), "celsius": mean(2), "samples": len(rows)}
+        known = [r[3] for r in rows if r[3] >= 0]
+        held = {name: sum(1 for r in known if r & bit) / len(known) for bit, name in CLOCK_REASONS.items()} \
+            if known else None
+        return {"watts": mean(0), "mhz": mean(1), "celsius": mean(2), "samples": len(rows), "clock_held_by": held}
 
 
 def sustained(torch, fn, seconds, sampler) -> dict:
@@ -88,6 +110,15 @@ def sustained(torch, fn, seconds, sampler) -> dict:
     power = sampler.close()
     return {"ms_first": start.elapsed_time(early) / (5 * REPEATS),
             "ms_sustained": start.elapsed_time(end) / (replays * REPEATS), **power}
+
+
+def held_by(result) -> str:
+    """', clock held by sw_power_cap 97%, ...' for the reasons seen in a run's samples."""
+    held = result.get("clock_held_by")
+    if not held:
+        return ""
+    seen = [f"{name} {share:.0%}" for name, share in held.items() if share > 0]
+    return ", clock held by " + (", ".join(seen) if seen else "nothing")
 
 
 def main(argv=None) -> int:
@@ -133,7 +164,7 @@ def main(argv=None) -> int:
                 print(f"b{batch} h{heads} s{seq} d{head_dim} {'causal' if causal else 'full'} {name} turn {turn}: "
                       f"first {result['tflops_first']:6.1f} sustained {result['tflops_sustained']:6.1f} "
                       f"TFLOP/s, {result['watts']:5.0f} W, {result['mhz']:5.0f} MHz, "
-                      f"{result['celsius']:3.0f} C, {result['pj_per_flop']:.3f} pJ/FLOP", flush=True)
+                      f"{result['celsius']:3.0f} C, {result['pj_per_flop']:.3f} pJ/FLOP{held_by(result)}", flush=True)
                 if args.out:
                     with open(args.out, "w") as f:
                         json.dump(rows, f, indent=1)
