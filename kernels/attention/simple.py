@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import LN2, LOG2E, key_tiles, load_boxes, store_boxes  # shared with the FA3 kernel
+from .kernels import LN2, LOG2E, load_boxes, store_boxes  # shared with the FA3 kernel
+from .tiles import key_tiles
+
 
 @ll.jit
 def tile_coordinates(heads, kv_group, BLOCK_M: ll.constexpr, num_m_tiles, CAUSAL: ll.constexpr):

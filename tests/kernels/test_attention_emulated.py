@@ -11,7 +11,7 @@ import pytest
 from weft import lowlevel as ll
 from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
 from weft.kernels.attention.config import buffering
-from weft.kernels.attention.kernels import tile_coordinates
+from weft.kernels.attention.tiles import tile_coordinates
 
 RNG = np.random.default_rng(11)
 

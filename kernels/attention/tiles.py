@@ -1,0 +1,126 @@
+"""Query tiles of the flash-attention kernel (kernels.py): which (batch, head, rows) a tile
+is and in what order tiles run, which key tiles a warpgroup's rows see and which
+warpgroups take turns, and how the producer hands a tile to the consumers with its Q."""
+
+from __future__ import annotations
+
+from ... import lowlevel as ll
+from ...lowlevel import mbarrier
+from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
+from .rings import ring_phase, ring_slot
+
+TILE_LAYOUT = ll.BlockedLayout([1], [32], [4], [0])  # a tile index, replicated over a warpgroup
+# What the producer publishes with each warpgroup's Q (`publish_tile`): the tile's index and
+# its coordinates, so that consumers need none of tile_coordinates' divisions.
+TILE, BATCH, HEAD, FIRST_ROW = range(TILE_FIELDS)
+
+
+@ll.jit
+def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group, seq_q,
+                     BLOCK_M: ll.constexpr, CAUSAL: ll.constexpr):
+    """(batch, head, kv head, first row) of `tile`. Tiles come in groups of `group`
+    (batch, head) pairs whose K and V stay in L2 while all their query tiles run, and
+    within a group bottom query tiles first (causal: those see the most keys).
+
+    Causal query tiles end at the last warpgroup's rows (seq_q rounded up to 64), so
+    when BLOCK_M does not divide that, the partial tile is the top one, which sees the
+    fewest keys, where a partial bottom tile would hold its whole CTA for the most keys
+    with warpgroups idle (causal head_dim 64, 192-row tiles: +8% at 1k tokens, +1 to +5%
+    at 4k; benchmarks/NOTES.md). The top tile's first warpgroups then start at row -64
+    or -128: they neither load Q nor store O (`load_q`, `attend_tile`; a TMA store at a
+    negative coordinate traps)."""
+    per_group = group * num_m_tiles
+    first = (tile // per_group) * group
+    in_group = ll.minimum(batch_heads - first, group)
+    rank = tile % per_group
+    bh = first + rank % in_group
+    head = bh % heads
+    off_m = (rank // in_group) * BLOCK_M
+    if CAUSAL:
+        off_m = ll.cdiv(seq_q, ROWS) * ROWS - off_m - BLOCK_M
+    return bh // heads, head, head // kv_group, off_m
+
+
+@ll.jit
+def keys_seen(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, CAUSAL: ll.constexpr):
+    """How many keys (a prefix, none for rows wholly above the diagonal) the last of the
+    rows [off_m, off_m + BLOCK_M) sees."""
+    if CAUSAL:  # query i sees keys j <= i + seq_k - seq_q
+        return ll.minimum(ll.maximum(off_m + BLOCK_M + (seq_k - seq_q), 0), seq_k)
+    return seq_k
+
+
+@ll.jit
+def key_tiles(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
+              CAUSAL: ll.constexpr):
+    """(unmasked, all): the key tiles the rows [off_m, off_m + BLOCK_M) see; tiles
+    [0, unmasked) need no mask, tiles [unmasked, all) do."""
+    full = seq_k // BLOCK_N
+    if CAUSAL:  # the first row's keys, all of them unmasked
+        full = ll.minimum(full, ll.maximum(off_m + (seq_k - seq_q) + 1, 0) // BLOCK_N)
+    return full, ll.cdiv(keys_seen(off_m, seq_q, seq_k, BLOCK_M, CAUSAL), BLOCK_N)
+
+
+@ll.jit
+def publish_tile(fields, tile, batch=0, head=0, off_m=0):
+    """Write the CTA's next tile (its index, batch, head and first row) for a consumer,
+    who reads it once q_ready's phase completes: the store of a value every thread holds
+    is made by one thread, the one that then arrives on q_ready, so that arrive releases
+    it. (A tile index past the last tile, with no coordinates, tells it to stop.)"""
+    fields.index(TILE).store(ll.full([1], tile, ll.int32, TILE_LAYOUT))
+    fields.index(BATCH).store(ll.full([1], batch, ll.int32, TILE_LAYOUT))
+    fields.index(HEAD).store(ll.full([1], head, ll.int32, TILE_LAYOUT))
+    fields.index(FIRST_ROW).store(ll.full([1], off_m, ll.int32, TILE_LAYOUT))
+
+
+@ll.jit
+def tile_field(fields, field: ll.constexpr):
+    """One of the fields `publish_tile` wrote (TILE, BATCH, HEAD or FIRST_ROW)."""
+    return ll.max(fields.index(field).load(TILE_LAYOUT), axis=0)
+
+
+@ll.jit
+def next_tile(tile_smem, q_ready, j, Q_BUFFERS: ll.constexpr):
+    """The tile index `load_q` wrote with the CTA's j-th (tile, warpgroup) Q, once that
+    Q is in."""
+    mbarrier.wait(q_ready.index(ring_slot(j, Q_BUFFERS)), ring_phase(j, Q_BUFFERS))
+    return tile_field(tile_smem.index(ring_slot(j, Q_BUFFERS)), TILE)
+
+
+@ll.jit
+def warpgroup(WG: ll.constexpr):
+    """This consumer warpgroup's index: WG in a partition of its own, or (WG None) in the
+    one partition all of them run as copies of, read where it is used rather than held
+    in a register across the key loop (the softmax needs them all)."""
+    if WG is None:
+        return ll.replica_index()
+    return WG
+
+
+@ll.jit
+def turn_takers(off_m, seq_q, CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr):
+    """The warpgroups that take turns in the tile at row off_m: all of them in causal
+    tiles (where one that sees no key tile still keeps the turn order of those it
+    releases), else those with rows below seq_q, the first ones: in a partial tile the
+    others only release the ring's slots, so the turn never waits on a warpgroup with
+    nothing to issue."""
+    if CAUSAL:
+        return CONSUMERS
+    return ll.minimum(ll.cdiv(seq_q - off_m, ROWS), CONSUMERS)
+
+
+@ll.jit
+def tile_rows(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, CONSUMERS: ll.constexpr,
+              CAUSAL: ll.constexpr, WG: ll.constexpr):
+    """(row0, unmasked, count, loaded, active) of this warpgroup in the tile at row off_m:
+    its first row, its key tiles needing no mask and all it sees (none without rows), the
+    key tiles the producer loads for the whole CTA (`loaded`: those these rows do not see,
+    causal or past seq_q, are only released) and the warpgroups the turn goes round."""
+    row0 = off_m + warpgroup(WG) * ROWS
+    full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
+    has_rows = row0 < seq_q
+    if CAUSAL:  # or wholly above row 0 (tile_coordinates)
+        has_rows = has_rows & (row0 >= 0)
+    count = ll.where(has_rows, count, 0)
+    loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
+    return row0, full, count, loaded, turn_takers(off_m, seq_q, CONSUMERS, CAUSAL)
