@@ -3,16 +3,18 @@
 `current()` reads the environment *now* and returns a frozen `Config`; nothing is read at
 import time, so tests can `monkeypatch.setenv` and call code that asks for `current()`.
 
-| variable         | meaning                                                          |
-|------------------|------------------------------------------------------------------|
-| `WEFT_DUMP`      | comma-separated stage or pass names whose text is printed        |
-|                  | (`all` prints every one), e.g. `WEFT_DUMP=layout,ptx`             |
-| `WEFT_CACHE_DIR` | the on-disk kernel cache (default `~/.cache/weft`)               |
-| `WEFT_NO_CACHE`  | `1` skips the on-disk cache (reads and writes)                    |
-| `WEFT_EMULATE`   | `1` runs every launch on the CPU emulator, GPU or not            |
-| `WEFT_PTXAS`     | an explicit ptxas executable, tried before any other             |
-| `WEFT_DEBUG`     | `1` turns on debug mode, which implies `WEFT_VERIFY`             |
-| `WEFT_VERIFY`    | `1` runs the IR verifier between passes                          |
+| variable               | meaning                                                      |
+|------------------------|--------------------------------------------------------------|
+| `WEFT_DUMP`            | comma-separated stage or pass names whose text is printed    |
+|                        | (`all` prints every one), e.g. `WEFT_DUMP=layout,ptx`         |
+| `WEFT_CACHE_DIR`       | the on-disk kernel cache (default `~/.cache/weft`)           |
+| `WEFT_NO_CACHE`        | `1` skips the on-disk cache (reads and writes)                |
+| `WEFT_EMULATE`         | `1` runs every launch on the CPU emulator, GPU or not        |
+| `WEFT_EMULATE_SHUFFLE` | an int seed: the emulator lands TMA loads in an order drawn  |
+|                        | from it, not oldest first (the hardware promises no order)   |
+| `WEFT_PTXAS`           | an explicit ptxas executable, tried before any other         |
+| `WEFT_DEBUG`           | `1` turns on debug mode, which implies `WEFT_VERIFY`         |
+| `WEFT_VERIFY`          | `1` runs the IR verifier between passes                      |
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Config:
     cache_dir: Path
     cache_enabled: bool
     emulate: bool
+    emulate_shuffle: Optional[int]  # seed of the order TMA loads land in on the emulator
     ptxas: Optional[str]
     debug: bool
     verify: bool
@@ -61,6 +64,16 @@ def _names(raw: str) -> frozenset:
     return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
 
+def _seed(environ, name: str) -> Optional[int]:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a seed; use an integer (or leave it unset)") from None
+
+
 def current(environ=None) -> Config:
     """Read the flags from `environ` (default `os.environ`) into a `Config`."""
     env = os.environ if environ is None else environ
@@ -72,6 +85,7 @@ def current(environ=None) -> Config:
         else Path("~/.cache/weft").expanduser(),
         cache_enabled=not _flag(env, "WEFT_NO_CACHE"),
         emulate=_flag(env, "WEFT_EMULATE"),
+        emulate_shuffle=_seed(env, "WEFT_EMULATE_SHUFFLE"),
         ptxas=env.get("WEFT_PTXAS", "").strip() or None,
         debug=debug,
         verify=debug or _flag(env, "WEFT_VERIFY"),
@@ -92,6 +106,11 @@ def emulate() -> bool:
     if data is not None and _EMULATE_KEY is not None and data.get(_EMULATE_KEY) is None:
         return False
     return _flag(env, "WEFT_EMULATE")
+
+
+def emulate_shuffle() -> Optional[int]:
+    """The seed under `WEFT_EMULATE_SHUFFLE`, or None (TMA loads land oldest first)."""
+    return _seed(os.environ, "WEFT_EMULATE_SHUFFLE")
 
 
 def should_dump(name: str) -> bool:

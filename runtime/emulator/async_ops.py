@@ -3,7 +3,7 @@
 What is modelled is *when the bytes may be used* (ordering.py tracks it per byte):
 
 - TMA load: one thread of the partition issues; the box (out-of-range elements zero) is
-  read from global memory then, and lands later (mbarriers.land_oldest: as late as the
+  read from global memory then, and lands later (mbarriers.land_next: as late as the
   emulator can, when every partition is blocked) at the buffer's real (swizzled) byte
   offsets, completing its bytes on the barrier's transaction count. Until it lands its
   bytes are in flight; after, they carry the epoch the barrier's phase publishes, so

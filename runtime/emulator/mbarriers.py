@@ -12,8 +12,11 @@ arrivals, the transaction count, completed phases, and the clock its arrivals re
   pending arrivals reset to `count`. wait(phase) passes once the phase of parity
   `phase & 1` has completed: a fresh barrier counts as having completed phase -1.
 - A TMA load lands (writes its box, completes its bytes) as late as possible: when every
-  partition is blocked, oldest load first (`land_oldest`). Until then its bytes are in
-  flight, so reads that do not wait for the load are caught.
+  partition is blocked, oldest load first (`land_next`), or under WEFT_EMULATE_SHUFFLE in
+  an order drawn from its seed: the hardware promises no order between loads, and those
+  of different tensors meet different cache states. Until then its bytes are in flight,
+  so reads that do not wait for the load are caught; shuffled, so is a wait that passes
+  on a phase two back because the slot's previous load, issued earlier, lands later.
 - A wait that cannot pass blocks its partition (partitions.py). When no partition can
   run and no load is left to land, it can never complete: a deadlock, reported with the
   barrier, the phase and the partition. Using a barrier before init or after invalidate
@@ -204,13 +207,15 @@ class TmaInFlight:
     nbytes: int
 
 
-def land_oldest(shared) -> None:
-    """The oldest in-flight TMA load lands: its bytes are written and stamped with the
-    phase they complete on the barrier, whose transaction count drops by the box bytes.
+def land_next(shared) -> None:
+    """An in-flight TMA load lands, the oldest or (`shared.landing`, WEFT_EMULATE_SHUFFLE)
+    one drawn at random: its bytes are written and stamped with the phase they complete on
+    the barrier, whose transaction count drops by the box bytes.
 
     Loads land as late as the emulator can make them (when every partition is blocked),
     so a read that does not wait for them sees them still in flight."""
-    load = shared.in_flight.pop(0)
+    pick = 0 if shared.landing is None else shared.landing.randrange(len(shared.in_flight))
+    load = shared.in_flight.pop(pick)
     bar = shared.mbarriers.get(load.barrier)
     if bar is None or bar.invalidated_by is not None:
         raise EmulationError(f"a TMA load completes on the mbarrier at shared byte {load.barrier}, "
@@ -345,10 +350,10 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
     warps = partition_warps(cta)
     touch(cta, bar.address, warps, op, write=False)
     if bar.completed % 2 == parity and cta.scheduler is None:
-        # nothing else runs: the copies in flight land, oldest first, until the phase completes
+        # nothing else runs: the copies in flight land (`land_next`) until the phase completes
         target = bar.completed
         while bar.completed == target and cta.shared.in_flight:
-            land_oldest(cta.shared)
+            land_next(cta.shared)
         if bar.completed > target:
             cta.shared.ordering.acquire(warps, bar.completions[target + 1])
             return

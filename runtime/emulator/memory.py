@@ -15,11 +15,13 @@ WAR), reported with both source lines.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
+from ...compiler import config
 from .dtypes import decode, element_bytes, encode, memory_dtype
 from .errors import EmulationError
 from .ordering import Ordering
@@ -171,6 +173,10 @@ class SharedMemory:
         self.exited: set[int] = set()  # ranks of the cluster's CTAs that have ended
         self.mbarriers: dict = {}  # byte address -> mbarriers.MBarrier
         self.in_flight: list = []  # mbarriers.TmaInFlight, oldest first
+        # Which load lands next (mbarriers.land_next): the oldest, or under
+        # WEFT_EMULATE_SHUFFLE one drawn from this generator, the same order on every run.
+        seed = config.emulate_shuffle()
+        self.landing = None if seed is None else random.Random(seed)
         # The running partition's first warp and warp count (register arrays' leading
         # axis); `partitioned` while warp_specialize partitions run.
         self.active = (0, num_warps)

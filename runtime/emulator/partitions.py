@@ -7,8 +7,9 @@ its own values (block arguments bound to the captures). A baton (one condition v
 lets exactly one partition run at a time, so the run is deterministic: the scheduler
 starts with the default partition, runs it until it blocks in an mbarrier wait whose
 phase has not completed (or ends), then hands the baton to the next partition that can
-run, round robin. When every unfinished partition is blocked, the oldest TMA load in
-flight lands (loads land as late as possible); when none is left, nothing can wake them:
+run, round robin. When every unfinished partition is blocked, a TMA load in flight
+lands, the oldest unless WEFT_EMULATE_SHUFFLE says otherwise (loads land as late as
+possible); when none is left, nothing can wake them:
 a deadlock, reported with each partition's barrier, phase and source line.
 
 Inside a partition `barrier` (bar.sync) orders only that partition's warps (the backend
@@ -34,7 +35,7 @@ from ...compiler import ir
 from ...compiler.types import TensorType
 from .errors import EmulationError
 from .interpreter import InFlight
-from .mbarriers import land_oldest
+from .mbarriers import land_next
 from .registers import registers_to_tensor, tensor_to_registers
 from .rules import EMULATION_RULES as RULES
 
@@ -151,7 +152,7 @@ class Scheduler:
                     if all(p.finished for p in self.partitions):
                         return
                     if self.shared.in_flight:
-                        land_oldest(self.shared)
+                        land_next(self.shared)
                         continue
                     raise self._deadlock()
                 self._switch(ready)

@@ -456,6 +456,89 @@ def test_a_slot_read_by_generic_loads_without_a_fence_is_a_race():
     assert "a_ring.index(slot).load(layout)" in str(info.value)
 
 
+# Two readers share a slot by turns, each reading only its own uses of it (as packed query
+# tiles each read every third ring position): the slot's barrier names phases by parity,
+# so a reader whose last wait was on another barrier can pass on a phase two back, unless
+# it waits for every phase and releases the ones it does not read (EVERY_PHASE), as the
+# attention kernel's release_step does.
+@ll.jit
+def shared_slot_loader(desc, slot, other, ready, other_ready, free):
+    mbarrier.expect(ready, desc.nbytes)
+    tma.async_copy_global_to_shared(desc, [0, 0], ready, slot)  # phase 0 of `ready`: the first reader's
+    mbarrier.expect(other_ready, desc.nbytes)
+    tma.async_copy_global_to_shared(desc, [0, 0], other_ready, other)  # the second reader's previous item
+    mbarrier.wait(free, 0)
+    mbarrier.expect(ready, desc.nbytes)
+    tma.async_copy_global_to_shared(desc, [64, 0], ready, slot)  # phase 1: the second reader's
+
+
+@ll.jit
+def first_slot_reader(slot, other, ready, other_ready, free, out, EVERY_PHASE: ll.constexpr):
+    mbarrier.wait(ready, 0)
+    ll.store(out + tile_offsets(64, 64, BLOCKED), slot.load(BLOCKED))
+    ll.fence_async_shared()  # generic reads before the TMA load that refills the slot
+    mbarrier.arrive(free)
+
+
+@ll.jit
+def second_slot_reader(slot, other, ready, other_ready, free, out, EVERY_PHASE: ll.constexpr):
+    mbarrier.wait(other_ready, 0)
+    if EVERY_PHASE:  # every phase of the slot, releasing the first reader's unread: the
+        mbarrier.wait(ready, 0)  # loader then waits for it before phase 1, so the parity
+        mbarrier.arrive(free)  # wait below can only mean phase 1
+    mbarrier.wait(ready, 1)
+    ll.store(out + 64 * 64 + tile_offsets(64, 64, BLOCKED), slot.load(BLOCKED))
+
+
+@ll.jit
+def shared_slot(desc, out, EVERY_PHASE: ll.constexpr):
+    slot = ll.allocate_shared_memory(desc.dtype, desc.block_shape, desc.layout)
+    other = ll.allocate_shared_memory(desc.dtype, desc.block_shape, desc.layout)
+    bars = mbarrier.allocate_mbarrier(batch=3)
+    ready, other_ready, free = bars.index(0), bars.index(1), bars.index(2)
+    mbarrier.init(ready, count=1)
+    mbarrier.init(other_ready, count=1)
+    mbarrier.init(free, count=2 if EVERY_PHASE else 1)
+    ll.warp_specialize((desc, slot, other, ready, other_ready, free), shared_slot_loader,
+                       (slot, other, ready, other_ready, free, out, EVERY_PHASE),
+                       [first_slot_reader, second_slot_reader], worker_num_warps=[4, 4],
+                       worker_num_regs=[0, 0])
+
+
+def _shared_slot(every_phase):
+    x = RNG.standard_normal((128, 64)).astype(np.float16)
+    out = np.zeros_like(x)
+    shared_slot[(1,)](ll.TensorDescriptor.from_tensor(x, [64, 64]), out, every_phase)
+    return x, out
+
+
+def test_shuffled_landing_catches_a_wait_passing_on_a_phase_two_back(monkeypatch):
+    """WEFT_EMULATE_SHUFFLE lands TMA loads in an order drawn from its seed, as the hardware
+    may (loads of different tensors meet different cache states); unset, oldest first.
+    The second reader waits for its previous item (on another barrier), then for parity 1
+    of the shared slot: right only if the first reader's load, issued earlier, has landed.
+    Oldest first it always has, and the run is right; shuffled, some seeds land it later,
+    the wait passes on the slot's incomplete phase 0 and the read of bytes still in flight
+    is caught. Waiting for (and releasing) every phase of the slot is right under every
+    order."""
+    x, out = _shared_slot(every_phase=False)
+    np.testing.assert_array_equal(out[:64], x[:64])
+    np.testing.assert_array_equal(out[64:], x[64:])
+    caught = 0
+    for seed in range(8):
+        monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(seed))
+        x, out = _shared_slot(every_phase=True)
+        np.testing.assert_array_equal(out, x)
+        try:
+            x, out = _shared_slot(every_phase=False)
+            np.testing.assert_array_equal(out, x)
+        except EmulationError as error:
+            assert "the TMA load is still writing" in str(error)
+            assert "mbarrier.wait(ready, 1)" in str(error) or "slot.load(BLOCKED)" in str(error)
+            caught += 1
+    assert 0 < caught < 8  # each order comes up under some seed
+
+
 def _line_of(text: str) -> int:
     with open(__file__) as source:
         return next(i for i, line in enumerate(source, 1) if text in line)
