@@ -273,7 +273,8 @@ def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False,
     q_buffers = q_buffers or config.consumers
     q = ROWS * config.head_dim * element_bytes
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
-    barriers = 8 * (2 * q_buffers + 4 * config.stages + config.consumers)
+    ready = math.lcm(q_buffers, config.consumers)  # kernels' Q `ready` barriers (rings.ready_barriers)
+    barriers = 8 * (ready + q_buffers + 4 * config.stages + config.consumers)
     return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 4 * TILE_FIELDS * q_buffers
 
 

@@ -89,7 +89,7 @@ from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
-from .rings import pass_turn, release_slot, ring_phase, ring_slot, take_turn
+from .rings import pass_turn, ready_barriers, release_slot, ring_phase, ring_slot, take_turn
 from .softmax import (exps_on_last_max, first_keys_max, first_softmax, masked, max_from_sums, max_where_grew,
                       normalizers, online_softmax, recomputed_max, rescaled)
 from .tiles import (BATCH, FIRST_ROW, HEAD, key_tiles, keys_seen, next_tile, publish_tile, tile_coordinates,
@@ -179,10 +179,11 @@ def producer(state):
         step += count
         done += 1
     # No tile left: each consumer stops when it reads `tiles` as its next one.
+    READY: ll.constexpr = ready_barriers(Q_BUFFERS, CONSUMERS)
     for wg in ll.static_range(CONSUMERS):
         slot = claim_q_buffer(q_empty, tile_smem, done * CONSUMERS + wg, Q_BUFFERS)
         publish_tile(tile_smem.index(slot), tiles)
-        mbarrier.arrive(q_ready.index(slot))
+        mbarrier.arrive(q_ready.index(ring_slot(done * CONSUMERS + wg, READY)))
 
 
 @ll.jit
@@ -203,15 +204,16 @@ def load_q(state, tile, j, batch, head, off_m, WG: ll.constexpr):
      CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
     slot = claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS)
     publish_tile(tile_smem.index(slot), tile, batch, head, off_m)
+    ready = q_ready.index(ring_slot(j, ready_barriers(Q_BUFFERS, CONSUMERS)))
     row = off_m + WG * ROWS
     nbytes = q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3])
     if CAUSAL:  # a warpgroup wholly above row 0 (tile_coordinates) reads no Q: only the index
         has_rows = row >= 0
-        mbarrier.expect(q_ready.index(slot), ll.where(has_rows, nbytes, 0))
-        load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM, has_rows)
+        mbarrier.expect(ready, ll.where(has_rows, nbytes, 0))
+        load_boxes(q_desc, batch, head, row, ready, q_smem.index(slot), HEAD_DIM, has_rows)
     else:
-        mbarrier.expect(q_ready.index(slot), nbytes)
-        load_boxes(q_desc, batch, head, row, q_ready.index(slot), q_smem.index(slot), HEAD_DIM)
+        mbarrier.expect(ready, nbytes)
+        load_boxes(q_desc, batch, head, row, ready, q_smem.index(slot), HEAD_DIM)
 
 
 @ll.jit
@@ -375,7 +377,7 @@ def consumer(state, WG: ll.constexpr):
     step = 0
     turn = 0  # this warpgroup's turns so far, non-causal (none where it has no rows: `turn_takers`)
     j = warpgroup(WG)  # the CTA's j-th (tile, warpgroup): this warpgroup's Q is in buffer j % Q_BUFFERS
-    tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
+    tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS, CONSUMERS)
     while ll.condition(tile < tiles, rematerialize=True):
         # Read before this Q is released, after which the producer may write the next.
         fields = tile_smem.index(ring_slot(j, Q_BUFFERS))
@@ -387,7 +389,7 @@ def consumer(state, WG: ll.constexpr):
             turn += attend_tile(state, batch, head, off_m, step, turn, ring_slot(j, Q_BUFFERS), qk_scale, WG)
         step += loaded
         j += CONSUMERS
-        tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS)
+        tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS, CONSUMERS)
     tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
 
 
@@ -633,7 +635,9 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
         o_smem = q_smem
     k_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_ready = mbarrier.allocate_mbarrier(batch=Q_BUFFERS)
+    # Q buffer j % Q_BUFFERS, ready on barrier j % READY: one warpgroup's per barrier.
+    READY: ll.constexpr = ready_barriers(Q_BUFFERS, CONSUMERS)
+    q_ready = mbarrier.allocate_mbarrier(batch=READY)
     q_empty = mbarrier.allocate_mbarrier(batch=Q_BUFFERS)
     k_ready = mbarrier.allocate_mbarrier(batch=STAGES)
     k_empty = mbarrier.allocate_mbarrier(batch=STAGES)
@@ -641,9 +645,10 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     v_empty = mbarrier.allocate_mbarrier(batch=STAGES)
     turns = mbarrier.allocate_mbarrier(batch=CONSUMERS)
     tile_smem = ll.allocate_shared_memory(ll.int32, [Q_BUFFERS, TILE_FIELDS, 1], ll.SwizzledSharedLayout(1, 1, 1, [0]))
-    for s in ll.static_range(Q_BUFFERS):
+    for s in ll.static_range(READY):  # READY >= Q_BUFFERS
         mbarrier.init(q_ready.index(s), count=1)
-        mbarrier.init(q_empty.index(s), count=1)
+        if s < Q_BUFFERS:
+            mbarrier.init(q_empty.index(s), count=1)
     # Replicated consumers release ring slots and pass turns warp by warp (`release`):
     # no warpgroup-wide named barrier first, whose id there is a register. PER_WARP None:
     # so do replicated consumers, and only they.
@@ -683,9 +688,10 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
                            default_num_regs=PRODUCER_REGS)
     if CLUSTER > 1:  # the peer no longer arrives on nor loads into this CTA's shared memory
         ll.cluster_barrier()
-    for s in ll.static_range(Q_BUFFERS):
+    for s in ll.static_range(READY):
         mbarrier.invalidate(q_ready.index(s))
-        mbarrier.invalidate(q_empty.index(s))
+        if s < Q_BUFFERS:
+            mbarrier.invalidate(q_empty.index(s))
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(s))
         mbarrier.invalidate(k_empty.index(s))

@@ -4,6 +4,8 @@ ring slots back and pass the turn to issue GEMMs on, through mbarriers."""
 
 from __future__ import annotations
 
+import math
+
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier
 
@@ -12,6 +14,18 @@ from ...lowlevel import mbarrier
 def _shift_of(slots):
     """log2(slots) where slots is a power of two, else None."""
     return slots.bit_length() - 1 if slots & (slots - 1) == 0 else None
+
+
+@ll.constexpr_function
+def ready_barriers(slots, readers):
+    """How many `ready` barriers a ring of `slots` buffers needs whose positions go to
+    `readers` in turn (position j to reader j % readers), each reader reading only its
+    own: lcm(slots, readers), barrier j % that for position j, so that each barrier has
+    one reader, who waits for each of its phases in order. A wait names its phase by
+    parity alone, so a reader sharing a barrier could pass on the phase two back: its
+    last wait was on another barrier, and the other reader's load there, issued earlier,
+    may land later (the Q ring of head_dim 256: three buffers, two warpgroups)."""
+    return math.lcm(slots, readers)
 
 
 @ll.jit

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
-from .rings import ring_phase, ring_slot
+from .rings import ready_barriers, ring_phase, ring_slot
 
 TILE_LAYOUT = ll.BlockedLayout([1], [32], [4], [0])  # a tile index, replicated over a warpgroup
 # What the producer publishes with each warpgroup's Q (`publish_tile`): the tile's index and
@@ -80,10 +80,11 @@ def tile_field(fields, field: ll.constexpr):
 
 
 @ll.jit
-def next_tile(tile_smem, q_ready, j, Q_BUFFERS: ll.constexpr):
+def next_tile(tile_smem, q_ready, j, Q_BUFFERS: ll.constexpr, CONSUMERS: ll.constexpr):
     """The tile index `load_q` wrote with the CTA's j-th (tile, warpgroup) Q, once that
-    Q is in."""
-    mbarrier.wait(q_ready.index(ring_slot(j, Q_BUFFERS)), ring_phase(j, Q_BUFFERS))
+    Q is in (its `ready` barrier: `ready_barriers`)."""
+    READY: ll.constexpr = ready_barriers(Q_BUFFERS, CONSUMERS)
+    mbarrier.wait(q_ready.index(ring_slot(j, READY)), ring_phase(j, READY))
     return tile_field(tile_smem.index(ring_slot(j, Q_BUFFERS)), TILE)
 
 

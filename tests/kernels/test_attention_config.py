@@ -9,7 +9,8 @@ import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention
 from weft.kernels.attention.config import (claim_ahead, cluster_size, half_tiles, lazy_max, per_warp_release,
-                                           replicated, rescale_above, tile_group)
+                                           replicated, rescale_above, shared_bytes, tile_group)
+from weft.kernels.attention.rings import ready_barriers
 
 RNG = np.random.default_rng(11)
 
@@ -163,6 +164,16 @@ def test_half_tiles_by_default():
     assert not half_tiles(default_config(64), False) and not half_tiles(default_config(128), False)
     assert half_tiles(Config(head_dim=128, half_tiles=True), False)
     assert not half_tiles(Config(head_dim=64, half_tiles=False), True)
+
+
+def test_q_ready_barriers_are_one_warpgroups_each():
+    """A ring whose positions go to its readers in turn has lcm(slots, readers) ready
+    barriers, so no barrier is waited on by two readers (rings.ready_barriers); shared
+    memory counts them."""
+    assert ready_barriers(3, 2) == 6 and ready_barriers(6, 3) == 6 and ready_barriers(4, 2) == 4
+    config = default_config(256)
+    assert shared_bytes(config, q_buffers=3) - shared_bytes(config, q_buffers=2) == \
+        64 * 256 * 2 + 8 * (6 - 2) + 8 * (3 - 2) + 4 * 4 * (3 - 2)
 
 
 def test_claim_ahead_by_default():

@@ -278,6 +278,31 @@ def test_emulated_head_dim_256_q_ring(causal):
     _check_emulated(1, 2, 1, 300, 260, 256, causal, "bhsd", default_config(256))
 
 
+@pytest.mark.parametrize("shuffle", [None, 0, 1])
+@pytest.mark.parametrize("head_dim, causal, seq_q, seq_k, q_buffers", [
+    (256, True, 300, 230, None),   # three Q buffers for two warpgroups; rows 0-69 see no key
+    (64, True, 300, 200, 4),       # four Q buffers for three warpgroups
+    (64, False, 330, 230, None),   # partial tiles: a warpgroup without rows
+    (128, False, 150, 300, 3),     # three Q buffers for two warpgroups
+])
+def test_emulated_persistent_ctas_with_loads_landing_in_any_order(monkeypatch, head_dim, causal, seq_q, seq_k,
+                                                                  q_buffers, shuffle):
+    """Two persistent CTAs over tiles of different lengths, TMA loads landing oldest first
+    or (WEFT_EMULATE_SHUFFLE) in an order drawn from a seed. Where the Q ring's buffers do
+    not divide among the warpgroups, each buffer serves them in turn; with a `ready`
+    barrier per buffer, a warpgroup that ran ahead (causal tiles whose rows see no key
+    load no K/V and take no turns) passed its wait on the phase two back and wrote O into
+    a buffer another warpgroup's Q was still landing in. The barriers are now one
+    warpgroup's each (rings.ready_barriers)."""
+    from weft.kernels import _launch
+
+    monkeypatch.setattr(_launch, "EMULATED_CTAS", 2)
+    if shuffle is not None:
+        monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
+    config = dataclasses.replace(default_config(head_dim, causal, seq_k), q_buffers=q_buffers)
+    _check_emulated(1, 3, 1, seq_q, seq_k, head_dim, causal, "bhsd", config)
+
+
 @pytest.mark.parametrize("heads_per_group", [1, 3])
 def test_emulated_tile_groups(heads_per_group):
     """Tiles in L2 groups of 1 or 3 (batch, head) pairs, the last group short."""
