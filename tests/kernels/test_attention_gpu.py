@@ -147,6 +147,29 @@ def test_gpu_half_key_tiles(head_dim, seq_q, seq_k, causal):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_gpu_causal_tiles_whose_rows_see_no_key(head_dim):
+    """Causal with seq_q well past seq_k: each head's top query tiles load no key tile and
+    take no turns, so a warpgroup can run ahead of another through them (the head_dim 256
+    Q ring race of benchmarks/NOTES.md, 2026-11-27: one `ready` barrier per warpgroup's
+    uses since). Many heads, so persistent CTAs walk several such tiles; right against
+    float32 torch (rows that see no key: O 0, log-sum-exp inf) and bitwise alike over
+    repeated calls."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(head_dim)
+    q = torch.randn(2, 64, 700, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(2, 64, 450, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+    ref, ref_lse = _torch_reference(q, k, v, True, 1.0 / math.sqrt(head_dim), "bhsd")
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)) and (out[:, :, :250] == 0).all()
+    for _ in range(20):
+        again, again_lse = flash_attention(q, k, v, causal=True, return_lse=True)
+        assert torch.equal(again, out) and torch.equal(again_lse, lse)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim, share", [(64, 0.25), (64, 0.5), (128, 0.25)])
 def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
