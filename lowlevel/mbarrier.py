@@ -45,7 +45,7 @@ def _count(value: Any, what: str, low: int = 1, high: int = (1 << 20) - 1) -> in
 
 def _count_or_scalar(value: Any, what: str) -> Any:
     """A count as `_count` takes it, or an i32 scalar known only at run time (the
-    hardware's limit, 2^20 - 1, is then not checked here)."""
+    hardware's range, up to 2^20 - 1, is then checked by the emulator)."""
     if sem.is_value(value):
         return sem.i32_scalar(value, what)
     return _count(value, what)

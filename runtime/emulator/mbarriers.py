@@ -339,8 +339,20 @@ def mbarrier_expect(cta, op: ir.MBarrierExpect) -> None:
         return
     bar = live_barrier(cta, op, op.barrier)
     touch(cta, bar.address, [cta.warp_base], op, write=False)
-    bar.tx += op.nbytes if isinstance(op.nbytes, int) else int(cta[op.nbytes])
+    bar.tx += expected_bytes(cta, op)
     arrive(cta, op, bar, 1, cta.warp_base)
+
+
+def expected_bytes(cta, op: ir.MBarrierExpect) -> int:
+    """The op's transaction bytes; a run-time count must be what the hardware takes,
+    [0, 2^20 - 1] (0: a plain arrival, as for a warpgroup whose rows need no load)."""
+    if isinstance(op.nbytes, int):
+        return op.nbytes
+    counts = np.unique(np.asarray(cta[op.nbytes]))
+    if counts.size != 1 or not 0 <= int(counts[0]) <= _MAX_COUNT:
+        raise EmulationError(f"mbarrier.expect nbytes {counts.tolist()}: it must be one value in "
+                             f"[0, {_MAX_COUNT}] across the issuing threads", op.loc)
+    return int(counts[0])
 
 
 @RULES.register(ir.MBarrierWait)

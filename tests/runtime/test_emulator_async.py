@@ -308,6 +308,32 @@ def test_missing_expect_is_a_deadlock_naming_the_stray_bytes():
     assert "mbarrier.wait(bar, PARITY)" in text and "mbarrier.init(bar, count=1)" in text
 
 
+@ll.jit
+def tma_with_run_time_expect(src, out, nbytes):
+    smem = ll.allocate_shared_memory(src.dtype, src.block_shape, src.layout)
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    mbarrier.expect(bar, nbytes)  # an i32 known at run time
+    tma.async_copy_global_to_shared(src, [0, 0], bar, smem)
+    mbarrier.wait(bar, 0)
+    ll.store(out + tile_offsets(64, 64, BLOCKED), smem.load(BLOCKED))
+
+
+def test_a_run_time_expect_count_must_be_what_the_hardware_takes():
+    """mbarrier.expect with bytes known only at run time: the box's bytes complete the
+    phase; a count outside [0, 2^20 - 1] is refused at the line rather than wrapped."""
+    x = RNG.standard_normal((64, 64)).astype(np.float16)
+    desc = ll.TensorDescriptor.from_tensor(x, [64, 64])
+    out = np.zeros_like(x)
+    tma_with_run_time_expect[(1,)](desc, out, 64 * 64 * 2)
+    np.testing.assert_array_equal(out, x)
+    for bad in (-1, 1 << 20):
+        with pytest.raises(EmulationError, match=rf"mbarrier.expect nbytes \[{bad}\]: it must be one value "
+                                                 rf"in \[0, 1048575\]") as info:
+            tma_with_run_time_expect[(1,)](desc, np.zeros_like(x), bad)
+        assert "mbarrier.expect(bar, nbytes)" in str(info.value)
+
+
 def test_uninitialised_mbarrier_is_refused():
     with pytest.raises(EmulationError, match="before mbarrier_init") as info:
         _tma_then_read(init=False)
