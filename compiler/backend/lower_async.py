@@ -291,11 +291,11 @@ def lower_async_copy(ctx: Lowering, op: AsyncCopy) -> None:
 
 def _copy_through_registers(ctx: Lowering, pointers, mask, owner, destination, element) -> None:
     """Elements narrower than cp.async's 4 bytes: a predicated load, then a shared store."""
-    from .lower_memory import _load_group  # the masked global load of lower_memory
+    from .lower_memory import load_group  # the masked global load of lower_memory
 
     b = ctx.builder
     memory = T.memory_type(element)
-    values = _load_group(ctx, pointers[0], mask, element, len(pointers))
+    values = load_group(ctx, pointers[0], mask, element, len(pointers))
     if len(values) == 1:
         data = values[0]
     else:

@@ -30,7 +30,7 @@ def _paired(registers: tuple) -> bool:
     return sixteen and all(r.type == first for r in registers)
 
 
-def _flatten(lowered, builder: ir.IRBuilder | None = None) -> list[ir.Value]:
+def flatten_lowered(lowered, builder: ir.IRBuilder | None = None) -> list[ir.Value]:
     """The phi operands of a lowered value; with a builder, 16-bit registers are packed
     in pairs there."""
     if isinstance(lowered, tuple):
@@ -49,9 +49,9 @@ def _flatten(lowered, builder: ir.IRBuilder | None = None) -> list[ir.Value]:
     return [lowered]
 
 
-def _rebuild(template, values, builder: ir.IRBuilder | None = None) -> object:
+def rebuild_lowered(template, values, builder: ir.IRBuilder | None = None) -> object:
     """`values` (an iterator of phis) shaped like `template` (a lowered value); with a
-    builder, the pairs `_flatten` packed are unpacked there."""
+    builder, the pairs `flatten_lowered` packed are unpacked there."""
     if isinstance(template, tuple):
         if builder is None or not _paired(template):
             return tuple(next(values) for _ in template)
@@ -93,11 +93,11 @@ def _phis(ctx: Lowering, templates, flat: list, block: ir.Block) -> tuple[list, 
         phi.add_incoming(value, block)
         phis.append(phi)
     values = iter(phis)
-    return phis, [_rebuild(t, values, ctx.builder) for t in templates]
+    return phis, [rebuild_lowered(t, values, ctx.builder) for t in templates]
 
 
 def _flatten_all(builder: ir.IRBuilder, lowered: list) -> list[ir.Value]:
-    return [v for t in lowered for v in _flatten(t, builder)]
+    return [v for t in lowered for v in flatten_lowered(t, builder)]
 
 
 def _define_all(ctx: Lowering, names, lowered) -> None:
@@ -190,7 +190,7 @@ def lower_if(ctx: Lowering, op: If) -> None:
         phi.add_incoming(other, else_end)
         phis.append(phi)
     values = iter(phis)
-    _define_all(ctx, op.results, [_rebuild(t, values, b) for t in then_values])
+    _define_all(ctx, op.results, [rebuild_lowered(t, values, b) for t in then_values])
 
 
 @lowers(While)

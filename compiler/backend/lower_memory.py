@@ -138,7 +138,7 @@ def _fill_words(others, element, width: int):
     return tuple(words)
 
 
-def _load_group(ctx: Lowering, pointer, mask, element, width: int, fill=(), cache: str = "") -> list[ir.Value]:
+def load_group(ctx: Lowering, pointer, mask, element, width: int, fill=(), cache: str = "") -> list[ir.Value]:
     b = ctx.builder
     memory = T.memory_type(element)
     bits = T.memory_bytes(element) * 8
@@ -167,7 +167,7 @@ def lower_load(ctx: Lowering, op: Load) -> None:
     bits = T.memory_bytes(element) * 8
     if not isinstance(op.result.type, TensorType):
         mask = ctx.scalar(op.mask) if op.mask is not None else None
-        (value,) = _load_group(ctx, ctx.scalar(op.pointer), mask, element, 1, cache=op.cache)
+        (value,) = load_group(ctx, ctx.scalar(op.pointer), mask, element, 1, cache=op.cache)
         value = _to_register(b, value, element)
         if op.other is not None and mask is not None:
             value = b.select(mask, value, ctx.scalar(op.other))
@@ -183,7 +183,7 @@ def lower_load(ctx: Lowering, op: Load) -> None:
         mask = masks[start] if masks is not None else None
         size = min(width, count - start)
         fill = _fill_words(others[start:start + size] if others is not None else None, element, size)
-        group = _load_group(ctx, pointers[start], mask, element, size, fill or (), op.cache)
+        group = load_group(ctx, pointers[start], mask, element, size, fill or (), op.cache)
         for i, value in enumerate(group):
             value = _to_register(b, value, element)
             if mask is not None and fill is None:

@@ -42,7 +42,7 @@ from ..types import TensorType
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, Partition, lowers
-from .lower_control import _flatten, _rebuild
+from .lower_control import flatten_lowered, rebuild_lowered
 
 REGISTER_FILE = 65536  # 32-bit registers per SM, all of them for one CTA at most
 MAX_REGISTERS = 255  # per thread (.maxnreg)
@@ -210,7 +210,7 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
     b.position_at_end(join)
     if op.results:
         phis = []
-        for value in (v for r in results for v in _flatten(r)):
+        for value in (v for r in results for v in flatten_lowered(r)):
             phi = b.phi(value.type)
             phi.add_incoming(value, ends[0])
             for end in ends[1:] + [idle]:
@@ -218,7 +218,7 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
             phis.append(phi)
         values = iter(phis)
         for result, template in zip(op.results, results):
-            ctx.define(result, _rebuild(template, values))
+            ctx.define(result, rebuild_lowered(template, values))
     ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
     if last:
         leave, stay = ctx.new_block("ws_extra_warps_exit"), ctx.new_block("ws_after")
