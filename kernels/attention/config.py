@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .rings import ready_barriers
+
 SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
 REGISTER_FILE = 65536      # 32-bit registers per SM
 HEAD_DIMS = (64, 128, 256)
@@ -273,7 +275,7 @@ def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False,
     q_buffers = q_buffers or config.consumers
     q = ROWS * config.head_dim * element_bytes
     kv = 2 * config.stages * config.block_n * config.head_dim * element_bytes
-    ready = math.lcm(q_buffers, config.consumers)  # kernels' Q `ready` barriers (rings.ready_barriers)
+    ready = ready_barriers(q_buffers, config.consumers)  # the Q ring's `ready` barriers
     barriers = 8 * (ready + q_buffers + 4 * config.stages + config.consumers)
     return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 4 * TILE_FIELDS * q_buffers
 

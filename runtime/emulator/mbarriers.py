@@ -310,7 +310,7 @@ def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
         return
     rank = None if op.cta is None else check_rank(cta, int(cta[op.cta]), op, "mbarrier.arrive cta")
     bar = live_barrier(cta, op, op.barrier, rank)
-    count = arrival_count(cta, op)
+    count = run_time_count(cta, op, op.count, "mbarrier.arrive count", 1, "arriving")
     if op.per_warp:  # each warp arrives for itself: its own accesses before, no one else's
         for warp in partition_warps(cta):
             touch(cta, bar.address, [warp], op, write=False)
@@ -322,14 +322,15 @@ def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
     arrive(cta, op, bar, count, cta.warp_base)
 
 
-def arrival_count(cta, op: ir.MBarrierArrive) -> int:
-    """The op's count; a run-time one must be what the hardware takes, [1, 2^20 - 1]."""
-    if isinstance(op.count, int):
-        return op.count
-    counts = np.unique(np.asarray(cta[op.count]))
-    if counts.size != 1 or not 1 <= int(counts[0]) <= _MAX_COUNT:
-        raise EmulationError(f"mbarrier.arrive count {counts.tolist()}: it must be one value in "
-                             f"[1, {_MAX_COUNT}] across the arriving threads", op.loc)
+def run_time_count(cta, op, value, what: str, low: int, threads: str) -> int:
+    """An op's count (arrivals, transaction bytes): a compile-time int, or a run-time i32
+    that must be what the hardware takes, one value in [low, 2^20 - 1] across the threads."""
+    if isinstance(value, int):
+        return value
+    counts = np.unique(np.asarray(cta[value]))
+    if counts.size != 1 or not low <= int(counts[0]) <= _MAX_COUNT:
+        raise EmulationError(f"{what} {counts.tolist()}: it must be one value in [{low}, {_MAX_COUNT}] across "
+                             f"the {threads} threads", op.loc)
     return int(counts[0])
 
 
@@ -339,20 +340,9 @@ def mbarrier_expect(cta, op: ir.MBarrierExpect) -> None:
         return
     bar = live_barrier(cta, op, op.barrier)
     touch(cta, bar.address, [cta.warp_base], op, write=False)
-    bar.tx += expected_bytes(cta, op)
+    # 0 bytes at run time: a plain arrival, as for a warpgroup whose rows need no load
+    bar.tx += run_time_count(cta, op, op.nbytes, "mbarrier.expect nbytes", 0, "issuing")
     arrive(cta, op, bar, 1, cta.warp_base)
-
-
-def expected_bytes(cta, op: ir.MBarrierExpect) -> int:
-    """The op's transaction bytes; a run-time count must be what the hardware takes,
-    [0, 2^20 - 1] (0: a plain arrival, as for a warpgroup whose rows need no load)."""
-    if isinstance(op.nbytes, int):
-        return op.nbytes
-    counts = np.unique(np.asarray(cta[op.nbytes]))
-    if counts.size != 1 or not 0 <= int(counts[0]) <= _MAX_COUNT:
-        raise EmulationError(f"mbarrier.expect nbytes {counts.tolist()}: it must be one value in "
-                             f"[0, {_MAX_COUNT}] across the issuing threads", op.loc)
-    return int(counts[0])
 
 
 @RULES.register(ir.MBarrierWait)
