@@ -25,12 +25,13 @@ to stop. The CTA's warps split into partitions:
   shared memory, the online softmax in the accumulator's registers (exp2 with log2(e) * scale
   folded into one FMA), and O += P V with P fed to wgmma from registers.
 
-The softmax of a key step is in softmax.py; ring slots, phases, releases and turns in
-rings.py; which rows and keys a tile has, the tile order and the hand-off of a tile with
-its Q in tiles.py. With RESCALE_ABOVE (Config.conditional_rescale: on by default), a row's
-running max moves only when some row of its warp grew past it by more than 2^8, and only
-those warps rescale O (`if ll.warp_any(...)`), as FlashAttention-4 does: head_dim 256's
-64-key tiles would otherwise rescale 128 O registers per thread every 64 keys.
+A warpgroup's key steps are in steps.py, the softmax of a step in softmax.py; ring
+slots, phases, releases and turns in rings.py; which rows and keys a tile has, the tile
+order and the hand-off of a tile with its Q in tiles.py. With RESCALE_ABOVE
+(Config.conditional_rescale: on by default), a row's running max moves only when some row
+of its warp grew past it by more than 2^8, and only those warps rescale O (`if
+ll.warp_any(...)`), as FlashAttention-4 does: head_dim 256's 64-key tiles would otherwise
+rescale 128 O registers per thread every 64 keys.
 
 At head_dim 64 and 128 (LAZY_MAX, Config.lazy_max) a key step takes no row max at all: P
 is computed against the running max of the tiles before, and the row sums of P, which l
@@ -89,21 +90,14 @@ from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
-from .rings import pass_turn, ready_barriers, release_slot, ring_phase, ring_slot, take_turn
-from .softmax import (exps_on_last_max, first_keys_max, first_softmax, masked, max_from_sums, max_where_grew,
-                      normalizers, online_softmax, recomputed_max, rescaled)
+from .rings import pass_turn, ready_barriers, ring_phase, ring_slot, take_turn
+from .softmax import normalizers
+from .steps import accumulator_layout, attend_step, first_step_softmax, last_pv, release_step
 from .tiles import (BATCH, FIRST_ROW, HEAD, key_tiles, keys_seen, next_tile, publish_tile, tile_coordinates,
                     tile_field, tile_rows, warpgroup)
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-
-
-@ll.constexpr_function
-def accumulator_layout(columns):
-    """The wgmma accumulator layout of a warpgroup's [64, columns] tile (S, P or O): four
-    warps of 16 rows each."""
-    return ll.NVMMADistributedLayout([3, 0], [4, 1], [16, columns, 16])
 
 
 @ll.jit
@@ -248,120 +242,6 @@ def load_kv(state, step, batch, kv_head, n):
 
 
 @ll.jit
-def release_step(step, turn, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
-                 CONSUMERS: ll.constexpr, WG: ll.constexpr, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr,
-                 CAUSAL: ll.constexpr):
-    """A key tile (at ring position `step`) which this warpgroup's rows do not see but
-    others of the CTA do: free the slot, keeping the turn order (its turn-th) in causal
-    tiles (`turn_takers`). Waiting for `ready` first makes the `empty` arrive count toward
-    this tile's phase, not the slot's previous one."""
-    slot = ring_slot(step, STAGES)
-    wg = warpgroup(WG)
-    if CAUSAL:
-        take_turn(turns, turn, wg)
-        pass_turn(turns, wg, CONSUMERS, PER_WARP)
-    mbarrier.wait(k_ready.index(slot), ring_phase(step, STAGES))
-    release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
-    mbarrier.wait(v_ready.index(slot), ring_phase(step, STAGES))
-    release_slot(v_empty.index(slot), PER_WARP, CLUSTER)
-
-
-@ll.jit
-def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc,
-                p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
-                STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr,
-                CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
-                O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr,
-                RESCALE_ABOVE: ll.constexpr, CLUSTER: ll.constexpr, LAZY_MAX: ll.constexpr):
-    """Key tile n, at ring position `step` and this warpgroup's turn-th turn among the
-    tile's `active` warpgroups: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n
-    while the second GEMM runs, then rescale O. BLOCK_N keys: the ring tile's, or the first
-    half of them (a half tile, whose n counts tiles of that size: its mask's columns)."""
-    slot = ring_slot(step, STAGES)
-    prev = ring_slot(step - 1, STAGES)
-    wg = warpgroup(WG)  # read before the GEMMs: the turn passed after them is addressed early
-    take_turn(turns, turn, wg)
-    mbarrier.wait(k_ready.index(slot), ring_phase(step, STAGES))
-    k_tile = first_keys(k_ring.index(slot).index(0).index(0), BLOCK_N)
-    s = ll.warpgroup_mma(q, k_tile.permute((1, 0)), ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT),
-                         use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(prev), ring_phase(step - 1, STAGES))
-    acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
-    pass_turn(turns, wg, active, PER_WARP)
-    s = ll.warpgroup_mma_wait(1, deps=[s])
-    # LAZY_MAX "sums" moves the max without S, so a key tile that needs no mask is
-    # released only once its P is known not to have overflowed; masked ones (a row's
-    # last or a diagonal one) take the max as without LAZY_MAX.
-    SUMS: ll.constexpr = LAZY_MAX == "sums"
-    LAZY: ll.constexpr = LAZY_MAX == "scores" or (SUMS and not MASKED)
-    if not (LAZY and SUMS):
-        release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
-    if MASKED:
-        s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-    if LAZY:  # P in 32 bits until after the wait: the last P V still reads P's registers
-        # Rows that reach a key tile needing no mask saw all of key tile 0 (masks keep a
-        # prefix of the keys): m is finite.
-        p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE, SEEN=not MASKED)
-        acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
-    if LAZY and SUMS:
-        # A row whose scores passed its running max by 2^128 has P = inf, and no S to
-        # take the max from: its warp (almost never) computes its rows of S again from K,
-        # released only after (`recomputed_max`). P is converted in each branch: they
-        # then join on its 16-bit registers (joined on P in 32 bits, head_dim 64 spilled).
-        if ll.warp_any(row == float("inf")):
-            p, alpha, m_i, row = recomputed_max(q, k_tile, m_i, qk_scale, BLOCK_N, EXP2_FMA)
-            l_i = l_i * alpha + row
-            acc = rescaled(acc, alpha, None, O_LAYOUT, None)
-            p_op = p_operand(p, q.dtype, O_LAYOUT)
-        else:
-            p, alpha, m_i, l_i = max_from_sums(p, row, grew, m_i, l_i, RESCALE_ABOVE)
-            acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
-            p_op = p_operand(p, q.dtype, O_LAYOUT)
-        release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
-    else:
-        if LAZY:  # "scores": S is live, the max is taken from it where rows grew
-            p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA)
-        else:
-            p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-            acc = ll.warpgroup_mma_wait(0, deps=[acc])
-            release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
-        acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
-        p_op = p_operand(p, q.dtype, O_LAYOUT)
-    return acc, p_op, m_i, l_i
-
-
-@ll.jit
-def first_keys(tile, KEYS: ll.constexpr):
-    """The first KEYS rows of a K or V ring tile (a view; the whole tile where it has no more)."""
-    if tile.shape[0] == KEYS:
-        return tile
-    return tile.slice(0, KEYS, 0)
-
-
-@ll.jit
-def last_pv(p_op, acc, l_i, v_ring, v_ready, v_empty, last_step, STAGES: ll.constexpr, PER_WARP: ll.constexpr,
-            CLUSTER: ll.constexpr):
-    """The tile's last O += P V (P of the key tile at ring position last_step, of as many keys
-    as P has columns), with the normalizers of l computed while it runs: (O, seen, log2 l, 1 / l)."""
-    last = ring_slot(last_step, STAGES)
-    mbarrier.wait(v_ready.index(last), ring_phase(last_step, STAGES))
-    v_tile = first_keys(v_ring.index(last).index(0).index(0), p_op.shape[1])
-    acc = ll.warpgroup_mma(p_op, v_tile, acc, is_async=True)
-    seen, log2_l, inv_l = normalizers(l_i)  # l is final: while the last P V runs
-    acc = ll.warpgroup_mma_wait(0, deps=[acc])
-    release_slot(v_empty.index(last), PER_WARP, CLUSTER)
-    return acc, seen, log2_l, inv_l
-
-
-@ll.jit
-def p_operand(p, dtype: ll.constexpr, O_LAYOUT: ll.constexpr):
-    """P in 16 bits as the A operand of O += P V, from the registers it is in (no data
-    moves: the S accumulator's layout is the operand's)."""
-    return ll.convert_layout(p.to(dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
-
-
-@ll.jit
 def consumer(state, WG: ll.constexpr):
     """For each of this CTA's tiles: softmax(Q K^T * scale) V for its rows
     [off_m + 64 wg, +64) of warpgroup wg (`warpgroup(WG)`). `step` runs on over tiles, as
@@ -452,36 +332,6 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
     if not CAUSAL:
         taken = ll.where(warpgroup(WG) < active, loaded, 0)
     return taken
-
-
-@ll.jit
-def first_step_softmax(state, s, step, full, row0, qk_scale):
-    """Key tile 0's softmax, once S_0 (at ring position `step`) is in: the K slot
-    released, the mask where the tile needs one (`full` 0), and P against the row max
-    (LAZY_MAX: against the max of the first keys, the exact one only in warps where a
-    row grew past it). Returns (P as the operand of P V, m, l)."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
-    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
-    ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
-    release_slot(k_empty.index(ring_slot(step, STAGES)), PER_WARP, CLUSTER)
-    if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
-        s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-    if LAZY_MAX:
-        # P against the max of the tile's first keys, a lower bound on the row's; the
-        # warps with a row that passed it by 2^RESCALE_ABOVE take the max from S, held
-        # beside P at every head dim here (O is not live yet, nor a P V in flight).
-        m_i = first_keys_max(s, qk_scale, BLOCK_N, S_LAYOUT)
-        p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-        p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, ll.zeros([ROWS], ll.float32, ROW), qk_scale,
-                                            EXP2_FMA)
-    else:
-        p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
-    return p_operand(p, q_desc.dtype, O_LAYOUT), m_i, l_i
 
 
 @ll.jit
