@@ -79,13 +79,18 @@ def expect(bar: Any, nbytes: int, pred: Any = True) -> None:
 
 @builtin
 def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False, cta: Any = None,
-           scope: Any = None) -> None:
+           scope: Any = None, per_thread: bool = False) -> None:
     """`count` arrivals on `bar` (a compile-time int or an i32 scalar), once the
     partition's threads have all got here (a named barrier over them first).
     `per_warp=True`: `count` arrivals from every warp of the partition, each once its own
     threads got here, with no partition-wide sync; init
     the barrier for warps * count arrivals a phase. A warp that is done with a buffer
     then frees it without waiting for the others (a consumer warpgroup's release).
+    `per_thread=True`: `count` arrivals from every thread of the partition, with no sync
+    at all; init the barrier for threads * count arrivals a phase. Each arrival releases
+    its own thread's shared-memory writes, so a waiter may read what every thread wrote
+    (the other arrivals release what the partition's named barrier or a warp's sync
+    orders before them, which compute-sanitizer's racecheck does not follow).
 
     `cta` (an int or i32 scalar): arrive instead on the barrier at `bar`'s offset in the
     CTA of that rank in the cluster (launch with `cluster=`): a consumer frees a slot its
@@ -99,6 +104,11 @@ def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False, c
     b = sem.builder()
     if per_warp is not True and per_warp is not False:
         raise b.error(f"mbarrier.arrive per_warp must be a compile-time True or False, found {per_warp!r}")
+    if per_thread is not True and per_thread is not False:
+        raise b.error(f"mbarrier.arrive per_thread must be a compile-time True or False, found {per_thread!r}")
+    if per_thread and (per_warp or cta is not None):
+        raise b.error("mbarrier.arrive per_thread=True arrives from every thread on this CTA's barrier: leave "
+                      "per_warp and cta out")
     if isinstance(cta, int) and not isinstance(cta, bool) and not 0 <= cta < 16:
         raise b.error(f"mbarrier.arrive cta must be a cluster rank in [0, 16), found {cta}")
     if scope is not None and cta is None:
@@ -110,6 +120,7 @@ def arrive(bar: Any, count: int = 1, pred: Any = True, per_warp: bool = False, c
     b.emit(ir.MBarrierArrive(barrier=_barrier(bar, "mbarrier.arrive"),
                              count=_count_or_scalar(count, "mbarrier.arrive count"),
                              pred=sem.predicate(pred, "mbarrier.arrive"), per_warp=per_warp,
+                             per_thread=per_thread,
                              cta=None if cta is None else sem.i32_scalar(cta, "mbarrier.arrive cta"),
                              scope=scope or "cluster", loc=b.loc))
 

@@ -102,14 +102,16 @@ def lower_mbarrier_expect(ctx: Lowering, op: MBarrierExpect) -> None:
 @lowers(MBarrierArrive)
 def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
     address = _barrier_address(ctx, op.barrier)
-    if op.per_warp:
+    if op.per_warp or op.per_thread:
         if ctx.partition is None and ctx.kernel.total_warps > ctx.kernel.num_warps:
+            which = "per-warp" if op.per_warp else "per-thread"
             raise CompilationError(
-                "a per-warp mbarrier arrive outside warp_specialize, in a kernel with worker warps: "
+                f"a {which} mbarrier arrive outside warp_specialize, in a kernel with worker warps: "
                 "those warps run this code too and would arrive as well", op.loc,
-                suggestion="arrive per warp inside a partition, or arrive once (per_warp=False)")
-        _warp_sync(ctx)
-        pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)  # the asm elects
+                suggestion="arrive per warp or per thread inside a partition, or arrive once")
+        if op.per_warp:
+            _warp_sync(ctx)
+        pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)  # per warp: the asm elects
     else:
         if _running_warps(ctx) > 1:
             ctx.barrier()

@@ -51,7 +51,8 @@ class MBarrierExpect(Op):
 class MBarrierArrive(Op):
     """`count` arrivals (an int, or an i32 scalar known at run time) on `barrier` (one
     thread issues; mbarrier.arrive). `per_warp`: one thread of every warp issues, once
-    its own warp got there (no partition sync).
+    its own warp got there (no partition sync). `per_thread`: every thread issues, with
+    no sync.
     `cta` (an i32 scalar): the arrivals go to the barrier at the same offset in the CTA of
     that rank in the cluster (mapa), releasing at `scope` ("cluster" or "cta")."""
 
@@ -62,6 +63,7 @@ class MBarrierArrive(Op):
     per_warp: bool = False
     cta: Optional[Value] = None
     scope: str = "cluster"
+    per_thread: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

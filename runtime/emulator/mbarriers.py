@@ -311,10 +311,10 @@ def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
     rank = None if op.cta is None else check_rank(cta, int(cta[op.cta]), op, "mbarrier.arrive cta")
     bar = live_barrier(cta, op, op.barrier, rank)
     count = run_time_count(cta, op, op.count, "mbarrier.arrive count", 1, "arriving")
-    if op.per_warp:  # each warp arrives for itself: its own accesses before, no one else's
+    if op.per_warp or op.per_thread:  # each warp (thread) arrives for itself: its own accesses before
         for warp in partition_warps(cta):
             touch(cta, bar.address, [warp], op, write=False)
-            arrive(cta, op, bar, count, warp)
+            arrive(cta, op, bar, count * (32 if op.per_thread else 1), warp)
         return
     if cta.num_warps > 1:
         cta.shared.barrier()  # the backend syncs the partition before its one arrival
