@@ -9,6 +9,7 @@ from .rings import ready_barriers
 
 SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
 REGISTER_FILE = 65536      # 32-bit registers per SM
+MAX_REGISTERS = 255        # per thread
 HEAD_DIMS = (64, 128, 256)
 BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TMA box's width
 ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
@@ -19,6 +20,7 @@ L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256 (measured, NOTES.md)
 MAX_RESCALE_ABOVE = 15  # log2 of the largest P a skipped rescale may leave: below fp16's 65504
 REPLICATE_UP_TO = 4096  # keys up to which causal head_dim 128 consumers share one copy of the code
 THREE_STAGES_UP_TO = 2048  # keys up to which causal head_dim 64 keeps three K/V tiles in flight
+FOUR_CONSUMERS_UP_TO = 512  # keys up to which non-causal head_dim 64 runs four consumer warpgroups
 
 
 @dataclass(frozen=True)
@@ -229,9 +231,9 @@ class Config:
                              "variant has no ring slots to release")
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"Config.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
-        if self.consumers not in (1, 2, 3) or (self.variant == "simple" and self.consumers == 3):
-            raise ValueError(f"Config.consumers (warpgroups of {ROWS} query rows) must be 1, 2 or "
-                             f"3 (1 or 2 for the simple variant), got {self.consumers}")
+        if self.consumers not in (1, 2, 3, 4) or (self.variant == "simple" and self.consumers >= 3):
+            raise ValueError(f"Config.consumers (warpgroups of {ROWS} query rows) must be 1 to 4 (1 or "
+                             f"2 for the simple variant), got {self.consumers}")
         if self.block_n not in (16, 32, 64, 128, 256):
             raise ValueError(f"Config.block_n must be a power of two from 16 to 256 (the wgmma N "
                              f"of S = Q K^T and the K of O += P V), got {self.block_n}")
@@ -242,12 +244,17 @@ class Config:
             if regs % 8 or not 24 <= regs <= 256:
                 raise ValueError(f"Config.{name} must be a multiple of 8 in [24, 256] "
                                  f"(setmaxnreg), got {regs}")
+        # setmaxnreg moves registers between warpgroups within what the CTA got at launch:
+        # its threads times the per-thread cap for that many (a multiple of 8), 65536 for
+        # three consumer warpgroups but 61440 for four (96 a thread for 640 threads).
+        threads = 128 * (1 + self.consumers)
+        pool = threads * (min(MAX_REGISTERS, REGISTER_FILE // threads) // 8 * 8)
         used = 128 * (self.producer_regs + self.consumers * self.consumer_regs)
-        if used > REGISTER_FILE:
+        if used > pool:
             raise ValueError(f"Config: a producer warpgroup at {self.producer_regs} registers and "
                              f"{self.consumers} consumer warpgroups at {self.consumer_regs} need "
-                             f"{used} registers, an SM has {REGISTER_FILE}; lower consumer_regs to "
-                             f"{(REGISTER_FILE // 128 - self.producer_regs) // self.consumers // 8 * 8}")
+                             f"{used} registers, a CTA of {threads} threads gets {pool}; lower "
+                             f"consumer_regs to {(pool // 128 - self.producer_regs) // self.consumers // 8 * 8}")
         if self.q_buffers is not None and (
                 isinstance(self.q_buffers, bool) or not isinstance(self.q_buffers, int)
                 or not self.consumers <= self.q_buffers <= 2 * self.consumers):
@@ -399,9 +406,15 @@ def default_config(head_dim: int, causal: bool = False, seq_k: int | None = None
     and three causal with at most THREE_STAGES_UP_TO keys (seq_k): its short tiles end
     every few key steps, and the third stage lets the next tile's first K/V tiles load
     meanwhile (+6% at 512 keys, +2% at 1k, +1.5% at 2k, in two runs; level at 4k, 1-2%
-    slower from 8k: benchmarks/NOTES.md)."""
+    slower from 8k: benchmarks/NOTES.md). Non-causal head_dim 64 with at most
+    FOUR_CONSUMERS_UP_TO keys runs 256 x 64 tiles: four consumer warpgroups at 112
+    registers (the most four get), one replicated copy of their code (+2.7% at 512 keys
+    in two rounds; level at 1k, 2-4% slower from 2k and causal, where 64-key tiles cost
+    more than the fourth warpgroup gives)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
+    if head_dim == 64 and not causal and seq_k is not None and seq_k <= FOUR_CONSUMERS_UP_TO:
+        return Config(head_dim=64, block_n=64, stages=4, consumers=4, consumer_regs=112, replicated=True)
     if head_dim == 64:
         stages = 4
         if causal:

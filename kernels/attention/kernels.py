@@ -444,6 +444,11 @@ def consumer_2(state):
 
 
 @ll.jit
+def consumer_3(state):
+    consumer(state, 3)
+
+
+@ll.jit
 def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
                         heads, kv_group, num_m_tiles, batch_heads, group,
                         HEAD_DIM: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
@@ -531,10 +536,15 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
         ll.warp_specialize((state,), producer, (state,), [consumer_0, consumer_1],
                            worker_num_warps=[4, 4], worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS],
                            default_num_regs=PRODUCER_REGS)
-    else:
+    elif CONSUMERS == 3:
         ll.warp_specialize((state,), producer, (state,), [consumer_0, consumer_1, consumer_2],
                            worker_num_warps=[4, 4, 4],
                            worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS],
+                           default_num_regs=PRODUCER_REGS)
+    else:
+        ll.warp_specialize((state,), producer, (state,), [consumer_0, consumer_1, consumer_2, consumer_3],
+                           worker_num_warps=[4, 4, 4, 4],
+                           worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS],
                            default_num_regs=PRODUCER_REGS)
     if CLUSTER > 1:  # the peer no longer arrives on nor loads into this CTA's shared memory
         ll.cluster_barrier()

@@ -165,6 +165,20 @@ def test_cluster_variants_assemble_without_spills(head_dim):
 
 
 @needs_ptxas
+@pytest.mark.parametrize("replicated", [True, False])
+def test_four_consumer_warpgroups_assemble_without_spills(replicated):
+    """Non-causal head_dim 64 up to 512 keys: four consumer warpgroups at 112 registers
+    (the launch's 96 a thread for 640 threads, moved by setmaxnreg), 64-key tiles, two
+    tiles' Q buffers and O's own."""
+    config = default_config(64, False, 512)
+    o_buffer, q_buffers = buffering(config)
+    assert (o_buffer, q_buffers) == (True, 8)
+    compiled = _compile(config, "bf16", False, o_buffer=o_buffer, q_buffers=q_buffers, replicated=replicated,
+                        per_warp=per_warp_release(config, replicated))
+    _check_assembly(compiled, config)
+
+
+@needs_ptxas
 def test_static_schedule_claims_nothing():
     """A dynamic schedule claims tiles with a global atomic add; a static one (and clusters of
     two, whose CTAs take tiles side by side) has none, so the host need not zero a

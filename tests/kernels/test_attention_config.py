@@ -49,8 +49,8 @@ def test_configs_validate_with_readable_errors():
         assert default_config(head_dim).head_dim == head_dim
     with pytest.raises(ValueError, match="head_dim must be one of"):
         Config(head_dim=96)
-    with pytest.raises(ValueError, match="consumers"):
-        Config(consumers=4)
+    with pytest.raises(ValueError, match="consumers .warpgroups of 64 query rows. must be 1 to 4"):
+        Config(consumers=5)
     with pytest.raises(ValueError, match="shared memory"):
         Config(head_dim=256, block_n=128)
     with pytest.raises(ValueError, match="lower consumer_regs to 160"):
@@ -152,6 +152,21 @@ def test_kv_stages_of_head_dim_64():
     assert default_config(64).stages == default_config(64, False, 512).stages == 4
     assert default_config(128, True, 512).stages == default_config(128).stages == 2
     assert default_config(256, True, 512).stages == 2
+
+
+def test_four_consumers_by_default():
+    """Non-causal head_dim 64 with at most 512 keys runs 256-row tiles: four consumer
+    warpgroups of 64-key tiles at 112 registers (what 640 threads get at launch), one
+    replicated copy of the code; more keys, or causal, three. 120 registers is an error
+    that names the most."""
+    four = default_config(64, False, 512)
+    assert (four.consumers, four.block_n, four.consumer_regs, four.replicated, four.block_m) == (4, 64, 112, True, 256)
+    assert default_config(64, False, 513).consumers == default_config(64, True, 512).consumers == 3
+    assert default_config(64).consumers == 3 and default_config(128, False, 512).consumers == 2
+    with pytest.raises(ValueError, match="a CTA of 640 threads gets 61440; lower consumer_regs to 112"):
+        Config(head_dim=64, block_n=64, consumers=4, consumer_regs=120)
+    with pytest.raises(ValueError, match="1 or 2 for the simple variant"):
+        Config(head_dim=64, consumers=4, consumer_regs=112, variant="simple")
 
 
 def test_half_tiles_by_default():

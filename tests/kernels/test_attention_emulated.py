@@ -303,6 +303,23 @@ def test_emulated_persistent_ctas_with_loads_landing_in_any_order(monkeypatch, h
     _check_emulated(1, 3, 1, seq_q, seq_k, head_dim, causal, "bhsd", config)
 
 
+@pytest.mark.parametrize("shuffle", [None, 7])
+@pytest.mark.parametrize("replicated", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_four_consumer_warpgroups(monkeypatch, causal, replicated, shuffle):
+    """256-row tiles of four consumer warpgroups and 64-key tiles (the default for
+    non-causal head_dim 64 up to 512 keys; causal too, when asked), one replicated copy
+    or a partition each, on two persistent CTAs over tiles with rows for four, three and
+    fewer warpgroups (GQA, key tails), TMA loads landing oldest first or shuffled."""
+    from weft.kernels import _launch
+
+    monkeypatch.setattr(_launch, "EMULATED_CTAS", 2)
+    if shuffle is not None:
+        monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
+    config = dataclasses.replace(default_config(64, False, 512), replicated=replicated)
+    _check_emulated(1, 3, 1, 500, 300, 64, causal, "bhsd", config)
+
+
 @pytest.mark.parametrize("heads_per_group", [1, 3])
 def test_emulated_tile_groups(heads_per_group):
     """Tiles in L2 groups of 1 or 3 (batch, head) pairs, the last group short."""

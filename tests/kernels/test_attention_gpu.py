@@ -170,6 +170,30 @@ def test_gpu_causal_tiles_whose_rows_see_no_key(head_dim):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k", [(8, 32, 32, 512, 512), (3, 12, 4, 500, 300)])
+def test_gpu_four_consumer_warpgroups(batch, heads, kv_heads, seq_q, seq_k):
+    """Non-causal head_dim 64 up to 512 keys runs four consumer warpgroups of 64-key
+    tiles by default: right against float32 torch, close to three warpgroups of 128-key
+    tiles, and bitwise the same on persistent CTAs as on one CTA per tile."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(seq_q)
+    q = torch.randn(batch, heads, seq_q, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(batch, kv_heads, seq_k, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    config = default_config(64, False, seq_k)
+    assert config.consumers == 4
+    out, lse = flash_attention(q, k, v, return_lse=True)
+    ref, ref_lse = _torch_reference(q, k, v, False, 0.125, "bhsd")
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+    assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
+    three = flash_attention(q, k, v, config=default_config(64))
+    assert ((three.float() - out.float()).norm() / ref.norm()).item() <= 1e-2
+    tiles, tiles_lse = flash_attention(q, k, v, return_lse=True,
+                                       config=dataclasses.replace(config, persistent=False))
+    assert torch.equal(tiles, out) and torch.equal(tiles_lse, lse)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim, share", [(64, 0.25), (64, 0.5), (128, 0.25)])
 def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
