@@ -20,7 +20,7 @@ L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256 (measured, NOTES.md)
 MAX_RESCALE_ABOVE = 15  # log2 of the largest P a skipped rescale may leave: below fp16's 65504
 REPLICATE_UP_TO = 4096  # keys up to which causal head_dim 128 consumers share one copy of the code
 THREE_STAGES_UP_TO = 2048  # keys up to which causal head_dim 64 keeps three K/V tiles in flight
-FOUR_CONSUMERS_UP_TO = 512  # keys up to which non-causal head_dim 64 runs four consumer warpgroups
+FOUR_CONSUMERS_UP_TO = 1024  # keys up to which non-causal head_dim 64 runs four consumer warpgroups
 
 
 @dataclass(frozen=True)
@@ -408,9 +408,10 @@ def default_config(head_dim: int, causal: bool = False, seq_k: int | None = None
     meanwhile (+6% at 512 keys, +2% at 1k, +1.5% at 2k, in two runs; level at 4k, 1-2%
     slower from 8k: benchmarks/NOTES.md). Non-causal head_dim 64 with at most
     FOUR_CONSUMERS_UP_TO keys runs 256 x 64 tiles: four consumer warpgroups at 112
-    registers (the most four get), one replicated copy of their code (+2.7% at 512 keys
-    in two rounds; level at 1k, 2-4% slower from 2k and causal, where 64-key tiles cost
-    more than the fourth warpgroup gives)."""
+    registers (the most four get), one replicated copy of their code (on the H200 at the
+    power cap, +2.7% and +5% at 512 keys in two calls, level to +2.5% at 1k in three; 2-4%
+    slower from 2k and causal, where 64-key tiles cost more than the fourth warpgroup
+    gives)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
     if head_dim == 64 and not causal and seq_k is not None and seq_k <= FOUR_CONSUMERS_UP_TO:

@@ -167,7 +167,7 @@ def test_cluster_variants_assemble_without_spills(head_dim):
 @needs_ptxas
 @pytest.mark.parametrize("replicated", [True, False])
 def test_four_consumer_warpgroups_assemble_without_spills(replicated):
-    """Non-causal head_dim 64 up to 512 keys: four consumer warpgroups at 112 registers
+    """Non-causal head_dim 64 up to 1024 keys: four consumer warpgroups at 112 registers
     (the launch's 96 a thread for 640 threads, moved by setmaxnreg), 64-key tiles, two
     tiles' Q buffers and O's own."""
     config = default_config(64, False, 512)

@@ -155,13 +155,14 @@ def test_kv_stages_of_head_dim_64():
 
 
 def test_four_consumers_by_default():
-    """Non-causal head_dim 64 with at most 512 keys runs 256-row tiles: four consumer
+    """Non-causal head_dim 64 with at most 1024 keys runs 256-row tiles: four consumer
     warpgroups of 64-key tiles at 112 registers (what 640 threads get at launch), one
     replicated copy of the code; more keys, or causal, three. 120 registers is an error
     that names the most."""
     four = default_config(64, False, 512)
     assert (four.consumers, four.block_n, four.consumer_regs, four.replicated, four.block_m) == (4, 64, 112, True, 256)
-    assert default_config(64, False, 513).consumers == default_config(64, True, 512).consumers == 3
+    assert default_config(64, False, 1024).consumers == 4
+    assert default_config(64, False, 1025).consumers == default_config(64, True, 512).consumers == 3
     assert default_config(64).consumers == 3 and default_config(128, False, 512).consumers == 2
     with pytest.raises(ValueError, match="a CTA of 640 threads gets 61440; lower consumer_regs to 112"):
         Config(head_dim=64, block_n=64, consumers=4, consumer_regs=120)

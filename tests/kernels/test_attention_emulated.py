@@ -308,7 +308,7 @@ def test_emulated_persistent_ctas_with_loads_landing_in_any_order(monkeypatch, h
 @pytest.mark.parametrize("causal", [False, True])
 def test_emulated_four_consumer_warpgroups(monkeypatch, causal, replicated, shuffle):
     """256-row tiles of four consumer warpgroups and 64-key tiles (the default for
-    non-causal head_dim 64 up to 512 keys; causal too, when asked), one replicated copy
+    non-causal head_dim 64 up to 1024 keys; causal too, when asked), one replicated copy
     or a partition each, on two persistent CTAs over tiles with rows for four, three and
     fewer warpgroups (GQA, key tails), TMA loads landing oldest first or shuffled."""
     from weft.kernels import _launch

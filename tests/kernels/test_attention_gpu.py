@@ -170,9 +170,10 @@ def test_gpu_causal_tiles_whose_rows_see_no_key(head_dim):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k", [(8, 32, 32, 512, 512), (3, 12, 4, 500, 300)])
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k", [(8, 32, 32, 512, 512), (3, 12, 4, 500, 300),
+                                                              (2, 8, 8, 1000, 1024)])
 def test_gpu_four_consumer_warpgroups(batch, heads, kv_heads, seq_q, seq_k):
-    """Non-causal head_dim 64 up to 512 keys runs four consumer warpgroups of 64-key
+    """Non-causal head_dim 64 up to 1024 keys runs four consumer warpgroups of 64-key
     tiles by default: right against float32 torch, close to three warpgroups of 128-key
     tiles, and bitwise the same on persistent CTAs as on one CTA per tile."""
     torch = pytest.importorskip("torch")
