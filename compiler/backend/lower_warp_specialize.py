@@ -49,14 +49,19 @@ MAX_REGISTERS = 255  # per thread (.maxnreg)
 WARPGROUP = 4
 
 
+def launch_register_cap(threads: int) -> int:
+    """The registers each of a CTA's `threads` gets at launch (`.maxnreg`, a multiple of
+    8): setmaxnreg only moves registers between warpgroups within threads * this."""
+    return min(MAX_REGISTERS, REGISTER_FILE // threads) // 8 * 8
+
+
 def entry_register_cap(kernel: Kernel) -> Optional[int]:
     """The `.maxnreg` a kernel needs for its setmaxnreg budgets (None: it sets none),
     after checking every warp_specialize's budgets (CompilationError at the op)."""
     ops = [op for op in kernel.walk() if isinstance(op, WarpSpecialize)]
     if not any(any(op.worker_num_regs) or op.default_num_regs for op in ops):
         return None
-    threads = 32 * kernel.total_warps
-    cap = min(MAX_REGISTERS, REGISTER_FILE // threads) // 8 * 8
+    cap = launch_register_cap(32 * kernel.total_warps)
     for op in ops:
         _check_budgets(op, kernel.num_warps, cap)
     return cap

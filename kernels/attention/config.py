@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...compiler.backend.lower_warp_specialize import launch_register_cap
 from .rings import ready_barriers
 
 SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
-REGISTER_FILE = 65536      # 32-bit registers per SM
-MAX_REGISTERS = 255        # per thread
 HEAD_DIMS = (64, 128, 256)
 BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TMA box's width
 ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
@@ -245,10 +244,9 @@ class Config:
                 raise ValueError(f"Config.{name} must be a multiple of 8 in [24, 256] "
                                  f"(setmaxnreg), got {regs}")
         # setmaxnreg moves registers between warpgroups within what the CTA got at launch:
-        # its threads times the per-thread cap for that many (a multiple of 8), 65536 for
-        # three consumer warpgroups but 61440 for four (96 a thread for 640 threads).
+        # 65536 for three consumer warpgroups but 61440 for four (96 a thread for 640).
         threads = 128 * (1 + self.consumers)
-        pool = threads * (min(MAX_REGISTERS, REGISTER_FILE // threads) // 8 * 8)
+        pool = threads * launch_register_cap(threads)
         used = 128 * (self.producer_regs + self.consumers * self.consumer_regs)
         if used > pool:
             raise ValueError(f"Config: a producer warpgroup at {self.producer_regs} registers and "
