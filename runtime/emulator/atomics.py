@@ -83,7 +83,7 @@ def _through_scratch(cta, op, element, old, issuing) -> np.ndarray:
     else:
         elements = np.zeros(shape, np.int64)
     size = element_bytes(element)
-    slots = op.scratch_offset + elements * size
+    slots = cta.shared_base + op.scratch_offset + elements * size  # in the CTA's window of a cluster's
     describe = cta.describe(type_)
     shared = cta.shared
     shared.write(slots[issuing], old[issuing], element, op, describe, track=False)

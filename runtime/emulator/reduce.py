@@ -97,7 +97,8 @@ def _through_scratch(cta, op, values, index, element, members):
     # slot of (warp, lane, result register) in the [warp][result register][lane] layout
     slots = ((np.arange(num_warps)[:, None, None] * results + np.arange(results)[None, None, :]) * lanes
              + np.arange(lanes)[None, :, None])
-    base, index_base = op.scratch_offset, op.scratch_offset + values.size * size
+    base = cta.shared_base + op.scratch_offset  # in the CTA's window of a cluster's shared memory
+    index_base = base + values.size * size
     describe = cta.describe(op.result.type)
     cta.shared.write(base + slots * size, values, element, op, describe)
     if index is not None:

@@ -72,10 +72,11 @@ def _scratch_effect(cta, op, plan) -> None:
     size = int(getattr(plan, "scratch_bytes", 0) or 0)
     if not size or op.scratch_offset is None:
         return
-    start = op.scratch_offset
-    if start < 0 or start + size > cta.shared.size:
+    start, limit = op.scratch_offset, min(cta.shared.size, cta.shared.window)  # one CTA's bytes
+    if start < 0 or start + size > limit:
         raise EmulationError(f"convert_layout scratch [{start}, {start + size}) lies outside the "
-                             f"{cta.shared.size} bytes of shared memory", op.loc)
+                             f"{limit} bytes of shared memory", op.loc)
+    start += cta.shared_base  # in the CTA's own window of a cluster's shared memory
     every_warp = np.broadcast_to(np.arange(start, start + size, dtype=np.int64),
                                  (cta.num_warps, size))
     cta.shared.write(every_warp, POISON_BYTE, u8, op, lambda position: "scratch")

@@ -347,3 +347,33 @@ def test_gpu_resident_clusters():
     per_sm = multicast_copy.resident_ctas(*descs, CLUSTER=2, cluster=(2, 1, 1))
     assert 1 <= clusters <= driver.device_properties(0).sm_count * per_sm // 2, (clusters, per_sm)
     assert multicast_copy.resident_clusters(*_descriptors(src, dst), CLUSTER=1) == 1  # emulated
+
+
+@ll.jit
+def scratch_in_every_cta(counters, x_ptr, olds_ptr, sums_ptr, out_ptr):
+    """Three ops whose values pass between a CTA's threads through its shared scratch: a
+    scalar atomic's old value, a sum across warps and a layout conversion."""
+    pid = ll.program_id(0)
+    ll.store(olds_ptr + pid, ll.atomic_add(counters + pid, 1))
+    rows = ll.arange(0, 32, layout=ll.SliceLayout(1, BLOCKED))
+    cols = ll.arange(0, 128, layout=ll.SliceLayout(0, BLOCKED))
+    offsets = pid * 4096 + rows[:, None] * 128 + cols[None, :]
+    x = ll.load(x_ptr + offsets)
+    ll.store(sums_ptr + pid * 128 + cols, ll.sum(x, axis=0))
+    moved = ll.convert_layout(x, ll.BlockedLayout([4, 1], [8, 4], [1, 4], [0, 1]))
+    ll.store(out_ptr + offsets, ll.convert_layout(moved, BLOCKED))
+
+
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_the_emulator_keeps_each_ctas_scratch_in_its_own_window(cluster):
+    """Scratch offsets are a CTA's own: in a cluster, rank 1's lie in its window of the
+    cluster's shared memory, not in rank 0's (where they raced with rank 0's threads)."""
+    rng = np.random.default_rng(cluster)
+    counters = np.arange(4, dtype=np.int32) * 10
+    x = rng.standard_normal((4, 32, 128)).astype(np.float32)
+    olds, sums, out = np.zeros(4, np.int32), np.zeros((4, 128), np.float32), np.zeros_like(x)
+    scratch_in_every_cta[(4,)](counters, x, olds, sums, out, cluster=(cluster, 1, 1))
+    np.testing.assert_array_equal(olds, np.arange(4) * 10)
+    np.testing.assert_array_equal(counters, np.arange(4) * 10 + 1)
+    np.testing.assert_allclose(sums, x.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out, x)
