@@ -17,7 +17,8 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     from ..runtime.arguments import check_cluster
 
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
-                          language="highlevel", cluster=check_cluster(jit_fn.__name__, options.get("cluster")))
+                          language="highlevel", cluster=check_cluster(jit_fn.__name__, options.get("cluster")),
+                          max_registers=options.get("maxnreg"))
     if options.get("target") == "emulator":
         return pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
     params = tuple(Param(name, text) for name, text in signature.items())

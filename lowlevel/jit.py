@@ -16,7 +16,8 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     from ..compiler.frontend import build_kernel
 
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
-                          cluster=check_cluster(jit_fn.__name__, options.get("cluster")))
+                          cluster=check_cluster(jit_fn.__name__, options.get("cluster")),
+                          max_registers=options.get("maxnreg"))
     if options.get("target") == "emulator":
         return pipeline.run_layout_passes(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())

@@ -3,7 +3,7 @@
 The function uses the `ptx_kernel` calling convention (a `.entry`) with the attribute
 `"nvvm.maxntid"` = 32 * total_warps (num_warps plus warp_specialize workers), so ptxas
 knows the block size (`.maxntid`), and `"nvvm.maxnreg"` when setmaxnreg budgets need a
-register cap at entry (lower_warp_specialize). Pointer
+register cap at entry (lower_warp_specialize) or the launch option maxnreg sets one. Pointer
 parameters are `ptr addrspace(1)` (global memory), scalars are passed by value.
 
 A TMA descriptor parameter (`TensorDescriptorType`) is the 128-byte CUtensorMap passed by
@@ -120,6 +120,8 @@ def lower_to_llvm(kernel: Kernel, rules: Optional[dict] = None) -> str:
     function.calling_convention = "ptx_kernel"
     launch = {"nvvm.maxntid": str(32 * kernel.total_warps)}
     register_cap = entry_register_cap(kernel)  # setmaxnreg needs a cap at entry
+    if register_cap is None:
+        register_cap = kernel.max_registers  # the launch option maxnreg
     if register_cap is not None:
         launch["nvvm.maxnreg"] = str(register_cap)
     function.attributes = _KernelAttributes(launch)

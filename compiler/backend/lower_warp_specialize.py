@@ -23,7 +23,8 @@ default partition computes) runs on num_warps warps, and CTA barriers from there
 count 32 * num_warps threads. Results of any other warp_specialize are refused.
 
 Register budgets (setmaxnreg, per warpgroup): with any budget, the kernel gets an entry
-cap `.maxnreg` = 65536 / threads (at most 255) rounded down to a multiple of 8; each
+cap `.maxnreg` = 65536 / threads (at most 255; at most the launch option maxnreg, which
+leaves room for more CTAs on an SM) rounded down to a multiple of 8; each
 budgeted partition sets its budget first thing (dec below the cap, inc above) and sets
 the cap back before the join, so code after the op runs with the cap again. Budgets must
 be multiples of 8 in [24, 256], every partition whole warpgroups, and the partitions
@@ -62,6 +63,8 @@ def entry_register_cap(kernel: Kernel) -> Optional[int]:
     if not any(any(op.worker_num_regs) or op.default_num_regs for op in ops):
         return None
     cap = launch_register_cap(32 * kernel.total_warps)
+    if kernel.max_registers is not None:
+        cap = min(cap, kernel.max_registers // 8 * 8)
     for op in ops:
         _check_budgets(op, kernel.num_warps, cap)
     return cap
@@ -104,7 +107,8 @@ def _check_budgets(op: WarpSpecialize, num_warps: int, cap: int) -> None:
             f"at launch ({cap} per thread, the cap for {32 * sum(w for _, w in spans)} threads)", op.loc,
             expected=f"sum of budget * 32 * warps <= {available}",
             found=f"budgets {list(budgets)} (0: the cap) on {[w for _, w in spans]} warps",
-            suggestion="lower the budgets; e.g. 24 or 40 for a producer warpgroup, the rest for consumers")
+            suggestion="lower the budgets (e.g. 24 or 40 for a producer warpgroup, the rest for consumers), "
+                       "or raise the launch option maxnreg")
 
 
 def _warp_part(layout, warp: int) -> tuple:

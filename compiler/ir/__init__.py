@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from ..types import PointerType, ScalarType, TensorDescriptorType  # noqa: F401 (re-exported)
 from .core import *  # noqa: F401,F403
@@ -45,6 +45,9 @@ class Kernel:
     param_divisibility: tuple[int, ...] = ()
     language: str = "lowlevel"  # the language it was written in (its registered layout classes)
     cluster: tuple[int, int, int] = (1, 1, 1)  # CTAs per cluster it launches in
+    # The launch option maxnreg: registers a thread may hold at most (None: as many as the
+    # block size allows), so that more CTAs fit on an SM.
+    max_registers: Optional[int] = None
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

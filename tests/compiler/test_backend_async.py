@@ -188,6 +188,23 @@ def test_register_budgets_use_setmaxnreg_under_an_entry_cap():
         assert compiled.metadata["registers"] == 168
 
 
+def test_the_maxnreg_option_lowers_the_entry_cap_for_more_ctas_per_sm():
+    """maxnreg=128 on 384 threads: the budgets share 128 a thread (two such CTAs fit an
+    SM's 65536), so the default partition's 240 no longer fits beside the worker's 24."""
+    signature = {"x_ptr": "*fp32", "out_ptr": "*fp32"}
+    constexprs = {"ITERS": 4, "BLOCK": 1024, "WORKER_WARPS": 4, "WORKER_REGS": 24, "WARPS": 8}
+    with pytest.raises(CompilationError, match="the CTA gets 49152 at launch .128 per thread(.|\n)*maxnreg"):
+        K.ping_pong.compile(signature, constexprs, num_warps=8, maxnreg=128)
+    plain = K.ping_pong.compile(signature, {**constexprs, "WORKER_REGS": 0, "WARPS": 4}, num_warps=4)
+    capped = K.ping_pong.compile(signature, {**constexprs, "WORKER_REGS": 0, "WARPS": 4}, num_warps=4, maxnreg=64)
+    assert ".maxnreg" not in plain.asm["ptx"] and ".maxnreg 64" in capped.asm["ptx"]
+    if HAS_PTXAS:
+        assert capped.metadata["registers"] <= 64
+    for bad in (8, 256, "64", True):
+        with pytest.raises(ValueError, match="maxnreg must be an int from 16 to 255"):
+            K.ping_pong.compile(signature, constexprs, num_warps=8, maxnreg=bad)
+
+
 def test_results_come_from_the_default_partition_and_extra_warps_leave():
     compiled = compile_jit(K.specialized_sum, {"x_ptr": "*fp32", "out_ptr": "*fp32"}, {"WORKERS": 2})
     ptx = compiled.asm["ptx"]
