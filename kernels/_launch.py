@@ -103,15 +103,17 @@ EMULATED_CTAS = 3  # persistent kernels on the CPU emulator: a few CTAs, each wi
 _RESIDENT: dict = {}
 
 
-def persistent_grid(kernel, x, items: int, args: tuple, constexprs: dict, num_warps: int) -> int:
+def persistent_grid(kernel, x, items: int, args: tuple, constexprs: dict, num_warps: int,
+                    options: dict | None = None) -> int:
     """CTAs to launch for a persistent kernel over `items` work items (rows, tiles) on
     x's device: as many as the SMs hold at once (every CTA resident, so none waits for
-    another to finish; the driver's occupancy answer), but no more than there are items."""
+    another to finish; the driver's occupancy answer for a launch with these launch
+    `options`, e.g. maxnreg), but no more than there are items."""
     if not (is_torch(x) and x.is_cuda):
         return max(1, min(items, EMULATED_CTAS))
     from ..runtime import driver
 
-    resident = _resident(kernel, x, args, constexprs, num_warps)
+    resident = _resident(kernel, x, args, constexprs, num_warps, options=options)
     return max(1, min(items, driver.device_properties(x.device.index or 0).sm_count * resident))
 
 
@@ -127,14 +129,17 @@ def persistent_cluster_grid(kernel, x, items: int, args: tuple, constexprs: dict
     return cluster * max(1, min(items // cluster, _resident(kernel, x, args, constexprs, num_warps, cluster)))
 
 
-def _resident(kernel, x, args: tuple, constexprs: dict, num_warps: int, cluster: int | None = None) -> int:
+def _resident(kernel, x, args: tuple, constexprs: dict, num_warps: int, cluster: int | None = None,
+              options: dict | None = None) -> int:
     """The driver's occupancy answer for this kernel variant on x's device, asked once:
     CTAs per SM, or with `cluster`, clusters of that many CTAs on the whole device."""
-    key = (kernel, str(x.dtype), tuple(sorted(constexprs.items())), num_warps, x.device.index or 0, cluster)
+    options = options or {}
+    key = (kernel, str(x.dtype), tuple(sorted(constexprs.items())), num_warps, x.device.index or 0, cluster,
+           tuple(sorted(options.items())))
     resident = _RESIDENT.get(key)
     if resident is None:
         if cluster is None:
-            resident = kernel.resident_ctas(*args, **constexprs, num_warps=num_warps)
+            resident = kernel.resident_ctas(*args, **constexprs, num_warps=num_warps, **options)
         else:
             resident = kernel.resident_clusters(*args, **constexprs, num_warps=num_warps, cluster=(cluster, 1, 1))
         _RESIDENT[key] = resident

@@ -9,6 +9,8 @@ from ...compiler.backend.lower_warp_specialize import launch_register_cap
 from .rings import ready_barriers
 
 SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
+SM_SHARED = 228 * 1024     # bytes an SM has for its CTAs, each of which the driver takes 1 KB of
+MAX_CTAS_PER_SM = 4
 HEAD_DIMS = (64, 128, 256)
 BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TMA box's width
 ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
@@ -20,6 +22,7 @@ MAX_RESCALE_ABOVE = 15  # log2 of the largest P a skipped rescale may leave: bel
 REPLICATE_UP_TO = 4096  # keys up to which causal head_dim 128 consumers share one copy of the code
 THREE_STAGES_UP_TO = 2048  # keys up to which causal head_dim 64 keeps three K/V tiles in flight
 FOUR_CONSUMERS_UP_TO = 1024  # keys up to which non-causal head_dim 64 runs four consumer warpgroups
+ONE_KEY_TILE_UP_TO = 64  # keys up to which non-causal head_dim 64 runs three one-warpgroup CTAs an SM
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,12 @@ class Config:
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
       every share measured slower on the H200 (benchmarks/NOTES.md).
+    - ctas_per_sm (pingpong): CTAs an SM holds at once, 1 to MAX_CTAS_PER_SM. Above 1 the
+      kernel launches with the registers and shared memory of that share of an SM (the
+      launch option maxnreg; the budgets and buffers are checked against it), so that the
+      tiles of several CTAs, each with its own producer and K/V ring, run side by side.
+      default_config gives 3 (of one warpgroup each) to non-causal head_dim 64 with a
+      single 64-key tile (`default_config`).
     """
 
     head_dim: int = 128
@@ -152,8 +161,19 @@ class Config:
     lazy_max: bool | None = None
     dynamic_schedule: bool | None = None
     half_tiles: bool | None = None
+    ctas_per_sm: int = 1
 
     def __post_init__(self):
+        if isinstance(self.ctas_per_sm, bool) or not isinstance(self.ctas_per_sm, int) \
+                or not 1 <= self.ctas_per_sm <= MAX_CTAS_PER_SM:
+            raise ValueError(f"Config.ctas_per_sm must be an int from 1 to {MAX_CTAS_PER_SM} (CTAs an SM "
+                             f"holds at once), got {self.ctas_per_sm!r}")
+        if self.ctas_per_sm > 1 and self.cluster == 2:
+            raise ValueError("Config: clusters of two launch one CTA an SM; ctas_per_sm above 1 needs cluster "
+                             "1 (or None)")
+        if self.ctas_per_sm > 1 and self.variant != "pingpong":
+            raise ValueError("Config.ctas_per_sm above 1 is a pingpong-variant option (its CTAs launch "
+                             "with a share of the SM's registers); it needs variant='pingpong'")
         if self.half_tiles is not None and not isinstance(self.half_tiles, bool):
             raise ValueError(f"Config.half_tiles must be None (chosen per problem), True or False, "
                              f"got {self.half_tiles!r}")
@@ -246,12 +266,13 @@ class Config:
         # setmaxnreg moves registers between warpgroups within what the CTA got at launch:
         # 65536 for three consumer warpgroups but 61440 for four (96 a thread for 640).
         threads = 128 * (1 + self.consumers)
-        pool = threads * launch_register_cap(threads)
+        pool = threads * register_cap(self)
         used = 128 * (self.producer_regs + self.consumers * self.consumer_regs)
         if used > pool:
             raise ValueError(f"Config: a producer warpgroup at {self.producer_regs} registers and "
                              f"{self.consumers} consumer warpgroups at {self.consumer_regs} need "
-                             f"{used} registers, a CTA of {threads} threads gets {pool}; lower "
+                             f"{used} registers, a CTA of {threads} threads gets {pool}"
+                             f"{f' with {self.ctas_per_sm} CTAs an SM' if self.ctas_per_sm > 1 else ''}; lower "
                              f"consumer_regs to {(pool // 128 - self.producer_regs) // self.consumers // 8 * 8}")
         if self.q_buffers is not None and (
                 isinstance(self.q_buffers, bool) or not isinstance(self.q_buffers, int)
@@ -259,18 +280,35 @@ class Config:
             raise ValueError(f"Config.q_buffers must be None (as many as fit) or a count from "
                              f"consumers = {self.consumers} to {2 * self.consumers} (warpgroup-sized "
                              f"Q buffers: one to two tiles'), got {self.q_buffers!r}")
-        if shared_bytes(self) > SHARED_LIMIT:
+        limit = shared_limit(self)
+        if shared_bytes(self) > limit:
             raise ValueError(f"{self} needs {shared_bytes(self)} bytes of shared memory; a CTA "
-                             f"has {SHARED_LIMIT}. Use a smaller block_n or fewer stages.")
-        if self.q_buffers is not None and shared_bytes(self, q_buffers=self.q_buffers) > SHARED_LIMIT:
+                             f"has {limit}. Use a smaller block_n or fewer stages"
+                             f"{' (or fewer CTAs an SM)' if self.ctas_per_sm > 1 else ''}.")
+        if self.q_buffers is not None and shared_bytes(self, q_buffers=self.q_buffers) > limit:
             raise ValueError(f"{self} needs {shared_bytes(self, q_buffers=self.q_buffers)} bytes of "
-                             f"shared memory with {self.q_buffers} Q buffers; a CTA has {SHARED_LIMIT}. "
+                             f"shared memory with {self.q_buffers} Q buffers; a CTA has {limit}. "
                              f"Use fewer Q buffers (or None: as many as fit).")
 
     @property
     def block_m(self) -> int:
         """Query rows per CTA tile."""
         return ROWS * self.consumers
+
+
+def register_cap(config: Config) -> int:
+    """The registers each thread of a CTA gets at launch (setmaxnreg moves them between
+    its warpgroups): an SM's share for config.ctas_per_sm CTAs."""
+    threads = 128 * (1 + config.consumers)
+    return launch_register_cap(threads * config.ctas_per_sm)
+
+
+def shared_limit(config: Config) -> int:
+    """Bytes of shared memory one CTA may use: all a CTA can have, or with ctas_per_sm
+    above 1 its share of the SM's."""
+    if config.ctas_per_sm == 1:
+        return SHARED_LIMIT
+    return SM_SHARED // config.ctas_per_sm - 1024
 
 
 def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False, q_buffers: int = 0) -> int:
@@ -301,7 +339,7 @@ def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int) -> 
     one head to share K/V by multicast. `group`: (batch, head) pairs per tile group
     (`tile_group`). Config.cluster None: 2 where it applies, else 1; 2 where it does not
     apply is an error."""
-    if config.cluster == 1 or config.dynamic_schedule:
+    if config.cluster == 1 or config.dynamic_schedule or config.ctas_per_sm > 1:
         return 1
     why = None
     if config.variant != "pingpong" or not config.persistent or config.head_dim == 64:
@@ -387,11 +425,12 @@ def buffering(config: Config) -> tuple[bool, int]:
     """(O through its own buffer, Q buffers) of a persistent CTA: O's buffer where it fits
     beside one tile's Q (not head_dim 256), then as many Q buffers as fit, up to two
     tiles' (config.q_buffers: that many; validated to fit)."""
-    o_buffer = shared_bytes(config, o_buffer=True) <= SHARED_LIMIT
+    limit = shared_limit(config)
+    o_buffer = shared_bytes(config, o_buffer=True) <= limit
     if config.q_buffers is not None:
-        return shared_bytes(config, o_buffer=True, q_buffers=config.q_buffers) <= SHARED_LIMIT, config.q_buffers
+        return shared_bytes(config, o_buffer=True, q_buffers=config.q_buffers) <= limit, config.q_buffers
     fits = [n for n in range(config.consumers, 2 * config.consumers + 1)
-            if shared_bytes(config, o_buffer=o_buffer, q_buffers=n) <= SHARED_LIMIT]
+            if shared_bytes(config, o_buffer=o_buffer, q_buffers=n) <= limit]
     return o_buffer, fits[-1]
 
 
@@ -409,9 +448,16 @@ def default_config(head_dim: int, causal: bool = False, seq_k: int | None = None
     registers (the most four get), one replicated copy of their code (on the H200 at the
     power cap, +2.7% and +5% at 512 keys in two calls, level to +2.5% at 1k in three; 2-4%
     slower from 2k and causal, where 64-key tiles cost more than the fourth warpgroup
-    gives)."""
+    gives). Non-causal head_dim 64 with at most ONE_KEY_TILE_UP_TO keys, a single key tile
+    whose steps cannot hide one tile's start and end behind another's, runs three CTAs an
+    SM of one consumer warpgroup each (ctas_per_sm 3, 136 registers; sustained on the
+    H200, 94.8 TFLOP/s against 68.9 at (64, 32, 64, 64), Triton 97.8; level at 128 keys and
+    slower from 256, benchmarks/NOTES.md)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
+    if head_dim == 64 and not causal and seq_k is not None and seq_k <= ONE_KEY_TILE_UP_TO:
+        return Config(head_dim=64, block_n=64, stages=3, consumers=1, consumer_regs=136, replicated=True,
+                      ctas_per_sm=3)
     if head_dim == 64 and not causal and seq_k is not None and seq_k <= FOUR_CONSUMERS_UP_TO:
         return Config(head_dim=64, block_n=64, stages=4, consumers=4, consumer_regs=112, replicated=True)
     if head_dim == 64:

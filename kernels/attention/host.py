@@ -9,7 +9,8 @@ import numpy as np
 
 from .._launch import data_address, is_torch, new_array, persistent_cluster_grid, persistent_grid
 from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
-                     dynamic_schedule, half_tiles, lazy_max, per_warp_release, replicated, rescale_above, tile_group)
+                     dynamic_schedule, half_tiles, lazy_max, per_warp_release, register_cap, replicated,
+                     rescale_above, tile_group)
 from .kernels import flash_attention_fa3
 from .simple import flash_attention_forward
 
@@ -188,8 +189,10 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
         grid = persistent_cluster_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, cluster)
         flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4, cluster=(cluster, 1, 1))
         return
-    grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4) if persistent else tiles
-    flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4)
+    # Several CTAs an SM (Config.ctas_per_sm): each launches with its share of the registers.
+    options = dict(maxnreg=register_cap(config)) if config.ctas_per_sm > 1 else {}
+    grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, options) if persistent else tiles
+    flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4, **options)
 
 
 def _host64(x) -> np.ndarray:

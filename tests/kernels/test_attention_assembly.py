@@ -8,8 +8,8 @@ import pytest
 
 from weft.kernels.attention import Config, default_config
 from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, dynamic_schedule,
-                                           half_tiles, lazy_max, per_warp_release, replicated, rescale_above,
-                                           shared_bytes)
+                                           half_tiles, lazy_max, per_warp_release, register_cap, replicated,
+                                           rescale_above, shared_bytes)
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.runtime import ptxas
@@ -20,6 +20,8 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
              q_buffers: int = 0, replicated: bool = True, per_warp: bool | None = None, cluster: int = 1,
              dynamic: bool = True):
+    """The FA3 (or simple) kernel for a config, compiled for sm_90a with the launch options
+    the host gives it (maxnreg for config.ctas_per_sm above 1)."""
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     q_rows = 64 if config.variant == "pingpong" else config.block_m
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -45,7 +47,8 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
     if cluster > 1:
         return flash_attention_fa3.compile(signature=signature, constexprs={**constexprs, "CLUSTER": cluster},
                                            num_warps=4, cluster=(cluster, 1, 1))
-    return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4)
+    options = dict(maxnreg=register_cap(config)) if config.ctas_per_sm > 1 else {}
+    return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4, **options)
 
 
 def _check_assembly(compiled, config: Config):
@@ -197,3 +200,18 @@ def test_static_schedule_claims_nothing():
                      (dict(dynamic_schedule=True, cluster=2), "static schedule")]:
         with pytest.raises(ValueError, match=why):
             dataclasses.replace(chosen, **bad)
+
+
+@needs_ptxas
+def test_three_ctas_an_sm_assemble_without_spills():
+    """Non-causal head_dim 64 with one key tile (Config.ctas_per_sm 3): the kernel launches
+    at 80 registers a thread (.maxnreg, the launch option maxnreg) so that three CTAs fit
+    an SM, its one consumer warpgroup at 136 beside a 24-register producer."""
+    config = default_config(64, False, 64)
+    o_buffer, q_buffers = buffering(config)
+    compiled = _compile(config, "bf16", False, o_buffer=o_buffer, q_buffers=q_buffers, replicated=True,
+                        per_warp=per_warp_release(config, True))
+    _check_assembly(compiled, config)
+    ptx = compiled.asm["ptx"]
+    assert ".maxnreg 80" in ptx and "setmaxnreg.inc.sync.aligned.u32 136;" in ptx
+    assert compiled.metadata["registers"] <= 80 and compiled.metadata["shared"] <= 228 * 1024 // 3 - 1024

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention
-from weft.kernels.attention.config import (claim_ahead, cluster_size, half_tiles, lazy_max, per_warp_release,
-                                           replicated, rescale_above, shared_bytes, tile_group)
+from weft.kernels.attention.config import (buffering, claim_ahead, cluster_size, half_tiles, lazy_max,
+                                           per_warp_release, register_cap, replicated, rescale_above, shared_bytes,
+                                           shared_limit, tile_group)
 from weft.kernels.attention.rings import ready_barriers
 
 RNG = np.random.default_rng(11)
@@ -168,6 +169,32 @@ def test_four_consumers_by_default():
         Config(head_dim=64, block_n=64, consumers=4, consumer_regs=120)
     with pytest.raises(ValueError, match="1 or 2 for the simple variant"):
         Config(head_dim=64, consumers=4, consumer_regs=112, variant="simple")
+
+
+def test_several_ctas_an_sm_for_one_key_tile():
+    """Non-causal head_dim 64 with at most 64 keys runs three CTAs an SM of one consumer
+    warpgroup each: a CTA gets a third of the registers (80 a thread of 256 at launch, so
+    136 for the consumer beside a 24-register producer) and of the shared memory."""
+    one = default_config(64, False, 64)
+    assert (one.consumers, one.ctas_per_sm, one.consumer_regs, one.block_n, one.stages) == (1, 3, 136, 64, 3)
+    assert default_config(64, False, 65).consumers == 4 and default_config(64, True, 64).ctas_per_sm == 1
+    assert default_config(128, False, 64).ctas_per_sm == 1
+    assert register_cap(one) == 80 and register_cap(default_config(64)) == 128
+    assert shared_limit(one) == 228 * 1024 // 3 - 1024 and shared_limit(default_config(64)) == 227 * 1024
+    assert buffering(one) == (True, 2)  # O's buffer and two Q buffers in its 75 KB
+    for bad in (0, 5, True, "2"):
+        with pytest.raises(ValueError, match="ctas_per_sm must be an int from 1 to 4"):
+            Config(ctas_per_sm=bad)
+    with pytest.raises(ValueError, match="pingpong-variant option"):
+        Config(head_dim=64, consumers=1, variant="simple", ctas_per_sm=2)
+    with pytest.raises(ValueError, match="ctas_per_sm above 1 needs cluster 1"):
+        Config(cluster=2, ctas_per_sm=2)
+    with pytest.raises(ValueError, match="gets 20480 with 3 CTAs an SM; lower consumer_regs to 136"):
+        Config(head_dim=64, block_n=64, consumers=1, consumer_regs=144, ctas_per_sm=3)
+    with pytest.raises(ValueError, match="a CTA has 76800. Use a smaller block_n or fewer stages .or fewer CTAs"):
+        Config(head_dim=64, block_n=128, stages=3, consumers=1, consumer_regs=136, ctas_per_sm=3)
+    two = Config(head_dim=128, block_n=64, consumers=1, consumer_regs=232, ctas_per_sm=2)
+    assert cluster_size(two, False, 32, 1) == 1  # clusters of two launch one CTA an SM
 
 
 def test_half_tiles_by_default():

@@ -416,3 +416,15 @@ def test_empty_sequences():
     assert flash_attention(q, k, k).shape == (1, 2, 0, 64)
     out, lse = flash_attention(k, q, q, return_lse=True)
     assert not out.any() and np.isposinf(lse).all()
+
+
+@pytest.mark.parametrize("ctas", [1, 3])
+def test_emulated_one_key_tile_three_ctas_an_sm(monkeypatch, ctas):
+    """The default for non-causal head_dim 64 with at most 64 keys: CTAs of one consumer
+    warpgroup (three an SM on the GPU), each walking several 64-row tiles (GQA, a query
+    tail, a key tail)."""
+    from weft.kernels import _launch
+
+    monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
+    assert default_config(64, False, 50).ctas_per_sm == 3
+    _check_emulated(1, 4, 2, 150, 50, 64, False, "bhsd")

@@ -289,3 +289,26 @@ def test_gpu_strided_views_and_errors():
         flash_attention(q, k.cpu(), v)
     with pytest.raises(TypeError, match="bf16 or fp16"):
         flash_attention(q.float(), k.float(), v.float())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k", [(64, 32, 32, 64, 64), (3, 12, 4, 500, 50),
+                                                              (2, 8, 8, 1, 64)])
+def test_gpu_one_key_tile_three_ctas_an_sm(batch, heads, kv_heads, seq_q, seq_k):
+    """Non-causal head_dim 64 with at most 64 keys runs three CTAs an SM of one consumer
+    warpgroup (Config.ctas_per_sm, launched with maxnreg): right against float32 torch,
+    and bitwise the result of one such CTA an SM (the same arithmetic per tile)."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(seq_q + seq_k)
+    q = torch.randn(batch, heads, seq_q, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(batch, kv_heads, seq_k, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    config = default_config(64, False, seq_k)
+    assert config.ctas_per_sm == 3
+    out, lse = flash_attention(q, k, v, return_lse=True)
+    ref, ref_lse = _torch_reference(q, k, v, False, 0.125, "bhsd")
+    assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
+    assert (lse - ref_lse).abs().max().item() <= 1e-3 * max(1.0, ref_lse.abs().max().item())
+    single, single_lse = flash_attention(q, k, v, return_lse=True,
+                                         config=dataclasses.replace(config, ctas_per_sm=1))
+    assert torch.equal(single, out) and torch.equal(single_lse, lse)
