@@ -22,7 +22,7 @@ MAX_RESCALE_ABOVE = 15  # log2 of the largest P a skipped rescale may leave: bel
 REPLICATE_UP_TO = 4096  # keys up to which causal head_dim 128 consumers share one copy of the code
 THREE_STAGES_UP_TO = 2048  # keys up to which causal head_dim 64 keeps three K/V tiles in flight
 FOUR_CONSUMERS_UP_TO = 1024  # keys up to which non-causal head_dim 64 runs four consumer warpgroups
-ONE_KEY_TILE_UP_TO = 64  # keys up to which non-causal head_dim 64 runs three one-warpgroup CTAs an SM
+ONE_KEY_TILE_UP_TO = 64  # keys up to which head_dim 64 and 128 run several one-warpgroup CTAs an SM
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,8 @@ class Config:
       kernel launches with the registers and shared memory of that share of an SM (the
       launch option maxnreg; the budgets and buffers are checked against it), so that the
       tiles of several CTAs, each with its own producer and K/V ring, run side by side.
-      default_config gives 3 (of one warpgroup each) to non-causal head_dim 64 with a
-      single 64-key tile (`default_config`).
+      default_config gives 3 (of one warpgroup each) at head_dim 64 and 2 at 128 where the
+      keys are a single 64-key tile (`default_config`).
     """
 
     head_dim: int = 128
@@ -448,16 +448,20 @@ def default_config(head_dim: int, causal: bool = False, seq_k: int | None = None
     registers (the most four get), one replicated copy of their code (on the H200 at the
     power cap, +2.7% and +5% at 512 keys in two calls, level to +2.5% at 1k in three; 2-4%
     slower from 2k and causal, where 64-key tiles cost more than the fourth warpgroup
-    gives). Non-causal head_dim 64 with at most ONE_KEY_TILE_UP_TO keys, a single key tile
-    whose steps cannot hide one tile's start and end behind another's, runs three CTAs an
-    SM of one consumer warpgroup each (ctas_per_sm 3, 136 registers; sustained on the
-    H200, 94.8 TFLOP/s against 68.9 at (64, 32, 64, 64), Triton 97.8; level at 128 keys and
-    slower from 256, benchmarks/NOTES.md)."""
+    gives). At most ONE_KEY_TILE_UP_TO keys, a single 64-key tile whose steps cannot hide
+    a tile's start and end behind another warpgroup's, run several CTAs an SM of one
+    consumer warpgroup each: three at head_dim 64 (136 registers), two at 128 (232), causal
+    or not (sustained on the H200 at 64 keys: +38% and +72% causal at head_dim 64, +13%
+    and +16% at 128, level with Triton; level at 128 keys and slower from 256,
+    benchmarks/NOTES.md)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
-    if head_dim == 64 and not causal and seq_k is not None and seq_k <= ONE_KEY_TILE_UP_TO:
+    if head_dim == 64 and seq_k is not None and seq_k <= ONE_KEY_TILE_UP_TO:
         return Config(head_dim=64, block_n=64, stages=3, consumers=1, consumer_regs=136, replicated=True,
                       ctas_per_sm=3)
+    if head_dim == 128 and seq_k is not None and seq_k <= ONE_KEY_TILE_UP_TO:
+        return Config(head_dim=128, block_n=64, stages=2, consumers=1, consumer_regs=232, replicated=True,
+                      ctas_per_sm=2)
     if head_dim == 64 and not causal and seq_k is not None and seq_k <= FOUR_CONSUMERS_UP_TO:
         return Config(head_dim=64, block_n=64, stages=4, consumers=4, consumer_regs=112, replicated=True)
     if head_dim == 64:

@@ -203,15 +203,19 @@ def test_static_schedule_claims_nothing():
 
 
 @needs_ptxas
-def test_three_ctas_an_sm_assemble_without_spills():
-    """Non-causal head_dim 64 with one key tile (Config.ctas_per_sm 3): the kernel launches
-    at 80 registers a thread (.maxnreg, the launch option maxnreg) so that three CTAs fit
-    an SM, its one consumer warpgroup at 136 beside a 24-register producer."""
-    config = default_config(64, False, 64)
+@pytest.mark.parametrize("head_dim, causal", [(64, False), (64, True), (128, False), (128, True)])
+def test_several_ctas_an_sm_assemble_without_spills(head_dim, causal):
+    """A single key tile (Config.ctas_per_sm): at head_dim 64 the kernel launches at 80
+    registers a thread (.maxnreg, the launch option maxnreg) so that three CTAs fit an SM,
+    its one consumer warpgroup at 136 beside a 24-register producer; at 128, two CTAs at
+    128 a thread and 232 for the consumer."""
+    config = default_config(head_dim, causal, 64)
     o_buffer, q_buffers = buffering(config)
-    compiled = _compile(config, "bf16", False, o_buffer=o_buffer, q_buffers=q_buffers, replicated=True,
+    compiled = _compile(config, "bf16", causal, o_buffer=o_buffer, q_buffers=q_buffers, replicated=True,
                         per_warp=per_warp_release(config, True))
     _check_assembly(compiled, config)
+    cap, consumer = (80, 136) if head_dim == 64 else (128, 232)
     ptx = compiled.asm["ptx"]
-    assert ".maxnreg 80" in ptx and "setmaxnreg.inc.sync.aligned.u32 136;" in ptx
-    assert compiled.metadata["registers"] <= 80 and compiled.metadata["shared"] <= 228 * 1024 // 3 - 1024
+    assert f".maxnreg {cap}" in ptx and f"setmaxnreg.inc.sync.aligned.u32 {consumer};" in ptx
+    assert compiled.metadata["registers"] <= cap
+    assert compiled.metadata["shared"] <= 228 * 1024 // config.ctas_per_sm - 1024

@@ -172,13 +172,18 @@ def test_four_consumers_by_default():
 
 
 def test_several_ctas_an_sm_for_one_key_tile():
-    """Non-causal head_dim 64 with at most 64 keys runs three CTAs an SM of one consumer
-    warpgroup each: a CTA gets a third of the registers (80 a thread of 256 at launch, so
-    136 for the consumer beside a 24-register producer) and of the shared memory."""
+    """head_dim 64 with at most 64 keys runs three CTAs an SM of one consumer warpgroup each
+    (causal or not): a CTA gets a third of the registers (80 a thread of 256 at launch, so
+    136 for the consumer beside a 24-register producer) and of the shared memory; head_dim
+    128 two (232 registers), 256 one."""
     one = default_config(64, False, 64)
     assert (one.consumers, one.ctas_per_sm, one.consumer_regs, one.block_n, one.stages) == (1, 3, 136, 64, 3)
-    assert default_config(64, False, 65).consumers == 4 and default_config(64, True, 64).ctas_per_sm == 1
-    assert default_config(128, False, 64).ctas_per_sm == 1
+    assert default_config(64, True, 64) == one and default_config(64, False, 65).consumers == 4
+    assert default_config(64, True, 65).ctas_per_sm == default_config(64).ctas_per_sm == 1
+    two = default_config(128, True, 64)
+    assert (two.consumers, two.ctas_per_sm, two.consumer_regs, two.block_n) == (1, 2, 232, 64)
+    assert default_config(128, False, 64) == two and default_config(128, False, 65).ctas_per_sm == 1
+    assert default_config(256, False, 64).ctas_per_sm == 1 and register_cap(two) == 128
     assert register_cap(one) == 80 and register_cap(default_config(64)) == 128
     assert shared_limit(one) == 228 * 1024 // 3 - 1024 and shared_limit(default_config(64)) == 227 * 1024
     assert buffering(one) == (True, 2)  # O's buffer and two Q buffers in its 75 KB

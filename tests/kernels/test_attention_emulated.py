@@ -419,12 +419,13 @@ def test_empty_sequences():
 
 
 @pytest.mark.parametrize("ctas", [1, 3])
-def test_emulated_one_key_tile_three_ctas_an_sm(monkeypatch, ctas):
-    """The default for non-causal head_dim 64 with at most 64 keys: CTAs of one consumer
-    warpgroup (three an SM on the GPU), each walking several 64-row tiles (GQA, a query
-    tail, a key tail)."""
+@pytest.mark.parametrize("head_dim, causal", [(64, False), (64, True), (128, False), (128, True)])
+def test_emulated_one_key_tile_several_ctas_an_sm(monkeypatch, head_dim, causal, ctas):
+    """The default with at most 64 keys: CTAs of one consumer warpgroup (three an SM at
+    head_dim 64 on the GPU, two at 128), each walking several 64-row tiles (GQA, a query
+    tail, a key tail; causal rows that see no key)."""
     from weft.kernels import _launch
 
     monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
-    assert default_config(64, False, 50).ctas_per_sm == 3
-    _check_emulated(1, 4, 2, 150, 50, 64, False, "bhsd")
+    assert default_config(head_dim, causal, 50).ctas_per_sm == (3 if head_dim == 64 else 2)
+    _check_emulated(1, 4, 2, 150, 50, head_dim, causal, "bhsd")
