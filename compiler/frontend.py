@@ -38,8 +38,6 @@ from .frontend_expr import (BINARY_OPERATORS, ExpressionVisitor, FunctionFrame, 
                             python_function, type_text)
 from .types import PointerType, ScalarType, TensorType, Type, fp32, i1, i32, i64, parse_signature_type
 
-MIN_REGISTERS, MAX_REGISTERS = 16, 255  # the registers a thread may be limited to (maxnreg)
-
 _MISSING = object()
 MAX_INLINE_DEPTH = 64
 
@@ -56,17 +54,14 @@ def build_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str,
     `specialization` maps runtime parameters (or lists them in order) to "equal_to_1",
     "divisible_by_16" or "". `cluster`: the CTAs per cluster it launches in (checked by the
     runtime; None for one), a launch fact it carries to the compiled kernel and the emulator.
-    `max_registers` (the launch option maxnreg): registers a thread may hold at most.
+    `max_registers`: the launch option maxnreg (checked by the runtime), registers a thread
+    may hold at most.
     """
     function = python_function(fn) or fn
     if not isinstance(function, types.FunctionType):
         raise TypeError(f"build_kernel needs a Python function or @jit kernel, got {fn!r}")
     if not isinstance(num_warps, int) or num_warps < 1 or num_warps > 32 or num_warps & (num_warps - 1):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
-    if max_registers is not None and (isinstance(max_registers, bool) or not isinstance(max_registers, int)
-                                      or not MIN_REGISTERS <= max_registers <= MAX_REGISTERS):
-        raise ValueError(f"maxnreg must be an int from {MIN_REGISTERS} to {MAX_REGISTERS} (registers a "
-                         f"thread may hold), got {max_registers!r}")
     builder = Builder(num_warps, language_wrapper(language))
     kernel = KernelBuilder(builder).build(function, dict(signature), dict(constexprs), specialization)
     return dataclasses.replace(kernel, stage=language_stage(language), language=language,

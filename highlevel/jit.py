@@ -14,11 +14,11 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     the backend (for the emulator target, the `layout` IR after the lowlevel passes)."""
     from ..compiler import pipeline
     from ..compiler.frontend import build_kernel
-    from ..runtime.arguments import check_cluster
+    from ..runtime.arguments import check_cluster, check_maxnreg
 
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
                           language="highlevel", cluster=check_cluster(jit_fn.__name__, options.get("cluster")),
-                          max_registers=options.get("maxnreg"))
+                          max_registers=check_maxnreg(jit_fn.__name__, options.get("maxnreg")))
     if options.get("target") == "emulator":
         return pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
     params = tuple(Param(name, text) for name, text in signature.items())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.compiled import Param
-from ..runtime.arguments import check_cluster
+from ..runtime.arguments import check_cluster, check_maxnreg
 
 
 def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specialization: dict,
@@ -17,7 +17,7 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
 
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
                           cluster=check_cluster(jit_fn.__name__, options.get("cluster")),
-                          max_registers=options.get("maxnreg"))
+                          max_registers=check_maxnreg(jit_fn.__name__, options.get("maxnreg")))
     if options.get("target") == "emulator":
         return pipeline.run_layout_passes(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())

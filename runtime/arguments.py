@@ -463,6 +463,7 @@ def check_keys(kernel: str, names: Sequence[str], param_types: Sequence[str],
 
 
 MAX_CLUSTER_CTAS = 8  # CTAs per cluster any sm_90 launch may take without opting into more
+MIN_REGISTERS = 16  # the fewest registers a thread may be limited to (maxnreg)
 
 
 def check_cluster(kernel: str, value) -> Optional[tuple[int, int, int]]:
@@ -479,6 +480,20 @@ def check_cluster(kernel: str, value) -> Optional[tuple[int, int, int]]:
         raise LaunchError(f"kernel '{kernel}': cluster={value!r} has {dims[0] * dims[1] * dims[2]} "
                           f"CTAs; Hopper's portable limit is {MAX_CLUSTER_CTAS}")
     return None if dims == (1, 1, 1) else dims
+
+
+def check_maxnreg(kernel: str, value) -> Optional[int]:
+    """The `maxnreg=` launch option (registers a thread may hold at most, as in Triton), or
+    None; LaunchError naming the kernel for anything but an int in [MIN_REGISTERS, the
+    hardware's .maxnreg limit]."""
+    from ..compiler.backend.lower_warp_specialize import MAX_REGISTERS
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_REGISTERS <= value <= MAX_REGISTERS:
+        raise LaunchError(f"kernel '{kernel}': maxnreg must be an int from {MIN_REGISTERS} to {MAX_REGISTERS} "
+                          f"(registers a thread may hold), got {value!r}")
+    return value
 
 
 def check_grid(kernel: str, grid, cluster: Optional[Sequence[int]] = None) -> tuple[int, int, int]:
