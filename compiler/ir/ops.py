@@ -459,10 +459,11 @@ class Assert(Op):
 
 
 # Ops that act on a thread's registers alone (a lane's own values, or, WarpAny and
-# WarpDot, its own warp's): what a per-warp `If` may hold, with reductions and layout
-# conversions that stay within each warp and shared-memory reads (`in_warp`).
+# WarpDot, its own warp's; Reshape and Permute only rename them): what a per-warp `If`
+# may hold, with reductions and layout conversions that stay within each warp and
+# shared-memory reads (`in_warp`).
 REGISTER_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Fma, Select, Cast, Bitcast, AddPtr, ExpandDims,
-                Broadcast, WarpAny, WarpDot, If, Yield)
+                Reshape, Permute, Broadcast, WarpAny, WarpDot, If, Yield)
 # Reads of shared memory and views of it: each thread reads for itself, no thread waits
 # for another. (Any barrier such a read needs goes before the branch: insert_barriers.)
 SHARED_READS = (SharedLoad, SharedIndex, SharedSlice)

@@ -20,14 +20,19 @@ SIGNATURE = {"x_ptr": "*fp32", "bound_ptr": "*fp32", "out_ptr": "*fp32", "voted_
 
 
 @ll.jit
+def tile_and_bounds(x_ptr, bound_ptr):
+    """The row indices, the element offsets, the [ROWS, COLS] tile and its rows' bounds."""
+    rows = ll.arange(0, ROWS, ROW)
+    offs = rows[:, None] * COLS + ll.arange(0, COLS, ll.SliceLayout(0, TILE))[None, :]
+    return rows, offs, ll.load(x_ptr + offs), ll.load(bound_ptr + rows)
+
+
+@ll.jit
 def rescale_grown_rows(x_ptr, bound_ptr, out_ptr, voted_ptr):
     """Flash attention's rescale in small: each warp any of whose rows has its maximum
     above its bound raises every bound of its own to the row's maximum (if larger) and
     divides the row by it; other warps keep rows and bounds as they are."""
-    rows = ll.arange(0, ROWS, ROW)
-    offs = rows[:, None] * COLS + ll.arange(0, COLS, ll.SliceLayout(0, TILE))[None, :]
-    x = ll.load(x_ptr + offs)
-    bound = ll.load(bound_ptr + rows)
+    rows, offs, x, bound = tile_and_bounds(x_ptr, bound_ptr)
     row_max = ll.max(x, axis=1)
     grew = ll.warp_any(row_max > bound)
     ll.store(voted_ptr + rows, ll.where(grew, 1, 0))
@@ -43,10 +48,7 @@ def rescale_grown_rows_reducing_in_branch(x_ptr, bound_ptr, out_ptr, voted_ptr):
     """rescale_grown_rows with the row maxima reduced inside the branch: a reduction along
     rows, which each warp holds whole (lane shuffles within the warp), may run there, so
     only the warps that take the branch pay for it."""
-    rows = ll.arange(0, ROWS, ROW)
-    offs = rows[:, None] * COLS + ll.arange(0, COLS, ll.SliceLayout(0, TILE))[None, :]
-    x = ll.load(x_ptr + offs)
-    bound = ll.load(bound_ptr + rows)
+    rows, offs, x, bound = tile_and_bounds(x_ptr, bound_ptr)
     grew = ll.warp_any(x > bound[:, None])
     ll.store(voted_ptr + rows, ll.max(ll.where(grew, 1, 0), axis=1))
     if grew:
@@ -56,7 +58,23 @@ def rescale_grown_rows_reducing_in_branch(x_ptr, bound_ptr, out_ptr, voted_ptr):
     ll.store(bound_ptr + rows, bound)
 
 
-KERNELS = [rescale_grown_rows, rescale_grown_rows_reducing_in_branch]
+@ll.jit
+def rescale_grown_rows_in_halves(x_ptr, bound_ptr, out_ptr, voted_ptr):
+    """rescale_grown_rows with each row's maximum taken over its two halves inside the
+    branch: a reshape (and a permute), which only rename a thread's registers, and
+    reductions within the warp may run there."""
+    rows, offs, x, bound = tile_and_bounds(x_ptr, bound_ptr)
+    grew = ll.warp_any(x > bound[:, None])
+    ll.store(voted_ptr + rows, ll.max(ll.where(grew, 1, 0), axis=1))
+    if grew:
+        halves = ll.max(ll.reshape(x, [ROWS, 2, COLS // 2]).permute((0, 2, 1)), axis=1)
+        bound = ll.maximum(bound, ll.convert_layout(ll.max(halves, axis=1), ROW))
+        x = x / bound[:, None]
+    ll.store(out_ptr + offs, x)
+    ll.store(bound_ptr + rows, bound)
+
+
+KERNELS = [rescale_grown_rows, rescale_grown_rows_reducing_in_branch, rescale_grown_rows_in_halves]
 
 
 def reference(x: np.ndarray, bound: np.ndarray):
