@@ -91,7 +91,7 @@ from ...lowlevel import mbarrier, tma
 from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
 from .rings import pass_turn, ready_barriers, ring_phase, ring_slot, take_turn
-from .softmax import normalizers
+from .softmax import normalizers, thread_sums
 from .steps import accumulator_layout, attend_step, first_step_softmax, last_pv, release_step
 from .tiles import (BATCH, FIRST_ROW, HEAD, key_tiles, keys_seen, next_tile, publish_tile, tile_coordinates,
                     tile_field, tile_rows, warpgroup)
@@ -291,7 +291,8 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
     row0, full, count, loaded, active = tile_rows(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CONSUMERS, CAUSAL, WG)
     q = q_smem.index(q_slot).index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
-    l_i = ll.zeros([ROWS], ll.float32, ROW)
+    # l as the threads' shares of the row sums (softmax.thread_sums), 0 before any key.
+    l_i = thread_sums(ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT))
     acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
     if count > 0:
         # Key tile 0 alone: S_0 and its softmax (O is still 0: nothing to rescale).
@@ -314,14 +315,14 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
             if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
                 mbarrier.arrive(q_empty.index(q_slot))
             acc, seen, log2_l, inv_l = last_pv(p_half, acc, l_i, v_ring, v_ready, v_empty, last_step,
-                                               STAGES, PER_WARP, CLUSTER)
+                                               STAGES, PER_WARP, CLUSTER, ROW)
         else:
             if O_BUFFER:
                 mbarrier.arrive(q_empty.index(q_slot))
             acc, seen, log2_l, inv_l = last_pv(p_op, acc, l_i, v_ring, v_ready, v_empty, last_step,
-                                               STAGES, PER_WARP, CLUSTER)
+                                               STAGES, PER_WARP, CLUSTER, ROW)
     else:
-        seen, log2_l, inv_l = normalizers(l_i)
+        seen, log2_l, inv_l = normalizers(l_i, ROW)
         if O_BUFFER:  # no key tile: Q is not read at all
             mbarrier.arrive(q_empty.index(q_slot))
     for n in range(count, loaded):

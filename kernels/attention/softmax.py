@@ -11,6 +11,12 @@ the row sums l, and O's rescale when m moves. Two ways to move m:
 
 All of them run on the registers each thread holds (reductions along rows stay within a
 warp), so a branch taken warp by warp (`if ll.warp_any(...)`) may hold them.
+
+The row sums l are kept as each thread's share (`thread_sums`, [ROWS, QUAD]): the four
+threads of a row's quad hold a quarter of its keys each, and adding those quarters up
+takes two shuffles and two adds a row, which a key step need not spend (FlashAttention-3
+also sums them once a tile, in `normalizers`). A lazy step's vote (`exps_on_last_max`)
+reads the shares too: where no thread's share of a row passed 2^RESCALE_ABOVE, no P did.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from .config import ROWS  # rows per consumer warpgroup
 
 SHIFT_LIMIT = 120.0  # log2 units a key step moves a row's max by at most (`max_from_sums`)
 FIRST_KEYS = 32  # the keys of a row's first tile whose max `first_keys_max` takes
+QUAD = 4  # threads of a wgmma accumulator that share a row, each holding 2 of every 8 columns
 
 
 @ll.jit
@@ -34,6 +41,27 @@ def masked(s, n, row0, seq_q, seq_k, BLOCK_N: ll.constexpr, CAUSAL: ll.constexpr
         bound = ll.minimum(rows + (seq_k - seq_q + 1), seq_k)  # keys [0, bound) are seen
         return ll.where(cols[None, :] < bound[:, None], s, float("-inf"))
     return ll.where(cols[None, :] < seq_k, s, float("-inf"))
+
+
+@ll.jit
+def thread_sums(p):
+    """Each thread's share of P's row sums, [ROWS, QUAD]: column t sums the columns 8 j + 2 t
+    and 8 j + 2 t + 1 of P, the ones thread t of the row's quad holds in a wgmma
+    accumulator, so no data moves between threads."""
+    return ll.sum(ll.sum(ll.reshape(p, [ROWS, p.shape[1] // (2 * QUAD), QUAD, 2]), axis=3), axis=1)
+
+
+@ll.jit
+def per_row(x, shares):
+    """A row vector x (in a row slice of S's layout) broadcast over the [ROWS, QUAD] shares."""
+    return ll.convert_layout(x, ll.SliceLayout(1, shares.layout))[:, None]
+
+
+@ll.jit
+def row_sums(shares, ROW: ll.constexpr):
+    """The whole row sums from the threads' shares, in the row layout ROW (a shuffle and
+    an add per row and level of the quad)."""
+    return ll.convert_layout(ll.sum(shares, axis=1), ROW)
 
 
 @ll.jit
@@ -56,18 +84,18 @@ def online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE:
     m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
     alpha = ll.exp2(m_i - m_use)
-    return p, alpha, m_new, l_i * alpha + ll.sum(p, axis=1), grew
+    return p, alpha, m_new, l_i * per_row(alpha, l_i) + thread_sums(p), grew
 
 
 @ll.jit
 def first_softmax(s, qk_scale, EXP2_FMA: ll.constexpr):
     """online_softmax of a row's first key tile, where there is no running max yet: m is
     the row max (-inf where every key is masked, with P 0 there), l the row sum, and
-    nothing came before to rescale (no alpha, no vote). Returns (P, m, l)."""
+    nothing came before to rescale (no alpha, no vote). Returns (P, m, l's shares)."""
     m = ll.max(s, axis=1) * qk_scale
     m_use = ll.where(m == float("-inf"), 0.0, m)
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
-    return p, m, ll.sum(p, axis=1)
+    return p, m, thread_sums(p)
 
 
 @ll.jit
@@ -85,11 +113,13 @@ def first_keys_max(s, qk_scale, BLOCK_N: ll.constexpr, S_LAYOUT: ll.constexpr):
 
 
 @ll.jit
-def normalizers(l_i):
-    """(seen, log2(l), 1 / l) of the final row sums: rows that saw no key (causal, seq_q >
-    seq_k) have seen false, and 1 / l is 0 there (O = 0, log-sum-exp +inf, as in
-    FlashAttention). 1 / l is 2^-log2(l): two exp-unit ops (within 1e-6), where an IEEE
-    division adds a slow-path branch to every tile's epilogue."""
+def normalizers(shares, ROW: ll.constexpr):
+    """(seen, log2(l), 1 / l) of the final row sums l, added up from the threads' shares,
+    in the row layout ROW: rows that saw no key (causal, seq_q > seq_k) have seen false,
+    and 1 / l is 0 there (O = 0, log-sum-exp +inf, as in FlashAttention). 1 / l is
+    2^-log2(l): two exp-unit ops (within 1e-6), where an IEEE division adds a slow-path
+    branch to every tile's epilogue."""
+    l_i = row_sums(shares, ROW)
     seen = l_i > 0.0
     log2_l = ll.log2(ll.where(seen, l_i, 1.0))
     return seen, log2_l, ll.where(seen, ll.exp2(-log2_l), 0.0)
@@ -99,60 +129,65 @@ def normalizers(l_i):
 def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr,
                      SEEN: ll.constexpr = False):
     """The first half of a key step under Config.lazy_max, where no row max is taken: P =
-    exp2(S * scale - m) against m, the running max of the key tiles before, and its row
-    sums. A warp all of whose rows sum to at most 2^RESCALE_ABOVE (which bounds each P by
-    it, as online_softmax's conditional rescale does) keeps m, so O and l need no
-    rescale: the step spends nothing on the max, its shuffles or O's rescale, and its
-    exps start as soon as S is in. `grew`: the warps where a row passed it (scores grew,
-    or overflowed to inf) or saw its first keys (m = -inf, l and O still 0); they move m
-    (`max_where_grew` from S, `max_from_sums` from the sums, where `attend_step` sends an
-    overflow to S computed again). With m at least the row's max a row sums to at most
-    its count of keys, so RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it).
-    SEEN: every row has seen keys before (m is finite), as in a key tile after the first
-    that needs no mask: no select of m and no test for first keys (four instructions a
-    step, and four in the vote)."""
+    exp2(S * scale - m) against m, the running max of the key tiles before, and each
+    thread's share of its row sums (`thread_sums`). A warp none of whose threads' shares
+    passed 2^RESCALE_ABOVE (which bounds each P by it, as online_softmax's conditional
+    rescale does) keeps m, so O and l need no rescale: the step spends nothing on the
+    max, O's rescale or shuffles, and its exps start as soon as S is in. `grew`: the
+    warps where a share passed it (scores grew, or overflowed to inf) or a row saw its
+    first keys (m = -inf, l and O still 0); they move m (`max_where_grew` from S,
+    `max_from_sums` from the sums, where `attend_step` sends an overflow to S computed
+    again). With m at least the row's max a row sums to at most its count of keys, so
+    RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it). SEEN: every row has seen
+    keys before (m is finite), as in a key tile after the first that needs no mask: no
+    select of m and no test for first keys. Returns (P, the shares, grew)."""
     m_use = m_i
+    limit = 2.0 ** RESCALE_ABOVE
     if not SEEN:
         m_use = ll.where(m_i == float("-inf"), 0.0, m_i)
+        limit = ll.where(m_i == float("-inf"), 0.0, limit)  # a row's first keys move m
     p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
-    row = ll.sum(p, axis=1)
-    moves = row > 2.0 ** RESCALE_ABOVE
-    if not SEEN:
-        moves = moves | ((m_i == float("-inf")) & (row > 0.0))
-    return p, row, ll.warp_any(moves)
+    shares = thread_sums(p)
+    if SEEN:
+        moves = shares > limit
+    else:
+        moves = shares > per_row(limit, shares)
+    return p, shares, ll.warp_any(moves)
 
 
 @ll.jit
-def max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
+def max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
     """The second half (`exps_on_last_max`) where S is still live (LAZY_MAX "scores"): in
     the warps where `grew`, m moves to the exact running max, P is computed again and
     alpha = 2^(m_old - m_new) rescales l here and O after (`rescaled`); elsewhere m and l
-    stay (alpha is then not read). A P that overflowed is computed again too. Returns
-    (P, alpha, m, l)."""
-    alpha = row  # a placeholder where the max stays
+    stay (alpha is then not read). A P that overflowed is computed again too. l and
+    `shares` are the threads' shares of the row sums. Returns (P, alpha, m, l)."""
+    alpha = m_i  # a placeholder where the max stays
     if grew:
         m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
         m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
         p = ll.exp2(ll.fma(s, qk_scale, -m_use[:, None]), fma_share=EXP2_FMA)
-        row = ll.sum(p, axis=1)
+        shares = thread_sums(p)
         alpha = ll.exp2(m_i - m_use)
-        l_i = l_i * alpha
+        l_i = l_i * per_row(alpha, l_i)
         m_i = m_new
-    return p, alpha, m_i, l_i + row
+    return p, alpha, m_i, l_i + shares
 
 
 @ll.jit
-def max_from_sums(p, row, grew, m_i, l_i, RESCALE_ABOVE: ll.constexpr):
+def max_from_sums(p, shares, grew, m_i, l_i, RESCALE_ABOVE: ll.constexpr, ROW: ll.constexpr):
     """The second half (`exps_on_last_max`), without S: in the warps where `grew`, the m
-    of a row that passed 2^RESCALE_ABOVE (or saw its first keys) moves up by log2 of its
-    sum (at most SHIFT_LIMIT), P and l scale down by alpha = 2^(m_old - m_new) (so the
-    row's P now sums to 1, or stays below 2^8) and O after (`rescaled`); elsewhere m and
-    l stay and alpha is 1. The new m is no more than log2(BLOCK_N) above the row's max
-    nor 8 below it, which P tolerates as it does any m: S is not needed, so it does not
-    stay live beside P (at head_dim 64 that spilled). A row that overflowed (a sum of
-    inf) is not handled here (`recomputed_max`). Returns (P, alpha, m, l)."""
-    alpha = row  # a placeholder where the max stays
+    of a row whose sum passed 2^RESCALE_ABOVE (or that saw its first keys) moves up by
+    log2 of its sum (at most SHIFT_LIMIT), P and l scale down by alpha = 2^(m_old - m_new)
+    (so the row's P now sums to 1, or stays below 2^8) and O after (`rescaled`);
+    elsewhere m and l stay and alpha is 1. The new m is no more than log2(BLOCK_N) above
+    the row's max nor 8 below it, which P tolerates as it does any m: S is not needed, so
+    it does not stay live beside P (at head_dim 64 that spilled). A P that overflowed to
+    inf is not handled here (`recomputed_max`). l and `shares` are the threads' shares of
+    the row sums, added up here only where the warp grew. Returns (P, alpha, m, l)."""
+    alpha = m_i  # a placeholder where the max stays
     if grew:
+        row = row_sums(shares, ROW)
         moved = (row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0))
         m_base = ll.where(m_i == float("-inf"), 0.0, m_i)  # what P was computed against
         # Moved by at most SHIFT_LIMIT, so that alpha stays a normal float (exp2 flushes
@@ -160,10 +195,10 @@ def max_from_sums(p, row, grew, m_i, l_i, RESCALE_ABOVE: ll.constexpr):
         m_new = ll.where(moved, m_base + ll.minimum(ll.log2(row), SHIFT_LIMIT), m_base)
         alpha = ll.exp2(m_base - m_new)  # 1 where the row's m stays
         p = p * alpha[:, None]
-        l_i = l_i * alpha
-        row = row * alpha
+        l_i = l_i * per_row(alpha, l_i)
+        shares = shares * per_row(alpha, shares)
         m_i = ll.where(moved, m_new, m_i)
-    return p, alpha, m_i, l_i + row
+    return p, alpha, m_i, l_i + shares
 
 
 @ll.jit
@@ -182,7 +217,7 @@ def recomputed_max(q, k_tile, m_i, qk_scale, BLOCK_N: ll.constexpr, EXP2_FMA: ll
     ll.fence_async_shared()
     m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
     p = ll.exp2(ll.fma(s, qk_scale, -m_new[:, None]), fma_share=EXP2_FMA)
-    return p, ll.exp2(m_i - m_new), m_new, ll.sum(p, axis=1)
+    return p, ll.exp2(m_i - m_new), m_new, thread_sums(p)
 
 
 @ll.jit

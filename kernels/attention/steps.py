@@ -10,7 +10,7 @@ from ...lowlevel import mbarrier
 from .config import ROWS  # rows per consumer warpgroup
 from .rings import pass_turn, release_slot, ring_phase, ring_slot, take_turn
 from .softmax import (exps_on_last_max, first_keys_max, first_softmax, masked, max_from_sums, max_where_grew,
-                      normalizers, online_softmax, recomputed_max, rescaled)
+                      normalizers, online_softmax, per_row, recomputed_max, rescaled, QUAD)
 from .tiles import warpgroup
 
 @ll.constexpr_function
@@ -74,7 +74,7 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
     if LAZY:  # P in 32 bits until after the wait: the last P V still reads P's registers
         # Rows that reach a key tile needing no mask saw all of key tile 0 (masks keep a
         # prefix of the keys): m is finite.
-        p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE, SEEN=not MASKED)
+        p, shares, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE, SEEN=not MASKED)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
     if LAZY and SUMS:
@@ -82,19 +82,21 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
         # take the max from: its warp (almost never) computes its rows of S again from K,
         # released only after (`recomputed_max`). P is converted in each branch: they
         # then join on its 16-bit registers (joined on P in 32 bits, head_dim 64 spilled).
-        if ll.warp_any(row == float("inf")):
-            p, alpha, m_i, row = recomputed_max(q, k_tile, m_i, qk_scale, BLOCK_N, EXP2_FMA)
-            l_i = l_i * alpha + row
+        # A thread's share of the row sum tells (finite P whose share overflowed go that
+        # way too; where only the whole row sum would overflow, `max_from_sums` serves).
+        if ll.warp_any(shares == float("inf")):
+            p, alpha, m_i, shares = recomputed_max(q, k_tile, m_i, qk_scale, BLOCK_N, EXP2_FMA)
+            l_i = l_i * per_row(alpha, l_i) + ll.convert_layout(shares, l_i.layout)
             acc = rescaled(acc, alpha, None, O_LAYOUT, None)
             p_op = p_operand(p, q.dtype, O_LAYOUT)
         else:
-            p, alpha, m_i, l_i = max_from_sums(p, row, grew, m_i, l_i, RESCALE_ABOVE)
+            p, alpha, m_i, l_i = max_from_sums(p, shares, grew, m_i, l_i, RESCALE_ABOVE, ll.SliceLayout(1, S_LAYOUT))
             acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
             p_op = p_operand(p, q.dtype, O_LAYOUT)
         release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     else:
         if LAZY:  # "scores": S is live, the max is taken from it where rows grew
-            p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, l_i, qk_scale, EXP2_FMA)
+            p, alpha, m_i, l_i = max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA)
         else:
             p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
             acc = ll.warpgroup_mma_wait(0, deps=[acc])
@@ -114,14 +116,15 @@ def first_keys(tile, KEYS: ll.constexpr):
 
 @ll.jit
 def last_pv(p_op, acc, l_i, v_ring, v_ready, v_empty, last_step, STAGES: ll.constexpr, PER_WARP: ll.constexpr,
-            CLUSTER: ll.constexpr):
+            CLUSTER: ll.constexpr, ROW: ll.constexpr):
     """The tile's last O += P V (P of the key tile at ring position last_step, of as many keys
-    as P has columns), with the normalizers of l computed while it runs: (O, seen, log2 l, 1 / l)."""
+    as P has columns), with the normalizers of l (the threads' shares of the row sums)
+    computed while it runs, in the row layout ROW: (O, seen, log2 l, 1 / l)."""
     last = ring_slot(last_step, STAGES)
     mbarrier.wait(v_ready.index(last), ring_phase(last_step, STAGES))
     v_tile = first_keys(v_ring.index(last).index(0).index(0), p_op.shape[1])
     acc = ll.warpgroup_mma(p_op, v_tile, acc, is_async=True)
-    seen, log2_l, inv_l = normalizers(l_i)  # l is final: while the last P V runs
+    seen, log2_l, inv_l = normalizers(l_i, ROW)  # l is final: while the last P V runs
     acc = ll.warpgroup_mma_wait(0, deps=[acc])
     release_slot(v_empty.index(last), PER_WARP, CLUSTER)
     return acc, seen, log2_l, inv_l
@@ -139,7 +142,7 @@ def first_step_softmax(state, s, step, full, row0, qk_scale):
     """Key tile 0's softmax, once S_0 (at ring position `step`) is in: the K slot
     released, the mask where the tile needs one (`full` 0), and P against the row max
     (LAZY_MAX: against the max of the first keys, the exact one only in warps where a
-    row grew past it). Returns (P as the operand of P V, m, l)."""
+    row grew past it). Returns (P as the operand of P V, m, l's shares: `thread_sums`)."""
     (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
      v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
      num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
@@ -147,7 +150,6 @@ def first_step_softmax(state, s, step, full, row0, qk_scale):
      CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
     S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
     O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
-    ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     release_slot(k_empty.index(ring_slot(step, STAGES)), PER_WARP, CLUSTER)
     if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
         s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
@@ -156,9 +158,8 @@ def first_step_softmax(state, s, step, full, row0, qk_scale):
         # warps with a row that passed it by 2^RESCALE_ABOVE take the max from S, held
         # beside P at every head dim here (O is not live yet, nor a P V in flight).
         m_i = first_keys_max(s, qk_scale, BLOCK_N, S_LAYOUT)
-        p, row, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-        p, alpha, m_i, l_i = max_where_grew(s, p, row, grew, m_i, ll.zeros([ROWS], ll.float32, ROW), qk_scale,
-                                            EXP2_FMA)
+        p, shares, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+        p, alpha, m_i, l_i = max_where_grew(s, p, shares, grew, m_i, ll.zeros([ROWS, QUAD], ll.float32, shares.layout), qk_scale, EXP2_FMA)
     else:
         p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
     return p_operand(p, q_desc.dtype, O_LAYOUT), m_i, l_i

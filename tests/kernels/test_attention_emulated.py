@@ -189,6 +189,28 @@ def test_emulated_lazy_max_jumps_near_the_exponent_limit(head_dim):
     np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_emulated_lazy_max_row_sum_past_the_exponent_limit(head_dim):
+    """A row whose scores jump by 127.5 log2 units at two keys of one key tile held by
+    different threads of its quad (columns 8 j + 2 t: keys 140 and 142): each P and each
+    thread's share of the row sum is finite, the row's sum, 2^128.5, is not (the vote
+    reads the shares, and the sum moves the max by at most softmax.SHIFT_LIMIT). Right
+    against float64."""
+    q, k, v = _inputs(1, 1, 1, 200, 300, head_dim)
+    q, k = (0.3 * x.astype(np.float32) for x in (q, k))
+    scale = 1.0 / math.sqrt(head_dim)
+    row = 50
+    for key in (140, 142):
+        k[0, 0, key] = 127.5 / (float(q[0, 0, row] @ q[0, 0, row]) * scale * math.log2(math.e)) * q[0, 0, row]
+    q, k = q.astype(np.float16), k.astype(np.float16)
+    out, lse = flash_attention(q, k, v, return_lse=True, config=default_config(head_dim))
+    ref, ref_lse = reference_attention(q, k, v, return_lse=True)
+    np.testing.assert_allclose(out, ref, atol=2e-3, rtol=1e-2)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
+    scores = q[0, 0, row].astype(np.float64) @ k[0, 0].astype(np.float64).T * scale * math.log2(math.e)
+    assert 127 < scores[[140, 142]].min() - scores[:128].max() < 128  # each P finite, their sum not
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_emulated_first_key_tile_max_past_its_first_keys(head_dim, causal):
