@@ -91,8 +91,8 @@ def next_tile(tile_smem, q_ready, j, Q_BUFFERS: ll.constexpr, CONSUMERS: ll.cons
 @ll.jit
 def warpgroup(WG: ll.constexpr):
     """This consumer warpgroup's index: WG in a partition of its own, or (WG None) in the
-    one partition all of them run as copies of, read where it is used rather than held
-    in a register across the key loop (the softmax needs them all)."""
+    one partition all of them run as copies of (a thread index shuffled to be uniform
+    over the warp: the key loop takes it from its caller, in a uniform register)."""
     if WG is None:
         return ll.replica_index()
     return WG
