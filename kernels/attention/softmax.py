@@ -175,26 +175,30 @@ def max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexp
 
 
 @ll.jit
-def max_from_sums(p, shares, m_i, l_i, RESCALE_ABOVE: ll.constexpr, ROW: ll.constexpr):
-    """The second half (`exps_on_last_max`), without S, in a warp where it grew (the
-    caller branches on the vote): the m of a row whose sum passed 2^RESCALE_ABOVE (or that
-    saw its first keys) moves up by log2 of its sum (at most SHIFT_LIMIT), P and l scale
-    down by alpha = 2^(m_old - m_new) (so the row's P now sums to 1, or stays below 2^8)
-    and O after (`rescaled`); the warp's other rows keep m, with alpha 1. The new m is no
-    more than log2(BLOCK_N) above the row's max nor 8 below it, which P tolerates as it
-    does any m: S is not needed, so it does not stay live beside P (at head_dim 64 that
-    spilled). A P that overflowed to inf is not handled here (`recomputed_max`). l and
-    `shares` are the threads' shares of the row sums, added up here only. Returns (P,
-    alpha, m, l)."""
-    row = row_sums(shares, ROW)
-    moved = (row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0))
-    m_base = ll.where(m_i == float("-inf"), 0.0, m_i)  # what P was computed against
-    # Moved by at most SHIFT_LIMIT, so that alpha stays a normal float (exp2 flushes
-    # those below 2^-126 to 0); P, at most a finite sum < 2^128, still ends below 2^8.
-    m_new = ll.where(moved, m_base + ll.minimum(ll.log2(row), SHIFT_LIMIT), m_base)
-    alpha = ll.exp2(m_base - m_new)  # 1 where the row's m stays
-    scale = per_row(alpha, shares)
-    return p * alpha[:, None], alpha, ll.where(moved, m_new, m_i), (l_i + shares) * scale
+def max_from_sums(p, shares, grew, m_i, l_i, RESCALE_ABOVE: ll.constexpr, ROW: ll.constexpr):
+    """The second half (`exps_on_last_max`), without S: in the warps where `grew`, the m
+    of a row whose sum passed 2^RESCALE_ABOVE (or that saw its first keys) moves up by
+    log2 of its sum (at most SHIFT_LIMIT), P and l scale down by alpha = 2^(m_old - m_new)
+    (so the row's P now sums to 1, or stays below 2^8) and O after (`rescaled`);
+    elsewhere m and l stay and alpha is 1. The new m is no more than log2(BLOCK_N) above
+    the row's max nor 8 below it, which P tolerates as it does any m: S is not needed, so
+    it does not stay live beside P (at head_dim 64 that spilled). A P that overflowed to
+    inf is not handled here (`recomputed_max`). l and `shares` are the threads' shares of
+    the row sums, added up here only where the warp grew. Returns (P, alpha, m, l)."""
+    alpha = m_i  # a placeholder where the max stays
+    if grew:
+        row = row_sums(shares, ROW)
+        moved = (row > 2.0 ** RESCALE_ABOVE) | ((m_i == float("-inf")) & (row > 0.0))
+        m_base = ll.where(m_i == float("-inf"), 0.0, m_i)  # what P was computed against
+        # Moved by at most SHIFT_LIMIT, so that alpha stays a normal float (exp2 flushes
+        # those below 2^-126 to 0); P, at most a finite sum < 2^128, still ends below 2^8.
+        m_new = ll.where(moved, m_base + ll.minimum(ll.log2(row), SHIFT_LIMIT), m_base)
+        alpha = ll.exp2(m_base - m_new)  # 1 where the row's m stays
+        p = p * alpha[:, None]
+        l_i = l_i * per_row(alpha, l_i)
+        shares = shares * per_row(alpha, shares)
+        m_i = ll.where(moved, m_new, m_i)
+    return p, alpha, m_i, l_i + shares
 
 
 @ll.jit

@@ -79,25 +79,20 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
     if LAZY and SUMS:
-        # Only the warps where a row grew (almost never, past a row's first key tiles)
-        # move m. Of those, a row whose scores passed its running max by 2^128 has P =
-        # inf (its share of the row sum tells; so does a share that overflowed from finite
-        # P), and no S to take the max from: its warp computes its rows of S again from K,
-        # released only after (`recomputed_max`); the others move m by their sums
-        # (`max_from_sums`, which also serves a row whose whole sum alone overflowed). P is
-        # converted in each branch: they then join on its 16-bit registers (joined on P in
-        # 32 bits, head_dim 64 spilled).
-        if grew:
-            if ll.warp_any(shares == float("inf")):
-                p, alpha, m_i, shares = recomputed_max(q, k_tile, m_i, qk_scale, BLOCK_N, EXP2_FMA)
-                l_i = l_i * per_row(alpha, l_i) + ll.convert_layout(shares, l_i.layout)
-                p_op = p_operand(p, q.dtype, O_LAYOUT)
-            else:
-                p, alpha, m_i, l_i = max_from_sums(p, shares, m_i, l_i, RESCALE_ABOVE, ll.SliceLayout(1, S_LAYOUT))
-                p_op = p_operand(p, q.dtype, O_LAYOUT)
+        # A row whose scores passed its running max by 2^128 has P = inf, and no S to
+        # take the max from: its warp (almost never) computes its rows of S again from K,
+        # released only after (`recomputed_max`). P is converted in each branch: they
+        # then join on its 16-bit registers (joined on P in 32 bits, head_dim 64 spilled).
+        # A thread's share of the row sum tells (finite P whose share overflowed go that
+        # way too; where only the whole row sum would overflow, `max_from_sums` serves).
+        if ll.warp_any(shares == float("inf")):
+            p, alpha, m_i, shares = recomputed_max(q, k_tile, m_i, qk_scale, BLOCK_N, EXP2_FMA)
+            l_i = l_i * per_row(alpha, l_i) + ll.convert_layout(shares, l_i.layout)
             acc = rescaled(acc, alpha, None, O_LAYOUT, None)
+            p_op = p_operand(p, q.dtype, O_LAYOUT)
         else:
-            l_i = l_i + shares
+            p, alpha, m_i, l_i = max_from_sums(p, shares, grew, m_i, l_i, RESCALE_ABOVE, ll.SliceLayout(1, S_LAYOUT))
+            acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
             p_op = p_operand(p, q.dtype, O_LAYOUT)
         release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     else:
