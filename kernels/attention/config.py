@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 
 from ...compiler.backend.lower_warp_specialize import launch_register_cap
+from ...compiler.passes.allocate_shared_memory import SHARED_LIMIT  # bytes one CTA may use on sm_90
 from .rings import ready_barriers
 
-SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
 SM_SHARED = 228 * 1024     # bytes an SM has for its CTAs, each of which the driver takes 1 KB of
 MAX_CTAS_PER_SM = 4
 HEAD_DIMS = (64, 128, 256)
@@ -265,7 +265,7 @@ class Config:
                                  f"(setmaxnreg), got {regs}")
         # setmaxnreg moves registers between warpgroups within what the CTA got at launch:
         # 65536 for three consumer warpgroups but 61440 for four (96 a thread for 640).
-        threads = 128 * (1 + self.consumers)
+        threads = self.threads
         pool = threads * register_cap(self)
         used = 128 * (self.producer_regs + self.consumers * self.consumer_regs)
         if used > pool:
@@ -295,12 +295,17 @@ class Config:
         """Query rows per CTA tile."""
         return ROWS * self.consumers
 
+    @property
+    def threads(self) -> int:
+        """Threads of a CTA whose registers setmaxnreg shares out: the producer warpgroup
+        and the consumer warpgroups."""
+        return 128 * (1 + self.consumers)
+
 
 def register_cap(config: Config) -> int:
     """The registers each thread of a CTA gets at launch (setmaxnreg moves them between
     its warpgroups): an SM's share for config.ctas_per_sm CTAs."""
-    threads = 128 * (1 + config.consumers)
-    return launch_register_cap(threads * config.ctas_per_sm)
+    return launch_register_cap(config.threads * config.ctas_per_sm)
 
 
 def shared_limit(config: Config) -> int:

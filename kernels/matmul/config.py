@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SHARED_LIMIT = 227 * 1024  # bytes one CTA may use on sm_90 (HOPPER.md)
+from ...compiler.passes.allocate_shared_memory import SHARED_LIMIT  # bytes one CTA may use on sm_90
 VARIANTS = ("warp_specialized", "pipelined")
 
 
