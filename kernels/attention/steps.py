@@ -42,18 +42,20 @@ def release_step(step, turn, k_ready, k_empty, v_ready, v_empty, turns, STAGES: 
 @ll.jit
 def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc,
                 p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
-                STAGES: ll.constexpr, CONSUMERS: ll.constexpr, wg,
+                STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr, wg,
                 CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
                 O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr,
                 RESCALE_ABOVE: ll.constexpr, CLUSTER: ll.constexpr, LAZY_MAX: ll.constexpr):
-    """Key tile n, at ring position `step` and this warpgroup's (wg's: `warpgroup`, read
-    once before the key loop, so that replicated consumers hold it in a uniform register
-    rather than read it again at every step) turn-th turn among the tile's `active`
+    """Key tile n, at ring position `step` and this warpgroup's (wg's: `warpgroup(WG)`,
+    read once before the key loop, so that replicated consumers hold it in a uniform
+    register; None: read again here, at every step) turn-th turn among the tile's `active`
     warpgroups: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n while the second
     GEMM runs, then rescale O. BLOCK_N keys: the ring tile's, or the first
     half of them (a half tile, whose n counts tiles of that size: its mask's columns)."""
     slot = ring_slot(step, STAGES)
     prev = ring_slot(step - 1, STAGES)
+    if wg is None:
+        wg = warpgroup(WG)
     take_turn(turns, turn, wg)
     mbarrier.wait(k_ready.index(slot), ring_phase(step, STAGES))
     k_tile = first_keys(k_ring.index(slot).index(0).index(0), BLOCK_N)
