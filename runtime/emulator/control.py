@@ -13,7 +13,7 @@ import numpy as np
 from ...compiler import ir
 from ...compiler.types import TensorType
 from .errors import EmulationError
-from .registers import thread_coordinates
+from .registers import LANES, thread_coordinates
 from .rules import EMULATION_RULES as RULES
 
 
@@ -115,8 +115,8 @@ def device_print(cta, op: ir.Print) -> None:
     registers = coords[0].shape[2] if coords else 1
     lines = []
     for warp in range(cta.num_warps):
-        for lane in range(32):
-            thread = (cta.warp_base + warp) * 32 + lane
+        for lane in range(LANES):
+            thread = (cta.warp_base + warp) * LANES + lane
             for register in range(registers):
                 index = tuple(int(c[warp, lane, register]) for c in coords) if coords else ()
                 shown = " ".join(

@@ -39,6 +39,7 @@ from ...compiler import ir
 from ...compiler.types import i64
 from .errors import EmulationError
 from .interpreter import SharedRef
+from .registers import LANES
 from .rules import EMULATION_RULES as RULES
 
 _MAX_COUNT = (1 << 20) - 1
@@ -314,7 +315,7 @@ def mbarrier_arrive(cta, op: ir.MBarrierArrive) -> None:
     if op.per_warp or op.per_thread:  # each warp (thread) arrives for itself: its own accesses before
         for warp in partition_warps(cta):
             touch(cta, bar.address, [warp], op, write=False)
-            arrive(cta, op, bar, count * (32 if op.per_thread else 1), warp)
+            arrive(cta, op, bar, count * (LANES if op.per_thread else 1), warp)
         return
     if cta.num_warps > 1:
         cta.shared.barrier()  # the backend syncs the partition before its one arrival

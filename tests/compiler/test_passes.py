@@ -3,7 +3,7 @@
 import pytest
 
 from weft.compiler.errors import CompilationError
-from weft.compiler.ir import (AddPtr, AllocShared, Arange, Barrier, Block, Compare, For, Kernel, Load,
+from weft.compiler.ir import (AddPtr, AllocShared, Arange, Block, Compare, For, Kernel, Load,
                               Reduce, SharedLoad, SharedStore, Splat, Store, Value, Yield)
 from weft.compiler.passes.allocate_shared_memory import allocate_shared_memory
 from weft.compiler.passes.axis_analysis import analyze_axes
@@ -13,22 +13,7 @@ from weft.compiler.types import PointerType, SharedType, TensorType, fp32, i1, i
 from weft.compiler.verifier import verify
 from weft.layouts import LinearLayout
 
-
-def blocked_1d(size, per_thread, warps=4):
-    """A 1-D blocked layout built by hand: per_thread registers, then lanes, then warps."""
-    bits = lambda n: n.bit_length() - 1  # noqa: E731
-    reg = [(1 << b,) for b in range(bits(per_thread))]
-    lane = [(per_thread << b,) for b in range(5)]
-    warp = [(per_thread * 32 << b,) for b in range(bits(warps))]
-    covered = per_thread * 32 * warps
-    reg += [(covered << b,) for b in range(bits(size // covered))] if size > covered else []
-    return LinearLayout({"register": reg, "lane": lane, "warp": warp, "block": []}, {"dim0": size})
-
-
-def row_major_shared(rows, cols):
-    bits = lambda n: n.bit_length() - 1  # noqa: E731
-    offset = [(0, 1 << b) for b in range(bits(cols))] + [(1 << b, 0) for b in range(bits(rows))]
-    return LinearLayout({"offset": offset, "block": []}, {"dim0": rows, "dim1": cols})
+from .backend_kernels import blocked_1d, row_major_shared
 
 
 def vector_add_kernel(per_thread, n_divisibility, masked=True):
