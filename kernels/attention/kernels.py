@@ -350,7 +350,7 @@ def key_steps(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, full, cou
     O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
     # A replicated warpgroup holds its index across the key loop, in a uniform register
     # (a thread index shuffled to be uniform: read at every step it put 6 instructions and
-    # a shuffle before each turn's wait; +3.5% at (16, 32, 1024, 64) on the H200), except
+    # a shuffle before each turn's wait; +3.8% at (16, 32, 1024, 64) on the H200), except
     # with four warpgroups at 112 registers keeping one tile's Q buffers, where ptxas
     # spilled for it: each step reads it again there (`attend_step`).
     wg = None
