@@ -91,7 +91,7 @@ from ...lowlevel import mbarrier, tma
 from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
 from .rings import pass_turn, ready_barriers, ring_phase, ring_slot, take_turn
-from .softmax import normalizers, thread_sums
+from .softmax import normalizers, zero_shares
 from .steps import accumulator_layout, attend_step, first_step_softmax, last_pv, release_step
 from .tiles import (BATCH, FIRST_ROW, HEAD, key_tiles, keys_seen, next_tile, publish_tile, tile_coordinates,
                     tile_field, tile_rows, warpgroup)
@@ -291,8 +291,7 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
     row0, full, count, loaded, active = tile_rows(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CONSUMERS, CAUSAL, WG)
     q = q_smem.index(q_slot).index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
-    # l as the threads' shares of the row sums (softmax.thread_sums), 0 before any key.
-    l_i = thread_sums(ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT))
+    l_i = zero_shares(BLOCK_N, S_LAYOUT)  # l as the threads' shares of the row sums
     acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
     if count > 0:
         # Key tile 0 alone: S_0 and its softmax (O is still 0: nothing to rescale).

@@ -52,6 +52,13 @@ def thread_sums(p):
 
 
 @ll.jit
+def zero_shares(BLOCK_N: ll.constexpr, S_LAYOUT: ll.constexpr):
+    """The shares (`thread_sums`) of rows that have seen no key: zeros, in the layout the
+    shares of a [ROWS, BLOCK_N] S in S_LAYOUT take."""
+    return thread_sums(ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT))
+
+
+@ll.jit
 def per_row(x, shares):
     """A row vector x (in a row slice of S's layout) broadcast over the [ROWS, QUAD] shares."""
     return ll.convert_layout(x, ll.SliceLayout(1, shares.layout))[:, None]

@@ -10,7 +10,7 @@ from ...lowlevel import mbarrier
 from .config import ROWS  # rows per consumer warpgroup
 from .rings import pass_turn, release_slot, ring_phase, ring_slot, take_turn
 from .softmax import (exps_on_last_max, first_keys_max, first_softmax, masked, max_from_sums, max_where_grew,
-                      normalizers, online_softmax, per_row, recomputed_max, rescaled, QUAD)
+                      normalizers, online_softmax, per_row, recomputed_max, rescaled, zero_shares)
 from .tiles import warpgroup
 
 @ll.constexpr_function
@@ -162,7 +162,8 @@ def first_step_softmax(state, s, step, full, row0, qk_scale):
         # beside P at every head dim here (O is not live yet, nor a P V in flight).
         m_i = first_keys_max(s, qk_scale, BLOCK_N, S_LAYOUT)
         p, shares, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-        p, alpha, m_i, l_i = max_where_grew(s, p, shares, grew, m_i, ll.zeros([ROWS, QUAD], ll.float32, shares.layout), qk_scale, EXP2_FMA)
+        p, alpha, m_i, l_i = max_where_grew(s, p, shares, grew, m_i, zero_shares(BLOCK_N, S_LAYOUT), qk_scale,
+                                            EXP2_FMA)
     else:
         p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
     return p_operand(p, q_desc.dtype, O_LAYOUT), m_i, l_i

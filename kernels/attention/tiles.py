@@ -92,7 +92,8 @@ def next_tile(tile_smem, q_ready, j, Q_BUFFERS: ll.constexpr, CONSUMERS: ll.cons
 def warpgroup(WG: ll.constexpr):
     """This consumer warpgroup's index: WG in a partition of its own, or (WG None) in the
     one partition all of them run as copies of (a thread index shuffled to be uniform
-    over the warp: the key loop takes it from its caller, in a uniform register)."""
+    over the warp; `key_steps` reads it once, before the key loop, where the registers
+    allow it)."""
     if WG is None:
         return ll.replica_index()
     return WG
