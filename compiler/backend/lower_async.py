@@ -6,7 +6,7 @@ warp_specialize), and on the op's `pred` when it has one; the other threads skip
 An arrive first syncs the threads that run it (the partition's named barrier, bar.sync 0
 outside warp_specialize, bar.warp.sync for one warp), so their earlier work is ordered
 before the single arrival; a per-warp arrive syncs each warp alone (bar.warp.sync) and
-one thread of every warp, picked by elect.sync, arrives. A wait is executed by every thread.
+its lane 0 arrives. A wait is executed by every thread.
 
 TMA descriptors: the lowered descriptor value is the tensor map's generic address (an
 i64 or a pointer). TMA moves whole boxes between global memory and a shared buffer laid
@@ -47,6 +47,14 @@ MAX_COPY_BYTES = 16
 def _elected(ctx: Lowering) -> ir.Value:
     """i1: this thread is thread 0 of the partition (of the CTA outside partitions)."""
     return ctx.cached("thread0", lambda b: b.icmp_unsigned("==", ctx.thread_id, ir.Constant(T.I32, 0)))
+
+
+def _lane_zero(ctx: Lowering) -> ir.Value:
+    """i1: this thread is lane 0 of its warp. A per-warp arrive runs after bar.warp.sync
+    over the whole warp, so lane 0 is there to arrive for it: elect.sync would pick the
+    same lane, at an instruction per arrive (five a key step in the attention kernel),
+    where this predicate is computed once."""
+    return ctx.cached("lane0", lambda b: b.icmp_unsigned("==", ctx.hardware_index("lane"), ir.Constant(T.I32, 0)))
 
 
 def _issuer(ctx: Lowering, pred) -> ir.Value:
@@ -111,7 +119,9 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
                 suggestion="arrive per warp or per thread inside a partition, or arrive once")
         if op.per_warp:
             _warp_sync(ctx)
-        pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)  # per warp: the asm elects
+            pred = _lane_zero(ctx) if op.pred is None else ctx.builder.and_(_lane_zero(ctx), ctx.scalar(op.pred))
+        else:
+            pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)
     else:
         if _running_warps(ctx) > 1:
             ctx.barrier()
@@ -123,9 +133,7 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
         count, counted = None, [_i32(ctx, ctx.scalar(op.count))]
     if op.cta is not None:  # on the barrier at the same offset in the CTA of cluster rank `cta`
         rank = _i32(ctx, ctx.scalar(op.cta))
-        ctx.inline_asm(ptx_asm.mbarrier_arrive_remote(count, op.per_warp, op.scope), [address, pred, rank] + counted)
-    elif op.per_warp:
-        ctx.inline_asm(ptx_asm.mbarrier_arrive_per_warp(count), [address, pred] + counted)
+        ctx.inline_asm(ptx_asm.mbarrier_arrive_remote(count, op.scope), [address, pred, rank] + counted)
     else:
         ctx.inline_asm(ptx_asm.mbarrier_arrive(count), [address, pred] + counted)
 

@@ -219,37 +219,23 @@ def mbarrier_arrive(count: int | None) -> tuple[str, str]:
     return f"@$1 mbarrier.arrive.shared::cta.b64 _, [$0], {count};", constraints
 
 
-def mbarrier_arrive_per_warp(count: int | None) -> tuple[str, str]:
-    """`count` arrivals on the mbarrier at $0 from one thread of the warp (elect.sync
-    picks it, so no lane index is held in a register), where $1 holds; count None: as
-    many as $2 holds.
-
-    elect.sync: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-elect-sync
-    """
-    count, constraints = _count_operand(count, "$2", "r,b")
-    return ("{ .reg .pred elected; elect.sync _|elected, -1; and.pred elected, elected, $1;\n"
-            f"@elected mbarrier.arrive.shared::cta.b64 _, [$0], {count}; }}", constraints)
-
-
 _RELEASE_SCOPES = {"cluster": ".release.cluster", "cta": ""}  # "cta": the instruction's default
 
 
-def mbarrier_arrive_remote(count: int | None, per_warp: bool, scope: str = "cluster") -> tuple[str, str]:
+def mbarrier_arrive_remote(count: int | None, scope: str = "cluster") -> tuple[str, str]:
     """`count` arrivals (None: as many as $3 holds) on the mbarrier at the shared::cta
-    offset $0 in the CTA of cluster rank $2, where $1 holds (per_warp: from one elected
-    thread of each warp): mapa turns
-    the offset into that CTA's shared::cluster address; the arrival releases at `scope`:
-    "cluster" makes this thread's accesses before it visible to the peer's threads after
-    their wait; "cta" (the instruction's default) only to this CTA's, which is enough to
-    hand back a buffer already read, and cheaper.
+    offset $0 in the CTA of cluster rank $2, where $1 holds: mapa turns the offset into
+    that CTA's shared::cluster address; the arrival releases at `scope`: "cluster" makes
+    this thread's accesses before it visible to the peer's threads after their wait;
+    "cta" (the instruction's default) only to this CTA's, which is enough to hand back a
+    buffer already read, and cheaper.
 
     mapa: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-mapa
     mbarrier.arrive: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-mbarrier-arrive
     """
-    elect = "elect.sync _|issue, -1; and.pred issue, issue, $1;" if per_warp else "mov.pred issue, $1;"
     count, constraints = _count_operand(count, "$3", "r,b,r")
-    return ("{ .reg .pred issue; .reg .b32 remote; " + elect + " mapa.shared::cluster.u32 remote, $0, $2;\n"
-            f"@issue mbarrier.arrive{_RELEASE_SCOPES[scope]}.shared::cluster.b64 _, [remote], {count}; }}",
+    return ("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $0, $2;\n"
+            f"@$1 mbarrier.arrive{_RELEASE_SCOPES[scope]}.shared::cluster.b64 _, [remote], {count}; }}",
             constraints)
 
 

@@ -87,8 +87,8 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
     per_copy = ptx.count("ex2.approx") // (1 if replicated else config.consumers)
     assert per_copy and ptx.count("ex2.approx") == per_copy * (1 if replicated else config.consumers)
     # Warpgroups that release ring slots warp by warp (replicated ones, and head_dim 128's)
-    # elect one thread a warp, without a named barrier.
-    assert ("elect.sync" in ptx) == per_warp == (replicated or head_dim == 128)
+    # sync each warp and arrive from its lane 0, without a named barrier.
+    assert ("bar.warp.sync" in ptx) == per_warp == (replicated or head_dim == 128)
     # The max moves (lazy_max) and O is rescaled only in warps whose rows grew: a vote per
     # softmax; at head_dim 64 a P that overflowed sends its warp alone to compute its rows
     # of S again with mma.sync, reading Q and K by ldmatrix: no warpgroup-wide vote.

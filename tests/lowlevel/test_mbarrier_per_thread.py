@@ -55,12 +55,12 @@ def test_a_barrier_counted_per_warp_takes_too_many_arrivals():
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 def test_each_thread_issues_its_own_arrival():
-    """No elect.sync (one thread a warp) and no named barrier in the worker before it: the
-    CTA-wide barrier 0 around warp_specialize is the only one."""
+    """No warp sync (a per-warp arrive's, before its lane 0 arrives) and no named barrier in
+    the worker before it: the CTA-wide barrier 0 around warp_specialize is the only one."""
     compiled = per_thread_exchange.compile(signature={"src_ptr": "*fp32", "dst_ptr": "*fp32"},
                                            constexprs={"ARRIVALS": 128}, num_warps=4)
     ptx = compiled.asm["ptx"]
-    assert "mbarrier.arrive.shared::cta.b64" in ptx and "elect.sync" not in ptx
+    assert "mbarrier.arrive.shared::cta.b64" in ptx and "bar.warp.sync" not in ptx
     barriers = [line.split()[1] for line in ptx.splitlines() if line.strip().startswith("bar.sync")]
     assert barriers == ["0;", "0;"]
 

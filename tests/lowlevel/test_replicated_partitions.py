@@ -68,7 +68,7 @@ def test_copies_share_code_and_sync_on_their_own_named_barriers():
     ptx = compiled.asm["ptx"]
     assert ptx.count("st.global") == ptx.count("ld.global") > 0  # the worker's code, once
     assert "bar.sync \t%r" in ptx or "bar.sync %r" in ptx  # the copy's barrier id is a register
-    assert "elect.sync" in ptx  # a per-warp arrive: one thread of each warp
+    assert "bar.warp.sync" in ptx  # a per-warp arrive: the warp synced, then its lane 0 arrives
     assert compiled.metadata["total_warps"] == 4 + 4 * COPIES
 
 
