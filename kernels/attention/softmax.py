@@ -163,13 +163,15 @@ def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll
 
 
 @ll.jit
-def max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr):
+def max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexpr, acc=None,
+                   O_LAYOUT: ll.constexpr = None):
     """The second half (`exps_on_last_max`) where S is still live (LAZY_MAX "scores"): in
     the warps where `grew`, m moves to the exact running max, P is computed again and
-    alpha = 2^(m_old - m_new) rescales l here and O after (`rescaled`); elsewhere m and l
-    stay (alpha is then not read). A P that overflowed is computed again too. l and
-    `shares` are the threads' shares of the row sums. Returns (P, alpha, m, l)."""
-    alpha = m_i  # a placeholder where the max stays
+    alpha = 2^(m_old - m_new) rescales l and O (`acc`, in O_LAYOUT; None before the first
+    P V) in the same branch; elsewhere m, l and O stay. (Rescaling O in a branch of its
+    own, after this one, carried alpha out of it: two register copies in every step.) A P
+    that overflowed is computed again too. l and `shares` are the threads' shares of the
+    row sums. Returns (P, m, l, O)."""
     if grew:
         m_new = ll.maximum(m_i, ll.max(s, axis=1) * qk_scale)
         m_use = ll.where(m_new == float("-inf"), 0.0, m_new)
@@ -177,8 +179,10 @@ def max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexp
         shares = thread_sums(p)
         alpha = ll.exp2(m_i - m_use)
         l_i = l_i * per_row(alpha, l_i)
+        if acc is not None:
+            acc = acc * ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
         m_i = m_new
-    return p, alpha, m_i, l_i + shares
+    return p, m_i, l_i + shares, acc
 
 
 @ll.jit

@@ -98,13 +98,13 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
             p_op = p_operand(p, q.dtype, O_LAYOUT)
         release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
     else:
-        if LAZY:  # "scores": S is live, the max is taken from it where rows grew
-            p, alpha, m_i, l_i = max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA)
+        if LAZY:  # "scores": S is live, the max is taken from it (and O rescaled) where rows grew
+            p, m_i, l_i, acc = max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA, acc, O_LAYOUT)
         else:
             p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
             acc = ll.warpgroup_mma_wait(0, deps=[acc])
             release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
-        acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
+            acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
         p_op = p_operand(p, q.dtype, O_LAYOUT)
     return acc, p_op, m_i, l_i
 
@@ -162,8 +162,8 @@ def first_step_softmax(state, s, step, full, row0, qk_scale):
         # beside P at every head dim here (O is not live yet, nor a P V in flight).
         m_i = first_keys_max(s, qk_scale, BLOCK_N, S_LAYOUT)
         p, shares, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-        p, alpha, m_i, l_i = max_where_grew(s, p, shares, grew, m_i, zero_shares(BLOCK_N, S_LAYOUT), qk_scale,
-                                            EXP2_FMA)
+        p, m_i, l_i, _ = max_where_grew(s, p, shares, grew, m_i, zero_shares(BLOCK_N, S_LAYOUT), qk_scale,
+                                        EXP2_FMA)
     else:
         p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
     return p_operand(p, q_desc.dtype, O_LAYOUT), m_i, l_i
