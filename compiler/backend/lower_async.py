@@ -57,11 +57,10 @@ def _lane_zero(ctx: Lowering) -> ir.Value:
     return ctx.cached("lane0", lambda b: b.icmp_unsigned("==", ctx.hardware_index("lane"), ir.Constant(T.I32, 0)))
 
 
-def _issuer(ctx: Lowering, pred) -> ir.Value:
-    elected = _elected(ctx)
-    if pred is None:
-        return elected
-    return ctx.builder.and_(elected, ctx.scalar(pred))
+def _issuer(ctx: Lowering, pred, thread: ir.Value | None = None) -> ir.Value:
+    """i1: `thread` (thread 0 of the partition: `_elected`) where the op's `pred` holds."""
+    thread = _elected(ctx) if thread is None else thread
+    return thread if pred is None else ctx.builder.and_(thread, ctx.scalar(pred))
 
 
 def _shared_address(ctx: Lowering, view: SharedView) -> ir.Value:
@@ -119,7 +118,7 @@ def lower_mbarrier_arrive(ctx: Lowering, op: MBarrierArrive) -> None:
                 suggestion="arrive per warp or per thread inside a partition, or arrive once")
         if op.per_warp:
             _warp_sync(ctx)
-            pred = _lane_zero(ctx) if op.pred is None else ctx.builder.and_(_lane_zero(ctx), ctx.scalar(op.pred))
+            pred = _issuer(ctx, op.pred, _lane_zero(ctx))
         else:
             pred = ir.Constant(T.I1, 1) if op.pred is None else ctx.scalar(op.pred)
     else:

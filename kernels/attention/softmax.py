@@ -180,7 +180,7 @@ def max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA: ll.constexp
         alpha = ll.exp2(m_i - m_use)
         l_i = l_i * per_row(alpha, l_i)
         if acc is not None:
-            acc = acc * ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
+            acc = rescaled(acc, alpha, None, O_LAYOUT, None)
         m_i = m_new
     return p, m_i, l_i + shares, acc
 
