@@ -26,6 +26,7 @@ import ast
 import dataclasses
 import hashlib
 import inspect
+import marshal
 import sys
 import textwrap
 import types
@@ -46,7 +47,7 @@ def is_covered(module: Optional[str]) -> bool:
 
 def fingerprint(value: Any) -> str:
     """A short digest of what `value` means to the compiler (see the module docstring)."""
-    return hashlib.sha256(_Fingerprint().text(value).encode()).hexdigest()[:32]
+    return hashlib.blake2b(_Fingerprint().text(value).encode(), digest_size=16).hexdigest()
 
 
 def describe(resolved: Mapping[tuple[str, str], tuple[Any, Any]]) -> tuple[tuple[str, str, str], ...]:
@@ -90,33 +91,25 @@ _MISSING = object()
 
 
 def code_digest(code: types.CodeType) -> str:
-    """The digest of a code object without its line numbers: the same for two versions of
-    a function that differ only in comments or whitespace."""
+    """The digest of a code object without its line numbers and file name: the same for
+    two versions of a function that differ only in comments or whitespace."""
     hit = _CODE_DIGESTS.get(id(code))
     if hit is not None and hit[0] is code:
         return hit[1]
-    digest = hashlib.sha256()
+    digest = hashlib.blake2b(marshal.dumps(_without_lines(code)), digest_size=16)
     if sys.flags.optimize:
         # -O strips asserts from bytecode, but the frontend compiles them from the source.
         digest.update(_source_digest(code).encode())
-    _hash_code(code, digest)
-    result = digest.hexdigest()[:32]
+    result = digest.hexdigest()
     _CODE_DIGESTS[id(code)] = (code, result)
     return result
 
 
-def _hash_code(code: types.CodeType, digest) -> None:
-    digest.update(code.co_code)
-    digest.update(repr((code.co_name, code.co_names, code.co_varnames, code.co_freevars,
-                        code.co_cellvars, code.co_argcount, code.co_posonlyargcount,
-                        code.co_kwonlyargcount, code.co_flags)).encode())
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            _hash_code(const, digest)
-        elif isinstance(const, frozenset):  # set order varies with the hash seed
-            digest.update(repr(sorted(map(repr, const))).encode())
-        else:
-            digest.update(f"{type(const).__name__}:{const!r}".encode())
+def _without_lines(code: types.CodeType) -> types.CodeType:
+    consts = tuple(_without_lines(c) if isinstance(c, types.CodeType)
+                   else tuple(sorted(c, key=repr)) if isinstance(c, frozenset)  # hash-seed order
+                   else c for c in code.co_consts)
+    return code.replace(co_firstlineno=1, co_linetable=b"", co_filename="", co_consts=consts)
 
 
 def _source_digest(code: types.CodeType) -> str:
