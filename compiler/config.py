@@ -8,6 +8,8 @@ import time, so tests can `monkeypatch.setenv` and call code that asks for `curr
 | `WEFT_DUMP`            | comma-separated stage or pass names whose text is printed    |
 |                        | (`all` prints every one), e.g. `WEFT_DUMP=layout,ptx`         |
 | `WEFT_CACHE_DIR`       | the on-disk kernel cache (default `~/.cache/weft`)           |
+| `WEFT_CACHE_SIZE`      | the disk cache's cap in bytes, K/M/G suffixes allowed        |
+|                        | (default `1G`); the least recently used entries go first     |
 | `WEFT_NO_CACHE`        | `1` skips the on-disk cache (reads and writes)                |
 | `WEFT_EMULATE`         | `1` runs every launch on the CPU emulator, GPU or not        |
 | `WEFT_EMULATE_SHUFFLE` | an int seed: the emulator lands TMA loads in an order drawn  |
@@ -20,6 +22,7 @@ import time, so tests can `monkeypatch.setenv` and call code that asks for `curr
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -39,6 +42,7 @@ class Config:
     dump: frozenset  # stage/pass names to print; "all" prints everything
     cache_dir: Path
     cache_enabled: bool
+    cache_max_bytes: int  # the disk cache evicts least recently used entries past this
     emulate: bool
     emulate_shuffle: Optional[int]  # seed of the order TMA loads land in on the emulator
     ptxas: Optional[str]
@@ -64,6 +68,23 @@ def _names(raw: str) -> frozenset:
     return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
 
+DEFAULT_CACHE_BYTES = 1 << 30
+_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*([KMGT]?)(?:I?B)?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(environ, name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    match = _SIZE.fullmatch(raw)
+    value = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]) if match else 0
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r} is not a size; use a positive number of bytes, "
+                          "optionally with K, M or G (e.g. 2G), or WEFT_NO_CACHE=1 for no cache")
+    return value
+
+
 def _seed(environ, name: str) -> Optional[int]:
     raw = environ.get(name, "").strip()
     if not raw:
@@ -84,6 +105,7 @@ def current(environ=None) -> Config:
         cache_dir=Path(cache_dir).expanduser() if cache_dir
         else Path("~/.cache/weft").expanduser(),
         cache_enabled=not _flag(env, "WEFT_NO_CACHE"),
+        cache_max_bytes=_size(env, "WEFT_CACHE_SIZE", DEFAULT_CACHE_BYTES),
         emulate=_flag(env, "WEFT_EMULATE"),
         emulate_shuffle=_seed(env, "WEFT_EMULATE_SHUFFLE"),
         ptxas=env.get("WEFT_PTXAS", "").strip() or None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import contextvars
 import inspect
 import linecache
 import operator
@@ -95,6 +97,32 @@ class FunctionFrame:
         line = self.first_line + getattr(node, "lineno", 1) - 1
         text = linecache.getline(self.file, line)
         return Loc(self.file, line, getattr(node, "col_offset", 0) + self.indent, text)
+
+
+# The module-level names the frontend resolves while it builds a kernel, for the disk
+# cache: {(module name, name): (value, the module's namespace)}. Set by
+# `record_resolved_globals`; None when nobody asks.
+_resolved: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("weft_resolved", default=None)
+
+
+@contextlib.contextmanager
+def record_resolved_globals():
+    """Collects every global name and module attribute the frontend resolves inside the
+    `with` block (through all inlined functions), as {(module, name): (value, namespace)}:
+    what the compiled code depends on beyond the kernel's own source and arguments.
+    Closure variables are not listed: they belong to the function value that holds them."""
+    resolved: dict = {}
+    token = _resolved.set(resolved)
+    try:
+        yield resolved
+    finally:
+        _resolved.reset(token)
+
+
+def _record(module: Any, name: str, value: Any, namespace: Any) -> None:
+    resolved = _resolved.get()
+    if resolved is not None:
+        resolved[(module, name)] = (value, namespace)
 
 
 class ReturnSignal(Exception):
@@ -191,8 +219,11 @@ class ExpressionVisitor:
         frame = self.frame
         if name in frame.closure:
             return unwrap_constexpr(frame.closure[name])
-        if name in frame.fn.__globals__:
-            return unwrap_constexpr(frame.fn.__globals__[name])
+        namespace = frame.fn.__globals__
+        if name in namespace:
+            value = namespace[name]
+            _record(namespace.get("__name__", frame.fn.__module__), name, value, namespace)
+            return unwrap_constexpr(value)
         if name in PYTHON_BUILTINS:
             return PYTHON_BUILTINS[name]
         if hasattr(builtins, name):
@@ -204,7 +235,10 @@ class ExpressionVisitor:
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         value = self.visit(node.value)
-        return unwrap_constexpr(getattr(value, node.attr))
+        result = getattr(value, node.attr)
+        if isinstance(value, types.ModuleType):
+            _record(value.__name__, node.attr, result, vars(value))
+        return unwrap_constexpr(result)
 
     def visit_Tuple(self, node: ast.Tuple) -> tuple:
         return tuple(self.sequence(node.elts))

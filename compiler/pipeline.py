@@ -85,6 +85,23 @@ def run_tile_passes(kernel: Kernel, config=None) -> Kernel:
     return kernel
 
 
+def prepare_for_emulator(kernel: Kernel, config=None) -> Kernel:
+    """The `layout` IR the emulator runs, for a kernel at `tile` or `layout`, printing what
+    WEFT_DUMP asks for as a compile would: the source, the passes and `layout`. The stages
+    after `layout` are not built for the emulator, so asking for one says where to get it."""
+    config = config or _config()
+    _dump(config, "source", kernel.source)
+    if kernel.stage == "tile":
+        kernel = run_tile_passes(kernel, config)
+    kernel = run_layout_passes(kernel, config)
+    _dump(config, "layout", print_kernel(kernel))
+    for name in ("llir", "ptx", "cubin"):
+        if name in config.dump:  # only named ones: `all` asks for whatever there is
+            _dump(config, name, f"(not built: kernel `{kernel.name}` ran on the CPU emulator; "
+                                f"kernel.compile(signature=...) builds {name} without a GPU)")
+    return kernel
+
+
 def _config():
     from .config import current
 

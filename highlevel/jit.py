@@ -20,7 +20,7 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
                           language="highlevel", cluster=check_cluster(jit_fn.__name__, options.get("cluster")),
                           max_registers=check_maxnreg(jit_fn.__name__, options.get("maxnreg")))
     if options.get("target") == "emulator":
-        return pipeline.run_layout_passes(pipeline.run_tile_passes(kernel))
+        return pipeline.prepare_for_emulator(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())
     return pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
 

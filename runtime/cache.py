@@ -1,22 +1,34 @@
 """The on-disk kernel cache: one file per compiled kernel, under `WEFT_CACHE_DIR`
-(default `~/.cache/weft`).
+(default `~/.cache/weft`), at most `WEFT_CACHE_SIZE` bytes (least recently used entries
+go first).
 
-Key: sha256 over everything that can change the compiled code (`make_key`): the kernel's
-source and its callees' sources, constexpr values, specialization, num_warps and other
-options, the target, and the versions of weft, llvmlite and ptxas.
+Two levels, as the key cannot know before the frontend runs which globals a kernel reads:
+- the key (`make_key`): sha256 over what is known at the call, the kernel's own
+  fingerprint (its bytecode, so comments do not count; runtime/dependencies.py), constexpr
+  values, signature, specialization, num_warps and other options, the target, and the
+  toolchain (weft's compiler code, llvmlite, ptxas, Python);
+- the entry's dependencies: (module, name, fingerprint) of every global and module
+  attribute the frontend resolved (layouts, tuples, constants, @jit callees at any depth,
+  constexpr functions and what they name). `get` takes the entry only when the caller's
+  `accept` finds them all unchanged in its process; otherwise it is a miss and the new
+  compile replaces the entry.
 
 Entry format (`<cache_dir>/<key[:2]>/<key>.weft`), chosen so entries can be inspected
 with a text editor and loading one never executes code (unlike pickle):
 
-    weft-cache 1\\n
+    weft-cache 2\\n
     <sha256 hex of the payload>\\n
-    <payload: UTF-8 JSON of the CompiledKernel>
+    <payload: UTF-8 JSON {"dependencies": [[module, name, fingerprint], ...],
+                          "kernel": the CompiledKernel}>
 
 In the JSON, bytes (the cubin) are {"__bytes__": base64}, tuples {"__tuple__": [...]},
 and dicts whose keys are not plain strings {"__dict__": [[key, value], ...]}, so an entry
 round-trips exactly. Writes go to a temporary file in the same directory and are moved
 into place with `os.replace`, so readers see the old entry, the new one, or none; an entry
 that is truncated or altered anyway fails its checksum, is deleted and reads as a miss.
+A hit touches the entry's modification time; a write that takes the directory past its
+size cap deletes the entries touched longest ago (two processes may evict at once: each
+deletion of a file already gone is skipped, and a reader holding an entry open keeps it).
 """
 
 from __future__ import annotations
@@ -29,14 +41,17 @@ import inspect
 import json
 import logging
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..compiler import config
 from ..compiler.compiled import CompiledKernel, Param
+from . import dependencies
 
-FORMAT = "weft-cache 1"
+FORMAT = "weft-cache 2"
 _log = logging.getLogger("weft.cache")
 
 
@@ -62,17 +77,9 @@ def _canonical(value: Any) -> Any:
         return [_canonical(v) for v in value]
     if isinstance(value, (set, frozenset)):
         return {"set": sorted((_canonical(v) for v in value), key=repr)}
-    if inspect.isfunction(value):
-        try:
-            source = inspect.getsource(value)
-        except (OSError, TypeError):
-            source = ""
-        return {"function": f"{value.__module__}.{value.__qualname__}", "source": source}
-    if isinstance(value, type):
-        return {"type": f"{value.__module__}.{value.__qualname__}"}
-    # Frozen dataclasses (layouts, configs) and enums have deterministic reprs; objects
-    # whose repr holds an address only cost a cache miss, never a wrong hit.
-    return {"repr": f"{type(value).__module__}.{type(value).__qualname__}:{value!r}"}
+    # Functions (their bytecode, not their comments), classes, @jit functions, layouts and
+    # other objects: see runtime/dependencies.py.
+    return {"value": dependencies.fingerprint(value)}
 
 
 def toolchain_versions() -> dict:
@@ -90,7 +97,9 @@ def toolchain_versions() -> dict:
     except Exception:  # a bad WEFT_PTXAS surfaces when assembling, not here
         ptxas = None
     return {"format": FORMAT, "weft": weft_version, "compiler": compiler_fingerprint(),
-            "llvmlite": llvmlite_version, "ptxas": ptxas}
+            "llvmlite": llvmlite_version, "ptxas": ptxas,
+            # Function fingerprints are bytecode, which each Python version spells its own way.
+            "python": sys.implementation.cache_tag, "optimize": sys.flags.optimize}
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,15 +118,16 @@ def compiler_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def make_key(source: str, constexprs: Mapping[str, Any], specialization: Any,
+def make_key(kernel: str, constexprs: Mapping[str, Any], specialization: Any,
              num_warps: int, options: Optional[Mapping[str, Any]] = None,
-             target: str = "sm_90a", callee_sources: Sequence[str] = (),
-             signature: Any = None, versions: Optional[Mapping[str, Any]] = None) -> str:
-    """The sha256 hex key of one compilation. `versions` defaults to
+             target: str = "sm_90a", signature: Any = None,
+             versions: Optional[Mapping[str, Any]] = None) -> str:
+    """The sha256 hex key of one compilation, from what is known before the frontend runs
+    (`kernel`: the kernel function's fingerprint). The globals it resolves are checked
+    against the entry's recorded dependencies instead. `versions` defaults to
     `toolchain_versions()`; tests pass their own."""
     parts = {
-        "source": source,
-        "callees": list(callee_sources),
+        "kernel": kernel,
         "signature": _canonical(signature),
         "constexprs": _canonical(dict(constexprs)),
         "specialization": _canonical(specialization),
@@ -168,28 +178,35 @@ def _hashable(value: Any) -> Any:
     return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
 
 
-def encode_kernel(compiled: CompiledKernel) -> bytes:
-    """The file contents (header + checksum + JSON payload) for one kernel. Every
-    dataclass field is stored, so fields added to CompiledKernel later are kept too."""
+def encode_kernel(compiled: CompiledKernel, dependencies: Sequence[Sequence[str]] = ()) -> bytes:
+    """The file contents (header + checksum + JSON payload) for one kernel and the
+    (module, name, fingerprint) dependencies it was compiled against. Every dataclass field
+    is stored, so fields added to CompiledKernel later are kept too."""
     document = {}
     for field in dataclasses.fields(CompiledKernel):
         value = getattr(compiled, field.name)
         if field.name == "params":
             value = [[p.name, p.type] for p in value]
         document[field.name] = _encode(value, field.name)
-    payload = json.dumps(document, sort_keys=True).encode()
+    entry = {"dependencies": [list(d) for d in dependencies], "kernel": document}
+    payload = json.dumps(entry, sort_keys=True).encode()
     return f"{FORMAT}\n{hashlib.sha256(payload).hexdigest()}\n".encode() + payload
 
 
-def decode_kernel(data: bytes) -> CompiledKernel:
-    """Parse `encode_kernel`'s output; ValueError when it is truncated or altered."""
+def decode_entry(data: bytes) -> tuple[list, dict]:
+    """(dependencies, kernel document) of `encode_kernel`'s output; ValueError when it is
+    truncated or altered."""
     header, _, rest = data.partition(b"\n")
     digest, _, payload = rest.partition(b"\n")
     if header.decode(errors="replace") != FORMAT:
         raise ValueError(f"not a {FORMAT!r} entry")
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         raise ValueError("checksum mismatch (truncated or corrupt entry)")
-    document = json.loads(payload)
+    entry = json.loads(payload)
+    return entry["dependencies"], entry["kernel"]
+
+
+def kernel_from_document(document: dict) -> CompiledKernel:
     values = {}
     for field in dataclasses.fields(CompiledKernel):
         if field.name in document:
@@ -199,6 +216,11 @@ def decode_kernel(data: bytes) -> CompiledKernel:
             raise ValueError(f"entry lacks field {field.name!r}")
     values["params"] = tuple(Param(name, type_) for name, type_ in values["params"])
     return CompiledKernel(**values)
+
+
+def decode_kernel(data: bytes) -> CompiledKernel:
+    """The kernel of `encode_kernel`'s output; ValueError when it is truncated or altered."""
+    return kernel_from_document(decode_entry(data)[1])
 
 
 # ----------------------------------------------------------------------------- store
@@ -213,8 +235,11 @@ def entry_path(key: str, directory: Optional[Path] = None) -> Path:
     return Path(directory or cache_dir()) / key[:2] / f"{key}.weft"
 
 
-def get(key: str, directory: Optional[Path] = None) -> Optional[CompiledKernel]:
-    """The cached kernel for `key`, or None. A corrupt entry is removed and is a miss."""
+def get(key: str, directory: Optional[Path] = None,
+        accept: Optional[Callable[[list], bool]] = None) -> Optional[CompiledKernel]:
+    """The cached kernel for `key`, or None. `accept(dependencies)` says whether the
+    entry's recorded dependencies still hold; when it says no, the entry is a miss (the
+    caller's new compile replaces it). A corrupt entry is removed and is a miss."""
     path = entry_path(key, directory)
     try:
         data = path.read_bytes()
@@ -224,20 +249,27 @@ def get(key: str, directory: Optional[Path] = None) -> Optional[CompiledKernel]:
         _log.warning("weft cache: cannot read %s (%s); recompiling", path, exc)
         return None
     try:
-        return decode_kernel(data)
+        recorded, document = decode_entry(data)
+        if accept is not None and not accept(recorded):
+            return None
+        kernel = kernel_from_document(document)
     except Exception as exc:  # any parse failure means the entry is unusable
         _log.warning("weft cache: discarding corrupt entry %s (%s)", path, exc)
-        try:
-            path.unlink()
-        except OSError:
-            pass
+        _remove(path)
         return None
+    try:
+        os.utime(path)  # recently used: evicted last
+    except OSError:
+        pass
+    return kernel
 
 
-def put(key: str, compiled: CompiledKernel, directory: Optional[Path] = None) -> Path:
-    """Store `compiled` under `key` atomically; returns the entry's path.
-    CacheError when the kernel holds values the format cannot store."""
-    data = encode_kernel(compiled)
+def put(key: str, compiled: CompiledKernel, directory: Optional[Path] = None,
+        dependencies: Sequence[Sequence[str]] = (), max_bytes: Optional[int] = None) -> Path:
+    """Store `compiled` (compiled against `dependencies`) under `key` atomically, then
+    evict least recently used entries past `max_bytes` (default: WEFT_CACHE_SIZE); returns
+    the entry's path. CacheError when the kernel holds values the format cannot store."""
+    data = encode_kernel(compiled, dependencies)
     path = entry_path(key, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
@@ -246,9 +278,56 @@ def put(key: str, compiled: CompiledKernel, directory: Optional[Path] = None) ->
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(Path(tmp))
         raise
+    evict(path.parent.parent, config.current().cache_max_bytes if max_bytes is None else max_bytes,
+          keep=path)
     return path
+
+
+# A temporary file this old was left by a writer that died.
+_STALE_TEMPORARY_S = 3600
+
+
+def evict(directory: Path, max_bytes: int, keep: Optional[Path] = None) -> int:
+    """Delete the least recently used entries of `directory` until the rest fit in
+    `max_bytes` (`keep`, the entry just written, stays); returns how many went."""
+    entries, total, now = [], 0, time.time()
+    for folder in _scan(directory):
+        for item in _scan(folder):
+            try:
+                stat = item.stat(follow_symlinks=False)
+            except OSError:
+                continue  # deleted meanwhile
+            if item.name.endswith(".tmp"):
+                if now - stat.st_mtime > _STALE_TEMPORARY_S:
+                    _remove(Path(item.path))
+                continue
+            if item.name.endswith(".weft"):
+                entries.append((stat.st_mtime, stat.st_size, item.path))
+                total += stat.st_size
+    removed = 0
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        if keep is not None and path == str(keep):
+            continue
+        _remove(Path(path))
+        total -= size
+        removed += 1
+    return removed
+
+
+def _scan(directory) -> list:
+    try:
+        with os.scandir(directory) as items:
+            return [item for item in items if not item.is_symlink()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:  # already gone (another process evicted it) or not ours to remove
+        pass

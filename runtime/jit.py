@@ -30,13 +30,15 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler import config
 from ..compiler.compiled import CompiledKernel
-from . import arguments, cache
+from ..compiler.frontend_expr import record_resolved_globals
+from . import arguments, cache, dependencies
 from .arguments import HOST, LaunchError
 from .launcher import LaunchPlan, Launcher
 
@@ -154,31 +156,25 @@ class JITFunction:
                 self._source = f"<bytecode {code.co_code.hex()} {code.co_consts!r}>"
         return self._source
 
-    def dependencies(self) -> tuple[tuple[str, str], ...]:
-        """(name, source-or-value) of the jitted callees and simple constants this kernel
-        names as globals, transitively: they change the compiled code, so they are part
-        of the cache key."""
-        found: dict[str, str] = {}
-        self._collect(found, {id(self)})
-        return tuple(sorted(found.items()))
+    def fingerprint(self) -> str:
+        """The kernel function's own part of its disk-cache key: its bytecode (comments
+        and blank lines do not count), defaults, annotations and closure values. What it
+        reads from globals is recorded while it compiles (runtime/dependencies.py)."""
+        return dependencies.fingerprint(self.fn)
 
-    def _collect(self, found: dict, seen: set) -> None:
-        names = set()
-        stack = [self.fn.__code__]
-        while stack:  # nested functions and comprehensions have their own code objects
-            code = stack.pop()
-            names.update(code.co_names)
-            stack.extend(c for c in code.co_consts if inspect.iscode(c))
-        scope = self.fn.__globals__
-        for name in sorted(names):
-            value = scope.get(name, _MISSING)
-            if isinstance(value, JITFunction):
-                if id(value) not in seen:
-                    seen.add(id(value))
-                    found[f"{value.fn.__module__}.{value.fn.__qualname__}"] = value.source
-                    value._collect(found, seen)
-            elif isinstance(value, (bool, int, float, str, constexpr)) or value is None:
-                found[f"global {name}"] = repr(value)
+    def _namespaces(self, constexprs: dict) -> dict:
+        """Module name -> namespace, for resolving recorded dependencies as this kernel
+        sees them: its module's globals, and those of functions it holds or is given."""
+        known: dict = {}
+        dependencies.learn_namespaces(self.fn, known)
+        for cell in self.fn.__closure__ or ():
+            try:
+                dependencies.learn_namespaces(cell.cell_contents, known)
+            except ValueError:  # an empty cell
+                pass
+        for value in constexprs.values():
+            dependencies.learn_namespaces(value, known)
+        return known
 
     # ------------------------------------------------------------------ compiling
 
@@ -264,17 +260,22 @@ class JITFunction:
             compiler = getattr(self.compile_fn, "__qualname__", type(self.compile_fn).__qualname__)
             extra = {k: v for k, v in options.items() if k not in ("num_warps", "target")}
             key = cache.make_key(
-                self.source, constexprs, specialization, options["num_warps"],
+                self.fingerprint(), constexprs, specialization, options["num_warps"],
                 {**extra, "compiler": f"{getattr(self.compile_fn, '__module__', '')}.{compiler}"},
-                target, [f"{n}\n{s}" for n, s in self.dependencies()], signature=signature)
-            hit = cache.get(key, settings.cache_dir)
+                target, signature=signature)
+            namespaces = self._namespaces(constexprs)
+            hit = cache.get(key, settings.cache_dir,
+                            accept=lambda recorded: dependencies.all_match(recorded, namespaces))
             if hit is not None:
+                _dump_cached(settings, hit)
                 return hit
-        compiled = self.compile_fn(self, dict(signature), dict(constexprs),
-                                   dict(specialization), dict(options))
+        with record_resolved_globals() as resolved:
+            compiled = self.compile_fn(self, dict(signature), dict(constexprs),
+                                       dict(specialization), dict(options))
         if use_disk and isinstance(compiled, CompiledKernel):
             try:
-                cache.put(key, compiled, settings.cache_dir)
+                cache.put(key, compiled, settings.cache_dir, dependencies.describe(resolved),
+                          settings.cache_max_bytes)
             except (cache.CacheError, OSError) as exc:  # caching is best effort
                 _log.warning("weft: not caching kernel '%s': %s", self.__name__, exc)
         return compiled
@@ -445,6 +446,25 @@ class JITFunction:
                 "arrays for a GPU launch, or build it with emulate_fn")
         grid3 = arguments.check_grid(self.__name__, grid, getattr(entry.kernel, "cluster", None))
         self.emulate_fn(entry.kernel, grid3, args)
+
+
+# The stages a CompiledKernel keeps, in pipeline order (compiler/pipeline.py STAGES).
+_KEPT_STAGES = ("source", "tile", "layout", "llir", "ptx", "cubin")
+
+
+def _dump_cached(settings, compiled: CompiledKernel) -> None:
+    """WEFT_DUMP for a kernel read from the disk cache: the kept stages it asks for; the
+    passes ran when the kernel was first compiled, so asking for one says how to see it."""
+    if not settings.dump:
+        return
+    for name in _KEPT_STAGES:
+        if name in compiled.asm and settings.should_dump(name):
+            text = compiled.asm[name]
+            print(f"// ----- weft dump: {name} ----- (from the disk cache)", file=sys.stderr)
+            print(text if isinstance(text, str) else f"<{len(text)} bytes>", file=sys.stderr)
+    for name in sorted(settings.dump - set(_KEPT_STAGES) - {"all"}):
+        print(f"// ----- weft dump: {name} -----\n(kernel '{compiled.name}' came from the disk "
+              "cache, which keeps stages, not passes; WEFT_NO_CACHE=1 recompiles it)", file=sys.stderr)
 
 
 def _hashable(value: Any) -> Any:

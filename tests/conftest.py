@@ -1,4 +1,5 @@
-"""Shared test configuration: hypothesis profiles and the gpu marker."""
+"""Shared test configuration: hypothesis profiles, the gpu marker and a temporary kernel
+cache for the whole run."""
 
 import os
 
@@ -12,6 +13,16 @@ settings.register_profile(
     "deep", max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck)
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_kernel_cache(tmp_path_factory):
+    """One WEFT_CACHE_DIR for the run, under pytest's temporary folder: kernels compiled by
+    one test serve later ones (and subprocesses, which inherit it), and the user's
+    ~/.cache/weft stays untouched. Tests that need an empty cache set their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WEFT_CACHE_DIR", str(tmp_path_factory.mktemp("weft-cache")))
+        yield
 
 
 def _gpu_available() -> bool:
