@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -182,3 +183,39 @@ def test_an_op_that_runs_on_an_out_of_range_view_is_refused_at_its_line():
     text = str(info.value)
     assert "mbarrier.arrive(done.index(i - 1), pred=(i > 0) | ALWAYS)" in text
     assert "view taken at" in text
+
+
+# ------------------------------------------------------------------ errors in partitions
+@ll.jit
+def faulting_worker(bar, src, FAULT: ll.constexpr):
+    layout: ll.constexpr = ll.BlockedLayout([1], [32], [1], [0])
+    offsets = ll.arange(0, 32, layout)
+    x = ll.load(src + offsets + (1 << 20 if FAULT else 0))  # far outside `src` when FAULT
+    ll.store(src + offsets, x + 1.0)
+    mbarrier.arrive(bar)
+
+
+@ll.jit
+def waiting_default(bar, src, FAULT: ll.constexpr):
+    mbarrier.wait(bar, 0)
+
+
+@ll.jit
+def fault_in_a_worker(src, FAULT: ll.constexpr):
+    bar = mbarrier.allocate_mbarrier()
+    mbarrier.init(bar, count=1)
+    ll.warp_specialize((bar, src, FAULT), waiting_default, (bar, src, FAULT), [faulting_worker],
+                       worker_num_warps=[1], worker_num_regs=[0])
+
+
+def test_an_error_in_a_partition_unwinds_every_partition():
+    threads = threading.active_count()
+    src = np.zeros(32, np.float32)
+    fault_in_a_worker[(1,)](src, False)
+    np.testing.assert_array_equal(src, np.ones(32))
+    started = time.monotonic()
+    with pytest.raises(EmulationError, match="out of bounds") as info:
+        fault_in_a_worker[(1,)](src, True)  # the default partition is blocked in its wait
+    assert time.monotonic() - started < 5
+    assert "ll.load(src + offsets + (1 << 20 if FAULT else 0))" in str(info.value)
+    assert threading.active_count() == threads  # both partition threads are joined
