@@ -436,11 +436,13 @@ class KernelBuilder(ExpressionVisitor):
         before = self.scope
         iv_probe = self.builder.wrap(ir.Value(index_type, induction))
         carried = self.carried(node.body, before, {induction: iv_probe})
+        if induction in before:
+            carried.append(self.carried_loop_variable(induction, before, iv_probe))
         inits = tuple(self.as_handle(name, before[name], t) for name, t in carried)
         iv = ir.Value(index_type, induction)
         args = tuple(ir.Value(t, name) for name, t in carried)
-        bindings = {induction: self.builder.wrap(iv)}
-        bindings.update({name: self.builder.wrap(a) for (name, _), a in zip(carried, args)})
+        bindings = {name: self.builder.wrap(a) for (name, _), a in zip(carried, args)}
+        bindings[induction] = self.builder.wrap(iv)  # in the body, the name is the loop's index
         ops, after = self.region(node.body, before, bindings)
         self.builder.push_block(ops)
         with self.builder.at(loc):
@@ -452,6 +454,24 @@ class KernelBuilder(ExpressionVisitor):
                                  body=ir.Block((iv,) + args, tuple(ops)), rematerialize=bounds.rematerialize,
                                  loc=loc))
         self.finish_loop(before, after, carried, results, loc, exclude={induction})
+
+    def carried_loop_variable(self, name: str, before: dict, iv_probe) -> tuple[str, Type]:
+        """A runtime loop's variable bound before the loop is carried through it, as Python
+        has it: after the loop it holds the last iteration's value, or, if the loop did not
+        run, its value from before. Its old value must be a number or a scalar of the
+        index's type."""
+        old = before[name]
+        if isinstance(old, DynamicValue):
+            fits, held = old.type == iv_probe.type, type_text(old.type)
+        else:
+            fits, held = isinstance(old, int) and not isinstance(old, bool), repr(old)
+        if not fits:
+            raise self.builder.error(
+                f"'{name}', the variable of this runtime loop, holds {held} before it; after the "
+                f"loop it holds the last {type_text(iv_probe.type)} index, or that old value if "
+                f"the loop did not run, and a variable carried through a loop keeps one type",
+                suggestion=f"name the loop variable differently, or give '{name}' an int before the loop")
+        return name, iv_probe.type
 
     def visit_While(self, node: ast.While) -> None:
         if node.orelse:

@@ -7,7 +7,7 @@ from typing import Optional
 from ...compiler.errors import UNKNOWN_LOC, Loc
 
 
-def _source_lines(loc: Loc) -> list[str]:
+def source_lines(loc: Loc) -> list[str]:
     if not loc.source_line:
         return []
     text = loc.source_line.rstrip("\n")
@@ -40,10 +40,10 @@ class EmulationError(Exception):
 
     def render(self) -> str:
         lines = [f"{self.loc}: emulation error: {self.message}"]
-        lines += _source_lines(self.loc)
+        lines += source_lines(self.loc)
         if self.other_loc is not None:
             lines.append(f"  {self.other_what} at {self.other_loc}")
-            lines += _source_lines(self.other_loc)
+            lines += source_lines(self.other_loc)
         if self.program is not None:
             lines.append(f"  in program {tuple(int(p) for p in self.program)}")
         return "\n".join(lines)

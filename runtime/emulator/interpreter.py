@@ -50,10 +50,35 @@ class InFlight:
         self.group = group
 
     def error(self) -> EmulationError:
+        if self.group.retired:
+            # The registers are final, but the backend orders only reads of the value the
+            # wait returns after the wait; a read of this one may be scheduled above it.
+            return EmulationError(
+                f"reads the result of an async `{self.op.NAME}` itself after a "
+                f"warpgroup_mma_wait retired it: read the value the wait returns instead "
+                f"(`acc = ll.warpgroup_mma_wait(0, deps=[acc])`); only reads of that value are "
+                f"ordered after the wait", other_loc=self.op.loc, other_what="issued")
         return EmulationError(
             f"reads the result of an async `{self.op.NAME}` before a warpgroup_mma_wait that "
             f"lists it has retired it (wgmma results are undefined until then)",
             other_loc=self.op.loc, other_what="issued")
+
+
+class OutOfRangeView:
+    """A shared view at an index outside its buffer. Computing its address is harmless on
+    the GPU (an op predicated off never uses it: `mbarrier.arrive(bars.index(i - 1),
+    pred=i > 0)`), so the error waits for an op that runs and uses the view; views of it
+    stay out of range."""
+
+    __slots__ = ("problem", "op")
+
+    def __init__(self, problem: str, op: ir.Op):
+        self.problem = problem
+        self.op = op
+
+    def error(self) -> EmulationError:
+        return EmulationError(f"uses a view with {self.problem}",
+                              other_loc=self.op.loc, other_what="view taken")
 
 
 class CTA:
@@ -80,6 +105,7 @@ class CTA:
         self.rank = 0            # in the cluster; its shared bytes start at shared_base
         self.shared_base = 0
         self.async_state = None  # async_ops.PartitionAsync: this partition's async groups
+        self.current_op: Optional[ir.Op] = None  # the op running (or last run), for reports
         self._rule_cache: dict[type, object] = {}
         self._memo = memo  # shared by the CTAs of one launch
 
@@ -98,12 +124,14 @@ class CTA:
             x = self.env[value]
         except KeyError:
             raise EmulationError(f"value {value!r} is used before it is defined") from None
-        if type(x) is InFlight:
+        kind = type(x)
+        if kind is InFlight or kind is OutOfRangeView:
             raise x.error()
         return x
 
     def peek(self, value: ir.Value):
-        """The value as bound, even one still in flight (for ops that only pass it on)."""
+        """The value as bound, even one still in flight or an out-of-range view (for ops
+        that only pass it on)."""
         try:
             return self.env[value]
         except KeyError:
@@ -152,9 +180,13 @@ class CTA:
             raise EmulationError(f"block expects {len(block.args)} arguments, got {len(args)}")
         for value, x in zip(block.args, args):
             self.env[value] = x
+        scheduler = self.scheduler
         for op in block.ops:
             if isinstance(op, (ir.Yield, ir.Condition)):
                 return op
+            self.current_op = op
+            if scheduler is not None and scheduler.unwinding:
+                scheduler.stop_here()  # an op boundary: where an abandoned partition ends
             rule = self._rule_cache.get(type(op))
             if rule is None:
                 rule = self._rule_cache[type(op)] = self.rules.lookup(op)

@@ -59,11 +59,14 @@ class Waiter:
     def ready(self) -> bool:
         return self.barrier.completed > self.target
 
-    def describe(self) -> str:
+    def describe(self, why: bool = True) -> str:
+        """`why`: say what keeps the phase incomplete (for a deadlock, not an interrupt)."""
         bar = self.barrier
-        return (f"{self.partition} waits at {self.op.loc} for phase {self.target} (parity "
-                f"{self.parity}) of mbarrier {bar.name}, initialised at {bar.init_op.loc} with "
-                f"count {bar.count}: {bar.why_incomplete()}")
+        text = (f"{self.partition} waits at {self.op.loc} for phase {self.target} (parity "
+                f"{self.parity}) of mbarrier {bar.name}")
+        if not why:
+            return text
+        return f"{text}, initialised at {bar.init_op.loc} with count {bar.count}: {bar.why_incomplete()}"
 
 
 @dataclass(eq=False)

@@ -15,7 +15,10 @@ a deadlock, reported with each partition's barrier, phase and source line.
 Inside a partition `barrier` (bar.sync) orders only that partition's warps (the backend
 gives it a named barrier). The partitions start without a CTA barrier (the
 insert_barriers pass adds one before the split when needed) and end with one. Threads
-never outlive the op: on any error the blocked ones are woken to unwind, then joined.
+never outlive the op: on any error, or a KeyboardInterrupt (which Python delivers to the
+scheduler's thread while a partition runs), the running partition stops at its next op,
+the blocked ones are woken to unwind, and all are joined; an interrupt is re-raised
+saying where each partition was.
 
 A cluster of CTAs (`run_cluster`) runs under one scheduler of the same kind: each CTA's
 kernel body is a unit from the start, and a CTA reaching warp_specialize adds its
@@ -27,13 +30,14 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from typing import Optional
 
 import numpy as np
 
 from ...compiler import ir
 from ...compiler.types import TensorType
-from .errors import EmulationError
+from .errors import EmulationError, source_lines
 from .interpreter import InFlight
 from .mbarriers import land_next
 from .registers import registers_to_tensor, tensor_to_registers
@@ -41,7 +45,12 @@ from .rules import EMULATION_RULES as RULES
 
 
 class _Unwind(BaseException):
-    """Raised in a blocked partition's thread to end it when the op is abandoned."""
+    """Raised in a partition's thread to end it when the op is abandoned."""
+
+
+# How long an interrupted run waits for the running partition to reach its next op (one op
+# of a tile is milliseconds); past it, the report names the partition as still running.
+_STOP_GRACE_S = 0.5
 
 
 class Partition:
@@ -58,7 +67,9 @@ class Partition:
         self.cta_warps = cta_warps
         self.in_partition = in_partition
         self.waiting = None  # a mbarriers.Waiter while blocked
+        self.started = False
         self.finished = False
+        self.abandoned = False  # ended by _Unwind, not by reaching its end
         self.error: Optional[BaseException] = None
         self.results: tuple = ()
         self.thread: Optional[threading.Thread] = None
@@ -66,9 +77,29 @@ class Partition:
     def runnable(self) -> bool:
         return not self.finished and (self.waiting is None or self.waiting.ready())
 
+    def whereabouts(self) -> str:
+        """Where the partition is (or ended), for an interrupted run's report."""
+        if self.waiting is not None:
+            text, op = f"partition {self.index}, {self.waiting.describe(why=False)}", self.waiting.op
+        else:
+            who, op = f"partition {self.index}, {self.cta.partition}", self.cta.current_op
+            if not self.started or op is None:
+                return f"  {who}: not started"
+            if self.finished and not self.abandoned:
+                return f"  {who}: finished"
+            verb = "stopped before" if self.abandoned else "still running"
+            text = f"{who}: {verb} `{op.NAME}` at {op.loc}"
+        return "\n".join(["  " + text] + source_lines(op.loc))
+
 
 class Scheduler:
-    """Runs partitions one at a time, switching when the running one blocks."""
+    """Runs partitions one at a time, switching when the running one blocks.
+
+    `turn` says who may run: a partition, or None for the scheduler (the thread that called
+    `run`). Whatever ends a run early, an error in a partition, in the scheduler (a TMA
+    landing), or a KeyboardInterrupt (delivered to the scheduler's thread while a partition
+    runs), sets `unwinding`: the running partition stops at its next op or wait, then each
+    blocked one is handed the turn to end, and every thread is joined."""
 
     def __init__(self, shared, partitions: list[Partition]):
         self.shared = shared
@@ -99,12 +130,13 @@ class Scheduler:
                 while self.turn is not partition:
                     self.baton.wait()
             if not self.unwinding:
+                partition.started = True
                 with np.errstate(all="ignore"):
                     terminator = partition.cta.run_block(partition.block, partition.args)
                     if terminator is not None:
                         partition.results = tuple(partition.cta.peek(v) for v in terminator.values)
         except _Unwind:
-            pass
+            partition.abandoned = True
         except BaseException as error:  # handed to the scheduler's thread
             partition.error = error
         finally:
@@ -120,56 +152,96 @@ class Scheduler:
         partition = cta.partition_state
         with self.baton:
             partition.waiting = waiter
+            if self.unwinding:
+                raise _Unwind()
             self.turn = None
             self.baton.notify_all()
             while self.turn is not partition:
                 self.baton.wait()
-            partition.waiting = None
             if self.unwinding:
-                raise _Unwind()
+                raise _Unwind()  # `waiting` stays: where it was, for the report
+            partition.waiting = None
+
+    def stop_here(self) -> None:
+        """Called by the running partition between ops while the run unwinds."""
+        raise _Unwind()
 
     # ------------------------------------------------------- in the scheduler's thread
-    def _switch(self, partition: Partition) -> None:
-        cta = partition.cta
-        self.shared.active = (cta.warp_base, cta.num_warps)
-        self.shared.partitioned = partition.in_partition
-        self.shared.cta_warps = partition.cta_warps
+    def _hand_over(self, partition: Partition) -> None:
         with self.baton:
             self.turn = partition
             self.baton.notify_all()
             while self.turn is not None:
                 self.baton.wait()
 
+    def _switch(self, partition: Partition) -> None:
+        cta = partition.cta
+        self.shared.active = (cta.warp_base, cta.num_warps)
+        self.shared.partitioned = partition.in_partition
+        self.shared.cta_warps = partition.cta_warps
+        self._hand_over(partition)
+
     def run(self) -> None:
-        for partition in list(self.partitions):
-            self._start(partition)
         try:
-            last = len(self.partitions) - 1
-            while True:
-                order = self.partitions[last + 1:] + self.partitions[:last + 1]
-                ready = next((p for p in order if p.runnable()), None)
-                if ready is None:
-                    if all(p.finished for p in self.partitions):
-                        return
-                    if self.shared.in_flight:
-                        land_next(self.shared)
-                        continue
-                    raise self._deadlock()
-                self._switch(ready)
-                if ready.error is not None:
-                    self.failed = ready
-                    raise ready.error
-                last = ready.index
-        finally:
-            self._unwind()
+            for partition in list(self.partitions):
+                self._start(partition)
+            self._schedule()
+        except KeyboardInterrupt:
+            stopped = self._stop_running()
+            where = "\n".join(p.whereabouts() for p in self.partitions)
+            if stopped:
+                self._unwind()
+            raise KeyboardInterrupt("the emulator was interrupted in warp_specialize; its "
+                                    "partitions were at:\n" + where) from None
+        except BaseException:
+            if self._stop_running():
+                self._unwind()
+            raise
+        self._unwind()
+
+    def _schedule(self) -> None:
+        last = len(self.partitions) - 1
+        while True:
+            order = self.partitions[last + 1:] + self.partitions[:last + 1]
+            ready = next((p for p in order if p.runnable()), None)
+            if ready is None:
+                if all(p.finished for p in self.partitions):
+                    return
+                if self.shared.in_flight:
+                    land_next(self.shared)
+                    continue
+                raise self._deadlock()
+            self._switch(ready)
+            if ready.error is not None:
+                self.failed = ready
+                raise ready.error
+            last = ready.index
+
+    def _stop_running(self) -> bool:
+        """Set `unwinding` and wait for the partition holding the turn (if the run was
+        interrupted while one ran) to stop at its next op. False if it has not stopped
+        within the grace period: its thread (a daemon) is left to end on its own."""
+        deadline = time.monotonic() + _STOP_GRACE_S
+        with self.baton:
+            self.unwinding = True
+            while self.turn is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.baton.wait(left)
+        return True
 
     def _unwind(self) -> None:
+        """End every unfinished partition (each is blocked, or not started) and join them."""
         self.unwinding = True
         for partition in self.partitions:
-            if not partition.finished:
-                self._switch(partition)
+            if partition.thread is None:  # interrupted before its thread started
+                partition.finished = True
+            elif not partition.finished:
+                self._hand_over(partition)
         for partition in self.partitions:
-            partition.thread.join()
+            if partition.thread is not None:
+                partition.thread.join()
 
     def _deadlock(self) -> EmulationError:
         blocked = [p for p in self.partitions if not p.finished]
@@ -213,7 +285,7 @@ class ClusterBarrierWaiter:
     def ready(self) -> bool:
         return self.scheduler.cluster_generation > self.generation
 
-    def describe(self) -> str:
+    def describe(self, why: bool = True) -> str:
         return (f"{self.who} waits at {self.op.loc} in a cluster barrier that "
                 f"{self.scheduler.cluster_arrivals} of the cluster's {self.ctas} CTAs have reached")
 
@@ -227,7 +299,7 @@ class PartitionsDone:
     def ready(self) -> bool:
         return all(p.finished for p in self.partitions)
 
-    def describe(self) -> str:
+    def describe(self, why: bool = True) -> str:
         return f"{self.who} waits at {self.op.loc} for its warp_specialize partitions"
 
 

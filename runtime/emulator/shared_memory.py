@@ -20,7 +20,7 @@ from ...compiler import ir
 from ...compiler.layout_rules import shared_addressing, shared_index_addressing, shared_slice_addressing
 from .dtypes import element_bytes
 from .errors import EmulationError
-from .interpreter import SharedRef
+from .interpreter import OutOfRangeView, SharedRef
 from .registers import thread_coordinates
 from .rules import EMULATION_RULES as RULES
 
@@ -85,10 +85,23 @@ def shared_load(cta, op: ir.SharedLoad) -> None:
     cta.bind(op.result, values)
 
 
+def view_source(cta, op, buffer: ir.Value):
+    """The SharedRef a view op starts from; None when it is out of range itself (the view
+    of it is bound to the same OutOfRangeView)."""
+    ref = cta.peek(buffer)
+    if type(ref) is OutOfRangeView:
+        cta.bind(op.result, ref)
+        return None
+    return cta[buffer]
+
+
 @RULES.register(ir.SharedIndex)
 def shared_index(cta, op: ir.SharedIndex) -> None:
-    """Sub-buffer `index` of the leading dim, which must own the top offset bits."""
-    ref: SharedRef = cta[op.buffer]
+    """Sub-buffer `index` of the leading dim, which must own the top offset bits. An index
+    out of range is an error only for an op that uses the view (OutOfRangeView)."""
+    ref = view_source(cta, op, op.buffer)
+    if ref is None:
+        return
     stages = ref.type.shape[0]
     stride = math.prod(ref.type.shape[1:])
 
@@ -96,8 +109,9 @@ def shared_index(cta, op: ir.SharedIndex) -> None:
                           lambda: shared_index_addressing(ref.addressing, ref.type.shape, ref.xor))
     index = int(cta[op.index])
     if not 0 <= index < stages:
-        raise EmulationError(f"shared_index {index} out of range for a buffer of {stages} stages "
-                             f"(shape {list(ref.type.shape)})", op.loc)
+        cta.bind(op.result, OutOfRangeView(f"shared_index {index} out of range for a buffer of "
+                                           f"{stages} stages (shape {list(ref.type.shape)})", op))
+        return
     offset = ref.offset + index * stride * element_bytes(ref.type.element)
     cta.bind(op.result, SharedRef(offset, op.result.type, addressing, ref.xor))
 
@@ -105,7 +119,9 @@ def shared_index(cta, op: ir.SharedIndex) -> None:
 @RULES.register(ir.SharedSlice)
 def shared_slice(cta, op: ir.SharedSlice) -> None:
     """A power-of-two window at a multiple of its size: c + start = c XOR start."""
-    ref: SharedRef = cta[op.buffer]
+    ref = view_source(cta, op, op.buffer)
+    if ref is None:
+        return
     size = op.result.type.shape[op.dim]
     if op.start % size or not 0 <= op.start < ref.type.shape[op.dim]:
         raise EmulationError(f"shared_slice [{op.start}, {op.start + size}) of dim {op.dim} (size "

@@ -46,7 +46,7 @@ from .errors import EmulationError
 from .interpreter import InFlight, SharedRef
 from .mbarriers import partition_warps, predicate
 from .registers import registers_to_tensor, tensor_to_registers, thread_coordinates
-from .shared_memory import layout_addresses
+from .shared_memory import layout_addresses, view_source
 from .rules import EMULATION_RULES as RULES
 
 
@@ -122,9 +122,12 @@ def _shared_operand(cta, op, ref: SharedRef, name: str):
 def _accumulator(cta, op: ir.WarpGroupDot):
     acc = cta.peek(op.acc)
     if type(acc) is InFlight:
-        if acc.group.retired or acc.group not in async_state(cta).dot_groups:
+        # Chaining into the next wgmma, as the hardware allows, in flight or retired (a wait,
+        # its result used or not, retires the groups it leaves; the next wgmma's fence
+        # orders this one's read of the registers after that wait).
+        if not acc.group.retired and acc.group not in async_state(cta).dot_groups:
             raise acc.error()
-        acc = acc.registers  # chaining into the next wgmma, as the hardware allows
+        acc = acc.registers
     return acc
 
 
@@ -216,7 +219,9 @@ def warp_dot(cta, op: ir.WarpDot) -> None:
 @RULES.register(ir.SharedPermute)
 def shared_permute(cta, op: ir.SharedPermute) -> None:
     """A view with dims reordered: view dim i addresses buffer dim order[i]."""
-    ref: SharedRef = cta[op.buffer]
+    ref = view_source(cta, op, op.buffer)
+    if ref is None:
+        return
 
     def permuted() -> LinearLayout:
         bases = ref.addressing.bases

@@ -656,3 +656,56 @@ def test_while_on_a_compile_time_true_condition():
     error = compile_error(endless_while, {"x_ptr": "*fp32"})
     assert error.loc.line == line_of(endless_while, "while True")
     assert "never end" in error.message
+
+
+# ------------------------------------------------------------------ rebinding a loop variable
+# A runtime loop's variable bound before the loop (by a static loop, an assignment or an
+# earlier runtime loop) is carried through it, as in Python: after the loop it holds the
+# last iteration's value, or its old value when the loop did not run.
+@ll.jit
+def rebound_loop_variables(x_ptr, out_ptr, n, m):
+    total = 0.0
+    for _ in ll.static_range(1):  # the example: `_` bound by a static loop ...
+        total += ll.load(x_ptr + 7)
+    for _ in range(n):  # ... then the variable of a runtime loop
+        total += ll.load(x_ptr + _)
+    ll.store(out_ptr, total)
+    ll.store(out_ptr + 1, ll.load(x_ptr + _))  # n - 1, or 0 (the static loop's) if n == 0
+    j = 5
+    for j in range(n):
+        j = j * 2  # the body's last value of j is what the loop leaves
+    ll.store(out_ptr + 2, ll.load(x_ptr + j))
+    for j in range(m):  # rebinds the previous runtime loop's variable
+        total += ll.load(x_ptr + j)
+    ll.store(out_ptr + 3, total + ll.load(x_ptr + j))
+
+
+def _rebound_reference(x, n, m):
+    total = x[7] + sum(x[i] for i in range(n))
+    last = n - 1 if n else 0
+    j = 2 * (n - 1) if n else 5
+    first = total
+    total += sum(x[i] for i in range(m))
+    j_after = m - 1 if m else j
+    return [first, x[last], x[j], total + x[j_after]]
+
+
+@pytest.mark.parametrize("n, m", [(0, 0), (1, 0), (0, 3), (4, 2), (6, 1)])
+def test_a_runtime_loop_rebinds_a_variable_bound_before_it(n, m):
+    np = pytest.importorskip("numpy")
+    x = np.random.default_rng(n * 10 + m).standard_normal(16).astype(np.float32)
+    out = np.zeros(4, np.float32)
+    rebound_loop_variables[(1,)](x, out, n, m)
+    np.testing.assert_allclose(out, np.array(_rebound_reference(x.astype(np.float64), n, m)), rtol=1e-6)
+
+
+def test_a_runtime_loop_variable_that_held_another_type_says_what_to_change():
+    def kernel(x_ptr, n):
+        i = ll.load(x_ptr)  # an fp32 scalar: after the loop `i` would be fp32 or the i32 index
+        for i in range(n):
+            ll.store(x_ptr + i, 0.0)
+
+    with pytest.raises(CompilationError, match="'i', the variable of this runtime loop, holds fp32") as info:
+        build_kernel(kernel, {"x_ptr": "*fp32", "n": "i32"}, {}, 1)
+    assert "for i in range(n):" in str(info.value)
+    assert "name the loop variable differently" in str(info.value)
