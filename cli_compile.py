@@ -79,12 +79,10 @@ def _import_user_code(path: str, do_import):
     """Run the import; an error in the user's code becomes one line naming its file:line."""
     try:
         return do_import()
-    except SystemExit:
-        raise
     except SyntaxError as error:
         raise CommandError(f"cannot import {path}: SyntaxError: {error.msg} ({error.filename}:{error.lineno})") from None
     except Exception as error:
-        frames = traceback.extract_tb(error.__traceback__)
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
         where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
         hint = ""
         if isinstance(error, ImportError) and "relative import" in str(error):
