@@ -5,11 +5,15 @@ when there is one and torch is installed, else on the CPU emulator), checks it a
 numpy and prints its timing; then it plans a layout conversion (wgmma accumulator to a
 coalesced blocked layout) and checks the plan in numpy.
 
-`weft compile FILE.py:KERNEL --signature ... --dump ptx` prints a compiled stage.
+`weft compile FILE.py:KERNEL --signature ... --dump ptx` prints a compiled stage (its own
+help, `weft compile --help`, has an example that runs as written).
 
 `weft show-layout KIND --shape 64 64 ...` prints the table of a standard layout (and writes
 its SVG with `--svg FILE`). Bad arguments exit with status 2 and a message naming the
-argument, as argparse does.
+argument, as argparse does; a kernel that does not compile, a file that does not import or
+a missing tool (ptxas, cuobjdump) exit with status 1 and one line, never a traceback.
+
+`weft --version` prints the version.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .cli_compile import add_compile_parser
+from . import __version__
+from .cli_compile import CommandError, add_compile_parser
 from .layouts import (
     LayoutError,
     LinearLayout,
@@ -226,6 +231,7 @@ def demo(parser, args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="weft", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"weft {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo_parser = commands.add_parser("demo", help="run and check softmax (GPU or emulator) and a conversion plan")
@@ -269,15 +275,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `weft demo | head`: the reader left, not an error
         sys.stdout = open(os.devnull, "w")  # nothing left to flush at exit
         return 0
-    except Exception as error:  # a kernel's own error: its message, not a traceback
+    except Exception as error:  # a kernel's own error or a missing tool: its message, not a traceback
         from .compiler.errors import CompilationError
         from .runtime.arguments import LaunchError
+        from .runtime.ptxas import PtxasError
 
-        if not isinstance(error, (CompilationError, LaunchError)):
+        if not isinstance(error, (CompilationError, LaunchError, PtxasError, CommandError)):
             raise
         print(f"weft {args.command}: {error}", file=sys.stderr)
         return 1
-
 
 
 if __name__ == "__main__":

@@ -53,20 +53,23 @@ class DynamicValue:
 _LANGUAGES: dict[str, Callable[[ir.Value], DynamicValue]] = {}
 _STAGES: dict[str, str] = {}
 _LAYOUTS: dict[str, Any] = {}
+_PREFIXES: dict[str, str] = {}
 
 
 def register_language(name: str, wrap: Callable[[ir.Value], DynamicValue], *,
-                      stage: str = "layout", layouts: Any = None) -> None:
+                      stage: str = "layout", layouts: Any = None, prefix: str = "ll") -> None:
     """Tell the frontend how language `name` presents IR values to user code.
 
     `stage` is the stage its kernels enter at (`tile` when tensors start without layouts);
     `layouts` is the module whose layout classes (BlockedLayout, SliceLayout,
     LinearDistributedLayout) the inference passes describe chosen layouts with, since the
-    compiler never imports a language.
+    compiler never imports a language; `prefix` is how kernels conventionally import it
+    (`ll`, `tl`), so the frontend's suggestions name ops as the user writes them.
     """
     _LANGUAGES[name] = wrap
     _STAGES[name] = stage
     _LAYOUTS[name] = layouts
+    _PREFIXES[name] = prefix
 
 
 def language_wrapper(name: str) -> Callable[[ir.Value], DynamicValue]:
@@ -82,6 +85,12 @@ def language_stage(name: str) -> str:
     return _STAGES[name]
 
 
+def language_prefix(name: str) -> str:
+    """How kernels of language `name` spell its ops in suggestions (`ll`, `tl`)."""
+    language_wrapper(name)
+    return _PREFIXES[name]
+
+
 def language_layouts(name: str) -> Any:
     """The layout classes language `name` registered (None when it registered none)."""
     language_wrapper(name)
@@ -91,10 +100,11 @@ def language_layouts(name: str) -> Any:
 class Builder:
     """Collects ops into nested blocks and knows where in the user's source we are."""
 
-    def __init__(self, num_warps: int, wrap: Callable[[ir.Value], DynamicValue]):
+    def __init__(self, num_warps: int, wrap: Callable[[ir.Value], DynamicValue], prefix: str = "ll"):
         self.num_warps = num_warps
         self.loc: Loc = UNKNOWN_LOC
         self.wrap = wrap
+        self.prefix = prefix  # the language's import alias, for suggestions (`tl.device_print`)
         self._blocks: list[list[ir.Op]] = [[]]
         # Set by the frontend: inline_function(fn, args, kwargs) walks a @jit function into
         # the current block and returns its result (ops that take functions, such as

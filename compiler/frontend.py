@@ -29,8 +29,8 @@ import types
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from . import ir
-from .builder import (Builder, DynamicValue, dynamic_range, language_stage, language_wrapper,
-                      unwrap_constexpr)
+from .builder import (Builder, DynamicValue, dynamic_range, language_prefix, language_stage,
+                      language_wrapper, unwrap_constexpr)
 from .builder import condition as loop_condition
 from .errors import CompilationError, Loc
 from .frontend_expr import (BINARY_OPERATORS, ExpressionVisitor, FunctionFrame, ReturnSignal,
@@ -62,7 +62,7 @@ def build_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str,
         raise TypeError(f"build_kernel needs a Python function or @jit kernel, got {fn!r}")
     if not isinstance(num_warps, int) or num_warps < 1 or num_warps > 32 or num_warps & (num_warps - 1):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
-    builder = Builder(num_warps, language_wrapper(language))
+    builder = Builder(num_warps, language_wrapper(language), language_prefix(language))
     kernel = KernelBuilder(builder).build(function, dict(signature), dict(constexprs), specialization)
     return dataclasses.replace(kernel, stage=language_stage(language), language=language,
                                cluster=tuple(cluster or (1, 1, 1)), max_registers=max_registers)

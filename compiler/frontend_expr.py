@@ -276,7 +276,7 @@ class ExpressionVisitor:
         value = self.visit(node.value)
         if isinstance(value, DynamicValue):
             raise self.builder.error("f-strings format compile-time values only",
-                                     suggestion="print runtime values with ll.device_print")
+                                     suggestion=f"print runtime values with {self.builder.prefix}.device_print")
         spec = self.visit(node.format_spec) if node.format_spec else ""
         converted = {-1: value, 115: str(value), 114: repr(value), 97: ascii(value)}[node.conversion]
         return format(converted, spec)
@@ -364,8 +364,9 @@ class ExpressionVisitor:
             structural = any(function is PYTHON_BUILTINS[n] for n in STRUCTURAL_BUILTINS)
             if not structural and (contains_dynamic(args) or contains_dynamic(kwargs)):
                 name = getattr(function, "__name__", repr(function))
-                hint = {"min": "ll.minimum", "max": "ll.maximum", "print": "ll.device_print",
-                        "sum": "ll.sum", "len": "x.shape[d]",
+                prefix = self.builder.prefix
+                hint = {"min": f"{prefix}.minimum", "max": f"{prefix}.maximum",
+                        "print": f"{prefix}.device_print", "sum": f"{prefix}.sum", "len": "x.shape[d]",
                         "static_range": "range(...), whose bounds may be runtime values"}.get(name, "a weft op")
                 raise self.builder.error(
                     f"{name}() runs at compile time on constexpr values, but an argument is a "

@@ -31,6 +31,7 @@ from .builtins import (abs, arange, atomic_add, atomic_and, atomic_cas, atomic_m
                        zeros_like)
 from .jit import jit
 from .tensor import Tensor
+from .unsupported import unsupported_name_error
 
 dtype = ScalarType
 tensor = Tensor
@@ -43,7 +44,13 @@ def _wrap(value):
 
 # Tensors start without layouts (`tile` stage); the inference passes describe the layouts
 # they choose with lowlevel's layout classes.
-register_language("highlevel", _wrap, stage="tile", layouts=_lowlevel)
+register_language("highlevel", _wrap, stage="tile", layouts=_lowlevel, prefix="tl")
+
+
+def __getattr__(name: str):
+    """Only names not defined above get here: a Triton name (`tl.dot`) says it is not
+    supported yet and what to use instead, inside a kernel too (at the user's line)."""
+    raise unsupported_name_error(__name__, name)
 
 __all__ = [
     # kernels and compile-time helpers

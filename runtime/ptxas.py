@@ -1,9 +1,14 @@
-"""Find ptxas and assemble PTX into a cubin, keeping its resource report.
+"""Find ptxas (and cuobjdump) and assemble PTX into a cubin, keeping its resource report.
 
-ptxas is optional: without it the driver JIT-compiles the PTX at load time. The search
+ptxas comes with weft: its `nvidia-cuda-nvcc` dependency ships it. Without one the driver
+JIT-compiles the PTX at load time, and no cubin or register report exists. The search
 order is `WEFT_PTXAS`, then `PATH`, then the `nvidia-cuda-nvcc` wheel
 (`nvidia/cu13/bin/ptxas` or `nvidia/cuda_nvcc/bin/ptxas` under site-packages), then the
 copy shipped inside Triton's wheel (`triton/backends/nvidia/bin/ptxas`).
+
+cuobjdump (for `weft compile --dump sass`) comes from the `sass` extra: the
+`nvidia-cuda-cuobjdump` wheel, with `nvidia-cuda-nvdisasm`, which cuobjdump runs to
+disassemble; both put their tool in `nvidia/cu13/bin`.
 """
 
 from __future__ import annotations
@@ -29,12 +34,21 @@ _WHEEL_PATHS = (
 )
 
 
+# Relative to a site-packages directory: where the `sass` extra's wheel puts cuobjdump.
+_CUOBJDUMP_WHEEL_PATHS = ("nvidia/cu13/bin/cuobjdump",)
+
+
 class PtxasError(RuntimeError):
     """ptxas is missing or rejected the PTX; `log` holds its full output."""
 
     def __init__(self, message: str, log: str = ""):
         super().__init__(f"{message}\n{log}".rstrip() if log else message)
         self.log = log
+
+
+MISSING_PTXAS = ("ptxas not found; install the `nvidia-cuda-nvcc` wheel (a dependency of weft: "
+                 "reinstall weft), put ptxas on PATH or set WEFT_PTXAS (without it the driver "
+                 "JIT compiles PTX)")
 
 
 def _site_dirs() -> list[str]:
@@ -74,6 +88,20 @@ def find_ptxas() -> Optional[str]:
     for _, path in _candidates():
         if _is_executable(path):
             return path
+    return None
+
+
+def find_cuobjdump() -> Optional[str]:
+    """cuobjdump on PATH, else the one of the `sass` extra's wheel, or None. Its folder
+    holds the nvdisasm it runs (the CUDA toolkit's bin/, or the wheels' nvidia/cu13/bin)."""
+    on_path = shutil.which("cuobjdump")
+    if on_path:
+        return on_path
+    for directory in _site_dirs():
+        for rel in _CUOBJDUMP_WHEEL_PATHS:
+            path = os.path.join(directory, rel)
+            if _is_executable(path):
+                return path
     return None
 
 
@@ -152,8 +180,7 @@ def assemble(ptx: str, arch: str = "sm_90a", max_registers: Optional[int] = None
     """
     path = ptxas or find_ptxas()
     if path is None:
-        raise PtxasError("ptxas not found; install the `nvidia-cuda-nvcc` wheel, put ptxas "
-                         "on PATH or set WEFT_PTXAS (without it the driver JIT compiles PTX)")
+        raise PtxasError(MISSING_PTXAS)
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"opt_level must be 0..3, got {opt_level!r}")
     with tempfile.TemporaryDirectory(prefix="weft-ptxas-") as tmp:

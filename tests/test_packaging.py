@@ -1,6 +1,8 @@
 """The package as installed: what importing it pulls in, and which copy the tests see."""
 
+import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +51,48 @@ def test_every_package_folder_is_listed_in_pyproject():
     missing = sorted(found - listed)
     assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert not sorted(listed - found), f"listed but not in the tree: {sorted(listed - found)}"
+
+
+def _project():
+    tomllib = pytest.importorskip("tomllib")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _names(requirements) -> set:
+    return {re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_a_plain_install_brings_ptxas():
+    """`pip install .` must give cubins and `--dump report` without a CUDA toolkit."""
+    assert "nvidia-cuda-nvcc" in _names(_project()["dependencies"])
+
+
+def test_the_sass_extra_brings_cuobjdump_and_the_readme_says_so():
+    assert {"nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"} <= _names(_project()["optional-dependencies"]["sass"])
+    assert 'pip install ".[sass]"' in (ROOT / "README.md").read_text()
+
+
+def _wheel_file(distribution: str, tool: str):
+    """The path of `tool` inside an installed wheel, from its RECORD, or skip."""
+    try:
+        files = importlib.metadata.files(distribution) or ()
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{distribution} is not installed here")
+    found = [f for f in files if f.name == tool and f.parent.name == "bin"]
+    assert found, f"{distribution} ships no bin/{tool}"
+    return Path(found[0].locate()).resolve()
+
+
+@pytest.mark.parametrize("distribution, tool, finder", [
+    ("nvidia-cuda-nvcc", "ptxas", "find_ptxas"),
+    ("nvidia-cuda-cuobjdump", "cuobjdump", "find_cuobjdump"),
+])
+def test_the_tool_of_an_installed_wheel_is_found_without_a_toolkit(monkeypatch, tmp_path, distribution, tool, finder):
+    """runtime/ptxas.py looks where the wheel really puts its tool (its RECORD says where)."""
+    from weft.runtime import ptxas
+
+    expected = _wheel_file(distribution, tool)
+    monkeypatch.delenv("WEFT_PTXAS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no toolkit on PATH
+    found = getattr(ptxas, finder)()
+    assert found is not None and Path(found).resolve() == expected

@@ -193,6 +193,66 @@ def test_errors_point_at_the_users_line(fn, text, message):
     assert "layout" not in error.render().split("suggestion")[0].lower() or fn is tensor_condition
 
 
+@tl.jit
+def uses_dot(x_ptr):
+    a = tl.load(x_ptr + tl.arange(0, 32))
+    tl.store(x_ptr + tl.arange(0, 32), tl.dot(a, a))
+
+
+@tl.jit
+def prints_a_tile(x_ptr):
+    a = tl.load(x_ptr + tl.arange(0, 32))
+    print(a)
+
+
+@tl.jit
+def formats_a_tile(x_ptr):
+    a = tl.load(x_ptr + tl.arange(0, 32))
+    tl.static_print(f"{a}")
+
+
+@pytest.mark.parametrize("name", ["dot", "reshape", "view", "make_block_ptr", "advance", "make_tensor_descriptor",
+                                  "cumsum", "associative_scan", "rand", "randn", "multiple_of", "sort", "split"])
+def test_triton_names_highlevel_lacks_say_so(name):
+    with pytest.raises(AttributeError, match=f"`tl.{name}` is not supported by weft.highlevel yet"):
+        getattr(tl, name)
+    assert not hasattr(triton, name)
+
+
+def test_other_unknown_names_keep_pythons_message():
+    with pytest.raises(AttributeError, match="module 'weft.highlevel' has no attribute 'no_such_op'") as info:
+        tl.no_such_op
+    assert "not supported" not in str(info.value)
+
+
+def test_tl_dot_suggests_lowlevel_warpgroup_mma():
+    with pytest.raises(AttributeError, match=r"instead, .*ll\.warpgroup_mma"):
+        tl.dot
+
+
+def test_no_name_listed_as_unsupported_is_defined():
+    """A name highlevel gains must leave the unsupported table, or its import would be shadowed."""
+    from weft.highlevel.unsupported import TRITON_ONLY_NAMES
+
+    assert not sorted(set(TRITON_ONLY_NAMES) & set(vars(tl))), "remove these from highlevel/unsupported.py"
+
+
+def test_an_unsupported_triton_name_in_a_kernel_points_at_the_users_line():
+    error = error_of(uses_dot)
+    assert "`tl.dot` is not supported by weft.highlevel yet" in error.message
+    assert "ll.warpgroup_mma" in error.message
+    assert error.loc.line == line_of(uses_dot, "tl.dot(a, a)")
+
+
+@pytest.mark.parametrize("fn, text", [(prints_a_tile, "print(a)"), (formats_a_tile, 'f"{a}"')])
+def test_printing_a_tile_suggests_the_highlevel_device_print(fn, text):
+    error = error_of(fn)
+    assert "use tl.device_print" in error.render() or "with tl.device_print" in error.render()
+    assert "ll." not in error.render()
+    assert error.loc.line == line_of(fn, text)
+    assert tl.device_print is ll.device_print
+
+
 # ------------------------------------------------------------------ kernels on the emulator
 @tl.jit
 def chunked_row_sum(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):

@@ -104,3 +104,16 @@ def test_missing_ptxas_raises_a_helpful_error(monkeypatch, tmp_path, vadd_ptx):
     assert ptxas.find_ptxas() is None
     with pytest.raises(PtxasError, match="ptxas not found; install the `nvidia-cuda-nvcc`"):
         ptxas.assemble(vadd_ptx)
+
+
+def test_cuobjdump_is_found_where_the_sass_extra_puts_it(monkeypatch, tmp_path):
+    """The nvidia-cuda-cuobjdump wheel installs nvidia/cu13/bin/cuobjdump (beside nvdisasm)."""
+    site = tmp_path / "site-packages"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(ptxas, "_site_dirs", lambda: [str(site)])
+    assert ptxas.find_cuobjdump() is None
+    binary = site / "nvidia" / "cu13" / "bin" / "cuobjdump"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    assert ptxas.find_cuobjdump() == str(binary)
