@@ -9,14 +9,21 @@ shared-memory traffic and runs them through the pipeline onto the emulator.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import numpy as np
 import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
 
 from weft import lowlevel as ll
 from weft.compiler import ir
 from weft.compiler.frontend import build_kernel
 from weft.compiler.pipeline import run_layout_passes
 from weft.lowlevel import async_copy, mbarrier, tma
+
+from . import shared_traffic
 
 RNG = np.random.default_rng(38)
 BLOCKED = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -156,3 +163,63 @@ def test_a_barrier_before_wait_group_keeps_the_one_after_it(barrier_before_wait)
     out = np.full_like(x, np.nan)
     cp_async_then_transposed_read[(1,)](x, out, barrier_before_wait)
     np.testing.assert_array_equal(out, x)
+
+
+# ------------------------------------------------------------------ the property
+KINDS = ("store", "load", "cp_async", "tma_load", "tma_store", "wgmma", "barrier")
+
+
+@st.composite
+def programs(draw):
+    """Ops over two buffers in a prologue, a loop body and an epilogue; run by the whole
+    CTA (4 or 8 warps) or by a worker partition (1 or 4 warps; one warp has no wgmma)."""
+    worker = draw(st.booleans())
+    num_warps = draw(st.sampled_from([1, 4] if worker else [4, 8]))
+    kinds = [k for k in KINDS if k != "wgmma" or num_warps >= 4]
+    op = st.builds(shared_traffic.Op, st.sampled_from(kinds), st.integers(0, shared_traffic.BUFFERS - 1),
+                   st.integers(0, shared_traffic.SOURCES - 1))
+    op = op.map(lambda o: dataclasses.replace(o, arg=o.arg % shared_traffic.BUFFERS) if o.kind == "wgmma" else o)
+    part = st.lists(op, max_size=4).map(tuple)
+    return shared_traffic.Program(draw(part), draw(part), draw(part), num_warps, worker)
+
+
+def _run_program(program: shared_traffic.Program, iterations: int, seed: int) -> None:
+    kernel, _ = shared_traffic.load_kernel(program)
+    rows = program.rows
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((shared_traffic.SOURCES * rows, 64)).astype(np.float16)
+    loads, mmas, out = shared_traffic.expected(program, x, iterations)
+    got_loads = np.full(loads.shape, np.nan, np.float32)
+    got_mmas = np.full(mmas.shape, np.nan, np.float32)
+    got_out = np.full(out.shape, np.nan, np.float16)
+    kernel[(1,)](x, ll.TensorDescriptor.from_tensor(x, [rows, 64]), ll.TensorDescriptor.from_tensor(got_out, [rows, 64]),
+                 got_loads, got_mmas, iterations, num_warps=4 if program.worker else program.num_warps)
+    np.testing.assert_array_equal(got_loads, loads)
+    np.testing.assert_array_equal(got_out, out)
+    np.testing.assert_allclose(got_mmas, mmas, rtol=1e-5, atol=1e-4)
+
+
+# A few examples by default (each compiles and emulates a kernel); the deep profile runs
+# as many as it asks for.
+_EXAMPLES = settings().max_examples if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 10
+
+
+@settings(max_examples=_EXAMPLES, deadline=None)
+@given(programs(), st.integers(1, 3), st.integers(0, 2**16), st.one_of(st.none(), st.integers(0, 7)))
+def test_shared_traffic_runs_without_a_race(program, iterations, seed, shuffle):
+    """Whatever the traffic, the barriers insert_barriers places leave the emulator's race
+    detector nothing to report, and every load, wgmma and TMA store sees the values a
+    numpy model of the ops gives; also with TMA loads landing in a shuffled order."""
+    note(shared_traffic.source_of(program))
+    previous = os.environ.get("WEFT_EMULATE_SHUFFLE")
+    try:
+        if shuffle is None:
+            os.environ.pop("WEFT_EMULATE_SHUFFLE", None)
+        else:
+            os.environ["WEFT_EMULATE_SHUFFLE"] = str(shuffle)
+        _run_program(program, iterations, seed)
+    finally:
+        if previous is None:
+            os.environ.pop("WEFT_EMULATE_SHUFFLE", None)
+        else:
+            os.environ["WEFT_EMULATE_SHUFFLE"] = previous
