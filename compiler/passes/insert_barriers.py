@@ -8,6 +8,18 @@ conversions through shared memory, atomics passing old values to copies) synchro
 inside themselves; here they count as a write of their scratch, a full barrier, then a
 pending read.
 
+Async ops (shared_accesses.Access says which):
+- a TMA load writes its buffer: it needs a barrier after other warps' reads of the bytes
+  (the previous iteration's wgmma), but its own readers wait on its mbarrier, so it
+  leaves nothing for a barrier to settle;
+- wgmma operand reads, TMA store reads and cp.async writes go on after the op returns.
+  They stay in flight, out of any barrier's reach, until their wait (warpgroup_mma_wait,
+  store_wait, wait_group) retires them in the waiting thread; only a barrier after that
+  wait covers them for the other warps. A barrier between the op and its wait settles
+  nothing of theirs.
+Proxy fences (fence_async_shared) are the kernel author's, as in Gluon: the emulator
+checks them.
+
 Two refinements keep barriers out of hot loops:
 - ops that one elected thread issues (mbarrier init/arrive/invalidate, TMA) never
   conflict with each other: it is the same thread;
