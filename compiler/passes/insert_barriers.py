@@ -8,6 +8,18 @@ conversions through shared memory, atomics passing old values to copies) synchro
 inside themselves; here they count as a write of their scratch, a full barrier, then a
 pending read.
 
+Async ops (shared_accesses.Access says which):
+- a TMA load writes its buffer: it needs a barrier after other warps' reads of the bytes
+  (the previous iteration's wgmma), but its own readers wait on its mbarrier, so it
+  leaves nothing for a barrier to settle;
+- wgmma operand reads, TMA store reads and cp.async writes go on after the op returns.
+  They stay in flight, out of any barrier's reach, until their wait (warpgroup_mma_wait,
+  store_wait, wait_group) retires them in the waiting thread; only a barrier after that
+  wait covers them for the other warps. A barrier between the op and its wait settles
+  nothing of theirs.
+Proxy fences (fence_async_shared) are the kernel author's, as in Gluon: the emulator
+checks them.
+
 Two refinements keep barriers out of hot loops:
 - ops that one elected thread issues (mbarrier init/arrive/invalidate, TMA) never
   conflict with each other: it is the same thread;
@@ -24,37 +36,60 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir import Barrier, BarrierAny, Block, ClusterBarrier, For, If, Kernel, Op, WarpSpecialize, While
-from .shared_accesses import Access, BufferRanges, ByteRange, access_of
+from .shared_accesses import ASYNC_KINDS, Access, BufferRanges, ByteRange, access_of
 
 NAME = "insert_barriers"
 
 
-class _Pending:
-    """Accesses since the last barrier: by any threads, and by the elected thread alone."""
+# An access still in flight: ("read" | "write" | "solo_read", bytes).
+_Effect = tuple[str, ByteRange]
+_Group = frozenset[_Effect]
 
-    def __init__(self, reads=(), writes=(), solo_reads=(), solo_writes=()):
+
+def _align_newest(a: tuple[_Group, ...], b: tuple[_Group, ...]) -> tuple[_Group, ...]:
+    """Groups of two paths merged newest with newest: a wait for N retires all but the
+    newest N groups on either path."""
+    n = max(len(a), len(b))
+    a = (frozenset(),) * (n - len(a)) + a
+    b = (frozenset(),) * (n - len(b)) + b
+    return tuple(x | y for x, y in zip(a, b))
+
+
+class _Pending:
+    """Accesses since the last barrier: by any threads, and by the elected thread alone;
+    and async accesses still in flight, which no barrier settles until their wait."""
+
+    def __init__(self, reads=(), writes=(), solo_reads=(), solo_writes=(), groups=None, uncommitted=()):
         self.reads: set[ByteRange] = set(reads)
         self.writes: set[ByteRange] = set(writes)
         self.solo_reads: set[ByteRange] = set(solo_reads)
         self.solo_writes: set[ByteRange] = set(solo_writes)
+        # Per async kind, the groups in flight, oldest first.
+        self.groups: dict[str, tuple[_Group, ...]] = dict(groups or {kind: () for kind in ASYNC_KINDS})
+        self.uncommitted: _Group = frozenset(uncommitted)  # cp.async copies in no group yet
 
     def copy(self) -> "_Pending":
-        return _Pending(self.reads, self.writes, self.solo_reads, self.solo_writes)
+        return _Pending(self.reads, self.writes, self.solo_reads, self.solo_writes, self.groups, self.uncommitted)
 
     def union(self, other: "_Pending") -> "_Pending":
+        groups = {kind: _align_newest(self.groups[kind], other.groups[kind]) for kind in ASYNC_KINDS}
         return _Pending(self.reads | other.reads, self.writes | other.writes,
-                        self.solo_reads | other.solo_reads, self.solo_writes | other.solo_writes)
+                        self.solo_reads | other.solo_reads, self.solo_writes | other.solo_writes,
+                        groups, self.uncommitted | other.uncommitted)
 
     def empty(self) -> bool:
+        """Whether a barrier here would settle nothing."""
         return not (self.reads or self.writes or self.solo_reads or self.solo_writes)
 
     def clear(self) -> None:
+        """What a barrier does: settles every access done so far; those in flight go on."""
         for group in (self.reads, self.writes, self.solo_reads, self.solo_writes):
             group.clear()
 
     def take(self, other: "_Pending") -> None:
         self.reads, self.writes = other.reads, other.writes
         self.solo_reads, self.solo_writes = other.solo_reads, other.solo_writes
+        self.groups, self.uncommitted = dict(other.groups), other.uncommitted
 
     def conflicts(self, access: Access) -> bool:
         writes = self.writes if access.solo else self.writes | self.solo_writes
@@ -72,12 +107,39 @@ class _Pending:
             self.clear()
             self.reads.update(access.pending_reads)
             return
+        if access.in_flight is not None:
+            read = "solo_read" if access.solo else "read"
+            started = frozenset([(read, r) for r in access.reads] + [("write", w) for w in access.writes])
+            if access.in_flight == "cp_async":
+                self.uncommitted |= started
+            else:  # a wgmma or a TMA store is a group of its own
+                self.groups[access.in_flight] += (started,)
+            return
+        if access.commits and self.uncommitted:
+            self.groups["cp_async"] += (self.uncommitted,)
+            self.uncommitted = frozenset()
+        if access.retires is not None:
+            self._retire(*access.retires)
+        if access.on_mbarrier:  # its readers wait on the mbarrier; nothing to settle
+            self.solo_reads.update(access.reads)
+            return
         if access.solo:
             self.solo_reads.update(access.reads)
             self.solo_writes.update(access.writes)
         else:
             self.reads.update(access.reads)
             self.writes.update(access.writes)
+
+    def _retire(self, kind: str, left_in_flight: int) -> None:
+        """A wait: all but the newest `left_in_flight` groups of `kind` are done in this
+        thread; other threads see them done after the next barrier."""
+        groups = self.groups[kind]
+        split = len(groups) - min(left_in_flight, len(groups))
+        done, self.groups[kind] = groups[:split], groups[split:]
+        into = {"read": self.reads, "write": self.writes, "solo_read": self.solo_reads}
+        for group in done:
+            for effect, byte_range in group:
+                into[effect].add(byte_range)
 
 
 def _touches(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int) -> bool:

@@ -6,14 +6,15 @@ their whole root buffer: a dynamic index could be any stage.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 from .. import atomics
-from ..ir import (ATOMICS, AllocShared, AsyncCopy, BulkCopyLoad, ConvertLayout, MBarrierArrive, MBarrierExpect,
-                  MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Reduce, SharedIndex, SharedLoad, SharedPermute,
-                  SharedSlice, SharedStore, TmaLoad, TmaStore, Value, WarpDot, WarpGroupDot, WarpSpecialize,
-                  is_shared)
+from ..ir import (ATOMICS, AllocShared, AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, ConvertLayout,
+                  MBarrierArrive, MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Reduce,
+                  SharedIndex, SharedLoad, SharedPermute, SharedSlice, SharedStore, TmaLoad, TmaStore, TmaStoreWait,
+                  Value, WarpDot, WarpGroupDot, WarpGroupDotWait, WarpSpecialize, is_shared)
 
 
 @dataclass(frozen=True)
@@ -25,16 +26,39 @@ class ByteRange:
         return self.start < other.end and other.start < self.end
 
 
+# Async ops whose shared-memory accesses outlive the op, each retired by its own wait:
+# wgmma (warpgroup_mma_wait), TMA stores (store_wait) and cp.async (wait_group).
+ASYNC_KINDS = ("wgmma", "tma_store", "cp_async")
+
+
 @dataclass(frozen=True)
 class Access:
-    """An op's shared-memory effect: `before` ranges written, then (if `syncs`) an internal
-    CTA barrier, then `after` ranges left read-pending."""
+    """An op's shared-memory effect, as far as CTA barriers are concerned.
+
+    `reads`/`writes` are done when the op returns, in the threads that run it (all of them,
+    or the one elected thread when `solo`); other threads may touch the bytes only after a
+    barrier. Scratch users write, sync inside (`syncs`), then leave `pending_reads`.
+
+    `in_flight` names an async kind: the op only starts its reads/writes, which go on
+    until a wait of that kind retires their group (`retires` = (kind, groups left in
+    flight)); only then are they done in this thread, and only a barrier after that wait
+    covers them for the others. `commits`: cp.async's commit_group makes a group of the
+    copies issued so far.
+
+    `on_mbarrier`: a TMA or bulk load. Its writes must not overtake other threads' pending
+    accesses (a barrier first), but every reader waits on the load's mbarrier itself, so
+    nothing is left pending for a barrier to settle.
+    """
 
     reads: tuple[ByteRange, ...] = ()
     writes: tuple[ByteRange, ...] = ()
     syncs: bool = False
     pending_reads: tuple[ByteRange, ...] = ()
     solo: bool = False  # made by the one elected thread (mbarrier and TMA issue)
+    in_flight: Optional[str] = None
+    on_mbarrier: bool = False
+    retires: Optional[tuple[str, int]] = None
+    commits: bool = False
 
 
 class BufferRanges:
@@ -80,13 +104,8 @@ def scratch_bytes_of(op: Op, num_warps: int, mirrored: bool = False) -> int:
 def access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
     access = _raw_access_of(op, buffers, num_warps)
     # Buffers without an offset (before allocation) have no known bytes yet.
-    return Access(
-        reads=tuple(r for r in access.reads if r is not None),
-        writes=tuple(w for w in access.writes if w is not None),
-        syncs=access.syncs,
-        pending_reads=access.pending_reads,
-        solo=access.solo,
-    )
+    return dataclasses.replace(access, reads=tuple(r for r in access.reads if r is not None),
+                               writes=tuple(w for w in access.writes if w is not None))
 
 
 def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
@@ -96,24 +115,37 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(writes=(buffers.of(op.buffer),))
     if isinstance(op, SharedLoad):
         return Access(reads=(buffers.of(op.buffer),))
-    # Async ops, as far as CTA barriers are concerned. Ops one thread issues (TMA store,
-    # mbarrier ops) and wgmma read memory other threads wrote: a barrier must come first.
-    # TMA loads are ordered by mbarrier waits, not by bar.sync, so they are not writes
-    # here; the emulator checks that protocol.
+    # The Hopper async machinery. Ops one thread issues (mbarrier ops, TMA) touch memory
+    # other threads may have touched or still read: a barrier must come first.
     if isinstance(op, (MBarrierInit, MBarrierInvalidate)):
         return Access(writes=(buffers.of(op.barrier),), solo=True)
-    if isinstance(op, (MBarrierExpect, MBarrierArrive, TmaLoad, BulkCopyLoad)):
+    if isinstance(op, (MBarrierExpect, MBarrierArrive)):
         return Access(reads=(buffers.of(op.barrier),), solo=True)
     if isinstance(op, MBarrierWait):
         return Access(reads=(buffers.of(op.barrier),))
+    if isinstance(op, (TmaLoad, BulkCopyLoad)):
+        # Overwrites what other warps may have read (a wgmma of the previous iteration).
+        return Access(reads=(buffers.of(op.barrier),), writes=(buffers.of(op.buffer),), solo=True,
+                      on_mbarrier=True)
     if isinstance(op, TmaStore):
-        return Access(reads=(buffers.of(op.buffer),), solo=True)
-    if isinstance(op, (WarpGroupDot, WarpDot)):
+        return Access(reads=(buffers.of(op.buffer),), solo=True, in_flight="tma_store")
+    if isinstance(op, TmaStoreWait):
+        return Access(retires=("tma_store", op.pending))
+    if isinstance(op, WarpGroupDot):
+        reads = tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v))
+        return Access(reads=reads, in_flight="wgmma" if op.is_async else None)
+    if isinstance(op, WarpGroupDotWait):
+        return Access(retires=("wgmma", op.pending))
+    if isinstance(op, WarpDot):
         return Access(reads=tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v)))
     if isinstance(op, AsyncCopy):
         # Each thread's wait_group covers only its own copies: other threads may read
-        # (or overwrite) the bytes only after a barrier, so the copy counts as a write.
-        return Access(writes=(buffers.of(op.buffer),))
+        # (or overwrite) the bytes only after a barrier that follows the wait.
+        return Access(writes=(buffers.of(op.buffer),), in_flight="cp_async")
+    if isinstance(op, AsyncCommitGroup):
+        return Access(commits=True)
+    if isinstance(op, AsyncWaitGroup):
+        return Access(retires=("cp_async", op.pending))
     if isinstance(op, (ConvertLayout, Reduce) + ATOMICS) and op.scratch_offset is not None:
         size = atomics.scratch_bytes(op) if isinstance(op, ATOMICS) else scratch_bytes_of(op, num_warps)
         scratch = ByteRange(op.scratch_offset, op.scratch_offset + size)
