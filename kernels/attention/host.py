@@ -82,10 +82,11 @@ def _tma_ready(x):
 
 def _scaled_queries(q, softmax_scale: float):
     """(q', scale') with softmax(scale' q' k^T) = softmax(softmax_scale q k^T) and
-    scale' > 0: the kernels keep the running row max of the scores times the scale as
-    the max of the raw scores times the scale, which holds only for a positive scale.
-    A negative scale negates q (exact in fp16/bf16); a zero scale gives every visible key
-    the same weight, as zero queries at scale 1 do."""
+    scale' > 0. The kernels take a row's running max as max(raw scores) * scale, the max
+    of the scaled scores only when the scale is positive, and mask keys with -inf scores,
+    which a zero scale turns into NaN. So a negative scale negates q instead (exact in
+    fp16/bf16), and a zero scale, which weighs every visible key the same, becomes zero
+    queries at scale 1."""
     if not math.isfinite(softmax_scale):
         raise ValueError(f"flash_attention: softmax_scale must be finite, got {softmax_scale}")
     if softmax_scale > 0:
