@@ -1,8 +1,15 @@
-"""What the kernel families share: where an array lives, and allocating outputs like it.
+"""What the kernel families share: checking the arrays a wrapper got, where they live,
+and allocating outputs like them.
 
 A torch CUDA tensor runs on the GPU; a numpy array or CPU torch tensor runs the same kernel
 on the CPU emulator (the JIT decides from the arguments). Nothing here imports torch
 unless the caller passed a torch tensor.
+
+The public wrappers (vector_add, softmax, layer_norm, transpose, convert, matmul,
+flash_attention) take numpy arrays and torch tensors of any strides: each checks its
+arguments with `check_arrays` and hands its kernel a view the kernel can read (copying
+only where the kernel cannot take the strides). Their kernels, like every @ll.jit kernel,
+see raw pointers: a kernel called directly reads memory as its own code says.
 """
 
 from __future__ import annotations
@@ -12,6 +19,91 @@ import numpy as np
 
 def is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
+
+
+ACCEPTED = "numpy arrays (the CPU emulator) or torch tensors (CUDA: the GPU; CPU: the emulator)"
+
+
+def device_of(x) -> str:
+    """Where an array lives, in words: "cpu" for host memory (numpy, CPU torch), torch's
+    device name ("cuda:0") for a torch tensor, "cuda" for another CUDA array."""
+    if isinstance(x, np.ndarray):
+        return "cpu"
+    if is_torch(x) and hasattr(x, "device"):
+        return "cpu" if x.device.type == "cpu" else str(x.device)
+    return "cuda"  # only __cuda_array_interface__ objects get here (check_arrays)
+
+
+def _describe(x) -> str:
+    if isinstance(x, np.ndarray):
+        return "a numpy array (cpu)"
+    if is_torch(x):
+        return f"a torch tensor on {x.device}"
+    return f"a {type(x).__qualname__} (CUDA memory)"
+
+
+def check_arrays(wrapper: str, **arrays) -> None:
+    """The arrays a public wrapper got (by parameter name) are numpy arrays or torch tensors,
+    all on one device, and that device is the host or a CUDA GPU; TypeError/ValueError
+    saying what to pass otherwise. A Python list or tuple is not converted: the wrapper
+    cannot guess the dtype its kernel should run in."""
+    for name, x in arrays.items():
+        if isinstance(x, np.ndarray) or (is_torch(x) and hasattr(x, "device")) \
+                or hasattr(x, "__cuda_array_interface__"):
+            continue
+        hint = (f"; convert it first, e.g. np.asarray({name}, dtype=np.float32)"
+                if isinstance(x, (list, tuple)) else "")
+        raise TypeError(f"{wrapper}: {name} must be one of {ACCEPTED}, got "
+                        f"{type(x).__module__.replace('builtins', 'Python')}.{type(x).__qualname__}{hint}")
+    devices = {name: device_of(x) for name, x in arrays.items()}
+    if len(set(devices.values())) > 1:
+        raise ValueError(f"{wrapper}: the arrays must live on one device, got "
+                         f"{', '.join(f'{n} {_describe(x)}' for n, x in arrays.items())}; "
+                         f"move them with .cuda() (GPU) or .cpu() (emulator)")
+    for name, x in arrays.items():
+        if not (isinstance(x, np.ndarray) or is_torch(x)):
+            raise TypeError(f"{wrapper}: {name} is {_describe(x)}; pass torch CUDA tensors "
+                            f"(torch.as_tensor({name}, device='cuda')) or numpy arrays")
+    device = next(iter(devices.values()), "cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ValueError(f"{wrapper} runs on CUDA tensors (the GPU) or host arrays (the CPU "
+                         f"emulator), got tensors on {device}; move them with .cuda() or .cpu()")
+
+
+def element_strides(x) -> tuple[int, ...]:
+    """x's strides in elements (numpy's are in bytes)."""
+    return tuple(x.stride()) if is_torch(x) else tuple(s // x.itemsize for s in x.strides)
+
+
+def is_contiguous(x) -> bool:
+    """Whether x is laid out as a fresh array of its shape (C order, every stride as
+    computed from the shape, size-1 dims included: kernels may read those strides)."""
+    return element_strides(x) == _contiguous_strides(tuple(x.shape))
+
+
+def contiguous(x):
+    """x itself when `is_contiguous`, else a C-contiguous copy on its device."""
+    if is_contiguous(x):
+        return x
+    copy = new_array(x, tuple(x.shape))
+    copy[...] = x
+    return copy
+
+
+def _contiguous_strides(shape: tuple) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def with_contiguous_rows(x):
+    """A 2-D x whose rows a row kernel can read from (row pointer, row stride): x itself
+    when its last dim has stride 1 and its row stride is not negative, else a contiguous
+    copy."""
+    strides = element_strides(x)
+    return x if strides[-1] == 1 and strides[0] >= 0 else contiguous(x)
 
 
 def empty_like(x, dtype=None):

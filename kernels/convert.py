@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import lowlevel as ll
 from ..layouts import LinearLayout
-from ._launch import empty_like
+from ._launch import check_arrays, contiguous, new_array
 
 
 @ll.jit
@@ -37,13 +37,18 @@ def as_distributed(layout: LinearLayout) -> "ll.LinearDistributedLayout":
 
 
 def convert(x, src: LinearLayout, dst: LinearLayout):
-    """Round-trip a contiguous [M, N] array through registers laid out by src, then dst."""
+    """Round-trip an [M, N] array (any strides; copied first when not contiguous) through
+    registers laid out by src, then dst, into a new contiguous array."""
+    check_arrays("convert", x=x)
+    if len(x.shape) != 2:
+        raise ValueError(f"convert expects a 2-D array, got shape {tuple(x.shape)}")
     m, n = x.shape
     if tuple(src.out_dims.values()) != (m, n) or tuple(dst.out_dims.values()) != (m, n):
         raise ValueError(f"layouts cover {src.out_dims} and {dst.out_dims}, the array is {m}x{n}")
     warps = src.in_dims.get("warp", 1)
     if dst.in_dims.get("warp", 1) != warps:
         raise ValueError(f"src has {warps} warps but dst has {dst.in_dims.get('warp', 1)}")
-    out = empty_like(x)
-    convert_kernel[(1,)](x, out, M=m, N=n, SRC=as_distributed(src), DST=as_distributed(dst), num_warps=warps)
+    out = new_array(x, (m, n))
+    convert_kernel[(1,)](contiguous(x), out, M=m, N=n, SRC=as_distributed(src), DST=as_distributed(dst),
+                         num_warps=warps)
     return out

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import float_bits, empty_like, is_torch, persistent_grid, prefetch_distance, row_stride
+from ._launch import (check_arrays, contiguous, float_bits, is_torch, new_array, persistent_grid, prefetch_distance,
+                      row_stride, with_contiguous_rows)
 from .row_ring import ring_fits, start_ring, take_row
 from .softmax import Config as RowConfig
 
@@ -132,7 +133,11 @@ def reference(x, w, b, eps):
 
 
 def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
-    """Layer norm over the last dim of a 2-D array; weights and bias of the row's length."""
+    """Layer norm over the last dim of a 2-D array of any strides, into a new contiguous
+    array; weight and bias (any strides) of the row's length. Rows whose last dim is not
+    contiguous, and weights or bias that are not, are copied first. With return_stats,
+    also each row's fp32 mean and 1 / std (NaN for rows of no columns, as numpy's mean)."""
+    check_arrays("layer_norm", x=x, w=w, b=b)
     if len(x.shape) != 2:
         raise ValueError(f"layer_norm expects a 2-D array, got shape {tuple(x.shape)}")
     n_rows, n_cols = x.shape
@@ -140,21 +145,18 @@ def layer_norm(x, w, b, eps=1e-5, return_stats=False, config: Config = None):
         raise ValueError(f"layer_norm: weight and bias must have shape ({n_cols},), got "
                          f"{tuple(w.shape)} and {tuple(b.shape)}")
     bits = float_bits(x, "layer_norm")
-    config = config or Config.for_row(n_cols, bits)
-    out = empty_like(x)
+    out = new_array(x, (n_rows, n_cols))
     if return_stats:
-        if is_torch(x):
-            import torch
-
-            mean = torch.empty(n_rows, device=x.device, dtype=torch.float32)
-            rstd = torch.empty(n_rows, device=x.device, dtype=torch.float32)
-        else:
-            mean = np.empty(n_rows, np.float32)
-            rstd = np.empty(n_rows, np.float32)
+        mean, rstd = new_array(x, (n_rows,), "float32"), new_array(x, (n_rows,), "float32")
     else:  # not written (STATS=False); any pointer of the right type will do
         mean = rstd = _fp32_placeholder(x)
-    if n_rows == 0:
+    if n_rows == 0 or n_cols == 0:
+        if return_stats:
+            mean[...] = float("nan")
+            rstd[...] = float("nan")
         return (out, mean, rstd) if return_stats else out
+    config = config or Config.for_row(n_cols, bits)
+    x, w, b = with_contiguous_rows(x), contiguous(w), contiguous(b)
     args = (out, x, w, b, mean, rstd, row_stride(x), row_stride(out), n_rows, n_cols, float(eps))
     shape = dict(BLOCK=config.block, VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
                  STATS=bool(return_stats), EVEN=n_cols == config.block)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import float_bits, empty_like, next_power_of_two, persistent_grid, prefetch_distance, row_stride
+from ._launch import (check_arrays, float_bits, new_array, next_power_of_two, persistent_grid, prefetch_distance,
+                      row_stride, with_contiguous_rows)
 from .row_ring import ring_fits, start_ring, take_row
 
 MAX_ROW = 32768  # elements held in registers by one CTA (16 warps x 32 lanes x 64 registers)
@@ -119,15 +120,18 @@ def reference(x: np.ndarray) -> np.ndarray:
 
 
 def softmax(x, config: Config = None):
-    """Softmax over the last dim of a 2-D array (fp32, fp16 or bf16)."""
+    """Softmax over the last dim of a 2-D array (fp32, fp16 or bf16) of any strides, into a
+    new contiguous array. Rows whose last dim is not contiguous are copied first."""
+    check_arrays("softmax", x=x)
     if len(x.shape) != 2:
         raise ValueError(f"softmax expects a 2-D array, got shape {tuple(x.shape)}")
     n_rows, n_cols = x.shape
     bits = float_bits(x, "softmax")
-    config = config or Config.for_row(n_cols, bits)
-    out = empty_like(x)
-    if n_rows == 0:
+    out = new_array(x, (n_rows, n_cols))
+    if n_rows == 0 or n_cols == 0:
         return out
+    config = config or Config.for_row(n_cols, bits)
+    x = with_contiguous_rows(x)
     args = (out, x, row_stride(x), row_stride(out), n_rows, n_cols)
     shape = dict(BLOCK=config.block, VEC=config.vector, WARPS=config.num_warps, ELEMENT_BYTES=bits // 8,
                  EVEN=n_cols == config.block)

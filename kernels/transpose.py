@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import is_torch, row_stride
+from ._launch import check_arrays, item_bytes, new_array, row_stride, with_contiguous_rows
 
 
 @dataclass(frozen=True)
@@ -55,18 +55,17 @@ def reference(x: np.ndarray) -> np.ndarray:
 
 
 def transpose(x, config: Config = Config()):
-    """A contiguous transpose of a 2-D array (any element type of 8 to 64 bits)."""
+    """A contiguous transpose of a 2-D array (any element type of 8 to 64 bits) of any
+    strides; an x whose last dim is not contiguous is copied first."""
+    check_arrays("transpose", x=x)
     if len(x.shape) != 2:
         raise ValueError(f"transpose expects a 2-D array, got shape {tuple(x.shape)}")
     n_rows, n_cols = x.shape
-    if is_torch(x):
-        import torch
-
-        out = torch.empty((n_cols, n_rows), dtype=x.dtype, device=x.device)
-        bits = x.element_size() * 8
-    else:
-        out = np.empty((n_cols, n_rows), dtype=x.dtype)
-        bits = x.itemsize * 8
+    out = new_array(x, (n_cols, n_rows))
+    if n_rows == 0 or n_cols == 0:
+        return out
+    x = with_contiguous_rows(x)
+    bits = item_bytes(x) * 8
     vector = max(1, min(128 // bits, config.tile * config.tile // (32 * config.num_warps), config.tile // 4))
     grid = (-(-n_rows // config.tile), -(-n_cols // config.tile))
     transpose_kernel[grid](out, x, n_rows, n_cols, row_stride(x), row_stride(out), TILE=config.tile,

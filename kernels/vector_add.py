@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import empty_like, is_torch
+from ._launch import check_arrays, contiguous, is_contiguous, is_torch, new_array
 
 
 @dataclass(frozen=True)
@@ -41,18 +41,31 @@ def reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def add(x, y, out=None, config: Config = None):
-    """x + y for two same-shaped contiguous arrays (GPU for torch CUDA tensors, else emulator)."""
-    if x.shape != y.shape:
+    """x + y for two same-shaped arrays of any strides (GPU for torch CUDA tensors, else the
+    emulator), into `out` when given (any strides too), else into a new contiguous array.
+
+    The kernel walks flat memory, so inputs that are not contiguous are copied first, and
+    an `out` that is not is written through a contiguous temporary."""
+    arrays = dict(x=x, y=y) if out is None else dict(x=x, y=y, out=out)
+    check_arrays("add", **arrays)
+    if tuple(x.shape) != tuple(y.shape):
         raise ValueError(f"add: shapes differ: {tuple(x.shape)} and {tuple(y.shape)}")
+    if out is not None and tuple(out.shape) != tuple(x.shape):
+        raise ValueError(f"add: out has shape {tuple(out.shape)}, the inputs {tuple(x.shape)}")
     if config is None:  # 128-bit accesses whatever the element type
         bits = (x.element_size() if is_torch(x) else x.itemsize) * 8
         config = Config(vector=max(1, 128 // bits))
-    out = empty_like(x) if out is None else out
     n = int(np.prod(x.shape))
-    grid = (max(1, -(-n // config.block)),)
-    add_kernel[grid](x, y, out, n, BLOCK=config.block, VEC=config.vector, WARPS=config.num_warps,
-                     num_warps=config.num_warps)
-    return out
+    result = new_array(x, tuple(x.shape)) if out is None else out
+    if n == 0:
+        return result
+    target = result if is_contiguous(result) else new_array(result, tuple(x.shape))
+    grid = (-(-n // config.block),)
+    add_kernel[grid](contiguous(x), contiguous(y), target, n, BLOCK=config.block, VEC=config.vector,
+                     WARPS=config.num_warps, num_warps=config.num_warps)
+    if target is not result:
+        result[...] = target
+    return result
 
 
 def add_kernel_for_overhead():

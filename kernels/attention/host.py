@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 
-from .._launch import data_address, is_torch, new_array, persistent_cluster_grid, persistent_grid
+from .._launch import (check_arrays, contiguous, data_address, element_strides, is_torch, new_array,
+                       persistent_cluster_grid, persistent_grid)
 from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
                      dynamic_schedule, half_tiles, lazy_max, per_warp_release, register_cap, replicated,
                      rescale_above, tile_group)
@@ -27,22 +28,9 @@ def _kind(x) -> str:
         return str(getattr(x, "dtype", type(x).__name__))
 
 
-def _strides(x) -> tuple[int, ...]:
-    return tuple(x.stride()) if is_torch(x) else tuple(s // x.itemsize for s in x.strides)
-
-
-def _where(x) -> str:
-    if is_torch(x):
-        return str(x.device)
-    if isinstance(x, np.ndarray):
-        return "host"
-    raise TypeError(f"flash_attention takes torch tensors or numpy arrays, got "
-                    f"{type(x).__module__}.{type(x).__qualname__}")
-
-
 def _as_bhsd(x, layout: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(shape, strides) of x seen as [batch, heads, seq, head_dim]."""
-    shape, strides = tuple(x.shape), _strides(x)
+    shape, strides = tuple(x.shape), element_strides(x)
     if layout == "bshd":
         order = (0, 2, 1, 3)
         shape, strides = tuple(shape[i] for i in order), tuple(strides[i] for i in order)
@@ -55,18 +43,12 @@ def _check_inputs(q, k, v, layout: str) -> tuple[str, int]:
         raise ValueError(f"flash_attention layout must be 'bhsd' (batch, heads, seq, head_dim) "
                          f"or 'bshd' (batch, seq, heads, head_dim), got {layout!r}")
     names = ("q", "k", "v")
-    places = [_where(x) for x in (q, k, v)]
-    if len(set(places)) != 1:
-        raise ValueError(f"flash_attention: q, k and v must live on one device, got "
-                         f"{', '.join(f'{n} on {p}' for n, p in zip(names, places))}")
-    if places[0] not in ("host", "cpu") and not places[0].startswith("cuda"):
-        raise ValueError(f"flash_attention runs on CUDA tensors (GPU) or host arrays (the CPU "
-                         f"emulator), got tensors on {places[0]}; move them with .cuda()")
+    check_arrays("flash_attention", q=q, k=k, v=v)
     kinds = [_kind(x) for x in (q, k, v)]
     if kinds[0] not in _DTYPES or len(set(kinds)) != 1:
         raise TypeError(f"flash_attention takes q, k and v of one dtype, bf16 or fp16, got "
                         f"{', '.join(kinds)}; convert with .to(torch.bfloat16)"
-                        + (" (numpy has no bf16: use float16)" if places[0] == "host" else ""))
+                        + (" (numpy has no bf16: use float16)" if isinstance(q, np.ndarray) else ""))
     for name, x in zip(names, (q, k, v)):
         if len(x.shape) != 4:
             raise ValueError(f"flash_attention: {name} must be 4-D ({_layout_words(layout)}), "
@@ -84,18 +66,34 @@ def _check_inputs(q, k, v, layout: str) -> tuple[str, int]:
     if hk < 1 or h % hk:
         raise ValueError(f"flash_attention: q has {h} heads and k/v {hk}; the k/v heads must "
                          f"divide the q heads (GQA/MQA)")
-    for name, x in zip(names, (q, k, v)):
-        strides = _strides(x)
-        if math.prod(x.shape) == 0:
-            continue
-        if strides[-1] != 1:
-            raise ValueError(f"flash_attention: {name}'s last dim (head_dim) must be contiguous, "
-                             f"got strides {strides}; pass {name}.contiguous()")
-        if any(s * 2 % 16 for s in strides[:-1]) or data_address(x) % 16:
-            raise ValueError(f"flash_attention: {name} must start on 16 bytes with every stride "
-                             f"a multiple of 8 elements (TMA), got strides {strides}; pass "
-                             f"{name}.contiguous()")
     return kinds[0], d
+
+
+def _tma_ready(x):
+    """x as the kernels' 4-D TMA descriptors read it: itself when it starts on 16 bytes
+    with head_dim contiguous and every other stride a non-negative multiple of 16 bytes
+    (any order of batch, heads and seq), else a contiguous copy."""
+    strides = element_strides(x)
+    if math.prod(x.shape) == 0 or (strides[-1] == 1 and data_address(x) % 16 == 0
+                                   and all(s >= 0 and s * 2 % 16 == 0 for s in strides[:-1])):
+        return x
+    return contiguous(x)
+
+
+def _scaled_queries(q, softmax_scale: float):
+    """(q', scale') with softmax(scale' q' k^T) = softmax(softmax_scale q k^T) and
+    scale' > 0. The kernels take a row's running max as max(raw scores) * scale, the max
+    of the scaled scores only when the scale is positive, and mask keys with -inf scores,
+    which a zero scale turns into NaN. So a negative scale negates q instead (exact in
+    fp16/bf16), and a zero scale, which weighs every visible key the same, becomes zero
+    queries at scale 1."""
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"flash_attention: softmax_scale must be finite, got {softmax_scale}")
+    if softmax_scale > 0:
+        return q, softmax_scale
+    if softmax_scale < 0:
+        return -q, -softmax_scale
+    return new_array(q, tuple(q.shape), zero=True), 1.0
 
 
 def _layout_words(layout: str) -> str:
@@ -117,7 +115,9 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
 
     q is [batch, heads, seq_q, head_dim] and k, v [batch, kv_heads, seq_k, head_dim]
     (layout="bshd": seq before heads); kv_heads divides heads (GQA/MQA); head_dim 64, 128
-    or 256; bf16 or fp16. Causal attention is aligned bottom-right: query i sees keys
+    or 256; bf16 or fp16; any strides (copied to contiguous where TMA cannot read them).
+    softmax_scale is any finite number (default 1 / sqrt(head_dim)); at 0 every visible
+    key weighs the same. Causal attention is aligned bottom-right: query i sees keys
     j <= i + seq_k - seq_q. Returns O shaped like q (contiguous), and with return_lse
     the fp32 log-sum-exp (natural log) of each row's scaled scores, [batch, heads,
     seq_q]; rows that see no key get O = 0 and log-sum-exp +inf, as in FlashAttention.
@@ -130,6 +130,8 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
                          f"inputs have head_dim {head_dim}")
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
+    q, scale = _scaled_queries(q, float(softmax_scale))
+    q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
     out = new_array(q, tuple(q.shape))
     lse = new_array(q, (batch, heads, seq_q), "float32")
     if seq_q == 0 or batch * heads == 0:
@@ -138,7 +140,7 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
         out[...] = 0
         lse[...] = float("inf")
         return (out, lse) if return_lse else out
-    _launch(q, k, v, out, lse, layout, config, float(softmax_scale), bool(causal), bool(return_lse))
+    _launch(q, k, v, out, lse, layout, config, scale, bool(causal), bool(return_lse))
     return (out, lse) if return_lse else out
 
 

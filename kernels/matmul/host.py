@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import lowlevel as ll
-from .._launch import data_address, is_torch
+from .._launch import check_arrays, contiguous, data_address, element_strides, is_torch, new_array
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 
@@ -24,12 +24,9 @@ def _signature(dtype) -> str:
         return str(dtype)
 
 
-def _strides(x) -> tuple[int, ...]:
-    return tuple(x.stride()) if is_torch(x) else tuple(s // x.itemsize for s in x.strides)
-
-
-def _check_inputs(a, b) -> tuple[str, bool]:
-    """(input dtype name, whether B is K-major); ValueError/TypeError on bad input."""
+def _check_inputs(a, b) -> str:
+    """The input dtype name; ValueError/TypeError on inputs no layout change can fix."""
+    check_arrays("matmul", a=a, b=b)
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ValueError(f"matmul takes 2-D a [M, K] and b [K, N], got shapes {tuple(a.shape)} "
                          f"and {tuple(b.shape)}")
@@ -40,23 +37,26 @@ def _check_inputs(a, b) -> tuple[str, bool]:
     if kind_a not in _INPUT_BITS or kind_a != kind_b:
         raise TypeError(f"matmul takes a and b of one dtype among {sorted(_INPUT_BITS)}, got "
                         f"{kind_a} and {kind_b}")
-    if is_torch(a) != is_torch(b) or (is_torch(a) and a.device != b.device):
-        raise ValueError("matmul: a and b must live on the same device")
-    if _strides(a)[1] != 1:
-        raise ValueError(f"matmul: a must have K contiguous (stride 1 along dim 1), got "
-                         f"strides {_strides(a)}; pass a.contiguous()")
-    sb = _strides(b)
-    if sb[1] == 1 and b.shape[1] > 1:
+    return kind_a
+
+
+def _operands(a, b, kind: str) -> tuple:
+    """(a, b, whether b is K-major) as the TMA loads read them: a with K contiguous, b
+    row-major (N contiguous) or K-major (the transpose of a contiguous [N, K]), each
+    copied to contiguous when its strides are neither."""
+    if element_strides(a)[1] != 1:
+        a = contiguous(a)
+    strides = element_strides(b)
+    if strides[1] == 1 and b.shape[1] > 1:
         k_major = False
-    elif sb[0] == 1:
+    elif strides[0] == 1:
         k_major = True
     else:
-        raise ValueError(f"matmul: b must be row-major (N contiguous) or K-major (a transposed "
-                         f"[N, K] tensor), got strides {sb}; pass b.contiguous()")
-    if _INPUT_BITS[kind_a] == 8 and not k_major:
+        b, k_major = contiguous(b), False
+    if _INPUT_BITS[kind] == 8 and not k_major:
         raise ValueError("matmul: fp8 b must be K-major (wgmma cannot transpose 8-bit tiles): "
                          "pass b as bt.t() for a contiguous bt of shape [N, K]")
-    return kind_a, k_major
+    return a, b, k_major
 
 
 def _out_dtype(a, out_dtype, kind: str):
@@ -75,19 +75,14 @@ def _out_dtype(a, out_dtype, kind: str):
 
 
 def _aligned(x, inner: int):
-    """`x` (2-D, last dim contiguous) with rows starting on 16 bytes, as TMA needs:
-    itself when they already do, else a zero-padded copy of the same values."""
+    """`x` (2-D, last dim contiguous) as TMA reads it, rows starting on 16 bytes and not
+    overlapping: itself when they already do, else a zero-padded copy of the same values."""
     item = x.element_size() if is_torch(x) else x.itemsize
-    stride = _strides(x)[0]
-    if (stride * item) % 16 == 0 and data_address(x) % 16 == 0:
+    stride = element_strides(x)[0]
+    if stride >= inner and (stride * item) % 16 == 0 and data_address(x) % 16 == 0:
         return x
     padded_cols = -(-inner * item // 16) * 16 // item
-    if is_torch(x):
-        import torch
-
-        out = torch.zeros((x.shape[0], padded_cols), dtype=x.dtype, device=x.device)
-    else:
-        out = np.zeros((x.shape[0], padded_cols), dtype=x.dtype)
+    out = new_array(x, (x.shape[0], padded_cols), zero=True)
     out[:, :inner] = x
     return out
 
@@ -159,15 +154,13 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
 
 def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     """C = A @ B with fp32 accumulation, in `out_dtype` (default: a's dtype; bf16 for fp8)."""
-    kind, k_major = _check_inputs(a, b)
+    kind = _check_inputs(a, b)
     out_dtype, out_kind = _out_dtype(a, out_dtype, kind)
     in_bits, out_bits = _INPUT_BITS[kind], _OUTPUT_BITS[out_kind]
     m, k = a.shape
     n = b.shape[1]
     if config is not None:
         config.check_fits(in_bits, out_bits)
-    a = _aligned(a, k)
-    b = _aligned(b.T, k).T if k_major else _aligned(b, n)
     padded_n = -(-n * out_bits // 128) * 128 // out_bits
     if is_torch(a):
         import torch
@@ -176,11 +169,14 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     else:
         c = np.empty((m, padded_n), dtype=out_dtype)
     c = c[:, :n]  # rows still start on 16 bytes, as TMA needs
-    if m == 0 or n == 0:
+    if m == 0 or n == 0:  # before any stride rule: empty arrays have arbitrary strides
         return c
     if k == 0:
         c[:] = 0
         return c
+    a, b, k_major = _operands(a, b, kind)
+    a = _aligned(a, k)
+    b = _aligned(b.T, k).T if k_major else _aligned(b, n)
     if config is None:
         if is_torch(a) and a.is_cuda:
             config = _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, (kind, out_kind))

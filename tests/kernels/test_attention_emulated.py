@@ -418,15 +418,9 @@ def test_bad_inputs_get_clear_errors():
         flash_attention(q, q, q[:, :, :8])
     with pytest.raises(ValueError, match="batch and head_dim must match"):
         flash_attention(q, np.zeros((2, 2, 16, 64), np.float16), np.zeros((2, 2, 16, 64), np.float16))
-    with pytest.raises(ValueError, match=r"last dim \(head_dim\) must be contiguous.*contiguous\(\)"):
-        t = np.zeros((1, 2, 64, 16), np.float16).transpose(0, 1, 3, 2)
-        flash_attention(t, t, t)
-    with pytest.raises(ValueError, match="multiple of 8 elements"):
-        t = np.zeros((1, 2, 16, 65), np.float16)[..., :64]
-        flash_attention(t, t, t)
     with pytest.raises(ValueError, match="layout must be"):
         flash_attention(q, q, q, layout="sbhd")
-    with pytest.raises(TypeError, match="torch tensors or numpy arrays"):
+    with pytest.raises(TypeError, match="numpy arrays .* or torch tensors"):
         flash_attention(q.tolist(), q, q)
     with pytest.raises(ValueError, match="is for head_dim 128"):
         flash_attention(q, q, q, config=default_config(128))
