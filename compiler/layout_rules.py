@@ -174,13 +174,18 @@ def plan_reduction(layout: LinearLayout, axis: int) -> ReductionPlan:
             groups[key].append(reg)
 
     sizes = [len(bases[d]) for d in ("register", "lane", "warp")]
-    hardware = [b for d in ("register", "lane", "warp") for b in bases[d]]
+    hardware = [b for d in ("register", "lane", "warp", "block") for b in bases[d]]
     projected = [result.flatten_basis(project(b)) for b in hardware]
     counted = XorBasis(_kernel([full.flatten_basis(b) for b in hardware]))
     steps: dict[str, list] = {"register": [], "lane": [], "warp": []}
-    for vector in _kernel(projected):  # ascending highest bit: registers, lanes, warps
+    for vector in _kernel(projected):  # ascending highest bit: registers, lanes, warps, blocks
         if not counted.add(vector):
             continue  # moves only between copies of elements already counted
+        if vector >> sum(sizes):
+            raise LayoutError(
+                f"cannot reduce along axis {axis}: the CTAs of the cluster hold different "
+                f"elements along it (block bases {list(bases['block'])}); convert the operand "
+                f"to a layout whose block bases do not move along dim{axis} first")
         register = vector & ((1 << sizes[0]) - 1)
         lane = vector >> sizes[0] & ((1 << sizes[1]) - 1)
         warp = vector >> (sizes[0] + sizes[1])

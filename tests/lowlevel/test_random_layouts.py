@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weft import lowlevel as ll
+from weft.compiler.errors import CompilationError
 from weft.layouts.strategies import distributed_layouts, shapes
 from weft.runtime import ptxas
 
@@ -142,3 +143,14 @@ def test_issue_38_layout_reduces_broadcasts_and_converts_on_the_emulator():
 
 def test_issue_38_layout_compiles():
     check_through_ptxas(1, ISSUE_38, ISSUE_38)
+
+
+def test_a_reduction_across_the_ctas_of_a_cluster_is_refused_at_the_users_line():
+    # Block bases are not reduced (that needs distributed shared memory); before, they were
+    # ignored and each CTA kept its partial sum.
+    across_ctas = ll.LinearDistributedLayout(
+        reg_bases=[[0, 1], [0, 2], [1, 0]], lane_bases=[[0, 4], [2, 0], [0, 0], [0, 0], [0, 0]],
+        warp_bases=[], block_bases=[[4, 0]], shape=[8, 8])
+    with pytest.raises(CompilationError, match=r"(?s)test_random_layouts.py:\d+.*CTAs of the cluster.*dim0"):
+        column_sums.compile({"x_ptr": "*fp32", "out_ptr": "*fp32"}, constexprs={"LAYOUT": across_ctas},
+                            num_warps=1)
