@@ -1,6 +1,7 @@
 """How shape-changing ops move layouts, and how reductions and broadcasts use them.
 
-The frontend computes result layouts with these functions, the verifier re-checks them,
+The frontend computes result layouts with these functions (and with the one slice rule,
+`layouts.standard.slice_layout`), the verifier re-checks them,
 and the backend and the emulator read the same register maps and reduction plans, so the
 CPU emulator executes exactly the data movement the GPU code performs.
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layouts import LayoutError, LinearLayout
+from ..layouts.standard import slice_layout
 from ..layouts.gf2 import XorBasis
 
 HARDWARE_DIMS = ("register", "lane", "warp", "block")
@@ -35,30 +37,6 @@ def expand_dims_layout(layout: LinearLayout, axis: int) -> LinearLayout:
     shape = list(layout.out_dims.values())
     shape.insert(axis, 1)
     bases = {n: [tuple(b[:axis]) + (0,) + tuple(b[axis:]) for b in rows] for n, rows in layout.bases.items()}
-    return LinearLayout(bases, _dims(shape))
-
-
-def remove_dim_layout(layout: LinearLayout, axis: int) -> LinearLayout:
-    """The layout of a reduction's result along `axis` (Triton's SliceLayout).
-
-    Bases lose their `axis` coordinate; lane/warp bases that moved only along `axis` become
-    broadcasts; register bases that become zero or repeat an earlier register are dropped,
-    because after the in-thread reduction those registers hold nothing new.
-    """
-    shape = list(layout.out_dims.values())
-    if not 0 <= axis < len(shape):
-        raise LayoutError(f"axis {axis} out of range for a rank-{len(shape)} tensor")
-    del shape[axis]
-    bases = {}
-    for name, rows in _with_hardware_dims(layout).bases.items():
-        projected = [tuple(b[:axis]) + tuple(b[axis + 1:]) for b in rows]
-        if name == "register":
-            kept = []
-            for b in projected:
-                if any(b) and b not in kept:
-                    kept.append(b)
-            projected = kept
-        bases[name] = projected
     return LinearLayout(bases, _dims(shape))
 
 
@@ -131,30 +109,51 @@ class ReductionPlan:
     """How a reduction along `axis` runs, in three stages.
 
     - `register_groups[k]`: operand registers folded (in this order) into result register k;
-    - `lane_masks`: XOR lane masks of the butterfly shuffles that combine lanes;
-    - `warp_masks`: XOR warp masks combined through shared memory (scratch holds one value
-      per (warp, lane, result register)).
+    - `lane_steps`: (lane mask, register xor) pairs: butterfly shuffles in which result
+      register k of a lane combines with result register k ^ (register xor) of lane ^ mask;
+    - `warp_steps`: (warp mask, lane xor, register xor) triples combined through shared
+      memory (scratch holds one value per (warp, lane, result register)).
+    A nonzero register or lane xor appears where the layout mixes the reduced dim with a
+    kept one (a lane basis (1, 1) beside a register basis (0, 1), reduced along dim0).
     Every thread ends holding the full result for its result registers.
     """
 
     axis: int
     result_layout: LinearLayout
     register_groups: tuple[tuple[int, ...], ...]
-    lane_masks: tuple[int, ...]
-    warp_masks: tuple[int, ...]
+    lane_steps: tuple[tuple[int, int], ...]
+    warp_steps: tuple[tuple[int, int, int], ...]
+
+    @property
+    def warp_masks(self) -> tuple[int, ...]:
+        return tuple(step[0] for step in self.warp_steps)
+
+    @property
+    def warps_only(self) -> bool:
+        """Whether every warp step combines the same lane and register of other warps."""
+        return all(lane == 0 and register == 0 for _, lane, register in self.warp_steps)
 
     @property
     def needs_shared(self) -> bool:
-        return bool(self.warp_masks)
+        return bool(self.warp_steps)
 
     def scratch_elements(self, num_warps: int) -> int:
-        return num_warps * 32 * len(self.register_groups) if self.warp_masks else 0
+        return num_warps * 32 * len(self.register_groups) if self.warp_steps else 0
 
 
 def plan_reduction(layout: LinearLayout, axis: int) -> ReductionPlan:
-    """Split a reduction into in-thread folds, lane butterflies and a cross-warp exchange."""
+    """Split a reduction into in-thread folds, lane butterflies and a cross-warp exchange.
+
+    In GF(2) terms: the hardware indices holding one result element form a coset of the
+    kernel of P (the layout followed by dropping `axis`); indices in the kernel of the
+    layout itself hold the same element twice and must be combined once only. Each stage
+    takes the kernel vectors of P whose highest bit lies in its hardware dim (registers,
+    then lanes, then warps), keeping those that add an element not yet counted.
+    """
     full = _with_hardware_dims(layout)
-    result = remove_dim_layout(full, axis)
+    if not 0 <= axis < len(full.out_dims):
+        raise LayoutError(f"axis {axis} out of range for a rank-{len(full.out_dims)} tensor")
+    result = slice_layout(full, axis)
     bases = full.bases
     rank = len(full.out_dims)
 
@@ -165,10 +164,7 @@ def plan_reduction(layout: LinearLayout, axis: int) -> ReductionPlan:
     res_solver = XorBasis(result.flatten_basis(b) for b in res_regs)
     groups: list[list[int]] = [[] for _ in range(1 << len(res_regs))]
     for reg in range(1 << len(bases["register"])):
-        element = [0] * rank
-        for bit, basis in enumerate(bases["register"]):
-            if reg >> bit & 1:
-                element = [e ^ v for e, v in zip(element, basis)]
+        element = _element(bases["register"], reg, rank)
         key = res_solver.solve(result.flatten_basis(project(element)))
         if key is None:  # cannot happen: result registers span the projected registers
             raise LayoutError("internal: reduction register outside the result layout")
@@ -177,24 +173,28 @@ def plan_reduction(layout: LinearLayout, axis: int) -> ReductionPlan:
         if all(_element(bases["register"], other, rank) != element for other in groups[key]):
             groups[key].append(reg)
 
-    lane_masks = _kernel_masks([result.flatten_basis(project(b)) for b in bases["lane"]],
-                               [full.flatten_basis(b) for b in bases["lane"]])
-    warp_masks = _kernel_masks([result.flatten_basis(project(b)) for b in bases["warp"]],
-                               [full.flatten_basis(b) for b in bases["warp"]])
-    # Every set of hardware indices holding one result element must be reachable by the
-    # three stages: the kernel of the projected map must split into pure register, pure
-    # lane and pure warp parts.
-    columns = [result.flatten_basis(project(b)) for d in ("register", "lane", "warp") for b in bases[d]]
-    kernel_dim = len(columns) - XorBasis(columns).rank
-    register_columns = [result.flatten_basis(project(b)) for b in bases["register"]]
-    register_kernel = len(register_columns) - XorBasis(register_columns).rank
-    copies = [len(bases[d]) - XorBasis(full.flatten_basis(b) for b in bases[d]).rank for d in ("lane", "warp")]
-    if kernel_dim != register_kernel + len(lane_masks) + len(warp_masks) + sum(copies):
-        raise LayoutError(
-            f"cannot reduce along axis {axis} in this layout: some lanes or warps hold the same "
-            f"result elements as other registers; convert the operand to a blocked layout first"
-        )
-    return ReductionPlan(axis, result, tuple(tuple(g) for g in groups), lane_masks, warp_masks)
+    sizes = [len(bases[d]) for d in ("register", "lane", "warp")]
+    hardware = [b for d in ("register", "lane", "warp", "block") for b in bases[d]]
+    projected = [result.flatten_basis(project(b)) for b in hardware]
+    counted = XorBasis(_kernel([full.flatten_basis(b) for b in hardware]))
+    steps: dict[str, list] = {"register": [], "lane": [], "warp": []}
+    for vector in _kernel(projected):  # ascending highest bit: registers, lanes, warps, blocks
+        if not counted.add(vector):
+            continue  # moves only between copies of elements already counted
+        if vector >> sum(sizes):
+            raise LayoutError(
+                f"cannot reduce along axis {axis}: the CTAs of the cluster hold different "
+                f"elements along it (block bases {list(bases['block'])}); convert the operand "
+                f"to a layout whose block bases do not move along dim{axis} first")
+        register = vector & ((1 << sizes[0]) - 1)
+        lane = vector >> sizes[0] & ((1 << sizes[1]) - 1)
+        warp = vector >> (sizes[0] + sizes[1])
+        # The result register holding what operand register `register` adds.
+        shift = res_solver.solve(result.flatten_basis(project(_element(bases["register"], register, rank))))
+        stage = "warp" if warp else "lane" if lane else "register"
+        steps[stage].append((lane, shift) if stage == "lane" else (warp, lane, shift))
+    return ReductionPlan(axis, result, tuple(tuple(g) for g in groups),
+                         tuple(steps["lane"]), tuple(steps["warp"]))
 
 
 def reduction_in_warp(layout: LinearLayout, axis: int) -> bool:
@@ -202,7 +202,7 @@ def reduction_in_warp(layout: LinearLayout, axis: int) -> bool:
     through shared memory), so that each warp may run it alone, e.g. in a branch taken
     warp by warp."""
     try:
-        return not plan_reduction(layout, axis).warp_masks
+        return not plan_reduction(layout, axis).warp_steps
     except LayoutError:
         return False
 
@@ -215,26 +215,15 @@ def _element(register_rows, reg: int, rank: int) -> list[int]:
     return element
 
 
-def _kernel_masks(projected: list[int], unprojected: list[int]) -> tuple[int, ...]:
-    """XOR masks over one hardware dim (lanes or warps) that a butterfly must combine.
-
-    They span the index moves that stay inside one result element (the kernel of the
-    projected map), leaving out moves between exact copies (the kernel of the unprojected
-    map: broadcast lanes hold the same value, and combining them would count it twice).
-    """
-    def kernel(columns: list[int]) -> list[int]:
-        masks = []
-        for bit in XorBasis(columns).free_columns:
-            combination = XorBasis(columns[:bit]).solve(columns[bit]) or 0
-            masks.append(combination | (1 << bit))
-        return masks
-
-    span = XorBasis(kernel(unprojected))
-    chosen = []
-    for mask in kernel(projected):
-        if span.add(mask):
-            chosen.append(mask)
-    return tuple(chosen)
+def _kernel(columns: list[int]) -> list[int]:
+    """A basis of the kernel of the map with these columns, as input bit masks: one vector
+    per column in the span of the earlier ones, whose highest bit is that column."""
+    basis = XorBasis()
+    vectors = []
+    for bit, column in enumerate(columns):
+        if not basis.add(column):
+            vectors.append((XorBasis(columns[:bit]).solve(column) or 0) | (1 << bit))
+    return vectors
 
 
 # ----------------------------------------------------------- shared-memory addressing

@@ -254,18 +254,24 @@ def blocked(
 def slice_layout(parent: LinearLayout, dim: int) -> LinearLayout:
     """Triton's SliceEncoding: the parent layout with tensor dim `dim` removed.
 
+    This is the one slice rule of weft: a reduction's result, a `SliceLayout` and the
+    operand of an `expand_dims` all use it, so they always agree.
+
     The remaining out-dims are renumbered dim0, dim1, ...; a base that only moved along
     `dim` becomes zero (threads that differed only along `dim` now hold the same element).
     Register bases in the span of earlier register bases (zero ones included) are dropped,
-    so a thread holds each element of the slice once.
+    so a thread holds each element of the slice once: with register bases (1, 1), (2, 2),
+    (0, 3) sliced along dim0, the third, (3), is (1) XOR (2), and registers 0 and 7 of the
+    parent (rows 0 and 3 of column 0) fold into register 0 of the slice. A register layout
+    (in-dims among register, lane, warp, block) comes back with all four in-dims.
     """
     function = "slice_layout"
     rank = len(parent.out_dims)
     names = [_dim(d) for d in range(rank)]
-    if sorted(parent.out_dim_names) != sorted(names) or rank < 2:
+    if sorted(parent.out_dim_names) != sorted(names) or rank < 1:
         raise LayoutError(
             f"{function}: the parent's out-dims {parent.out_dims} must be dim0..dim{rank - 1} "
-            f"of a tensor with at least 2 dims"
+            f"of a tensor with at least 1 dim"
         )
     if not isinstance(dim, (int, np.integer)) or not 0 <= dim < rank:
         raise LayoutError(
@@ -275,8 +281,11 @@ def slice_layout(parent: LinearLayout, dim: int) -> LinearLayout:
     kept_dims = [d for d in range(rank) if d != dim]
     out_dims = [(_dim(new), parent.out_dims[_dim(old)]) for new, old in enumerate(kept_dims)]
     flat = LinearLayout({}, out_dims)
+    parent_bases = parent.bases
+    if set(parent_bases) <= set(REGISTER_IN_DIMS):
+        parent_bases = {name: parent_bases.get(name, ()) for name in REGISTER_IN_DIMS}
     bases = {}
-    for in_dim, rows in parent.bases.items():
+    for in_dim, rows in parent_bases.items():
         projected = [tuple(row[d] for d in kept_dims) for row in rows]
         if in_dim == "register":
             span = XorBasis()

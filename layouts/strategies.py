@@ -156,6 +156,26 @@ def _mixing(draw, units: list[tuple[int, ...]]):
     return images
 
 
+@st.composite
+def _dense_mixing(draw, units: list[tuple[int, ...]]):
+    """A random invertible map of the tensor bits in which any bit may mix with any other:
+    a product of a random lower and a random upper unit-triangular matrix (all-False draws,
+    the shrink target, leave the plain bit placement). Elementary mixing rarely makes three
+    images with dependent projections, such as (1, 1), (2, 2), (0, 3) sliced along dim0."""
+    n = len(units)
+    images = list(units)
+    for lower in (True, False):
+        mixed = []
+        for i in range(n):
+            image = images[i]
+            for j in (range(i) if lower else range(i + 1, n)):
+                if draw(st.booleans()):
+                    image = _xor(image, images[j])
+            mixed.append(image)
+        images = mixed
+    return images
+
+
 # ------------------------------------------------------------ distributed layouts
 def distributed_layouts(
     shape: Optional[Sequence[int]] = None,
@@ -163,6 +183,7 @@ def distributed_layouts(
     rank: Optional[int] = None,
     allow_broadcast: bool = True,
     max_elements: int = 1 << 12,
+    dense_mixing: bool = False,
 ):
     """Random surjective layouts register x lane x warp x block -> dim0 x dim1 x ...
 
@@ -171,7 +192,9 @@ def distributed_layouts(
     hardware bit (a random assignment, optionally XOR-mixed); the remaining hardware bits
     are broadcasts: zero bases, duplicates, or combinations of other bits. With
     `allow_broadcast=False` there are no such bits and the layout is invertible, which
-    needs at least 32 * num_warps elements.
+    needs at least 32 * num_warps elements. With `dense_mixing=True` the XOR mixing, when
+    drawn, may combine any tensor bits with any others (`_dense_mixing`) instead of a few,
+    and a broadcast register may repeat a combination of the thread's other registers.
     """
     if shape is not None:
         shape = _check_shape(shape)
@@ -209,16 +232,23 @@ def distributed_layouts(
         total_bits = register_bits + hardware_bits
 
         units = _unit_bits(the_shape)
-        images = draw(_mixing(units)) if draw(st.booleans()) else units
+        mixing = _dense_mixing if dense_mixing else _mixing
+        images = draw(mixing(units)) if draw(st.booleans()) else units
         zero = tuple(0 for _ in the_shape)
         # Which hardware bit carries which tensor bit: a random injection.
         slots = draw(st.permutations(range(total_bits)))[: len(images)]
         bases: list = [None] * total_bits
         for image, slot in zip(images, slots):
             bases[slot] = image
+        held = [b for b in bases[:register_bits] if b is not None]
         for slot in range(total_bits):
             if bases[slot] is None:
-                bases[slot] = draw(_broadcast_basis(images, zero))
+                # A register may also repeat a combination of the thread's other registers
+                # (an element it holds twice, whose slice is in the span of theirs).
+                options = [_broadcast_basis(images, zero)]
+                if slot < register_bits and dense_mixing and len(held) >= 2:
+                    options.append(_broadcast_basis(held, zero))
+                bases[slot] = draw(st.one_of(*options))
         layout_bases = {
             "register": bases[:register_bits],
             "lane": bases[register_bits : register_bits + LANE_BITS],

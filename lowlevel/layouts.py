@@ -17,7 +17,6 @@ from dataclasses import dataclass, fields
 from typing import Any, Optional, Sequence
 
 from ..layouts import standard
-from ..compiler.layout_rules import remove_dim_layout
 from ..layouts import LayoutError, LinearLayout
 
 
@@ -167,9 +166,9 @@ class SliceLayout(DistributedLayout):
         return shape[:self.dim] + (1,) + shape[self.dim:]
 
     def to_linear(self, shape):
-        # remove_dim_layout is the rule reductions use, so a reduction's result and a
-        # tensor built in the same SliceLayout always agree.
-        return remove_dim_layout(self.parent.to_linear(self.parent_shape(shape)), self.dim)
+        # slice_layout is the rule reductions use, so a reduction's result and a tensor
+        # built in the same SliceLayout always agree.
+        return standard.slice_layout(self.parent.to_linear(self.parent_shape(shape)), self.dim)
 
     def __str__(self) -> str:
         return f"SliceLayout(dim={self.dim}, parent={self.parent})"

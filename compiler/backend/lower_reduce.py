@@ -7,16 +7,21 @@ the end).
    dependent combines instead of n - 1 (5 instead of 31 for a 64 x 128 wgmma accumulator
    reduced along its rows). The tree is fixed by the register order, so results are
    deterministic; a float sum is associated differently from a left-to-right fold.
-2. Lanes: for each lane mask m of `lane_masks`, every lane combines with lane ^ m
-   (shfl.sync.bfly). The combine functions are commutative, so both partners end bitwise
-   equal.
-3. Warps (only when `warp_masks` is not empty): each thread writes its results to the
+2. Lanes: for each lane step (m, x) of `lane_steps`, result register k of every lane
+   combines with result register k ^ x of lane ^ m (shfl.sync.bfly of register k ^ x: each
+   lane sends what its partner needs). The combine functions are commutative, so both
+   partners end bitwise equal.
+3. Warps (only when `warp_steps` is not empty): each thread writes its results to the
    scratch at `scratch_offset`, laid out [warp][result register][lane]; bar.sync; then
    every thread reads the values of the warps of its group (its warp XOR every element of
    span(warp_masks)) and folds them in ascending warp order, starting from the lowest, so
    all warps of a group produce bitwise identical results. For argmax/argmin the indices
    follow the values in a second array after them. The barrier that protects the scratch
    before its next write is placed by insert_barriers (it sees the scratch as read-pending).
+   When a warp step also moves lanes or registers (`not plan.warps_only`), each step is a
+   butterfly through the scratch instead: write, bar.sync, combine with the partner's slot
+   (warp ^ mask, lane ^ lane xor, register ^ register xor), and a bar.sync before the next
+   step's write.
 
 Accumulators: fp16/bf16 accumulate in fp32, integers narrower than 32 bits in i32 (the
 sizes `passes.shared_accesses.scratch_bytes_of` reserves); the result is cast to the result
@@ -98,30 +103,63 @@ class _Combiner:
         return (b.select(take_first, x, y), b.select(take_first, a[1], c[1]))
 
 
-def _shared_stage(ctx: Lowering, plan: ReductionPlan, op: Reduce, accumulators: list, combine) -> list:
-    """Combine across warps through scratch (see the module docstring for the layout)."""
+def _scratch(ctx: Lowering, plan: ReductionPlan, op: Reduce, accumulators: list, combine):
+    """The scratch arrays (values, then indices for argmax/argmin) and slot(warp, lane,
+    result register), the index in the [warp][result register][lane] layout."""
     b = ctx.builder
     if op.scratch_offset is None:
         raise CompilationError("a reduction across warps has no scratch offset", op.loc,
                                suggestion="run allocate_shared_memory before the backend")
     results = len(plan.register_groups)
-    warps = ctx.num_warps
-    parts = len(accumulators[0])
     value_bytes = max(T.memory_bytes(combine.element), 4)
     arrays = [ctx.shared_pointer(op.scratch_offset)]
-    if parts == 2:
-        arrays.append(ctx.shared_pointer(op.scratch_offset + warps * 32 * results * value_bytes))
-    lane, warp = ctx.hardware_index("lane"), ctx.hardware_index("warp")
+    if len(accumulators[0]) == 2:
+        arrays.append(ctx.shared_pointer(op.scratch_offset + ctx.num_warps * 32 * results * value_bytes))
 
-    def slot(warp_index, result):
+    def slot(warp_index, lane_index, result):
         row = b.add(b.mul(warp_index, ir.Constant(T.I32, results)), ir.Constant(T.I32, result))
-        return b.add(b.mul(row, ir.Constant(T.I32, 32)), lane)
+        return b.add(b.mul(row, ir.Constant(T.I32, 32)), lane_index)
 
+    return arrays, slot
+
+
+def _write_scratch(ctx: Lowering, arrays, slot, accumulators: list) -> None:
+    b = ctx.builder
+    lane, warp = ctx.hardware_index("lane"), ctx.hardware_index("warp")
     for k, accumulator in enumerate(accumulators):
-        index = slot(warp, k)
+        index = slot(warp, lane, k)
         for array, value in zip(arrays, accumulator):
             b.store(value, b.gep(array, [index], source_etype=value.type))
     barrier(ctx)
+
+
+def _read_scratch(ctx: Lowering, arrays, index, like: tuple) -> tuple:
+    b = ctx.builder
+    return tuple(b.load(b.gep(array, [index], source_etype=v.type), typ=v.type) for array, v in zip(arrays, like))
+
+
+def _shared_butterflies(ctx: Lowering, plan: ReductionPlan, op: Reduce, accumulators: list, combine) -> list:
+    """Warp steps that also move lanes or registers: one butterfly through scratch each."""
+    b = ctx.builder
+    arrays, slot = _scratch(ctx, plan, op, accumulators, combine)
+    lane, warp = ctx.hardware_index("lane"), ctx.hardware_index("warp")
+    for step, (warp_mask, lane_xor, register_xor) in enumerate(plan.warp_steps):
+        if step:
+            barrier(ctx)  # this step overwrites the slots the last one read
+        _write_scratch(ctx, arrays, slot, accumulators)
+        partner_warp = b.xor(warp, ir.Constant(T.I32, warp_mask))
+        partner_lane = b.xor(lane, ir.Constant(T.I32, lane_xor)) if lane_xor else lane
+        accumulators = [combine(acc, _read_scratch(ctx, arrays, slot(partner_warp, partner_lane, k ^ register_xor), acc))
+                        for k, acc in enumerate(accumulators)]
+    return accumulators
+
+
+def _shared_stage(ctx: Lowering, plan: ReductionPlan, op: Reduce, accumulators: list, combine) -> list:
+    """Combine across warps through scratch (see the module docstring for the layout)."""
+    b = ctx.builder
+    arrays, slot = _scratch(ctx, plan, op, accumulators, combine)
+    lane = ctx.hardware_index("lane")
+    _write_scratch(ctx, arrays, slot, accumulators)
 
     rows = _reduced_echelon(plan.warp_masks)
     first = _group_leader(ctx, rows)
@@ -136,9 +174,7 @@ def _shared_stage(ctx: Lowering, plan: ReductionPlan, op: Reduce, accumulators: 
     for k, accumulator in enumerate(accumulators):
         total = None
         for partner in partners:
-            index = slot(partner, k)
-            value = tuple(b.load(b.gep(array, [index], source_etype=v.type), typ=v.type)
-                          for array, v in zip(arrays, accumulator))
+            value = _read_scratch(ctx, arrays, slot(partner, lane, k), accumulator)
             total = value if total is None else combine(total, value)
         combined.append(total)
     return combined
@@ -205,9 +241,12 @@ def lower_reduce(ctx: Lowering, op: Reduce) -> None:
     accumulators = []
     for group in plan.register_groups:
         accumulators.append(fold_tree([values[register] for register in group], combine))
-    for mask in plan.lane_masks:
-        accumulators = [combine(acc, tuple(shuffle_xor(ctx, v, mask) for v in acc)) for acc in accumulators]
-    if plan.warp_masks:
+    for mask, register_xor in plan.lane_steps:
+        accumulators = [combine(acc, tuple(shuffle_xor(ctx, v, mask) for v in accumulators[k ^ register_xor]))
+                        for k, acc in enumerate(accumulators)]
+    if plan.warp_steps and not plan.warps_only:
+        accumulators = _shared_butterflies(ctx, plan, op, accumulators, combine)
+    elif plan.warp_steps:
         accumulators = _shared_stage(ctx, plan, op, accumulators, combine)
 
     target = T.element_of(op.result.type)

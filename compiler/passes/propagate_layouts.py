@@ -31,7 +31,7 @@ import dataclasses
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from ...layouts import LayoutError, LinearLayout
+from ...layouts import LayoutError, LinearLayout, slice_layout
 from .. import layout_rules
 from ..builder import language_layouts
 from ..errors import CompilationError
@@ -176,7 +176,7 @@ def _reduce_forward(op: Reduce, operands, ctx) -> Optional[Decision]:
         return None
     if not _tensor(op.result):
         return Decision(None, (source,))
-    layout = layout_rules.remove_dim_layout(source.layout, op.axis)
+    layout = slice_layout(source.layout, op.axis)
     slice_ = ctx.classes.SliceLayout(op.axis, source.encoding) \
         if ctx.classes is not None and source.encoding is not None else None
     return Decision(describe(layout, [slice_], ctx.classes), (source,))
@@ -209,7 +209,7 @@ def _expand_dims_forward(op: ExpandDims, operands, ctx) -> Optional[Decision]:
 
 @LAYOUT_RULES.backward(ExpandDims)
 def _expand_dims_backward(op: ExpandDims, result: Placement, ctx) -> Decision:
-    layout = layout_rules.remove_dim_layout(result.layout, op.axis)
+    layout = slice_layout(result.layout, op.axis)
     slice_ = ctx.classes.SliceLayout(op.axis, result.encoding) \
         if ctx.classes is not None and result.encoding is not None else None
     return _expand_dims_forward(op, (describe(layout, [slice_], ctx.classes),), ctx)
@@ -236,7 +236,7 @@ def _broadcast_backward(op: Broadcast, result: Placement, ctx) -> Decision:
     layout = result.layout
     for dim, (have, want) in enumerate(zip(op.operand.type.shape, op.result.type.shape)):
         if have != want:
-            layout = layout_rules.expand_dims_layout(layout_rules.remove_dim_layout(layout, dim), dim)
+            layout = layout_rules.expand_dims_layout(slice_layout(layout, dim), dim)
     return Decision(result, (describe(layout, [result.encoding], ctx.classes),))
 
 

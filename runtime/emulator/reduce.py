@@ -3,11 +3,14 @@
 The same stages, accumulator types and scratch layout as the backend (backend/lower_reduce):
 
 1. In-thread: result register k folds operand registers `register_groups[k]` in order.
-2. Lanes: for each lane mask in turn, combine(own, value of lane ^ mask) (butterfly).
-3. Warps (when `warp_masks`): every thread writes its partials to the scratch at
+2. Lanes: for each lane step (mask, register xor) in turn, result register k combines
+   with result register k ^ (register xor) of lane ^ mask (butterfly).
+3. Warps (when `warp_steps`): every thread writes its partials to the scratch at
    `scratch_offset`, laid out [warp][result register][lane] (argmax/argmin indices follow in
    a second i32 array); the CTA synchronises; each warp folds the partials of its group's
-   warps in ascending warp order, read back from shared memory.
+   warps in ascending warp order, read back from shared memory. When a warp step also moves
+   lanes or registers (`not plan.warps_only`), each step is instead a butterfly through the
+   scratch: write, synchronise, combine with the partner's slot, synchronise.
 
 Accumulators: fp16/bf16 in fp32, integers narrower than 32 bits in i32/u32, cast to the
 result element type at the end. argmax/argmin carry (value, index) pairs and keep the first
@@ -91,12 +94,34 @@ def _across_warps(cta, op, acc, element, plan):
     return out
 
 
-def _through_scratch(cta, op, values, index, element, members):
-    size = element_bytes(element)  # accumulators are at least 32 bits wide
+def _slots(num_warps: int, lanes: int, results: int) -> np.ndarray:
+    """(warp, lane, result register) -> slot in the [warp][result register][lane] scratch."""
+    return ((np.arange(num_warps)[:, None, None] * results + np.arange(results)[None, None, :]) * lanes
+            + np.arange(lanes)[None, :, None])
+
+
+def _butterflies_through_scratch(cta, op, acc, element, plan):
+    """Stage 3 for warp steps that also move lanes or registers: one butterfly per step."""
+    values, index = acc
     num_warps, lanes, results = values.shape
-    # slot of (warp, lane, result register) in the [warp][result register][lane] layout
-    slots = ((np.arange(num_warps)[:, None, None] * results + np.arange(results)[None, None, :]) * lanes
-             + np.arange(lanes)[None, :, None])
+    slots = _slots(num_warps, lanes, results)
+    combine = _combiner(op.kind, element)
+    for step, (warp_mask, lane_xor, register_xor) in enumerate(plan.warp_steps):
+        move = np.ix_(np.arange(num_warps) ^ warp_mask, np.arange(lanes) ^ lane_xor,
+                      np.arange(results) ^ register_xor)
+        if op.scratch_offset is None:  # not allocated yet: exchange without the scratch
+            other = (values[move], None if index is None else index[move])
+        else:
+            if step:
+                cta.shared.barrier()  # this step overwrites the slots the last one read
+            other = _exchange(cta, op, values, index, element, slots, slots[move])
+        values, index = combine((values, index), other)
+    return values, index
+
+
+def _exchange(cta, op, values, index, element, slots, gathered):
+    """Write every thread's partials to its slots, synchronise, read the `gathered` slots."""
+    size = element_bytes(element)  # accumulators are at least 32 bits wide
     base = cta.shared_base + op.scratch_offset  # in the CTA's window of a cluster's shared memory
     index_base = base + values.size * size
     describe = cta.describe(op.result.type)
@@ -104,11 +129,16 @@ def _through_scratch(cta, op, values, index, element, members):
     if index is not None:
         cta.shared.write(index_base + slots * 4, index, _I32, op, describe)
     cta.shared.barrier()
-    gathered = slots[members]  # (warp, member, lane, register): leading axis = reader
     values = cta.shared.read(base + gathered * size, element, op, describe)
     if index is not None:
         index = cta.shared.read(index_base + gathered * 4, _I32, op, describe)
     return values, index
+
+
+def _through_scratch(cta, op, values, index, element, members):
+    slots = _slots(*values.shape)
+    gathered = slots[members]  # (warp, member, lane, register): leading axis = reader
+    return _exchange(cta, op, values, index, element, slots, gathered)
 
 
 @RULES.register(ir.Reduce)
@@ -135,11 +165,14 @@ def reduce(cta, op: ir.Reduce) -> None:
     acc = _take(pair, groups[:, 0])
     for j in range(1, groups.shape[1]):
         acc = combine(acc, _take(pair, groups[:, j]))
-    lanes = np.arange(LANES)
-    for mask in plan.lane_masks:
-        partner = (acc[0][:, lanes ^ mask], None if acc[1] is None else acc[1][:, lanes ^ mask])
+    lanes, results = np.arange(LANES), np.arange(len(plan.register_groups))
+    for mask, register_xor in plan.lane_steps:
+        move = np.ix_(lanes ^ mask, results ^ register_xor)
+        partner = (acc[0][:, move[0], move[1]], None if acc[1] is None else acc[1][:, move[0], move[1]])
         acc = combine(acc, partner)
-    if plan.warp_masks:
+    if plan.warp_steps and not plan.warps_only:
+        acc = _butterflies_through_scratch(cta, op, acc, element, plan)
+    elif plan.warp_steps:
         acc = _across_warps(cta, op, acc, element, plan)
     if op.kind in ("argmax", "argmin"):
         value = cast(acc[1], _I32, element_of(result_type))

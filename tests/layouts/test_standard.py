@@ -571,10 +571,16 @@ def test_slice_of_blocked_is_the_projection(params, data):
         (lambda: nvmma_shared([64, 64], 128, 12), "element_bits 12"),
         (lambda: nvmma_shared([4, 64], 128, 16), "4 rows"),
         (lambda: swizzled_shared([64, 64], 3, 1, 8, [1, 0]), "vec = 3"),
-        (lambda: slice_layout(blocked([64], [1], [32], [1], [0]), 0), "at least 2 dims"),
         (lambda: slice_layout(blocked([8, 8], [1, 1], [4, 8], [1, 1], [1, 0]), 2), "dim 2"),
     ],
 )
 def test_bad_input_names_the_argument(make, words):
     with pytest.raises(LayoutError, match=words.replace("[", r"\[").replace("]", r"\]")):
         make()
+
+
+def test_slicing_a_1d_layout_leaves_one_element_every_thread_holds():
+    # The reduction of a 1-D tensor to a scalar uses the same rule.
+    sliced = slice_layout(blocked([64], [2], [32], [1], [0]), 0)
+    assert sliced.out_dims == {}
+    assert sliced.bases == {"register": (), "lane": ((),) * 5, "warp": (), "block": ()}

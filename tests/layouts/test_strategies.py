@@ -4,10 +4,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from weft.layouts import LayoutError, collect, distribute, execute_plan, plan_conversion
+from weft.layouts.gf2 import XorBasis
 from weft.layouts.strategies import (
     blocked_layouts,
     distributed_layouts,
@@ -29,7 +30,8 @@ def test_shapes_are_powers_of_two_within_bounds(shape):
 def test_distributed_layouts_cover_the_shape(data):
     shape = data.draw(st.one_of(st.none(), shapes(rank=None, max_elements=1 << 11)))
     num_warps = data.draw(st.sampled_from([None, 1, 2, 4, 8]))
-    layout = data.draw(distributed_layouts(shape=shape, num_warps=num_warps))
+    dense = data.draw(st.booleans())
+    layout = data.draw(distributed_layouts(shape=shape, num_warps=num_warps, dense_mixing=dense))
     assert list(layout.in_dims) == REGISTER_DIMS
     assert layout.in_dims["lane"] == 32 and layout.in_dims["block"] == 1
     if num_warps is not None:
@@ -40,9 +42,30 @@ def test_distributed_layouts_cover_the_shape(data):
     assert layout.is_surjective()
 
 
-@given(distributed_layouts(rank=2, num_warps=4, allow_broadcast=False))
-def test_distributed_layouts_without_broadcast_are_invertible(layout):
-    assert layout.is_invertible()
+@given(distributed_layouts(rank=2, num_warps=4, allow_broadcast=False),
+       distributed_layouts(rank=2, num_warps=4, allow_broadcast=False, dense_mixing=True))
+def test_distributed_layouts_without_broadcast_are_invertible(layout, dense):
+    assert layout.is_invertible() and dense.is_invertible()
+
+
+def _slices_have_dependent_registers(layout) -> bool:
+    """Whether, sliced along dim0, three or more registers have dependent, pairwise
+    distinct, nonzero slices, as issue 38's (1, 1), (2, 2), (0, 3) do."""
+    sliced = [b[1:] for b in layout.bases["register"]]
+    nonzero = {b for b in sliced if any(b)}
+    return len(nonzero) > XorBasis(layout.flatten_basis((0,) + b) for b in nonzero).rank
+
+
+def test_dense_mixing_reaches_registers_whose_slices_are_dependent():
+    seen = []
+
+    @settings(max_examples=100, database=None, phases=[Phase.generate])
+    @given(distributed_layouts(shape=(32, 32), num_warps=1, dense_mixing=True))
+    def draw(layout):
+        seen.append(_slices_have_dependent_registers(layout))
+
+    draw()
+    assert any(seen)  # about a third of the draws
 
 
 def test_impossible_requests_are_refused_up_front():

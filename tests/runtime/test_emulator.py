@@ -12,7 +12,8 @@ import pytest
 from weft.compiler import ir
 from weft.compiler import types as t
 from weft.compiler.errors import Loc
-from weft.compiler.layout_rules import expand_dims_layout, plan_reduction, remove_dim_layout
+from weft.compiler.layout_rules import expand_dims_layout, plan_reduction
+from weft.layouts import slice_layout
 from weft.compiler.verifier import verify
 from weft.layouts import blocked, swizzled_shared
 from weft.runtime.emulator import EMULATION_RULES, EmulationError, emulate, from_bf16, to_bf16
@@ -152,7 +153,7 @@ def build_softmax(block_m, block_n, num_warps=4, barrier_between=True, element=t
     x_ptr, out_ptr = b.param(ptr(element), "x_ptr"), b.param(ptr(element), "out_ptr")
     n_rows, n_cols = b.param(t.i32, "n_rows"), b.param(t.i32, "n_cols")
     layout = blocked([block_m, block_n], [1, 4], [1, 32], list(warps_per_cta), [1, 0])
-    rows_layout, cols_layout = remove_dim_layout(layout, 1), remove_dim_layout(layout, 0)
+    rows_layout, cols_layout = slice_layout(layout, 1), slice_layout(layout, 0)
     tile = T([block_m, block_n], t.i32, layout)
 
     def column(values, axis_layout, axis):  # [n] -> [n, 1] or [1, n] -> [block_m, block_n]
@@ -290,8 +291,8 @@ def build_shared_transpose(shape=(32, 64), barrier=True, offsets=(256, None), nu
     smem = swizzled_shared(shape, 8, 1, 8, [1, 0])
 
     def grid_offsets(layout, row_stride, col_stride):
-        r = b.emit(ir.Arange, T([rows], t.i32, remove_dim_layout(layout, 1)), start=0, end=rows)
-        c = b.emit(ir.Arange, T([cols], t.i32, remove_dim_layout(layout, 0)), start=0, end=cols)
+        r = b.emit(ir.Arange, T([rows], t.i32, slice_layout(layout, 1)), start=0, end=rows)
+        c = b.emit(ir.Arange, T([cols], t.i32, slice_layout(layout, 0)), start=0, end=cols)
         r = b.emit(ir.ExpandDims, T([rows, 1], t.i32, expand_dims_layout(r.type.layout, 1)), operand=r, axis=1)
         c = b.emit(ir.ExpandDims, T([1, cols], t.i32, expand_dims_layout(c.type.layout, 0)), operand=c, axis=0)
         r = b.emit(ir.Broadcast, T(shape, t.i32, layout), operand=r)
@@ -364,8 +365,8 @@ def build_stages_and_slices(num_warps=4):
 
     def offsets(layout, cols, row_stride):
         rows = layout.out_dims["dim0"]
-        r = b.emit(ir.Arange, T([rows], t.i32, remove_dim_layout(layout, 1)), start=0, end=rows)
-        c = b.emit(ir.Arange, T([cols], t.i32, remove_dim_layout(layout, 0)), start=0, end=cols)
+        r = b.emit(ir.Arange, T([rows], t.i32, slice_layout(layout, 1)), start=0, end=rows)
+        c = b.emit(ir.Arange, T([cols], t.i32, slice_layout(layout, 0)), start=0, end=cols)
         r = b.emit(ir.ExpandDims, T([rows, 1], t.i32, expand_dims_layout(r.type.layout, 1)), operand=r, axis=1)
         c = b.emit(ir.ExpandDims, T([1, cols], t.i32, expand_dims_layout(c.type.layout, 0)), operand=c, axis=0)
         r = b.emit(ir.Broadcast, T([rows, cols], t.i32, layout), operand=r)
@@ -411,8 +412,8 @@ def build_copy_through_conversion(shape, src, dst, element=t.fp32, plan=None, sc
     x_ptr, out_ptr = b.param(ptr(element), "x_ptr"), b.param(ptr(element), "out_ptr")
 
     def offsets(layout):
-        r = b.emit(ir.Arange, T([rows], t.i32, remove_dim_layout(layout, 1)), start=0, end=rows)
-        c = b.emit(ir.Arange, T([cols], t.i32, remove_dim_layout(layout, 0)), start=0, end=cols)
+        r = b.emit(ir.Arange, T([rows], t.i32, slice_layout(layout, 1)), start=0, end=rows)
+        c = b.emit(ir.Arange, T([cols], t.i32, slice_layout(layout, 0)), start=0, end=cols)
         r = b.emit(ir.ExpandDims, T([rows, 1], t.i32, expand_dims_layout(r.type.layout, 1)), operand=r, axis=1)
         c = b.emit(ir.ExpandDims, T([1, cols], t.i32, expand_dims_layout(c.type.layout, 0)), operand=c, axis=0)
         r = b.emit(ir.Broadcast, T(shape, t.i32, layout), operand=r)
@@ -488,8 +489,8 @@ def build_arg_reduce(kind, shape=(4, 512), element=t.fp32):
     b = Builder(4)
     x_ptr, out_ptr = b.param(ptr(element), "x_ptr"), b.param(ptr(t.i32), "out_ptr")
     layout = blocked(list(shape), [1, 4], [1, 32], [1, 4], [1, 0])
-    r = b.emit(ir.Arange, T([rows], t.i32, remove_dim_layout(layout, 1)), start=0, end=rows)
-    c = b.emit(ir.Arange, T([cols], t.i32, remove_dim_layout(layout, 0)), start=0, end=cols)
+    r = b.emit(ir.Arange, T([rows], t.i32, slice_layout(layout, 1)), start=0, end=rows)
+    c = b.emit(ir.Arange, T([cols], t.i32, slice_layout(layout, 0)), start=0, end=cols)
     r2 = b.emit(ir.ExpandDims, T([rows, 1], t.i32, expand_dims_layout(r.type.layout, 1)), operand=r, axis=1)
     c2 = b.emit(ir.ExpandDims, T([1, cols], t.i32, expand_dims_layout(c.type.layout, 0)), operand=c, axis=0)
     r2 = b.emit(ir.Broadcast, T(shape, t.i32, layout), operand=r2)
