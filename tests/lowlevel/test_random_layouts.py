@@ -154,3 +154,29 @@ def test_a_reduction_across_the_ctas_of_a_cluster_is_refused_at_the_users_line()
     with pytest.raises(CompilationError, match=r"(?s)test_random_layouts.py:\d+.*CTAs of the cluster.*dim0"):
         column_sums.compile({"x_ptr": "*fp32", "out_ptr": "*fp32"}, constexprs={"LAYOUT": across_ctas},
                             num_warps=1)
+
+
+def check_on_gpu(num_warps: int, src, dst, seed: int = 0) -> None:
+    """The same kernel on the GPU: the butterfly and cross-warp paths the emulator models
+    must hold on the hardware too (they are only assembled, not run, without a GPU)."""
+    torch = pytest.importorskip("torch")
+    rows, cols = src.shape
+    x = np.random.default_rng(seed).integers(-8, 9, size=(rows, cols)).astype(np.float32)
+    expected = _expected(x)
+    outputs = {name: torch.full(value.shape, float("nan"), device="cuda") for name, value in expected.items()}
+    reduce_and_broadcast[(1,)](torch.from_numpy(x).cuda(), *outputs.values(), SRC=src, DST=dst,
+                               ROWS=rows, COLS=cols, num_warps=num_warps)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(outputs[name].cpu().numpy(), value, err_msg=f"{name} over {src} -> {dst}")
+
+
+@pytest.mark.gpu
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout_pairs(), st.integers(0, 2**16))
+def test_random_layouts_on_the_gpu(pair, seed):
+    check_on_gpu(*pair, seed=seed)
+
+
+@pytest.mark.gpu
+def test_issue_38_layout_on_the_gpu():
+    check_on_gpu(1, ISSUE_38, ISSUE_38)
