@@ -166,6 +166,31 @@ def test_a_barrier_before_wait_group_keeps_the_one_after_it(barrier_before_wait)
     np.testing.assert_array_equal(out, x)
 
 
+@ll.jit
+def cp_async_then_empty_group(src, out):
+    """cp.async a tile, commit it, commit an empty group (a pipeline's slot with no tile
+    left), wait until one group is left: the empty one. The tile is done, and the other
+    warps' transposed read of it needs a barrier after the wait."""
+    smem = ll.allocate_shared_memory(ll.float16, [64, 64], ll.NVMMASharedLayout(128, 16))
+    rows = ll.arange(0, 64, ll.SliceLayout(1, BLOCKED))
+    cols = ll.arange(0, 64, ll.SliceLayout(0, BLOCKED))
+    async_copy.async_copy_global_to_shared(smem, src + rows[:, None] * 64 + cols[None, :])
+    async_copy.commit_group()
+    async_copy.commit_group()
+    async_copy.wait_group(1)
+    read: ll.constexpr = ll.BlockedLayout([8, 1], [8, 4], [1, 4], [0, 1])
+    r = ll.arange(0, 64, ll.SliceLayout(1, read))
+    c = ll.arange(0, 64, ll.SliceLayout(0, read))
+    ll.store(out + r[:, None] * 64 + c[None, :], smem.load(read))
+
+
+def test_an_empty_cp_async_group_counts_for_wait_group():
+    x = RNG.standard_normal((64, 64)).astype(np.float16)
+    out = np.full_like(x, np.nan)
+    cp_async_then_empty_group[(1,)](x, out)
+    np.testing.assert_array_equal(out, x)
+
+
 # ------------------------------------------------------------------ the property
 KINDS = ("store", "load", "cp_async", "tma_load", "tma_store", "wgmma", "barrier")
 
