@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
 from weft import lowlevel as ll
@@ -277,6 +277,10 @@ def pipelines(draw):
 
 @settings(max_examples=_EXAMPLES, deadline=None)
 @given(pipelines(), st.integers(0, 5), st.integers(0, 2**16), st.one_of(st.none(), st.integers(0, 7)))
+# The two the property shrank to: one slot whose refill overtakes the other warps' reads
+# (1f70ba8), and a cp.async ring whose empty groups the pass did not count.
+@example(pipeline_traffic.Pipeline("tma_load", "load", stages=1), 2, 0, None)
+@example(pipeline_traffic.Pipeline("cp_async", "wgmma", stages=3), 1, 0, None)
 def test_pipelines_run_without_a_race(pipeline, iterations, seed, shuffle):
     """Rings with async work in flight across the loop's back edge, and producer and
     consumer partitions handing slots over through full/empty mbarriers: the barriers
