@@ -115,7 +115,7 @@ class _Pending:
             else:  # a wgmma or a TMA store is a group of its own
                 self.groups[access.in_flight] += (started,)
             return
-        if access.commits and self.uncommitted:
+        if access.commits:  # with no copies since the last, still a group wait_group counts
             self.groups["cp_async"] += (self.uncommitted,)
             self.uncommitted = frozenset()
         if access.retires is not None:

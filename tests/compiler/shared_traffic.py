@@ -13,6 +13,7 @@ same ops for the values each load, wgmma and TMA store must see.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import os
@@ -226,9 +227,11 @@ def traffic(x_ptr, src_desc, out_desc, dump_ptr, mma_ptr, iterations):
 '''
 
 
+@functools.lru_cache(maxsize=None)
 def load_kernel(program: Program):
     """The `traffic` kernel of a program, from a module written under the temp dir (the
-    frontend reads kernels' source from their files)."""
+    frontend reads kernels' source from their files); one per program, so its compilation
+    is reused while hypothesis shrinks the seed, the iterations and the shuffle."""
     text = source_of(program)
     digest = hashlib.sha1(text.encode()).hexdigest()[:16]
     folder = os.path.join(tempfile.gettempdir(), "weft-shared-traffic")
