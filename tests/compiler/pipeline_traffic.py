@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import importlib.util
-import os
-import tempfile
 
 import numpy as np
+
+from .shared_traffic import import_written_module
 
 R = 64  # rows of a tile: one warpgroup's wgmma of M = 64, N = 64
 
@@ -219,21 +217,9 @@ def pipeline(x_ptr, src_desc, out_desc, dump_ptr, mma_ptr, iterations):
 
 @functools.lru_cache(maxsize=None)
 def load_kernel(p: Pipeline):
-    """The `pipeline` kernel, from a module written under the temp dir (the frontend reads
-    kernels' source from their files); one per pipeline, so its compilation is reused
-    while hypothesis shrinks."""
-    text = source_of(p)
-    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
-    folder = os.path.join(tempfile.gettempdir(), "weft-pipeline-traffic")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"pipeline_{digest}.py")
-    if not os.path.exists(path):
-        with open(path + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
-    spec = importlib.util.spec_from_file_location(f"pipeline_{digest}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """The `pipeline` kernel; one per pipeline, so its compilation is reused while
+    hypothesis shrinks."""
+    module, _ = import_written_module(source_of(p), "pipeline")
     return module.pipeline
 
 

@@ -227,23 +227,28 @@ def traffic(x_ptr, src_desc, out_desc, dump_ptr, mma_ptr, iterations):
 '''
 
 
-@functools.lru_cache(maxsize=None)
-def load_kernel(program: Program):
-    """The `traffic` kernel of a program, from a module written under the temp dir (the
-    frontend reads kernels' source from their files); one per program, so its compilation
-    is reused while hypothesis shrinks the seed, the iterations and the shuffle."""
-    text = source_of(program)
+def import_written_module(text: str, prefix: str):
+    """The module whose source is `text`, written once under the temp dir (the frontend
+    reads kernels' source from their files) as `<prefix>_<digest>.py`; returns it and its path."""
     digest = hashlib.sha1(text.encode()).hexdigest()[:16]
-    folder = os.path.join(tempfile.gettempdir(), "weft-shared-traffic")
+    folder = os.path.join(tempfile.gettempdir(), f"weft-{prefix}")
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"traffic_{digest}.py")
+    path = os.path.join(folder, f"{prefix}_{digest}.py")
     if not os.path.exists(path):
         with open(path + ".tmp", "w") as f:
             f.write(text)
         os.replace(path + ".tmp", path)
-    spec = importlib.util.spec_from_file_location(f"traffic_{digest}", path)
+    spec = importlib.util.spec_from_file_location(f"{prefix}_{digest}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module, path
+
+
+@functools.lru_cache(maxsize=None)
+def load_kernel(program: Program):
+    """The `traffic` kernel of a program; one per program, so its compilation is reused
+    while hypothesis shrinks the seed, the iterations and the shuffle."""
+    module, path = import_written_module(source_of(program), "traffic")
     return module.traffic, path
 
 
