@@ -3,7 +3,7 @@
 the H200 (benchmarks/NOTES.md): loads there read zeros, a store there traps with "illegal
 instruction", even partly inside; the emulator refuses such stores.
 
-    python3 benchmarks/probe_tma_negative.py
+    python3 -m benchmarks.probe_tma_negative      (from the repository root)
 """
 import subprocess
 import sys

@@ -1,7 +1,7 @@
 """Configuration sweep for the row kernels (softmax, layer norm): one row per CTA with the
 row in registers, and persistent CTAs streaming rows through a shared-memory ring.
 
-    python -m weft.benchmarks.sweep_rows [--shapes 4096x4096 2048x8192] [--out sweep.json]
+    python -m benchmarks.sweep_rows [--shapes 4096x4096 2048x8192] [--out sweep.json]
 
 Every configuration is checked against a float64 reference before it is timed; the
 copy roof and the default configuration are measured in the same run.
@@ -59,7 +59,7 @@ def _configs(kernel, block: int, bits: int, rings: bool = True):
 def run(shapes, kernels=("softmax", "layer_norm"), dtypes=("bfloat16", "float32"), rings=True) -> dict:
     import torch
 
-    from weft.benchmarks.memory_bound import _graph_bench, _relative_error, copy_roof
+    from benchmarks.memory_bound import _graph_bench, _relative_error, copy_roof
     from weft.kernels import layer_norm, softmax
 
     roof = copy_roof(torch)
