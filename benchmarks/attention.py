@@ -11,7 +11,7 @@ GPU work by CUDA-graph replay for every system alike (`_time`: 100 ms of replays
 before the capture), the median of three rounds that visit the systems in turn (the clock
 drifts as the GPU heats up). Every system here holds the H200 at its 700 W cap, where the
 clock falls within about a tenth of a second: a window of a few milliseconds flatters the
-kernel that does the most work per cycle (benchmarks/NOTES.md), and
+kernel that does the most work per cycle (docs/attention-journal.md), and
 benchmarks/probe_power.py times seconds-long runs beside the power and clock.
 
 Shapes (../shared/BENCHMARKS.md): the FA3 grid, batch * seq = 16k tokens and heads *

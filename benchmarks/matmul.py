@@ -16,7 +16,7 @@ import sys
 
 
 def _time(torch, fn) -> float:
-    """Seconds per call of the GPU work alone: CUDA-graph replays (benchmarks/NOTES.md),
+    """Seconds per call of the GPU work alone: CUDA-graph replays (docs/performance-journal.md),
     the same method for every system."""
     from benchmarks.memory_bound import _graph_bench
 

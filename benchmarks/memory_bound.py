@@ -66,7 +66,7 @@ def _graph_bench_window(fn, seconds: float, warmup: float, repeats: int = 3) -> 
     graph of `repeats` calls, after at least `warmup` seconds of them: the window of
     triton.testing.do_bench (100 ms after 25 ms; ../shared/BENCHMARKS.md) whatever a call
     takes. A fixed count of calls times a short kernel over a few milliseconds, before the
-    GPU's power limiter has pulled its clock down (benchmarks/NOTES.md)."""
+    GPU's power limiter has pulled its clock down (docs/performance-journal.md)."""
     import math
 
     import torch

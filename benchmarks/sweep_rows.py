@@ -44,7 +44,7 @@ def _configs(kernel, block: int, bits: int, rings: bool = True):
                                                            out_cache=".cs")
                 yield f"registers w{warps} early+evict+cs", make(block, warps, vector, early_weights=True,
                                                                  row_eviction="evict_first", out_cache=".cs")
-        if warps == 16 or not rings:  # rings with 16 warps measured slowest everywhere (NOTES.md)
+        if warps == 16 or not rings:  # rings with 16 warps measured slowest everywhere (docs/performance-journal.md)
             continue
         for stages in (1, 2, 4):
             if stages * block * bits // 8 > 200 * 1024:
