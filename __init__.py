@@ -1,6 +1,6 @@
 """weft: a Python GPU kernel language and compiler for NVIDIA Hopper (sm_90a).
 
-Public API re-exports only; see DESIGN.md for the architecture.
+Public API re-exports only; see docs/design.md for the architecture.
 """
 
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 per shape, one column per (file, system). For A/Bs (benchmarks/ab_attention.sh writes
 one JSON per tree run) and runs with several `weft:field=value` systems.
 
-    python -m weft.benchmarks.ab_table $OUT
+    python -m benchmarks.ab_table $OUT
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ backend, SDPA with the flash backend (FlashAttention-2) and a plain Triton kerne
 (benchmarks/triton_attention.py), in one run. Each output is checked against a float32
 torch reference before it is timed.
 
-    python -m weft.benchmarks.attention [--quick] [--out results.json] [--systems weft,cudnn]
+    python -m benchmarks.attention [--quick] [--out results.json] [--systems weft,cudnn]
 
 TFLOP/s = 4 B H Sq Sk D / time (x 0.5 causal), bf16 random normal inputs, the time of the
 GPU work by CUDA-graph replay for every system alike (`_time`: 100 ms of replays after
@@ -11,7 +11,7 @@ GPU work by CUDA-graph replay for every system alike (`_time`: 100 ms of replays
 before the capture), the median of three rounds that visit the systems in turn (the clock
 drifts as the GPU heats up). Every system here holds the H200 at its 700 W cap, where the
 clock falls within about a tenth of a second: a window of a few milliseconds flatters the
-kernel that does the most work per cycle (benchmarks/NOTES.md), and
+kernel that does the most work per cycle (docs/attention-journal.md), and
 benchmarks/probe_power.py times seconds-long runs beside the power and clock.
 
 Shapes (../shared/BENCHMARKS.md): the FA3 grid, batch * seq = 16k tokens and heads *
@@ -32,7 +32,7 @@ import json
 import sys
 import warnings
 
-from weft.benchmarks.matmul import ROUNDS, _error  # max |out - ref| / max |ref|
+from benchmarks.matmul import ROUNDS, _error  # max |out - ref| / max |ref|
 
 TOLERANCE = 1e-2
 WINDOW_S, WARMUP_S = 0.1, 0.025  # each timing: 100 ms of replays after 25 ms, as do_bench
@@ -137,7 +137,7 @@ def find_systems(torch, wanted) -> dict:
     except Exception as error:
         found["cudnn"] = found["flash"] = "torch.nn.attention unavailable: " + _reason(error)
     try:
-        from weft.benchmarks.triton_attention import attention
+        from benchmarks.triton_attention import attention
 
         found["triton"] = attention
     except Exception as error:
@@ -175,7 +175,7 @@ def _weft_with(name: str):
 def _time(torch, fn) -> float:
     """Seconds per call of the GPU work alone, over a do_bench-long window of CUDA-graph
     replays (memory_bound._graph_bench_window), the same method for every system."""
-    from weft.benchmarks.memory_bound import _graph_bench_window
+    from benchmarks.memory_bound import _graph_bench_window
 
     return _graph_bench_window(fn, WINDOW_S, WARMUP_S) * 1e-3
 

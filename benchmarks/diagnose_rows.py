@@ -1,8 +1,8 @@
 """Diagnosis helper for the row kernels: timing spread within one process, and one
 launch each of weft's and Triton's bf16 layer norm for ncu to profile.
 
-    python -m weft.benchmarks.diagnose_rows spread
-    ncu --clock-control none -k regex:layer_norm -c 2 python -m weft.benchmarks.diagnose_rows once
+    python -m benchmarks.diagnose_rows spread
+    ncu --clock-control none -k regex:layer_norm -c 2 python -m benchmarks.diagnose_rows once
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 def main(mode: str) -> None:
     import torch
 
-    from weft.benchmarks import triton_reference as triton_ref
-    from weft.benchmarks.memory_bound import _bench, _graph_bench
+    from benchmarks import triton_reference as triton_ref
+    from benchmarks.memory_bound import _bench, _graph_bench
     from weft.kernels.layer_norm import layer_norm
     from weft.kernels.softmax import softmax
 

@@ -1,6 +1,6 @@
 """weft.highlevel beside the hand-written lowlevel kernels and Triton, one run.
 
-    python -m weft.benchmarks.highlevel [--out results.json]
+    python -m benchmarks.highlevel [--out results.json]
 
 Same method as memory_bound.py: each kernel is checked against float64 first, then timed
 by CUDA-graph replay over 4 rotating input sets; the copy roof is measured in the run.
@@ -16,8 +16,8 @@ import sys
 def run() -> dict:
     import torch
 
-    from weft.benchmarks import triton_reference as triton_ref
-    from weft.benchmarks.memory_bound import _graph_bench, _relative_error, copy_roof
+    from benchmarks import triton_reference as triton_ref
+    from benchmarks.memory_bound import _graph_bench, _relative_error, copy_roof
     from weft.highlevel import examples as high
     from weft.kernels import layer_norm as low_norm
     from weft.kernels import softmax as low_softmax

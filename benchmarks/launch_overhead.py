@@ -1,6 +1,6 @@
 """Where the host time of one cached launch goes: weft's paths beside raw driver calls.
 
-    python -m weft.benchmarks.launch_overhead
+    python -m benchmarks.launch_overhead
 
 Each number is the median over 5 rounds of 2000 back-to-back launches of a one-block
 kernel (host microseconds per launch; the GPU work is far shorter than the host work).

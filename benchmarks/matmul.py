@@ -2,7 +2,7 @@
 matmul and, for fp8, torch._scaled_mm, in one run. Each result is checked against an
 fp32 torch reference before it is timed.
 
-    python -m weft.benchmarks.matmul [--quick] [--out results.json]
+    python -m benchmarks.matmul [--quick] [--out results.json]
 
 TFLOP/s = 2 M N K / time, the time of the GPU work measured by CUDA-graph replay for every
 system alike; weft's host time per call (descriptors, checks, launch) is reported beside.
@@ -16,9 +16,9 @@ import sys
 
 
 def _time(torch, fn) -> float:
-    """Seconds per call of the GPU work alone: CUDA-graph replays (benchmarks/NOTES.md),
+    """Seconds per call of the GPU work alone: CUDA-graph replays (docs/performance-journal.md),
     the same method for every system."""
-    from weft.benchmarks.memory_bound import _graph_bench
+    from benchmarks.memory_bound import _graph_bench
 
     return _graph_bench([fn], repeats=3, replays=5) * 1e-3
 
@@ -93,7 +93,7 @@ def run(quick: bool = False) -> list[dict]:
             row = {"shape": [m, n, k], "dtype": str(dtype).replace("torch.", "")}
             systems = {"cublas": lambda: torch.matmul(a, b)}
             try:
-                from weft.benchmarks import triton_matmul
+                from benchmarks import triton_matmul
 
                 systems["triton"] = lambda: triton_matmul.matmul(a, b)
             except Exception as error:  # Triton missing: say so, keep going

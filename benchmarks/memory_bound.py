@@ -1,6 +1,6 @@
 """Memory-bound kernels on the GPU: weft beside torch eager and the copy roof, one run.
 
-    python -m weft.benchmarks.memory_bound [--out results.json] [--quick]
+    python -m benchmarks.memory_bound [--out results.json] [--quick]
 
 Every timed kernel is first checked against a float64 reference on fresh random inputs
 (poisoned outputs, so unwritten elements fail). Bandwidth counts bytes read plus bytes
@@ -66,7 +66,7 @@ def _graph_bench_window(fn, seconds: float, warmup: float, repeats: int = 3) -> 
     graph of `repeats` calls, after at least `warmup` seconds of them: the window of
     triton.testing.do_bench (100 ms after 25 ms; ../shared/BENCHMARKS.md) whatever a call
     takes. A fixed count of calls times a short kernel over a few milliseconds, before the
-    GPU's power limiter has pulled its clock down (benchmarks/NOTES.md)."""
+    GPU's power limiter has pulled its clock down (docs/performance-journal.md)."""
     import math
 
     import torch
@@ -108,7 +108,7 @@ def copy_roof(torch, nbytes=1 << 30):
 def launch_overhead(torch):
     """Microseconds of host time per cached launch of a 3-argument kernel: weft and Triton
     (launch_overhead.py measures them, with the raw driver calls beside them)."""
-    from weft.benchmarks.launch_overhead import run as launch_paths
+    from benchmarks.launch_overhead import run as launch_paths
 
     paths = launch_paths()
     return {"weft": paths["weft jit kernel[grid](x, y, n)"],
@@ -118,7 +118,7 @@ def launch_overhead(torch):
 def run(quick=False):
     import torch
 
-    from weft.benchmarks import triton_reference as triton_ref
+    from benchmarks import triton_reference as triton_ref
     from weft.kernels.layer_norm import layer_norm
     from weft.kernels.softmax import softmax
     from weft.kernels.vector_add import add

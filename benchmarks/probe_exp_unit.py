@@ -1,13 +1,12 @@
 """The exp unit's rate for ex2.approx.ftz.f32, ex2.approx.f16x2 and ex2.approx.ftz.bf16x2,
 in results per clock per SM, from a kernel of eight independent chains per thread.
 
-    python -m weft.benchmarks.probe_exp_unit     (on the GPU machine; needs CuPy)
+    python -m benchmarks.probe_exp_unit     (on the GPU machine; needs CuPy)
 
 Asks whether packed 16-bit exps would relieve flash attention's exp unit at head_dim 64
 (where it is as busy as the tensor cores): ptxas splits a packed ex2 into two MUFU.EX2
-ops (cuobjdump), and this measures whether those run at twice the rate. On an H100,
-2026-11-25: 15.8-15.9 results per clock per SM for all three (results/exp_unit_rate_*.txt),
-so no.
+ops (cuobjdump), and this measures whether those run at twice the rate. They do not: the
+three run at the same rate (docs/attention-journal.md has the measurement).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 while NVML samples the board power and the SM clock, so that a kernel's sustained speed
 and its energy per FLOP can be told apart from what a short timing window sees.
 
-    python -m weft.benchmarks.probe_power [--seconds 3] [--out probe.json]
+    python -m benchmarks.probe_power [--seconds 3] [--out probe.json]
 
 For every shape and system, after its output is checked against the float32 reference:
 a CUDA graph of `REPEATS` calls replayed for `seconds`, an event pair around the first
@@ -86,7 +86,7 @@ class Sampler:
 
 def sustained(torch, fn, seconds, sampler) -> dict:
     """ms per call over the first replays and over `seconds` of replays, with NVML means."""
-    from weft.benchmarks.memory_bound import _capture_graph
+    from benchmarks.memory_bound import _capture_graph
 
     graph = _capture_graph([fn], REPEATS)
     graph.replay()
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from weft.benchmarks.attention import check, find_systems, reference
+    from benchmarks.attention import check, find_systems, reference
 
     found = find_systems(torch, args.systems.split(","))
     sampler = Sampler()

@@ -1,9 +1,9 @@
 """Probe on the GPU: TMA loads and stores of a [64, 64] box at negative row coordinates
 (tile mode), each case in its own process (a trap poisons the CUDA context). Measured on
-the H200 (benchmarks/NOTES.md): loads there read zeros, a store there traps with "illegal
+the H200 (docs/attention-journal.md): loads there read zeros, a store there traps with "illegal
 instruction", even partly inside; the emulator refuses such stores.
 
-    python3 benchmarks/probe_tma_negative.py
+    python3 -m benchmarks.probe_tma_negative      (from the repository root)
 """
 import subprocess
 import sys

@@ -1,15 +1,15 @@
 """Probe on the GPU: what the last, partial wave of equal non-causal tiles costs. The same
 per-tile work (sequence length, head dim), tile counts that fill the H200's 132 SMs a
 whole number of times or not; weft and cuDNN, each output checked before it is timed
-(benchmarks/attention.py). Results in benchmarks/NOTES.md.
+(benchmarks/attention.py). Results in docs/attention-journal.md.
 
-    OUT=/tmp/out python3 benchmarks/probe_waves.py
+    OUT=/tmp/out python3 -m benchmarks.probe_waves      (from the repository root)
 """
 import json
 import os
 
 import torch
-from weft.benchmarks.attention import find_systems, measure_all, reference
+from benchmarks.attention import find_systems, measure_all, reference
 
 SHAPES = [  # (batch, heads, seq, d): tiles / 132
     (4, 16, 4096, 128),   # 2048 = 15.52 waves

@@ -4,7 +4,7 @@ what limits each (tensor-pipe use, issue, DRAM and L2 traffic, stalls). Every ou
 checked against the benchmark's float32 reference first.
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \\
-        python -m weft.benchmarks.profile_attention 16,16,4096,128 32,8,512,256:causal \\
+        python -m benchmarks.profile_attention 16,16,4096,128 32,8,512,256:causal \\
         --systems weft,weft:l2_group_bytes=1,cudnn
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from weft.benchmarks.attention import check, find_systems, reference
+from benchmarks.attention import check, find_systems, reference
 
 
 def parse(spec: str) -> tuple[tuple[int, int, int, int], bool]:

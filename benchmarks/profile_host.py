@@ -1,6 +1,6 @@
 """Where the host time of one kernel-family call goes (cProfile over many calls).
 
-    python -m weft.benchmarks.profile_host [softmax|layer_norm]
+    python -m benchmarks.profile_host [softmax|layer_norm]
 """
 
 from __future__ import annotations

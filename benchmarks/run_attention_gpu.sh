@@ -149,7 +149,7 @@ fi
 
 if step bench && [ -f benchmarks/attention.py ]; then
   flag=--quick; [ "$BENCH" = full ] && flag=
-  timeout "${BENCH_TIMEOUT:-400}" python3 -m weft.benchmarks.attention $flag $BENCH_ARGS --out "$OUT/attention.json" 2>&1 \
+  timeout "${BENCH_TIMEOUT:-400}" python3 -m benchmarks.attention $flag $BENCH_ARGS --out "$OUT/attention.json" 2>&1 \
     | tee "$OUT/attention.log" | tail -50
 fi
 exit $status

@@ -9,5 +9,5 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -m pytest -m gpu -q -p no:randomly "$@" tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
 status=$?
-python3 -m weft.benchmarks.memory_bound --out "$OUT/memory_bound.json" 2>&1 | tee "$OUT/memory_bound.log" | tail -30
+python3 -m benchmarks.memory_bound --out "$OUT/memory_bound.json" 2>&1 | tee "$OUT/memory_bound.log" | tail -30
 exit $status

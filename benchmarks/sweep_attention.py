@@ -1,7 +1,7 @@
 """Configuration sweep for flash attention: weft under several Configs per shape, beside
 cuDNN and the plain Triton kernel in the same run, for choosing defaults.
 
-    python -m weft.benchmarks.sweep_attention [--seqs 512 1024] [--head-dims 64 128]
+    python -m benchmarks.sweep_attention [--seqs 512 1024] [--head-dims 64 128]
                                               [--out sweep.json]
 
 Shapes are the FA3 grid's (batch * seq = 16k tokens, heads * head_dim = 2048). Every
@@ -17,7 +17,7 @@ import dataclasses
 import json
 import sys
 
-from weft.benchmarks.attention import _reason, find_systems, measure, reference
+from benchmarks.attention import _reason, find_systems, measure, reference
 
 
 def candidates(head_dim: int, causal: bool):

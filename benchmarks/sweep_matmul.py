@@ -1,7 +1,7 @@
 """Sweep matmul configs at one size beside cuBLAS, with the SM clock read after each
 timing (to tell a slower kernel from a throttled GPU). Used to choose configs_for.
 
-    python -m weft.benchmarks.sweep_matmul [M N K]
+    python -m benchmarks.sweep_matmul [M N K]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _clock() -> str:
 def main(argv=None) -> int:
     import torch
 
-    from weft.benchmarks.matmul import _error, _time
+    from benchmarks.matmul import _error, _time
     from weft.kernels.matmul import Config, matmul
 
     m, n, k = (int(x) for x in (argv or sys.argv[1:] or [8192, 8192, 8192]))

@@ -1,7 +1,7 @@
 """Configuration sweep for the row kernels (softmax, layer norm): one row per CTA with the
 row in registers, and persistent CTAs streaming rows through a shared-memory ring.
 
-    python -m weft.benchmarks.sweep_rows [--shapes 4096x4096 2048x8192] [--out sweep.json]
+    python -m benchmarks.sweep_rows [--shapes 4096x4096 2048x8192] [--out sweep.json]
 
 Every configuration is checked against a float64 reference before it is timed; the
 copy roof and the default configuration are measured in the same run.
@@ -44,7 +44,7 @@ def _configs(kernel, block: int, bits: int, rings: bool = True):
                                                            out_cache=".cs")
                 yield f"registers w{warps} early+evict+cs", make(block, warps, vector, early_weights=True,
                                                                  row_eviction="evict_first", out_cache=".cs")
-        if warps == 16 or not rings:  # rings with 16 warps measured slowest everywhere (NOTES.md)
+        if warps == 16 or not rings:  # rings with 16 warps measured slowest everywhere (docs/performance-journal.md)
             continue
         for stages in (1, 2, 4):
             if stages * block * bits // 8 > 200 * 1024:
@@ -59,7 +59,7 @@ def _configs(kernel, block: int, bits: int, rings: bool = True):
 def run(shapes, kernels=("softmax", "layer_norm"), dtypes=("bfloat16", "float32"), rings=True) -> dict:
     import torch
 
-    from weft.benchmarks.memory_bound import _graph_bench, _relative_error, copy_roof
+    from benchmarks.memory_bound import _graph_bench, _relative_error, copy_roof
     from weft.kernels import layer_norm, softmax
 
     roof = copy_roof(torch)

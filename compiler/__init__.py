@@ -1,1 +1,1 @@
-"""weft.compiler: see DESIGN.md."""
+"""weft.compiler: see docs/design.md."""

@@ -12,7 +12,7 @@
   `ir.For`.
 
 Languages register how to wrap an `ir.Value` (`register_language`); the compiler never
-imports a language (DESIGN.md, compiler/).
+imports a language (docs/design.md, compiler/).
 """
 
 from __future__ import annotations

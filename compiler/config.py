@@ -114,8 +114,8 @@ def current(environ=None) -> Config:
     )
 
 
-# Narrow readers for hot paths that need one flag. `os.environ.get` costs ~0.8 us (it
-# encodes the key and decodes the value) and every launch asks for WEFT_EMULATE, so the
+# Narrow readers for hot paths that need one flag. `os.environ.get` encodes the key and
+# decodes the value at every call, and every launch asks for WEFT_EMULATE, so the
 # common case (unset) is answered from the encoded mapping behind os.environ.
 _EMULATE_KEY = os.environ.encodekey("WEFT_EMULATE") if hasattr(os.environ, "encodekey") \
     else None

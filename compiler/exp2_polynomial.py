@@ -3,8 +3,9 @@ each thread's registers, so that those exps leave the exp unit (MUFU) free.
 
 Why: the exp unit does 16 exps per clock per SM, about the rate at which the tensor
 cores consume attention scores at head_dim 64; FlashAttention-4 moves part of the exps to
-FMAs for that reason. (On the H200 weft's attention measured slower with any share:
-benchmarks/NOTES.md. Each exp moved costs nine more issued instructions.)
+FMAs for that reason. (Each exp moved costs nine more issued instructions, so weft's
+attention, which is not limited by the exp unit alone, ran slower with any share:
+docs/attention-journal.md.)
 
 The algorithm, the same in the backend and the emulator, in fp32:
     x = min(max(x, -127), 128)      NaN-propagating clamps (x = NaN stays NaN)

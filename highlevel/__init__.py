@@ -1,4 +1,4 @@
-"""weft.highlevel: Triton-style tile kernels whose layouts the compiler infers (DESIGN.md).
+"""weft.highlevel: Triton-style tile kernels whose layouts the compiler infers (docs/design.md).
 
 Kernels never name a layout; the `tile`-stage IR they build goes through axis analysis,
 coalescing, layout propagation and lowering (compiler/pipeline.py, TILE_PASSES) to the same

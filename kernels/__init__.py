@@ -1,1 +1,1 @@
-"""weft.kernels: see DESIGN.md."""
+"""weft.kernels: see docs/design.md."""

@@ -27,9 +27,9 @@ class Config(RowConfig):
 
     @staticmethod
     def for_row(n_cols: int, element_bits: int) -> "Config":
-        """From the H200 sweep (benchmarks/NOTES.md): 32-bit rows gain from loading the
+        """From the row sweep (docs/performance-journal.md): 32-bit rows gain from loading the
         weights before the reductions, with at most 8 warps (at 16 the early weights cost
-        a third of the bandwidth); 16-bit rows lose from it (registers), but gain from at
+        too many registers); 16-bit rows lose from it (registers), but gain from at
         least 4 warps. The cache hints are softmax's (RowConfig.for_row)."""
         base = RowConfig.for_row(n_cols, element_bits)
         hints = dict(row_eviction=base.row_eviction, out_cache=base.out_cache)
@@ -68,7 +68,7 @@ def layer_norm_kernel(out_ptr, in_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, in_row_
     # EVEN: the row fills the block exactly, so no mask, select or predicate is needed.
     in_bounds = None if EVEN else cols < n_cols
     # Cache hints (Config): a row is read once, weight and bias by every CTA; keeping the
-    # rows from pushing them out of L1 is worth 5% on 16-bit rows (benchmarks/NOTES.md).
+    # rows from pushing them out of L1 pays on 16-bit rows (docs/performance-journal.md).
     x = ll.load(in_ptr + row * in_row_stride + cols, mask=in_bounds, other=0.0, cache_modifier=ROW_CACHE,
                 eviction_policy=ROW_EVICTION).to(ll.float32)
     # Loading the weights before the reductions hides their latency but keeps them live

@@ -2,7 +2,7 @@
 
 A one-row-per-CTA kernel keeps its row's bytes in flight only while it waits for them,
 and registers cap how many CTAs an SM holds, so a bf16 row kernel at 4096 columns has
-at most ~9 rows in flight per SM (benchmarks/NOTES.md). Here each persistent CTA keeps
+at most ~9 rows in flight per SM (docs/performance-journal.md). Here each persistent CTA keeps
 STAGES rows in flight in shared memory instead: one thread starts a bulk copy
 (cp.async.bulk, no tensor map) of a later row into a free slot while every thread
 computes the current one, and an mbarrier per slot says when its bytes have landed.
@@ -59,8 +59,8 @@ def take_row(in_ptr, in_row_stride, row, n_rows, row_bytes, ring, landed, done, 
     if not EVEN:
         x = ll.where(cols < n_cols, x, fill)
     # Every thread has read the slot. The fence orders these generic-proxy reads before
-    # the copy's async-proxy writes (without it, measured on the H200, refills landed
-    # under loads still pending); the barrier, before the one thread that issues it.
+    # the copy's async-proxy writes (without it the GPU landed refills under loads still
+    # pending); the barrier, before the one thread that issues it.
     ll.fence_async_shared()
     ll.barrier()
     start_row(in_ptr, in_row_stride, row + STAGES * ll.num_programs(0), n_rows, row_bytes, ring.index(slot),

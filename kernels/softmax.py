@@ -1,8 +1,8 @@
 """Fused row softmax: one program per row, the whole row in registers, any row length.
 
-One row per CTA rather than a persistent loop with a prefetched next row: measured on the
-H200 (benchmarks/NOTES.md), the prefetch doubles the live registers, halves occupancy
-and loses more than the overlap gains.
+One row per CTA rather than a persistent loop with a prefetched next row: the prefetch
+doubles the live registers, halves occupancy and loses more than the overlap gains
+(docs/performance-journal.md).
 """
 
 from __future__ import annotations
@@ -54,13 +54,14 @@ class Config:
             # is not provably uniform over a vector and loads go scalar, so one element per
             # thread keeps them coalesced (consecutive lanes, consecutive addresses).
             vector = 1
-        # 16 fp32 or 32 16-bit elements per thread: the best of the H200 sweep at 4096
-        # columns (benchmarks/NOTES.md), and few enough registers for full occupancy.
+        # 16 fp32 or 32 16-bit elements per thread: the best of the row sweep at 4096
+        # columns (docs/performance-journal.md), and few enough registers for full occupancy.
         per_thread = (16 if element_bits == 32 else 32) if vector > 1 else 8
         num_warps = max(1, min(16, block // (32 * per_thread)))
         # Rows that leave L1 first and outputs stored as streaming (evict-first in L2):
-        # the H200 sweep measured +4 to +9% for 16-bit rows at 4096 and 8192 columns and
-        # +5% for fp32 rows of 1024 columns on 4 warps, but -2 to -3% for longer fp32 rows.
+        # each row is read and written once, so keeping it cached only evicts what is
+        # reused; the row sweep found it faster for 16-bit rows and short fp32 rows, and
+        # slower for longer fp32 rows (docs/performance-journal.md).
         if vector > 1 and (element_bits == 16 or block <= 1024):
             if element_bits == 32:
                 num_warps = max(num_warps, min(4, block // (32 * vector)))

@@ -1,4 +1,4 @@
-"""weft.lowlevel: the explicit, Gluon-style language (DESIGN.md).
+"""weft.lowlevel: the explicit, Gluon-style language (docs/design.md).
 
 Every tensor carries a layout the kernel chose. Kernels are Python functions decorated
 with `@ll.jit`; inside them the names below build IR (see `compiler/frontend.py` for the

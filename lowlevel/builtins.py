@@ -211,8 +211,9 @@ def exp2(x: Any, fma_share: float = 0.0):
     computed instead by a polynomial on the FMA pipe (FlashAttention-4's trick; relative
     error at most 8.6e-5, below half a bf16/fp16 ulp; inf and NaN as above), for kernels
     whose exp unit, not issue slots, limits throughput and whose result is rounded to 16
-    bits. Each exp moved costs nine more issued instructions: weft's flash attention ran
-    slower with any share on the H200 (benchmarks/NOTES.md). Which registers is fixed per
+    bits. Each exp moved costs nine more issued instructions, so it pays only where the
+    exp unit alone limits the kernel (weft's flash attention ran slower with any share:
+    docs/attention-journal.md). Which registers is fixed per
     layout (compiler/exp2_polynomial.py)."""
     b = sem.builder()
     if isinstance(fma_share, py.bool) or not isinstance(fma_share, (py.int, py.float)) \

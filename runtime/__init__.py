@@ -1,3 +1,3 @@
-"""weft.runtime: see DESIGN.md."""
+"""weft.runtime: see docs/design.md."""
 
 from .tensor_descriptor import TensorDescriptor, TensorDescriptorError  # noqa: F401

@@ -13,7 +13,7 @@ ordinal, HOST for host memory (numpy, CPU torch), UNKNOWN_DEVICE for CUDA memory
 ordinal the object does not tell (a bare `__cuda_array_interface__`), OTHER_DEVICE for
 memory weft cannot use (MPS, XPU, ...), and None for scalars.
 
-Specialization (DESIGN.md runtime/): integers on `== 1` and divisibility by 16, pointers
+Specialization (docs/design.md runtime/): integers on `== 1` and divisibility by 16, pointers
 on 16-byte alignment. A TensorDescriptor's signature string ("tensordesc<bf16[128,64],
 swizzle=128>") is its specialization: element, box and swizzle; it goes to the kernel by
 value as a 128-byte parameter.

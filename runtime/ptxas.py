@@ -136,8 +136,9 @@ _EMPTY = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "stack_frame": 0,
 
 
 # ptxas's performance advisories, e.g. "(C7515) Potential Performance Loss: wgmma.mma_async
-# instructions are serialized due to ...": the code is right but slow (a pipelined matmul
-# lost 30% to one), so tests of fast kernels assert there are none.
+# instructions are serialized due to ...": the code is right but slow (serialized wgmmas
+# no longer overlap each other or the code around them), so tests of fast kernels assert
+# there are none.
 _ADVISORY = re.compile(r"Potential Performance Loss: (.*)")
 
 

@@ -1,10 +1,13 @@
 """The package as installed: what importing it pulls in, and which copy the tests see."""
 
 import importlib.metadata
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -46,11 +49,40 @@ def test_every_package_folder_is_listed_in_pyproject():
     found = {"weft"}
     for init in ROOT.rglob("__init__.py"):
         parts = init.parent.relative_to(ROOT).parts
-        if parts and not any(p.startswith(".") or p in ("tests", "build", "dist") for p in parts):
+        if parts and not any(p.startswith(".") or p in ("tests", "build", "dist", "benchmarks") for p in parts):
             found.add(".".join(("weft", *parts)))
     missing = sorted(found - listed)
     assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert not sorted(listed - found), f"listed but not in the tree: {sorted(listed - found)}"
+    assert not any(name.startswith("weft.benchmarks") for name in listed), "benchmarks/ is not installed"
+
+
+def test_a_built_wheel_holds_no_benchmarks_and_no_results(tmp_path):
+    """benchmarks/ runs from the repository root on the GPU machine; the wheel carries the
+    package alone (the dated results and journals live in docs/ and git history)."""
+    build_meta = pytest.importorskip("setuptools.build_meta")
+    del build_meta  # built in a subprocess, from a copy, so the checkout gets no build/ folder
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".*", "build", "dist", "*.egg-info", "__pycache__", ".venv"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    code = "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))"
+    result = subprocess.run([sys.executable, "-c", code, str(wheels)], cwd=source,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (wheel,) = wheels.glob("weft-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "weft/__init__.py" in names and "weft/kernels/attention/__init__.py" in names
+    strays = [n for n in names if n.startswith(("weft/benchmarks/", "weft/docs/", "weft/tests/"))]
+    assert not strays, f"the wheel carries files that are not the package: {strays[:10]}"
+
+
+@pytest.mark.skipif(
+    not os.environ.get("WEFT_TEST_INSTALLED"), reason="set by .ci/run, which installs weft non-editable"
+)
+def test_the_installed_package_has_no_benchmarks():
+    assert importlib.util.find_spec("weft.benchmarks") is None
 
 
 def _project():

@@ -160,9 +160,8 @@ class Lowering:
         """Lower a block's ops in order. Inside a recompute scope, the ops after one that
         holds a loop compute thread-position values afresh, after it (`_restart_prologue`),
         for the rest of the block: a persistent kernel's epilogue then holds none of its
-        addresses in registers across the key loop. (Measured on flash attention with
-        mma_v2's overflow path: 8-12 spilled bytes in the replicated consumers without
-        this, none with it.)"""
+        addresses in registers across the key loop. (Without it, flash attention's
+        replicated consumers with mma_v2's overflow path spilled.)"""
         saved = self.prologue, self._cache
         try:
             for i, op in enumerate(block.ops):
@@ -272,8 +271,7 @@ class Lowering:
         iteration, in `prologue` (the body's first block), from a volatile read of %tid.x
         that LLVM can neither hoist out of the loop nor merge with the entry block's: the
         values derived from it stay inside the loop too, instead of occupying registers
-        across it. (Measured on flash attention's persistent loop: 4-288 spilled
-        registers without the scope, none with it.)"""
+        across it. (Without the scope, flash attention's persistent loop spilled.)"""
         saved = self.prologue, self._cache, self._opaque_tid
         self.prologue, self._cache, self._opaque_tid = prologue, {}, True
         try:

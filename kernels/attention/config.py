@@ -17,7 +17,7 @@ ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
 TILE_FIELDS = 4            # int32 words published with each Q buffer: tile, batch, head, first row
 VARIANTS = ("pingpong", "simple")
 L2_GROUP_BYTES = 24 << 20  # K/V bytes of the heads whose tiles run together, by default
-L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256 (measured, NOTES.md)
+L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256, faster than 24 MB there (docs/attention-journal.md)
 MAX_RESCALE_ABOVE = 15  # log2 of the largest P a skipped rescale may leave: below fp16's 65504
 REPLICATE_UP_TO = 4096  # keys up to which causal head_dim 128 consumers share one copy of the code
 THREE_STAGES_UP_TO = 2048  # keys up to which causal head_dim 64 keeps three K/V tiles in flight
@@ -47,25 +47,25 @@ class Config:
       tiles are numbered together, heads taken in turn (so causal tiles run longest
       first within a group); 1 puts every head in a group of its own, so the query
       tiles of one head run side by side. None: one head per group for non-causal
-      attention at head_dim 128 and 256 (it reads K/V from DRAM once: 1-10% faster; at
-      head_dim 64 it was slower), else 24 MB, 8 MB for causal head_dim 256 (4-8% faster
-      up to 8k tokens in two runs); benchmarks/NOTES.md.
+      attention at head_dim 128 and 256 (it reads K/V from DRAM once; at head_dim 64 it
+      was slower), else 24 MB, 8 MB for causal head_dim 256 (faster there up to 8k
+      tokens); docs/attention-journal.md.
     - replicated (pingpong): the consumer warpgroups run one copy of the consumer code
       (a warp_specialize worker with `worker_replicas`, each copy reading its index at run
       time) rather than a partition each with its index compiled in: the kernel's code is
       a half to a third the size, so short tiles, which go through all of it often, wait
-      less on instruction fetches (Nsight Compute: 28-35% of the consumers' stall samples
-      at causal head_dim 64, 512 tokens); the index costs a few instructions per key step.
+      less on instruction fetches (where Nsight Compute found many of the consumers' stall
+      samples at causal head_dim 64, 512 tokens); the index costs a few instructions per
+      key step.
       Replicated consumers also release ring slots warp by warp. None: replicated for
       causal head_dim 64, and causal head_dim 128 up to REPLICATE_UP_TO keys, where it
-      measured faster (+3 to +19% at head_dim 64, +1 to +6% at 128); elsewhere it measured
-      level to 3% slower (benchmarks/NOTES.md).
+      measured faster; elsewhere it measured level or slower (docs/attention-journal.md).
     - per_warp_release (pingpong): consumers release ring slots and pass turns with one
       arrival per warp, as soon as each warp gets there, rather than one per warpgroup
       after a warpgroup-wide named barrier (which holds the first warps back until the
       last gets there). None: where the consumers are replicated (which needs it) and at
-      head_dim 128, where it measured faster (+1 to +6% non-causal from 1k tokens); level
-      at 256, 1-2% slower at 64 (benchmarks/NOTES.md).
+      head_dim 128, where it measured faster; level at 256, slower at 64
+      (docs/attention-journal.md).
     - conditional_rescale (pingpong): FlashAttention-4's rescale. A row's running max,
       which the softmax subtracts before exp2, moves only in warps where some row's max
       grew past it by more than `rescale_above` (log2 units), so the other warps skip
@@ -74,14 +74,14 @@ class Config:
       every key tile and O is rescaled at every step, as in FlashAttention-2 and 3.
       None: on wherever lazy_max is (which moves the max only where rows grew) and at head_dim
       256 without it, whose 64-key tiles rescale 128 O registers per thread every 64 keys
-      (+2 to +18% there in two runs); without lazy_max at 64 and 128 it measured -4 to +2%
-      (benchmarks/NOTES.md).
+      (where it measured faster); without lazy_max at 64 and 128 it measured level
+      (docs/attention-journal.md).
     - claim_ahead (causal, persistent): the producer claims the CTA's next tile before
       the last `claim_ahead` K/V loads of a tile, rather than after all of them, so the
       next tile's Q is in when the consumers get there; claimed earlier, the longest-first
       order balances the CTAs worse. None: 2 at head_dim 64, whose key steps are the
-      shortest (+3% at 512 tokens in two runs, within 1% elsewhere), 0 at 128 and 256 (there
-      2 was level at 128 and 1-2.5% slower at 256 up to 4k tokens; benchmarks/NOTES.md).
+      shortest (it gains at 512 tokens, level elsewhere), 0 at 128 and 256 (there 2 was
+      level at 128 and slower at 256; docs/attention-journal.md).
       Non-causal tiles are all alike: the next is claimed as soon as a tile starts.
     - cluster (pingpong, persistent): CTAs per cluster, 1 or 2. With 2, the CTAs of a
       cluster run the two query tiles of one (batch, head) side by side, and each loads
@@ -89,10 +89,9 @@ class Config:
       pair (FlashAttention-3 does this for non-causal head_dim 128 and 256). It needs
       non-causal attention, head_dim 128 or 256, an even count of query tiles per head and
       one head per tile group (l2_group_bytes None). None: 2 wherever that holds, else 1.
-      Side by side on the H200 at the power cap, 2 ran +0.7 to +2.0% from 4k tokens and
-      +0.2 to +0.8% at 2k (head_dim 256 at 512 too), level at 512-1k for head_dim 128:
-      the clock rises about 3% with half the L2 traffic, and the pair gives most of it
-      back in work per cycle (benchmarks/NOTES.md).
+      Side by side with single CTAs at the power cap, pairs gain a little from 2k tokens
+      and are level below: the clock rises with half the L2 traffic, and the pair gives
+      most of it back in work per cycle (docs/attention-journal.md).
     - lazy_max (pingpong): no row max is taken at a key step: P is computed against the
       running max m of the key tiles before, and only in warps where a row of P summed
       past 2^rescale_above (scores grew), overflowed or saw its first keys does m move,
@@ -101,38 +100,36 @@ class Config:
       rescale, and its exps start as soon as S is in. Needs rescale_above above
       log2(block_n) (a row of P against a max sums to at most block_n). How m moves
       depends on the registers: at head_dim 128, S stays live beside P and those warps
-      take the exact max from it and compute P again (484 instructions a step become
-      350); at 64 and 256, where S beside P spilled, m moves up by log2 of the row's sum
+      take the exact max from it and compute P again (a quarter fewer instructions a
+      step); at 64 and 256, where S beside P spilled, m moves up by log2 of the row's sum
       and P is scaled down (max_from_sums; 429 instructions a step become 332 at 64), a
       warpgroup with a P overflowed to inf computes S again from its K tile (released only
       then) to take the max, and key tiles that need a mask take the max as without
       lazy_max. A row's first key tile takes P against the max of its first 32 keys and
       the exact max, from S, only where a row grew past that. None: on at head_dim 64 and
-      128 (on an H100 at the power cap, side by side with it off: +3.3 to +4.0% at
-      head_dim 64 from 4k tokens, level at 1k; +4.3 to +4.5% non-causal and +3% causal
-      at 128); off at 256, where it measured +1 to +2%
-      (without its overflow path) and spills 8 bytes with one tile's Q buffers
-      (benchmarks/NOTES.md).
+      128, where it measured faster side by side with it off; off at 256, where it gained
+      less (without its overflow path) and spills with one tile's Q buffers
+      (docs/attention-journal.md).
     - dynamic_schedule (persistent): how a CTA finds its next tile. True: its producer
       claims one from an atomic counter (zeroed on every launch) as it starts a tile, so a
       CTA that drew short or slow tiles takes more; False: CTA i takes tiles i, i + grid,
       ... and the host zeroes no counter. None: dynamic, except for clusters of two (which
       take their tiles side by side). Static measured slower even for non-causal tiles,
-      which are all alike (H100, head_dim 64: -2.8% at 512 tokens, -2.7% at 1152, level
-      at 1k and 4k; benchmarks/NOTES.md).
+      which are all alike, at lengths whose tiles do not fill the last wave
+      (docs/attention-journal.md).
     - half_tiles (pingpong): a warpgroup's last key tile, where none of its rows sees the
       tile's second half, is taken as a tile of block_n / 2 keys: S's GEMM, its softmax
       and the last P V over half the keys (kernels.attend_tile). Causal 64-row warpgroups
       starting at a multiple of 128 rows cross the diagonal in the first half of a
       128-key tile, half the warpgroups of a causal problem; non-causal, the last key
       tile where seq_k % block_n is at most block_n / 2. None: on for causal attention
-      with 128-key tiles (head_dim 64 and 128): on the H200 at the power cap, +4.6% at
-      head_dim 64 and 512 tokens, +3.0% at 1k, +2.1% at 2k; at 128, +1.3% at 1k and
-      level at 512 and 4k. Off non-causal, where the benchmark's lengths have no such
-      tile and the code would only grow (benchmarks/NOTES.md).
+      with 128-key tiles (head_dim 64 and 128), where it measured faster, most at short
+      sequences. Off non-causal, where the benchmark's lengths have no such tile and the
+      code would only grow (docs/attention-journal.md).
     - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
       of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
-      every share measured slower on the H200 (benchmarks/NOTES.md).
+      every share measured slower: each exp moved costs nine issued instructions, and the
+      kernel is not limited by the exp unit alone (docs/attention-journal.md).
     - ctas_per_sm (pingpong): CTAs an SM holds at once, 1 to MAX_CTAS_PER_SM. Above 1 the
       kernel launches with the registers and shared memory of that share of an SM (the
       launch option maxnreg; the budgets and buffers are checked against it), so that the
@@ -443,22 +440,19 @@ def default_config(head_dim: int, causal: bool = False, seq_k: int | None = None
     """FA3's H100 tile shapes, rounded to powers of two where they are not: 192 x 128
     (three consumer warpgroups at 160 registers) for head_dim 64, 128 x 128 for 128,
     128 x 64 for 256 (FA3: 192 x 128, 128 x 128 (176 non-causal), 128 x 80). head_dim
-    64 keeps more K/V tiles in flight than two where it measured faster: four non-causal
-    (+0.3 to +1.3% from 512 to 16k keys in three rounds on the H200 at the power cap),
+    64 keeps more K/V tiles in flight than two where it measured faster: four non-causal,
     and three causal with at most THREE_STAGES_UP_TO keys (seq_k): its short tiles end
     every few key steps, and the third stage lets the next tile's first K/V tiles load
-    meanwhile (+6% at 512 keys, +2% at 1k, +1.5% at 2k, in two runs; level at 4k, 1-2%
-    slower from 8k: benchmarks/NOTES.md). Non-causal head_dim 64 with at most
+    meanwhile (longer causal sequences measured level or slower; docs/attention-journal.md).
+    Non-causal head_dim 64 with at most
     FOUR_CONSUMERS_UP_TO keys runs 256 x 64 tiles: four consumer warpgroups at 112
-    registers (the most four get), one replicated copy of their code (on the H200 at the
-    power cap, +2.7% and +5% at 512 keys in two calls, level to +2.5% at 1k in three; 2-4%
-    slower from 2k and causal, where 64-key tiles cost more than the fourth warpgroup
-    gives). At most ONE_KEY_TILE_UP_TO keys, a single 64-key tile whose steps cannot hide
+    registers (the most four get), one replicated copy of their code (faster at 512 and
+    1k keys; slower from 2k and causal, where 64-key tiles cost more than the fourth
+    warpgroup gives). At most ONE_KEY_TILE_UP_TO keys, a single 64-key tile whose steps cannot hide
     a tile's start and end behind another warpgroup's, run several CTAs an SM of one
     consumer warpgroup each: three at head_dim 64 (136 registers), two at 128 (232), causal
-    or not (sustained on the H200 at 64 keys: +38% and +72% causal at head_dim 64, +13%
-    and +16% at 128, level with Triton; level at 128 keys and slower from 256,
-    benchmarks/NOTES.md)."""
+    or not (much faster at 64 keys, level with Triton there; level at 128 keys and slower
+    from 256: docs/attention-journal.md)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
     if head_dim == 64 and seq_k is not None and seq_k <= ONE_KEY_TILE_UP_TO:

@@ -43,7 +43,8 @@ l and O down to match (`max_from_sums`; 429 instructions become 332), and only k
 that need no mask are lazy: a P that overflowed to inf leaves no S to take the max from,
 so its warp alone computes its rows of S again from Q and the K tile (`recomputed_max`,
 ll.mma_v2 in a branch taken warp by warp), which it releases only then. (A warpgroup
-vote and wgmma there cost 1.7-1.8% from 4k keys, non-causal, on the H200.) A row's first
+vote and wgmma there would hold every warp back at every step for the rare warp that
+overflowed.) A row's first
 key tile, with no running max yet, takes P against the max of its first 32 keys
 (`first_keys_max`: a quarter of the compares) and the exact max only in warps where a row
 grew past that.
@@ -155,10 +156,10 @@ def producer(state):
         for wg in ll.static_range(1, CONSUMERS):
             load_q(state, tile, done * CONSUMERS + wg, batch, head, off_m, wg)
         # The CTA's next tile, claimed while the consumers run this one. Non-causal tiles
-        # are all alike: claim it now, so that its Q is in before this tile ends (+1-2%
-        # at 512-1k tokens, head_dim 128 and 256). Causal tiles run longest first and are
-        # claimed before this one's last CLAIM_AHEAD K/V loads (Config.claim_ahead):
-        # claimed at once, the last ones balanced worse (-3 to -8% at 4k tokens).
+        # are all alike: claim it now, so that its Q is in before this tile ends (short
+        # tiles gain most). Causal tiles run longest first and are claimed before this
+        # one's last CLAIM_AHEAD K/V loads (Config.claim_ahead): claimed at once, the
+        # longest-first order would balance the last ones worse.
         claim_at = 1
         if CAUSAL:
             claim_at = ll.maximum(count - CLAIM_AHEAD, 1)
@@ -349,7 +350,7 @@ def key_steps(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, full, cou
     O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
     # A replicated warpgroup holds its index across the key loop, in a uniform register
     # (a thread index shuffled to be uniform: read at every step it put 6 instructions and
-    # a shuffle before each turn's wait; +3.8% at (16, 32, 1024, 64) on the H200), except
+    # a shuffle before each turn's wait, which short tiles feel most), except
     # with four warpgroups at 112 registers keeping one tile's Q buffers, where ptxas
     # spilled for it: each step reads it again there (`attend_step`).
     wg = None

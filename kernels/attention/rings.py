@@ -63,8 +63,8 @@ def release_slot(bar, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr):
     each CTA's producer multicasts half of every K/V tile into both CTAs' slots, so it may
     reload a slot only once the consumers of both have released it: they arrive on their
     own CTA's barrier and on the peer's. That arrival releases at CTA scope: the slot was
-    only read, by GEMMs already waited for, and a cluster-scope release here slowed the
-    kernel by a fifth (500 against 620 TFLOP/s at 4k tokens, head_dim 128)."""
+    only read, by GEMMs already waited for, so nothing needs to become visible to the peer,
+    and a cluster-scope release at every step slowed the kernel badly (docs/attention-journal.md)."""
     release(bar, PER_WARP)
     if CLUSTER > 1:
         mbarrier.arrive(bar, per_warp=PER_WARP, cta=ll.program_id(0) % CLUSTER ^ 1, scope="cta")

@@ -25,8 +25,8 @@ def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group, seq
     Causal query tiles end at the last warpgroup's rows (seq_q rounded up to 64), so
     when BLOCK_M does not divide that, the partial tile is the top one, which sees the
     fewest keys, where a partial bottom tile would hold its whole CTA for the most keys
-    with warpgroups idle (causal head_dim 64, 192-row tiles: +8% at 1k tokens, +1 to +5%
-    at 4k; benchmarks/NOTES.md). The top tile's first warpgroups then start at row -64
+    with warpgroups idle (measured with causal head_dim 64's 192-row tiles:
+    docs/attention-journal.md). The top tile's first warpgroups then start at row -64
     or -128: they neither load Q nor store O (`load_q`, `attend_tile`; a TMA store at a
     negative coordinate traps)."""
     per_group = group * num_m_tiles

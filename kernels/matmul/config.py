@@ -56,8 +56,8 @@ def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
 
 
 def configs_for(in_bits: int, out_bits: int) -> list[Config]:
-    """The candidates the autotuner times; all fit in shared memory. From the H200 sweep
-    (benchmarks/NOTES.md): 128x256 tiles with 3 stages and 16-row groups lead at 4096^3
+    """The candidates the autotuner times; all fit in shared memory. From the config sweep
+    (docs/performance-journal.md): 128x256 tiles with 3 stages and 16-row groups lead at 4096^3
     and 8192^3; the others win on shapes where 256-wide tiles leave SMs idle or the
     output tile crowds out stages."""
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row

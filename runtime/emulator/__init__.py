@@ -1,4 +1,4 @@
-"""The CPU emulator: runs `layout`-stage IR thread-faithfully on numpy (DESIGN.md, runtime/).
+"""The CPU emulator: runs `layout`-stage IR thread-faithfully on numpy (docs/design.md, runtime/).
 
     emulate(kernel, grid, args, *, rules=None, stream=None) -> None
 

@@ -173,9 +173,9 @@ def tma_store(cta, op: ir.TmaStore) -> None:
     desc = _descriptor(cta, op)
     coords = [int(cta[c]) for c in op.coords]
     if min(coords) < 0:
-        # Measured on the H200: a store box at a negative coordinate traps ("illegal
-        # instruction"), even partly inside; loads there read zeros, and stores past the
-        # end are clipped.
+        # On the GPU a store box at a negative coordinate traps ("illegal instruction"),
+        # even partly inside; loads there read zeros, and stores past the end are clipped
+        # (benchmarks/probe_tma_negative.py).
         raise EmulationError(f"`{op.NAME}` at coordinates {coords} of {desc.describe()}: a TMA store "
                              f"box may not start at a negative coordinate (the GPU traps); skip "
                              f"the store, or start the box at 0", op.loc)

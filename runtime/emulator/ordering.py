@@ -309,7 +309,7 @@ class Ordering:
     def _check_reads_fenced(self, rows, clock: np.ndarray, op, what: str) -> None:
         """Generic-proxy reads that an async-proxy write (TMA load, bulk copy) overwrites
         need a fence too, between the read and the release the writer acquired: on the
-        H200 a bulk copy issued right after a CTA barrier landed under loads of the same
+        GPU a bulk copy issued right after a CTA barrier landed under loads of the same
         bytes that were still pending without one."""
         generic_reads = np.where(self.read_async[rows], 0, self.read[rows])
         found = self._unfenced(rows, clock, generic_reads)

@@ -151,7 +151,7 @@ def test_gpu_half_key_tiles(head_dim, seq_q, seq_k, causal):
 def test_gpu_causal_tiles_whose_rows_see_no_key(head_dim):
     """Causal with seq_q well past seq_k: each head's top query tiles load no key tile and
     take no turns, so a warpgroup can run ahead of another through them (the head_dim 256
-    Q ring race of benchmarks/NOTES.md, 2026-11-27: one `ready` barrier per warpgroup's
+    Q ring race of docs/attention-journal.md, 2026-11-27: one `ready` barrier per warpgroup's
     uses since). Many heads, so persistent CTAs walk several such tiles; right against
     float32 torch (rows that see no key: O 0, log-sum-exp inf) and bitwise alike over
     repeated calls."""
