@@ -29,6 +29,8 @@ import types
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from . import ir
+from .aggregates import (differing_leaves, fields_of, is_aggregate, leaf_at, split_key,
+                         with_leaves)
 from .builder import (Builder, DynamicValue, dynamic_range, language_prefix, language_stage,
                       language_wrapper, unwrap_constexpr)
 from .builder import condition as loop_condition
@@ -80,6 +82,8 @@ class KernelBuilder(ExpressionVisitor):
         self.dynamic_depth = 0
         self.sources: dict[Any, str] = {}
         self.frame_cache: dict[Any, FunctionFrame] = {}
+        self.discarded_call: Optional[ast.Call] = None  # an expression statement's call
+        self.constructing: set[int] = set()  # aggregates whose @jit __init__ is running
         builder.inline_function = self.inline_partition
 
     # ------------------------------------------------------------------ the kernel
@@ -123,6 +127,8 @@ class KernelBuilder(ExpressionVisitor):
     def parameter(self, name: str, parameter: inspect.Parameter, signature: dict,
                   constexprs: dict, specialization: Mapping) -> Any:
         """A constexpr parameter's Python value, or a runtime parameter's ir.Value."""
+        if name == "num_warps" and (is_constexpr_annotation(parameter.annotation) or name in constexprs):
+            return self.num_warps_parameter(constexprs)
         if name in constexprs:
             return unwrap_constexpr(constexprs[name])
         if is_constexpr_annotation(parameter.annotation) or signature.get(name) == "constexpr":
@@ -139,6 +145,16 @@ class KernelBuilder(ExpressionVisitor):
         except ValueError as error:
             raise self.builder.error(f"bad signature type for '{name}': {error}")
         return ir.Value(type_, name)
+
+    def num_warps_parameter(self, constexprs: dict) -> int:
+        """A kernel parameter named num_warps is the launch's warp count (as in Gluon): given
+        or not, it must agree with the num_warps the kernel compiles for."""
+        value = unwrap_constexpr(constexprs.get("num_warps", self.builder.num_warps))
+        if value != self.builder.num_warps:
+            raise self.builder.error(f"the kernel parameter num_warps={value!r} differs from the "
+                                     f"launch option num_warps={self.builder.num_warps}",
+                                     suggestion="pass num_warps once, as a keyword of the launch")
+        return value
 
     def frame_of(self, fn) -> FunctionFrame:
         if fn not in self.frame_cache:
@@ -203,6 +219,7 @@ class KernelBuilder(ExpressionVisitor):
     def visit_Expr(self, node: ast.Expr) -> None:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return  # a docstring
+        self.discarded_call = node.value if isinstance(node.value, ast.Call) else None
         self.visit(node.value)
 
     def visit_Pass(self, node: ast.Pass) -> None:
@@ -245,12 +262,28 @@ class KernelBuilder(ExpressionVisitor):
                                              f"{len(target.elts)} names")
                 for element, item in zip(target.elts, value):
                     self.assign(element, item)
+            elif isinstance(target, ast.Attribute) and self.is_constructing(target.value):
+                instance = self.visit(target.value)
+                if target.attr not in fields_of(instance):
+                    raise self.builder.error(f"{type(instance).__name__} has no field '{target.attr}'",
+                                             expected=f"one of its fields {list(fields_of(instance))}")
+                instance.__dict__[target.attr] = value
+            elif isinstance(target, ast.Attribute) and is_aggregate(self.visit(target.value)):
+                raise self.builder.error(
+                    f"cannot assign to a field of {type(self.visit(target.value)).__name__}: "
+                    f"aggregates do not change in place",
+                    suggestion="build a new instance (a method can return one) and bind it to the name")
             elif isinstance(target, (ast.Subscript, ast.Attribute)):
                 raise self.builder.error(
                     "cannot assign to an item or attribute: kernel values are immutable",
                     suggestion="build a new tensor (e.g. with ll.where) and bind it to a name")
             else:
                 self.unsupported(target, "this assignment target")
+
+    def is_constructing(self, node: ast.expr) -> bool:
+        """Whether `node` names an aggregate whose @jit __init__ is running (the only place
+        fields are assigned)."""
+        return isinstance(node, ast.Name) and id(self.scope.get(node.id)) in self.constructing
 
     def visit_Return(self, node: ast.Return) -> None:
         value = self.visit(node.value) if node.value is not None else None
@@ -293,16 +326,15 @@ class KernelBuilder(ExpressionVisitor):
             else_value = else_scope.get(name, _MISSING)
             if then_value is _MISSING or else_value is _MISSING:
                 continue  # bound in one branch only: ends with the if
-            if changed(then_value, else_value):
-                names.append(name)
-            else:
-                same[name] = then_value
-        merged = [self.merged_type(name, then_scope[name], else_scope[name]) for name in names]
+            same[name] = then_value
+            names.extend(key for key, _, _ in self.differing(name, then_value, else_value))
+        merged = [self.merged_type(key, leaf_at(then_scope, key), leaf_at(else_scope, key))
+                  for key in names]
         if per_warp:
             self.check_per_warp_branch(then_ops + else_ops, names, merged)
         for ops, scope in ((then_ops, then_scope), (else_ops, else_scope)):
             self.builder.push_block(ops)
-            values = tuple(self.as_handle(name, scope[name], type_) for name, type_ in zip(names, merged))
+            values = tuple(self.as_handle(key, leaf_at(scope, key), type_) for key, type_ in zip(names, merged))
             self.builder.emit(ir.Yield(values=values, loc=loc))
             self.builder.pop_block()
         results = tuple(ir.Value(t, name) for name, t in zip(names, merged))
@@ -311,7 +343,7 @@ class KernelBuilder(ExpressionVisitor):
                                 else_body=ir.Block((), tuple(else_ops)), per_warp=per_warp, loc=loc))
         self.scope = dict(before)
         self.scope.update(same)
-        self.scope.update({name: self.builder.wrap(r) for name, r in zip(names, results)})
+        self.scope.update(with_leaves(same, {key: self.builder.wrap(r) for key, r in zip(names, results)}))
         for name in set(then_scope) ^ set(else_scope):
             if name not in before:
                 self.region_locals[name] = loc
@@ -374,7 +406,7 @@ class KernelBuilder(ExpressionVisitor):
         """`value` as an IR value of `type_` in the current block (numbers become constants)."""
         if isinstance(value, DynamicValue):
             if value.type != type_:
-                loc = self.assigned_at.get(name, self.builder.loc)
+                loc = self.assigned_at.get(_root(name), self.builder.loc)
                 raise CompilationError(
                     f"loop-carried variable '{name}' changes type inside the loop",
                     loc, expected=f"{type_text(type_)} (its type before the loop)",
@@ -438,15 +470,15 @@ class KernelBuilder(ExpressionVisitor):
         carried = self.carried(node.body, before, {induction: iv_probe})
         if induction in before:
             carried.append(self.carried_loop_variable(induction, before, iv_probe))
-        inits = tuple(self.as_handle(name, before[name], t) for name, t in carried)
+        inits = tuple(self.as_handle(key, leaf_at(before, key), t) for key, t in carried)
         iv = ir.Value(index_type, induction)
-        args = tuple(ir.Value(t, name) for name, t in carried)
-        bindings = {name: self.builder.wrap(a) for (name, _), a in zip(carried, args)}
+        args = tuple(ir.Value(t, key) for key, t in carried)
+        bindings = with_leaves(before, {key: self.builder.wrap(a) for (key, _), a in zip(carried, args)})
         bindings[induction] = self.builder.wrap(iv)  # in the body, the name is the loop's index
         ops, after = self.region(node.body, before, bindings)
         self.builder.push_block(ops)
         with self.builder.at(loc):
-            yields = tuple(self.as_handle(name, after[name], t) for name, t in carried)
+            yields = tuple(self.as_handle(key, leaf_at(after, key), t) for key, t in carried)
             self.builder.emit(ir.Yield(values=yields, loc=loc))
         self.builder.pop_block()
         results = tuple(ir.Value(t, name) for name, t in carried)
@@ -481,12 +513,12 @@ class KernelBuilder(ExpressionVisitor):
         carried = self.carried(node.body, before, {}, test=node.test)
         if carried is None:
             return  # a compile-time false condition: the loop never runs
-        inits = tuple(self.as_handle(name, before[name], t) for name, t in carried)
+        inits = tuple(self.as_handle(key, leaf_at(before, key), t) for key, t in carried)
         before_args = tuple(ir.Value(t, name) for name, t in carried)
         after_args = tuple(ir.Value(t, name) for name, t in carried)
 
         def bind(values):
-            return {name: self.builder.wrap(v) for (name, _), v in zip(carried, values)}
+            return with_leaves(before, {key: self.builder.wrap(v) for (key, _), v in zip(carried, values)})
 
         condition_ops = self.builder.push_block()
         self.scope = dict(before)
@@ -504,7 +536,7 @@ class KernelBuilder(ExpressionVisitor):
         ops, after = self.region(node.body, before, bind(after_args))
         self.builder.push_block(ops)
         with self.builder.at(loc):
-            yields = tuple(self.as_handle(name, after[name], t) for name, t in carried)
+            yields = tuple(self.as_handle(key, leaf_at(after, key), t) for key, t in carried)
             self.builder.emit(ir.Yield(values=yields, loc=loc))
         self.builder.pop_block()
         results = tuple(ir.Value(t, name) for name, t in carried)
@@ -568,11 +600,21 @@ class KernelBuilder(ExpressionVisitor):
         result = []
         with self.builder.at(loc):
             for name, old in before.items():
-                start = probes.get(name, old)
-                if name in bindings or not changed(start, after.get(name, start)):
+                if name in bindings:
                     continue
-                result.append((name, self.carried_type(name, old, after[name])))
+                start = probes.get(name, old)
+                for key, _, new in self.differing(name, start, after.get(name, start)):
+                    result.append((key, self.carried_type(key, leaf_at(before, key), new)))
         return result
+
+    def differing(self, name: str, old: Any, new: Any) -> list:
+        """(key, old leaf, new leaf) for each part of variable `name` that differs between
+        two points of runtime control flow (aggregates and tuples are looked through)."""
+        try:
+            return differing_leaves(name, old, new, changed)
+        except TypeError as error:
+            raise CompilationError(str(error), self.assigned_at.get(name, self.builder.loc),
+                                   suggestion=f"give '{name}' the same kind of value on every path")
 
     def carried_type(self, name: str, old: Any, new: Any) -> Type:
         if isinstance(old, DynamicValue):
@@ -593,15 +635,17 @@ class KernelBuilder(ExpressionVisitor):
 
     def finish_loop(self, before: dict, after: dict, carried, results, loc: Loc,
                     exclude: frozenset = frozenset()) -> None:
-        names = {name for name, _ in carried}
+        keys = {key for key, _ in carried}
         self.scope = dict(before)
-        self.scope.update({name: self.builder.wrap(r) for (name, _), r in zip(carried, results)})
+        self.scope.update(with_leaves(before, {key: self.builder.wrap(r) for (key, _), r in zip(carried, results)}))
         for name in set(after) - set(before) | set(exclude):
             self.region_locals[name] = loc
         for name in before:
-            if name not in names and changed(before[name], after.get(name, before[name])):
+            missed = [key for key, _, _ in self.differing(name, before[name], after.get(name, before[name]))
+                      if key not in keys]
+            if missed:
                 raise CompilationError(
-                    f"'{name}' is reassigned in this loop only in the real walk of its body; "
+                    f"'{missed[0]}' is reassigned in this loop only in the real walk of its body; "
                     f"weft could not carry it", self.assigned_at.get(name, loc),
                     suggestion=f"give '{name}' its final type before the loop")
 
@@ -628,6 +672,11 @@ class KernelBuilder(ExpressionVisitor):
         result = ir.Value(type_)
         self.builder.emit(ir.Cast(result=result, operand=bound.handle, loc=self.builder.loc))
         return result
+
+
+def _root(key: str) -> str:
+    """The variable a carried key belongs to ('state' for 'state.acc')."""
+    return split_key(key)[0] if key[:1].isidentifier() else key
 
 
 def _element(type_: Type):

@@ -20,6 +20,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from .aggregates import field_annotation, fields_of, is_aggregate, is_aggregate_class
 from .builder import (Builder, DynamicValue, dynamic_range, is_builtin, is_constexpr_callable,
                       unwrap_constexpr)
 from .builder import condition as loop_condition
@@ -125,6 +126,33 @@ def _record(module: Any, name: str, value: Any, namespace: Any) -> None:
         resolved[(module, name)] = (value, namespace)
 
 
+@dataclass(frozen=True)
+class BoundMethod:
+    """`instance.method` for a @jit function defined in an aggregate's class: calling it
+    inlines the function with the instance as its first argument."""
+
+    fn: types.FunctionType
+    instance: Any
+
+
+def must_use_result(fn: Any = None, reason: str = "") -> Any:
+    """Mark a @jit helper (or a compile-time function) whose result must be used: a kernel
+    statement that calls it and drops what it returns is an error. Written `@must_use_result`
+    or `@must_use_result("why")`, above or below `@jit`."""
+    if isinstance(fn, str):
+        return lambda f: must_use_result(f, fn)
+    target = python_function(fn) or fn
+    target.__weft_must_use__ = reason or "its result must be used"
+    return fn
+
+
+def must_use_reason(fn: Any) -> Optional[str]:
+    if isinstance(fn, BoundMethod):
+        fn = fn.fn
+    return getattr(fn, "__weft_must_use__", None) or \
+        getattr(python_function(fn), "__weft_must_use__", None)
+
+
 class ReturnSignal(Exception):
     """Carries a `return` value out of the statements of an inlined function."""
 
@@ -158,6 +186,8 @@ class ExpressionVisitor:
     frames: list[FunctionFrame]
     scope: dict[str, Any]
     region_locals: dict[str, Loc]
+    discarded_call: Optional[ast.Call]
+    constructing: set[int]
 
     @property
     def frame(self) -> FunctionFrame:
@@ -235,6 +265,10 @@ class ExpressionVisitor:
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         value = self.visit(node.value)
+        if is_aggregate(value):
+            method = python_function(getattr(type(value), node.attr, None))
+            if method is not None:
+                return BoundMethod(method, value)
         result = getattr(value, node.attr)
         if isinstance(value, types.ModuleType):
             _record(value.__name__, node.attr, result, vars(value))
@@ -338,6 +372,8 @@ class ExpressionVisitor:
     # ------------------------------------------------------------------ calls
     def visit_Call(self, node: ast.Call) -> Any:
         function = self.visit(node.func)
+        if node is self.discarded_call:
+            self.check_result_used(function)
         args = self.sequence(node.args)
         kwargs = {}
         for keyword in node.keywords:
@@ -354,6 +390,12 @@ class ExpressionVisitor:
         jitted = python_function(function)
         if jitted is not None:
             return self.inline_call(jitted, args, kwargs, node)
+        if isinstance(function, BoundMethod):
+            return self.inline_call(function.fn, [function.instance, *args], kwargs, node)
+        if is_aggregate_class(function):
+            return self.construct(function, args, kwargs, node)
+        if (function is builtins.min or function is builtins.max) and contains_dynamic(args):
+            return self.runtime_extreme(function, args, kwargs)
         if is_builtin(function):
             return function(*args, **kwargs)
         if isinstance(function, type) and issubclass(function, (dynamic_range, loop_condition)):
@@ -380,6 +422,60 @@ class ExpressionVisitor:
                      "Python built-ins " + ", ".join(sorted(PYTHON_BUILTINS)),
             found=f"{type(function).__name__} {name}",
             suggestion="decorate the function with @ll.jit to inline it")
+
+    def check_result_used(self, function: Any) -> None:
+        reason = must_use_reason(function)
+        if reason:
+            name = getattr(getattr(function, "fn", function), "__name__", repr(function))
+            raise self.builder.error(f"the result of {name}() is dropped: {reason}",
+                                     suggestion="assign it to a name (e.g. `x = ...`)")
+
+    def construct(self, cls: type, args: list, kwargs: dict, node: ast.AST) -> Any:
+        """An instance of aggregate `cls`: its __init__ runs now, in Python when it is a
+        compile-time function and inlined when it is a @jit function."""
+        instance = object.__new__(cls)
+        init = python_function(cls.__dict__.get("__init__"))
+        if init is not None:
+            self.constructing.add(id(instance))
+            try:
+                self.inline_call(init, [instance, *args], kwargs, node)
+            finally:
+                self.constructing.discard(id(instance))
+        else:
+            cls.__init__(instance, *args, **kwargs)
+        for field in fields_of(instance):
+            if field not in instance.__dict__:
+                raise self.builder.error(f"{cls.__name__}.__init__ did not set the field '{field}'",
+                                         suggestion=f"assign self.{field} in __init__")
+            value = unwrap_constexpr(instance.__dict__[field])
+            if is_constexpr_annotation(field_annotation(cls, field)) and contains_dynamic(value):
+                raise self.builder.error(
+                    f"{cls.__name__}.{field} is annotated constexpr but holds a runtime value "
+                    f"({type_text(value.type) if isinstance(value, DynamicValue) else value!r})",
+                    suggestion=f"annotate it with the runtime type (ll.tensor, ...) or pass a "
+                               f"compile-time value")
+            instance.__dict__[field] = value
+        extra = set(instance.__dict__) - set(fields_of(instance))
+        if extra:
+            raise self.builder.error(f"{cls.__name__}.__init__ set {sorted(extra)}, which are not "
+                                     f"declared fields", suggestion="annotate every field in the class body")
+        return instance
+
+    def runtime_extreme(self, function: Any, args: list, kwargs: dict) -> Any:
+        """Python's min/max over runtime values: elementwise minimum/maximum of the arguments
+        (or of one tuple's items), as the language's `minimum`/`maximum` computes them."""
+        items = list(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else list(args)
+        name = function.__name__
+        if kwargs or len(items) < 2:
+            raise self.builder.error(f"{name}() of runtime values takes two or more values (no key= or default=)")
+        result = items[0]
+        for item in items[1:]:
+            value, other = (result, item) if isinstance(result, DynamicValue) else (item, result)
+            method = getattr(value, f"python_{name}", None)
+            if method is None:
+                raise self.builder.error(f"{name}() is not defined on {value!r}")
+            result = method(other)
+        return result
 
     @staticmethod
     def compile_time_callable(function: Any) -> bool:

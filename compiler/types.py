@@ -34,6 +34,11 @@ class ScalarType:
         return _SCALAR_BITS[self.name]
 
     @property
+    def primitive_bitwidth(self) -> int:
+        """`bits` under Gluon's name."""
+        return self.bits
+
+    @property
     def is_float(self) -> bool:
         return self.name.startswith(("fp", "bf"))
 

@@ -13,8 +13,10 @@ Python subset a kernel may use):
         ll.store(out_ptr + offsets, ll.load(x_ptr + offsets, mask) + ll.load(y_ptr + offsets, mask), mask)
 """
 
+from ..compiler.aggregates import aggregate
 from ..compiler.builder import condition, constexpr_function, dynamic_range as range, register_language, static_range
 from ..compiler.types import PointerType, ScalarType, SharedType, TensorDescriptorType
+from ..compiler.frontend_expr import must_use_result
 from ..runtime.jit import constexpr
 from .atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or, atomic_xchg,
                       atomic_xor)
@@ -22,7 +24,8 @@ from .builtins import (abs, arange, argmax, argmin, barrier, barrier_any, cdiv, 
                        convert_layout, cos, device_assert, device_print, erf, exp, exp2, expand_dims, fma, floor, full,
                        load, log, log2, max, maximum, min, minimum, num_programs, permute,
                        program_id, reshape, rsqrt, sin, sqrt, static_assert, static_print, store,
-                       sum, warp_any, where, zeros)
+                       sum, to_tensor, warp_any, where, zeros)
+from .builtins import num_warps
 from .dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, float64, fp8e4m3,
                      fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
                      int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
@@ -36,10 +39,13 @@ from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
 from .tma import TensorDescriptorValue
 from ..runtime.tensor_descriptor import TensorDescriptor
 from .warp_specialize import replica_index, warp_specialize
-from .wgmma import fence_async_shared, mma_v2, warpgroup_mma, warpgroup_mma_wait
+from .wgmma import (fence_async_shared, mma_v2, warpgroup_mma, warpgroup_mma_accumulator, warpgroup_mma_init,
+                    warpgroup_mma_wait)
 
 dtype = ScalarType
 tensor = Tensor
+shared_memory_descriptor = SharedMemoryDescriptor  # Gluon's names, for annotations
+tensor_descriptor = TensorDescriptorValue
 
 
 def _wrap(value):
@@ -55,16 +61,16 @@ register_language("lowlevel", _wrap)
 
 __all__ = [
     # kernels and compile-time helpers
-    "jit", "constexpr", "constexpr_function", "static_range", "range", "condition",
+    "jit", "constexpr", "constexpr_function", "aggregate", "must_use_result", "num_warps", "to_tensor", "static_range", "range", "condition",
     # layouts
     "BlockedLayout", "SliceLayout", "NVMMADistributedLayout", "DotOperandLayout",
     "LinearDistributedLayout", "SwizzledSharedLayout", "NVMMASharedLayout", "LinearSharedLayout",
     "DistributedLayout", "SharedLayout", "MBarrierLayout",
     # Hopper async machinery
-    "mbarrier", "tma", "async_copy", "warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared", "mma_v2",
+    "mbarrier", "tma", "async_copy", "warpgroup_mma", "warpgroup_mma_wait", "warpgroup_mma_init", "warpgroup_mma_accumulator", "fence_async_shared", "mma_v2",
     "warp_specialize", "replica_index", "TensorDescriptorValue", "TensorDescriptor",
     # values
-    "Tensor", "tensor", "SharedMemoryDescriptor", "dtype", "pointer_type",
+    "Tensor", "tensor", "SharedMemoryDescriptor", "shared_memory_descriptor", "tensor_descriptor", "dtype", "pointer_type",
     # ops
     "program_id", "num_programs", "arange", "full", "zeros", "load", "store", "where",
     "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",

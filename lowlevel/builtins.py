@@ -31,6 +31,22 @@ def _shape(shape: Any, what: str) -> tuple[int, ...]:
     return tuple(_constexpr_int(s, f"{what} entry") for s in shape)
 
 
+# ------------------------------------------------------------------ kernel facts
+@builtin
+def to_tensor(value: Any):
+    """A Python number (or constexpr) as a runtime scalar of its own type (bool i1, int
+    i32, float fp32); a runtime value is returned as it is. For state that starts as a
+    number and is carried through loops or kept in an aggregate's runtime field."""
+    return sem.to_value(value)
+
+
+@builtin
+def num_warps():
+    """The warps running this code, a compile-time int: the kernel's num_warps, or inside
+    a warp_specialize worker partition, that worker's warps."""
+    return sem.builder().num_warps
+
+
 # ------------------------------------------------------------------ indices
 @builtin
 def program_id(axis: int):

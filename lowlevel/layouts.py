@@ -362,9 +362,11 @@ class NVMMASharedLayout(SharedLayout):
             raise LayoutError(f"{owner}: rank {self.rank!r} must be at least 2")
 
     @staticmethod
-    def get_default_for(shape: Sequence[int], element_bitwidth: int,
+    def get_default_for(shape: Sequence[int], element_bitwidth: Any,
                         transposed: bool = False) -> "NVMMASharedLayout":
-        """The widest swizzle that fits rows of `shape` (Gluon's get_default_for)."""
+        """The widest swizzle that fits rows of `shape` (Gluon's get_default_for);
+        `element_bitwidth` in bits, or the element type (ll.float16) as Gluon passes it."""
+        element_bitwidth = getattr(element_bitwidth, "bits", element_bitwidth)
         swizzle = standard.default_nvmma_swizzle(shape, element_bitwidth, transposed)
         return NVMMASharedLayout(swizzle, element_bitwidth, len(shape), transposed)
 

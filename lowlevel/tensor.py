@@ -163,6 +163,15 @@ class Tensor(DynamicValue):
     def __abs__(self):
         return sem.unary("abs", self, "abs")
 
+    # Python's min()/max() with a runtime argument (the frontend calls these).
+    @builtin
+    def python_min(self, other):
+        return sem.binary("min", self, other, "min")
+
+    @builtin
+    def python_max(self, other):
+        return sem.binary("max", self, other, "max")
+
     # ----------------------------------------------------------- comparisons
     @builtin
     def __eq__(self, other):

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ..compiler import ir
+from ..compiler.aggregates import leaves, map_leaves
 from ..compiler.builder import DynamicValue, builtin
 from ..compiler.errors import CompilationError
 from ..compiler.types import i32
@@ -42,26 +43,15 @@ def _captures(args_lists: Sequence[Any]) -> list[ir.Value]:
     """The distinct runtime values inside the argument tuples, in first-seen order."""
     found: dict[ir.Value, None] = {}
 
-    def visit(x):
-        if isinstance(x, DynamicValue):
-            found.setdefault(x.handle, None)
-        elif isinstance(x, (list, tuple)):
-            for item in x:
-                visit(item)
-
     for args in args_lists:
-        visit(args)
+        for leaf in leaves(args):  # through tuples and aggregates
+            if isinstance(leaf, DynamicValue):
+                found.setdefault(leaf.handle, None)
     return list(found)
 
 
 def _rebind(x: Any, renamed: dict, wrap) -> Any:
-    if isinstance(x, DynamicValue):
-        return wrap(renamed[x.handle])
-    if isinstance(x, list):
-        return [_rebind(i, renamed, wrap) for i in x]
-    if isinstance(x, tuple):
-        return tuple(_rebind(i, renamed, wrap) for i in x)
-    return x
+    return map_leaves(lambda leaf: wrap(renamed[leaf.handle]) if isinstance(leaf, DynamicValue) else leaf, x)
 
 
 def _partition(fn, args: tuple, captures: list[ir.Value], num_warps: int) -> tuple[ir.Block, Any]:
@@ -127,22 +117,54 @@ def replica_index():
 
 
 @builtin
-def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
-                    worker_partitions: Sequence[Any], worker_num_warps: Sequence[int],
-                    worker_num_regs: Sequence[int], default_num_regs: Optional[int] = None,
-                    worker_replicas: Optional[Sequence[int]] = None):
+def warp_specialize(*args: Any, **kwargs: Any):
     """Run `default_partition(*default_args)` on the kernel's warps and each worker
     partition on its own warps (worker i as worker_replicas[i] copies, each on
-    worker_num_warps[i] warps), all at once; returns the default partition's results."""
+    worker_num_warps[i] warps), all at once; returns the default partition's results.
+
+    Two spellings (Gluon has had both): `warp_specialize(default_args, default_partition,
+    worker_args, worker_partitions, worker_num_warps, worker_num_regs, ...)`, every worker
+    getting worker_args, and `warp_specialize([(default_partition, default_args),
+    (worker, its_args), ...], worker_num_warps, worker_num_regs, ...)`, each worker with
+    arguments of its own."""
+    if args and isinstance(args[0], list):
+        return _warp_specialize_pairs(*args, **kwargs)
+    return _warp_specialize(*args, **kwargs)
+
+
+def _warp_specialize_pairs(functions_and_args: list, worker_num_warps: Sequence[int],
+                           worker_num_regs: Optional[Sequence[int]] = None, **options: Any):
+    b = sem.builder()
+    pairs = functions_and_args
+    if len(pairs) < 2 or any(not isinstance(p, (tuple, list)) or len(p) != 2 or
+                             not isinstance(p[1], (tuple, list)) for p in pairs):
+        raise b.error("warp_specialize's list form takes [(default_partition, args), (worker, "
+                      "args), ...]: a default partition and at least one worker, each with a "
+                      f"tuple of arguments; found {pairs!r}")
+    if worker_num_regs is None:
+        worker_num_regs = [0] * (len(pairs) - 1)
+    (default_partition, default_args), workers = pairs[0], pairs[1:]
+    return _warp_specialize(tuple(default_args), default_partition, None, [fn for fn, _ in workers],
+                            worker_num_warps, worker_num_regs,
+                            per_worker_args=[tuple(a) for _, a in workers], **options)
+
+
+def _warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
+                     worker_partitions: Sequence[Any], worker_num_warps: Sequence[int],
+                     worker_num_regs: Sequence[int], default_num_regs: Optional[int] = None,
+                     worker_replicas: Optional[Sequence[int]] = None,
+                     per_worker_args: Optional[list] = None):
     b = sem.builder()
     if not isinstance(worker_partitions, (list, tuple)) or not worker_partitions:
         raise b.error("warp_specialize needs a list of worker partitions (@jit functions)")
     count = len(worker_partitions)
     if not isinstance(default_args, tuple):
         raise b.error(f"warp_specialize default_args must be a tuple, found {default_args!r}")
-    if not isinstance(worker_args, tuple):
-        raise b.error(f"warp_specialize worker_args must be a tuple (given to every worker), "
-                      f"found {worker_args!r}")
+    if per_worker_args is None:
+        if not isinstance(worker_args, tuple):
+            raise b.error(f"warp_specialize worker_args must be a tuple (given to every worker), "
+                          f"found {worker_args!r}")
+        per_worker_args = [worker_args] * count
     warps = _ints(worker_num_warps, "worker_num_warps", count)
     regs = _ints(worker_num_regs, "worker_num_regs", count)
     for w in warps:
@@ -182,13 +204,13 @@ def warp_specialize(default_args: Any, default_partition: Any, worker_args: Any,
     elif isinstance(default_num_regs, bool) or not isinstance(default_num_regs, int) or \
             default_num_regs % 8 or not 24 <= default_num_regs <= 256:
         raise b.error(f"default_num_regs must be a multiple of 8 in [24, 256], found {default_num_regs!r}")
-    captures = _captures((default_args, worker_args))
+    captures = _captures((default_args, *per_worker_args))
     default, returned = _partition(default_partition, default_args, captures, b.num_warps)
     results = _results(returned)
     default = ir.Block(default.args, default.ops + (ir.Yield(values=results, loc=b.loc),))
     workers = []
-    for fn, w in zip(worker_partitions, warps):
-        block, returned = _partition(fn, worker_args, captures, w)
+    for fn, w, fn_args in zip(worker_partitions, warps, per_worker_args):
+        block, returned = _partition(fn, fn_args, captures, w)
         _check_captured_tensors(fn, w, block)
         if returned is not None:
             raise b.error("worker partitions return nothing; only the default partition's "

@@ -30,6 +30,7 @@ from ..compiler.builder import builtin
 from ..compiler.mma import MmaError, plan_warp_dot
 from ..compiler.types import TensorType, bf16, fp16, fp32, fp8e4m3, fp8e5m2
 from . import semantic as sem
+from .tensor import Tensor
 from .layouts import DotOperandLayout, NVMMADistributedLayout
 from .shared import SharedMemoryDescriptor
 
@@ -131,6 +132,20 @@ def warpgroup_mma(a: Any, b: Any, acc: Any, *, use_acc: Any = True, is_async: bo
     result = bld.create(ir.WarpGroupDot, acc.type, a=a.handle, b=b.handle, acc=acc.handle,
                         use_acc=flag, is_async=is_async)
     return bld.wrap(result)
+
+
+# Gluon keeps an in-flight accumulator in a type of its own; here warpgroup_mma's result is
+# an ordinary tensor that only warpgroup_mma_wait makes safe to read, so the name is the
+# tensor class (for annotations and isinstance) and warpgroup_mma_init returns its argument.
+warpgroup_mma_accumulator = Tensor
+
+
+@builtin
+def warpgroup_mma_init(value: Any):
+    """An accumulator to start a chain of async warpgroup_mma calls with (the tensor itself)."""
+    if not sem.is_tensor(value):
+        raise sem.builder().error(f"warpgroup_mma_init takes a tensor, found {sem.describe(value)}")
+    return value
 
 
 @builtin

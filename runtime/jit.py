@@ -101,7 +101,10 @@ class JITFunction:
         self.compile_fn = compile_fn
         self.emulate_fn = emulate_fn
         functools.update_wrapper(self, fn)
-        parameters = inspect.signature(fn).parameters
+        # A constexpr parameter named num_warps (Gluon's spelling) is the launch option
+        # itself: the frontend binds it, so launches pass it only as the option.
+        parameters = {n: p for n, p in inspect.signature(fn).parameters.items()
+                      if not (n == "num_warps" and _is_constexpr_annotation(p.annotation))}
         for name, p in parameters.items():
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 raise TypeError(f"kernel '{fn.__name__}': parameter '{name}' must be a plain "
