@@ -27,16 +27,21 @@ class FakeDriver:
     """What the stubbed driver was asked: every launch (grid, block, shared bytes, stream,
     the bytes of each parameter), every tensor map encoded and every memset."""
 
+    # Per function name, the bytes and names of its parameters; shared by every fake, as
+    # launchers keep their loaded functions from one fake to the next.
+    param_sizes: dict = {}
+    param_names: dict = {}
+
     def __init__(self, address_in_place: bool = True, record: bool = True):
         # False: the encoding mixes the address into every byte, so weft cannot patch it
         # in place and must encode again for each new address.
         self.address_in_place = address_in_place
         self.record = record  # False: launches are only counted (timing the host path)
         self.launch_count = 0
+        self.maps: dict = {}  # 128 encoded bytes -> the fields encoded
         self.launches: list[dict] = []
         self.encodes = 0
         self.memsets: list[tuple] = []
-        self.param_sizes: dict = {}  # function name -> bytes per parameter
 
     # cuLaunchKernelEx(config, function, void** params, extra)
     def launch(self, config, function, params, extra):
@@ -59,7 +64,9 @@ class FakeDriver:
         self.encodes += 1
         fields = [int(data_type), int(rank), int(address), *map(int, dims), *map(int, strides),
                   *map(int, box), *map(int, element_strides), int(interleave), int(swizzle), int(l2), int(oob)]
-        return (0, _FakeTensorMap(fields, self.address_in_place))
+        tensor_map = _FakeTensorMap(fields, self.address_in_place)
+        self.maps[struct.pack("<16Q", *tensor_map.opaque)] = tuple(fields)
+        return (0, tensor_map)
 
     def memset32(self, address, value, count, stream):
         self.memsets.append((int(address), int(value), int(count), int(stream)))
@@ -100,6 +107,7 @@ def fake_gpu(address_in_place: bool = True, record: bool = True):
 
     def load(self, device):
         fake.param_sizes[self.name] = _param_sizes(self.compiled)
+        fake.param_names[self.name] = self.param_names
         return self.name
 
     cuda = driver.cuda()
@@ -114,12 +122,25 @@ def fake_gpu(address_in_place: bool = True, record: bool = True):
         patch(driver, "max_active_clusters", lambda function, threads, shared, cluster: H100_SMS // cluster[0])
         patch(launcher.Launcher, "_load", load)
         patch(launcher, "_torch_stream_getter", lambda: (lambda device: 0))
-        patch(cuda, "cuLaunchKernelEx", fake.launch)
-        patch(cuda, "cuTensorMapEncodeTiled", fake.encode)
-        patch(cuda, "cuMemsetD32Async", fake.memset32)
+        # Launchers keep the launch function they first looked up: route through the
+        # fake that is active now.
+        patch(cuda, "cuLaunchKernelEx", _to_active("launch"))
+        patch(cuda, "cuTensorMapEncodeTiled", _to_active("encode"))
+        patch(cuda, "cuMemsetD32Async", _to_active("memset32"))
+        _ACTIVE.append(fake)
+        stack.callback(_ACTIVE.pop)
         stack.callback(_forget_driver_answers)
         _forget_driver_answers()
         yield fake
+
+
+_ACTIVE: list = []  # the FakeDriver of the innermost fake_gpu
+
+
+def _to_active(method: str):
+    def call(*args):
+        return getattr(_ACTIVE[-1], method)(*args)
+    return call
 
 
 def _forget_driver_answers() -> None:

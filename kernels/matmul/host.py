@@ -6,7 +6,7 @@ import numpy as np
 
 from ... import lowlevel as ll
 from .._launch import (PreparedCall, check_arrays, contiguous, data_address, descriptor_binding, element_strides,
-                       gpu_signature, is_torch, keep_prepared_call, new_array, prepared_call)
+                       gpu_signature, is_torch, keep_prepared_call, new_array, prepared_call, tensor_facts)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 
@@ -192,7 +192,6 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     if k == 0:
         c[:] = 0
         return c
-    inputs = (a, b)
     a, b, k_major = _operands(a, b, kind)
     a = _aligned(a, k)
     b = _aligned(b.T, k).T if k_major else _aligned(b, n)
@@ -204,8 +203,9 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
     kernel, grid, args, kwargs, c_desc = call
     kernel[grid](*args, **kwargs)
-    # Kept only where the kernel reads the caller's own tensors (no copy made).
-    if signature is not None and a is inputs[0] and b is inputs[1]:
+    # Kept only where the kernel reads the caller's own memory (no copy made; a K-major
+    # b comes back as a new view of the same memory).
+    if signature is not None and tuple(map(tensor_facts, (a, b))) == signature[1][0]:
         _prepare(signature, call, c, padded_n)
     return c
 
