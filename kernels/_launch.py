@@ -14,7 +14,15 @@ see raw pointers: a kernel called directly reads memory as its own code says.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import sys
+import threading
+from collections import OrderedDict
+
 import numpy as np
+
+_C_UINT64_VALUE = ctypes.c_uint64.value  # the descriptor behind `holder.value = ...`
 
 
 def is_torch(x) -> bool:
@@ -236,3 +244,145 @@ def _resident(kernel, x, args: tuple, constexprs: dict, num_warps: int, cluster:
             resident = kernel.resident_clusters(*args, **constexprs, num_warps=num_warps, cluster=(cluster, 1, 1))
         _RESIDENT[key] = resident
     return resident
+
+
+# ----------------------------------------------------------------------------- prepared calls
+#
+# A wrapper called again with the same inputs (same tensors, or others at the same
+# addresses with the same shapes, strides, dtypes and device) and the same options makes
+# the same launch but for its outputs, which are new tensors each call. The first such
+# call goes the long way (checks, config choice, descriptors, grid, dispatch) and keeps
+# a PreparedCall; later calls look it up by their signature and only allocate outputs,
+# point the packed launch at them, zero what must start at zero, and launch.
+
+PREPARED_CALLS = 16  # signatures kept per thread (least recently used dropped)
+
+
+class PreparedCall:
+    """A wrapper's GPU call with every input fact fixed. `outputs`: per output,
+    (shape, strides or None for contiguous, torch dtype, torch device). `bindings`: per
+    output, the functions address -> None that point the launch at it (a pointer
+    parameter's holder, a descriptor's `rebinder`). `zeroed`: (output index, int32 words)
+    to clear on the launch stream before each launch. `result`: outputs -> what the
+    wrapper returns."""
+
+    __slots__ = ("launch", "outputs", "bindings", "zeroed", "result", "_empty", "_empty_strided", "_memset")
+
+    def __init__(self, launch, outputs, bindings, zeroed, result):
+        import torch
+
+        from ..runtime import driver
+
+        self.launch, self.outputs, self.result = launch, tuple(outputs), result
+        self.bindings = tuple(tuple(b) for b in bindings)
+        self.zeroed = tuple(zeroed)
+        self._empty, self._empty_strided = torch.empty, torch.empty_strided
+        self._memset = driver.cuda().cuMemsetD32Async if self.zeroed else None
+
+    def __call__(self):
+        empty, empty_strided = self._empty, self._empty_strided
+        outs = [empty(shape, dtype=dtype, device=device) if strides is None
+                else empty_strided(shape, strides, dtype=dtype, device=device)
+                for shape, strides, dtype, device in self.outputs]
+        for out, binds in zip(outs, self.bindings):
+            address = out.data_ptr()
+            for bind in binds:
+                bind(address)
+        stream = self.launch.config.hStream
+        for index, words in self.zeroed:
+            err = self._memset(outs[index].data_ptr(), 0, words, stream)
+            if err != 0:
+                from ..runtime import driver
+
+                driver.check((err,), "cuMemsetD32Async")
+        self.launch()
+        return self.result(outs)
+
+
+def pointer_binding(launch, name: str):
+    """address -> None storing the address in pointer parameter `name` of a
+    PreparedLaunch (a no-op when the kernel dropped the parameter)."""
+    holder = launch.holder(name)
+    if holder is None:
+        return lambda address: None
+    return functools.partial(_C_UINT64_VALUE.__set__, holder)
+
+
+def descriptor_binding(launch, name: str, desc):
+    """address -> None rewriting descriptor parameter `name` of a PreparedLaunch (built
+    from `desc`) for `desc`'s tensor moved to that address."""
+    from ..runtime.tensor_descriptor import rebinder
+
+    holder = launch.holder(name)
+    if holder is None:
+        return lambda address: None
+    return rebinder(desc, holder)
+
+
+class _PreparedCalls(threading.local):
+    def __init__(self):
+        self.entries: OrderedDict = OrderedDict()
+
+
+_CALLS = _PreparedCalls()
+
+
+def prepared_call(key):
+    """The PreparedCall kept for a signature, or None."""
+    entries = _CALLS.entries
+    call = entries.get(key)
+    if call is not None:
+        entries.move_to_end(key)
+    return call
+
+
+def keep_prepared_call(key, call: PreparedCall) -> None:
+    entries = _CALLS.entries
+    entries[key] = call
+    entries.move_to_end(key)
+    while len(entries) > PREPARED_CALLS:
+        entries.popitem(last=False)
+
+
+def clear_prepared_calls() -> None:
+    """Forget every prepared call of this thread (and the stream getter)."""
+    _CALLS.entries.clear()
+    _STREAM.clear()
+
+
+_STREAM: list = []  # [device -> torch's current raw stream, config.emulate] once looked up
+
+
+def tensor_facts(x):
+    """What a launch reads from a torch CUDA tensor: address, shape, strides, dtype and
+    device ordinal; None for anything else (numpy, CPU tensors, subclasses), which
+    takes the long way every call."""
+    if type(x) is not _TORCH_TENSOR[0] or not x.is_cuda:
+        return None
+    return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.get_device())
+
+
+_TORCH_TENSOR: list = [None]  # torch.Tensor once torch is imported
+
+
+def gpu_signature(tensors: tuple, options: tuple):
+    """The signature a prepared call is kept under: every fact of `tensors` (torch CUDA
+    tensors) the launch depends on, `options` (the wrapper's flags), torch's current
+    stream on their device, and WEFT_EMULATE. None when any tensor is not a plain torch
+    CUDA tensor (the wrapper then takes the long way)."""
+    if _TORCH_TENSOR[0] is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        _TORCH_TENSOR[0] = torch.Tensor
+    facts = tuple(map(tensor_facts, tensors))
+    if None in facts:
+        return None
+    if not _STREAM:
+        from ..runtime import launcher
+
+        _STREAM.append(launcher._torch_stream_getter())
+        from ..compiler import config
+
+        _STREAM.append(config.emulate)
+    return (facts, options, _STREAM[0](facts[0][4]), _STREAM[1]())

@@ -40,7 +40,7 @@ from ..compiler.compiled import CompiledKernel
 from ..compiler.frontend_expr import record_resolved_globals
 from . import arguments, cache, dependencies
 from .arguments import HOST, LaunchError
-from .launcher import LaunchPlan, Launcher
+from .launcher import LaunchPlan, Launcher, PreparedLaunch
 
 _log = logging.getLogger("weft.jit")
 
@@ -358,6 +358,19 @@ class JITFunction:
         else:
             self._emulate(entry, grid, tuple(runtime))
 
+    def prepare(self, grid, *args, **kwargs) -> Optional[PreparedLaunch]:
+        """The launch `fn[grid](*args, **kwargs)` would make, packed and ready to repeat
+        (runtime/launcher.py PreparedLaunch), without launching; None when it would
+        run on the CPU emulator. `grid` is 1-3 ints; `stream=` fixes the stream (default:
+        the current torch stream for torch arguments)."""
+        kwargs = dict(kwargs)
+        stream = kwargs.pop("stream", None)
+        found = self._gpu_entry(args, kwargs)
+        if found is None:
+            return None
+        entry, values = found
+        return entry.launcher.prepare(grid, values, entry.plan, stream)
+
     def resident_ctas(self, *args, **kwargs) -> int:
         """How many CTAs of this kernel, compiled for these arguments (as a launch would
         take them), one SM holds at once: the driver's occupancy answer, for sizing a
@@ -377,21 +390,28 @@ class JITFunction:
         the launch would emulate."""
         kwargs = dict(kwargs)
         kwargs.pop("stream", None)
-        num_warps = kwargs.pop("num_warps", 4)
-        options = tuple((k, kwargs.pop(k)) for k in OPTION_NAMES if k in kwargs)
-        bound = self._bind(args, kwargs)
-        cx = tuple(bound[i] for i in self._constexpr_idx)
-        runtime = [bound[i] for i in self._runtime_idx]
-        keys, _ = arguments.read_all(runtime)
-        entry = self._resolve(keys, cx, num_warps, options, config.emulate())
-        if type(entry) is not _GpuEntry:
+        found = self._gpu_entry(args, kwargs)
+        if found is None:
             return None
+        entry = found[0]
         device = entry.plan.device
         if device is None:
             from . import driver
 
             device = driver.current_device()
         return entry.launcher, device
+
+    def _gpu_entry(self, args: tuple, kwargs: dict):
+        """(GPU dispatch entry, read argument values) for launch arguments (no stream);
+        None when the launch would emulate."""
+        num_warps = kwargs.pop("num_warps", 4)
+        options = tuple((k, kwargs.pop(k)) for k in OPTION_NAMES if k in kwargs)
+        bound = self._bind(args, kwargs)
+        cx = tuple(bound[i] for i in self._constexpr_idx)
+        runtime = [bound[i] for i in self._runtime_idx]
+        keys, values = arguments.read_all(runtime)
+        entry = self._resolve(keys, cx, num_warps, options, config.emulate())
+        return (entry, values) if type(entry) is _GpuEntry else None
 
     def _bind(self, args: Sequence, kwargs: dict) -> list:
         names = self.arg_names

@@ -204,6 +204,22 @@ class Launcher:
         if err != 0:
             self._retry(int(err), device, config, function, state.params_address)
 
+    def prepare(self, grid, values: list, plan: LaunchPlan, stream=None) -> "PreparedLaunch":
+        """A launch of these already-read values kept packed in holders of its own, to be
+        repeated as is or with some parameters changed (`PreparedLaunch.holder`). The
+        stream is fixed now: with None, the current torch stream (torch arguments) or the
+        default stream."""
+        device = plan.device if plan.device is not None else driver.current_device()
+        if stream is None:
+            if plan.torch_stream and self._torch_stream_fn is None:
+                self._torch_stream_fn = _torch_stream_getter()
+            handle = self._torch_stream_fn(device) if plan.torch_stream else 0
+        else:
+            handle = _stream_handle(stream)
+        if self._select is not None:
+            values = [values[i] for i in self._select]
+        return PreparedLaunch(self, self.function(device), device, grid, values, handle)
+
     def _retry(self, code: int, device: int, config, function, params_address) -> None:
         """A launch failed: if the wrong (or no) context was current, launch again in
         the device's primary context, then restore the caller's context."""
@@ -219,6 +235,49 @@ class Launcher:
         finally:
             if previous is not None:
                 driver.check(driver.cuda().cuCtxSetCurrent(previous), "cuCtxSetCurrent")
+
+
+class PreparedLaunch:
+    """One kernel launch with its arguments packed, its grid and stream set: calling it
+    is one cuLaunchKernelEx. Its holders are its own, so a caller may rewrite a
+    parameter between calls (`holder(name)`: a new output's address); never from two
+    threads at once (the driver reads the holders while the GIL is released)."""
+
+    __slots__ = ("launcher", "function", "device", "stream", "holders", "_pointers", "params_address",
+                 "config", "_launch")
+
+    def __init__(self, launcher: Launcher, function, device: int, grid, values: list, stream: int):
+        self.launcher, self.function, self.device, self.stream = launcher, function, device, stream
+        self.holders = arguments.make_holders(launcher.param_types)
+        for holder, pack, value in zip(self.holders, launcher._packers, values):
+            holder.value = value if pack is None else pack(value)
+        self._pointers = (ctypes.c_void_p * max(1, len(self.holders)))(
+            *[ctypes.addressof(h) for h in self.holders])
+        self.params_address = ctypes.addressof(self._pointers) if self.holders else 0
+        compiled = launcher.compiled
+        self.config = driver.make_launch_config((compiled.num_threads, 1, 1), launcher.dynamic_shared,
+                                                compiled.cluster)
+        self.config.gridDimX, self.config.gridDimY, self.config.gridDimZ = \
+            arguments.check_grid(launcher.name, grid, compiled.cluster)
+        self.config.hStream = launcher._stream_object(stream)
+        self._launch = driver.cuda().cuLaunchKernelEx
+
+    def holder(self, name: str):
+        """The ctypes holder of parameter `name` (pointer: c_uint64; descriptor: 128
+        bytes), or None when the compiled kernel dropped that parameter."""
+        try:
+            return self.holders[self.launcher.param_names.index(name)]
+        except ValueError:
+            return None
+
+    def packed(self) -> list[bytes]:
+        """The bytes each parameter's holder passes (what the driver reads)."""
+        return [ctypes.string_at(ctypes.addressof(h), ctypes.sizeof(h)) for h in self.holders]
+
+    def __call__(self) -> None:
+        err = self._launch(self.config, self.function, self.params_address, 0)[0]
+        if err != 0:
+            self.launcher._retry(int(err), self.device, self.config, self.function, self.params_address)
 
 
 def _torch_stream_getter():

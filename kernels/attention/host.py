@@ -4,11 +4,13 @@ launch, and the float64 numpy reference."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from .._launch import (check_arrays, contiguous, data_address, element_strides, is_torch, new_array,
-                       persistent_cluster_grid, persistent_grid)
+from .._launch import (PreparedCall, check_arrays, contiguous, data_address, descriptor_binding, element_strides,
+                       gpu_signature, is_torch, keep_prepared_call, new_array, persistent_cluster_grid,
+                       persistent_grid, pointer_binding, prepared_call)
 from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
                      dynamic_schedule, half_tiles, lazy_max, per_warp_release, register_cap, replicated,
                      rescale_above, tile_group)
@@ -121,13 +123,22 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
     j <= i + seq_k - seq_q. Returns O shaped like q (contiguous), and with return_lse
     the fp32 log-sum-exp (natural log) of each row's scaled scores, [batch, heads,
     seq_q]; rows that see no key get O = 0 and log-sum-exp +inf, as in FlashAttention.
+
+    On CUDA tensors a call with the signature of a recent one (see `_call_signature`) repeats
+    that call's prepared launch on new outputs.
     """
+    signature = _call_signature(q, k, v, causal, softmax_scale, return_lse, layout, config)
+    if signature is not None:
+        prepared = prepared_call(signature)
+        if prepared is not None:
+            return prepared()
     kind, head_dim = _check_inputs(q, k, v, layout)
     (batch, heads, seq_q, _), (_, _, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
-    config = config or default_config(head_dim, bool(causal), seq_k)
-    if config.head_dim != head_dim:
-        raise ValueError(f"flash_attention: {config} is for head_dim {config.head_dim}, the "
+    chosen = config or default_config(head_dim, bool(causal), seq_k)
+    if chosen.head_dim != head_dim:
+        raise ValueError(f"flash_attention: {chosen} is for head_dim {chosen.head_dim}, the "
                          f"inputs have head_dim {head_dim}")
+    inputs = (q, k, v)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     q, scale = _scaled_queries(q, float(softmax_scale))
@@ -140,24 +151,87 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
         out[...] = 0
         lse[...] = float("inf")
         return (out, lse) if return_lse else out
-    _launch(q, k, v, out, lse, layout, config, scale, bool(causal), bool(return_lse))
+    call = _kernel_call(q, k, v, out, lse, layout, chosen, scale, bool(causal), bool(return_lse))
+    call.kernel[call.grid](*call.args, **call.kwargs)
+    # Kept only where the kernel reads the caller's own tensors: a copy or a negated q
+    # would be a new tensor, at a new address, next call.
+    if signature is not None and all(a is b for a, b in zip((q, k, v), inputs)):
+        _prepare(signature, call, out, lse, bool(return_lse))
     return (out, lse) if return_lse else out
 
 
-def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal: bool,
-            write_lse: bool) -> None:
+def _call_signature(q, k, v, causal, softmax_scale, return_lse, layout, config):
+    """What a launch for these arguments depends on, as a dict key: q, k and v's
+    addresses, shapes, strides, dtypes and device, every option, torch's current stream
+    and WEFT_EMULATE (`gpu_signature`); None where no prepared call applies (not torch
+    CUDA tensors, or a softmax_scale, layout or config of a type whose value could
+    change under the same identity)."""
+    if not (softmax_scale is None or type(softmax_scale) in (float, int)) or type(layout) is not str \
+            or not (config is None or type(config) is Config):
+        return None
+    signature = gpu_signature((q, k, v), (bool(causal), softmax_scale, bool(return_lse), layout, config))
+    return None if signature is None else ("flash_attention", signature)
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One launch a wrapper makes: `kernel[grid](*args, **kwargs)`, plus the descriptors
+    of its outputs and whether its tile counter must start at zero."""
+
+    kernel: object
+    grid: tuple
+    args: tuple
+    kwargs: dict
+    out_desc: object
+    zero_counter: bool
+
+
+def _prepare(signature, call: KernelCall, out, lse, return_lse: bool) -> None:
+    launch = call.kernel.prepare(call.grid, *call.args, **call.kwargs)
+    if launch is None:  # WEFT_EMULATE: the launch runs on the CPU
+        return
+    device = out.device
+    outputs = [(tuple(out.shape), None, out.dtype, device), (tuple(lse.shape), None, lse.dtype, device)]
+    bindings = [[descriptor_binding(launch, "o_desc", call.out_desc)], [pointer_binding(launch, "lse_ptr")]]
+    zeroed = []
+    if call.zero_counter:
+        outputs.append(((1,), None, _int32(), device))
+        bindings.append([pointer_binding(launch, "counter_ptr")])
+        zeroed.append((2, 1))
+    elif launch.holder("counter_ptr") is not None:
+        # Never read (a static schedule): point it at live memory all the same.
+        bindings[1].append(pointer_binding(launch, "counter_ptr"))
+    keep_prepared_call(signature, PreparedCall(launch, outputs, bindings, zeroed,
+                                               _with_lse if return_lse else _without_lse))
+
+
+def _with_lse(outs):
+    return outs[0], outs[1]
+
+
+def _without_lse(outs):
+    return outs[0]
+
+
+def _int32():
+    import torch
+
+    return torch.int32
+
+
+def _kernel_call(q, k, v, out, lse, layout: str, config: Config, scale: float, causal: bool,
+                 write_lse: bool) -> KernelCall:
     (batch, heads, seq_q, head_dim), (_, kv_heads, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
     num_m_tiles = -(-seq_q // config.block_m)
     regs = dict(PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs)
     if config.variant == "simple":
         descs = [_descriptor(x, layout, rows) for x, rows in
                  ((q, config.block_m), (k, config.block_n), (v, config.block_n), (out, config.block_m))]
-        flash_attention_forward[(num_m_tiles, batch * heads)](
-            *descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads, BLOCK_M=config.block_m,
-            BLOCK_N=config.block_n, HEAD_DIM=head_dim, STAGES=config.stages, CAUSAL=causal,
-            WRITE_LSE=write_lse, NUM_WARPS=4 * config.consumers, **regs,
-            num_warps=4 * config.consumers)
-        return
+        args = (*descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads)
+        kwargs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=head_dim, STAGES=config.stages,
+                      CAUSAL=causal, WRITE_LSE=write_lse, NUM_WARPS=4 * config.consumers, **regs,
+                      num_warps=4 * config.consumers)
+        return KernelCall(flash_attention_forward, (num_m_tiles, batch * heads), args, kwargs, descs[3], False)
     descs = [_descriptor(x, layout, rows) for x, rows in
              ((q, ROWS), (k, config.block_n), (v, config.block_n), (out, ROWS))]
     kv_bytes = 2 * seq_k * head_dim * 2 // (heads // kv_heads)  # per query head
@@ -189,12 +263,13 @@ def _launch(q, k, v, out, lse, layout: str, config: Config, scale: float, causal
     if cluster > 1:
         constexprs.update(CLUSTER=cluster)
         grid = persistent_cluster_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, cluster)
-        flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4, cluster=(cluster, 1, 1))
-        return
+        return KernelCall(flash_attention_fa3, (grid,), args, dict(constexprs, num_warps=4, cluster=(cluster, 1, 1)),
+                          descs[3], dynamic)
     # Several CTAs an SM (Config.ctas_per_sm): each launches with its share of the registers.
     options = dict(maxnreg=register_cap(config)) if config.ctas_per_sm > 1 else {}
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, options) if persistent else tiles
-    flash_attention_fa3[(grid,)](*args, **constexprs, num_warps=4, **options)
+    return KernelCall(flash_attention_fa3, (grid,), args, dict(constexprs, num_warps=4, **options), descs[3],
+                      dynamic)
 
 
 def _host64(x) -> np.ndarray:
