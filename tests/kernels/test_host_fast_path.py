@@ -1,6 +1,6 @@
 """The prepared-launch fast path of flash_attention and matmul (kernels/_launch.py
 PreparedCall): a call whose signature matches a recent one repeats that launch on new
-outputs. Without a GPU the GPU host path runs under benchmarks/host_path.fake_gpu (CPU
+outputs. Without a GPU the GPU host path runs under fake_gpu.fake_gpu (CPU
 torch tensors seen as device 0, the driver stubbed and recording), and every fast launch
 is checked byte for byte against the launch the long way makes for the same inputs."""
 
@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from weft.benchmarks.host_path import fake_gpu  # noqa: E402
+from .fake_gpu import fake_gpu  # noqa: E402
 from weft.kernels import _launch  # noqa: E402
 from weft.kernels.attention import flash_attention, host as attention_host  # noqa: E402
 from weft.kernels.attention import reference_attention  # noqa: E402
