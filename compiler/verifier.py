@@ -71,14 +71,11 @@ def _check_atomic(op: Op) -> None:
 
 def _check_shape_op(op: Op) -> None:
     src, dst = op.operand.type, op.result.type
+    if isinstance(op, Reduce):
+        _check_reduction_plan(op)
     if isinstance(op, Reduce) and not isinstance(dst, TensorType):
         if src.rank != 1:
             _fail(op, f"reducing a rank-{src.rank} tensor gives a tensor, not a scalar")
-        if src.layout is not None:
-            try:
-                layout_rules.plan_reduction(src.layout, op.axis)
-            except LayoutError as error:
-                _fail(op, str(error))
         return
     if src.layout is None or dst.layout is None:
         return
@@ -90,7 +87,7 @@ def _check_shape_op(op: Op) -> None:
         elif isinstance(op, Reshape):
             expected = layout_rules.reshape_layout(src.layout, dst.shape)
         elif isinstance(op, Reduce):
-            expected = layout_rules.plan_reduction(src.layout, op.axis).result_layout
+            expected = layout_rules.reduce_layout(src.layout, op.axis)
         else:
             layout_rules.broadcast_register_map(src.layout, dst.layout)
             return
@@ -98,6 +95,19 @@ def _check_shape_op(op: Op) -> None:
         _fail(op, str(error))
     if _strip(expected) != _strip(dst.layout):
         _fail(op, f"result layout should be {expected}, found {dst.layout}")
+
+
+def _check_reduction_plan(op: Reduce) -> None:
+    """A recorded plan (the verifier runs before planning too) is for this op's axis and
+    gives its result layout."""
+    plan = op.plan
+    if plan is None:
+        return
+    if plan.axis != op.axis:
+        _fail(op, f"its plan reduces axis {plan.axis}, the op axis {op.axis}")
+    if isinstance(op.result.type, TensorType) and op.result.type.layout is not None \
+            and _strip(plan.result_layout) != _strip(op.result.type.layout):
+        _fail(op, f"its plan gives the result layout {plan.result_layout}, found {op.result.type.layout}")
 
 
 def _strip(layout):

@@ -97,6 +97,8 @@ class Op:
                 continue
             if item is None and f.name in _OPTIONAL_OPERANDS:
                 continue
+            if not f.metadata.get("printed", True):
+                continue  # a derived record too big for a dump line (a reduction's plan)
             if f.default is not dataclasses.MISSING and item == f.default:
                 continue  # dumps show only what differs from an op's defaults
             out[f.name] = item

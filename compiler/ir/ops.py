@@ -4,10 +4,11 @@ and assertions. (The Hopper async machinery is in `hopper`.)"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ..layout_rules import reduction_in_warp
+from ..errors import CompilationError
 from .core import Block, Op, Value
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,7 +271,9 @@ class Permute(Op):
 class Reduce(Op):
     """Reduce along `axis`: in-thread, then lane shuffles, then across warps in shared memory.
 
-    `scratch_offset` (bytes) is assigned by shared-memory allocation when warps must combine.
+    `plan` (a layout_rules.ReductionPlan, with its scratch bytes) is recorded by the
+    plan_data_movement pass; `scratch_offset` (bytes) is assigned by shared-memory
+    allocation when warps must combine.
     """
 
     NAME = "reduce"
@@ -278,7 +281,15 @@ class Reduce(Op):
     operand: Value
     axis: int
     kind: str
+    plan: Any = field(default=None, metadata={"printed": False})
     scratch_offset: Optional[int] = None
+
+    def recorded_plan(self):
+        """The plan plan_data_movement recorded; a clear error when it did not run."""
+        if self.plan is None:
+            raise CompilationError("reduce has no plan", self.loc,
+                                   suggestion="run the plan_data_movement pass first")
+        return self.plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -480,7 +491,12 @@ def in_warp(op: Op) -> bool:
         return True
     if isinstance(op, ConvertLayout):
         return _register_only(op)
-    layout = getattr(op.operand.type, "layout", None) if isinstance(op, Reduce) else None
+    if not isinstance(op, Reduce):
+        return False
+    if op.plan is not None:
+        return not op.plan.warp_steps
+    # Before planning (the frontend's check of a per-warp branch): the layout rule.
+    layout = getattr(op.operand.type, "layout", None)
     return layout is not None and reduction_in_warp(layout, op.axis)
 
 

@@ -90,14 +90,7 @@ def scratch_bytes_of(op: Op, num_warps: int, mirrored: bool = False) -> int:
     if isinstance(op, ConvertLayout) and op.plan is not None:
         return int(getattr(op.plan, "scratch_bytes", 0) or 0)
     if isinstance(op, Reduce):
-        from ..layout_rules import plan_reduction
-
-        plan = plan_reduction(op.operand.type.layout, op.axis)
-        elements = plan.scratch_elements(num_warps)
-        # Values are combined in at least 32 bits; argmax/argmin also keep an i32 index.
-        bits = max(op.operand.type.element.bits, 32)
-        per_element = bits // 8 + (4 if op.kind in ("argmax", "argmin") else 0)
-        return elements * per_element
+        return op.recorded_plan().scratch_bytes
     return 0
 
 
