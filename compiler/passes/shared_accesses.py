@@ -139,7 +139,7 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(commits=True)
     if isinstance(op, AsyncWaitGroup):
         return Access(retires=("cp_async", op.pending))
-    if isinstance(op, (ConvertLayout, Reduce) + ATOMICS) and op.scratch_offset is not None:
+    if op.USES_SCRATCH and op.scratch_offset is not None:
         size = atomics.scratch_bytes(op) if isinstance(op, ATOMICS) else scratch_bytes_of(op, num_warps)
         scratch = ByteRange(op.scratch_offset, op.scratch_offset + size)
         return Access(writes=(scratch,), syncs=True, pending_reads=(scratch,))
