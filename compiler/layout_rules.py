@@ -2,8 +2,9 @@
 
 The frontend computes result layouts with these functions (and with the one slice rule,
 `layouts.standard.slice_layout`), the verifier re-checks them,
-and the backend and the emulator read the same register maps and reduction plans, so the
-CPU emulator executes exactly the data movement the GPU code performs.
+and the backend and the emulator read the same register maps and reduction plans (the
+plans recorded on each reduce by compiler/passes/plan_data_movement.py), so the CPU
+emulator executes exactly the data movement the GPU code performs.
 
 All layouts here are distributed: in-dims register/lane/warp/block, out-dims dim0.. .
 """
@@ -116,6 +117,9 @@ class ReductionPlan:
     A nonzero register or lane xor appears where the layout mixes the reduced dim with a
     kept one (a lane basis (1, 1) beside a register basis (0, 1), reduced along dim0).
     Every thread ends holding the full result for its result registers.
+    `scratch_bytes`: the shared scratch the warp stage needs, which depends on the
+    partition's warps and the element type as well, so the planning pass fills it in
+    (compiler/passes/plan_data_movement.py).
     """
 
     axis: int
@@ -123,6 +127,7 @@ class ReductionPlan:
     register_groups: tuple[tuple[int, ...], ...]
     lane_steps: tuple[tuple[int, int], ...]
     warp_steps: tuple[tuple[int, int, int], ...]
+    scratch_bytes: int = 0
 
     @property
     def warp_masks(self) -> tuple[int, ...]:
@@ -141,6 +146,15 @@ class ReductionPlan:
         return num_warps * 32 * len(self.register_groups) if self.warp_steps else 0
 
 
+def reduce_layout(layout: LinearLayout, axis: int) -> LinearLayout:
+    """The layout of a reduction's result along `axis`: the slice rule, over every
+    hardware dim (what the frontend builds and the verifier checks; the plan agrees)."""
+    full = _with_hardware_dims(layout)
+    if not 0 <= axis < len(full.out_dims):
+        raise LayoutError(f"axis {axis} out of range for a rank-{len(full.out_dims)} tensor")
+    return slice_layout(full, axis)
+
+
 def plan_reduction(layout: LinearLayout, axis: int) -> ReductionPlan:
     """Split a reduction into in-thread folds, lane butterflies and a cross-warp exchange.
 
@@ -151,9 +165,7 @@ def plan_reduction(layout: LinearLayout, axis: int) -> ReductionPlan:
     then lanes, then warps), keeping those that add an element not yet counted.
     """
     full = _with_hardware_dims(layout)
-    if not 0 <= axis < len(full.out_dims):
-        raise LayoutError(f"axis {axis} out of range for a rank-{len(full.out_dims)} tensor")
-    result = slice_layout(full, axis)
+    result = reduce_layout(layout, axis)
     bases = full.bases
     rank = len(full.out_dims)
 

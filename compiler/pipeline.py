@@ -25,7 +25,7 @@ from .passes.coalesce import coalesce
 from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.insert_barriers import insert_barriers
 from .passes.lower_tiles import lower_tiles
-from .passes.plan_conversions import plan_conversions
+from .passes.plan_data_movement import plan_data_movement
 from .passes.propagate_layouts import propagate_layouts
 from .passes.vectorize_memory import vectorize_memory
 from .printer import print_kernel
@@ -42,7 +42,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
 
 # The lowlevel passes, in order; one line each says why it sits where it does.
 LAYOUT_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
-    ("plan_conversions", plan_conversions),              # plans decide which conversions need scratch
+    ("plan_data_movement", plan_data_movement),          # layouts are final; plans decide who needs scratch
     ("vectorize_memory", vectorize_memory),              # layouts are final; axis facts pick access widths
     ("drop_unused_atomic_results", drop_unused_atomic_results),  # before allocation: no scratch for them
     ("allocate_shared_memory", allocate_shared_memory),  # every buffer and scratch user is known now

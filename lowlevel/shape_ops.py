@@ -70,7 +70,7 @@ def reduce(x: Any, axis: Any, kind: str, keep_dims: bool = False,
     if kind == "sum":
         x = sem.cast(x, _sum_type(x.type.element, dtype))
     try:
-        plan = layout_rules.plan_reduction(x.type.layout, axis)
+        result_layout = layout_rules.reduce_layout(x.type.layout, axis)
     except LayoutError as error:
         raise b.error(str(error), found=sem.describe(x))
     shape = x.type.shape[:axis] + x.type.shape[axis + 1:]
@@ -80,12 +80,12 @@ def reduce(x: Any, axis: Any, kind: str, keep_dims: bool = False,
     else:
         encoding = SliceLayout(axis, x.type.encoding) if x.type.encoding is not None else None
         try:
-            agrees = encoding is not None and encoding.to_linear(shape) == plan.result_layout
+            agrees = encoding is not None and encoding.to_linear(shape) == result_layout
         except LayoutError:
             agrees = False
         if not agrees:  # a layout whose slice has no simpler description
-            encoding = LinearDistributedLayout.from_linear(plan.result_layout)
-        result_type = TensorType(shape, element, plan.result_layout, encoding)
+            encoding = LinearDistributedLayout.from_linear(result_layout)
+        result_type = TensorType(shape, element, result_layout, encoding)
     result = b.wrap(b.create(ir.Reduce, result_type, operand=x.handle, axis=axis, kind=kind))
     if keep_dims:
         result = sem.expand_dims(result, axis) if shape else result

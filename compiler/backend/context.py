@@ -29,7 +29,7 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
-from ..ir import Block, For, Kernel, Op, Value, While
+from ..ir import Block, Kernel, Op, Value
 from ..types import SharedType, TensorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -427,5 +427,4 @@ def elementwise(ctx: Lowering, result: Value, operands, compute) -> None:
 
 
 def _holds_loop(op: Op) -> bool:
-    return isinstance(op, (For, While)) or any(
-        isinstance(inner, (For, While)) for block in op.nested_blocks() for inner in block.walk())
+    return op.LOOP or any(inner.LOOP for block in op.nested_blocks() for inner in block.walk())

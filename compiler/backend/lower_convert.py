@@ -1,4 +1,4 @@
-"""Lowering of convert_layout from the plan recorded by the plan_conversions pass.
+"""Lowering of convert_layout from the plan recorded by the plan_data_movement pass.
 
 The plan (weft.layouts.plans) is data the CPU emulator executes too, so the GPU code does
 exactly what the tests checked:
@@ -32,7 +32,7 @@ def lower_convert_layout(ctx: Lowering, op: ConvertLayout) -> None:
     plan = op.plan
     if plan is None:
         raise CompilationError("convert_layout has no plan", op.loc,
-                               suggestion="run the plan_conversions pass before the backend")
+                               suggestion="run the plan_data_movement pass before the backend")
     source = ctx.registers(op.operand)
     count = T.register_count(op.result.type)
     if isinstance(plan, NoOp):

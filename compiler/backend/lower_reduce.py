@@ -35,7 +35,7 @@ from llvmlite import ir
 
 from ..errors import CompilationError
 from ..ir import BarrierAny, Reduce, WarpAny
-from ..layout_rules import ReductionPlan, plan_reduction
+from ..layout_rules import ReductionPlan
 from ..types import ScalarType, TensorType, fp32, i32, u32
 from . import llvm_types as T
 from .context import Lowering, lowers
@@ -218,7 +218,7 @@ def _group_leader(ctx: Lowering, rows) -> ir.Value:
 @lowers(Reduce)
 def lower_reduce(ctx: Lowering, op: Reduce) -> None:
     layout = op.operand.type.layout
-    plan = plan_reduction(layout, op.axis)
+    plan = op.recorded_plan()
     source_element = T.element_of(op.operand.type)
     if op.kind not in ("sum", "max", "min", "argmax", "argmin"):
         raise CompilationError(f"unknown reduction `{op.kind}`", op.loc)

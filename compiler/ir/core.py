@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator
 
-from ..errors import UNKNOWN_LOC, Loc
+from ..errors import UNKNOWN_LOC, CompilationError, Loc
 from ..types import SharedType, TensorType, Type
 
 _value_ids = itertools.count()
@@ -34,12 +34,46 @@ class Value:
         return f"Value(%{self.hint or self.id}: {self.type})"
 
 
+class VerificationError(CompilationError):
+    """Invalid IR: a compiler bug (or a hand-built IR mistake), at the op's location."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Op:
-    """Base of all ops; `NAME` is the op's spelling in the printed IR."""
+    """Base of all ops; `NAME` is the op's spelling in the printed IR.
+
+    The class attributes in capitals are facts about every op of a class, read by the
+    passes, the backend and the emulator instead of lists of op classes of their own;
+    `verify` checks what only this op's class knows (the verifier calls it on every op).
+    """
 
     NAME: ClassVar[str] = "op"
+    # Operands and result share shape and layout, element by element.
+    ELEMENTWISE: ClassVar[bool] = False
+    # Involves no thread outside its own warp and no barrier: register arithmetic (a lane's
+    # own values, or its warp's), shared-memory reads and views each thread makes for itself,
+    # a thread's own proxy fence. What a per-warp `If` may hold (with in-warp reductions
+    # and register-only conversions: `in_warp`).
+    IN_WARP: ClassVar[bool] = False
+    # May need shared scratch while it runs (`scratch_offset`, set by allocation).
+    USES_SCRATCH: ClassVar[bool] = False
+    # Ends a block, handing its `values` to the op that holds the block.
+    TERMINATOR: ClassVar[bool] = False
+    # Runs its body again and again (a loop): uses inside it last the whole loop.
+    LOOP: ClassVar[bool] = False
+    # Every thread of the CTA (or of the partition) meets here: pending shared accesses settle.
+    SYNCS_THREADS: ClassVar[bool] = False
     loc: Loc = UNKNOWN_LOC
+
+    def verify(self) -> None:
+        """Raise VerificationError (through `invalid`) where this op breaks its own rules."""
+
+    def invalid(self, message: str) -> VerificationError:
+        return VerificationError(f"invalid IR at {self.NAME}: {message}", self.loc)
+
+    @property
+    def has_regions(self) -> bool:
+        return bool(self._region_fields())
 
     def defines(self) -> tuple[Value, ...]:
         """The values this op defines (its `result` or `results` field)."""
@@ -97,6 +131,8 @@ class Op:
                 continue
             if item is None and f.name in _OPTIONAL_OPERANDS:
                 continue
+            if not f.metadata.get("printed", True):
+                continue  # a derived record too big for a dump line (a reduction's plan)
             if f.default is not dataclasses.MISSING and item == f.default:
                 continue  # dumps show only what differs from an op's defaults
             out[f.name] = item

@@ -20,6 +20,7 @@ class SharedPermute(Op):
     e.g. a K-major [N, K] tile seen as the [K, N] B operand of a wgmma."""
 
     NAME = "shared_permute"
+    IN_WARP = True
     result: Value
     buffer: Value
     order: tuple[int, ...]
@@ -90,6 +91,7 @@ class FenceAsyncShared(Op):
     become visible to the async proxy (wgmma, TMA) once a barrier publishes them."""
 
     NAME = "fence_async_shared"
+    IN_WARP = True  # a thread's own, after its reads of a buffer TMA writes next
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +118,7 @@ class ClusterBarrier(Op):
     initialised; after it, no peer still writes to or arrives in this CTA's shared memory."""
 
     NAME = "cluster_barrier"
+    SYNCS_THREADS = True  # the CTA's threads too
 
 
 @dataclass(frozen=True, kw_only=True)

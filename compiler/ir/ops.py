@@ -4,10 +4,13 @@ and assertions. (The Hopper async machinery is in `hopper`.)"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from ..layout_rules import reduction_in_warp
+from .. import layout_rules
+from ..errors import CompilationError
+from ..types import TensorType, element_of, i1
+from .checks import check_broadcast, check_elementwise, check_result_layout, check_yield, strip
 from .core import Block, Op, Value
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,8 +41,13 @@ class Constant(Op):
     """A scalar constant, or a tensor filled with one value (`full`)."""
 
     NAME = "constant"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     value: Union[int, float, bool]
+
+    def verify(self) -> None:
+        check_elementwise(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,13 +55,19 @@ class Splat(Op):
     """A tensor every element of which is one scalar value."""
 
     NAME = "splat"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     operand: Value
+
+    def verify(self) -> None:
+        check_elementwise(self)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Arange(Op):
     NAME = "arange"
+    IN_WARP = True
     result: Value
     start: int
     end: int
@@ -72,15 +86,22 @@ class Binary(Op):
     """Elementwise binary arithmetic; operands and result share shape and layout."""
 
     NAME = "binary"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     kind: str
     lhs: Value
     rhs: Value
 
+    def verify(self) -> None:
+        check_elementwise(self)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Unary(Op):
     NAME = "unary"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     kind: str
     operand: Value
@@ -88,10 +109,17 @@ class Unary(Op):
     # instead of the exp unit (compiler/exp2_polynomial.py); 0 = all on the exp unit.
     fma_share: float = 0.0
 
+    def verify(self) -> None:
+        check_elementwise(self)
+        if self.fma_share and (self.kind != "exp2" or not 0 <= self.fma_share <= 1):
+            raise self.invalid(f"fma_share={self.fma_share} is for exp2 only, in [0, 1]; found it on {self.kind}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Compare(Op):
     NAME = "compare"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     predicate: str
     lhs: Value
@@ -100,14 +128,22 @@ class Compare(Op):
     # analysis, e.g. `cols < n` with n divisible by 16): computed once per run.
     register_run: int = 1
 
+    def verify(self) -> None:
+        check_elementwise(self)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Fma(Op):
     NAME = "fma"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     a: Value
     b: Value
     c: Value
+
+    def verify(self) -> None:
+        check_elementwise(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +155,7 @@ class WarpDot(Op):
     `acc`/`result` fp32. compiler/mma.py plans the fragments."""
 
     NAME = "warp_dot"
+    IN_WARP = True
     result: Value
     a: Value
     b: Value
@@ -130,10 +167,15 @@ class WarpDot(Op):
 @dataclass(frozen=True, kw_only=True)
 class Select(Op):
     NAME = "select"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     condition: Value
     true_value: Value
     false_value: Value
+
+    def verify(self) -> None:
+        check_elementwise(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,13 +183,19 @@ class Cast(Op):
     """Numeric conversion to the result's element type (round to nearest even)."""
 
     NAME = "cast"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     operand: Value
+
+    def verify(self) -> None:
+        check_elementwise(self)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Bitcast(Op):
     NAME = "bitcast"
+    IN_WARP = True
     result: Value
     operand: Value
 
@@ -157,9 +205,14 @@ class AddPtr(Op):
     """pointer + offset elements (not bytes), elementwise."""
 
     NAME = "add_ptr"
+    ELEMENTWISE = True
+    IN_WARP = True
     result: Value
     pointer: Value
     offset: Value
+
+    def verify(self) -> None:
+        check_elementwise(self, tensor_only=isinstance(self.result.type, TensorType))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +220,7 @@ class Load(Op):
     """Global load through a pointer (tensor); masked-off lanes take `other` (or 0)."""
 
     NAME = "load"
+    ELEMENTWISE = True
     result: Value
     pointer: Value
     mask: Optional[Value] = None
@@ -174,15 +228,22 @@ class Load(Op):
     vector: int = 1  # elements per access, chosen by the vectorize pass
     cache: str = ""  # PTX cache qualifiers after ld.global (".cg", ".L1::evict_first", ...)
 
+    def verify(self) -> None:
+        check_elementwise(self, tensor_only=isinstance(self.result.type, TensorType))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Store(Op):
     NAME = "store"
+    ELEMENTWISE = True
     pointer: Value
     value: Value
     mask: Optional[Value] = None
     vector: int = 1
     cache: str = ""  # PTX cache qualifiers after st.global (".cs", ".L1::evict_first", ...)
+
+    def verify(self) -> None:
+        check_elementwise(self)
 
 
 ATOMIC_KINDS = ("add", "max", "min", "and", "or", "xor", "xchg")
@@ -203,6 +264,8 @@ class AtomicRMW(Op):
     """
 
     NAME = "atomic_rmw"
+    ELEMENTWISE = True
+    USES_SCRATCH = True
     result: Optional[Value]
     kind: str
     pointer: Value
@@ -212,6 +275,11 @@ class AtomicRMW(Op):
     scope: str = "gpu"
     scratch_offset: Optional[int] = None
 
+    def verify(self) -> None:
+        if self.kind not in ATOMIC_KINDS:
+            raise self.invalid(f"unknown kind {self.kind!r}")
+        verify_atomic(self)
+
 
 @dataclass(frozen=True, kw_only=True)
 class AtomicCAS(Op):
@@ -219,6 +287,8 @@ class AtomicCAS(Op):
     element and program, with the old values as for AtomicRMW."""
 
     NAME = "atomic_cas"
+    ELEMENTWISE = True
+    USES_SCRATCH = True
     result: Optional[Value]
     pointer: Value
     compare: Value
@@ -228,8 +298,17 @@ class AtomicCAS(Op):
     scope: str = "gpu"
     scratch_offset: Optional[int] = None
 
+    def verify(self) -> None:
+        verify_atomic(self)
+
 
 ATOMICS = (AtomicRMW, AtomicCAS)
+
+
+def verify_atomic(op) -> None:
+    if op.sem not in MEMORY_SEMANTICS or op.scope not in MEMORY_SCOPES:
+        raise op.invalid(f"unknown sem {op.sem!r} or scope {op.scope!r}")
+    check_elementwise(op, tensor_only=isinstance(op.pointer.type, TensorType))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,9 +316,13 @@ class ExpandDims(Op):
     """Insert a size-1 dim at `axis`; the operand's layout is a slice of the result's."""
 
     NAME = "expand_dims"
+    IN_WARP = True
     result: Value
     operand: Value
     axis: int
+
+    def verify(self) -> None:
+        check_result_layout(self, lambda: layout_rules.expand_dims_layout(self.operand.type.layout, self.axis))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,38 +330,74 @@ class Broadcast(Op):
     """Stretch size-1 dims to the result shape; each thread already holds what it needs."""
 
     NAME = "broadcast"
+    IN_WARP = True
     result: Value
     operand: Value
+
+    def verify(self) -> None:
+        check_broadcast(self)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Reshape(Op):
     NAME = "reshape"
+    IN_WARP = True
     result: Value
     operand: Value
+
+    def verify(self) -> None:
+        check_result_layout(self, lambda: layout_rules.reshape_layout(self.operand.type.layout, self.result.type.shape))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Permute(Op):
     NAME = "permute"
+    IN_WARP = True
     result: Value
     operand: Value
     order: tuple[int, ...]
+
+    def verify(self) -> None:
+        check_result_layout(self, lambda: layout_rules.permute_layout(self.operand.type.layout, self.order))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Reduce(Op):
     """Reduce along `axis`: in-thread, then lane shuffles, then across warps in shared memory.
 
-    `scratch_offset` (bytes) is assigned by shared-memory allocation when warps must combine.
+    `plan` (a layout_rules.ReductionPlan, with its scratch bytes) is recorded by the
+    plan_data_movement pass; `scratch_offset` (bytes) is assigned by shared-memory
+    allocation when warps must combine.
     """
 
     NAME = "reduce"
+    USES_SCRATCH = True
     result: Value
     operand: Value
     axis: int
     kind: str
+    plan: Any = field(default=None, metadata={"printed": False})
     scratch_offset: Optional[int] = None
+
+    def recorded_plan(self):
+        """The plan plan_data_movement recorded; a clear error when it did not run."""
+        if self.plan is None:
+            raise CompilationError("reduce has no plan", self.loc,
+                                   suggestion="run the plan_data_movement pass first")
+        return self.plan
+
+    def verify(self) -> None:
+        src, dst = self.operand.type, self.result.type
+        plan = self.plan  # the verifier runs before planning too: checked once recorded
+        if plan is not None and plan.axis != self.axis:
+            raise self.invalid(f"its plan reduces axis {plan.axis}, the op axis {self.axis}")
+        if not isinstance(dst, TensorType):
+            if src.rank != 1:
+                raise self.invalid(f"reducing a rank-{src.rank} tensor gives a tensor, not a scalar")
+            return
+        check_result_layout(self, lambda: layout_rules.reduce_layout(src.layout, self.axis))
+        if plan is not None and dst.layout is not None and strip(plan.result_layout) != strip(dst.layout):
+            raise self.invalid(f"its plan gives the result layout {plan.result_layout}, found {dst.layout}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,8 +407,14 @@ class WarpAny(Op):
     uniform over each warp, so it may be the condition of a per-warp `If`."""
 
     NAME = "warp_any"
+    IN_WARP = True
     result: Value
     operand: Value
+
+    def verify(self) -> None:
+        if not isinstance(self.operand.type, TensorType) or self.operand.type.element != i1 \
+                or self.result.type != self.operand.type:
+            raise self.invalid(f"takes a boolean tensor to one of its type, found {self.operand.type} -> {self.result.type}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,6 +422,7 @@ class ConvertLayout(Op):
     """Move a tensor to another layout along a recorded `plan` (weft.layouts conversion)."""
 
     NAME = "convert_layout"
+    USES_SCRATCH = True
     result: Value
     operand: Value
     plan: Any = None
@@ -319,6 +445,7 @@ class AllocShared(Op):
 @dataclass(frozen=True, kw_only=True)
 class SharedLoad(Op):
     NAME = "shared_load"
+    IN_WARP = True
     result: Value
     buffer: Value
 
@@ -335,6 +462,7 @@ class SharedIndex(Op):
     """Sub-buffer `index` along the leading dim of a multi-buffered allocation."""
 
     NAME = "shared_index"
+    IN_WARP = True
     result: Value
     buffer: Value
     index: Value
@@ -345,6 +473,7 @@ class SharedSlice(Op):
     """A static window [start, start + size) along `dim` of a buffer."""
 
     NAME = "shared_slice"
+    IN_WARP = True
     result: Value
     buffer: Value
     dim: int
@@ -356,6 +485,7 @@ class Barrier(Op):
     """bar.sync 0: all threads of the CTA, and their shared-memory accesses, meet here."""
 
     NAME = "barrier"
+    SYNCS_THREADS = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -366,8 +496,13 @@ class BarrierAny(Op):
     of them (bar.red.or.pred)."""
 
     NAME = "barrier_any"
+    SYNCS_THREADS = True
     result: Value
     operand: Value
+
+    def verify(self) -> None:
+        if element_of(self.operand.type) != i1 or self.result.type != i1:
+            raise self.invalid(f"takes a boolean tensor or scalar to an i1, found {self.operand.type} -> {self.result.type}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -387,6 +522,8 @@ class PrefetchL2(Op):
 @dataclass(frozen=True, kw_only=True)
 class Yield(Op):
     NAME = "yield"
+    TERMINATOR = True
+    IN_WARP = True
     values: tuple[Value, ...] = ()
 
 
@@ -395,6 +532,7 @@ class Condition(Op):
     """Ends a while's `before` block: continue while `condition`, passing `values` on."""
 
     NAME = "condition"
+    TERMINATOR = True
     condition: Value
     values: tuple[Value, ...] = ()
 
@@ -407,6 +545,7 @@ class For(Op):
     """
 
     NAME = "for"
+    LOOP = True
     results: tuple[Value, ...]
     lower: Value
     upper: Value
@@ -415,21 +554,46 @@ class For(Op):
     body: Block
     rematerialize: bool = False  # thread-position values recomputed per iteration (ll.range)
 
+    def verify(self) -> None:
+        check_yield(self, self.body, self.results, "loop body")
+        for init, arg in zip(self.inits, self.body.args[1:]):
+            if init.type != arg.type:
+                raise self.invalid(f"loop-carried value starts as {init.type} but the body takes {arg.type}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class If(Op):
     """A branch on a scalar, taken alike by every thread of the partition; or, `per_warp`,
     on a WarpAny result (a boolean tensor uniform over each warp), taken warp by warp.
-    A per-warp branch holds only REGISTER_OPS (no memory, barrier or cross-warp op: the
+    A per-warp branch holds only `in_warp` ops (no memory, barrier or cross-warp op: the
     warps that skip it would leave those short) and merges only tensors (a scalar is one
     value for the whole partition)."""
 
     NAME = "if"
+    IN_WARP = True
     results: tuple[Value, ...]
     condition: Value
     then_body: Block
     else_body: Block
     per_warp: bool = False
+
+    def verify(self) -> None:
+        if self.results:
+            check_yield(self, self.then_body, self.results, "then branch")
+            check_yield(self, self.else_body, self.results, "else branch")
+        if self.per_warp:
+            self._verify_per_warp()
+
+    def _verify_per_warp(self) -> None:
+        condition = self.condition.type
+        if not isinstance(condition, TensorType) or condition.element != i1:
+            raise self.invalid(f"a per-warp if branches on a boolean tensor (a warp_any result), found {condition}")
+        for result in self.results:
+            if not isinstance(result.type, TensorType):
+                raise self.invalid(f"a per-warp if merges tensors only, found {result.type}")
+        inner = first_non_register_op((self.then_body, self.else_body))
+        if inner is not None:
+            raise inner.invalid("is in a per-warp if, which holds register arithmetic (and in-warp reductions) only")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -437,11 +601,15 @@ class While(Op):
     """before.args = carried, ends with Condition; after.args = its values, ends with Yield."""
 
     NAME = "while"
+    LOOP = True
     results: tuple[Value, ...]
     inits: tuple[Value, ...]
     before: Block
     after: Block
     rematerialize: bool = False  # as For's: `while ll.condition(..., rematerialize=True)`
+
+    def verify(self) -> None:
+        check_yield(self, self.after, self.inits, "while body")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -458,30 +626,21 @@ class Assert(Op):
     message: str
 
 
-# Ops that act on a thread's registers alone (a lane's own values, or, WarpAny and
-# WarpDot, its own warp's; Reshape and Permute only rename them): what a per-warp `If`
-# may hold, with reductions and layout conversions that stay within each warp and
-# shared-memory reads (`in_warp`).
-REGISTER_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Fma, Select, Cast, Bitcast, AddPtr, ExpandDims,
-                Reshape, Permute, Broadcast, WarpAny, WarpDot, If, Yield)
-# Reads of shared memory and views of it: each thread reads for itself, no thread waits
-# for another. (Any barrier such a read needs goes before the branch: insert_barriers.)
-SHARED_READS = (SharedLoad, SharedIndex, SharedSlice)
-
-
 def in_warp(op: Op) -> bool:
-    """Whether `op` involves no thread outside its own warp and no barrier: a
-    REGISTER_OPS op, a shared-memory read or view, a proxy fence (a thread's own, after
-    such reads of a buffer TMA writes next), a Reduce whose lanes shuffle within each
-    warp, or a ConvertLayout that only renames registers."""
-    from .hopper import FenceAsyncShared, SharedPermute  # hopper.py imports this module
-
-    if isinstance(op, REGISTER_OPS + SHARED_READS + (SharedPermute, FenceAsyncShared)):
+    """Whether `op` involves no thread outside its own warp and no barrier: an op of an
+    IN_WARP class, a Reduce whose lanes shuffle within each warp, or a ConvertLayout that
+    only renames registers."""
+    if op.IN_WARP:
         return True
     if isinstance(op, ConvertLayout):
         return _register_only(op)
-    layout = getattr(op.operand.type, "layout", None) if isinstance(op, Reduce) else None
-    return layout is not None and reduction_in_warp(layout, op.axis)
+    if not isinstance(op, Reduce):
+        return False
+    if op.plan is not None:
+        return not op.plan.warp_steps
+    # Before planning (the frontend's check of a per-warp branch): the layout rule.
+    layout = getattr(op.operand.type, "layout", None)
+    return layout is not None and layout_rules.reduction_in_warp(layout, op.axis)
 
 
 def _register_only(op: "ConvertLayout") -> bool:

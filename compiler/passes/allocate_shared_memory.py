@@ -13,8 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import CompilationError
-from ..ir import (ATOMICS, AllocShared, Block, ConvertLayout, For, Kernel, Op, Reduce, SharedIndex, SharedPermute,
-                  SharedSlice, Value, WarpSpecialize, While)
+from ..ir import AllocShared, Block, Kernel, Op, SharedIndex, SharedPermute, SharedSlice, Value, WarpSpecialize
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
 
@@ -47,7 +46,7 @@ def _number_ops(block: Block, loops: tuple, positions: dict, loop_ends: dict, co
     for op in block.ops:
         positions[id(op)] = (counter[0], loops, partition, warps, replicas)
         counter[0] += 1
-        inner = loops + (id(op),) if isinstance(op, (For, While)) else loops
+        inner = loops + (id(op),) if op.LOOP else loops
         if isinstance(op, WarpSpecialize):
             owner = partition or id(op)
             for region, region_warps, copies in zip(op.nested_blocks(), (warps,) + tuple(op.worker_num_warps),
@@ -123,7 +122,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     def rule(op: Op) -> Op:
         if isinstance(op, AllocShared):
             return dataclasses.replace(op, offset=offsets[op.result])
-        if isinstance(op, (ConvertLayout, Reduce) + ATOMICS) and id(op) in offsets:
+        if op.USES_SCRATCH and id(op) in offsets:
             return dataclasses.replace(op, scratch_offset=offsets[id(op)])
         return op
 

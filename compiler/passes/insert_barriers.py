@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Barrier, BarrierAny, Block, ClusterBarrier, For, If, Kernel, Op, WarpSpecialize, While
+from ..ir import Barrier, Block, If, Kernel, Op, WarpSpecialize
 from .shared_accesses import ASYNC_KINDS, Access, BufferRanges, ByteRange, access_of
 
 NAME = "insert_barriers"
@@ -157,11 +157,11 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
     ops: list[Op] = []
     for op in block.ops:
         buffers.define(op)
-        if isinstance(op, (Barrier, BarrierAny, ClusterBarrier)):  # a cluster barrier syncs the CTA too
+        if op.SYNCS_THREADS:
             pending.clear()
             ops.append(op)
             continue
-        if isinstance(op, (For, While)):
+        if op.LOOP:
             if not pending.empty() and any(_touches(b, pending, buffers, num_warps)
                                            for b in op.nested_blocks()):
                 ops.append(Barrier(loc=op.loc))  # once, before the loop

@@ -90,14 +90,7 @@ def scratch_bytes_of(op: Op, num_warps: int, mirrored: bool = False) -> int:
     if isinstance(op, ConvertLayout) and op.plan is not None:
         return int(getattr(op.plan, "scratch_bytes", 0) or 0)
     if isinstance(op, Reduce):
-        from ..layout_rules import plan_reduction
-
-        plan = plan_reduction(op.operand.type.layout, op.axis)
-        elements = plan.scratch_elements(num_warps)
-        # Values are combined in at least 32 bits; argmax/argmin also keep an i32 index.
-        bits = max(op.operand.type.element.bits, 32)
-        per_element = bits // 8 + (4 if op.kind in ("argmax", "argmin") else 0)
-        return elements * per_element
+        return op.recorded_plan().scratch_bytes
     return 0
 
 
@@ -146,7 +139,7 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(commits=True)
     if isinstance(op, AsyncWaitGroup):
         return Access(retires=("cp_async", op.pending))
-    if isinstance(op, (ConvertLayout, Reduce) + ATOMICS) and op.scratch_offset is not None:
+    if op.USES_SCRATCH and op.scratch_offset is not None:
         size = atomics.scratch_bytes(op) if isinstance(op, ATOMICS) else scratch_bytes_of(op, num_warps)
         scratch = ByteRange(op.scratch_offset, op.scratch_offset + size)
         return Access(writes=(scratch,), syncs=True, pending_reads=(scratch,))

@@ -182,7 +182,7 @@ class CTA:
             self.env[value] = x
         scheduler = self.scheduler
         for op in block.ops:
-            if isinstance(op, (ir.Yield, ir.Condition)):
+            if op.TERMINATOR:
                 return op
             self.current_op = op
             if scheduler is not None and scheduler.unwinding:

@@ -20,12 +20,9 @@ backend's ordered compares).
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 from ...compiler import ir
-from ...compiler.layout_rules import plan_reduction
 from ...compiler.types import ScalarType, TensorType, element_of
 from .dtypes import cast, element_bytes, finish, is_float
 from .errors import EmulationError
@@ -33,11 +30,6 @@ from .registers import LANES, axis_coordinate, num_registers
 from .rules import EMULATION_RULES as RULES
 
 _I32 = ScalarType("i32")
-
-
-@lru_cache(maxsize=256)
-def _plan(layout, axis: int):
-    return plan_reduction(layout, axis)
 
 
 def accumulator_type(element):
@@ -145,7 +137,7 @@ def _through_scratch(cta, op, values, index, element, members):
 def reduce(cta, op: ir.Reduce) -> None:
     source_type, result_type = op.operand.type, op.result.type
     layout = cta.layout(source_type)
-    plan = cta.memo(op, "plan", lambda: _plan(layout, op.axis))
+    plan = op.recorded_plan()
     scalar_result = not isinstance(result_type, TensorType)
     if not scalar_result and num_registers(cta.layout(result_type)) != len(plan.register_groups):
         raise EmulationError(

@@ -19,7 +19,6 @@ import numpy as np
 from ...compiler import ir
 from ...compiler.layout_rules import broadcast_register_map
 from ...compiler.types import element_of, u8
-from ...layouts.conversion import plan_conversion
 from ...layouts.execute import execute_plan
 from .errors import EmulationError
 from .memory import POISON_BYTE
@@ -51,11 +50,6 @@ def broadcast(cta, op: ir.Broadcast) -> None:
 
 
 # ------------------------------------------------------------------- conversions
-def _element_bits(type_) -> int:
-    bits = element_of(type_).bits
-    return 8 if bits == 1 else bits
-
-
 @lru_cache(maxsize=256)
 def _direct_gather(source, result, num_warps: int) -> np.ndarray:
     """For each result register, the flat (warp, lane, register) of a source copy of its element."""
@@ -90,7 +84,7 @@ def convert_layout(cta, op: ir.ConvertLayout) -> None:
     x = cta[op.operand]
     plan = op.plan
     if plan is None:
-        plan = plan_conversion(source, result, _element_bits(op.operand.type))
+        raise EmulationError("convert_layout has no plan: run the plan_data_movement pass first", op.loc)
     _scratch_effect(cta, op, plan)
     if all(layout.in_dims.get("warp", 1) == cta.num_warps for layout in (source, result)):
         cta.bind(op.result, execute_plan(plan, x[None], source, result)[0])

@@ -21,6 +21,7 @@ from weft.compiler.backend import (DEFAULT_RULES, compile_to_ptx, emit_ptx, lowe
                                    static_shared_bytes)
 from weft.compiler.backend.lower_math import ERF_CENTER, ERF_CLAMP, ERF_LARGE, ERF_SMALL, ERF_SPLIT
 from weft.compiler.errors import CompilationError
+from weft.compiler.passes.plan_data_movement import plan_data_movement
 from weft.compiler.ir import (Assert, Binary, Bitcast, Cast, Compare, Constant, ConvertLayout, Fma, Load, Print,
                               Select, Store, Unary)
 from weft.compiler.types import PointerType, ScalarType, bf16, fp16, fp32, fp64, i1, i8, i32, i64, u8, u32
@@ -220,7 +221,7 @@ def test_convert_by_register_permutation_and_no_op():
 def test_convert_without_plan_is_refused():
     src = blocked((8, 128), (2, 4), (1, 32), (4, 1), (1, 0))
     kernel = convert(src, src, (8, 128))
-    with pytest.raises(CompilationError, match="plan_conversions"):
+    with pytest.raises(CompilationError, match="plan_data_movement"):
         lower_to_llvm(kernel)
 
 
@@ -396,6 +397,6 @@ def test_lowers_decorator_registers_into_a_given_table():
 
 
 def test_missing_shared_offsets_are_reported():
-    kernel = row_reduce("sum", rows=8, cols=512, warps=(1, 4))
+    kernel = plan_data_movement(row_reduce("sum", rows=8, cols=512, warps=(1, 4)))
     with pytest.raises(CompilationError, match="allocate_shared_memory"):
         lower_to_llvm(kernel)

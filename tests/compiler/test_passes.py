@@ -112,13 +112,14 @@ def test_reduction_scratch_is_allocated_only_across_warps():
     layout = LinearLayout({"register": [(0, 1)], "lane": [(0, 2), (0, 4), (0, 8), (1, 0), (2, 0)],
                            "warp": [(0, 16), (0, 32)], "block": []}, {"dim0": 4, "dim1": 64})
     from weft.compiler.layout_rules import plan_reduction
+    from weft.compiler.passes.plan_data_movement import plan_data_movement
 
     x = Value(TensorType((4, 64), fp32, layout), "x")
     across = Value(TensorType((4,), fp32, plan_reduction(layout, 1).result_layout), "row_sum")
     within = Value(TensorType((64,), fp32, plan_reduction(layout, 0).result_layout), "col_sum")
     ops = (Reduce(result=across, operand=x, axis=1, kind="sum"),
            Reduce(result=within, operand=x, axis=0, kind="sum"))
-    kernel = allocate_shared_memory(Kernel("r", (x,), Block((), ops), 4))
+    kernel = allocate_shared_memory(plan_data_movement(Kernel("r", (x,), Block((), ops), 4)))
     scratch = [op.scratch_offset for op in kernel.body.ops]
     assert scratch == [0, None]
     assert kernel.shared_bytes == 4 * 32 * 1 * 4

@@ -14,6 +14,7 @@ from weft.compiler import types as t
 from weft.compiler.errors import Loc
 from weft.compiler.layout_rules import expand_dims_layout, plan_reduction
 from weft.layouts import slice_layout
+from weft.compiler.passes.plan_data_movement import plan_data_movement
 from weft.compiler.verifier import verify
 from weft.layouts import blocked, swizzled_shared
 from weft.runtime.emulator import EMULATION_RULES, EmulationError, emulate, from_bf16, to_bf16
@@ -61,8 +62,10 @@ class Builder:
         return ir.Block(tuple(args), tuple(self.ops))
 
     def kernel(self, name="k", shared_bytes=0, verify_ir=True):
-        kernel = ir.Kernel(name, tuple(self.params), self.block(), self.num_warps,
-                           shared_bytes=shared_bytes)
+        """The kernel with its data movement planned (reduce and convert_layout carry the
+        plans the emulator runs); scratch offsets are the test's own."""
+        kernel = plan_data_movement(ir.Kernel(name, tuple(self.params), self.block(), self.num_warps,
+                                              shared_bytes=shared_bytes))
         return verify(kernel) if verify_ir else kernel
 
 
