@@ -29,10 +29,19 @@ def _matmul(rows):
 
 
 def _eager(rows):
-    refs = {str(r["shape"]): r.get("tflops") for r in rows if not r["system"].endswith("weft")}
+    """Per shape, weft beside its reference by eager time (do_bench on the Python call) and
+    by CUDA-graph time (the GPU work alone)."""
+    def rate(row, field):
+        ms = row.get(field)
+        return row["tflops"] * row["eager_ms"] / ms if ms and row.get("tflops") else None
+
+    refs = {str(r["shape"]): r for r in rows if not r["system"].endswith("weft")}
     for r in rows:
+        ref = refs.get(str(r["shape"]), {})
         if r["system"].endswith("weft"):
-            yield f"eager {r['system'].split()[0]} {r['shape']}", r.get("tflops"), refs.get(str(r["shape"]))
+            for field in ("eager_ms", "graph_ms"):
+                yield (f"{field[:-3]} {r['system'].split()[0]} {r['shape']}", rate(r, field),
+                       rate(ref, field))
 
 
 READERS = {"attention": _attention, "matmul": _matmul, "eager": _eager}
