@@ -13,13 +13,13 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import CompilationError
+from ..hardware import SHARED_LIMIT
 from ..ir import (ATOMICS, AllocShared, Block, ConvertLayout, For, Kernel, Op, Reduce, SharedIndex, SharedPermute,
                   SharedSlice, Value, WarpSpecialize, While)
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
 
 NAME = "allocate_shared_memory"
-SHARED_LIMIT = 227 * 1024  # usable by one CTA on H100/H200 (HOPPER.md)
 
 
 @dataclass

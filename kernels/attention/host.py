@@ -7,8 +7,9 @@ import math
 
 import numpy as np
 
-from .._launch import (check_arrays, contiguous, data_address, element_strides, is_torch, new_array,
-                       persistent_cluster_grid, persistent_grid)
+from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
+                                    new_array)
+from .._launch import persistent_cluster_grid, persistent_grid
 from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
                      dynamic_schedule, half_tiles, lazy_max, per_warp_release, register_cap, replicated,
                      rescale_above, tile_group)

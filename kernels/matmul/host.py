@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ... import lowlevel as ll
-from .._launch import check_arrays, contiguous, data_address, element_strides, is_torch, new_array
+from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
+                                    new_array)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 
