@@ -28,6 +28,7 @@ import numpy as np
 
 from . import __version__
 from .cli_compile import CommandError, add_compile_parser
+from .compiler.hardware import LANES
 from .layouts import (
     LayoutError,
     LinearLayout,
@@ -38,7 +39,6 @@ from .layouts import (
     standard,
 )
 
-LANES = 32
 # The options each kind reads; giving one that a kind ignores is an error, not a no-op.
 KIND_OPTIONS = {
     "blocked": ("warps", "size_per_thread", "threads", "order"),
@@ -278,7 +278,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as error:  # a kernel's own error or a missing tool: its message, not a traceback
         from .compiler.errors import CompilationError
         from .runtime.arguments import LaunchError
-        from .runtime.ptxas import PtxasError
+        from .compiler.cuda_tools import PtxasError
 
         if not isinstance(error, (CompilationError, LaunchError, PtxasError, CommandError)):
             raise

@@ -28,8 +28,9 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from .compiler.hardware import MAX_WARPS
+
 STAGES = ("source", "layout", "llir", "ptx", "sass", "report")
-MAX_WARPS = 32  # 1024 threads, a CTA's limit
 
 
 class CommandError(Exception):
@@ -123,7 +124,7 @@ def parse_pairs(parser, option: str, items, literal: bool) -> dict:
 
 
 def sass_of(cubin: bytes) -> str:
-    from .runtime.ptxas import find_cuobjdump
+    from .compiler.cuda_tools import find_cuobjdump
 
     tool = find_cuobjdump()
     if tool is None:
@@ -167,7 +168,7 @@ def compile_command(parser, args) -> int:
     compiled = kernel.compile(signature=signature, constexprs=constexprs, num_warps=args.num_warps,
                               specialization=specialization)
     if args.dump in ("sass", "report") and not compiled.asm.get("cubin"):
-        from .runtime.ptxas import MISSING_PTXAS
+        from .compiler.cuda_tools import MISSING_PTXAS
 
         raise CommandError(f"--dump {args.dump} needs a cubin, and {MISSING_PTXAS}")
     if args.dump == "sass":

@@ -20,6 +20,7 @@ never issue, so their copies of the old values come through scratch as well (`mi
 from __future__ import annotations
 
 from ..layouts import LinearLayout
+from .hardware import LANES
 from .ir import ATOMIC_KINDS, MEMORY_SCOPES, MEMORY_SEMANTICS, AtomicCAS, AtomicRMW, Op
 from .types import ScalarType, TensorType, Type
 
@@ -36,7 +37,7 @@ ELEMENT_TYPES = {
 assert set(ELEMENT_TYPES) == set(ATOMIC_KINDS) | {"cas"}
 SEMANTICS, SCOPES = MEMORY_SEMANTICS, MEMORY_SCOPES
 
-LANE_BITS = 5
+LANE_BITS = LANES.bit_length() - 1  # bits of a lane index
 
 
 def kind_of(op: Op) -> str:

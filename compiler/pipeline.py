@@ -123,7 +123,7 @@ def compile_layout_kernel(kernel: Kernel, params: tuple[Param, ...], source: str
                           target: str = "sm_90a", earlier: Optional[dict] = None) -> CompiledKernel:
     """Passes, LLVM, PTX and (when ptxas is found) cubin for a `layout`-stage kernel
     (`earlier`: the text of stages before `layout`, kept too)."""
-    from ..runtime import ptxas
+    from .backend import ptxas
     from .backend import compile_to_ptx
 
     if target != "sm_90a":

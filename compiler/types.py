@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ..layouts import LinearLayout
+from .hardware import TMA_MAX_BOX, TMA_MAX_RANK
 
 
 @dataclass(frozen=True)
@@ -222,8 +223,6 @@ def parse_signature_type(text: str) -> Union[ScalarType, PointerType, TensorDesc
 # spells the swizzle; parsing accepts it left out, meaning default_nvmma_swizzle).
 
 TENSOR_DESCRIPTOR_PREFIX = "tensordesc<"
-TMA_MAX_RANK = 5
-TMA_MAX_BOX = 256
 TMA_SWIZZLES = (0, 32, 64, 128)
 _SIGNATURE = re.compile(r"tensordesc<\s*(\w+)\s*\[([0-9,\s]*)\]\s*(?:,\s*swizzle\s*=\s*([0-9]+)\s*)?>")
 

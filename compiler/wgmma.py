@@ -40,6 +40,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from ..layouts import LinearLayout
+from .hardware import WARPS_PER_WARPGROUP
 
 ISA = "https://docs.nvidia.com/cuda/parallel-thread-execution/index.html"
 SWIZZLE_CODES = {0: 0, 128: 1, 64: 2, 32: 3}
@@ -49,7 +50,6 @@ CORE_ROWS = 8      # rows of a core matrix
 FIELD_LIMIT = 1 << 18  # descriptor fields hold (x & 0x3FFFF) >> 4
 M_PER_WARPGROUP = 64
 MAX_N = 256
-WARPS_PER_WARPGROUP = 4
 
 
 class WgmmaError(ValueError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import highlevel as tl
-from ..kernels._launch import float_bits, empty_like, is_torch, next_power_of_two, row_stride
+from ..runtime.host_arrays import empty_like, float_bits, is_torch, next_power_of_two, row_stride
 
 
 @tl.jit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import lowlevel as ll
 from ..layouts import LinearLayout
-from ._launch import check_arrays, contiguous, new_array
+from ..runtime.host_arrays import check_arrays, contiguous, new_array
 
 
 @ll.jit

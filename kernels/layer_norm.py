@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import (check_arrays, contiguous, float_bits, is_torch, new_array, persistent_grid, prefetch_distance,
-                      row_stride, with_contiguous_rows)
+from ..runtime.host_arrays import (check_arrays, contiguous, float_bits, is_torch, new_array, row_stride,
+                                   with_contiguous_rows)
+from ._launch import persistent_grid, prefetch_distance
 from .row_ring import ring_fits, start_ring, take_row
 from .softmax import Config as RowConfig
 

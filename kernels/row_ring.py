@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .. import lowlevel as ll
 from ..lowlevel import mbarrier, tma
-from ._launch import item_bytes, rows_start_on_16_bytes
+from ..runtime.host_arrays import item_bytes, rows_start_on_16_bytes
 
 RING_SHARED_BYTES = 200 * 1024  # per SM, for all resident CTAs' rings together
 

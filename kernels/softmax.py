@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import (check_arrays, float_bits, new_array, next_power_of_two, persistent_grid, prefetch_distance,
-                      row_stride, with_contiguous_rows)
+from ..runtime.host_arrays import (check_arrays, float_bits, new_array, next_power_of_two, row_stride,
+                                   with_contiguous_rows)
+from ._launch import persistent_grid, prefetch_distance
 from .row_ring import ring_fits, start_ring, take_row
 
 MAX_ROW = 32768  # elements held in registers by one CTA (16 warps x 32 lanes x 64 registers)

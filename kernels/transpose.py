@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import check_arrays, item_bytes, new_array, row_stride, with_contiguous_rows
+from ..runtime.host_arrays import check_arrays, item_bytes, new_array, row_stride, with_contiguous_rows
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lowlevel as ll
-from ._launch import check_arrays, contiguous, is_contiguous, is_torch, new_array
+from ..runtime.host_arrays import check_arrays, contiguous, is_contiguous, is_torch, new_array
 
 
 @dataclass(frozen=True)

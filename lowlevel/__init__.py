@@ -37,11 +37,12 @@ from .shared import SharedMemoryDescriptor, allocate_shared_memory
 from .tensor import Tensor
 from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
 from .tma import TensorDescriptorValue
-from ..runtime.tensor_descriptor import TensorDescriptor
+from ..runtime.tensor_descriptor import TensorDescriptor, register_tma_layout as _register_tma_layout
 from .warp_specialize import replica_index, warp_specialize
 from .wgmma import (fence_async_shared, mma_v2, warpgroup_mma, warpgroup_mma_accumulator, warpgroup_mma_init,
                     warpgroup_mma_wait)
 
+_register_tma_layout(NVMMASharedLayout)  # the runtime builds descriptors without importing a language
 dtype = ScalarType
 tensor = Tensor
 shared_memory_descriptor = SharedMemoryDescriptor  # Gluon's names, for annotations

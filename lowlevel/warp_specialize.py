@@ -30,12 +30,12 @@ from ..compiler import ir
 from ..compiler.aggregates import leaves, map_leaves
 from ..compiler.builder import DynamicValue, builtin
 from ..compiler.errors import CompilationError
+from ..compiler.hardware import REGISTER_FILE
 from ..compiler.types import i32
 from . import semantic as sem
 
 __all__ = ["replica_index", "warp_specialize"]
 
-REGISTER_FILE = 65536
 MAX_BUDGET = 240
 
 

@@ -28,6 +28,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ..compiler.hardware import (MAX_CLUSTER_CTAS, MAX_GRID, MAX_REGISTERS, MIN_REGISTERS, TENSOR_MAP_ALIGN,
+                                 TENSOR_MAP_BYTES)
 from ..compiler.types import (TENSOR_DESCRIPTOR_PREFIX, parse_tensor_descriptor_signature,
                               tensor_descriptor_signature, tensor_descriptor_swizzle,
                               tensor_descriptor_type)
@@ -462,10 +464,6 @@ def check_keys(kernel: str, names: Sequence[str], param_types: Sequence[str],
     return device
 
 
-MAX_CLUSTER_CTAS = 8  # CTAs per cluster any sm_90 launch may take without opting into more
-MIN_REGISTERS = 16  # the fewest registers a thread may be limited to (maxnreg)
-
-
 def check_cluster(kernel: str, value) -> Optional[tuple[int, int, int]]:
     """The `cluster=` launch option as CTA counts (x, y, z); None for clusters of one CTA.
     LaunchError naming the kernel for anything else."""
@@ -486,8 +484,6 @@ def check_maxnreg(kernel: str, value) -> Optional[int]:
     """The `maxnreg=` launch option (registers a thread may hold at most, as in Triton), or
     None; LaunchError naming the kernel for anything but an int in [MIN_REGISTERS, the
     hardware's .maxnreg limit]."""
-    from ..compiler.backend.lower_warp_specialize import MAX_REGISTERS
-
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not MIN_REGISTERS <= value <= MAX_REGISTERS:
@@ -499,7 +495,6 @@ def check_maxnreg(kernel: str, value) -> Optional[int]:
 def check_grid(kernel: str, grid, cluster: Optional[Sequence[int]] = None) -> tuple[int, int, int]:
     """Normalise a grid to three positive ints, whole clusters of `cluster` CTAs along
     each axis; LaunchError naming the kernel if not."""
-    from .driver import MAX_GRID
     try:
         dims = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
     except (TypeError, ValueError):
@@ -576,16 +571,14 @@ def _int_packer(name: str, kernel: str, ptype: str) -> Callable:
     return pack
 
 
-_TENSOR_MAP_BYTES = 128
-_TENSOR_MAP_ALIGN = 64  # CUtensorMap's alignment (alignas(64) in cuda.h)
-_TensorMapHolder = ctypes.c_char * _TENSOR_MAP_BYTES
+_TensorMapHolder = ctypes.c_char * TENSOR_MAP_BYTES
 
 
 def tensor_map_holder() -> ctypes.Array:
     """A 64-byte aligned 128-byte holder; assigning `.value = bytes` copies all 128 bytes
     (a c_char array's value setter copies embedded zeros too)."""
-    raw = (ctypes.c_char * (_TENSOR_MAP_BYTES + _TENSOR_MAP_ALIGN))()
-    offset = -ctypes.addressof(raw) % _TENSOR_MAP_ALIGN
+    raw = (ctypes.c_char * (TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN))()
+    offset = -ctypes.addressof(raw) % TENSOR_MAP_ALIGN
     return _TensorMapHolder.from_buffer(raw, offset)  # keeps `raw` alive
 
 

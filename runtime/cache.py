@@ -86,7 +86,7 @@ def toolchain_versions() -> dict:
     """Versions that change generated code. llvmlite pins one LLVM release per version,
     so its version stands for LLVM's without loading the LLVM library."""
     from .. import __version__ as weft_version
-    from .ptxas import ptxas_version
+    from ..compiler.cuda_tools import ptxas_version
     try:
         import llvmlite
         llvmlite_version = llvmlite.__version__
@@ -105,14 +105,14 @@ def toolchain_versions() -> dict:
 @functools.lru_cache(maxsize=None)
 def compiler_fingerprint() -> str:
     """A hash of the code that turns a kernel into a cubin and its metadata (compiler/,
-    layouts/, the languages, the ptxas driver and report parser). The version number alone
+    with the ptxas finder and report parser, layouts/, the languages). The version number alone
     misses every change made between releases, so an edited or upgraded weft would be
     handed kernels its older self compiled."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     paths = [path for folder in ("compiler", "layouts", "lowlevel", "highlevel")
              for path in sorted((root / folder).rglob("*.py"))]
-    for path in paths + [root / "runtime" / "ptxas.py"]:
+    for path in paths:
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

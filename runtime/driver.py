@@ -18,11 +18,6 @@ _init_lock = threading.Lock()
 _initialized = False
 _primary: dict[int, object] = {}  # device ordinal -> retained primary CUcontext
 
-# cuLaunchKernelEx grid limits (CUDA C Programming Guide, "Compute Capabilities" table).
-MAX_GRID = (2**31 - 1, 65535, 65535)
-# Kernels may use 48 KB of dynamic shared memory without opting in (cuFuncSetAttribute).
-DEFAULT_SHARED_LIMIT = 48 * 1024
-
 
 class DriverError(RuntimeError):
     """A driver call failed: `call` names it, `code`/`name` are the CUresult."""

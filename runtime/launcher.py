@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..compiler.compiled import CompiledKernel
+from ..compiler.hardware import STATIC_SHARED_LIMIT
 from . import arguments, driver
 from .arguments import LaunchError
 
@@ -137,7 +138,7 @@ class Launcher:
             kind, data = self.compiled.binary
             module = driver.load_module(kind, data)
             function = driver.get_function(module, self.name)
-            if self.dynamic_shared > driver.DEFAULT_SHARED_LIMIT:
+            if self.dynamic_shared > STATIC_SHARED_LIMIT:
                 driver.set_max_dynamic_shared(function, self.dynamic_shared)
         finally:
             if switch and previous is not None:

@@ -24,14 +24,12 @@ import struct
 import sys
 from typing import Any, Callable, Optional, Sequence
 
+from ..compiler.hardware import TMA_MAX_GLOBAL_DIM, TMA_MAX_STRIDE_BYTES
 from ..compiler.types import (ScalarType, TensorDescriptorType, tensor_descriptor_signature,
                               tensor_descriptor_type)
 from . import arguments, driver
 from .arguments import HOST, OTHER_DEVICE, UNKNOWN_DEVICE, ArgumentTypeError
 
-TENSOR_MAP_BYTES = 128
-_MAX_GLOBAL_DIM = 2**32
-_MAX_STRIDE_BYTES = 2**40
 
 # CUtensorMapDataType member per weft element: TMA moves bytes, so integers and fp8 only
 # need the right width (OOB fill is zero bits either way).
@@ -113,9 +111,22 @@ class TensorDescriptor:
 
 # ----------------------------------------------------------------------------- reading
 
+# The language's class for the layout TMA writes (weft.lowlevel's NVMMASharedLayout), which
+# the language registers when imported: the runtime imports no language module.
+_TMA_LAYOUT_CLASS: list = []
+
+
+def register_tma_layout(layout_class) -> None:
+    """Make `layout_class` (with `get_default_for(block_shape, bits)`) the layout that
+    descriptors accept and default to."""
+    _TMA_LAYOUT_CLASS[:] = [layout_class]
+
+
 def _nvmma_layout_class():
-    from ..lowlevel.layouts import NVMMASharedLayout  # runtime does not import lowlevel eagerly
-    return NVMMASharedLayout
+    if not _TMA_LAYOUT_CLASS:
+        raise TensorDescriptorError("TensorDescriptor: import weft.lowlevel first; its NVMMASharedLayout "
+                                    "is the layout TMA writes")
+    return _TMA_LAYOUT_CLASS[0]
 
 
 def _is_torch_tensor(obj) -> bool:
@@ -266,7 +277,7 @@ def _check_global(address: int, shape: tuple, strides: tuple, block_shape: tuple
             f"TensorDescriptor: base address {address:#x} is not 16-byte aligned (TMA needs "
             "it); allocate the tensor afresh or start the view at an aligned element")
     for dim, size in enumerate(shape):
-        if not 1 <= size <= _MAX_GLOBAL_DIM:
+        if not 1 <= size <= TMA_MAX_GLOBAL_DIM:
             raise TensorDescriptorError(
                 f"TensorDescriptor: shape[{dim}] = {size} must be from 1 to 2**32 (TMA "
                 f"cannot describe empty tensors; shape {list(shape)})")
@@ -277,7 +288,7 @@ def _check_global(address: int, shape: tuple, strides: tuple, block_shape: tuple
             ".contiguous() or describe a transposed view with its dims swapped")
     for dim in range(rank - 1):
         nbytes = strides[dim] * itemsize
-        if strides[dim] < 0 or nbytes % 16 or nbytes >= _MAX_STRIDE_BYTES:
+        if strides[dim] < 0 or nbytes % 16 or nbytes >= TMA_MAX_STRIDE_BYTES:
             raise TensorDescriptorError(
                 f"TensorDescriptor: stride of dim {dim} is {strides[dim]} elements = {nbytes} "
                 f"bytes; TMA needs every stride but the innermost to be a non-negative "

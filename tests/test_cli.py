@@ -246,7 +246,7 @@ def test_a_file_that_does_not_import_is_one_line(capsys, tmp_path, source, messa
 
 
 def test_dump_report_without_ptxas_says_where_ptxas_comes_from(capsys, monkeypatch, tmp_path, user_kernel):
-    from weft.runtime import ptxas
+    from weft.compiler.backend import ptxas
 
     monkeypatch.setenv("WEFT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(ptxas, "find_ptxas", lambda: None)
@@ -257,12 +257,12 @@ def test_dump_report_without_ptxas_says_where_ptxas_comes_from(capsys, monkeypat
 
 
 def test_dump_sass_without_cuobjdump_names_the_extra(capsys, monkeypatch, tmp_path, user_kernel):
-    from weft.runtime import ptxas
+    from weft.compiler import cuda_tools
 
-    if ptxas.find_ptxas() is None:
+    if cuda_tools.find_ptxas() is None:
         pytest.skip("no ptxas, so no cubin to disassemble")
     monkeypatch.setenv("WEFT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(ptxas, "find_cuobjdump", lambda: None)
+    monkeypatch.setattr(cuda_tools, "find_cuobjdump", lambda: None)
     status = main(["compile", f"{user_kernel}:scale", *SCALE_ARGS, "--dump", "sass"])
     assert status == 1
     assert "--dump sass needs cuobjdump, which was not found: pip install 'weft[sass]'" in capsys.readouterr().err

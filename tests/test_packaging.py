@@ -120,11 +120,11 @@ def _wheel_file(distribution: str, tool: str):
     ("nvidia-cuda-cuobjdump", "cuobjdump", "find_cuobjdump"),
 ])
 def test_the_tool_of_an_installed_wheel_is_found_without_a_toolkit(monkeypatch, tmp_path, distribution, tool, finder):
-    """runtime/ptxas.py looks where the wheel really puts its tool (its RECORD says where)."""
-    from weft.runtime import ptxas
+    """compiler/cuda_tools.py looks where the wheel really puts its tool (its RECORD says where)."""
+    from weft.compiler import cuda_tools
 
     expected = _wheel_file(distribution, tool)
     monkeypatch.delenv("WEFT_PTXAS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no toolkit on PATH
-    found = getattr(ptxas, finder)()
+    found = getattr(cuda_tools, finder)()
     assert found is not None and Path(found).resolve() == expected

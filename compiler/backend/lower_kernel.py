@@ -31,6 +31,7 @@ from llvmlite import ir
 from llvmlite.ir.values import ArgumentAttributes, FunctionAttributes
 
 from ..errors import CompilationError
+from ..hardware import STATIC_SHARED_LIMIT, TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
 from ..ir import Kernel
 from ..types import PointerType, TensorDescriptorType
 from . import llvm_types as T
@@ -38,7 +39,6 @@ from .context import DEFAULT_RULES, Lowering
 from .lower_warp_specialize import entry_register_cap
 from .target import TRIPLE, data_layout
 
-STATIC_SHARED_LIMIT = 48 * 1024
 SHARED_ALIGN = 1024
 SHARED_SYMBOL = "weft_shared"
 
@@ -54,8 +54,7 @@ def static_shared_bytes(kernel: Kernel) -> int:
     return 0 if uses_dynamic_shared_memory(kernel) else kernel.shared_bytes
 
 
-TENSOR_MAP = ir.ArrayType(T.I8, 128)
-TENSOR_MAP_ALIGN = 64
+TENSOR_MAP = ir.ArrayType(T.I8, TENSOR_MAP_BYTES)
 
 
 class _ByValueAttributes(ArgumentAttributes):

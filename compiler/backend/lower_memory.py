@@ -21,14 +21,13 @@ from typing import Optional
 import numpy as np
 from llvmlite import ir
 
+from ..hardware import MAX_ACCESS_BITS
 from ..ir import Load, PrefetchL2, Store
 from ..types import PointerType, TensorType
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, lowers
 from .indexing import duplicate_registers, owner_predicate
-
-MAX_ACCESS_BITS = 128
 
 
 def _words(total_bits: int, element_bits: int) -> tuple[int, int]:

@@ -38,6 +38,7 @@ from typing import Optional
 from llvmlite import ir
 
 from ..errors import CompilationError
+from ..hardware import MAX_REGISTERS, REGISTER_FILE, WARPS_PER_WARPGROUP
 from ..ir import Kernel, ReplicaIndex, WarpSpecialize, Yield
 from ..types import TensorType
 from . import llvm_types as T
@@ -45,9 +46,6 @@ from . import ptx_asm
 from .context import Lowering, Partition, lowers
 from .lower_control import flatten_lowered, rebuild_lowered
 
-REGISTER_FILE = 65536  # 32-bit registers per SM, all of them for one CTA at most
-MAX_REGISTERS = 255  # per thread (.maxnreg)
-WARPGROUP = 4
 
 
 def launch_register_cap(threads: int) -> int:
@@ -94,7 +92,7 @@ def _check_budgets(op: WarpSpecialize, num_warps: int, cap: int) -> None:
             f"register budgets must be multiples of 8 in [24, 256] (setmaxnreg), found {bad}", op.loc,
             suggestion="round the budget to a multiple of 8, or give 0 for no change")
     spans = _partition_warps(op, num_warps)
-    if any(warps % WARPGROUP for _, warps in spans):
+    if any(warps % WARPS_PER_WARPGROUP for _, warps in spans):
         raise CompilationError(
             "register budgets (setmaxnreg) apply per warpgroup: every partition needs a multiple of "
             f"4 warps, found {[warps for _, warps in spans]}", op.loc,

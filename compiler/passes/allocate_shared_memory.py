@@ -13,12 +13,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import CompilationError
+from ..hardware import SHARED_LIMIT
 from ..ir import AllocShared, Block, Kernel, Op, SharedIndex, SharedPermute, SharedSlice, Value, WarpSpecialize
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
 
 NAME = "allocate_shared_memory"
-SHARED_LIMIT = 227 * 1024  # usable by one CTA on H100/H200 (HOPPER.md)
 
 
 @dataclass

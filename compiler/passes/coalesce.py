@@ -27,14 +27,13 @@ from typing import Any, Callable, Optional, Sequence
 from ...layouts import LinearLayout, standard
 from ..builder import language_layouts
 from .. import layout_rules
+from ..hardware import LANES, MAX_ACCESS_BITS
 from ..ir import Block, ConvertLayout, Kernel, Load, Op, Store, Value
 from ..types import TensorType
 from .axis_analysis import AxisInfo, analyze_axes
 from .rewrite import rewrite_kernel
 
 NAME = "coalesce"
-LANES = 32
-MAX_ACCESS_BITS = 128
 
 
 def normalized(layout: LinearLayout) -> LinearLayout:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..hardware import MAX_ACCESS_BITS
 from ..ir import AsyncCopy, Compare, Kernel, Load, Op, Store
 from ..types import TensorType
 from .axis_analysis import analyze_axes
 from .rewrite import rewrite_kernel
 
 NAME = "vectorize_memory"
-MAX_ACCESS_BITS = 128
 
 
 def contiguous_registers(layout, dim: int) -> int:

@@ -6,10 +6,9 @@ import math
 from dataclasses import dataclass
 
 from ...compiler.backend.lower_warp_specialize import launch_register_cap
-from ...compiler.passes.allocate_shared_memory import SHARED_LIMIT  # bytes one CTA may use on sm_90
+from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from .rings import ready_barriers
 
-SM_SHARED = 228 * 1024     # bytes an SM has for its CTAs, each of which the driver takes 1 KB of
 MAX_CTAS_PER_SM = 4
 HEAD_DIMS = (64, 128, 256)
 BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TMA box's width

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._launch import (PreparedCall, check_arrays, contiguous, data_address, descriptor_binding, element_strides,
-                       gpu_signature, is_torch, keep_prepared_call, new_array, persistent_cluster_grid,
+from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
+                                    new_array)
+from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, persistent_cluster_grid,
                        persistent_grid, pointer_binding, prepared_call)
 from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
                      dynamic_schedule, half_tiles, lazy_max, per_warp_release, register_cap, replicated,

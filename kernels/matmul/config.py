@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...compiler.passes.allocate_shared_memory import SHARED_LIMIT  # bytes one CTA may use on sm_90
+from ...compiler.hardware import SHARED_LIMIT
+
 VARIANTS = ("warp_specialized", "pipelined")
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ... import lowlevel as ll
-from .._launch import (PreparedCall, check_arrays, contiguous, data_address, descriptor_binding, element_strides,
-                       gpu_signature, is_torch, keep_prepared_call, new_array, prepared_call, tensor_facts)
+from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
+                                    new_array)
+from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, prepared_call,
+                       tensor_facts)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 

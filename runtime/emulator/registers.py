@@ -14,9 +14,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...compiler.hardware import LANES
 from ...layouts import LayoutError, LinearLayout
-
-LANES = 32
 
 
 def _padded(layout: LinearLayout, num_warps: int) -> LinearLayout:

@@ -27,7 +27,7 @@ from weft.compiler.ir import (Assert, Binary, Bitcast, Cast, Compare, Constant, 
 from weft.compiler.types import PointerType, ScalarType, bf16, fp16, fp32, fp64, i1, i8, i32, i64, u8, u32
 from weft.layouts import LinearLayout, blocked, swizzled_shared
 from weft.layouts.plans import NoOp, RegisterPermutation, SharedRoundTrip, WarpShuffle
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 from .backend_kernels import (KernelBuilder, blocked_1d, convert, full_reduce, loop_accumulate, prepare, row_reduce,
                               shared_transpose, tensor, vector_add, while_and_if)

@@ -14,7 +14,7 @@ from weft.compiler.backend.lower_async import swizzle_period_bytes
 from weft.compiler.backend.lower_warp_specialize import entry_register_cap
 from weft.compiler.errors import CompilationError
 from weft.layouts import nvmma_shared
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 from . import async_kernels as K
 from .backend_kernels import prepare

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.gpu
 
 def launch(kernel, args, grid=(1, 1, 1)):
     """Compile, launch once with numpy arrays (copied in and back out) and scalars."""
-    from weft.runtime import driver, ptxas
+    from weft.compiler.backend import ptxas
+    from weft.runtime import driver
 
     kernel = prepare(kernel)
     _, ptx = compile_to_ptx(kernel)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from weft import lowlevel as ll
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 

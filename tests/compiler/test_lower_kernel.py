@@ -14,7 +14,7 @@ from weft.compiler.backend import DEFAULT_RULES, compile_to_ptx
 from weft.compiler.backend import llvm_types as T
 from weft.compiler.frontend import build_kernel
 from weft.compiler.types import PointerType, TensorDescriptorType, fp32, parse_signature_type
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 HAS_PTXAS = ptxas.find_ptxas() is not None
 

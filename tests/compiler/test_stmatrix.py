@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from weft import lowlevel as ll
 from weft.compiler.backend.indexing import addressing_of, offset_map
 from weft.compiler.mma import stmatrix_groups
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 RNG = np.random.default_rng(7)
 

@@ -19,7 +19,7 @@ from weft.compiler.ir import (AllocShared, Constant, FenceAsyncShared, SharedPer
 from weft.compiler.types import PointerType, ScalarType, SharedType, fp32, i32
 from weft.layouts import blocked, nvmma_shared, wgmma_accumulator
 from weft.lowlevel.layouts import BlockedLayout, NVMMADistributedLayout
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 from .backend_kernels import KernelBuilder, _grid_offsets, prepare, row_major_shared, tensor
 from .wgmma_kernels import DotConfig, wgmma_dot

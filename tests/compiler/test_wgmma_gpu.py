@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from weft import lowlevel as ll
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 from .backend_kernels import prepare
 from .wgmma_kernels import DotConfig, wgmma_dot

@@ -10,7 +10,7 @@ from weft.compiler.ir import ConvertLayout, Load, Store
 from weft.compiler.types import TensorType
 from weft.highlevel import examples
 from weft.kernels import layer_norm, softmax, transpose
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 RNG = np.random.default_rng(2024)
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")

@@ -12,7 +12,7 @@ from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead,
                                            rescale_above, shared_bytes)
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 

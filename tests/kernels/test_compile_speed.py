@@ -6,7 +6,7 @@ import pytest
 
 from weft import lowlevel as ll
 from weft.kernels import softmax
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 SIGNATURE = {"out_ptr": "*fp32", "in_ptr": "*fp32", "in_row_stride": "i32", "out_row_stride": "i32", "n_rows": "i32",
              "n_cols": "i32"}

@@ -6,7 +6,7 @@ import pytest
 
 from weft.kernels.matmul import Config, configs_for, matmul, reference_matmul, shared_bytes
 from weft.kernels.matmul.kernels import pipelined_matmul, warp_specialized_matmul
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 RNG = np.random.default_rng(7)
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")

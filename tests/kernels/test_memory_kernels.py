@@ -5,7 +5,7 @@ import pytest
 
 from weft.kernels import convert, layer_norm, softmax, transpose, vector_add
 from weft.compiler.errors import CompilationError
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 RNG = np.random.default_rng(1234)
 

@@ -12,7 +12,7 @@ from weft.compiler import ir
 from weft.compiler.errors import CompilationError
 from weft.compiler.frontend import build_kernel
 from weft.lowlevel import mbarrier
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 ROWS = ll.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
 BLOCK = 32

@@ -11,7 +11,7 @@ from weft.compiler import ir
 from weft.compiler.errors import CompilationError
 from weft.compiler.frontend import build_kernel
 from weft.compiler.pipeline import run_layout_passes
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 from weft.runtime.emulator import EMULATION_RULES, emulate
 
 RNG = np.random.default_rng(7)

@@ -8,7 +8,7 @@ import pytest
 from weft import lowlevel as ll
 from weft.compiler.errors import CompilationError
 from weft.lowlevel import mbarrier
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 RNG = np.random.default_rng(17)
 ROW = ll.BlockedLayout([1], [32], [4], [0])  # 128 values over one warpgroup

@@ -8,7 +8,7 @@ import pytest
 from weft import lowlevel as ll
 from weft.compiler.errors import CompilationError
 from weft.lowlevel import mbarrier
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 from weft.runtime.emulator import EmulationError
 
 RNG = np.random.default_rng(8)

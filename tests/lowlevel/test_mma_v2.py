@@ -7,7 +7,7 @@ import pytest
 
 from weft import lowlevel as ll
 from weft.compiler.errors import CompilationError
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 RNG = np.random.default_rng(23)
 

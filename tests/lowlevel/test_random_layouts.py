@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from weft import lowlevel as ll
 from weft.compiler.errors import CompilationError
 from weft.layouts.strategies import distributed_layouts, shapes
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 HAS_PTXAS = ptxas.find_ptxas() is not None
 # Each example builds, emulates (or assembles) one kernel: a fraction of a second.

@@ -10,7 +10,7 @@ from weft.compiler import ir
 from weft.compiler.errors import CompilationError
 from weft.compiler.frontend import build_kernel
 from weft.lowlevel import mbarrier
-from weft.runtime import ptxas
+from weft.compiler.backend import ptxas
 
 RNG = np.random.default_rng(5)
 ROWS = 32

@@ -7,8 +7,10 @@ import time
 import numpy as np
 import pytest
 
+from weft.compiler import hardware
 from weft.compiler.compiled import CompiledKernel, Param
-from weft.runtime import driver, ptxas
+from weft.compiler.backend import ptxas
+from weft.runtime import driver
 from weft.runtime.jit import JITFunction, constexpr
 from weft.runtime.launcher import Launcher
 
@@ -116,7 +118,7 @@ def _vadd(kind, make_vadd, vadd_ptx):
 def test_device_properties():
     props = driver.device_properties(driver.current_device())
     assert driver.has_gpu() and props.sm_count > 0 and props.warp_size == 32
-    assert props.max_shared_optin > driver.DEFAULT_SHARED_LIMIT
+    assert props.max_shared_optin > hardware.STATIC_SHARED_LIMIT
     print(f"\n{props}")
 
 

@@ -4,8 +4,9 @@ import stat
 
 import pytest
 
-from weft.runtime import ptxas
-from weft.runtime.ptxas import PtxasError
+from weft.compiler import cuda_tools
+from weft.compiler.backend import ptxas
+from weft.compiler.backend.ptxas import PtxasError
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="no ptxas on this machine")
 
@@ -73,7 +74,7 @@ ptxas info    : Used 154 registers, used 1 barriers
 def test_weft_ptxas_pointing_nowhere_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv("WEFT_PTXAS", str(tmp_path / "no-such-ptxas"))
     with pytest.raises(PtxasError, match="WEFT_PTXAS=.*is not an executable file"):
-        ptxas.find_ptxas()
+        cuda_tools.find_ptxas()
 
 
 def test_weft_ptxas_wins_over_path(monkeypatch, tmp_path):
@@ -81,8 +82,8 @@ def test_weft_ptxas_wins_over_path(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 99.9, V99.9.1'\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("WEFT_PTXAS", str(fake))
-    assert ptxas.find_ptxas() == str(fake)
-    assert ptxas.ptxas_version() == "V99.9.1"
+    assert cuda_tools.find_ptxas() == str(fake)
+    assert cuda_tools.ptxas_version() == "V99.9.1"
 
 
 def test_search_falls_back_to_wheels(monkeypatch, tmp_path):
@@ -93,15 +94,15 @@ def test_search_falls_back_to_wheels(monkeypatch, tmp_path):
     binary.chmod(0o755)
     monkeypatch.delenv("WEFT_PTXAS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(ptxas, "_site_dirs", lambda: [str(wheel)])
-    assert ptxas.find_ptxas() == str(binary)
+    monkeypatch.setattr(cuda_tools, "_site_dirs", lambda: [str(wheel)])
+    assert cuda_tools.find_ptxas() == str(binary)
 
 
 def test_missing_ptxas_raises_a_helpful_error(monkeypatch, tmp_path, vadd_ptx):
     monkeypatch.delenv("WEFT_PTXAS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(ptxas, "_site_dirs", lambda: [str(tmp_path)])
-    assert ptxas.find_ptxas() is None
+    monkeypatch.setattr(cuda_tools, "_site_dirs", lambda: [str(tmp_path)])
+    assert cuda_tools.find_ptxas() is None
     with pytest.raises(PtxasError, match="ptxas not found; install the `nvidia-cuda-nvcc`"):
         ptxas.assemble(vadd_ptx)
 
@@ -110,10 +111,10 @@ def test_cuobjdump_is_found_where_the_sass_extra_puts_it(monkeypatch, tmp_path):
     """The nvidia-cuda-cuobjdump wheel installs nvidia/cu13/bin/cuobjdump (beside nvdisasm)."""
     site = tmp_path / "site-packages"
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(ptxas, "_site_dirs", lambda: [str(site)])
-    assert ptxas.find_cuobjdump() is None
+    monkeypatch.setattr(cuda_tools, "_site_dirs", lambda: [str(site)])
+    assert cuda_tools.find_cuobjdump() is None
     binary = site / "nvidia" / "cu13" / "bin" / "cuobjdump"
     binary.parent.mkdir(parents=True)
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
-    assert ptxas.find_cuobjdump() == str(binary)
+    assert cuda_tools.find_cuobjdump() == str(binary)
