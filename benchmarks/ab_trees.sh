@@ -7,6 +7,7 @@
 #   TREES=".ab/base .ab/new .ab/base .ab/new" bash benchmarks/ab_trees.sh; python3 -m benchmarks.ab_summary $OUT
 set -u
 ATTENTION_ARGS=${ATTENTION_ARGS:---quick --systems weft,cudnn}
+STEPS=${STEPS:-attention matmul eager}  # e.g. STEPS=eager for the host path alone
 here=$(pwd)
 export PYTHONUNBUFFERED=1
 python3 -m pip uninstall -y -q weft >/dev/null 2>&1  # an editable install would shadow PYTHONPATH
@@ -20,7 +21,8 @@ for tree in $TREES; do
     (cd "$pkg/weft" && PYTHONPATH=$pkg WEFT_CACHE_DIR=/tmp/ab_cache/$(basename "$tree") timeout "$limit" "$@" \
        > "$OUT/$name-$what.log" 2>&1; echo "$name $what: rc $?")
   }
-  run attention "${T_ATTENTION:-200}" python3 -m benchmarks.attention $ATTENTION_ARGS --out "$OUT/$name-attention.json"
-  run matmul "${T_MATMUL:-150}" python3 -m benchmarks.matmul --quick --out "$OUT/$name-matmul.json"
-  run eager "${T_EAGER:-120}" python3 "$here/benchmarks/eager_calls.py" --out "$OUT/$name-eager.json"
+  step() { [[ " $STEPS " == *" $1 "* ]]; }
+  step attention && run attention "${T_ATTENTION:-200}" python3 -m benchmarks.attention $ATTENTION_ARGS --out "$OUT/$name-attention.json"
+  step matmul && run matmul "${T_MATMUL:-150}" python3 -m benchmarks.matmul --quick --out "$OUT/$name-matmul.json"
+  step eager && run eager "${T_EAGER:-120}" python3 "$here/benchmarks/eager_calls.py" --out "$OUT/$name-eager.json"
 done
