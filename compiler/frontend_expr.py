@@ -443,18 +443,18 @@ class ExpressionVisitor:
                 self.constructing.discard(id(instance))
         else:
             cls.__init__(instance, *args, **kwargs)
-        for field in fields_of(instance):
-            if field not in instance.__dict__:
-                raise self.builder.error(f"{cls.__name__}.__init__ did not set the field '{field}'",
-                                         suggestion=f"assign self.{field} in __init__")
-            value = unwrap_constexpr(instance.__dict__[field])
-            if is_constexpr_annotation(field_annotation(cls, field)) and contains_dynamic(value):
+        for name in fields_of(instance):
+            if name not in instance.__dict__:
+                raise self.builder.error(f"{cls.__name__}.__init__ did not set the name '{name}'",
+                                         suggestion=f"assign self.{name} in __init__")
+            value = unwrap_constexpr(instance.__dict__[name])
+            if is_constexpr_annotation(field_annotation(cls, name)) and contains_dynamic(value):
                 raise self.builder.error(
-                    f"{cls.__name__}.{field} is annotated constexpr but holds a runtime value "
+                    f"{cls.__name__}.{name} is annotated constexpr but holds a runtime value "
                     f"({type_text(value.type) if isinstance(value, DynamicValue) else value!r})",
                     suggestion=f"annotate it with the runtime type (ll.tensor, ...) or pass a "
                                f"compile-time value")
-            instance.__dict__[field] = value
+            instance.__dict__[name] = value
         extra = set(instance.__dict__) - set(fields_of(instance))
         if extra:
             raise self.builder.error(f"{cls.__name__}.__init__ set {sorted(extra)}, which are not "

@@ -24,7 +24,7 @@ import struct
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from ..compiler.hardware import TMA_MAX_GLOBAL_DIM, TMA_MAX_STRIDE_BYTES
+from ..compiler.hardware import TENSOR_MAP_BYTES, TMA_MAX_GLOBAL_DIM, TMA_MAX_STRIDE_BYTES
 from ..compiler.types import (ScalarType, TensorDescriptorType, tensor_descriptor_signature,
                               tensor_descriptor_type)
 from . import arguments, driver
