@@ -129,11 +129,11 @@ class PreparedCall:
                 bind(address)
         stream = self.launch.config.hStream
         for index, words in self.zeroed:
-            err = self._memset(outs[index].data_ptr(), 0, words, stream)
-            if err != 0:
+            result = self._memset(outs[index].data_ptr(), 0, words, stream)  # cuda-python: (err,)
+            if result[0] != 0:
                 from ..runtime import driver
 
-                driver.check((err,), "cuMemsetD32Async")
+                driver.check(result, "cuMemsetD32Async")
         self.launch()
         return self.result(outs)
 

@@ -62,7 +62,7 @@ class FakeDriver:
 
     def memset32(self, address, value, count, stream):
         self.memsets.append((int(address), int(value), int(count), int(stream)))
-        return 0
+        return (0,)  # cuda-python returns (CUresult,)
 
 
 class _FakeTensorMap:
