@@ -268,8 +268,9 @@ def test_gpu_fast_path_matches_the_long_way_and_torch(b, h, hk, s, sk, d, causal
             q, k, v = (x.transpose(1, 2) for x in (q, k, v))
         k, v = (x.repeat_interleave(h // hk, dim=1) for x in (k, v))
         mask = None
-        if causal:
-            mask = torch.ones(s, sk, dtype=torch.bool, device="cuda").tril(sk - s)
+        if causal:  # bottom-right aligned, for whatever lengths this call has
+            rows, cols = q.shape[2], k.shape[2]
+            mask = torch.ones(rows, cols, dtype=torch.bool, device="cuda").tril(cols - rows)
         o = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
         return o.transpose(1, 2) if layout == "bshd" else o
 
