@@ -185,8 +185,39 @@ class TensorDescriptorType:
             n *= s
         return n * self.element.bits // 8
 
+    @property
+    def block_type(self) -> "BlockType":
+        """The box as a type (Gluon's `desc.type.block_type`)."""
+        return BlockType(self.block_shape, self.element)
+
     def __str__(self) -> str:
         return f"tensordesc<{'x'.join(map(str, self.block_shape))}x{self.element}>"
+
+
+@dataclass(frozen=True, eq=False)
+class BlockType:
+    """A tile's shape and element type, as Gluon names a descriptor's box: `.shape` a list
+    (kernels index and compare it as one), equal when shape and element agree."""
+
+    dims: tuple[int, ...]
+    element_ty: ScalarType
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self.dims)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.dims) * self.element_ty.bits // 8
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BlockType) and (self.dims, self.element_ty) == (other.dims, other.element_ty)
+
+    def __hash__(self) -> int:
+        return hash((self.dims, self.element_ty))
+
+    def __str__(self) -> str:
+        return f"<{list(self.dims)}, {self.element_ty}>"
 
 
 Type = Union[ScalarType, PointerType, TensorType, SharedType, TensorDescriptorType]

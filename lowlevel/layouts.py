@@ -358,8 +358,11 @@ class NVMMASharedLayout(SharedLayout):
         if self.element_bitwidth not in (8, 16, 32, 64):
             raise LayoutError(f"{owner}: element_bitwidth {self.element_bitwidth!r} must be "
                               f"8, 16, 32 or 64")
-        if not isinstance(self.rank, int) or self.rank < 2:
-            raise LayoutError(f"{owner}: rank {self.rank!r} must be at least 2")
+        if not isinstance(self.rank, int) or self.rank < 1:
+            raise LayoutError(f"{owner}: rank {self.rank!r} must be at least 1")
+        if self.rank == 1 and (self.swizzle_byte_width or self.transposed):
+            raise LayoutError(f"{owner}: a rank-1 layout has no rows to swizzle or transpose; "
+                              f"use swizzle_byte_width=0, transposed=False")
 
     @staticmethod
     def get_default_for(shape: Sequence[int], element_bitwidth: Any,
@@ -367,11 +370,15 @@ class NVMMASharedLayout(SharedLayout):
         """The widest swizzle that fits rows of `shape` (Gluon's get_default_for);
         `element_bitwidth` in bits, or the element type (ll.float16) as Gluon passes it."""
         element_bitwidth = getattr(element_bitwidth, "bits", element_bitwidth)
+        if len(shape) == 1:  # a row on its own: contiguous, as a rank-1 TMA box lands
+            return NVMMASharedLayout(0, element_bitwidth, 1)
         swizzle = standard.default_nvmma_swizzle(shape, element_bitwidth, transposed)
         return NVMMASharedLayout(swizzle, element_bitwidth, len(shape), transposed)
 
     def to_linear(self, shape):
         shape = _check_shared_rank(self, shape)
+        if self.rank == 1:
+            return _with_buffers(standard.swizzled_shared(shape[-1:], 1, 1, 1, (0,)), shape, 1)
         inner = standard.nvmma_shared(shape[len(shape) - self.rank:], self.swizzle_byte_width,
                                       self.element_bitwidth, self.transposed)
         return _with_buffers(inner, shape, self.rank)

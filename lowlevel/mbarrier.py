@@ -28,7 +28,7 @@ __all__ = ["MBarrierLayout", "allocate_mbarrier", "arrive", "expect", "init", "i
 
 def _barrier(bar: Any, what: str) -> ir.Value:
     b = sem.builder()
-    if not isinstance(bar, SharedMemoryDescriptor) or not isinstance(bar.type, SharedType) \
+    if not isinstance(bar, SharedMemoryDescriptor) or not isinstance(bar.handle.type, SharedType) \
             or bar.type.element != i64 or bar.type.shape != (1,):
         found = sem.describe(bar) if not isinstance(bar, SharedMemoryDescriptor) else str(bar.type)
         raise b.error(f"{what} needs one mbarrier (a shared i64 buffer of shape [1]), found {found}",

@@ -19,10 +19,47 @@ from .layouts import LinearSharedLayout, NVMMASharedLayout, SharedLayout, as_sha
 from .shape_ops import distributed_layout
 
 
+class SharedMemoryType:
+    """`smem.type` as Gluon shows it: `.layout` is the layout object the user allocated
+    with (the compiler's SharedType keeps the LinearLayout it stands for, read by weft
+    itself through `smem.handle.type`); the rest as SharedType's."""
+
+    __slots__ = ("ir_type",)
+
+    def __init__(self, ir_type: SharedType):
+        self.ir_type = ir_type
+
+    @property
+    def layout(self):
+        return self.ir_type.encoding
+
+    @property
+    def element_ty(self) -> ScalarType:
+        return self.ir_type.element
+
+    def __getattr__(self, name: str):
+        return getattr(self.ir_type, name)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SharedMemoryType) and self.ir_type == other.ir_type
+
+    def __hash__(self) -> int:
+        return hash(self.ir_type)
+
+    def __str__(self) -> str:
+        return str(self.ir_type)
+
+    __repr__ = __str__
+
+
 class SharedMemoryDescriptor(DynamicValue):
     """A buffer (or a view of one) in shared memory."""
 
     __slots__ = ()
+
+    @property
+    def type(self) -> SharedMemoryType:
+        return SharedMemoryType(self.handle.type)
 
     @property
     def dtype(self) -> ScalarType:
@@ -30,7 +67,7 @@ class SharedMemoryDescriptor(DynamicValue):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.type.shape
+        return self.handle.type.shape
 
     @property
     def layout(self):
@@ -74,7 +111,7 @@ class SharedMemoryDescriptor(DynamicValue):
         i = sem.to_value(i)
         if not isinstance(i.type, ScalarType) or not i.type.is_int:
             raise b.error(f"index must be an integer scalar, found {sem.describe(i)}")
-        layout = _view_layout(self.type.layout, 0)
+        layout = _view_layout(self.handle.type.layout, 0)
         encoding = self.layout
         if not (isinstance(encoding, NVMMASharedLayout) and encoding.rank <= len(self.shape) - 1):
             encoding = LinearSharedLayout.from_linear(layout)
@@ -97,7 +134,7 @@ class SharedMemoryDescriptor(DynamicValue):
             raise b.error(f"slice [{start}, {start + length}) of dim {dim} (size {self.shape[dim]}): "
                           f"length must be a power of two dividing start, inside the dim")
         try:
-            layout = _window_layout(self.type.layout, dim, length)
+            layout = _window_layout(self.handle.type.layout, dim, length)
         except LayoutError as error:
             raise b.error(str(error))
         shape = self.shape[:dim] + (length,) + self.shape[dim + 1:]
@@ -116,7 +153,7 @@ class SharedMemoryDescriptor(DynamicValue):
             raise b.error(f"permute order must be a permutation of {list(range(rank))}, found {order!r}")
         order = tuple(order)
         names = [f"dim{i}" for i in range(rank)]
-        layout = layout_rules.permute_layout(self.type.layout.transpose_outs(names), order)
+        layout = layout_rules.permute_layout(self.handle.type.layout.transpose_outs(names), order)
         shape = tuple(self.shape[o] for o in order)
         encoding = self.layout
         flipped = None

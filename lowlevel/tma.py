@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from ..compiler import ir, layout_rules
 from ..compiler.builder import DynamicValue, builtin
-from ..compiler.types import PointerType, ScalarType, TensorDescriptorType, tensor_descriptor_swizzle
+from ..compiler.types import BlockType, PointerType, ScalarType, TensorDescriptorType, tensor_descriptor_swizzle
 from . import semantic as sem
 from .layouts import LinearSharedLayout, NVMMASharedLayout
 from .mbarrier import _barrier
@@ -27,15 +27,6 @@ from .shared import SharedMemoryDescriptor
 
 __all__ = ["TensorDescriptorValue", "async_bulk_copy_global_to_shared", "async_copy_global_to_shared",
            "async_copy_shared_to_global", "store_wait"]
-
-
-class _BlockType:
-    """`desc.block_type`: the box as a type (Gluon spelling), for `desc.block_type.nbytes`."""
-
-    def __init__(self, type_: TensorDescriptorType):
-        self.shape = type_.block_shape
-        self.element_ty = type_.element
-        self.nbytes = type_.box_bytes
 
 
 class TensorDescriptorValue(DynamicValue):
@@ -72,8 +63,9 @@ class TensorDescriptorValue(DynamicValue):
         return self.type.box_bytes
 
     @property
-    def block_type(self) -> _BlockType:
-        return _BlockType(self.type)
+    def block_type(self) -> BlockType:
+        """The box as a type: `.shape` (a list), `.element_ty`, `.nbytes`; compares with ==."""
+        return self.type.block_type
 
     def __repr__(self) -> str:
         return f"TensorDescriptorValue({self.type})"
@@ -104,7 +96,7 @@ def _box_buffer(smem: Any, type_: TensorDescriptorType, what: str) -> ir.Value:
         raise b.error(f"{what}: the buffer is {smem.type} but the descriptor's box is "
                       f"{list(type_.block_shape)} of {type_.element}",
                       suggestion="allocate the buffer with the descriptor's block_shape and dtype")
-    if smem.type.layout != type_.layout:
+    if smem.handle.type.layout != type_.layout:
         raise b.error(f"{what}: the buffer's shared layout {smem.layout} is not the descriptor's "
                       f"{type_.encoding or 'layout'}; TMA writes boxes in the descriptor's swizzle",
                       suggestion="allocate the buffer with layout=desc.layout")
@@ -172,7 +164,7 @@ def async_bulk_copy_global_to_shared(src: Any, bar: Any, result: Any, nbytes: An
     if pointer.type.pointee != result.dtype:
         raise b.error(f"{what}: the source points to {pointer.type.pointee} but the buffer holds "
                       f"{result.dtype}")
-    if not layout_rules.is_row_major(layout_rules.shared_addressing(result.type.layout), result.shape):
+    if not layout_rules.is_row_major(layout_rules.shared_addressing(result.handle.type.layout), result.shape):
         raise b.error(f"{what}: the buffer's layout {result.layout} does not place its elements "
                       "one after another in row-major order, as a bulk copy writes them",
                       suggestion="allocate it with ll.SwizzledSharedLayout(1, 1, 1, order=[...descending dims])")

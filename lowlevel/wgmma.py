@@ -118,7 +118,7 @@ def warpgroup_mma(a: Any, b: Any, acc: Any, *, use_acc: Any = True, is_async: bo
                             f"k_width={32 // a_type.bits}), found {sem.describe(a)}")
     for name, x, k_dim in (("a", a, 1), ("b", b, 0)):
         if isinstance(x, SharedMemoryDescriptor) and a_type.bits == 8 and \
-                _contiguous_dim(x.type.layout) != k_dim:
+                _contiguous_dim(x.handle.type.layout) != k_dim:
             raise bld.error(f"fp8 operand {name} must be K-major (K contiguous in shared "
                             f"memory): wgmma cannot transpose 8-bit operands",
                             suggestion="keep B as an [N, K] tile and pass b_smem.permute((1, 0))"

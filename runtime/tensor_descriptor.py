@@ -231,10 +231,11 @@ def _box_type(dtype: ScalarType, block_shape: tuple, layout) -> TensorDescriptor
                 f"TensorDescriptor: layout must be an NVMMASharedLayout (the layout TMA "
                 f"writes), got {layout!r}; use NVMMASharedLayout.get_default_for("
                 f"{list(block_shape)}, {dtype.bits}) or leave layout=None")
-        if len(block_shape) == 1:
+        if len(block_shape) == 1 and layout.rank != 1:
             raise TensorDescriptorError(
                 f"TensorDescriptor: a rank-1 box ({list(block_shape)}) lands contiguously "
-                f"and takes layout=None, got {layout}")
+                f"and takes layout=None or NVMMASharedLayout.get_default_for("
+                f"{list(block_shape)}, {dtype.bits}), got {layout}")
         if layout.element_bitwidth != dtype.bits:
             raise TensorDescriptorError(
                 f"TensorDescriptor: {layout} is for {layout.element_bitwidth}-bit elements but "
