@@ -471,21 +471,19 @@ class JITFunction:
         self.emulate_fn(entry.kernel, grid3, args)
 
 
-# The stages a CompiledKernel keeps, in pipeline order (compiler/pipeline.py STAGES).
-_KEPT_STAGES = ("source", "tile", "layout", "llir", "ptx", "cubin")
-
-
 def _dump_cached(settings, compiled: CompiledKernel) -> None:
     """WEFT_DUMP for a kernel read from the disk cache: the kept stages it asks for; the
     passes ran when the kernel was first compiled, so asking for one says how to see it."""
     if not settings.dump:
         return
-    for name in _KEPT_STAGES:
+    from ..compiler.pipeline import STAGES  # the stages a CompiledKernel keeps, in order
+
+    for name in STAGES:
         if name in compiled.asm and settings.should_dump(name):
             text = compiled.asm[name]
             print(f"// ----- weft dump: {name} ----- (from the disk cache)", file=sys.stderr)
             print(text if isinstance(text, str) else f"<{len(text)} bytes>", file=sys.stderr)
-    for name in sorted(settings.dump - set(_KEPT_STAGES) - {"all"}):
+    for name in sorted(settings.dump - set(STAGES) - {"all"}):
         print(f"// ----- weft dump: {name} -----\n(kernel '{compiled.name}' came from the disk "
               "cache, which keeps stages, not passes; WEFT_NO_CACHE=1 recompiles it)", file=sys.stderr)
 
