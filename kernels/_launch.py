@@ -116,7 +116,7 @@ class PreparedCall:
         self.bindings = tuple(tuple(b) for b in bindings)
         self.zeroed = tuple(zeroed)
         self._empty, self._empty_strided = torch.empty, torch.empty_strided
-        self._memset = driver.cuda().cuMemsetD32Async if self.zeroed else None
+        self._memset = driver.memset_d32_async
 
     def __call__(self):
         empty, empty_strided = self._empty, self._empty_strided
@@ -129,11 +129,7 @@ class PreparedCall:
                 bind(address)
         stream = self.launch.config.hStream
         for index, words in self.zeroed:
-            result = self._memset(outs[index].data_ptr(), 0, words, stream)  # cuda-python: (err,)
-            if result[0] != 0:
-                from ..runtime import driver
-
-                driver.check(result, "cuMemsetD32Async")
+            self._memset(outs[index].data_ptr(), words, stream)
         self.launch()
         return self.result(outs)
 

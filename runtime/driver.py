@@ -72,6 +72,11 @@ def check(result, call: str):
     return values[0] if len(values) == 1 else values
 
 
+def memset_d32_async(address: int, words: int, stream) -> None:
+    """Zero `words` 32-bit words at `address`, queued on `stream` (capturable in a graph)."""
+    check(cuda().cuMemsetD32Async(address, 0, words, stream), "cuMemsetD32Async")
+
+
 def init() -> None:
     """cuInit once per process (thread-safe)."""
     global _initialized
