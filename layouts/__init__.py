@@ -1,4 +1,6 @@
-"""weft.layouts: the GF(2) linear-layout algebra (numpy and the standard library only)."""
+"""weft.layouts: the GF(2) linear-layout algebra, and the layout descriptions kernels name
+(BlockedLayout, NVMMASharedLayout, ...) as values built on it (numpy and the standard
+library only; nothing else of weft)."""
 
 from .errors import LayoutError
 from .linear_layout import LinearLayout, identity_1d, identity_layout, zeros_1d
@@ -17,3 +19,8 @@ from .banks import bank_conflicts, vector_width
 from .conversion import plan_conversion
 from .execute import collect, distribute, execute_plan
 from .plans import NoOp, Plan, RegisterPermutation, SharedRoundTrip, ShuffleRound, WarpShuffle
+from .description import DistributedLayout, LayoutDescription, SharedLayout
+from .distributed import (BlockedLayout, DotOperandLayout, LinearDistributedLayout, NVMMADistributedLayout,
+                          SliceLayout, as_distributed)
+from .shared_layouts import (LinearSharedLayout, MBarrierLayout, NVMMASharedLayout, SwizzledSharedLayout, as_shared,
+                             describe)

@@ -20,7 +20,7 @@ from ..compiler import ir
 from ..compiler.builder import builtin
 from ..compiler.types import SharedType, i64
 from . import semantic as sem
-from .layouts import MBarrierLayout
+from ..layouts import MBarrierLayout
 from .shared import SharedMemoryDescriptor, allocate_shared_memory
 
 __all__ = ["MBarrierLayout", "allocate_mbarrier", "arrive", "expect", "init", "invalidate", "wait"]

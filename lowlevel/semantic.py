@@ -22,8 +22,8 @@ from ..compiler import ir, layout_rules
 from ..compiler.builder import Builder, DynamicValue, current_builder
 from ..compiler.types import (PointerType, ScalarType, TensorType, Type, fp32, fp64, i1, i32,
                               i64)
-from ..layouts import LayoutError
-from .layouts import describe as describe_layout
+from ..layouts import LayoutError, SliceLayout
+from ..layouts import describe as describe_layout
 
 Number = (bool, int, float)
 Element = Union[ScalarType, PointerType]
@@ -203,8 +203,6 @@ def coerce(x: Any, element: Element, template: Optional[TensorType]) -> DynamicV
 def expand_dims(x: DynamicValue, axis: int) -> DynamicValue:
     """A size-1 dim inserted at `axis`; `x` must be in SliceLayout(axis, parent), and the
     result is in `parent` (no data moves)."""
-    from .layouts import SliceLayout
-
     b = builder()
     if not is_tensor(x):
         raise b.error("expand_dims needs a tensor, found " + describe(x))

@@ -9,10 +9,9 @@ from typing import Any, Optional, Sequence
 
 from ..compiler import ir, layout_rules
 from ..compiler.types import ScalarType, TensorType, i32, u32
-from ..layouts import LayoutError, LinearLayout
+from ..layouts import BlockedLayout, LayoutError, LinearDistributedLayout, LinearLayout, SliceLayout, as_distributed
 from ..layouts.gf2 import XorBasis
 from . import semantic as sem
-from .layouts import BlockedLayout, LinearDistributedLayout, SliceLayout, as_distributed
 
 REDUCE_KINDS = ("sum", "max", "min", "argmax", "argmin")
 
