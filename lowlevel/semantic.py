@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Union
 
-from ..compiler import ir, layout_rules
+from ..compiler import ir
+from ..layouts import rules as layout_rules
 from ..compiler.builder import Builder, DynamicValue, current_builder
 from ..compiler.types import (PointerType, ScalarType, TensorType, Type, fp32, fp64, i1, i32,
                               i64)

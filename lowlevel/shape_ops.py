@@ -1,5 +1,5 @@
 """Ops that change a tensor's shape or layout: reductions, reshape, permute,
-convert_layout. Each computes its result layout with `compiler.layout_rules` (the rules
+convert_layout. Each computes its result layout with `layouts.rules` (the rules
 the verifier re-checks) and gives the result a layout description users can name.
 """
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..compiler import ir, layout_rules
+from ..compiler import ir
+from ..layouts import rules as layout_rules
 from ..compiler.types import ScalarType, TensorType, i32, u32
 from ..layouts import BlockedLayout, LayoutError, LinearDistributedLayout, LinearLayout, SliceLayout, as_distributed
 from ..layouts.gf2 import XorBasis

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..compiler import ir, layout_rules
+from ..compiler import ir
+from ..layouts import rules as layout_rules
 from ..compiler.builder import DynamicValue, builtin
 from ..compiler.types import BlockType, PointerType, ScalarType, TensorDescriptorType, tensor_descriptor_swizzle
 from . import semantic as sem

@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
-from ..layout_rules import shared_addressing
+from ...layouts.rules import shared_addressing
 from . import llvm_types as T
 
 THREAD_DIMS = ("lane", "warp", "block")

@@ -28,7 +28,7 @@ from llvmlite import ir
 
 from ...layouts import LinearLayout
 from ...layouts.banks import vector_width_of
-from ..layout_rules import is_row_major
+from ...layouts.rules import is_row_major
 from ..errors import CompilationError
 from ..ir import (AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, ClusterBarrier, MBarrierArrive,
                   MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, TmaLoad, TmaStore,

@@ -35,7 +35,7 @@ from llvmlite import ir
 
 from ..errors import CompilationError
 from ..ir import BarrierAny, Reduce, WarpAny
-from ..layout_rules import ReductionPlan
+from ...layouts.rules import ReductionPlan
 from ..types import ScalarType, TensorType, fp32, i32, u32
 from . import llvm_types as T
 from .context import Lowering, lowers

@@ -1,7 +1,7 @@
 """Lowering of shape ops: no data moves, registers are renamed or gathered.
 
 expand_dims, reshape and permute keep every register where it is (their result layouts,
-from `layout_rules`, describe the same registers with new coordinates). broadcast gathers
+from `layouts.rules`, describe the same registers with new coordinates). broadcast gathers
 registers with `layout_rules.broadcast_register_map`: each thread already holds the
 elements it needs, possibly several times.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...layouts import LayoutError
 from ..errors import CompilationError
 from ..ir import Broadcast, ExpandDims, Permute, Reshape
-from ..layout_rules import broadcast_register_map
+from ...layouts.rules import broadcast_register_map
 from ..types import TensorType
 from . import llvm_types as T
 from .context import Lowering, lowers
@@ -27,7 +27,7 @@ def lower_same_registers(ctx: Lowering, op) -> None:
     if len(registers) != T.register_count(op.result.type):
         raise CompilationError(
             f"{op.NAME} changes the register count ({len(registers)} -> "
-            f"{T.register_count(op.result.type)}); its result layout must come from layout_rules",
+            f"{T.register_count(op.result.type)}); its result layout must come from layouts.rules",
             op.loc)
     ctx.define(op.result, registers)
 

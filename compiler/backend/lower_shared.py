@@ -20,7 +20,7 @@ from ..ir import AllocShared, Barrier, SharedIndex, SharedLoad, SharedSlice, Sha
 from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 from ...layouts.banks import vector_width_of
-from ..layout_rules import shared_index_addressing, shared_slice_addressing
+from ...layouts.rules import shared_index_addressing, shared_slice_addressing
 from ..mma import stmatrix_groups
 from . import ptx_asm
 from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map, owner_predicate

@@ -4,7 +4,7 @@ rule gives, and a region's terminator matching the values it feeds."""
 from __future__ import annotations
 
 from ...layouts import LayoutError
-from .. import layout_rules
+from ...layouts import rules as layout_rules
 from ..types import TensorType
 from .core import Block, Op, Value
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .. import layout_rules
+from ...layouts import rules as layout_rules
 from ..errors import CompilationError
 from ..types import TensorType, element_of, i1
 from .checks import check_broadcast, check_elementwise, check_result_layout, check_yield, strip
@@ -365,7 +365,7 @@ class Permute(Op):
 class Reduce(Op):
     """Reduce along `axis`: in-thread, then lane shuffles, then across warps in shared memory.
 
-    `plan` (a layout_rules.ReductionPlan, with its scratch bytes) is recorded by the
+    `plan` (a layouts.rules.ReductionPlan, with its scratch bytes) is recorded by the
     plan_data_movement pass; `scratch_offset` (bytes) is assigned by shared-memory
     allocation when warps must combine.
     """

@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ...layouts import LinearLayout, standard
 from ..builder import language_layouts
-from .. import layout_rules
+from ...layouts import rules as layout_rules
 from ..hardware import LANES, MAX_ACCESS_BITS
 from ..ir import Block, ConvertLayout, Kernel, Load, Op, Store, Value
 from ..types import TensorType

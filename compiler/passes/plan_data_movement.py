@@ -13,7 +13,7 @@ import dataclasses
 from ...layouts import LayoutError, plan_conversion
 from ..errors import CompilationError
 from ..ir import Block, ConvertLayout, Kernel, Op, Reduce, WarpSpecialize
-from ..layout_rules import plan_reduction
+from ...layouts.rules import plan_reduction
 
 NAME = "plan_data_movement"
 

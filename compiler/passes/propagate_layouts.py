@@ -32,7 +32,7 @@ from collections import defaultdict
 from typing import Any, Callable, Optional
 
 from ...layouts import LayoutError, LinearLayout, slice_layout
-from .. import layout_rules
+from ...layouts import rules as layout_rules
 from ..builder import language_layouts
 from ..errors import CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,

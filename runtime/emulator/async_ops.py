@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...compiler import ir
-from ...compiler.layout_rules import shared_addressing
+from ...layouts.rules import shared_addressing
 from ...compiler.types import TensorType
 from .descriptors import SWIZZLE_ALIGNMENT, EmulatedDescriptor
 from .dtypes import element_bytes

@@ -1,7 +1,7 @@
 """Emulation rules: shape ops (no data moves), broadcast, and layout conversion.
 
 expand_dims, reshape and permute keep every register where it is: only the layout's
-description of the registers changes (layout_rules computes it), so the arrays pass through.
+description of the registers changes (layouts/rules.py computes it), so the arrays pass through.
 broadcast gathers registers within each thread by `broadcast_register_map`.
 convert_layout runs the op's recorded plan with the weft.layouts plan executor, so the
 emulator moves data exactly as the GPU code does; a plan through shared memory also counts
@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from ...compiler import ir
-from ...compiler.layout_rules import broadcast_register_map
+from ...layouts.rules import broadcast_register_map
 from ...compiler.types import element_of, u8
 from ...layouts.execute import execute_plan
 from .errors import EmulationError

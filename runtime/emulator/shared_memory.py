@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ...compiler import ir
-from ...compiler.layout_rules import shared_addressing, shared_index_addressing, shared_slice_addressing
+from ...layouts.rules import shared_addressing, shared_index_addressing, shared_slice_addressing
 from .dtypes import element_bytes
 from .errors import EmulationError
 from .interpreter import OutOfRangeView, SharedRef

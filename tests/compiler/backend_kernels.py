@@ -13,7 +13,7 @@ from weft.compiler.config import current
 from weft.compiler.ir import (AddPtr, AllocShared, Arange, Binary, Block, Broadcast, Compare, Condition, Constant,
                               ConvertLayout, ExpandDims, For, If, Kernel, Load, Reduce, SharedIndex, SharedLoad,
                               SharedSlice, SharedStore, Splat, Store, Value, While, Yield)
-from weft.compiler.layout_rules import expand_dims_layout, plan_reduction
+from weft.layouts.rules import expand_dims_layout, plan_reduction
 from weft.compiler.pipeline import run_layout_passes
 from weft.compiler.types import PointerType, SharedType, TensorType, fp32, i1, i32
 from weft.layouts import LinearLayout, blocked

@@ -111,7 +111,7 @@ def test_allocation_over_the_limit_is_a_clear_error():
 def test_reduction_scratch_is_allocated_only_across_warps():
     layout = LinearLayout({"register": [(0, 1)], "lane": [(0, 2), (0, 4), (0, 8), (1, 0), (2, 0)],
                            "warp": [(0, 16), (0, 32)], "block": []}, {"dim0": 4, "dim1": 64})
-    from weft.compiler.layout_rules import plan_reduction
+    from weft.layouts.rules import plan_reduction
     from weft.compiler.passes.plan_data_movement import plan_data_movement
 
     x = Value(TensorType((4, 64), fp32, layout), "x")

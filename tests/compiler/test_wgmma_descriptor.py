@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from weft.compiler.layout_rules import shared_addressing, shared_index_addressing, shared_slice_addressing
+from weft.layouts.rules import shared_addressing, shared_index_addressing, shared_slice_addressing
 from weft.compiler.wgmma import (MatrixDescriptor, OperandView, WgmmaError, accumulator_position, check_types,
                                  decode, instruction_k, operand_a_position, plan_accumulator, plan_operand,
                                  plan_register_a, swizzle_address)

@@ -12,7 +12,7 @@ import pytest
 from weft.compiler import ir
 from weft.compiler import types as t
 from weft.compiler.errors import Loc
-from weft.compiler.layout_rules import expand_dims_layout, plan_reduction
+from weft.layouts.rules import expand_dims_layout, plan_reduction
 from weft.layouts import slice_layout
 from weft.compiler.passes.plan_data_movement import plan_data_movement
 from weft.compiler.verifier import verify

@@ -1,21 +1,24 @@
 """How shape-changing ops move layouts, and how reductions and broadcasts use them.
 
-The frontend computes result layouts with these functions (and with the one slice rule,
-`layouts.standard.slice_layout`), the verifier re-checks them,
-and the backend and the emulator read the same register maps and reduction plans (the
-plans recorded on each reduce by compiler/passes/plan_data_movement.py), so the CPU
-emulator executes exactly the data movement the GPU code performs.
+Functions of linear layouts, shared by every layer above: the language ops and the
+layout inference compute result layouts with them (and with the one slice rule,
+`standard.slice_layout`, which SliceLayout and reductions both use), the verifier
+re-checks them, and the backend and the emulator read the same register maps, reduction
+plans (recorded on each reduce by the compiler's planning pass) and shared-memory
+addressing, so the CPU emulator executes exactly the data movement the GPU code performs.
 
-All layouts here are distributed: in-dims register/lane/warp/block, out-dims dim0.. .
+Distributed layouts here have in-dims register/lane/warp/block and out-dims dim0.. ;
+shared layouts (the addressing functions at the end) offset/block -> dim0.. .
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..layouts import LayoutError, LinearLayout
-from ..layouts.standard import slice_layout
-from ..layouts.gf2 import XorBasis
+from .errors import LayoutError
+from .gf2 import XorBasis
+from .linear_layout import LinearLayout
+from .standard import slice_layout
 
 HARDWARE_DIMS = ("register", "lane", "warp", "block")
 
