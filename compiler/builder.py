@@ -52,23 +52,20 @@ class DynamicValue:
 
 _LANGUAGES: dict[str, Callable[[ir.Value], DynamicValue]] = {}
 _STAGES: dict[str, str] = {}
-_LAYOUTS: dict[str, Any] = {}
 _PREFIXES: dict[str, str] = {}
 
 
 def register_language(name: str, wrap: Callable[[ir.Value], DynamicValue], *,
-                      stage: str = "layout", layouts: Any = None, prefix: str = "ll") -> None:
+                      stage: str = "layout", prefix: str = "ll") -> None:
     """Tell the frontend how language `name` presents IR values to user code.
 
     `stage` is the stage its kernels enter at (`tile` when tensors start without layouts);
-    `layouts` is the module whose layout classes (BlockedLayout, SliceLayout,
-    LinearDistributedLayout) the inference passes describe chosen layouts with, since the
-    compiler never imports a language; `prefix` is how kernels conventionally import it
-    (`ll`, `tl`), so the frontend's suggestions name ops as the user writes them.
+    `prefix` is how kernels conventionally import it (`ll`, `tl`), so the frontend's
+    suggestions name ops as the user writes them. (Layouts are no part of a language: the
+    inference passes describe the layouts they choose with layouts/'s classes.)
     """
     _LANGUAGES[name] = wrap
     _STAGES[name] = stage
-    _LAYOUTS[name] = layouts
     _PREFIXES[name] = prefix
 
 
@@ -89,12 +86,6 @@ def language_prefix(name: str) -> str:
     """How kernels of language `name` spell its ops in suggestions (`ll`, `tl`)."""
     language_wrapper(name)
     return _PREFIXES[name]
-
-
-def language_layouts(name: str) -> Any:
-    """The layout classes language `name` registered (None when it registered none)."""
-    language_wrapper(name)
-    return _LAYOUTS[name]
 
 
 class Builder:

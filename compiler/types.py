@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
-from ..layouts import LinearLayout
+from ..layouts import DistributedLayout, LinearLayout, SharedLayout
 from .hardware import TMA_MAX_BOX, TMA_MAX_RANK
 
 
@@ -100,10 +100,10 @@ class TensorType:
     shape: tuple[int, ...]
     element: Element
     layout: Optional[LinearLayout] = None
-    # The user-level description the layout came from (a weft.lowlevel layout class), kept
-    # for error messages and shape-changing ops; two types with equal linear layouts are
-    # the same type whatever their descriptions.
-    encoding: Any = field(default=None, compare=False)
+    # The description the layout came from (BlockedLayout, SliceLayout, ... of layouts/),
+    # kept for error messages and shape-changing ops; two types with equal linear layouts
+    # are the same type whatever their descriptions.
+    encoding: Optional[DistributedLayout] = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.layout is not None:
@@ -124,7 +124,8 @@ class TensorType:
             n *= s
         return n
 
-    def with_layout(self, layout: Optional[LinearLayout], encoding: Any = None) -> "TensorType":
+    def with_layout(self, layout: Optional[LinearLayout],
+                    encoding: Optional[DistributedLayout] = None) -> "TensorType":
         return TensorType(self.shape, self.element, layout, encoding)
 
     def with_element(self, element: Element) -> "TensorType":
@@ -141,9 +142,9 @@ class SharedType:
     shape: tuple[int, ...]
     element: ScalarType
     layout: LinearLayout
-    # The user-level shared layout description (as TensorType.encoding), for messages and
-    # for the layouts of views (index/slice); not part of the type's identity.
-    encoding: Any = field(default=None, compare=False)
+    # The shared layout's description (as TensorType.encoding), for messages and for the
+    # layouts of views (index/slice); not part of the type's identity.
+    encoding: Optional[SharedLayout] = field(default=None, compare=False)
 
     @property
     def num_elements(self) -> int:
@@ -172,7 +173,7 @@ class TensorDescriptorType:
     element: ScalarType
     block_shape: tuple[int, ...]
     layout: LinearLayout  # shared layout of one box (offset -> dims)
-    encoding: Any = field(default=None, compare=False)  # the user-level shared layout
+    encoding: Optional[SharedLayout] = field(default=None, compare=False)  # the box's description
 
     @property
     def rank(self) -> int:
@@ -307,7 +308,7 @@ def tma_box_layout(block_shape, swizzle: int, element_bits: int) -> LinearLayout
 
 
 def tensor_descriptor_type(element: ScalarType, block_shape, swizzle: Optional[int] = None,
-                           encoding: Any = None) -> TensorDescriptorType:
+                           encoding: Optional[SharedLayout] = None) -> TensorDescriptorType:
     """The type of a TMA descriptor moving `block_shape` boxes of `element` with `swizzle`
     bytes (None: `default_nvmma_swizzle`). ValueError naming the broken rule otherwise.
 

@@ -16,7 +16,6 @@ written for Triton's `tl` in the supported subset ports by changing the imports
         tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask) + tl.load(y_ptr + offsets, mask), mask)
 """
 
-from .. import lowlevel as _lowlevel
 from ..compiler.builder import constexpr_function, dynamic_range as range, register_language, static_range
 from ..compiler.types import ScalarType
 from ..lowlevel.dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, float64, fp8e4m3,
@@ -42,9 +41,8 @@ def _wrap(value):
     return Tensor(value)
 
 
-# Tensors start without layouts (`tile` stage); the inference passes describe the layouts
-# they choose with lowlevel's layout classes.
-register_language("highlevel", _wrap, stage="tile", layouts=_lowlevel, prefix="tl")
+# Tensors start without layouts (`tile` stage); the inference passes choose them.
+register_language("highlevel", _wrap, stage="tile", prefix="tl")
 
 
 def __getattr__(name: str):

@@ -19,8 +19,8 @@ from .banks import bank_conflicts, vector_width
 from .conversion import plan_conversion
 from .execute import collect, distribute, execute_plan
 from .plans import NoOp, Plan, RegisterPermutation, SharedRoundTrip, ShuffleRound, WarpShuffle
-from .description import DistributedLayout, LayoutDescription, SharedLayout
-from .distributed import (BlockedLayout, DotOperandLayout, LinearDistributedLayout, NVMMADistributedLayout,
-                          SliceLayout, as_distributed)
-from .shared_layouts import (LinearSharedLayout, MBarrierLayout, NVMMASharedLayout, SwizzledSharedLayout, as_shared,
-                             describe)
+from .description import LayoutDescription
+from .distributed import (BlockedLayout, DistributedLayout, DotOperandLayout, LinearDistributedLayout,
+                          NVMMADistributedLayout, SliceLayout, as_distributed)
+from .shared_layouts import (LinearSharedLayout, MBarrierLayout, NVMMASharedLayout, SharedLayout,
+                             SwizzledSharedLayout, as_shared, describe)

@@ -1,4 +1,4 @@
-"""What every layout description shares: checked fields, a readable str, and the two kinds.
+"""What every layout description shares: checked fields and a readable str.
 
 A layout description is a frozen value a kernel writes (`BlockedLayout(...)`,
 `NVMMASharedLayout(...)`), checked when built, whose `to_linear(shape)` gives the
@@ -14,7 +14,6 @@ from dataclasses import fields
 from typing import Any, Sequence
 
 from .errors import LayoutError
-from .linear_layout import LinearLayout
 
 
 def as_tuple(value: Any, name: str, owner: str) -> tuple:
@@ -60,24 +59,6 @@ class LayoutDescription:
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-
-
-class DistributedLayout(LayoutDescription):
-    """A register layout: which thread holds which elements of a tensor."""
-
-    rank: int
-
-    def to_linear(self, shape: Sequence[int]) -> LinearLayout:
-        raise NotImplementedError
-
-
-class SharedLayout(LayoutDescription):
-    """A shared-memory layout: at which offset each element of a buffer is stored."""
-
-    rank: int
-
-    def to_linear(self, shape: Sequence[int]) -> LinearLayout:
-        raise NotImplementedError
 
 
 def shown(value: Any) -> str:

@@ -4,19 +4,47 @@ which elements of a tensor.
     L = BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[8, 4],
                       warps_per_cta=[4, 1], order=[1, 0])
     L.to_linear([32, 64])        # what the kernel's tensors of that shape use
+    L.reduced(1)                 # SliceLayout(1, L): what a reduction along dim 1 gives
+
+What the shape ops do to a description is a method of it (`reduced`, `expanded`,
+`permuted`), so the language ops and the compiler's layout inference name a result's
+layout by the same rule; the linear layouts themselves follow rules.py.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from . import standard
-from .description import (DistributedLayout, as_ints, as_tuple, check_powers_of_two,
-                          check_rank, shown)
+from .description import LayoutDescription, as_ints, as_tuple, check_powers_of_two, check_rank, shown
 from .errors import LayoutError
 from .linear_layout import LinearLayout
+
+
+class DistributedLayout(LayoutDescription):
+    """A register layout: which thread holds which elements of a tensor."""
+
+    rank: int
+
+    def to_linear(self, shape: Sequence[int]) -> LinearLayout:
+        raise NotImplementedError
+
+    def reduced(self, axis: int) -> "SliceLayout":
+        """The layout of a reduction's result along `axis` (and the layout expand_dims at
+        `axis` takes back to this one)."""
+        return SliceLayout(axis, self)
+
+    def expanded(self, axis: int) -> Optional["DistributedLayout"]:
+        """The layout of expand_dims at `axis`: the parent of SliceLayout(axis, parent);
+        None for any other layout (expand_dims needs the slice)."""
+        return None
+
+    def permuted(self, order: Sequence[int]) -> Optional["DistributedLayout"]:
+        """The same arrangement of threads for a tensor whose dim i is this one's order[i],
+        when this kind of layout can say so; else None (a LinearDistributedLayout can)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -104,6 +132,9 @@ class SliceLayout(DistributedLayout):
         # slice_layout is the rule reductions use, so a reduction's result and a tensor
         # built in the same SliceLayout always agree.
         return standard.slice_layout(self.parent.to_linear(self.parent_shape(shape)), self.dim)
+
+    def expanded(self, axis: int) -> Optional[DistributedLayout]:
+        return self.parent if axis == self.dim else None
 
     def __str__(self) -> str:
         return f"SliceLayout(dim={self.dim}, parent={self.parent})"

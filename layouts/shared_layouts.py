@@ -7,10 +7,19 @@ from dataclasses import dataclass, fields
 from typing import Any, Optional, Sequence
 
 from . import standard
-from .description import SharedLayout, as_ints, as_tuple, check_powers_of_two, shown
+from .description import LayoutDescription, as_ints, as_tuple, check_powers_of_two, shown
 from .distributed import LinearDistributedLayout
 from .errors import LayoutError
 from .linear_layout import LinearLayout
+
+
+class SharedLayout(LayoutDescription):
+    """A shared-memory layout: at which offset each element of a buffer is stored."""
+
+    rank: int
+
+    def to_linear(self, shape: Sequence[int]) -> LinearLayout:
+        raise NotImplementedError
 
 
 def with_buffers(inner: LinearLayout, shape: tuple[int, ...], rank: int) -> LinearLayout:

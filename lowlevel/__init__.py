@@ -30,19 +30,18 @@ from .dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, flo
                      fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
                      int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
 from .jit import jit
-from .layouts import (BlockedLayout, DistributedLayout, DotOperandLayout, LinearDistributedLayout,
-                      LinearSharedLayout, MBarrierLayout, NVMMADistributedLayout, NVMMASharedLayout,
-                      SharedLayout, SliceLayout, SwizzledSharedLayout)
+from ..layouts import (BlockedLayout, DistributedLayout, DotOperandLayout, LinearDistributedLayout,
+                       LinearSharedLayout, MBarrierLayout, NVMMADistributedLayout, NVMMASharedLayout,
+                       SharedLayout, SliceLayout, SwizzledSharedLayout)
 from .shared import SharedMemoryDescriptor, allocate_shared_memory
 from .tensor import Tensor
 from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
 from .tma import TensorDescriptorValue
-from ..runtime.tensor_descriptor import TensorDescriptor, register_tma_layout as _register_tma_layout
+from ..runtime.tensor_descriptor import TensorDescriptor
 from .warp_specialize import replica_index, warp_specialize
 from .wgmma import (fence_async_shared, mma_v2, warpgroup_mma, warpgroup_mma_accumulator, warpgroup_mma_init,
                     warpgroup_mma_wait)
 
-_register_tma_layout(NVMMASharedLayout)  # the runtime builds descriptors without importing a language
 dtype = ScalarType
 tensor = Tensor
 shared_memory_descriptor = SharedMemoryDescriptor  # Gluon's names, for annotations

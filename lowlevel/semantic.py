@@ -23,7 +23,7 @@ from ..layouts import rules as layout_rules
 from ..compiler.builder import Builder, DynamicValue, current_builder
 from ..compiler.types import (PointerType, ScalarType, TensorType, Type, fp32, fp64, i1, i32,
                               i64)
-from ..layouts import LayoutError, SliceLayout
+from ..layouts import LayoutError
 from ..layouts import describe as describe_layout
 
 Number = (bool, int, float)
@@ -211,8 +211,8 @@ def expand_dims(x: DynamicValue, axis: int) -> DynamicValue:
     if not isinstance(axis, int) or not -rank - 1 <= axis <= rank:
         raise b.error(f"expand_dims axis {axis!r} is out of range for a rank-{rank} tensor")
     axis = axis + rank + 1 if axis < 0 else axis
-    encoding = x.type.encoding
-    if not isinstance(encoding, SliceLayout) or encoding.dim != axis:
+    parent = x.type.encoding.expanded(axis) if x.type.encoding is not None else None
+    if parent is None:
         raise b.error(
             f"expand_dims at axis {axis} needs a tensor in SliceLayout(dim={axis}, parent=...)",
             expected=f"SliceLayout(dim={axis}, parent=<the layout of the result>)",
@@ -221,7 +221,7 @@ def expand_dims(x: DynamicValue, axis: int) -> DynamicValue:
                        f"layout=ll.SliceLayout({axis}, parent))), or ll.convert_layout it there")
     layout = layout_rules.expand_dims_layout(x.type.layout, axis)
     shape = x.type.shape[:axis] + (1,) + x.type.shape[axis:]
-    result_type = TensorType(shape, x.type.element, layout, encoding.parent)
+    result_type = TensorType(shape, x.type.element, layout, parent)
     return b.wrap(b.create(ir.ExpandDims, result_type, operand=x.handle, axis=axis))
 
 

@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence
 from ..compiler import ir
 from ..layouts import rules as layout_rules
 from ..compiler.types import ScalarType, TensorType, i32, u32
-from ..layouts import BlockedLayout, LayoutError, LinearDistributedLayout, LinearLayout, SliceLayout, as_distributed
+from ..layouts import LayoutError, LinearDistributedLayout, LinearLayout, as_distributed
 from ..layouts.gf2 import XorBasis
 from . import semantic as sem
 
@@ -78,7 +78,7 @@ def reduce(x: Any, axis: Any, kind: str, keep_dims: bool = False,
     if not shape:
         result_type = element
     else:
-        encoding = SliceLayout(axis, x.type.encoding) if x.type.encoding is not None else None
+        encoding = x.type.encoding.reduced(axis) if x.type.encoding is not None else None
         try:
             agrees = encoding is not None and encoding.to_linear(shape) == result_layout
         except LayoutError:
@@ -128,10 +128,8 @@ def permute(x: Any, order: Sequence[int]):
                       f"{len(x.type.shape)} dims of {sem.describe(x)}")
     layout = layout_rules.permute_layout(x.type.layout, order)
     shape = tuple(x.type.shape[d] for d in order)
-    encoding = x.type.encoding
-    if isinstance(encoding, BlockedLayout) and encoding.permuted(order).to_linear(shape) == layout:
-        encoding = encoding.permuted(order)
-    else:
+    encoding = x.type.encoding.permuted(order) if x.type.encoding is not None else None
+    if encoding is None or encoding.to_linear(shape) != layout:
         encoding = LinearDistributedLayout.from_linear(layout)
     result_type = TensorType(shape, x.type.element, layout, encoding)
     return b.wrap(b.create(ir.Permute, result_type, operand=x.handle, order=order))

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 from ..compiler.hardware import TENSOR_MAP_BYTES, TMA_MAX_GLOBAL_DIM, TMA_MAX_STRIDE_BYTES
 from ..compiler.types import (ScalarType, TensorDescriptorType, tensor_descriptor_signature,
                               tensor_descriptor_type)
+from ..layouts import NVMMASharedLayout
 from . import arguments, driver
 from .arguments import HOST, OTHER_DEVICE, UNKNOWN_DEVICE, ArgumentTypeError
 
@@ -72,7 +73,7 @@ class TensorDescriptor:
         block_shape = _ints("block_shape", block_shape)
         tensor_type = _box_type(dtype, block_shape, layout)
         if layout is None and len(block_shape) > 1:
-            layout = _nvmma_layout_class().get_default_for(block_shape, dtype.bits)
+            layout = NVMMASharedLayout.get_default_for(block_shape, dtype.bits)
             tensor_type = dataclasses.replace(tensor_type, encoding=layout)
         _check_global(address, shape, strides, block_shape, itemsize)
         for name, value in (("base", base), ("shape", shape), ("strides", strides),
@@ -110,24 +111,6 @@ class TensorDescriptor:
 
 
 # ----------------------------------------------------------------------------- reading
-
-# The language's class for the layout TMA writes (weft.lowlevel's NVMMASharedLayout), which
-# the language registers when imported: the runtime imports no language module.
-_TMA_LAYOUT_CLASS: list = []
-
-
-def register_tma_layout(layout_class) -> None:
-    """Make `layout_class` (with `get_default_for(block_shape, bits)`) the layout that
-    descriptors accept and default to."""
-    _TMA_LAYOUT_CLASS[:] = [layout_class]
-
-
-def _nvmma_layout_class():
-    if not _TMA_LAYOUT_CLASS:
-        raise TensorDescriptorError("TensorDescriptor: import weft.lowlevel first; its NVMMASharedLayout "
-                                    "is the layout TMA writes")
-    return _TMA_LAYOUT_CLASS[0]
-
 
 def _is_torch_tensor(obj) -> bool:
     torch = sys.modules.get("torch")
@@ -225,8 +208,7 @@ def _box_type(dtype: ScalarType, block_shape: tuple, layout) -> TensorDescriptor
     if layout is None:
         swizzle = None
     else:
-        nvmma = _nvmma_layout_class()
-        if not isinstance(layout, nvmma):
+        if not isinstance(layout, NVMMASharedLayout):
             raise ArgumentTypeError(
                 f"TensorDescriptor: layout must be an NVMMASharedLayout (the layout TMA "
                 f"writes), got {layout!r}; use NVMMASharedLayout.get_default_for("

@@ -2,6 +2,10 @@
 
     layouts/  <-  compiler/  <-  runtime/  <-  lowlevel/, highlevel/  <-  kernels/
 
+The layout vocabulary (the descriptions kernels name, BlockedLayout and the rest, and the
+rules of shape-changing ops) lives in layouts/, so the compiler types its layouts with
+layouts/'s classes instead of receiving a language's classes through a registry.
+
 Imports are read with `ast`, those inside functions included, relative ones resolved to
 weft.* names, so a lazy import does not hide an upward one. Hardware limits are stated
 once, in weft.compiler.hardware; ptxas runs behind the backend; the CPU emulator runs
@@ -102,6 +106,49 @@ def test_the_import_parser_sees_lazy_and_relative_imports():
 def test_every_module_imports_only_from_its_own_layer_or_below():
     found = violations()
     assert not found, "layering violations:\n" + "\n".join(found)
+
+
+def _classes_defined(path: Path) -> list[tuple[str, list[str], int]]:
+    """(name, base names, line) of every class the module defines, at any depth."""
+    return [(node.name, [ast.unparse(b) for b in node.bases], node.lineno)
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)]
+
+
+def test_layout_descriptions_and_rules_live_in_layouts():
+    """A layout description (a class named ...Layout, or built on one) is defined in
+    layouts/ only; lowlevel/layouts.py, Gluon's path for them, only re-exports."""
+    found = []
+    for module, path in MODULES.items():
+        if within(module, ("weft.layouts",)):
+            continue
+        for name, bases, line in _classes_defined(path):
+            if name.endswith("Layout") and name != "ConvertLayout" or any(b.endswith("Layout") for b in bases):
+                found.append(f"module {module} defines layout class {name} (rule: layout descriptions "
+                             f"live in layouts/) at {path.relative_to(ROOT)}:{line}")
+    assert not found, "\n".join(found)
+    reexport = ast.parse(MODULES["weft.lowlevel.layouts"].read_text()).body
+    assert all(isinstance(node, ast.ImportFrom) or isinstance(node, ast.Expr) for node in reexport)
+    assert {module for module, _ in imports_of("weft.lowlevel.layouts", MODULES["weft.lowlevel.layouts"])} \
+        == {"weft.layouts"}
+    assert "weft.compiler.layout_rules" not in MODULES  # the rules are layouts.rules
+
+
+def test_the_compiler_types_layouts_with_layouts_classes():
+    """Types carry layouts/'s descriptions, typed; no language hands the compiler (or the
+    runtime) its layout classes."""
+    import inspect
+    import typing
+
+    from weft.compiler import builder, types
+    from weft.layouts import DistributedLayout, SharedLayout
+    from weft.runtime import tensor_descriptor
+
+    expected = {types.TensorType: DistributedLayout, types.SharedType: SharedLayout,
+                types.TensorDescriptorType: SharedLayout}
+    for type_, description in expected.items():
+        assert typing.get_type_hints(type_)["encoding"] == typing.Optional[description], type_
+    assert "layouts" not in inspect.signature(builder.register_language).parameters
+    assert not hasattr(builder, "language_layouts") and not hasattr(tensor_descriptor, "register_tma_layout")
 
 
 def _folded(value: ast.expr):

@@ -24,7 +24,7 @@ from typing import Optional
 
 from llvmlite import ir
 
-from ...layouts import LinearLayout
+from ...layouts import LinearLayout, NVMMADistributedLayout
 from ..errors import CompilationError
 from ..ir import (AllocShared, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedSlice, Value,
                   WarpGroupDot, WarpGroupDotWait, WarpSpecialize, Yield, is_shared, is_tensor)
@@ -237,8 +237,7 @@ def _fail(op, error: WgmmaError) -> CompilationError:
 
 
 def _describe(type_) -> str:
-    encoding = getattr(type_, "encoding", None)
-    return str(encoding) if encoding is not None else "a linear layout"
+    return str(type_.encoding) if type_.encoding is not None else "a linear layout"
 
 
 def _check_shapes(op: WarpGroupDot) -> None:
@@ -257,8 +256,7 @@ def _check_shapes(op: WarpGroupDot) -> None:
             "warpgroup_mma: shapes do not chain: a is [M, K], b is [K, N], acc is [M, N]", op.loc,
             expected=f"a [{m2}, K], b [K, {n2}]", found=f"a {list(a.shape)}, b {list(b.shape)}, acc {list(acc.shape)}")
     encoding = acc.encoding
-    version = getattr(encoding, "version", None)
-    if encoding is not None and (not version or version[0] != 3) and hasattr(encoding, "to_linear"):
+    if encoding is not None and not (isinstance(encoding, NVMMADistributedLayout) and encoding.version[0] == 3):
         raise CompilationError(
             f"warpgroup_mma: the accumulator is in {encoding}; wgmma writes an NVMMADistributedLayout "
             "with version [3, 0]", op.loc,

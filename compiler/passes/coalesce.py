@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-from ...layouts import LinearLayout, standard
-from ..builder import language_layouts
+from ...layouts import BlockedLayout, DistributedLayout, LinearLayout, standard
 from ...layouts import rules as layout_rules
 from ..hardware import LANES, MAX_ACCESS_BITS
 from ..ir import Block, ConvertLayout, Kernel, Load, Op, Store, Value
@@ -60,12 +59,12 @@ def map_operands(op: Op, fn: Callable[[Value, int], Value]) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """A layout chosen for a tensor: the linear layout, and the language's description of
-    it (a weft.lowlevel layout object, or None without one) for dumps and messages.
-    Two placements are the same when their linear layouts are."""
+    """A layout chosen for a tensor: the linear layout, and its description (BlockedLayout,
+    SliceLayout, ... of layouts/; None while unnamed) for dumps and messages. Two
+    placements are the same when their linear layouts are."""
 
     layout: LinearLayout
-    encoding: Any = dataclasses.field(default=None, compare=False)
+    encoding: Optional[DistributedLayout] = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "layout", normalized(self.layout))
@@ -95,22 +94,18 @@ def fill_blocked(shape: Sequence[int], size_per_thread: Sequence[int], order: Se
 
 
 def blocked(shape: Sequence[int], size_per_thread: Sequence[int], order: Sequence[int],
-            num_warps: int, classes: Any = None) -> Placement:
-    """The blocked layout with `size_per_thread` that covers `shape` with `num_warps` warps,
-    described by the language's `classes.BlockedLayout` when given."""
+            num_warps: int) -> Placement:
+    """The BlockedLayout with `size_per_thread` that covers `shape` with `num_warps` warps."""
     shape, size_per_thread, order = tuple(shape), tuple(size_per_thread), tuple(order)
     lanes, warps = fill_blocked(shape, size_per_thread, order, num_warps)
     layout = standard.blocked(shape, size_per_thread, lanes, warps, order)
-    encoding = None
-    if classes is not None:
-        encoding = classes.BlockedLayout(list(size_per_thread), list(lanes), list(warps), list(order))
-    return Placement(layout, encoding)
+    return Placement(layout, BlockedLayout(size_per_thread, lanes, warps, order))
 
 
-def default_blocked(shape: Sequence[int], num_warps: int, classes: Any = None) -> Placement:
+def default_blocked(shape: Sequence[int], num_warps: int) -> Placement:
     """One element per thread, row-major: for tensors nothing else places."""
     rank = len(shape)
-    return blocked(shape, (1,) * rank, tuple(reversed(range(rank))), num_warps, classes)
+    return blocked(shape, (1,) * rank, tuple(reversed(range(rank))), num_warps)
 
 
 def contiguity_order(info: AxisInfo) -> tuple[int, ...]:
@@ -129,8 +124,7 @@ def elements_per_access(pointer: Value, info: AxisInfo, order: Sequence[int]) ->
     return max(1, min(aligned, contiguous, MAX_ACCESS_BITS // element_bits))
 
 
-def access_placements(kernel: Kernel, classes: Any = None,
-                      infos: Optional[dict] = None) -> dict[int, Placement]:
+def access_placements(kernel: Kernel, infos: Optional[dict] = None) -> dict[int, Placement]:
     """The coalesced layout of every global access through a tensor of pointers without
     a layout, keyed by id(op)."""
     infos = analyze_axes(kernel) if infos is None else infos
@@ -152,7 +146,7 @@ def access_placements(kernel: Kernel, classes: Any = None,
         count = min(count, max(math.prod(shape) // threads, 1))
         size_per_thread = [1] * len(shape)
         size_per_thread[order[0]] = count
-        placements[id(op)] = blocked(shape, size_per_thread, order, kernel.num_warps, classes)
+        placements[id(op)] = blocked(shape, size_per_thread, order, kernel.num_warps)
     return placements
 
 
@@ -161,11 +155,9 @@ def _unknown(value: Value) -> AxisInfo:
     return AxisInfo(ones, ones, ones)
 
 
-def coalesce(kernel: Kernel, classes: Any = None) -> Kernel:
-    """Anchor every global access of a `tile` kernel in its coalesced layout (see above).
-    `classes` describes layouts (default: the kernel's language's registered classes)."""
-    classes = classes if classes is not None else language_layouts(kernel.language)
-    placements = access_placements(kernel, classes)
+def coalesce(kernel: Kernel) -> Kernel:
+    """Anchor every global access of a `tile` kernel in its coalesced layout (see above)."""
+    placements = access_placements(kernel)
 
     def rule(op: Op):
         placement = placements.get(id(op))

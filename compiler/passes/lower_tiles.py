@@ -11,9 +11,8 @@ lowlevel passes and the backend run unchanged.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from ..builder import language_layouts
+from ...layouts import LinearDistributedLayout
 from ..errors import CompilationError
 from ..ir import Block, ConvertLayout, Kernel, Op, Value
 from ..types import TensorType
@@ -21,9 +20,8 @@ from ..types import TensorType
 NAME = "lower_tiles"
 
 
-def lower_tiles(kernel: Kernel, classes: Any = None) -> Kernel:
+def lower_tiles(kernel: Kernel) -> Kernel:
     """The `layout`-stage kernel of a `tile` kernel whose tensors all have layouts."""
-    classes = classes if classes is not None else language_layouts(kernel.language)
     renamed: dict[Value, Value] = {}
 
     def described(value: Value, op: Op) -> Value:
@@ -33,9 +31,9 @@ def lower_tiles(kernel: Kernel, classes: Any = None) -> Kernel:
             raise CompilationError(
                 f"internal: no layout was inferred for a {value.type} ({op.NAME}); "
                 f"please report this kernel", op.loc)
-        if value.type.encoding is not None or classes is None:
+        if value.type.encoding is not None:
             return value
-        encoding = classes.LinearDistributedLayout.from_linear(value.type.layout)
+        encoding = LinearDistributedLayout.from_linear(value.type.layout)
         renamed[value] = Value(value.type.with_layout(value.type.layout, encoding), value.hint)
         return renamed[value]
 

@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from ...layouts import LayoutError, LinearLayout, slice_layout
+from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice_layout
 from ...layouts import rules as layout_rules
-from ..builder import language_layouts
 from ..errors import CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
                   ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex, Select,
@@ -101,9 +100,9 @@ def _numel(value: Value) -> int:
     return value.type.num_elements
 
 
-def describe(layout: LinearLayout, candidates, classes: Any) -> Placement:
+def describe(layout: LinearLayout, candidates) -> Placement:
     """`layout` with the first candidate description that gives exactly it, else a
-    LinearDistributedLayout of it (or no description without layout classes)."""
+    LinearDistributedLayout of it."""
     layout = normalized(layout)
     shape = tuple(layout.out_dims.values())
     for encoding in candidates:
@@ -114,9 +113,7 @@ def describe(layout: LinearLayout, candidates, classes: Any) -> Placement:
                 return Placement(layout, encoding)
         except (LayoutError, AttributeError, ValueError, TypeError):
             continue
-    if classes is None:
-        return Placement(layout)
-    return Placement(layout, classes.LinearDistributedLayout.from_linear(layout))
+    return Placement(layout, LinearDistributedLayout.from_linear(layout))
 
 
 # ------------------------------------------------------------------ the rules
@@ -177,19 +174,18 @@ def _reduce_forward(op: Reduce, operands, ctx) -> Optional[Decision]:
     if not _tensor(op.result):
         return Decision(None, (source,))
     layout = slice_layout(source.layout, op.axis)
-    slice_ = ctx.classes.SliceLayout(op.axis, source.encoding) \
-        if ctx.classes is not None and source.encoding is not None else None
-    return Decision(describe(layout, [slice_], ctx.classes), (source,))
+    slice_ = source.encoding.reduced(op.axis) if source.encoding is not None else None
+    return Decision(describe(layout, [slice_]), (source,))
 
 
 @LAYOUT_RULES.backward(Reduce)
 def _reduce_backward(op: Reduce, result: Placement, ctx) -> Decision:
     """Reduce the parent of the wanted slice when it is one; else a default layout."""
     shape = op.operand.type.shape
-    parent = getattr(result.encoding, "parent", None)
-    if getattr(result.encoding, "dim", None) == op.axis and parent is not None:
+    parent = result.encoding.expanded(op.axis) if result.encoding is not None else None
+    if parent is not None:
         try:
-            source = describe(parent.to_linear(shape), [parent], ctx.classes)
+            source = describe(parent.to_linear(shape), [parent])
             return _reduce_forward(op, (source,), ctx)
         except (LayoutError, ValueError, TypeError):
             pass
@@ -202,17 +198,15 @@ def _expand_dims_forward(op: ExpandDims, operands, ctx) -> Optional[Decision]:
     if source is None:
         return None
     layout = layout_rules.expand_dims_layout(source.layout, op.axis)
-    parent = getattr(source.encoding, "parent", None) \
-        if getattr(source.encoding, "dim", None) == op.axis else None
-    return Decision(describe(layout, [parent], ctx.classes), (source,))
+    parent = source.encoding.expanded(op.axis) if source.encoding is not None else None
+    return Decision(describe(layout, [parent]), (source,))
 
 
 @LAYOUT_RULES.backward(ExpandDims)
 def _expand_dims_backward(op: ExpandDims, result: Placement, ctx) -> Decision:
     layout = slice_layout(result.layout, op.axis)
-    slice_ = ctx.classes.SliceLayout(op.axis, result.encoding) \
-        if ctx.classes is not None and result.encoding is not None else None
-    return _expand_dims_forward(op, (describe(layout, [slice_], ctx.classes),), ctx)
+    slice_ = result.encoding.reduced(op.axis) if result.encoding is not None else None
+    return _expand_dims_forward(op, (describe(layout, [slice_]),), ctx)
 
 
 @LAYOUT_RULES.forward(Broadcast)
@@ -227,7 +221,7 @@ def _broadcast_forward(op: Broadcast, operands, ctx) -> Optional[Decision]:
         layout_rules.broadcast_register_map(source.layout, layout)
     except (LayoutError, ValueError, TypeError):
         return None
-    return Decision(describe(layout, [source.encoding], ctx.classes), (source,))
+    return Decision(describe(layout, [source.encoding]), (source,))
 
 
 @LAYOUT_RULES.backward(Broadcast)
@@ -237,7 +231,7 @@ def _broadcast_backward(op: Broadcast, result: Placement, ctx) -> Decision:
     for dim, (have, want) in enumerate(zip(op.operand.type.shape, op.result.type.shape)):
         if have != want:
             layout = layout_rules.expand_dims_layout(slice_layout(layout, dim), dim)
-    return Decision(result, (describe(layout, [result.encoding], ctx.classes),))
+    return Decision(result, (describe(layout, [result.encoding]),))
 
 
 @LAYOUT_RULES.forward(Permute)
@@ -246,16 +240,16 @@ def _permute_forward(op: Permute, operands, ctx) -> Optional[Decision]:
     if source is None:
         return None
     layout = layout_rules.permute_layout(source.layout, op.order)
-    permuted = getattr(source.encoding, "permuted", None)
-    return Decision(describe(layout, [permuted(op.order) if permuted else None], ctx.classes), (source,))
+    permuted = source.encoding.permuted(op.order) if source.encoding is not None else None
+    return Decision(describe(layout, [permuted]), (source,))
 
 
 @LAYOUT_RULES.backward(Permute)
 def _permute_backward(op: Permute, result: Placement, ctx) -> Decision:
     inverse = tuple(op.order.index(d) for d in range(len(op.order)))
     layout = layout_rules.permute_layout(result.layout, inverse)
-    permuted = getattr(result.encoding, "permuted", None)
-    source = describe(layout, [permuted(inverse) if permuted else None], ctx.classes)
+    permuted = result.encoding.permuted(inverse) if result.encoding is not None else None
+    source = describe(layout, [permuted])
     return _permute_forward(op, (source,), ctx)
 
 
@@ -273,8 +267,8 @@ class Carried:
 class Propagation:
     """Layouts for one kernel: the analysis (steps 1 and 2) and the rewrite (step 3)."""
 
-    def __init__(self, kernel: Kernel, anchors: dict, classes: Any, rules: LayoutRules):
-        self.kernel, self.anchors, self.classes, self.rules = kernel, anchors, classes, rules
+    def __init__(self, kernel: Kernel, anchors: dict, rules: LayoutRules):
+        self.kernel, self.anchors, self.rules = kernel, anchors, rules
         self.order: list[Op] = []
         self.producer: dict[Value, Op] = {}
         self.uses: dict[Value, list[tuple[Op, int]]] = defaultdict(list)
@@ -329,7 +323,7 @@ class Propagation:
 
     # -------------------------------------------------------------- queries used by rules
     def default(self, value: Value) -> Placement:
-        return default_blocked(value.type.shape, self.kernel.num_warps, self.classes)
+        return default_blocked(value.type.shape, self.kernel.num_warps)
 
     def is_free(self, value: Value) -> bool:
         """No layout of its own: built from arange/splat/constants by cheap ops only."""
@@ -593,12 +587,10 @@ def remove_dead_ops(kernel: Kernel) -> Kernel:
         kernel = swept
 
 
-def propagate_layouts(kernel: Kernel, classes: Any = None, rules: Optional[LayoutRules] = None) -> Kernel:
-    """Every tensor of a coalesced `tile` kernel in a layout (see the module docstring).
-    `classes` describes layouts (default: the kernel's language's); `rules` defaults to
-    LAYOUT_RULES."""
-    classes = classes if classes is not None else language_layouts(kernel.language)
+def propagate_layouts(kernel: Kernel, rules: Optional[LayoutRules] = None) -> Kernel:
+    """Every tensor of a coalesced `tile` kernel in a layout (see the module docstring);
+    `rules` defaults to LAYOUT_RULES."""
     stripped, anchors = strip_anchors(kernel)
-    propagation = Propagation(stripped, anchors, classes, rules or LAYOUT_RULES)
+    propagation = Propagation(stripped, anchors, rules or LAYOUT_RULES)
     propagation.place_all()
     return remove_dead_ops(propagation.rewrite())

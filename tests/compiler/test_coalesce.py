@@ -9,7 +9,7 @@ from weft import lowlevel as ll
 from weft.compiler.ir import Load, Store
 from weft.compiler.passes.axis_analysis import AxisInfo, analyze_axes
 from weft.compiler.passes.coalesce import (access_placements, blocked, contiguity_order, elements_per_access,
-                                           fill_blocked)
+                                           fill_blocked, normalized)
 from weft.compiler.printer import print_kernel
 
 from .golden import golden_checker
@@ -95,7 +95,7 @@ def test_transpose_golden_reads_rows_and_writes_columns():
 
 def test_each_access_gets_the_blocked_layout_of_its_contiguity():
     kernel = tile_kernel("transpose")
-    placements = access_placements(kernel, ll)
+    placements = access_placements(kernel)
     (load,) = [op for op in kernel.walk() if isinstance(op, Load)]
     (store,) = [op for op in kernel.walk() if isinstance(op, Store)]
     # fp16 rows 32 long: 8 elements (128 bits) per thread along the contiguous dim.
@@ -138,12 +138,16 @@ def test_loads_of_one_shape_and_order_share_the_widest_vector_but_stores_keep_th
 
     kernel = build_kernel(fn, signature, constexprs, warps,
                           {"x_ptr": "divisible_by_16", "n": "divisible_by_16"}, language="highlevel")
-    placements = access_placements(kernel, ll)
+    placements = access_placements(kernel)
     per_thread = {type(op).__name__ + str(i): placements[id(op)].encoding.size_per_thread
                   for i, op in enumerate(op for op in kernel.walk() if isinstance(op, (Load, Store)))}
     assert per_thread == {"Load0": (4,), "Load1": (4,), "Store2": (1,)}
 
 
-def test_blocked_without_layout_classes_has_no_description():
+def test_a_chosen_blocked_layout_is_described_by_the_blocked_layout_class():
+    """The compiler names its choice with layouts/'s BlockedLayout (no language lends it
+    classes), and the description gives exactly the layout chosen."""
     placement = blocked((64,), (2,), (0,), 1)
-    assert placement.encoding is None and placement.layout.out_dims == {"dim0": 64}
+    assert placement.encoding == ll.BlockedLayout([2], [32], [1], [0])
+    assert placement.layout.out_dims == {"dim0": 64}
+    assert normalized(placement.encoding.to_linear((64,))) == placement.layout

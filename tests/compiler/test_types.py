@@ -34,7 +34,7 @@ def test_parse_descriptor_signatures(text, element, block, swizzle):
     assert (type_.element, type_.block_shape, tensor_descriptor_swizzle(type_)) == (element, block, swizzle)
     if len(block) > 1:
         assert type_.layout == nvmma_shared(block, swizzle, element.bits)
-    assert type_.encoding is None  # the compiler cannot name lowlevel's layout classes
+    assert type_.encoding is None  # a signature names a swizzle, not a layout description
     canonical = tensor_descriptor_signature(element, block, swizzle)
     assert parse_signature_type(canonical) == type_
     assert parse_tensor_descriptor_signature(canonical) == (element, block, swizzle)
