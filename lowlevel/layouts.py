@@ -1,4 +1,4 @@
-"""The layouts lowlevel kernels name, under Gluon's module path: they live in weft.layouts
+"""The layouts lowlevel kernels name, under their old import path: they live in weft.layouts
 (layouts/distributed.py, layouts/shared_layouts.py), beside the algebra they build on."""
 
 from ..layouts import (BlockedLayout, DistributedLayout, DotOperandLayout, LinearDistributedLayout,  # noqa: F401
