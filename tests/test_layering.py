@@ -127,7 +127,9 @@ def test_layout_descriptions_and_rules_live_in_layouts():
                              f"live in layouts/) at {path.relative_to(ROOT)}:{line}")
     assert not found, "\n".join(found)
     reexport = ast.parse(MODULES["weft.lowlevel.layouts"].read_text()).body
-    assert all(isinstance(node, ast.ImportFrom) or isinstance(node, ast.Expr) for node in reexport)
+    assert all(isinstance(node, (ast.ImportFrom, ast.Expr)) or
+               isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]
+               for node in reexport), "lowlevel/layouts.py may only import from layouts/ and list __all__"
     assert {module for module, _ in imports_of("weft.lowlevel.layouts", MODULES["weft.lowlevel.layouts"])} \
         == {"weft.layouts"}
     assert "weft.compiler.layout_rules" not in MODULES  # the rules are layouts.rules
