@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..compiler import config as flags
 from . import arguments, autotune_cache, benchmark
 from .arguments import HOST, LaunchError
-from .jit import JITFunction, OPTION_NAMES
+from .jit import JITFunction
 
 _PRUNE_KEYS = ("perf_model", "top_k", "early_config_prune")
 _QUANTILES = (0.5, 0.2, 0.8)

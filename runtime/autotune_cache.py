@@ -64,7 +64,7 @@ def store(key: str, records: Mapping[str, dict], description: Mapping[str, Any])
     """Add `records` to the entry `key` (records already there for other configs stay).
     `description` (kernel name, key values, device) is stored for people reading the file."""
     path = _path(key)
-    if path is None:
+    if path is None or not records:
         return
     merged = {**load(key), **records}
     document = {"format": FORMAT, **{k: str(v) for k, v in description.items()}, "configs": merged}
