@@ -19,7 +19,7 @@ and launches the fastest, later ones launch it directly. What happens on that fi
 - Each remaining config is timed by `do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))`:
   by default runtime/benchmark.py's, with CUDA events, `warmup` and `rep` milliseconds.
   `kernel_call.config` is the Config being timed. Arguments named by `reset_to_zero` are
-  zeroed before every timed call (and once more before the real launch); those named by
+  zeroed before every timed call and before the launch that follows them; those named by
   `restore_value` are put back as they were after every timed call, so the real launch
   sees the caller's values.
 - A config that fails to compile (too much shared memory, a ptxas error, ...) is skipped
@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..compiler import config as flags
 from . import arguments, autotune_cache, benchmark
 from .arguments import HOST, LaunchError
-from .jit import JITFunction
+from .jit import OPTION_NAMES, JITFunction
 
 _PRUNE_KEYS = ("perf_model", "top_k", "early_config_prune")
 _QUANTILES = (0.5, 0.2, 0.8)
@@ -276,6 +276,7 @@ class Autotuner(_KernelWrapper):
                                 "launch, but @autotune's configs set them; take them out of the launch "
                                 "(or out of the configs)")
         named = self._bind(args, kwargs)
+        self._check_arguments(args, kwargs, named)
         if len(self.configs) == 1:
             config = self.configs[0]
         else:
@@ -287,6 +288,21 @@ class Autotuner(_KernelWrapper):
         if config.pre_hook is not None:
             config.pre_hook({**named, **config.all_kwargs()})
         self.fn.run(grid, *args, **kwargs, **config.all_kwargs())
+
+    def _check_arguments(self, args: tuple, kwargs: dict, named: dict) -> None:
+        """The launch's mistakes, said before timing starts (inside a timed call they would
+        read as every config failing)."""
+        kernel = self.kernel
+        if len(args) > len(kernel.arg_names):
+            raise LaunchError(f"kernel '{self.__name__}' takes {len(kernel.arg_names)} arguments "
+                              f"({', '.join(kernel.arg_names)}), got {len(args)}")
+        unknown = [k for k in kwargs if k not in kernel.arg_names and k not in OPTION_NAMES + ("stream",)]
+        if unknown:
+            raise LaunchError(f"kernel '{self.__name__}' has no parameters {unknown}; its parameters "
+                              f"are {', '.join(kernel.arg_names)}")
+        missing = [n for n in kernel.runtime_names if n not in named]
+        if missing:
+            raise LaunchError(f"kernel '{self.__name__}' is missing arguments {missing}")
 
     def _key(self, named: dict) -> tuple[tuple, bool]:
         """(in-memory cache key, whether the launch runs on the emulator)."""
@@ -321,7 +337,7 @@ class Autotuner(_KernelWrapper):
         if self.perf_model is not None:
             top_k = self.top_k if isinstance(self.top_k, int) else max(1, int(len(self.configs) * self.top_k))
             if len(configs) > top_k:
-                estimates = {c: self.perf_model(**named, **extra, **c.all_kwargs()) for c in configs}
+                estimates = {c: self.perf_model(**{**named, **extra, **c.all_kwargs()}) for c in configs}
                 configs = sorted(configs, key=estimates.__getitem__)[:top_k]
         return configs
 
@@ -331,34 +347,21 @@ class Autotuner(_KernelWrapper):
         if emulate and self.do_bench is None:
             return configs[0]  # nothing is timed on the emulator (see the module docstring)
         bench = self.do_bench or functools.partial(benchmark.do_bench, warmup=self.warmup, rep=self.rep)
+        device = _device_name(emulate)
         disk_key = autotune_cache.entry_key({
             "kernel": self.kernel.fingerprint(), "compiler": _qualified(self.kernel.compile_fn),
-            "name": self.__name__, "key": key, "device": _device_name(emulate),
+            "name": self.__name__, "key": key, "device": device,
             "timing": "cuda-events" if self.do_bench is None else _qualified(self.do_bench)})
         known = autotune_cache.load(disk_key)
-        progress = _Progress(self.__name__, key[0], len(configs))
-        fresh, timings, failures, timed = {}, {}, {}, 0
-        snapshots = {n: benchmark.snapshot(named[n]) for n in self.restore_value}
-        try:
-            for index, config in enumerate(configs):
-                config_id = autotune_cache.config_id(config.all_kwargs())
-                record = known.get(config_id)
-                if record is None:
-                    progress.timing(index, config)
-                    timed += 1
-                    record, cacheable = self._time(config, bench, grid, args, kwargs, named, snapshots)
-                    if cacheable:
-                        fresh[config_id] = record
-                if "timing" in record:
-                    timings[config] = tuple(record["timing"])
-                else:
-                    failures[config] = record["error"]
-        finally:
-            for restore in snapshots.values():
-                restore()
-                getattr(restore, "release", lambda: None)()
-        autotune_cache.store(disk_key, fresh, {"kernel": self.__name__, "key": key,
-                                               "device": _device_name(emulate)})
+        ids = {config: autotune_cache.config_id(config.all_kwargs()) for config in configs}
+        untimed = [config for config in configs if ids[config] not in known]
+        progress = _Progress(self.__name__, key[0], total=len(configs), timing=len(untimed))
+        fresh = self._time_all(untimed, bench, progress, grid, args, kwargs, named)
+        autotune_cache.store(disk_key, {ids[c]: record for c, (record, cacheable) in fresh.items() if cacheable},
+                             {"kernel": self.__name__, "key": key, "device": device})
+        records = {config: fresh[config][0] if config in fresh else known[ids[config]] for config in configs}
+        timings = {config: tuple(r["timing"]) for config, r in records.items() if "timing" in r}
+        failures = {config: r["error"] for config, r in records.items() if "timing" not in r}
         self.timings[key], self.failures[key] = timings, failures
         if not timings:
             lines = "\n".join(f"  {c!r}: " + why.replace("\n", "\n    ") for c, why in failures.items())
@@ -366,10 +369,29 @@ class Autotuner(_KernelWrapper):
                                 f"for key {key[0]}:\n{lines}\n  suggestion: add configs with smaller "
                                 "blocks, fewer stages or fewer warps, or fix the errors above")
         best = min(timings, key=lambda c: timings[c])
-        progress.done(best, timings[best], timed=timed, failed=len(failures))
-        for name in self.reset_to_zero:
-            benchmark.zero(named[name])
+        progress.done(best, timings[best], failed=len(failures))
+        if untimed:  # the timed runs wrote into these
+            for name in self.reset_to_zero:
+                benchmark.zero(named[name])
         return best
+
+    def _time_all(self, configs: list, bench: Callable, progress: "_Progress", grid, args: tuple,
+                  kwargs: dict, named: dict) -> dict:
+        """Config -> (record, whether it may be cached) for each of `configs`, timed in turn;
+        afterwards the arguments restore_value names hold the caller's values again."""
+        if not configs:
+            return {}
+        snapshots = {name: benchmark.snapshot(named[name]) for name in self.restore_value}
+        results = {}
+        try:
+            for index, config in enumerate(configs):
+                progress.timing(index, config)
+                results[config] = self._time(config, bench, grid, args, kwargs, named, snapshots)
+        finally:
+            for restore in snapshots.values():
+                restore()
+                getattr(restore, "release", lambda: None)()
+        return results
 
     def _time(self, config: Config, bench: Callable, grid, args: tuple, kwargs: dict, named: dict,
               snapshots: dict) -> tuple[dict, bool]:
@@ -438,23 +460,23 @@ class _Progress:
     """The stderr line while timing: rewritten in place on a terminal, one summary line
     otherwise; nothing with WEFT_AUTOTUNE_QUIET=1."""
 
-    def __init__(self, kernel: str, key: tuple, total: int):
+    def __init__(self, kernel: str, key: tuple, total: int, timing: int):
         self.quiet = flags.current().autotune_quiet
         self.terminal = sys.stderr.isatty()
         self.prefix = f"weft.autotune: {kernel} key={key}"
-        self.total = total
+        self.total, self.count = total, timing
         self.started = time.perf_counter()
 
     def timing(self, index: int, config: Config) -> None:
         if not self.quiet and self.terminal:
-            sys.stderr.write(f"\r\x1b[K{self.prefix} config {index + 1}/{self.total} ({config})")
+            sys.stderr.write(f"\r\x1b[K{self.prefix} timing config {index + 1}/{self.count} ({config})")
             sys.stderr.flush()
 
-    def done(self, best: Config, timing: tuple, timed: int, failed: int) -> None:
+    def done(self, best: Config, timing: tuple, failed: int) -> None:
         if self.quiet:
             return
         seconds = time.perf_counter() - self.started
-        line = (f"{self.prefix}: best ({best}) {timing[0]:.4g} ms; of {self.total} configs {timed} "
-                f"timed in {seconds:.1f} s, {self.total - timed} from the cache, {failed} failed")
+        line = (f"{self.prefix}: best ({best}) {timing[0]:.4g} ms; of {self.total} configs {self.count} "
+                f"timed in {seconds:.1f} s, {self.total - self.count} from the cache, {failed} failed")
         sys.stderr.write(("\r\x1b[K" if self.terminal else "") + line + "\n")
         sys.stderr.flush()

@@ -52,7 +52,7 @@ def load(key: str) -> dict[str, dict]:
         document = json.loads(path.read_text())
         if document.get("format") != FORMAT:
             return {}
-        return {str(k): dict(v) for k, v in document["configs"].items()}
+        return {str(k): dict(v) for k, v in document["configs"].items() if _is_record(v)}
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -72,3 +72,12 @@ def store(key: str, records: Mapping[str, dict], description: Mapping[str, Any])
         cache.write_atomically(path, json.dumps(document, indent=1, sort_keys=True).encode())
     except OSError as exc:  # caching is best effort
         _log.warning("weft.autotune: not caching results in %s: %s", path, exc)
+
+
+def _is_record(value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    if "timing" in value:
+        timing = value["timing"]
+        return isinstance(timing, list) and bool(timing) and all(isinstance(t, (int, float)) for t in timing)
+    return isinstance(value.get("error"), str)

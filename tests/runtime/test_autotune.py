@@ -11,6 +11,7 @@ import weft
 from weft import highlevel as tl
 from weft import lowlevel as ll
 from weft.runtime import autotune_cache
+from weft.runtime.arguments import LaunchError
 from weft.runtime.autotune import AutotuneError, Autotuner
 
 RNG = np.random.default_rng(39)
@@ -126,6 +127,19 @@ def test_a_second_process_reads_the_timings_from_disk(empty_cache):
     launch_scaled_add(fresh, 700)
     assert len(bench.timed) == 3
     assert fresh.best_config == weft.Config({"BLOCK": 256})
+
+
+def test_an_unreadable_entry_is_timed_again_and_rewritten(empty_cache):
+    bench = FakeBench()
+    launch_scaled_add(tuned(bench=bench), 700)
+    (entry,) = (empty_cache / autotune_cache.FOLDER).glob("*.json")
+    document = entry.read_text()
+    entry.write_text(document[: len(document) // 2])  # a torn file
+    launch_scaled_add(tuned(bench=bench), 700)
+    assert len(bench.timed) == 6 and entry.read_text() == document
+    entry.write_text(document.replace('"timing"', '"timeing"'))  # records of no known form
+    launch_scaled_add(tuned(bench=bench), 700)
+    assert len(bench.timed) == 9 and entry.read_text() == document
 
 
 def test_without_the_disk_cache_a_second_process_times_again(monkeypatch):
@@ -317,6 +331,10 @@ def test_launch_mistakes_say_what_to_change():
         tuned(bench=FakeBench())[grid](*vectors(10), np.zeros(10, np.float32), 10, 1.0, BLOCK=128)
     with pytest.raises(AutotuneError, match=r"got \['num_warps'\] at the launch"):
         tuned(bench=FakeBench())[grid](*vectors(10), np.zeros(10, np.float32), 10, 1.0, num_warps=8)
+    with pytest.raises(LaunchError, match=r"has no parameters \['nn'\]"):
+        tuned(bench=FakeBench())[grid](*vectors(10), np.zeros(10, np.float32), 10, 1.0, nn=3)
+    with pytest.raises(LaunchError, match=r"missing arguments \['alpha'\]"):
+        tuned(bench=FakeBench())[grid](*vectors(10), np.zeros(10, np.float32), 10)
     with pytest.raises(AutotuneError, match="put @jit"):
         weft.autotune(CONFIGS, key=["n"])(lambda x: x)
     with pytest.raises(ValueError, match=r"cluster=\(2, 1, 1\)"):
