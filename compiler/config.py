@@ -17,6 +17,8 @@ import time, so tests can `monkeypatch.setenv` and call code that asks for `curr
 | `WEFT_PTXAS`           | an explicit ptxas executable, tried before any other         |
 | `WEFT_DEBUG`           | `1` turns on debug mode, which implies `WEFT_VERIFY`         |
 | `WEFT_VERIFY`          | `1` runs the IR verifier between passes                      |
+| `WEFT_AUTOTUNE_QUIET` | `1` silences the line `weft.autotune` prints on stderr while  |
+|                       | it times configs (runtime/autotune.py)                       |
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Config:
     ptxas: Optional[str]
     debug: bool
     verify: bool
+    autotune_quiet: bool = False  # no progress line while autotuning
 
     def should_dump(self, name: str) -> bool:
         """True when `WEFT_DUMP` names this stage or pass (or says `all`)."""
@@ -111,6 +114,7 @@ def current(environ=None) -> Config:
         ptxas=env.get("WEFT_PTXAS", "").strip() or None,
         debug=debug,
         verify=debug or _flag(env, "WEFT_VERIFY"),
+        autotune_quiet=_flag(env, "WEFT_AUTOTUNE_QUIET"),
     )
 
 

@@ -4,7 +4,8 @@ Kernels never name a layout; the `tile`-stage IR they build goes through axis an
 coalescing, layout propagation and lowering (compiler/pipeline.py, TILE_PASSES) to the same
 explicit `layout` IR that lowlevel kernels build, and on through the same backend. Code
 written for Triton's `tl` in the supported subset ports by changing the imports
-(`triton.jit`, `triton.cdiv` and `triton.next_power_of_2` are here too):
+(`triton.jit`, `triton.autotune`, `triton.Config`, `triton.heuristics`, `triton.cdiv` and
+`triton.next_power_of_2` are here too):
 
     from weft import highlevel as tl          # import triton.language as tl
     from weft import highlevel as triton      # import triton
@@ -21,6 +22,7 @@ from ..compiler.types import ScalarType
 from ..lowlevel.dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, float64, fp8e4m3,
                                fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
                                int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
+from ..runtime.autotune import Config, autotune, heuristics
 from ..runtime.jit import constexpr
 from .builtins import (abs, arange, atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or,
                        atomic_xchg, atomic_xor, argmax, argmin, broadcast, broadcast_to, cdiv, ceil, cos, debug_barrier,
@@ -52,7 +54,7 @@ def __getattr__(name: str):
 
 __all__ = [
     # kernels and compile-time helpers
-    "jit", "constexpr", "constexpr_function", "static_range", "range",
+    "jit", "autotune", "Config", "heuristics", "constexpr", "constexpr_function", "static_range", "range",
     # values
     "Tensor", "tensor", "dtype", "pointer_type",
     # ops

@@ -17,6 +17,7 @@ from ..compiler.aggregates import aggregate
 from ..compiler.builder import condition, constexpr_function, dynamic_range as range, register_language, static_range
 from ..compiler.types import PointerType, ScalarType, SharedType, TensorDescriptorType
 from ..compiler.frontend_expr import must_use_result
+from ..runtime.autotune import Config, autotune, heuristics
 from ..runtime.jit import constexpr
 from .atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or, atomic_xchg,
                       atomic_xor)
@@ -61,7 +62,7 @@ register_language("lowlevel", _wrap)
 
 __all__ = [
     # kernels and compile-time helpers
-    "jit", "constexpr", "constexpr_function", "aggregate", "must_use_result", "num_warps", "to_tensor", "static_range", "range", "condition",
+    "jit", "autotune", "Config", "heuristics", "constexpr", "constexpr_function", "aggregate", "must_use_result", "num_warps", "to_tensor", "static_range", "range", "condition",
     # layouts
     "BlockedLayout", "SliceLayout", "NVMMADistributedLayout", "DotOperandLayout",
     "LinearDistributedLayout", "SwizzledSharedLayout", "NVMMASharedLayout", "LinearSharedLayout",

@@ -82,6 +82,9 @@ def _canonical(value: Any) -> Any:
     return {"value": dependencies.fingerprint(value)}
 
 
+canonical = _canonical  # other caches keyed the same way (runtime/autotune_cache.py)
+
+
 def toolchain_versions() -> dict:
     """Versions that change generated code. llvmlite pins one LLVM release per version,
     so its version stands for LLVM's without loading the LLVM library."""
@@ -269,10 +272,18 @@ def put(key: str, compiled: CompiledKernel, directory: Optional[Path] = None,
     """Store `compiled` (compiled against `dependencies`) under `key` atomically, then
     evict least recently used entries past `max_bytes` (default: WEFT_CACHE_SIZE); returns
     the entry's path. CacheError when the kernel holds values the format cannot store."""
-    data = encode_kernel(compiled, dependencies)
     path = entry_path(key, directory)
+    write_atomically(path, encode_kernel(compiled, dependencies))
+    evict(path.parent.parent, config.current().cache_max_bytes if max_bytes is None else max_bytes,
+          keep=path)
+    return path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then move it into place: readers
+    see the old contents, the new ones, or no file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -280,9 +291,6 @@ def put(key: str, compiled: CompiledKernel, directory: Optional[Path] = None,
     except BaseException:
         _remove(Path(tmp))
         raise
-    evict(path.parent.parent, config.current().cache_max_bytes if max_bytes is None else max_bytes,
-          keep=path)
-    return path
 
 
 # A temporary file this old was left by a writer that died.

@@ -77,6 +77,49 @@ def memset_d32_async(address: int, words: int, stream) -> None:
     check(cuda().cuMemsetD32Async(address, 0, words, stream), "cuMemsetD32Async")
 
 
+def memset_d8_async(address: int, nbytes: int, stream) -> None:
+    """Zero `nbytes` bytes at `address`, queued on `stream`."""
+    check(cuda().cuMemsetD8Async(address, 0, nbytes, stream), "cuMemsetD8Async")
+
+
+def copy_device_to_device_async(destination: int, source: int, nbytes: int, stream) -> None:
+    check(cuda().cuMemcpyDtoDAsync(destination, source, nbytes, stream), "cuMemcpyDtoDAsync")
+
+
+def allocate(nbytes: int) -> int:
+    """`nbytes` of device memory in the current context (device 0's primary when none);
+    its address. Give it back with `free`."""
+    if current_context() is None:
+        set_current(0)
+    return int(check(cuda().cuMemAlloc(int(nbytes)), f"cuMemAlloc({nbytes})"))
+
+
+def free(address: int) -> None:
+    check(cuda().cuMemFree(address), "cuMemFree")
+
+
+def create_event():
+    """A CUevent that records timestamps (for timing launches with `elapsed_ms`)."""
+    if current_context() is None:
+        set_current(0)
+    d = cuda()
+    return check(d.cuEventCreate(d.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+
+
+def record_event(event, stream) -> None:
+    check(cuda().cuEventRecord(event, stream), "cuEventRecord")
+
+
+def elapsed_ms(start, end) -> float:
+    """Milliseconds between two recorded events, waiting for `end` to complete."""
+    check(cuda().cuEventSynchronize(end), "cuEventSynchronize")
+    return float(check(cuda().cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+
+
+def destroy_event(event) -> None:
+    check(cuda().cuEventDestroy(event), "cuEventDestroy")
+
+
 def init() -> None:
     """cuInit once per process (thread-safe)."""
     global _initialized
