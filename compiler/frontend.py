@@ -105,6 +105,7 @@ class KernelBuilder(ExpressionVisitor):
                     value = self.parameter(name, parameter, signature, constexprs, specialization)
                 if isinstance(value, ir.Value):
                     params.append(value)
+                    self.builder.kernel_params[name] = value
                     divisibility.append(16 if specialization.get(name) == "divisible_by_16" else 1)
                     value = 1 if specialization.get(name) == "equal_to_1" and \
                         isinstance(value.type, ScalarType) and value.type.is_int else self.builder.wrap(value)
@@ -120,9 +121,13 @@ class KernelBuilder(ExpressionVisitor):
             except ReturnSignal:
                 pass
         body = ir.Block((), tuple(self.builder.top_ops))
-        return ir.Kernel(fn.__name__, tuple(params), body, self.builder.num_warps,
+        # Hidden parameters (desc.shape reads) follow the caller's, in parameter order.
+        order = {name: i for i, name in enumerate(parameters)}
+        hidden = sorted(self.builder.hidden_params.items(), key=lambda item: (order[item[0][0]], item[0][1:]))
+        return ir.Kernel(fn.__name__, tuple(params) + tuple(v for _, v in hidden), body, self.builder.num_warps,
                          source="\n".join(self.sources.values()), constexprs=tuple(bound),
-                         param_divisibility=tuple(divisibility))
+                         param_divisibility=tuple(divisibility) + (1,) * len(hidden),
+                         hidden_params=tuple(key for key, _ in hidden))
 
     def parameter(self, name: str, parameter: inspect.Parameter, signature: dict,
                   constexprs: dict, specialization: Mapping) -> Any:

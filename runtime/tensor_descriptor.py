@@ -336,7 +336,18 @@ def _encoded(dtype_name: str, address: int, shape: tuple, strides: tuple, block_
         f"cuTensorMapEncodeTiled({dtype_name}, shape={list(shape)}, strides={list(strides)}, "
         f"box={list(block_shape)}, swizzle={swizzle})")
     words = list(tensor_map.opaque)
-    return struct.pack(f"<{len(words)}Q", *(int(w) for w in words))
+    return EncodedTensorMap(struct.pack(f"<{len(words)}Q", *(int(w) for w in words)), shape, strides)
+
+
+class EncodedTensorMap(bytes):
+    """A CUtensorMap's 128 bytes (what a launch passes for a descriptor argument), with the
+    global `shape` and `strides` (elements) they encode: a kernel that reads `desc.shape`
+    takes them as hidden parameters, which the launcher fills from here."""
+
+    def __new__(cls, data: bytes, shape: tuple, strides: tuple):
+        encoded = super().__new__(cls, data)
+        encoded.shape, encoded.strides = shape, strides
+        return encoded
 
 
 # ----------------------------------------------------------------------------- rebinding
