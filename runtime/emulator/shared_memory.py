@@ -133,6 +133,21 @@ def shared_slice(cta, op: ir.SharedSlice) -> None:
     cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor ^ start_offset))
 
 
+@RULES.register(ir.SharedReinterpret)
+def shared_reinterpret(cta, op: ir.SharedReinterpret) -> None:
+    """The same first byte, addressed by the new type's own layout: reads and writes of
+    either view land on, and are race-checked on, the same bytes."""
+    ref = view_source(cta, op, op.buffer)
+    if ref is None:
+        return
+    if ref.xor:
+        raise EmulationError("shared_reinterpret of a slice that does not start the buffer: the view's "
+                             "elements are not one run of bytes from its first; reinterpret the whole "
+                             "buffer, then slice", op.loc)
+    addressing = cta.memo(op, "addressing", lambda: shared_addressing(op.result.type.layout))
+    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing))
+
+
 @RULES.register(ir.Barrier)
 def barrier(cta, op: ir.Barrier) -> None:
     cta.shared.barrier()
