@@ -567,19 +567,37 @@ class KernelBuilder(ExpressionVisitor):
         number that becomes a tensor in the body takes the tensor's type; if the walk fails
         (e.g. a tensor method called on a number), it is retried with the reassigned
         numbers as runtime scalars of their default types. For a `while` whose condition
-        is a compile-time value: None when false."""
+        is a compile-time value: None when false.
+
+        A number the walk saw unchanged may still change in the real loop, computed from a
+        carried one (`y = i * 64` with `i` carried and 0 at the walk's end as before it):
+        while such numbers remain, the body is walked again with the carried numbers as
+        runtime scalars, and what changes then is carried too."""
         try:
-            return self.probe_loop(body, before, bindings, test, convert_numbers=False)
+            result = self.probe_loop(body, before, bindings, test, convert_numbers=False)
         except CompilationError:
             return self.probe_loop(body, before, bindings, test, convert_numbers=True)
+        numbers = {n for n in assigned_names(body) if n in before and n not in bindings
+                   and number_type(before[n]) is not None}
+        while result:
+            found = {key for key, _ in result}
+            if not numbers - found or not numbers & found:
+                break
+            again = self.probe_loop(body, before, bindings, test, convert_numbers=False,
+                                    runtime_names=numbers & found)
+            new = [(key, type_) for key, type_ in again if key not in found]
+            if not new:
+                break
+            result = result + new
+        return result
 
     def probe_loop(self, body, before: dict, bindings: dict, test: Optional[ast.expr],
-                   convert_numbers: bool):
+                   convert_numbers: bool, runtime_names: frozenset = frozenset()):
         loc = self.builder.loc
         reassigned = [n for n in sorted(assigned_names(body)) if n in before and n not in bindings]
         scratch = self.builder.push_block()
         probes = {}
-        for name in reassigned if convert_numbers else ():
+        for name in reassigned if convert_numbers else sorted(runtime_names):
             if number_type(before[name]) is not None:
                 probes[name] = self.builder.wrap(self.as_handle(name, before[name], number_type(before[name])))
         self.builder.pop_block()
