@@ -184,12 +184,28 @@ class SharedMemoryDescriptor(DynamicValue):
         except LayoutError as error:
             raise b.error(str(error))
         result_type = SharedType(shape, dtype, linear, encoding)
-        have, need = self.handle.type.num_bytes, result_type.num_bytes
+        # A view of one buffer of several may reach into the next ones (the emulator checks
+        # where it starts at run time), but never past the whole allocation.
+        allocation = _allocation_of(self.handle)
+        have, need = allocation.type.num_bytes, result_type.num_bytes
         if need > have:
-            raise b.error(f"{what} as {result_type} needs {need} bytes, but the buffer {self.type} holds "
-                          f"{have}; the view would reach past it into other buffers",
-                          suggestion="allocate the buffer large enough for every view of it")
+            raise b.error(f"{what} as {result_type} needs {need} bytes, but the allocation "
+                          f"{allocation.type} it views holds {have}; the view would reach past it "
+                          f"into other buffers", suggestion="allocate the buffer large enough for every view of it")
         return b.wrap(b.create(ir.SharedReinterpret, result_type, buffer=self.handle))
+
+
+def _allocation_of(buffer: ir.Value) -> ir.Value:
+    """The buffer a view was taken from, through the view ops built so far (`buffer`
+    itself when it is no view: an allocation, or a partition's copy of a buffer)."""
+    made_by = {}
+    for ops in sem.builder()._blocks:
+        for op in ir.Block((), tuple(ops)).walk():
+            if isinstance(op, (ir.SharedIndex, ir.SharedSlice, ir.SharedPermute, ir.SharedReinterpret)):
+                made_by[op.result] = op.buffer
+    while buffer in made_by:
+        buffer = made_by[buffer]
+    return buffer
 
 
 def _strip_top_zeros(rows: list) -> list:

@@ -36,6 +36,7 @@ class SharedRef:
     type: SharedType
     addressing: LinearLayout  # the view's dims -> element offset in the root buffer
     xor: int = 0
+    end: int = 0  # the byte after the root buffer (views keep their allocation's)
 
 
 class InFlight:

@@ -86,11 +86,34 @@ def too_large(out_ptr):
     ll.store(out_ptr, ll.sum(ll.sum(wide.load(BLOCKED), 1), 0))
 
 
-def test_a_view_larger_than_its_buffer_is_refused_at_the_line():
-    with pytest.raises(CompilationError, match=r"needs 16384 bytes, but the buffer shared<64x64xfp16> "
-                                               r"holds 8192") as info:
+def test_a_view_larger_than_its_allocation_is_refused_at_the_line():
+    with pytest.raises(CompilationError, match=r"needs 16384 bytes, but the allocation shared<64x64xfp16> "
+                                               r"it views holds 8192") as info:
         too_large.compile(signature={"out_ptr": "*fp32"}, num_warps=4)
     assert "buf._reinterpret(ll.float32" in str(info.value)
+
+
+@ll.jit
+def borrow_two_stages(x_ptr, out_ptr, first):
+    """An fp32 [32, 32] tile in two of four fp16 [32, 32] stages, from stage `first` on (as
+    Gluon's tutorial 07 lends B stages to its epilogue)."""
+    rows = ll.arange(0, 32, ll.SliceLayout(1, BLOCKED))
+    cols = ll.arange(0, 32, ll.SliceLayout(0, BLOCKED))
+    stages = ll.allocate_shared_memory(ll.float16, [4, 32, 32], ROW_MAJOR)
+    tile = stages.index(first)._reinterpret(ll.float32, [32, 32], ROW_MAJOR)
+    tile.store(ll.load(x_ptr + rows[:, None] * 32 + cols[None, :]))
+    halves = stages.index(first + 1).load(BLOCKED)  # the second stage holds rows 16..31
+    ll.store(out_ptr + rows[:, None] * 32 + cols[None, :], halves)
+
+
+def test_a_view_of_one_stage_may_span_the_next_but_not_past_the_allocation():
+    x = np.random.default_rng(2).standard_normal((32, 32)).astype(np.float32)
+    out = np.zeros((32, 32), np.float16)
+    borrow_two_stages[(1,)](x, out, 2)
+    np.testing.assert_array_equal(out.view(np.uint16), x[16:].view(np.uint16).reshape(32, 32))
+    with pytest.raises(EmulationError, match=r"needs 4096 bytes from byte \d+, but its allocation ends 2048 "
+                                             r"bytes after that"):
+        borrow_two_stages[(1,)](x, out, 3)
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
