@@ -34,7 +34,6 @@ def swizzled_bytes(x_ptr, out_ptr):
     same swizzle (the 16-byte chunks move alike), then written back through the bytes."""
     rows = ll.arange(0, 64, ll.SliceLayout(1, BLOCKED))
     cols = ll.arange(0, 64, ll.SliceLayout(0, BLOCKED))
-    byte_cols = ll.arange(0, 128, ll.SliceLayout(0, BLOCKED))
     buf = ll.allocate_shared_memory(ll.float16, [64, 64], ll.NVMMASharedLayout(128, 16))
     buf.store(ll.load(x_ptr + rows[:, None] * 64 + cols[None, :]))
     raw = buf._reinterpret(ll.uint8, [64, 128], ll.NVMMASharedLayout(128, 8))
