@@ -122,3 +122,31 @@ def test_desc_shape_on_the_gpu():
     row_sums[(4,)](ll.TensorDescriptor.from_tensor(x, [16, 64]), out)
     expected = x.double().sum(1).cpu().numpy()
     np.testing.assert_allclose(out[:300].cpu().numpy(), expected, rtol=1e-3, atol=1e-2)
+
+
+# ------------------------------------------------------------------ inside warp_specialize
+WARPGROUP = ll.BlockedLayout([1], [32], [4], [0])
+
+
+@ll.jit
+def rows_partition(desc, out_ptr):
+    ll.store(out_ptr + ll.arange(0, 128, WARPGROUP), ll.full([128], 0, ll.int32, WARPGROUP) + desc.shape[0])
+
+
+@ll.jit
+def cols_partition(desc, out_ptr):
+    ll.store(out_ptr + 128 + ll.arange(0, 128, WARPGROUP), ll.full([128], 0, ll.int32, WARPGROUP) + desc.shape[1])
+
+
+@ll.jit
+def shape_in_partitions(desc, out_ptr):
+    ll.warp_specialize((desc, out_ptr), rows_partition, (desc, out_ptr), [cols_partition], [4], [40])
+
+
+def test_partitions_read_the_shape_of_the_descriptor_they_were_handed():
+    out = np.zeros(256, np.int32)
+    shape_in_partitions[(1,)](ll.TensorDescriptor.from_tensor(np.zeros((40, 24), np.float16), [8, 16]), out)
+    assert (out[:128] == 40).all() and (out[128:] == 24).all()
+    compiled = shape_in_partitions.compile(signature={"desc": "tensordesc<fp16[8,16]>", "out_ptr": "*i32"})
+    assert [p.name for p in compiled.params] == ["desc", "out_ptr", "desc.shape[0]", "desc.shape[1]"]
+    assert ptxas.find_ptxas() is None or compiled.asm["cubin"]
