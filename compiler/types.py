@@ -197,9 +197,11 @@ class TensorDescriptorType:
     def copy_box(self) -> tuple[int, ...]:
         """The box one TMA copy moves (what the tensor map encodes): the whole box, or
         for a wide box one swizzle-row-wide strip of it."""
-        if self.rank == 1:
+        try:
+            swizzle = tensor_descriptor_swizzle(self)
+        except ValueError:  # a layout no swizzle mode places (hand-built IR): copied whole
             return self.block_shape
-        return tma_copy_box(self.block_shape, tensor_descriptor_swizzle(self), self.element.bits)
+        return tma_copy_box(self.block_shape, swizzle, self.element.bits)
 
     @property
     def strip_bytes(self) -> int:
