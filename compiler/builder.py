@@ -103,6 +103,24 @@ class Builder:
         self.inline_function: Optional[Callable[[Any, list, dict], Any]] = None
         # Tensors uniform over each warp (WarpAny results): what `if` may branch on per warp.
         self.warp_uniform: set[ir.Value] = set()
+        # The kernel's runtime parameters by name (set by the frontend), and the hidden ones
+        # made so far for reads of a descriptor's run-time fields (`hidden_param`).
+        self.kernel_params: dict[str, ir.Value] = {}
+        self.hidden_params: dict[tuple[str, str, int], ir.Value] = {}
+
+    def hidden_param(self, descriptor: ir.Value, field: str, dim: int, type_: Type) -> ir.Value:
+        """The scalar parameter holding `field[dim]` (a global shape or stride) of the
+        descriptor parameter `descriptor`, made on first use. A descriptor value inside a
+        warp_specialize partition is a copy of the parameter under the same name."""
+        name = descriptor.hint
+        if name is None or self.kernel_params.get(name) is None or \
+                self.kernel_params[name].type != descriptor.type:
+            raise self.error(f"`.{field}` of a tensor descriptor needs the kernel's own descriptor "
+                             f"parameter, found {descriptor!r}")
+        key = (name, field, dim)
+        if key not in self.hidden_params:
+            self.hidden_params[key] = ir.Value(type_, f"{name}.{field}[{dim}]")
+        return self.hidden_params[key]
 
     # ------------------------------------------------------------------ emission
     def emit(self, op: ir.Op) -> ir.Op:

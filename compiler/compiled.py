@@ -14,10 +14,16 @@ SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
 
 @dataclass(frozen=True)
 class Param:
-    """One kernel parameter as passed at launch (constexprs are not parameters)."""
+    """One kernel parameter as passed at launch (constexprs are not parameters).
+
+    `hidden`: for a parameter the caller does not pass, (descriptor parameter, field,
+    dim) it is read from at launch: a kernel that reads `desc.shape[d]` (or
+    `desc.strides[d]`) of a tensor descriptor argument takes it as an extra scalar after
+    the caller's parameters, filled in by the launcher and the emulator."""
 
     name: str
     type: str  # a signature string: "*fp32", "i32", "fp32", ...
+    hidden: Optional[tuple[str, str, int]] = None
 
     @property
     def is_pointer(self) -> bool:
@@ -59,3 +65,12 @@ class CompiledKernel:
         if self.asm.get("cubin"):
             return "cubin", self.asm["cubin"]
         return "ptx", self.asm["ptx"].encode()
+
+
+def hidden_params(kernel) -> tuple[Param, ...]:
+    """The parameters a kernel (ir.Kernel) reads from its descriptor arguments, in the order
+    they follow the caller's parameters."""
+    count = len(kernel.hidden_params)
+    values = kernel.params[len(kernel.params) - count:] if count else ()
+    return tuple(Param(value.hint, str(value.type), source)
+                 for value, source in zip(values, kernel.hidden_params))

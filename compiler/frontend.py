@@ -105,6 +105,7 @@ class KernelBuilder(ExpressionVisitor):
                     value = self.parameter(name, parameter, signature, constexprs, specialization)
                 if isinstance(value, ir.Value):
                     params.append(value)
+                    self.builder.kernel_params[name] = value
                     divisibility.append(16 if specialization.get(name) == "divisible_by_16" else 1)
                     value = 1 if specialization.get(name) == "equal_to_1" and \
                         isinstance(value.type, ScalarType) and value.type.is_int else self.builder.wrap(value)
@@ -120,9 +121,13 @@ class KernelBuilder(ExpressionVisitor):
             except ReturnSignal:
                 pass
         body = ir.Block((), tuple(self.builder.top_ops))
-        return ir.Kernel(fn.__name__, tuple(params), body, self.builder.num_warps,
+        # Hidden parameters (desc.shape reads) follow the caller's, in parameter order.
+        order = {name: i for i, name in enumerate(parameters)}
+        hidden = sorted(self.builder.hidden_params.items(), key=lambda item: (order[item[0][0]], item[0][1:]))
+        return ir.Kernel(fn.__name__, tuple(params) + tuple(v for _, v in hidden), body, self.builder.num_warps,
                          source="\n".join(self.sources.values()), constexprs=tuple(bound),
-                         param_divisibility=tuple(divisibility))
+                         param_divisibility=tuple(divisibility) + (1,) * len(hidden),
+                         hidden_params=tuple(key for key, _ in hidden))
 
     def parameter(self, name: str, parameter: inspect.Parameter, signature: dict,
                   constexprs: dict, specialization: Mapping) -> Any:
@@ -562,19 +567,37 @@ class KernelBuilder(ExpressionVisitor):
         number that becomes a tensor in the body takes the tensor's type; if the walk fails
         (e.g. a tensor method called on a number), it is retried with the reassigned
         numbers as runtime scalars of their default types. For a `while` whose condition
-        is a compile-time value: None when false."""
+        is a compile-time value: None when false.
+
+        A number the walk saw unchanged may still change in the real loop, computed from a
+        carried one (`y = i * 64` with `i` carried and 0 at the walk's end as before it):
+        while such numbers remain, the body is walked again with the carried numbers as
+        runtime scalars, and what changes then is carried too."""
         try:
-            return self.probe_loop(body, before, bindings, test, convert_numbers=False)
+            result = self.probe_loop(body, before, bindings, test, convert_numbers=False)
         except CompilationError:
             return self.probe_loop(body, before, bindings, test, convert_numbers=True)
+        numbers = {n for n in assigned_names(body) if n in before and n not in bindings
+                   and number_type(before[n]) is not None}
+        while result:
+            found = {key for key, _ in result}
+            if not numbers - found or not numbers & found:
+                break
+            again = self.probe_loop(body, before, bindings, test, convert_numbers=False,
+                                    runtime_names=numbers & found)
+            new = [(key, type_) for key, type_ in again if key not in found]
+            if not new:
+                break
+            result = result + new
+        return result
 
     def probe_loop(self, body, before: dict, bindings: dict, test: Optional[ast.expr],
-                   convert_numbers: bool):
+                   convert_numbers: bool, runtime_names: frozenset = frozenset()):
         loc = self.builder.loc
         reassigned = [n for n in sorted(assigned_names(body)) if n in before and n not in bindings]
         scratch = self.builder.push_block()
         probes = {}
-        for name in reassigned if convert_numbers else ():
+        for name in reassigned if convert_numbers else sorted(runtime_names):
             if number_type(before[name]) is not None:
                 probes[name] = self.builder.wrap(self.as_handle(name, before[name], number_type(before[name])))
         self.builder.pop_block()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Optional
 
-from .compiled import CompiledKernel, Param
+from .compiled import CompiledKernel, Param, hidden_params
 from .ir import Kernel
 from .passes.allocate_shared_memory import allocate_shared_memory
 from .passes.axis_analysis import format_axis_info
@@ -148,7 +148,7 @@ def compile_layout_kernel(kernel: Kernel, params: tuple[Param, ...], source: str
         cubin, report = ptxas.assemble(ptx, arch=target)
         asm["cubin"] = cubin
         metadata.update(report)
-    return CompiledKernel(name=kernel.name, params=params, num_warps=kernel.num_warps,
+    return CompiledKernel(name=kernel.name, params=params + hidden_params(kernel), num_warps=kernel.num_warps,
                           shared=kernel.shared_bytes, asm=asm, metadata=metadata,
                           cluster=None if kernel.cluster == (1, 1, 1) else kernel.cluster,
                           total_warps=kernel.total_warps)

@@ -187,6 +187,29 @@ class TensorDescriptorType:
         return n * self.element.bits // 8
 
     @property
+    def copies(self) -> int:
+        """TMA copies one box takes: a box whose inner dim spans several swizzle rows is
+        moved one row-wide column strip at a time (a copy's inner box dim may not exceed
+        the swizzle width), each strip landing after the last (`strip_bytes` apart), as
+        the NVMMA layout stores such a box."""
+        return max(1, self.block_shape[-1] // self.copy_box[-1])
+
+    @property
+    def copy_box(self) -> tuple[int, ...]:
+        """The box one TMA copy moves (what the tensor map encodes): the whole box, or
+        for a wide box one swizzle-row-wide strip of it."""
+        try:
+            swizzle = tensor_descriptor_swizzle(self)
+        except ValueError:  # a layout no swizzle mode places (hand-built IR): copied whole
+            return self.block_shape
+        return tma_copy_box(self.block_shape, swizzle, self.element.bits)
+
+    @property
+    def strip_bytes(self) -> int:
+        """Shared-memory bytes between the strips of a wide box (one strip's bytes)."""
+        return math.prod(self.copy_box) * self.element.bits // 8
+
+    @property
     def block_type(self) -> "BlockType":
         """The box as a type (Gluon's `desc.type.block_type`)."""
         return BlockType(self.block_shape, self.element)
@@ -286,23 +309,42 @@ def tensor_descriptor_swizzle(type_: TensorDescriptorType) -> int:
     raise ValueError(f"{type_}: its layout is not a TMA box placement")
 
 
+def tma_copy_box(block_shape, swizzle: int, element_bits: int) -> tuple[int, ...]:
+    """The box one TMA copy of a `block_shape` box moves: the inner dim cut to one swizzle
+    row (16 bytes unswizzled), as cuTensorMapEncodeTiled requires of a swizzled box; the
+    whole box when it is narrower or rank 1."""
+    block_shape = tuple(block_shape)
+    if len(block_shape) == 1:
+        return block_shape
+    row = max(swizzle, 16) * 8 // element_bits
+    return block_shape[:-1] + (min(row, block_shape[-1]),)
+
+
 def tma_box_layout(block_shape, swizzle: int, element_bits: int) -> LinearLayout:
     """Where TMA puts each element of a box in shared memory (offset, in elements ->
     dims): row-major with the innermost dim contiguous, then, for a swizzle of 32/64/128
     bytes, bits [4, 4+k) of the byte address XORed with bits [7, 7+k), k = 1/2/3 (the
-    CU_TENSOR_MAP_SWIZZLE_*B modes; CUTLASS's Swizzle<k, 4, 3>)."""
+    CU_TENSOR_MAP_SWIZZLE_*B modes; CUTLASS's Swizzle<k, 4, 3>). A box whose inner dim
+    is wider than a swizzle row (16 bytes unswizzled) is copied one row-wide column strip
+    at a time, the strips one after another (`TensorDescriptorType.copies`)."""
     rank = len(block_shape)
+    element_shift = (element_bits // 8).bit_length() - 1
+    strip = block_shape[-1]
+    if rank > 1:
+        strip = min(strip, max(swizzle, 16) >> element_shift)
     row_major = []  # offset bit -> coordinates, innermost dim first
     for dim in reversed(range(rank)):
-        for bit in range(block_shape[dim].bit_length() - 1):
+        size = strip if dim == rank - 1 else block_shape[dim]
+        for bit in range(size.bit_length() - 1):
             row_major.append(tuple((1 << bit) if d == dim else 0 for d in range(rank)))
-    element_shift = (element_bits // 8).bit_length() - 1
     k = TMA_SWIZZLES.index(swizzle)
     bases = []
     for bit, coords in enumerate(row_major):
         if 7 <= bit + element_shift < 7 + k:  # this bit flips the chunk bit 3 below it
             coords = tuple(a ^ b for a, b in zip(coords, row_major[bit - 3]))
         bases.append(coords)
+    for bit in range(strip.bit_length() - 1, block_shape[-1].bit_length() - 1):  # the strips
+        bases.append(tuple((1 << bit) if d == rank - 1 else 0 for d in range(rank)))
     return LinearLayout({"offset": bases, "block": []},
                         [(f"dim{d}", size) for d, size in enumerate(block_shape)])
 
@@ -315,9 +357,10 @@ def tensor_descriptor_type(element: ScalarType, block_shape, swizzle: Optional[i
     TMA's rules (cuTensorMapEncodeTiled): rank 1..5, box dims 1..256, the inner box dim a
     multiple of 16 bytes and at most the swizzle width. weft's: box dims are powers of two,
     and the box lands in shared memory as the NVMMA layout of its swizzle (HOPPER.md), so
-    the inner box dim is exactly one swizzle row (16 bytes when unswizzled) and a swizzled
-    box has at least the 8 rows one swizzle pattern spans. A rank-1 box is unswizzled and
-    contiguous.
+    the inner box dim is at least one swizzle row (16 bytes when unswizzled) and a swizzled
+    box has at least the 8 rows one swizzle pattern spans. An inner dim of several swizzle
+    rows is moved by several copies, one row-wide strip each (`TensorDescriptorType.copies`).
+    A rank-1 box is unswizzled and contiguous.
     """
     from ..layouts import LayoutError, nvmma_shared
     from ..layouts.standard import default_nvmma_swizzle
@@ -353,7 +396,7 @@ def tensor_descriptor_type(element: ScalarType, block_shape, swizzle: Optional[i
         return TensorDescriptorType(element, block_shape,
                                     tma_box_layout(block_shape, 0, bits), encoding)
     row_bytes = swizzle or 16
-    if inner_bytes != row_bytes:
+    if inner_bytes < row_bytes:
         hint = f"use block_shape[-1] = {row_bytes * 8 // bits} ({row_bytes} bytes)"
         if inner_bytes in TMA_SWIZZLES:
             rows = math.prod(block_shape[:-1])

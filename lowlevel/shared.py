@@ -166,6 +166,48 @@ class SharedMemoryDescriptor(DynamicValue):
         result_type = SharedType(shape, self.dtype, layout, flipped)
         return b.wrap(b.create(ir.SharedPermute, result_type, buffer=self.handle, order=order))
 
+    @builtin
+    def _reinterpret(self, dtype: ScalarType, shape: Sequence[int], layout: Any):
+        """The same bytes as a buffer of another element type, shape and shared layout
+        (Gluon's spelling): it starts at this buffer's first byte and may not need more
+        bytes than this buffer holds. Writes through one view are reads of the other."""
+        b = sem.builder()
+        what = "_reinterpret"
+        if not isinstance(dtype, ScalarType):
+            raise b.error(f"{what} element type must be like ll.float16, found {dtype!r}")
+        if not isinstance(shape, (list, tuple)) or not shape or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
+            raise b.error(f"{what} shape must be positive compile-time ints, found {shape!r}")
+        shape = tuple(shape)
+        try:
+            encoding: SharedLayout = as_shared(layout, f"{what} layout")
+            linear = encoding.to_linear(shape)
+        except LayoutError as error:
+            raise b.error(str(error))
+        result_type = SharedType(shape, dtype, linear, encoding)
+        # A view of one buffer of several may reach into the next ones (the emulator checks
+        # where it starts at run time), but never past the whole allocation.
+        allocation = _allocation_of(self.handle)
+        have, need = allocation.type.num_bytes, result_type.num_bytes
+        if need > have:
+            raise b.error(f"{what} as {result_type} needs {need} bytes, but the allocation "
+                          f"{allocation.type} it views holds {have}; the view would reach past it "
+                          f"into other buffers", suggestion="allocate the buffer large enough for every view of it")
+        return b.wrap(b.create(ir.SharedReinterpret, result_type, buffer=self.handle))
+
+
+def _allocation_of(buffer: ir.Value) -> ir.Value:
+    """The buffer a view was taken from, through the view ops built so far (`buffer`
+    itself when it is no view: an allocation, or a partition's copy of a buffer)."""
+    made_by = {}
+    for ops in sem.builder()._blocks:
+        for op in ir.Block((), tuple(ops)).walk():
+            if isinstance(op, (ir.SharedIndex, ir.SharedSlice, ir.SharedPermute, ir.SharedReinterpret)):
+                made_by[op.result] = op.buffer
+    while buffer in made_by:
+        buffer = made_by[buffer]
+    return buffer
+
 
 def _strip_top_zeros(rows: list) -> list:
     while rows and not any(rows[-1]):

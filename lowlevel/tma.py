@@ -64,6 +64,21 @@ class TensorDescriptorValue(DynamicValue):
         return self.type.box_bytes
 
     @property
+    def shape(self) -> tuple:
+        """The global tensor's shape (i32 scalars, outermost dim first), read at run time:
+        the kernel takes them as hidden parameters that the launch fills from the
+        descriptor argument (only kernels that read them do)."""
+        return self._fields("shape", ScalarType("i32"))
+
+    @property
+    def strides(self) -> tuple:
+        """The global tensor's strides in elements (i64 scalars), as `shape`."""
+        return self._fields("strides", ScalarType("i64"))
+
+    def _fields(self, field: str, type_: ScalarType) -> "DescriptorFields":
+        return DescriptorFields(self.handle, field, type_)
+
+    @property
     def block_type(self) -> BlockType:
         """The box as a type: `.shape` (a list), `.element_ty`, `.nbytes`; compares with ==."""
         return self.type.block_type
@@ -72,6 +87,26 @@ class TensorDescriptorValue(DynamicValue):
         return f"TensorDescriptorValue({self.type})"
 
     __hash__ = object.__hash__
+
+
+class DescriptorFields(Sequence):
+    """`desc.shape` or `desc.strides`: one run-time scalar per dim, each a hidden kernel
+    parameter made when first read (so a kernel takes only the ones it uses)."""
+
+    def __init__(self, descriptor: ir.Value, field: str, type_: ScalarType):
+        self.descriptor, self.field, self.type = descriptor, field, type_
+
+    def __len__(self) -> int:
+        return self.descriptor.type.rank
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self))[index])
+        if isinstance(index, bool) or not isinstance(index, int) or not -len(self) <= index < len(self):
+            raise sem.builder().error(f"desc.{self.field}[{index!r}]: the index must be a compile-time int "
+                                      f"below the descriptor's rank {len(self)}")
+        b = sem.builder()
+        return b.wrap(b.hidden_param(self.descriptor, self.field, index % len(self), self.type))
 
 
 def _descriptor(desc: Any, what: str) -> TensorDescriptorType:

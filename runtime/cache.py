@@ -189,7 +189,7 @@ def encode_kernel(compiled: CompiledKernel, dependencies: Sequence[Sequence[str]
     for field in dataclasses.fields(CompiledKernel):
         value = getattr(compiled, field.name)
         if field.name == "params":
-            value = [[p.name, p.type] for p in value]
+            value = [[p.name, p.type] + ([list(p.hidden)] if p.hidden else []) for p in value]
         document[field.name] = _encode(value, field.name)
     entry = {"dependencies": [list(d) for d in dependencies], "kernel": document}
     payload = json.dumps(entry, sort_keys=True).encode()
@@ -217,7 +217,8 @@ def kernel_from_document(document: dict) -> CompiledKernel:
         elif field.default is dataclasses.MISSING and \
                 field.default_factory is dataclasses.MISSING:
             raise ValueError(f"entry lacks field {field.name!r}")
-    values["params"] = tuple(Param(name, type_) for name, type_ in values["params"])
+    values["params"] = tuple(Param(name, type_, tuple(hidden[0]) if hidden else None)
+                             for name, type_, *hidden in values["params"])
     return CompiledKernel(**values)
 
 

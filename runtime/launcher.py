@@ -64,15 +64,20 @@ class Launcher:
         params = compiled.params
         self.param_names = tuple(p.name for p in params)
         self.param_types = tuple(p.type for p in params)
-        self.arg_names = tuple(arg_names) if arg_names is not None else self.param_names
+        passed = tuple(p.name for p in params if p.hidden is None)
+        self.arg_names = tuple(arg_names) if arg_names is not None else passed
         position = {n: i for i, n in enumerate(self.arg_names)}
-        missing = [n for n in self.param_names if n not in position]
+        missing = [n for n in passed if n not in position]
         if missing:
             raise ValueError(f"kernel '{self.name}' has parameters {missing} that are not "
                              f"among the arguments {list(self.arg_names)}")
-        # Which argument feeds each parameter; None when it is the identity.
-        select = tuple(position[n] for n in self.param_names)
+        # Which argument feeds each parameter the caller passes; None when it is the identity.
+        select = tuple(position[n] for n in passed)
         self._select = None if select == tuple(range(len(self.arg_names))) else select
+        # Hidden parameters (desc.shape reads): (passed parameter, field, dim) each, read
+        # from that descriptor's encoded tensor map (tensor_descriptor.EncodedTensorMap).
+        self._hidden = tuple((passed.index(p.hidden[0]), p.hidden[1], p.hidden[2]) for p in params if p.hidden)
+        self._passed = len(passed)
         self._packers = arguments.make_packers(self.name, self.param_names, self.param_types)
         self._nargs = len(self.arg_names)
         static = int(compiled.metadata.get("static_shared", 0))
@@ -91,8 +96,8 @@ class Launcher:
         plan = self._plans.get(keys)
         if plan is None:
             chosen = keys if self._select is None else tuple(keys[i] for i in self._select)
-            device = arguments.check_keys(self.name, self.param_names, self.param_types,
-                                          chosen)
+            device = arguments.check_keys(self.name, self.param_names[:self._passed],
+                                          self.param_types[:self._passed], chosen)
             torch_stream = any(arguments.on_torch_stream(k) for k in keys)
             plan = LaunchPlan(device if device is not None and device >= 0 else None,
                               torch_stream)
@@ -199,6 +204,8 @@ class Launcher:
             state.stream = handle
         if self._select is not None:
             values = [values[i] for i in self._select]
+        if self._hidden:
+            values = self._with_hidden(values)
         for holder, pack, value in zip(state.holders, self._packers, values):
             holder.value = value if pack is None else pack(value)
         err = state.launch(config, function, state.params_address, 0)[0]
@@ -219,7 +226,14 @@ class Launcher:
             handle = _stream_handle(stream)
         if self._select is not None:
             values = [values[i] for i in self._select]
+        if self._hidden:
+            values = self._with_hidden(values)
         return PreparedLaunch(self, self.function(device), device, grid, values, handle)
+
+    def _with_hidden(self, values: list) -> list:
+        """`values` followed by the hidden parameters' (a descriptor's global shape or
+        strides, which its encoded tensor map carries)."""
+        return [*values, *(getattr(values[i], field)[dim] for i, field, dim in self._hidden)]
 
     def _retry(self, code: int, device: int, config, function, params_address) -> None:
         """A launch failed: if the wrong (or no) context was current, launch again in

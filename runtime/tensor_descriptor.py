@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.hardware import TENSOR_MAP_BYTES, TMA_MAX_GLOBAL_DIM, TMA_MAX_STRIDE_BYTES
 from ..compiler.types import (ScalarType, TensorDescriptorType, tensor_descriptor_signature,
-                              tensor_descriptor_type)
+                              tensor_descriptor_type, tma_copy_box)
 from ..layouts import NVMMASharedLayout
 from . import arguments, driver
 from .arguments import HOST, OTHER_DEVICE, UNKNOWN_DEVICE, ArgumentTypeError
@@ -284,8 +284,14 @@ def _check_global(address: int, shape: tuple, strides: tuple, block_shape: tuple
 def _encode(desc: TensorDescriptor, itemsize: int) -> bytes:
     """The 128-byte CUtensorMap of `desc` (cuTensorMapEncodeTiled; CUDA driver API,
     "Tensor Map Object Management"): no interleave, L2 promotion 256B, OOB fill zeros."""
-    return _encoded(desc.dtype.name, desc.address, desc.shape, desc.strides, desc.block_shape,
+    return _encoded(desc.dtype.name, desc.address, desc.shape, desc.strides, _copy_box(desc),
                     desc.swizzle, itemsize)
+
+
+def _copy_box(desc: TensorDescriptor) -> tuple:
+    """The box the tensor map encodes: one TMA copy's, a swizzle-row-wide strip of a wider
+    box (the kernel issues one copy per strip)."""
+    return tma_copy_box(desc.block_shape, desc.swizzle, desc.dtype.bits)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -312,7 +318,18 @@ def _encoded(dtype_name: str, address: int, shape: tuple, strides: tuple, block_
         f"cuTensorMapEncodeTiled({dtype_name}, shape={list(shape)}, strides={list(strides)}, "
         f"box={list(block_shape)}, swizzle={swizzle})")
     words = list(tensor_map.opaque)
-    return struct.pack(f"<{len(words)}Q", *(int(w) for w in words))
+    return EncodedTensorMap(struct.pack(f"<{len(words)}Q", *(int(w) for w in words)), shape, strides)
+
+
+class EncodedTensorMap(bytes):
+    """A CUtensorMap's 128 bytes (what a launch passes for a descriptor argument), with the
+    global `shape` and `strides` (elements) they encode: a kernel that reads `desc.shape`
+    takes them as hidden parameters, which the launcher fills from here."""
+
+    def __new__(cls, data: bytes, shape: tuple, strides: tuple):
+        encoded = super().__new__(cls, data)
+        encoded.shape, encoded.strides = shape, strides
+        return encoded
 
 
 # ----------------------------------------------------------------------------- rebinding
@@ -334,7 +351,7 @@ def rebinder(desc: TensorDescriptor, holder) -> Callable[[int], None]:
             def write(address: int, word=word) -> None:
                 word.value = address
             return write
-    key = (desc.dtype.name, desc.shape, desc.strides, desc.block_shape, desc.swizzle, desc.dtype.bits // 8)
+    key = (desc.dtype.name, desc.shape, desc.strides, _copy_box(desc), desc.swizzle, desc.dtype.bits // 8)
 
     def encode(address: int) -> None:
         dtype_name, shape, strides, block_shape, swizzle, itemsize = key

@@ -10,7 +10,8 @@ its lane 0 arrives. A wait is executed by every thread.
 
 TMA descriptors: the lowered descriptor value is the tensor map's generic address (an
 i64 or a pointer). TMA moves whole boxes between global memory and a shared buffer laid
-out by the descriptor's layout; the hardware applies the swizzle from address bits, so
+out by the descriptor's layout (a box wider than a swizzle row as several copies, one
+row-wide column strip each, the tensor map encoding one strip); the hardware applies the swizzle from address bits, so
 the buffer must start on the swizzle's period (its layout's XOR pattern repeat, at least
 the 128 bytes the ISA asks for).
 
@@ -219,15 +220,28 @@ def _coordinates(ctx: Lowering, op: Op) -> list[ir.Value]:
     return [_i32(ctx, ctx.scalar(c)) for c in reversed(op.coords)]
 
 
+def _strips(ctx: Lowering, type_: TensorDescriptorType, address: ir.Value, coords: list):
+    """(shared address, coordinates innermost first) of each copy of the box at `address`
+    and `coords`: one, or for a box wider than a swizzle row one per row-wide column strip,
+    `strip_bytes` apart in shared memory and one strip's width apart along the inner dim."""
+    if type_.copies == 1:
+        return [(address, coords)]
+    b, width = ctx.builder, type_.copy_box[-1]
+    return [(b.add(address, ir.Constant(T.I32, j * type_.strip_bytes)),
+             [b.add(coords[0], ir.Constant(T.I32, j * width)), *coords[1:]]) for j in range(type_.copies)]
+
+
 @lowers(TmaLoad)
 def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
     descriptor, type_ = _descriptor(ctx, op)
     destination = _box_address(ctx, op, type_)
     barrier = _barrier_address(ctx, op.barrier)
-    operands = [destination, descriptor, barrier, *_coordinates(ctx, op), _issuer(ctx, op.pred)]
-    if op.multicast is not None:
-        operands.append(ctx.builder.trunc(_i32(ctx, ctx.scalar(op.multicast)), T.I16))
-    ctx.inline_asm(ptx_asm.tma_load(type_.rank, op.multicast is not None), operands)
+    coords = _coordinates(ctx, op)
+    issuer = _issuer(ctx, op.pred)
+    mask = [] if op.multicast is None else [ctx.builder.trunc(_i32(ctx, ctx.scalar(op.multicast)), T.I16)]
+    for address, strip in _strips(ctx, type_, destination, coords):
+        ctx.inline_asm(ptx_asm.tma_load(type_.rank, op.multicast is not None),
+                       [address, descriptor, barrier, *strip, issuer, *mask])
 
 
 @lowers(BulkCopyLoad)
@@ -246,8 +260,10 @@ def lower_bulk_copy_load(ctx: Lowering, op: BulkCopyLoad) -> None:
 @lowers(TmaStore)
 def lower_tma_store(ctx: Lowering, op: TmaStore) -> None:
     descriptor, type_ = _descriptor(ctx, op)
-    source = _box_address(ctx, op, type_)
-    ctx.inline_asm(ptx_asm.tma_store(type_.rank), [descriptor, source, *_coordinates(ctx, op), _elected(ctx)])
+    strips = _strips(ctx, type_, _box_address(ctx, op, type_), _coordinates(ctx, op))
+    for j, (source, coords) in enumerate(strips):  # one bulk group for the box: store_wait counts boxes
+        ctx.inline_asm(ptx_asm.tma_store(type_.rank, commit=j == len(strips) - 1),
+                       [descriptor, source, *coords, _elected(ctx)])
 
 
 @lowers(TmaStoreWait)

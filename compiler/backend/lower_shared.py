@@ -16,7 +16,8 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
-from ..ir import AllocShared, Barrier, SharedIndex, SharedLoad, SharedSlice, SharedStore, Value
+from ..ir import (AllocShared, Barrier, SharedIndex, SharedLoad, SharedReinterpret, SharedSlice, SharedStore,
+                  Value)
 from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 from ...layouts.banks import vector_width_of
@@ -174,4 +175,16 @@ def lower_shared_slice(ctx: Lowering, op: SharedSlice) -> None:
             f"size {size}; such windows are not linear in the shared layout", op.loc)
     addressing, start_offset = shared_slice_addressing(parent.addressing, op.dim, op.start, size)
     ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor ^ start_offset,
+                                     parent.align))
+
+
+@lowers(SharedReinterpret)
+def lower_shared_reinterpret(ctx: Lowering, op: SharedReinterpret) -> None:
+    """The same first byte, addressed by the new type's own layout."""
+    parent = ctx.shared(op.buffer)
+    if parent.xor:
+        raise CompilationError(
+            "shared_reinterpret of a slice that does not start the buffer: the view's elements are "
+            "not one run of bytes from its first", op.loc, suggestion="reinterpret the whole buffer, then slice")
+    ctx.define(op.result, SharedView(op.result.type, parent.base, addressing_of(op.result.type.layout), 0,
                                      parent.align))

@@ -26,8 +26,8 @@ from llvmlite import ir
 
 from ...layouts import LinearLayout, NVMMADistributedLayout
 from ..errors import CompilationError
-from ..ir import (AllocShared, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedSlice, Value,
-                  WarpGroupDot, WarpGroupDotWait, WarpSpecialize, Yield, is_shared, is_tensor)
+from ..ir import (AllocShared, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice,
+                  Value, WarpGroupDot, WarpGroupDotWait, WarpSpecialize, Yield, is_shared, is_tensor)
 from ..types import SharedType, TensorType
 from ..wgmma import (CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types,
                      instruction_k, plan_accumulator, plan_operand, plan_register_a)
@@ -143,7 +143,7 @@ def _walk_alignments(kernel: Kernel, loop_args: dict[Value, int]) -> dict[Value,
         elif isinstance(op, SharedIndex) and op.buffer in known:
             parent = op.buffer.type
             known[op.result] = min(known[op.buffer], _lowbit(parent.num_bytes // parent.shape[0]))
-        elif isinstance(op, (SharedSlice, SharedPermute)) and op.buffer in known:
+        elif isinstance(op, (SharedSlice, SharedPermute, SharedReinterpret)) and op.buffer in known:
             known[op.result] = known[op.buffer]
         elif isinstance(op, WarpSpecialize):
             for block in (op.default, *op.workers):

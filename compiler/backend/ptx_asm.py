@@ -309,8 +309,9 @@ def bulk_load() -> tuple[str, str]:
             "r,l,r,r,b")
 
 
-def tma_store(rank: int) -> tuple[str, str]:
-    """Copy a shared-memory box to the tensor, then close this thread's bulk group.
+def tma_store(rank: int, commit: bool = True) -> tuple[str, str]:
+    """Copy a shared-memory box to the tensor, then (`commit`) close this thread's bulk
+    group: the strips of a wide box go in one group, so that store_wait counts boxes.
 
     Operands: the descriptor ($0), the source ($1, shared), the coordinates ($2..,
     innermost first), the predicate.
@@ -319,8 +320,9 @@ def tma_store(rank: int) -> tuple[str, str]:
     """
     coords = ", ".join(f"${2 + i}" for i in range(rank))
     guard = f"@${2 + rank} "
-    text = (f"{guard}cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{coords}}}], [$1];\n\t"
-            f"{guard}cp.async.bulk.commit_group;")
+    text = f"{guard}cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{coords}}}], [$1];"
+    if commit:
+        text += f"\n\t{guard}cp.async.bulk.commit_group;"
     return text, ",".join(["l", "r"] + ["r"] * rank + ["b"])
 
 

@@ -48,6 +48,10 @@ class Kernel:
     # The launch option maxnreg: registers a thread may hold at most (None: as many as the
     # block size allows), so that more CTAs fit on an SM.
     max_registers: Optional[int] = None
+    # (descriptor parameter, "shape" or "strides", dim) of each hidden parameter: the last
+    # len(hidden_params) params, which the kernel reads as `desc.shape[dim]` and the
+    # launcher fills from that descriptor argument (compiled.Param.hidden).
+    hidden_params: tuple[tuple[str, str, int], ...] = ()
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

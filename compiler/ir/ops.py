@@ -481,6 +481,18 @@ class SharedSlice(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SharedReinterpret(Op):
+    """The bytes of a buffer seen as another buffer: the result's type (element, shape,
+    shared layout) addresses the same bytes from the same first byte; it needs no more
+    bytes than the buffer has (Gluon's `_reinterpret`)."""
+
+    NAME = "shared_reinterpret"
+    IN_WARP = True
+    result: Value
+    buffer: Value
+
+
+@dataclass(frozen=True, kw_only=True)
 class Barrier(Op):
     """bar.sync 0: all threads of the CTA, and their shared-memory accesses, meet here."""
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..errors import CompilationError
 from ..hardware import SHARED_LIMIT
-from ..ir import AllocShared, Block, Kernel, Op, SharedIndex, SharedPermute, SharedSlice, Value, WarpSpecialize
+from ..ir import (AllocShared, Block, Kernel, Op, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice, Value,
+                  WarpSpecialize)
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
 
@@ -75,7 +76,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
             roots[op.result] = op.result
             size = op.result.type.num_bytes
             intervals[op.result] = _Interval(op.result, size, _alignment(size), start, here, loops)
-        elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute)):
+        elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute, SharedReinterpret)):
             roots[op.result] = roots.get(op.buffer, op.buffer)
         elif isinstance(op, WarpSpecialize):  # partitions see captured buffers as block args
             for region in op.nested_blocks():

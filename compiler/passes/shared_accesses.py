@@ -13,8 +13,8 @@ from typing import Optional
 from .. import atomics
 from ..ir import (ATOMICS, AllocShared, AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, ConvertLayout,
                   MBarrierArrive, MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Reduce,
-                  SharedIndex, SharedLoad, SharedPermute, SharedSlice, SharedStore, TmaLoad, TmaStore, TmaStoreWait,
-                  Value, WarpDot, WarpGroupDot, WarpGroupDotWait, WarpSpecialize, is_shared)
+                  SharedIndex, SharedLoad, SharedPermute, SharedReinterpret, SharedSlice, SharedStore, TmaLoad,
+                  TmaStore, TmaStoreWait, Value, WarpDot, WarpGroupDot, WarpGroupDotWait, WarpSpecialize, is_shared)
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class BufferRanges:
     def define(self, op: Op) -> None:
         if isinstance(op, AllocShared) and op.offset is not None:
             self.ranges[op.result] = ByteRange(op.offset, op.offset + op.result.type.num_bytes)
-        elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute)) and op.buffer in self.ranges:
+        elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute, SharedReinterpret)) and op.buffer in self.ranges:
             self.ranges[op.result] = self.ranges[op.buffer]
         elif isinstance(op, WarpSpecialize):  # partitions see captured buffers as block args
             for region in op.nested_blocks():

@@ -91,3 +91,17 @@ def bind_descriptor(arg, type_: TensorDescriptorType, name: str, memory: GlobalM
     swizzle = getattr(arg, "swizzle", None)
     return EmulatedDescriptor(name, int(address), shape, strides, type_,
                               swizzle_of(type_) if swizzle is None else int(swizzle))
+
+
+def hidden_arguments(kernel, args) -> tuple:
+    """The values of a kernel's hidden parameters (`desc.shape[d]`, `desc.strides[d]`, read
+    from its descriptor arguments; ir.Kernel.hidden_params), to follow `args`."""
+    position = {p.hint: i for i, p in enumerate(kernel.params)}
+    values = []
+    for name, field, dim in kernel.hidden_params:
+        arg = args[position[name]]
+        if not hasattr(arg, field):
+            raise EmulationError(f"argument `{name}` is a {type(arg).__name__}; the kernel reads its "
+                                 f"`.{field}` as a tensor descriptor's (ll.TensorDescriptor.from_tensor)")
+        values.append(int(getattr(arg, field)[dim]))
+    return tuple(values)

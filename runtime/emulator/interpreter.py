@@ -36,6 +36,7 @@ class SharedRef:
     type: SharedType
     addressing: LinearLayout  # the view's dims -> element offset in the root buffer
     xor: int = 0
+    end: int = 0  # the byte after the root buffer (views keep their allocation's)
 
 
 class InFlight:
@@ -267,9 +268,13 @@ def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
                              f"runs the `layout` stage (run the layout passes first)")
     grid = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
     grid = tuple(int(g) for g in (grid + (1, 1, 1))[:3])
-    if len(args) != len(kernel.params):
-        raise EmulationError(f"kernel `{kernel.name}` takes {len(kernel.params)} arguments "
-                             f"({', '.join(p.hint or '?' for p in kernel.params)}), got {len(args)}")
+    passed = kernel.params[:len(kernel.params) - len(kernel.hidden_params)]
+    if len(args) != len(passed):
+        raise EmulationError(f"kernel `{kernel.name}` takes {len(passed)} arguments "
+                             f"({', '.join(p.hint or '?' for p in passed)}), got {len(args)}")
+    if kernel.hidden_params:
+        from .descriptors import hidden_arguments
+        args = tuple(args) + hidden_arguments(kernel, args)
     rules = rules or EMULATION_RULES
     stream = stream or sys.stdout
     memory = GlobalMemory()

@@ -66,7 +66,8 @@ def alloc_shared(cta, op: ir.AllocShared) -> None:
             f"buffer of {type_.num_bytes} bytes at offset {offset} does not fit in the kernel's "
             f"{cta.shared.cta_size} bytes of shared memory (kernel.shared_bytes)", op.loc)
     addressing = cta.memo(op, "addressing", lambda: shared_addressing(type_.layout))
-    ref = SharedRef(cta.shared_base + offset, type_, addressing)  # in its CTA's window of a cluster
+    start = cta.shared_base + offset  # in its CTA's window of a cluster
+    ref = SharedRef(start, type_, addressing, end=start + type_.num_bytes)
     if op.init is not None:
         _store(cta, op, ref, op.init)
     cta.bind(op.result, ref)
@@ -113,7 +114,7 @@ def shared_index(cta, op: ir.SharedIndex) -> None:
                                            f"{stages} stages (shape {list(ref.type.shape)})", op))
         return
     offset = ref.offset + index * stride * element_bytes(ref.type.element)
-    cta.bind(op.result, SharedRef(offset, op.result.type, addressing, ref.xor))
+    cta.bind(op.result, SharedRef(offset, op.result.type, addressing, ref.xor, ref.end))
 
 
 @RULES.register(ir.SharedSlice)
@@ -130,7 +131,27 @@ def shared_slice(cta, op: ir.SharedSlice) -> None:
     addressing, start_offset = cta.memo(
         op, ("view", id(ref.addressing)),
         lambda: shared_slice_addressing(ref.addressing, op.dim, op.start, size))
-    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor ^ start_offset))
+    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor ^ start_offset, ref.end))
+
+
+@RULES.register(ir.SharedReinterpret)
+def shared_reinterpret(cta, op: ir.SharedReinterpret) -> None:
+    """The same first byte, addressed by the new type's own layout: reads and writes of
+    either view land on, and are race-checked on, the same bytes."""
+    ref = view_source(cta, op, op.buffer)
+    if ref is None:
+        return
+    if ref.xor:
+        raise EmulationError("shared_reinterpret of a slice that does not start the buffer: the view's "
+                             "elements are not one run of bytes from its first; reinterpret the whole "
+                             "buffer, then slice", op.loc)
+    need = op.result.type.num_bytes
+    if ref.end and ref.offset + need > ref.end:
+        raise EmulationError(f"shared_reinterpret as {op.result.type} needs {need} bytes from byte "
+                             f"{ref.offset}, but its allocation ends {ref.end - ref.offset} bytes after that; "
+                             f"the view would reach into other buffers", op.loc)
+    addressing = cta.memo(op, "addressing", lambda: shared_addressing(op.result.type.layout))
+    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, end=ref.end))
 
 
 @RULES.register(ir.Barrier)

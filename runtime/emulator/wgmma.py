@@ -228,4 +228,4 @@ def shared_permute(cta, op: ir.SharedPermute) -> None:
         return LinearLayout({f"dim{i}": bases[f"dim{o}"] for i, o in enumerate(op.order)},
                             ref.addressing.out_dims)
     addressing = cta.memo(op, ("view", id(ref.addressing)), permuted)
-    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor))
+    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor, ref.end))

@@ -709,3 +709,31 @@ def test_a_runtime_loop_variable_that_held_another_type_says_what_to_change():
         build_kernel(kernel, {"x_ptr": "*fp32", "n": "i32"}, {}, 1)
     assert "for i in range(n):" in str(info.value)
     assert "name the loop variable differently" in str(info.value)
+
+
+# ------------------------------------------------------------------ numbers computed from carried ones
+# A number reassigned in a runtime loop from a carried counter may end the body's walk
+# with the value it had before the loop (0 == 1 * 64 - 64 here), and still change from one
+# iteration to the next: it is carried too (Gluon's tutorial 04 with two buffers does this).
+@ll.jit
+def offset_from_a_counter(x_ptr, out_ptr, n):
+    copy = 1
+    offset = 0
+    for _ in range(n):
+        offset = copy * 4  # 4 in the first walk: copy is still the number 1 there
+        copy += 1
+        ll.store(out_ptr + copy - 2, ll.load(x_ptr + offset))
+        offset = (copy - 2) * 4  # ... and 0 again at the walk's end, as before the loop
+    ll.store(out_ptr + 15, ll.load(x_ptr + offset))
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_a_number_computed_from_a_carried_counter_is_carried(n):
+    np = pytest.importorskip("numpy")
+    x = np.arange(32, dtype=np.float32)
+    out = np.zeros(16, np.float32)
+    offset_from_a_counter[(1,)](x, out, n)
+    expected = np.zeros(16, np.float32)
+    expected[:n] = x[4 * np.arange(1, n + 1)]
+    expected[15] = x[4 * (n - 1)] if n else x[0]
+    np.testing.assert_array_equal(out, expected)

@@ -51,9 +51,9 @@ def test_parse_descriptor_signatures(text, element, block, swizzle):
     ("tensordesc<bf16[8,512]>", r"block_shape\[1\] = 512 must be an int from 1 to 256"),
     ("tensordesc<bf16[12,64]>", r"block_shape\[0\] = 12 must be a power of two"),
     ("tensordesc<bf16[8,4]>", "the inner box dim holds 8 bytes; TMA needs a multiple of 16"),
-    ("tensordesc<bf16[64,128]>", r"256 bytes, but with swizzle 128 .* use block_shape\[-1\] = 64"),
+    ("tensordesc<bf16[64,32],swizzle=128>", r"64 bytes, but with swizzle 128 .* use block_shape\[-1\] = 64"),
     ("tensordesc<bf16[64,16],swizzle=64>", r"32 bytes, but with swizzle 64 .* or swizzle 32$"),
-    ("tensordesc<bf16[4,64]>", "with swizzle 0 .* or swizzle 128 with at least 8 box rows"),
+    ("tensordesc<bf16[4,32],swizzle=128>", "or swizzle 64 with at least 8 box rows"),
     ("tensordesc<bf16[4,64],swizzle=128>", "shape \\[4, 64\\] has 4 rows"),
     ("tensordesc<bf16[64],swizzle=128>", "a rank-1 box cannot be swizzled"),
 ])

@@ -143,13 +143,13 @@ def _transposed():
     (lambda: aligned((64, 64)), [8, 2.0], None, TensorDescriptorError, "block_shape must be a list of ints"),
     (lambda: aligned((64,)), [4], None, TensorDescriptorError,
      "the inner box dim holds 8 bytes; TMA needs a multiple of 16 bytes"),
-    (lambda: aligned((64, 128)), [64, 128], None, TensorDescriptorError,
-     r"the inner box dim holds 256 bytes, but with swizzle 128 a box row .* is 128 bytes; "
+    (lambda: aligned((64, 128)), [64, 16], NVMMASharedLayout(128, 16), TensorDescriptorError,
+     r"the inner box dim holds 32 bytes, but with swizzle 128 a box row .* is 128 bytes; "
      r"use block_shape\[-1\] = 64"),
     (lambda: aligned((64, 64)), [64, 32], NVMMASharedLayout(128, 16), TensorDescriptorError,
      "holds 64 bytes, but with swizzle 128 .* or swizzle 64"),
-    (lambda: aligned((64, 64)), [4, 64], None, TensorDescriptorError,
-     "with swizzle 0 .* is 16 bytes; .* or swizzle 128 with at least 8 box rows"),
+    (lambda: aligned((64, 64)), [4, 64], NVMMASharedLayout(128, 16), TensorDescriptorError,
+     "shape \\[4, 64\\] has 4 rows; the 128B swizzle pattern spans 8 rows"),
     (lambda: aligned((64, 64)), [64, 64], NVMMASharedLayout(128, 32), TensorDescriptorError,
      "is for 32-bit elements but the tensor holds fp16 .*; use element_bitwidth=16"),
     (lambda: aligned((64, 64)), [64, 64], NVMMASharedLayout(128, 16, transposed=True),
@@ -295,9 +295,9 @@ def test_compile_canonicalises_descriptor_signatures(cache_dir):
     fn.compile(signature={"a_desc": " tensordesc< bf16[128, 64] >", "n": "i32"})
     fn.compile(signature={"a_desc": "tensordesc<bf16[128,64],swizzle=128>", "n": "i32"})
     assert compiled == [({"a_desc": "tensordesc<bf16[128,64],swizzle=128>", "n": "i32"}, "sm_90a")]
-    with pytest.raises(LaunchError, match=r"signature of 'a_desc': TMA box \[128, 128\] of bf16: "
-                                          "the inner box dim holds 256 bytes"):
-        fn.compile(signature={"a_desc": "tensordesc<bf16[128,128]>", "n": "i32"})
+    with pytest.raises(LaunchError, match=r"signature of 'a_desc': TMA box \[128, 16\] of bf16: "
+                                          "the inner box dim holds 32 bytes"):
+        fn.compile(signature={"a_desc": "tensordesc<bf16[128,16],swizzle=128>", "n": "i32"})
 
 
 # ----------------------------------------------------------------------------- GPU
