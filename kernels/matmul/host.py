@@ -7,10 +7,11 @@ import numpy as np
 from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
-from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, prepared_call,
-                       tensor_facts)
+from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, pointer_binding,
+                       prepared_call, tensor_facts)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
+from .split_k import split_k_matmul
 
 _INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
 _OUTPUT_BITS = {"fp16": 16, "bf16": 16, "fp32": 32}
@@ -79,14 +80,16 @@ def _out_dtype(a, out_dtype, kind: str):
 
 def _aligned(x, inner: int):
     """`x` (2-D, last dim contiguous) as TMA reads it, rows starting on 16 bytes and not
-    overlapping: itself when they already do, else a zero-padded copy of the same values."""
+    overlapping: itself when they already do, else a copy of the same values in rows
+    padded to 16 bytes (one copy, no zero fill: the view keeps x's shape, so TMA reads
+    zeros past its last column, not the padding)."""
     item = x.element_size() if is_torch(x) else x.itemsize
     stride = element_strides(x)[0]
     if stride >= inner and (stride * item) % 16 == 0 and data_address(x) % 16 == 0:
         return x
     padded_cols = -(-inner * item // 16) * 16 // item
-    out = new_array(x, (x.shape[0], padded_cols), zero=True)
-    out[:, :inner] = x
+    out = new_array(x, (x.shape[0], padded_cols))[:, :inner]
+    out[:] = x
     return out
 
 
@@ -107,36 +110,57 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
 
 def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, programs: int,
                  in_bits: int, out_bits: int) -> tuple:
-    """(kernel, grid, args, kwargs, c's descriptor) of the launch of `config` on these
-    operands."""
+    """(kernel, grid, args, kwargs, c's descriptor, scratch) of the launch of `config` on
+    these operands; scratch: the zeroed arrays a split-K launch adds into (its fp32
+    workspace [m, n] and per-tile arrival counters), () for the others."""
     a_desc, b_desc, c_desc = _descriptors(a, b, c, k_major, config, in_bits, out_bits)
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
                   NUM_WARPS=config.num_warps, num_warps=config.num_warps)
+    if config.split_k > 1:
+        scratch = (new_array(a, (m, n), "float32", zero=True),
+                   new_array(a, (_tiles(m, n, config),), "int32", zero=True))
+        return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
+                dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), c_desc, scratch)
     if config.variant == "warp_specialized":
         kernel = warp_specialized_matmul
         common["PRODUCER_REGS"] = config.producer_regs
     else:
         kernel = pipelined_matmul
-    return kernel, (programs,), (a_desc, b_desc, c_desc, m, n, k), common, c_desc
+    return kernel, (programs,), (a_desc, b_desc, c_desc, m, n, k), common, c_desc, ()
 
 
 def _launcher(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, programs: int,
               in_bits: int, out_bits: int):
     """A function that launches the kernel of `config` on these operands (descriptors
     built once, so timing it measures the GPU work, not the host's)."""
-    kernel, grid, args, kwargs, _ = _kernel_call(a, b, c, m, n, k, k_major, config, programs, in_bits, out_bits)
+    kernel, grid, args, kwargs, _, scratch = _kernel_call(a, b, c, m, n, k, k_major, config, programs,
+                                                          in_bits, out_bits)
     bound = kernel[grid]
-    return lambda: bound(*args, **kwargs)
+
+    def launch():
+        for array in scratch:  # a split-K launch adds into zeros
+            array.zero_()
+        bound(*args, **kwargs)
+    return launch
+
+
+def _tiles(m: int, n: int, config: Config) -> int:
+    return -(-m // config.block_m) * -(-n // config.block_n)
+
+
+def _sm_count(a) -> int:
+    from ...runtime import driver
+
+    return driver.device_properties(a.device.index or 0).sm_count
 
 
 def _programs(a, m: int, n: int, config: Config) -> int:
-    tiles = -(-m // config.block_m) * -(-n // config.block_n)
+    """Persistent CTAs: one per SM, or one per work unit (tile x K part) where fewer."""
+    units = _tiles(m, n, config) * config.split_k
     if is_torch(a) and a.is_cuda:
-        from ...runtime import driver
-
-        return min(tiles, driver.device_properties(a.device.index or 0).sm_count)
-    return min(tiles, EMULATED_PROGRAMS)
+        return min(units, _sm_count(a))
+    return min(units, EMULATED_PROGRAMS)
 
 
 def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config:
@@ -148,7 +172,7 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
     import torch
 
     best, best_time = None, float("inf")
-    for config in configs_for(in_bits, out_bits):
+    for config in configs_for(in_bits, out_bits, m, n, k, _sm_count(a)):
         run = _launcher(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
         run()  # compile and warm up
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -203,7 +227,7 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
         else:
             config = Config(block_k=1024 // in_bits, stages=3 if out_bits < 32 else 2)
     call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
-    kernel, grid, args, kwargs, c_desc = call
+    kernel, grid, args, kwargs, c_desc, scratch = call
     kernel[grid](*args, **kwargs)
     # Kept only where the kernel reads the caller's own memory (no copy made; a K-major
     # b comes back as a new view of the same memory).
@@ -227,15 +251,21 @@ def _call_signature(a, b, out_dtype, config):
 
 
 def _prepare(signature, call: tuple, c, padded_n: int) -> None:
-    kernel, grid, args, kwargs, c_desc = call
+    kernel, grid, args, kwargs, c_desc, scratch = call
     launch = kernel.prepare(grid, *args, **kwargs)
     if launch is None:  # WEFT_EMULATE: the launch runs on the CPU
         return
     m, n = c.shape
     # Strides (padded_n, 1): C's rows start on 16 bytes, as in the first call's C.
     outputs = [((m, n), (padded_n, 1), c.dtype, c.device)]
-    keep_prepared_call(signature, PreparedCall(launch, outputs, [[descriptor_binding(launch, "c_desc", c_desc)]],
-                                               [], _only))
+    bindings = [[descriptor_binding(launch, "c_desc", c_desc)]]
+    zeroed = []
+    for index, (array, name) in enumerate(zip(scratch, ("partial_ptr", "arrivals_ptr")), start=1):
+        # fp32 and int32: one 32-bit word per element to zero before each launch.
+        outputs.append((tuple(array.shape), None, array.dtype, array.device))
+        bindings.append([pointer_binding(launch, name)])
+        zeroed.append((index, array.numel()))
+    keep_prepared_call(signature, PreparedCall(launch, outputs, bindings, zeroed, _only))
 
 
 def _only(outs):
