@@ -7,8 +7,8 @@ import numpy as np
 from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
-from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, pointer_binding,
-                       prepared_call, tensor_facts)
+from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, prepared_call,
+                       tensor_facts)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
@@ -17,6 +17,7 @@ _INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
 _OUTPUT_BITS = {"fp16": 16, "bf16": 16, "fp32": 32}
 EMULATED_PROGRAMS = 2  # persistent CTAs on the emulator: enough to walk several tiles each
 _TUNED: dict = {}
+_SCRATCH: dict = {}  # (device, stream, m, n, tiles) -> a split-K launch's zeroed scratch
 
 
 def _signature(dtype) -> str:
@@ -112,14 +113,13 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
                  in_bits: int, out_bits: int) -> tuple:
     """(kernel, grid, args, kwargs, c's descriptor, scratch) of the launch of `config` on
     these operands; scratch: the zeroed arrays a split-K launch adds into (its fp32
-    workspace [m, n] and per-tile arrival counters), () for the others."""
+    workspace [m, n] and per-tile arrival counters, `_split_scratch`), () for the others."""
     a_desc, b_desc, c_desc = _descriptors(a, b, c, k_major, config, in_bits, out_bits)
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
                   NUM_WARPS=config.num_warps, num_warps=config.num_warps)
     if config.split_k > 1:
-        scratch = (new_array(a, (m, n), "float32", zero=True),
-                   new_array(a, (_tiles(m, n, config),), "int32", zero=True))
+        scratch = _split_scratch(a, m, n, _tiles(m, n, config))
         return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
                 dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), c_desc, scratch)
     if config.variant == "warp_specialized":
@@ -138,11 +138,27 @@ def _launcher(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, pr
                                                           in_bits, out_bits)
     bound = kernel[grid]
 
-    def launch():
-        for array in scratch:  # a split-K launch adds into zeros
-            array.zero_()
-        bound(*args, **kwargs)
-    return launch
+    return lambda: bound(*args, **kwargs)
+
+
+def _split_scratch(a, m: int, n: int, tiles: int) -> tuple:
+    """The zeroed fp32 workspace [m, n] and int32 arrival counters [tiles] of a split-K
+    launch. On the GPU, one pair per (device, current stream, shape), made once and
+    kept: every launch leaves them zeroed (split_k.py) and launches on one stream run in
+    turn, so repeated calls, prepared calls and CUDA graphs captured on that stream need
+    no memsets, and no pair is freed while a graph may still use it. On the emulator, a
+    new pair per call."""
+    if not (is_torch(a) and a.is_cuda):
+        return new_array(a, (m, n), "float32", zero=True), new_array(a, (tiles,), "int32", zero=True)
+    from ...runtime.launcher import _torch_stream_getter
+
+    device = a.device.index or 0
+    key = (device, _torch_stream_getter()(device), m, n, tiles)
+    scratch = _SCRATCH.get(key)
+    if scratch is None:
+        scratch = _SCRATCH[key] = (new_array(a, (m, n), "float32", zero=True),
+                                   new_array(a, (tiles,), "int32", zero=True))
+    return scratch
 
 
 def _tiles(m: int, n: int, config: Config) -> int:
@@ -251,21 +267,16 @@ def _call_signature(a, b, out_dtype, config):
 
 
 def _prepare(signature, call: tuple, c, padded_n: int) -> None:
-    kernel, grid, args, kwargs, c_desc, scratch = call
+    kernel, grid, args, kwargs, c_desc, _ = call
     launch = kernel.prepare(grid, *args, **kwargs)
     if launch is None:  # WEFT_EMULATE: the launch runs on the CPU
         return
     m, n = c.shape
     # Strides (padded_n, 1): C's rows start on 16 bytes, as in the first call's C.
     outputs = [((m, n), (padded_n, 1), c.dtype, c.device)]
-    bindings = [[descriptor_binding(launch, "c_desc", c_desc)]]
-    zeroed = []
-    for index, (array, name) in enumerate(zip(scratch, ("partial_ptr", "arrivals_ptr")), start=1):
-        # fp32 and int32: one 32-bit word per element to zero before each launch.
-        outputs.append((tuple(array.shape), None, array.dtype, array.device))
-        bindings.append([pointer_binding(launch, name)])
-        zeroed.append((index, array.numel()))
-    keep_prepared_call(signature, PreparedCall(launch, outputs, bindings, zeroed, _only))
+    # A split-K launch keeps pointing at its stream's scratch, which it leaves zeroed.
+    keep_prepared_call(signature, PreparedCall(launch, outputs, [[descriptor_binding(launch, "c_desc", c_desc)]],
+                                               [], _only))
 
 
 def _only(outs):

@@ -5,10 +5,12 @@ A problem with fewer output tiles than SMs (decode, M <= 64; small M x N with a 
 leaves most SMs idle under one-CTA-per-tile; splitting K gives tiles x SPLIT_K units for
 the persistent CTAs to share. Each unit adds its fp32 partial tile into a zeroed fp32
 workspace [M, N] with atomics (red.global.add: no unit waits for another), then counts
-itself in the tile's arrival counter (zeroed, int32). The unit that arrives last, having
-acquired every other unit's adds through the counter, reads the finished sums back and
-writes the tile in C's dtype through shared memory and TMA, as the unsplit kernel does.
-One launch, no reduction kernel; the host zeroes the workspace and counters.
+itself in the tile's arrival counter (int32). The unit that arrives last, having
+acquired every other unit's adds through the counter, reads the finished sums back,
+writes the tile in C's dtype through shared memory and TMA as the unsplit kernel does,
+and puts zeros back in the workspace tile and its counter. One launch, with no
+reduction kernel and no memsets: the workspace the kernel leaves is ready for its next
+launch on the same stream (host.py keeps one per stream and shape).
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ def split_consumer(c_desc, a_ring, b_ring, c_smem, ready, empty, partial_ptr, ar
         arrived = ll.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
             total = ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
+            ll.store(at, ll.zeros([BLOCK_M, BLOCK_N], ll.float32, acc_layout), mask=inside)
+            ll.atomic_xchg(arrivals_ptr + tile, 0, sem="relaxed")
             store_tile(c_desc, c_smem, total, off_m, off_n, BLOCK_N)
     tma.store_wait(0)
 

@@ -176,44 +176,52 @@ def test_emulated_bf16_split_k_matches_numpy():
 
 
 # ------------------------------------------------------------------ prepared fast path
-def test_split_k_prepared_call_zeroes_its_scratch_and_repeats_the_launch():
-    """The second call with the same inputs repeats the first's launch on new outputs,
-    zeroing the fp32 workspace and the arrival counters first (the stubbed driver
-    records both memsets); its launch equals the long way's but for those addresses."""
+def test_split_k_leaves_its_scratch_zeroed():
+    """The last unit of each tile puts zeros back (the next launch adds into them)."""
+    from weft.kernels.matmul import host
+
+    a, b = _fp16_operands(20, 100, 600, True)
+    config = Config(64, 64, 64, 2, num_warps=4, group_m=1, split_k=3)
+    scratches = []
+    original = host._kernel_call
+
+    def recorded(*args, **kwargs):
+        call = original(*args, **kwargs)
+        scratches.append(call[-1])
+        return call
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host, "_kernel_call", recorded)
+        out = matmul(a, b, np.float32, config=config)
+    np.testing.assert_allclose(out, reference_matmul(a, b), rtol=1e-3, atol=1e-3 * np.abs(out).max())
+    (partial, arrivals), = scratches
+    assert partial.shape == (20, 100) and not partial.any()
+    assert arrivals.shape == (2,) and not arrivals.any()
+
+
+def test_split_k_prepared_call_repeats_the_launch_on_its_streams_scratch():
+    """The second call with the same inputs repeats the first's launch on a new C, with
+    no memset: both launches point at the scratch kept for the stream and shape."""
     torch = pytest.importorskip("torch")
     from weft.kernels.matmul import host
 
     from .fake_gpu import fake_gpu
+    from .test_host_fast_path import _Calls, _long_way_only, _normalized
 
     a = torch.randn(16, 512).to(torch.bfloat16)
     b = torch.randn(200, 512).to(torch.bfloat16).T
     config = Config(64, 64, 64, 3, num_warps=4, group_m=1, split_k=4)
     with fake_gpu() as fake, pytest.MonkeyPatch.context() as patch:
-        scratches = []
-        original = host._kernel_call
-
-        def recorded(*args, **kwargs):
-            call = original(*args, **kwargs)
-            scratches.append(call[-1])
-            return call
-        patch.setattr(host, "_kernel_call", recorded)
-        matmul(a, b, config=config)
-        long_way = fake.launches[-1]
+        long_way = _Calls(patch, host)
+        first = matmul(a, b, config=config)
         memsets = len(fake.memsets)
-        matmul(a, b, config=config)
+        second = matmul(a, b, config=config)
         fast = fake.launches[-1]
-        assert len(scratches) == 1  # the second call did not go the long way
-        zeroed = fake.memsets[memsets:]
-        assert [(value, count) for _, value, count, _ in zeroed] == [(0, 16 * 200), (0, 4)]
-        partial, arrivals = scratches[0]
-        assert partial.shape == (16, 200) and partial.dtype == torch.float32
-        assert arrivals.shape == (4,) and arrivals.dtype == torch.int32
-
-        def words(launch, addresses):
-            return [p for p in launch["params"] if len(p) == 8 and int.from_bytes(p, "little") in addresses]
-        assert len(words(fast, {zeroed[0][0], zeroed[1][0]})) == 2
-        assert len(words(long_way, {partial.data_ptr(), arrivals.data_ptr()})) == 2
-        assert fast["grid"] == long_way["grid"] == (min(4 * 4, H100_SMS), 1, 1)
+        assert long_way.count == 1 and len(fake.memsets) == memsets
+        with _long_way_only():
+            ref = matmul(a, b, config=config)
+        assert _normalized(fake, fast, (second,)) == _normalized(fake, fake.launches[-1], (ref,))
+        assert first.data_ptr() != second.data_ptr()
+        assert fast["grid"] == (min(4 * 4, H100_SMS), 1, 1)
 
 
 # ------------------------------------------------------------------ on the GPU
