@@ -208,12 +208,14 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     """C = A @ B with fp32 accumulation, in `out_dtype` (default: a's dtype; bf16 for fp8).
 
     On CUDA tensors a call with the signature of a recent one (see `_call_signature`) repeats
-    that call's prepared launch on a new C."""
+    that call's prepared launch on a new C (after refreshing its staged operands, if any)."""
     signature = _call_signature(a, b, out_dtype, config)
     if signature is not None:
         prepared = prepared_call(signature)
         if prepared is not None:
-            return prepared()
+            out = prepared(a, b) if type(prepared) is _StagedCall else prepared()
+            if out is not None:
+                return out
     kind = _check_inputs(a, b)
     out_dtype, out_kind = _out_dtype(a, out_dtype, kind)
     in_bits, out_bits = _INPUT_BITS[kind], _OUTPUT_BITS[out_kind]
@@ -234,6 +236,7 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     if k == 0:
         c[:] = 0
         return c
+    given = (a, b)
     a, b, k_major = _operands(a, b, kind)
     a = _aligned(a, k)
     b = _aligned(b.T, k).T if k_major else _aligned(b, n)
@@ -245,10 +248,12 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
     kernel, grid, args, kwargs, c_desc, scratch = call
     kernel[grid](*args, **kwargs)
-    # Kept only where the kernel reads the caller's own memory (no copy made; a K-major
-    # b comes back as a new view of the same memory).
-    if signature is not None and tuple(map(tensor_facts, (a, b))) == signature[1][0]:
-        _prepare(signature, call, c, padded_n)
+    if signature is not None:
+        # Operands the kernel does not read in place (copies: a K-major b that was not
+        # copied comes back as a new view of the same memory) are staged.
+        staged = tuple((role, operand) for role, operand in enumerate((a, b))
+                       if tensor_facts(operand) != tensor_facts(given[role]))
+        _prepare(signature, call, c, padded_n, staged)
     return c
 
 
@@ -266,7 +271,7 @@ def _call_signature(a, b, out_dtype, config):
     return None if signature is None else ("matmul", signature)
 
 
-def _prepare(signature, call: tuple, c, padded_n: int) -> None:
+def _prepare(signature, call: tuple, c, padded_n: int, staged: tuple) -> None:
     kernel, grid, args, kwargs, c_desc, _ = call
     launch = kernel.prepare(grid, *args, **kwargs)
     if launch is None:  # WEFT_EMULATE: the launch runs on the CPU
@@ -275,8 +280,36 @@ def _prepare(signature, call: tuple, c, padded_n: int) -> None:
     # Strides (padded_n, 1): C's rows start on 16 bytes, as in the first call's C.
     outputs = [((m, n), (padded_n, 1), c.dtype, c.device)]
     # A split-K launch keeps pointing at its stream's scratch, which it leaves zeroed.
-    keep_prepared_call(signature, PreparedCall(launch, outputs, [[descriptor_binding(launch, "c_desc", c_desc)]],
-                                               [], _only))
+    prepared = PreparedCall(launch, outputs, [[descriptor_binding(launch, "c_desc", c_desc)]], [], _only)
+    keep_prepared_call(signature, _StagedCall(prepared, staged) if staged else prepared)
+
+
+class _StagedCall:
+    """The prepared call of operands that TMA cannot read in place (rows not starting on
+    16 bytes, or strides that are neither layout): the first call copied them into
+    staging arrays, which the kept launch reads; each later call copies its (a, b) into
+    the same arrays (one device copy each) and launches. Under CUDA-graph capture it
+    declines (returns None: the call goes the long way, staging in the graph's own
+    memory), since the prepared-call cache may drop a staging array a graph still reads."""
+
+    __slots__ = ("prepared", "staged", "_capturing")
+
+    def __init__(self, prepared: PreparedCall, staged: tuple):
+        import torch
+
+        self.prepared, self.staged = prepared, staged  # (0 for a / 1 for b, staging array)
+        self._capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else _never
+
+    def __call__(self, a, b):
+        if self._capturing():
+            return None
+        for role, staging in self.staged:
+            staging.copy_(b if role else a)
+        return self.prepared()
+
+
+def _never() -> bool:
+    return False
 
 
 def _only(outs):

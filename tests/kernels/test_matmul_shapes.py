@@ -224,6 +224,34 @@ def test_split_k_prepared_call_repeats_the_launch_on_its_streams_scratch():
         assert fast["grid"] == (min(4 * 4, H100_SMS), 1, 1)
 
 
+def test_odd_size_prepared_call_restages_its_operands():
+    """Operands whose rows do not start on 16 bytes are copied into staging arrays; a
+    repeated call copies the caller's current values into the same arrays and repeats
+    the first call's launch (same descriptors) on a new C."""
+    torch = pytest.importorskip("torch")
+    from weft.kernels.matmul import host
+
+    from .fake_gpu import fake_gpu
+    from .test_host_fast_path import _Calls, _normalized
+
+    a = torch.randn(67, 93).to(torch.bfloat16)     # rows of 186 bytes
+    b = torch.randn(93, 131).to(torch.bfloat16)    # rows of 262 bytes
+    config = Config(128, 128, 64, 2)
+    with fake_gpu() as fake, pytest.MonkeyPatch.context() as patch:
+        long_way = _Calls(patch, host)
+        first = matmul(a, b, config=config)
+        first_launch = fake.launches[-1]
+        a.copy_(torch.randn(67, 93))
+        b.copy_(torch.randn(93, 131))
+        second = matmul(a, b, config=config)
+        assert long_way.count == 1
+        assert _normalized(fake, fake.launches[-1], (second,)) == _normalized(fake, first_launch, (first,))
+        staged = host.prepared_call(host._call_signature(a, b, None, config)).staged
+        assert [role for role, _ in staged] == [0, 1]
+        for (_, staging), given in zip(staged, (a, b)):
+            assert torch.equal(staging, given) and staging.stride()[0] % 8 == 0
+
+
 # ------------------------------------------------------------------ on the GPU
 GPU_SHAPES = {
     "decode": [(1, 4096, 4096), (16, 11008, 4096), (64, 4096, 14336), (1, 14336, 4096), (33, 4096, 11008)],
@@ -286,13 +314,18 @@ def test_gpu_split_k_configs_match_torch(config, out_name):
 
 
 @pytest.mark.gpu
-def test_gpu_split_k_matmul_in_a_cuda_graph():
-    """A split-K call captured in a CUDA graph (the workspace memsets are captured with
-    it) gives the same result on every replay, with new inputs copied in."""
+@pytest.mark.parametrize("m, n, k, config", [
+    (16, 4096, 11008, Config(64, 128, 64, 8, num_warps=4, group_m=1, split_k=4)),  # split-K scratch
+    (1000, 1001, 999, None),                                                       # staged operands
+])
+def test_gpu_matmul_in_a_cuda_graph(m, n, k, config):
+    """A call captured in a CUDA graph after a warm-up call on the capture stream (so the
+    prepared call exists) gives the right result on every replay, with new inputs
+    copied in: the split-K scratch left zeroed by each launch, odd-size operands staged
+    in the graph's own memory."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(8)
-    a, b = _gpu_operands(torch, 16, 4096, 11008, torch.bfloat16, True, gen)
-    config = Config(64, 128, 64, 8, num_warps=4, group_m=1, split_k=4)
+    a, b = _gpu_operands(torch, m, n, k, torch.bfloat16, True, gen)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
