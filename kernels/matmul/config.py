@@ -79,14 +79,18 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
     - decode (m <= 64): reading B from DRAM. One warpgroup's 64 rows (wgmma's minimum;
       the rows past m load as TMA zeros and cost no bandwidth, and the multiply is far
       under the memory time), 64 or 128 columns, as many stages as fit to keep the most
-      bytes in flight, and K split so that the units (tiles x parts) fill whole waves of SMs (`split_for`;
-      up to 4 waves: the partial tiles are a few rows, so more parts cost little).
+      bytes in flight, and K split so that the units (tiles x parts) fill whole waves
+      of SMs (`split_for`; up to 4 waves: the partial tiles are a few rows, so more
+      parts cost little).
     - few tiles (128x128 tiles cannot fill half the SMs: small M x N, usually long K):
       too few CTAs. 128x128 tiles (or 64x128) with K split to fill one wave of SMs (each
       part adds a whole fp32 tile into the workspace, so no more parts than that).
     - everything else: the sweep of docs/performance-journal.md: 128x256 tiles with 3
       stages and 16-row groups lead at 4096^3 and 8192^3; the others win on shapes where
-      256-wide tiles leave SMs idle or the output tile crowds out stages.
+      256-wide tiles leave SMs idle or the output tile crowds out stages. Where 128x128
+      tiles make under two waves (e.g. 1000x3000: 192 tiles on 132 SMs, a second wave
+      45% full), also a split-K 128x128 candidate whose units fill up to 3 waves: the
+      autotuner weighs its workspace traffic against the idle SMs it saves.
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
     if m is not None and sm_count is not None:
@@ -102,6 +106,10 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
     candidates = [Config(128, 256, block_k, 3), Config(128, 256, block_k, 3, variant="pipelined"),
                   Config(128, 256, block_k, 2), Config(128, 128, block_k, 5, group_m=8),
                   Config(128, 128, block_k, 4, group_m=8)]
+    if m is not None and sm_count is not None and _tiles(m, n, 128, 128) < 2 * sm_count:
+        parts = split_for(_tiles(m, n, 128, 128), -(-k // block_k), sm_count, 3)
+        if parts > 1:
+            candidates.append(Config(128, 128, block_k, 5, group_m=8, split_k=parts))
     return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
 
 

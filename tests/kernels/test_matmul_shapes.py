@@ -67,10 +67,19 @@ def test_few_tile_shapes_split_k_within_one_wave(m, n, k):
 
 
 @pytest.mark.parametrize("m, n, k", [(4096, 4096, 4096), (8192, 8192, 8192), (4095, 4097, 4093),
-                                     (1000, 3000, 5000), (4096, 11008, 4096)])
+                                     (4096, 11008, 4096), (2048, 4096, 14336)])
 def test_large_shapes_keep_the_swept_candidates(m, n, k):
     for bits in ((16, 16), (16, 32), (8, 16)):
         assert configs_for(*bits, m, n, k, H100_SMS) == configs_for(*bits)
+
+
+@pytest.mark.parametrize("m, n, k, parts", [(1000, 3000, 5000, 2), (128, 11008, 4096, 3)])
+def test_under_two_waves_of_tiles_adds_a_split_k_candidate(m, n, k, parts):
+    """192 (86) 128x128 tiles on 132 SMs leave a second wave 45% (the only wave 65%)
+    full; 2 (3) parts per tile fill 3 (2) waves to 97%."""
+    candidates = configs_for(16, 16, m, n, k, H100_SMS)
+    assert candidates[:-1] == configs_for(16, 16)
+    assert candidates[-1] == Config(128, 128, 64, 5, group_m=8, split_k=parts)
 
 
 def test_split_k_configs_say_what_is_wrong():
