@@ -130,6 +130,28 @@ def test_split_k_variants_assemble_without_spills(in_type, out_type, config, k_m
     assert compiled.metadata["performance_warnings"] == []
 
 
+@needs_ptxas
+@pytest.mark.parametrize("in_type, out_type, config, k_major", [
+    ("bf16", "bf16", Config(64, 128, 64, 8, num_warps=4, group_m=1), True),
+    ("fp16", "fp32", Config(64, 128, 64, 7, num_warps=4, group_m=1), False),
+    ("bf16", "bf16", Config(64, 64, 64, 8, num_warps=4, group_m=1), False),
+])
+def test_unsplit_decode_variants_assemble_without_spills(in_type, out_type, config, k_major):
+    """Decode shapes whose tiles already fill the SMs run the unsplit kernel with one
+    consumer warpgroup."""
+    from weft.kernels.matmul.kernels import warp_specialized_matmul
+
+    signature = {name: t for name, t in _split_signature(in_type, out_type, config, k_major).items()
+                 if not name.endswith("_ptr")}
+    constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                      STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
+                      NUM_WARPS=config.num_warps, PRODUCER_REGS=config.producer_regs)
+    compiled = warp_specialized_matmul.compile(signature=signature, constexprs=constexprs, num_warps=4)
+    assert "wgmma.mma_async" in compiled.asm["ptx"] and "setmaxnreg" in compiled.asm["ptx"]
+    assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+    assert compiled.metadata["performance_warnings"] == []
+
+
 # ------------------------------------------------------------------ emulator
 def _fp16_operands(m, n, k, k_major):
     a = RNG.standard_normal((m, k)).astype(np.float16)
