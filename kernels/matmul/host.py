@@ -252,7 +252,7 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
         else:
             config = Config(block_k=1024 // in_bits, stages=3 if out_bits < 32 else 2)
     call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
-    kernel, grid, args, kwargs, c_desc, scratch = call
+    kernel, grid, args, kwargs = call[:4]
     kernel[grid](*args, **kwargs)
     if signature is not None:
         # Operands the kernel does not read in place (copies: a K-major b that was not
