@@ -325,6 +325,18 @@ def test_gpu_autotuned_matmul_matches_torch_in_every_class(shape_class, dtype_na
 
 
 @pytest.mark.gpu
+def test_gpu_fp8_decode_and_long_k_match_torch():
+    """fp8 (K-major B) through the decode and few-tile classes' split-K candidates."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    for m, n, k in [(1, 4096, 4096), (16, 11008, 4096), (512, 512, 32768)]:
+        a = (torch.randn(m, k, device="cuda", generator=gen) * 0.5).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, k, device="cuda", generator=gen) * 0.5).to(torch.float8_e4m3fn).t()
+        for attempt in range(2):
+            _assert_close(torch, matmul(a, b), a, b, (m, n, k, attempt))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("config", [Config(64, 128, 64, 8, num_warps=4, group_m=1, split_k=4),
                                     Config(64, 64, 64, 8, num_warps=4, group_m=1, split_k=7),
                                     Config(128, 128, 64, 5, group_m=8, split_k=8),
