@@ -3,6 +3,7 @@ matmul and, for fp8, torch._scaled_mm, in one run. Each result is checked agains
 fp32 torch reference before it is timed.
 
     python -m benchmarks.matmul [--quick] [--out results.json]
+    python -m benchmarks.matmul --shapes classes   # decode, long K, odd sizes, LLM (matmul_classes.py)
 
 TFLOP/s = 2 M N K / time, the time of the GPU work measured by CUDA-graph replay for every
 system alike; weft's host time per call (descriptors, checks, launch) is reported beside.
@@ -139,9 +140,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out")
+    parser.add_argument("--shapes", choices=("squares", "classes"), default="squares",
+                        help="squares: every variant at 4096^3 and 8192^3; classes: the shape classes "
+                             "real models use, weft (autotuned) beside cuBLAS")
     args = parser.parse_args(argv)
-    results = run(args.quick)
-    print_table(results)
+    if args.shapes == "classes":
+        from benchmarks import matmul_classes
+
+        matmul_classes.print_header()
+        results = matmul_classes.run_classes()
+    else:
+        results = run(args.quick)
+        print_table(results)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -13,19 +13,24 @@ def main() -> int:
 
     torch.manual_seed(0)
     failures = 0
-    cases = [("warp_specialized", torch.bfloat16, False), ("pipelined", torch.float16, True),
-             ("warp_specialized", torch.float8_e4m3fn, True)]
-    for variant, dtype, k_major in cases:
-        m, n, k = 200, 136, 264
+    # (variant, dtype, B K-major, split_k, block_m, m): split-K twice, the second
+    # call adding into the scratch the first left zeroed; the odd size is staged.
+    cases = [("warp_specialized", torch.bfloat16, False, 1, 128, 200), ("pipelined", torch.float16, True, 1, 128, 200),
+             ("warp_specialized", torch.float8_e4m3fn, True, 1, 128, 200),
+             ("warp_specialized", torch.bfloat16, True, 3, 64, 5), ("warp_specialized", torch.bfloat16, True, 3, 64, 5),
+             ("warp_specialized", torch.float16, False, 4, 128, 131)]
+    for variant, dtype, k_major, split_k, block_m, m in cases:
+        n, k = 136, 264 if m != 131 else 1001
         block_k = 128 if dtype.itemsize == 1 else 64
         a = torch.randn(m, k, device="cuda").to(dtype)
         b = torch.randn(n, k, device="cuda").to(dtype).t() if k_major else torch.randn(k, n, device="cuda").to(dtype)
-        out = matmul(a, b, torch.bfloat16, config=Config(128, 128, block_k, 2, variant=variant)).float()
+        config = Config(block_m, 128, block_k, 2, num_warps=block_m // 16, variant=variant, split_k=split_k)
+        out = matmul(a, b, torch.bfloat16, config=config).float()
         ref = a.float() @ b.float()
         error = ((out - ref).abs().max() / ref.abs().max()).item()
         ok = error < 1e-2
         failures += not ok
-        print(f"{variant:>17} {str(dtype):>22} k_major={k_major}: max rel error {error:.2e} {'ok' if ok else 'WRONG'}")
+        print(f"{variant:>17} split_k={split_k} {str(dtype):>22} k_major={k_major}: max rel error {error:.2e} {'ok' if ok else 'WRONG'}")
     torch.cuda.synchronize()
     return 1 if failures else 0
 

@@ -1,7 +1,10 @@
 """`matmul(a, b, out_dtype=None)`: C = A @ B on Hopper tensor cores, written in weft.lowlevel.
 
-torch CUDA tensors run on the GPU (the config autotuned once per problem class and
-cached); numpy arrays or CPU torch tensors run the same kernel on the CPU emulator.
+torch CUDA tensors run on the GPU (the config autotuned once per problem shape among
+the candidates of its shape class, config.configs_for: decode, few tiles, large; few
+tiles split K across CTAs, split_k.py); numpy arrays or CPU torch tensors run the same
+kernels on the CPU emulator. Any M, N, K: TMA reads zeros past the edges; operands
+whose rows do not start on 16 bytes are copied into rows that do.
 
     from weft.kernels.matmul import matmul
     c = matmul(a, b)                       # bf16/fp16 in, fp32 accumulate, a's dtype out

@@ -1,12 +1,16 @@
-"""Matmul tile configurations: validated, with the shared-memory budget they need."""
+"""Matmul tile configurations: validated, with the shared-memory budget they need, and the
+candidates each shape class gets (see `configs_for`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...compiler.hardware import SHARED_LIMIT
 
 VARIANTS = ("warp_specialized", "pipelined")
+MAX_SPLIT_K = 32
+MIN_PART_STEPS = 4   # K steps a split-K part keeps at least: its ring must fill before it drains
+DECODE_ROWS = 64     # M up to one warpgroup's wgmma rows: the decode class
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,7 @@ class Config:
     group_m: int = 16            # tile rows that sweep the columns together (L2 reuse)
     variant: str = "warp_specialized"
     producer_regs: int = 40      # setmaxnreg budget of the TMA producer partition
+    split_k: int = 1             # parts each tile's K range is cut into (split_k.py)
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -36,6 +41,15 @@ class Config:
             raise ValueError(f"Config.stages must be 2..8, got {self.stages}")
         if self.group_m < 1:
             raise ValueError(f"Config.group_m must be positive, got {self.group_m}")
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            raise ValueError(f"Config.split_k must be 1..{MAX_SPLIT_K}, got {self.split_k}")
+        if self.split_k > 1 and self.variant != "warp_specialized":
+            raise ValueError(f"Config.split_k={self.split_k} needs variant='warp_specialized' "
+                             f"(only that kernel has a split-K form), got {self.variant!r}")
+        if self.split_k > 1 and self.block_n > 128:
+            raise ValueError(f"Config.split_k > 1 takes block_n <= 128: each thread holds block_n / 2 "
+                             f"accumulators beside their workspace addresses, and {self.block_n} / 2 "
+                             f"of each would spill; got block_n={self.block_n}")
 
     def check_fits(self, in_bits: int, out_bits: int) -> None:
         needed = shared_bytes(self, in_bits, out_bits)
@@ -56,13 +70,71 @@ def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
     return config.stages * stage + out + 16 * config.stages
 
 
-def configs_for(in_bits: int, out_bits: int) -> list[Config]:
-    """The candidates the autotuner times; all fit in shared memory. From the config sweep
-    (docs/performance-journal.md): 128x256 tiles with 3 stages and 16-row groups lead at 4096^3
-    and 8192^3; the others win on shapes where 256-wide tiles leave SMs idle or the
-    output tile crowds out stages."""
+def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None = None,
+                k: int | None = None, sm_count: int | None = None) -> list[Config]:
+    """The candidates the autotuner times for an [m, k] x [k, n] problem on `sm_count` SMs;
+    all fit in shared memory. Without a shape: the large-problem candidates.
+
+    Shape classes, by what limits them:
+    - decode (m <= 64): reading B from DRAM. One warpgroup's 64 rows (wgmma's minimum;
+      the rows past m load as TMA zeros and cost no bandwidth, and the multiply is far
+      under the memory time), 64 or 128 columns, as many stages as fit to keep the most
+      bytes in flight, and K split so that the units (tiles x parts) fill whole waves
+      of SMs (`split_for`; up to 4 waves: the partial tiles are a few rows, so more
+      parts cost little).
+    - few tiles (128x128 tiles cannot fill half the SMs: small M x N, usually long K):
+      too few CTAs. 128x128 tiles (or 64x128) with K split to fill one wave of SMs (each
+      part adds a whole fp32 tile into the workspace, so no more parts than that).
+    - everything else: the sweep of docs/performance-journal.md: 128x256 tiles with 3
+      stages and 16-row groups lead at 4096^3 and 8192^3; the others win on shapes where
+      256-wide tiles leave SMs idle or the output tile crowds out stages. Where 128x128
+      tiles make under two waves (e.g. 1000x3000: 192 tiles on 132 SMs, a second wave
+      45% full), also a split-K 128x128 candidate whose units fill up to 3 waves: the
+      autotuner weighs its workspace traffic against the idle SMs it saves.
+    """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
+    if m is not None and sm_count is not None:
+        k_steps = -(-k // block_k)
+        if m <= DECODE_ROWS:
+            return [_deepest(Config(64, block_n, block_k, 8, num_warps=4, group_m=1,
+                                    split_k=split_for(_tiles(m, n, 64, block_n), k_steps, sm_count, 4)),
+                             in_bits, out_bits) for block_n in (128, 64)]
+        if 2 * _tiles(m, n, 128, 128) <= sm_count:
+            return [_deepest(Config(block_m, 128, block_k, 8, num_warps=block_m // 16, group_m=8,
+                                    split_k=split_for(_tiles(m, n, block_m, 128), k_steps, sm_count)),
+                             in_bits, out_bits) for block_m in (128, 64)]
     candidates = [Config(128, 256, block_k, 3), Config(128, 256, block_k, 3, variant="pipelined"),
                   Config(128, 256, block_k, 2), Config(128, 128, block_k, 5, group_m=8),
                   Config(128, 128, block_k, 4, group_m=8)]
+    if m is not None and sm_count is not None and _tiles(m, n, 128, 128) < 2 * sm_count:
+        parts = split_for(_tiles(m, n, 128, 128), -(-k // block_k), sm_count, 3)
+        if parts > 1:
+            candidates.append(Config(128, 128, block_k, 5, group_m=8, split_k=parts))
     return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
+
+
+def split_for(tiles: int, k_steps: int, sm_count: int, max_waves: int = 1) -> int:
+    """K parts per tile for persistent CTAs on `sm_count` SMs: the fewest whose units
+    (tiles x parts) come within 2% of the best wave efficiency (units / the SM slots
+    of ceil(units / SMs) waves) among part counts giving at most `max_waves` waves,
+    each part at least MIN_PART_STEPS K steps. 1 where splitting gains nothing."""
+    def efficiency(parts):
+        units = tiles * parts
+        return units / (-(-units // sm_count) * sm_count)
+
+    limit = max(1, min(k_steps // MIN_PART_STEPS, MAX_SPLIT_K))
+    allowed = [p for p in range(1, limit + 1) if p == 1 or -(-tiles * p // sm_count) <= max_waves]
+    best = max(map(efficiency, allowed))
+    return next(p for p in allowed if efficiency(p) >= best - 0.02)
+
+
+def _tiles(m: int, n: int, block_m: int, block_n: int) -> int:
+    return -(-m // block_m) * -(-n // block_n)
+
+
+def _deepest(config: Config, in_bits: int, out_bits: int) -> Config:
+    """`config` with as many stages (up to its own) as fit in shared memory."""
+    stages = config.stages
+    while stages > 2 and shared_bytes(replace(config, stages=stages), in_bits, out_bits) > SHARED_LIMIT:
+        stages -= 1
+    return replace(config, stages=stages)

@@ -11,11 +11,13 @@ from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_pre
                        tensor_facts)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
+from .split_k import split_k_matmul
 
 _INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
 _OUTPUT_BITS = {"fp16": 16, "bf16": 16, "fp32": 32}
 EMULATED_PROGRAMS = 2  # persistent CTAs on the emulator: enough to walk several tiles each
 _TUNED: dict = {}
+_SCRATCH: dict = {}  # (device, stream, m, n, tiles) -> a split-K launch's zeroed scratch
 
 
 def _signature(dtype) -> str:
@@ -79,14 +81,16 @@ def _out_dtype(a, out_dtype, kind: str):
 
 def _aligned(x, inner: int):
     """`x` (2-D, last dim contiguous) as TMA reads it, rows starting on 16 bytes and not
-    overlapping: itself when they already do, else a zero-padded copy of the same values."""
+    overlapping: itself when they already do, else a copy of the same values in rows
+    padded to 16 bytes (one copy, no zero fill: the view keeps x's shape, so TMA reads
+    zeros past its last column, not the padding)."""
     item = x.element_size() if is_torch(x) else x.itemsize
     stride = element_strides(x)[0]
     if stride >= inner and (stride * item) % 16 == 0 and data_address(x) % 16 == 0:
         return x
     padded_cols = -(-inner * item // 16) * 16 // item
-    out = new_array(x, (x.shape[0], padded_cols), zero=True)
-    out[:, :inner] = x
+    out = new_array(x, (x.shape[0], padded_cols))[:, :inner]
+    out[:] = x
     return out
 
 
@@ -107,51 +111,93 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
 
 def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, programs: int,
                  in_bits: int, out_bits: int) -> tuple:
-    """(kernel, grid, args, kwargs, c's descriptor) of the launch of `config` on these
-    operands."""
+    """(kernel, grid, args, kwargs, c's descriptor, scratch) of the launch of `config` on
+    these operands; scratch: the zeroed arrays a split-K launch adds into (its fp32
+    workspace [m, n] and per-tile arrival counters, `_split_scratch`), () for the others."""
     a_desc, b_desc, c_desc = _descriptors(a, b, c, k_major, config, in_bits, out_bits)
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
                   NUM_WARPS=config.num_warps, num_warps=config.num_warps)
+    if config.split_k > 1:
+        scratch = _split_scratch(a, m, n, _tiles(m, n, config))
+        return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
+                dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), c_desc, scratch)
     if config.variant == "warp_specialized":
         kernel = warp_specialized_matmul
         common["PRODUCER_REGS"] = config.producer_regs
     else:
         kernel = pipelined_matmul
-    return kernel, (programs,), (a_desc, b_desc, c_desc, m, n, k), common, c_desc
+    return kernel, (programs,), (a_desc, b_desc, c_desc, m, n, k), common, c_desc, ()
 
 
 def _launcher(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, programs: int,
               in_bits: int, out_bits: int):
-    """A function that launches the kernel of `config` on these operands (descriptors
-    built once, so timing it measures the GPU work, not the host's)."""
-    kernel, grid, args, kwargs, _ = _kernel_call(a, b, c, m, n, k, k_major, config, programs, in_bits, out_bits)
-    bound = kernel[grid]
-    return lambda: bound(*args, **kwargs)
+    """A function that launches the kernel of `config` on these operands: the launch
+    packed once (kernel.prepare), so that a few microseconds of host time each let
+    back-to-back launches queue faster than even decode-sized kernels run."""
+    kernel, grid, args, kwargs, _, _ = _kernel_call(a, b, c, m, n, k, k_major, config, programs,
+                                                    in_bits, out_bits)
+    launch = kernel.prepare(grid, *args, **kwargs)
+    if launch is None:  # WEFT_EMULATE: the launch runs on the CPU
+        bound = kernel[grid]
+        return lambda: bound(*args, **kwargs)
+    return launch
+
+
+def _split_scratch(a, m: int, n: int, tiles: int) -> tuple:
+    """The zeroed fp32 workspace [m, n] and int32 arrival counters [tiles] of a split-K
+    launch. On the GPU, one pair per (device, current stream, shape), made once and
+    kept: every launch leaves them zeroed (split_k.py) and launches on one stream run in
+    turn, so repeated calls, prepared calls and CUDA graphs captured on that stream need
+    no memsets, and no pair is freed while a graph may still use it. On the emulator, a
+    new pair per call."""
+    if not (is_torch(a) and a.is_cuda):
+        return new_array(a, (m, n), "float32", zero=True), new_array(a, (tiles,), "int32", zero=True)
+    from ...runtime.launcher import _torch_stream_getter
+
+    device = a.device.index or 0
+    key = (device, _torch_stream_getter()(device), m, n, tiles)
+    scratch = _SCRATCH.get(key)
+    if scratch is None:
+        scratch = _SCRATCH[key] = (new_array(a, (m, n), "float32", zero=True),
+                                   new_array(a, (tiles,), "int32", zero=True))
+    return scratch
+
+
+def _tiles(m: int, n: int, config: Config) -> int:
+    return -(-m // config.block_m) * -(-n // config.block_n)
+
+
+def _sm_count(a) -> int:
+    from ...runtime import driver
+
+    return driver.device_properties(a.device.index or 0).sm_count
 
 
 def _programs(a, m: int, n: int, config: Config) -> int:
-    tiles = -(-m // config.block_m) * -(-n // config.block_n)
+    """Persistent CTAs: one per SM, or one per work unit (tile x K part) where fewer."""
+    units = _tiles(m, n, config) * config.split_k
     if is_torch(a) and a.is_cuda:
-        from ...runtime import driver
-
-        return min(tiles, driver.device_properties(a.device.index or 0).sm_count)
-    return min(tiles, EMULATED_PROGRAMS)
+        return min(units, _sm_count(a))
+    return min(units, EMULATED_PROGRAMS)
 
 
 def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config:
-    """The fastest candidate for this problem class, timed once with CUDA events over
-    back-to-back launches, then cached for the process."""
+    """The fastest candidate for this problem shape, timed once with CUDA events over
+    back-to-back launches queued behind a short GPU sleep (so the events time the GPU
+    work, not the host's launch rate), then cached for the process."""
     key = (m, n, k, k_major, kinds, a.device.index)
     if key in _TUNED:
         return _TUNED[key]
     import torch
 
     best, best_time = None, float("inf")
-    for config in configs_for(in_bits, out_bits):
+    for config in configs_for(in_bits, out_bits, m, n, k, _sm_count(a)):
         run = _launcher(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
-        run()  # compile and warm up
+        run()  # warm up
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(1_000_000)  # about 0.5 ms: the 10 launches queue meanwhile
         start.record()
         for _ in range(10):
             run()
@@ -168,12 +214,14 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     """C = A @ B with fp32 accumulation, in `out_dtype` (default: a's dtype; bf16 for fp8).
 
     On CUDA tensors a call with the signature of a recent one (see `_call_signature`) repeats
-    that call's prepared launch on a new C."""
+    that call's prepared launch on a new C (after refreshing its staged operands, if any)."""
     signature = _call_signature(a, b, out_dtype, config)
     if signature is not None:
         prepared = prepared_call(signature)
         if prepared is not None:
-            return prepared()
+            out = prepared(a, b) if type(prepared) is _StagedCall else prepared()
+            if out is not None:
+                return out
     kind = _check_inputs(a, b)
     out_dtype, out_kind = _out_dtype(a, out_dtype, kind)
     in_bits, out_bits = _INPUT_BITS[kind], _OUTPUT_BITS[out_kind]
@@ -194,6 +242,7 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     if k == 0:
         c[:] = 0
         return c
+    given = (a, b)
     a, b, k_major = _operands(a, b, kind)
     a = _aligned(a, k)
     b = _aligned(b.T, k).T if k_major else _aligned(b, n)
@@ -203,12 +252,14 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
         else:
             config = Config(block_k=1024 // in_bits, stages=3 if out_bits < 32 else 2)
     call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
-    kernel, grid, args, kwargs, c_desc = call
+    kernel, grid, args, kwargs = call[:4]
     kernel[grid](*args, **kwargs)
-    # Kept only where the kernel reads the caller's own memory (no copy made; a K-major
-    # b comes back as a new view of the same memory).
-    if signature is not None and tuple(map(tensor_facts, (a, b))) == signature[1][0]:
-        _prepare(signature, call, c, padded_n)
+    if signature is not None:
+        # Operands the kernel does not read in place (copies: a K-major b that was not
+        # copied comes back as a new view of the same memory) are staged.
+        staged = tuple((role, operand) for role, operand in enumerate((a, b))
+                       if tensor_facts(operand) != tensor_facts(given[role]))
+        _prepare(signature, call, c, padded_n, staged)
     return c
 
 
@@ -226,16 +277,45 @@ def _call_signature(a, b, out_dtype, config):
     return None if signature is None else ("matmul", signature)
 
 
-def _prepare(signature, call: tuple, c, padded_n: int) -> None:
-    kernel, grid, args, kwargs, c_desc = call
+def _prepare(signature, call: tuple, c, padded_n: int, staged: tuple) -> None:
+    kernel, grid, args, kwargs, c_desc, _ = call
     launch = kernel.prepare(grid, *args, **kwargs)
     if launch is None:  # WEFT_EMULATE: the launch runs on the CPU
         return
     m, n = c.shape
     # Strides (padded_n, 1): C's rows start on 16 bytes, as in the first call's C.
     outputs = [((m, n), (padded_n, 1), c.dtype, c.device)]
-    keep_prepared_call(signature, PreparedCall(launch, outputs, [[descriptor_binding(launch, "c_desc", c_desc)]],
-                                               [], _only))
+    # A split-K launch keeps pointing at its stream's scratch, which it leaves zeroed.
+    prepared = PreparedCall(launch, outputs, [[descriptor_binding(launch, "c_desc", c_desc)]], [], _only)
+    keep_prepared_call(signature, _StagedCall(prepared, staged) if staged else prepared)
+
+
+class _StagedCall:
+    """The prepared call of operands that TMA cannot read in place (rows not starting on
+    16 bytes, or strides that are neither layout): the first call copied them into
+    staging arrays, which the kept launch reads; each later call copies its (a, b) into
+    the same arrays (one device copy each) and launches. Under CUDA-graph capture it
+    declines (returns None: the call goes the long way, staging in the graph's own
+    memory), since the prepared-call cache may drop a staging array a graph still reads."""
+
+    __slots__ = ("prepared", "staged", "_capturing")
+
+    def __init__(self, prepared: PreparedCall, staged: tuple):
+        import torch
+
+        self.prepared, self.staged = prepared, staged  # (0 for a / 1 for b, staging array)
+        self._capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else _never
+
+    def __call__(self, a, b):
+        if self._capturing():
+            return None
+        for role, staging in self.staged:
+            staging.copy_(b if role else a)
+        return self.prepared()
+
+
+def _never() -> bool:
+    return False
 
 
 def _only(outs):
