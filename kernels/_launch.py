@@ -1,7 +1,8 @@
 """What the kernel families share on the host: how many CTAs a persistent kernel launches
-(as many as stay resident), how far ahead a row kernel prefetches, and the prepared
-calls that let a repeated GPU call skip the long way. The arrays themselves are checked
-and allocated by runtime/host_arrays.py.
+(as many as stay resident), how far ahead a row kernel prefetches, the prepared calls
+that let a repeated GPU call skip the long way, and which torch calls go through weft's
+torch operators instead. The arrays themselves are checked and allocated by
+runtime/host_arrays.py.
 """
 
 from __future__ import annotations
@@ -221,3 +222,42 @@ def gpu_signature(tensors: tuple, options: tuple):
 
         _STREAM.append(config.emulate)
     return (facts, options, _STREAM[0](facts[0][4]), _STREAM[1]())
+
+
+# ----------------------------------------------------------------------------- torch operators
+
+def needs_torch_op(*arrays) -> bool:
+    """Whether a wrapper's call on `arrays` goes through weft's torch operators
+    (kernels/torch_ops.py), the form autograd, torch.compile and torch's dispatch modes
+    see: torch tensors of which one requires grad (grad mode on), any torch call inside
+    a torch.compile trace, under a torch dispatch mode (FakeTensorMode, FlopCounterMode)
+    or on a tensor subclass (FakeTensor, FunctionalTensor). Plain tensors in a call no
+    gradient flows through, numpy arrays and mixed arguments (which the host path
+    refuses with a readable error) take the host path directly: an operator call costs
+    tens of microseconds of Python dispatch, more than the whole prepared launch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    tensor = torch.Tensor
+    for x in arrays:
+        if not isinstance(x, tensor):
+            return False
+    if torch.compiler.is_compiling():
+        return True
+    for x in arrays:
+        if type(x) is not tensor:
+            return True
+    if torch._C._len_torch_dispatch_stack():
+        return True
+    if torch.is_grad_enabled():
+        for x in arrays:
+            if x.requires_grad:
+                return True
+    return False
+
+
+def torch_ops():
+    """kernels/torch_ops.py, imported (and its operators registered) on first use."""
+    from . import torch_ops
+
+    return torch_ops
