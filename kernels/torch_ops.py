@@ -21,6 +21,7 @@ The wrappers import this module the first time a torch call needs it
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import torch
@@ -35,10 +36,12 @@ from .matmul.config import Config as MatmulConfig
 # tensors, numbers, strings and dtypes): the graph torch.compile keeps names it by value.
 
 
+@functools.lru_cache(maxsize=64)  # configs are frozen: a repeated call pays a dict lookup
 def config_text(config) -> str | None:
     return None if config is None else json.dumps(dataclasses.asdict(config), sort_keys=True)
 
 
+@functools.lru_cache(maxsize=64)
 def _config(kind, text: str | None):
     return None if text is None else kind(**json.loads(text))
 
