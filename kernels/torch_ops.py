@@ -36,9 +36,14 @@ from .matmul.config import Config as MatmulConfig
 # tensors, numbers, strings and dtypes): the graph torch.compile keeps names it by value.
 
 
-@functools.lru_cache(maxsize=64)  # configs are frozen: a repeated call pays a dict lookup
+@torch.compiler.assume_constant_result  # a trace keeps the text, not the json calls
 def config_text(config) -> str | None:
-    return None if config is None else json.dumps(dataclasses.asdict(config), sort_keys=True)
+    return None if config is None else _config_text(config)
+
+
+@functools.lru_cache(maxsize=64)  # configs are frozen: a repeated call pays a dict lookup
+def _config_text(config) -> str:
+    return json.dumps(dataclasses.asdict(config), sort_keys=True)
 
 
 @functools.lru_cache(maxsize=64)

@@ -111,9 +111,13 @@ def test_a_config_crosses_the_operator_by_value():
 
     config = MatmulConfig(block_k=64, stages=2, variant="pipelined")
     assert torch_ops._config(MatmulConfig, torch_ops.config_text(config)) == config
-    a = _leaf((16, 32))
-    c = matmul(a, torch.eye(32, dtype=BF16), config=config)
+    a = _leaf((16, 64))
+    eye = torch.eye(64, dtype=BF16)
+    c = matmul(a, eye, config=config)
     assert torch.equal(c, a.detach())
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a: matmul(a, eye, config=config), fullgraph=True, backend="eager")
+    assert torch.equal(compiled(a), a.detach())
 
 
 def _attention_leaves(b, h, hk, s, sk, d, layout, seed):
