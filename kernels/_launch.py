@@ -231,7 +231,8 @@ def needs_torch_op(*arrays) -> bool:
     (kernels/torch_ops.py), the form autograd, torch.compile and torch's dispatch modes
     see: torch tensors of which one requires grad (grad mode on), any torch call inside
     a torch.compile trace, under a torch dispatch mode (FakeTensorMode, FlopCounterMode)
-    or on a tensor subclass (FakeTensor, FunctionalTensor). Plain tensors in a call no
+    or a torch.func transform (grad, vmap), or on a tensor subclass (FakeTensor,
+    FunctionalTensor). Plain tensors in a call no
     gradient flows through, numpy arrays and mixed arguments (which the host path
     refuses with a readable error) take the host path directly: an operator call costs
     tens of microseconds of Python dispatch, more than the whole prepared launch."""
@@ -247,7 +248,7 @@ def needs_torch_op(*arrays) -> bool:
     for x in arrays:
         if type(x) is not tensor:
             return True
-    if torch._C._len_torch_dispatch_stack():
+    if torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active():
         return True
     if torch.is_grad_enabled():
         for x in arrays:
