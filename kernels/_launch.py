@@ -226,35 +226,42 @@ def gpu_signature(tensors: tuple, options: tuple):
 
 # ----------------------------------------------------------------------------- torch operators
 
-def needs_torch_op(*arrays) -> bool:
-    """Whether a wrapper's call on `arrays` goes through weft's torch operators
-    (kernels/torch_ops.py), the form autograd, torch.compile and torch's dispatch modes
-    see: torch tensors of which one requires grad (grad mode on), any torch call inside
-    a torch.compile trace, under a torch dispatch mode (FakeTensorMode, FlopCounterMode)
-    or a torch.func transform (grad, vmap), or on a tensor subclass (FakeTensor,
-    FunctionalTensor). Plain tensors in a call no
-    gradient flows through, numpy arrays and mixed arguments (which the host path
-    refuses with a readable error) take the host path directly: an operator call costs
-    tens of microseconds of Python dispatch, more than the whole prepared launch."""
+OPERATOR, AUTOGRAD = "operator", "autograd"  # the two torch routes of `torch_route`
+
+
+def torch_route(*arrays) -> str | None:
+    """How a wrapper's call on `arrays` reaches its kernel (kernels/torch_ops.py):
+
+    - OPERATOR, weft's torch.library operator, which torch.compile, torch's dispatch
+      modes (FakeTensorMode, FlopCounterMode) and torch.func see: any torch call inside a
+      torch.compile trace, under a dispatch mode or a torch.func transform, or on a
+      tensor subclass (FakeTensor, FunctionalTensor);
+    - AUTOGRAD, a torch.autograd.Function around the host path: plain tensors in eager
+      mode of which one requires grad (grad mode on). The operator is differentiable
+      too, but its dispatch and torch's generic autograd wrapper cost several times the
+      Function's Python;
+    - None, the host path alone: numpy arrays, mixed arguments (which the host path
+      refuses with a readable error) and plain tensors no gradient flows through.
+    """
     torch = sys.modules.get("torch")
     if torch is None:
-        return False
+        return None
     tensor = torch.Tensor
     for x in arrays:
         if not isinstance(x, tensor):
-            return False
+            return None
     if torch.compiler.is_compiling():
-        return True
+        return OPERATOR
     for x in arrays:
         if type(x) is not tensor:
-            return True
+            return OPERATOR
     if torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active():
-        return True
+        return OPERATOR
     if torch.is_grad_enabled():
         for x in arrays:
             if x.requires_grad:
-                return True
-    return False
+                return AUTOGRAD
+    return None
 
 
 def torch_ops():

@@ -14,8 +14,12 @@ Gradients: dA = dC B^T and dB = A^T dC by weft matmuls; attention's by
 weft.kernels.attention.backward_host.flash_attention_backward from the saved q, k, v, O
 and log-sum-exp (the log-sum-exp is not differentiable, as in FlashAttention).
 
-The wrappers import this module the first time a torch call needs it
-(kernels/_launch.needs_torch_op): importing weft never imports torch.
+The wrappers import this module the first time a torch call needs it, and
+kernels/_launch.torch_route says which way each call goes: the operators in a
+torch.compile trace or a dispatch mode, in eager autograd a torch.autograd.Function
+with the same setup and backward around the host path (the operator's dispatch and
+torch's generic autograd wrapper cost several times its Python). Importing weft never
+imports torch.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import json
 
 import torch
 
-from ._launch import needs_torch_op
+from ._launch import OPERATOR, torch_route
 from .attention import host as attention_host
 from .attention.config import Config as AttentionConfig
 from .matmul import host as matmul_host
@@ -88,9 +92,25 @@ def _matmul_backward(ctx, dc):
 matmul_op.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 
 
-def matmul(a, b, out_dtype=None, config=None):
-    """weft.kernels.matmul.matmul on torch tensors, through weft::matmul."""
-    return _MATMUL(a, b, out_dtype, config_text(config))
+class _EagerMatmul(torch.autograd.Function):
+    """weft::matmul's autograd around the host path, for eager calls (`torch_route`).
+    forward takes ctx itself: with a separate setup_context, Function.apply binds its
+    arguments with inspect.signature on every call, which costs more than the launch."""
+
+    @staticmethod
+    def forward(ctx, a, b, out_dtype, config):
+        c = matmul_host.host_matmul(a, b, out_dtype, config=config)
+        _matmul_setup(ctx, (a, b, out_dtype, config), c)
+        return c
+
+    backward = staticmethod(_matmul_backward)
+
+
+def matmul(a, b, out_dtype=None, config=None, route=OPERATOR):
+    """weft.kernels.matmul.matmul on torch tensors, by `route` (kernels/_launch.torch_route)."""
+    if route == OPERATOR:
+        return _MATMUL(a, b, out_dtype, config_text(config))
+    return _EagerMatmul.apply(a, b, out_dtype, config)
 
 
 # ----------------------------------------------------------------------------- attention
@@ -144,7 +164,7 @@ def _flash_attention_backward_fake(q, k, v, out, lse, dout, causal=False, softma
 def flash_attention_backward(q, k, v, out, lse, dout, causal, softmax_scale, layout):
     """(dq, dk, dv) through weft::flash_attention_backward where a trace or a dispatch mode
     must see it, else (an eager backward) by the host directly."""
-    if needs_torch_op(q, k, v, out, lse, dout):
+    if torch_route(q, k, v, out, lse, dout) == OPERATOR:
         return _ATTENTION_BACKWARD(q, k, v, out, lse, dout, causal, softmax_scale, layout)
     return _host_attention_backward(q, k, v, out, lse, dout, causal, softmax_scale, layout)
 
@@ -157,11 +177,29 @@ def _host_attention_backward(q, k, v, out, lse, dout, causal, softmax_scale, lay
     return tuple(g.to(x.dtype).contiguous() for g, x in zip(grads, (q, k, v)))
 
 
-def flash_attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, layout="bhsd", config=None):
-    """weft.kernels.attention.flash_attention on torch tensors, through weft::flash_attention."""
+class _EagerFlashAttention(torch.autograd.Function):
+    """weft::flash_attention's autograd around the host path, for eager calls
+    (`torch_route`)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, softmax_scale, layout, config):  # ctx: as _EagerMatmul's
+        result = attention_host.host_flash_attention(q, k, v, causal, softmax_scale, True, layout, config=config)
+        _attention_setup(ctx, (q, k, v, causal, softmax_scale, layout, config), result)
+        return result
+
+    backward = staticmethod(_attention_backward)
+
+
+def flash_attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, layout="bhsd", config=None,
+                    route=OPERATOR):
+    """weft.kernels.attention.flash_attention on torch tensors, by `route`
+    (kernels/_launch.torch_route)."""
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
-    out, lse = _ATTENTION(q, k, v, bool(causal), softmax_scale, layout, config_text(config))
+    if route == OPERATOR:
+        out, lse = _ATTENTION(q, k, v, bool(causal), softmax_scale, layout, config_text(config))
+    else:
+        out, lse = _EagerFlashAttention.apply(q, k, v, bool(causal), softmax_scale, layout, config)
     return (out, lse) if return_lse else out
 
 

@@ -10,8 +10,9 @@ import numpy as np
 
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
-from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, needs_torch_op,
-                       persistent_cluster_grid, persistent_grid, pointer_binding, prepared_call, torch_ops)
+from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call,
+                       persistent_cluster_grid, persistent_grid, pointer_binding, prepared_call, torch_ops,
+                       torch_route)
 from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
                      dynamic_schedule, half_tiles, lazy_max, per_warp_release, register_cap, replicated,
                      rescale_above, tile_group)
@@ -125,13 +126,14 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
     the fp32 log-sum-exp (natural log) of each row's scaled scores, [batch, heads,
     seq_q]; rows that see no key get O = 0 and log-sum-exp +inf, as in FlashAttention.
 
-    Torch tensors autograd or torch.compile must see go through the operator
-    weft::flash_attention (kernels/torch_ops.py): differentiable in q, k and v (the
-    log-sum-exp is not), its backward weft::flash_attention_backward. The rest run
-    `host_flash_attention`.
+    Torch tensors autograd or torch.compile must see go through kernels/torch_ops.py (the
+    operator weft::flash_attention, or in eager autograd a torch.autograd.Function):
+    differentiable in q, k and v (the log-sum-exp is not), the backward by
+    weft::flash_attention_backward. The rest run `host_flash_attention`.
     """
-    if needs_torch_op(q, k, v):
-        return torch_ops().flash_attention(q, k, v, causal, softmax_scale, return_lse, layout, config)
+    route = torch_route(q, k, v)
+    if route is not None:
+        return torch_ops().flash_attention(q, k, v, causal, softmax_scale, return_lse, layout, config, route)
     return host_flash_attention(q, k, v, causal, softmax_scale, return_lse, layout, config=config)
 
 

@@ -7,8 +7,8 @@ import numpy as np
 from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
-from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, needs_torch_op,
-                       prepared_call, tensor_facts, torch_ops)
+from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, prepared_call,
+                       tensor_facts, torch_ops, torch_route)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 
@@ -167,10 +167,12 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
 def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     """C = A @ B with fp32 accumulation, in `out_dtype` (default: a's dtype; bf16 for fp8).
 
-    Torch tensors autograd or torch.compile must see go through the operator weft::matmul
-    (kernels/torch_ops.py; differentiable in a and b); the rest run `host_matmul`."""
-    if needs_torch_op(a, b):
-        return torch_ops().matmul(a, b, out_dtype, config)
+    Torch tensors autograd or torch.compile must see go through kernels/torch_ops.py
+    (the operator weft::matmul, or in eager autograd a torch.autograd.Function):
+    differentiable in a and b. The rest run `host_matmul`."""
+    route = torch_route(a, b)
+    if route is not None:
+        return torch_ops().matmul(a, b, out_dtype, config, route)
     return host_matmul(a, b, out_dtype, config=config)
 
 

@@ -37,26 +37,26 @@ def test_importing_weft_and_numpy_calls_import_no_torch():
     assert result.stdout.strip() == "[]"
 
 
-def test_only_calls_autograd_or_a_trace_must_see_go_through_the_operators():
+def test_only_calls_autograd_or_a_trace_must_see_leave_the_host_path():
     x, y = torch.ones(4, 4), torch.ones(4, 4)
-    needs = _launch.needs_torch_op
-    assert not needs(x, y)  # plain tensors, no gradient: the host path's prepared launch
-    assert not needs(x.numpy(), y.numpy()) and not needs(x, y.numpy())
+    route = _launch.torch_route
+    assert route(x, y) is None  # plain tensors, no gradient: the host path's prepared launch
+    assert route(x.numpy(), y.numpy()) is None and route(x, y.numpy()) is None
     w = y.clone().requires_grad_()
-    assert needs(x, w)
+    assert route(x, w) == _launch.AUTOGRAD  # eager autograd: a Function around the host path
     with torch.no_grad():
-        assert not needs(x, w)
+        assert route(x, w) is None
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode() as mode:
-        assert needs(*(mode.from_tensor(t) for t in (x, y)))  # a subclass
+        assert route(*(mode.from_tensor(t) for t in (x, y))) == _launch.OPERATOR  # a subclass
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Watching(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
     with Watching():
-        assert needs(x, y)
+        assert route(x, w) == _launch.OPERATOR
 
 
 @pytest.mark.parametrize("grads, out_dtype", [((True, True), None), ((True, False), torch.float32),
@@ -71,6 +71,15 @@ def test_matmul_gradients_match_float64(grads, out_dtype):
     c = matmul(a, b, out_dtype=out_dtype)
     assert c.dtype == (out_dtype or BF16) and c.requires_grad
     c.backward(dc.to(c.dtype))
+    # The operator (what torch.compile sees) differentiates the same way.
+    leaves = [x.detach().requires_grad_(g) for x, g in zip((a, bt), grads)]
+    from weft.kernels import torch_ops
+
+    c_op = torch_ops.matmul(leaves[0], leaves[1].t(), out_dtype, route=_launch.OPERATOR)
+    c_op.backward(dc.to(c.dtype))
+    assert torch.equal(c_op, c)
+    for x, leaf in zip((a, bt), leaves):
+        assert (x.grad is None and leaf.grad is None) or torch.equal(x.grad, leaf.grad)
     a64, b64 = (x.detach().double().requires_grad_(g) for x, g in zip((a, b), grads))
     (a64 @ b64).backward(dc.to(c.dtype).double())
     assert _rel_err(c, a64 @ b64) < 1e-2
