@@ -223,3 +223,21 @@ def test_compile_aot_eager_forward_and_backward_match_eager():
     (o.reshape(-1, 64) @ params64[1]).square().mean().backward()
     for grad, p64 in zip(grads, params64):
         assert _rel_err(grad, p64.grad) < 5e-2
+
+
+def test_eager_autograd_calls_repeat_the_prepared_launch(monkeypatch):
+    """On (stubbed) CUDA tensors that require grad, the second call with the same
+    signature skips the long way, as without autograd (tests/kernels/fake_gpu.py)."""
+    from weft.kernels.matmul import host as matmul_host
+
+    from .fake_gpu import fake_gpu
+
+    long_ways = []
+    original = matmul_host._kernel_call
+    monkeypatch.setattr(matmul_host, "_kernel_call", lambda *a, **k: long_ways.append(1) or original(*a, **k))
+    a, b = _leaf((80, 64), seed=6), torch.randn(64, 72).to(BF16)
+    config = MatmulConfig(block_k=64, stages=3)  # the autotuner needs CUDA events
+    with fake_gpu() as fake:
+        results = [matmul(a, b, config=config) for _ in range(2)]
+        assert len(long_ways) == 1 and len(fake.launches) == 2
+        assert all(c.requires_grad and type(c.grad_fn).__name__ == "_EagerMatmulBackward" for c in results)
