@@ -125,8 +125,8 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 
 @flash_attention_op.register_fake
 def _flash_attention_fake(q, k, v, causal=False, softmax_scale=None, layout="bhsd", config=None):
-    (out_shape, out_dtype), (lse_shape, _) = attention_host.output_layout(q, k, v, layout)
-    return q.new_empty(out_shape, dtype=out_dtype), q.new_empty(lse_shape, dtype=torch.float32)
+    out_shape, lse_shape = attention_host.output_shapes(q, k, v, layout)
+    return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
@@ -157,7 +157,7 @@ def flash_attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 @flash_attention_backward_op.register_fake
 def _flash_attention_backward_fake(q, k, v, out, lse, dout, causal=False, softmax_scale=None, layout="bhsd"):
-    attention_host.output_layout(q, k, v, layout)
+    attention_host.output_shapes(q, k, v, layout)  # the forward's checks
     return tuple(x.new_empty(x.shape) for x in (q, k, v))
 
 

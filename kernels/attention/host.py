@@ -137,12 +137,13 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
     return host_flash_attention(q, k, v, causal, softmax_scale, return_lse, layout, config=config)
 
 
-def output_layout(q, k, v, layout: str) -> tuple:
-    """((O's shape, dtype), (the log-sum-exp's shape, dtype)) of `host_flash_attention`'s
-    results, after the checks it makes (its fake for torch.compile); both contiguous."""
+def output_shapes(q, k, v, layout: str) -> tuple:
+    """(O's shape, the log-sum-exp's shape) of `host_flash_attention`'s results, after the
+    checks it makes (its fake for torch.compile): O contiguous in q's dtype, the
+    log-sum-exp contiguous fp32."""
     _check_inputs(q, k, v, layout)
     batch, heads, seq_q, _ = _as_bhsd(q, layout)[0]
-    return (tuple(q.shape), q.dtype), ((batch, heads, seq_q), "float32")
+    return tuple(q.shape), (batch, heads, seq_q)
 
 
 def host_flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None = None,
