@@ -76,6 +76,12 @@ def _cases(device: str):
         # A fixed config: the autotuner times candidates with CUDA events, which need a GPU.
         config = None if device == "cuda" else MatmulConfig(block_k=64, stages=3)
         cases.append((f"matmul {m}x{n}x{kk}", lambda a=a, bt=bt, config=config: matmul(a, bt, config=config)))
+    # The last shapes again with a q and an a that require grad: the calls go through the
+    # torch operators (kernels/torch_ops.py), as in training.
+    q, a = q.detach().requires_grad_(), a.detach().requires_grad_()
+    cases.append(("flash_attention 1x4/4x512x64, q requires grad (weft::flash_attention)", lambda q=q, k=k, v=v: flash_attention(q, k, v)))
+    cases.append((f"matmul {m}x{n}x{kk}, a requires grad (weft::matmul)",
+                  lambda a=a, bt=bt, config=config: matmul(a, bt, config=config)))
     return cases
 
 

@@ -1,7 +1,8 @@
 """What the kernel families share on the host: how many CTAs a persistent kernel launches
-(as many as stay resident), how far ahead a row kernel prefetches, and the prepared
-calls that let a repeated GPU call skip the long way. The arrays themselves are checked
-and allocated by runtime/host_arrays.py.
+(as many as stay resident), how far ahead a row kernel prefetches, the prepared calls
+that let a repeated GPU call skip the long way, and which torch calls go through weft's
+torch operators instead. The arrays themselves are checked and allocated by
+runtime/host_arrays.py.
 """
 
 from __future__ import annotations
@@ -221,3 +222,50 @@ def gpu_signature(tensors: tuple, options: tuple):
 
         _STREAM.append(config.emulate)
     return (facts, options, _STREAM[0](facts[0][4]), _STREAM[1]())
+
+
+# ----------------------------------------------------------------------------- torch operators
+
+OPERATOR, AUTOGRAD = "operator", "autograd"  # the two torch routes of `torch_route`
+
+
+def torch_route(*arrays) -> str | None:
+    """How a wrapper's call on `arrays` reaches its kernel (kernels/torch_ops.py):
+
+    - OPERATOR, weft's torch.library operator, which torch.compile, torch's dispatch
+      modes (FakeTensorMode, FlopCounterMode) and torch.func see: any torch call inside a
+      torch.compile trace, under a dispatch mode or a torch.func transform, or on a
+      tensor subclass (FakeTensor, FunctionalTensor);
+    - AUTOGRAD, a torch.autograd.Function around the host path: plain tensors in eager
+      mode of which one requires grad (grad mode on). The operator is differentiable
+      too, but its dispatch and torch's generic autograd wrapper cost several times the
+      Function's Python;
+    - None, the host path alone: numpy arrays, mixed arguments (which the host path
+      refuses with a readable error) and plain tensors no gradient flows through.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    tensor = torch.Tensor
+    for x in arrays:
+        if not isinstance(x, tensor):
+            return None
+    if torch.compiler.is_compiling():
+        return OPERATOR
+    for x in arrays:
+        if type(x) is not tensor:
+            return OPERATOR
+    if torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active():
+        return OPERATOR
+    if torch.is_grad_enabled():
+        for x in arrays:
+            if x.requires_grad:
+                return AUTOGRAD
+    return None
+
+
+def torch_ops():
+    """kernels/torch_ops.py, imported (and its operators registered) on first use."""
+    from . import torch_ops
+
+    return torch_ops

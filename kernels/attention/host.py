@@ -10,8 +10,9 @@ import numpy as np
 
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
-from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, persistent_cluster_grid,
-                       persistent_grid, pointer_binding, prepared_call)
+from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call,
+                       persistent_cluster_grid, persistent_grid, pointer_binding, prepared_call, torch_ops,
+                       torch_route)
 from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
                      dynamic_schedule, half_tiles, lazy_max, per_warp_release, register_cap, replicated,
                      rescale_above, tile_group)
@@ -125,9 +126,31 @@ def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None =
     the fp32 log-sum-exp (natural log) of each row's scaled scores, [batch, heads,
     seq_q]; rows that see no key get O = 0 and log-sum-exp +inf, as in FlashAttention.
 
-    On CUDA tensors a call with the signature of a recent one (see `_call_signature`) repeats
-    that call's prepared launch on new outputs.
+    Torch tensors autograd or torch.compile must see go through kernels/torch_ops.py (the
+    operator weft::flash_attention, or in eager autograd a torch.autograd.Function):
+    differentiable in q, k and v (the log-sum-exp is not), the backward by
+    weft::flash_attention_backward. The rest run `host_flash_attention`.
     """
+    route = torch_route(q, k, v)
+    if route is not None:
+        return torch_ops().flash_attention(q, k, v, causal, softmax_scale, return_lse, layout, config, route)
+    return host_flash_attention(q, k, v, causal, softmax_scale, return_lse, layout, config=config)
+
+
+def output_shapes(q, k, v, layout: str) -> tuple:
+    """(O's shape, the log-sum-exp's shape) of `host_flash_attention`'s results, after the
+    checks it makes (its fake for torch.compile): O contiguous in q's dtype, the
+    log-sum-exp contiguous fp32."""
+    _check_inputs(q, k, v, layout)
+    batch, heads, seq_q, _ = _as_bhsd(q, layout)[0]
+    return tuple(q.shape), (batch, heads, seq_q)
+
+
+def host_flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None = None,
+                         return_lse: bool = False, layout: str = "bhsd", *, config: Config | None = None):
+    """`flash_attention` without the torch operator: numpy arrays and CPU tensors on the
+    emulator, CUDA tensors on the GPU. A CUDA call with the signature of a recent one (see
+    `_call_signature`) repeats that call's prepared launch on new outputs."""
     signature = _call_signature(q, k, v, causal, softmax_scale, return_lse, layout, config)
     if signature is not None:
         prepared = prepared_call(signature)

@@ -8,7 +8,7 @@ from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
 from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, prepared_call,
-                       tensor_facts)
+                       tensor_facts, torch_ops, torch_route)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
@@ -213,8 +213,35 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
 def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     """C = A @ B with fp32 accumulation, in `out_dtype` (default: a's dtype; bf16 for fp8).
 
-    On CUDA tensors a call with the signature of a recent one (see `_call_signature`) repeats
-    that call's prepared launch on a new C (after refreshing its staged operands, if any)."""
+    Torch tensors autograd or torch.compile must see go through kernels/torch_ops.py
+    (the operator weft::matmul, or in eager autograd a torch.autograd.Function):
+    differentiable in a and b. The rest run `host_matmul`."""
+    route = torch_route(a, b)
+    if route is not None:
+        return torch_ops().matmul(a, b, out_dtype, config, route)
+    return host_matmul(a, b, out_dtype, config=config)
+
+
+def padded_columns(n: int, out_bits: int) -> int:
+    """The row stride of an [M, n] C: n rounded up so that every row starts on 16 bytes,
+    as C's TMA stores need. C is a view of the first n columns."""
+    return -(-n * out_bits // 128) * 128 // out_bits
+
+
+def output_layout(a, b, out_dtype) -> tuple:
+    """(shape, strides, dtype) of the C that `host_matmul(a, b, out_dtype)` returns, after
+    the checks it makes (its fake for torch.compile)."""
+    kind = _check_inputs(a, b)
+    out_dtype, out_kind = _out_dtype(a, out_dtype, kind)
+    m, n = a.shape[0], b.shape[1]
+    return (m, n), (padded_columns(n, _OUTPUT_BITS[out_kind]), 1), out_dtype
+
+
+def host_matmul(a, b, out_dtype=None, *, config: Config | None = None):
+    """`matmul` without the torch operator: numpy arrays and CPU tensors on the emulator,
+    CUDA tensors on the GPU. A CUDA call with the signature of a recent one (see
+    `_call_signature`) repeats that call's prepared launch on a new C (after refreshing its
+    staged operands, if any)."""
     signature = _call_signature(a, b, out_dtype, config)
     if signature is not None:
         prepared = prepared_call(signature)
@@ -229,7 +256,7 @@ def matmul(a, b, out_dtype=None, *, config: Config | None = None):
     n = b.shape[1]
     if config is not None:
         config.check_fits(in_bits, out_bits)
-    padded_n = -(-n * out_bits // 128) * 128 // out_bits
+    padded_n = padded_columns(n, out_bits)
     if is_torch(a):
         import torch
 
