@@ -225,7 +225,7 @@ def test_entry_register_cap():
 @pytest.mark.parametrize("changes, message", [
     (dict(worker_num_regs=(20,)), "multiples of 8 in \\[24, 256\\]"),
     (dict(worker_num_regs=(44,)), "multiples of 8"),
-    (dict(worker_num_warps=(2,), worker_num_regs=(24,)), "multiple of 4 warps"),
+    (dict(worker_num_warps=(2,), worker_num_regs=(24,)), "apply per warpgroup"),
     (dict(num_warps=8, worker_num_regs=(56,), default_num_regs=256), "the CTA gets 64512"),
 ])
 def test_bad_register_budgets_are_refused_at_the_op(changes, message):
