@@ -33,7 +33,7 @@ from ..compiler import ir
 from ..compiler.builder import builtin
 from ..compiler.mma import MmaError, plan_warp_dot
 from ..compiler.wgmma import WgmmaError, plan_accumulator
-from ..compiler.types import TensorType, bf16, fp16, fp32, fp8e4m3, fp8e5m2
+from ..compiler.types import bf16, fp16, fp32, fp8e4m3, fp8e5m2
 from . import semantic as sem
 from .tensor import Tensor
 from .layouts import DotOperandLayout, NVMMADistributedLayout
