@@ -9,8 +9,9 @@ The default partition runs on the kernel's `num_warps` warps and returns the op'
 results; worker i runs on the next `worker_num_warps[i]` warps. Arguments are captured
 values (tensors, shared buffers, descriptors, scalars) and compile-time values; layouts
 inside a worker are over its own warps. Register budgets use setmaxnreg; when workers
-get budgets the default partition gets what is left (at most 240 per thread), unless
-`default_num_regs` says otherwise. setmaxnreg acts on whole warpgroups (4 warps), so
+get budgets the default partition gets what is left (at most 240 per thread; of the
+pool the launch option maxnreg gives the CTA, where given), unless `default_num_regs`
+says otherwise. setmaxnreg acts on whole warpgroups (4 warps), so
 with budgets the default partition needs a multiple of 4 warps, workers smaller than a
 warpgroup that share one (one-warp TMA and MMA issuers) share its largest budget, and
 idle warps fill the last warpgroup and take its budget too (as in Triton: the CTA
@@ -34,7 +35,7 @@ from ..compiler import ir
 from ..compiler.aggregates import leaves, map_leaves
 from ..compiler.builder import DynamicValue, builtin
 from ..compiler.errors import CompilationError
-from ..compiler.hardware import REGISTER_FILE, WARPS_PER_WARPGROUP
+from ..compiler.hardware import MAX_REGISTERS, REGISTER_FILE, WARPS_PER_WARPGROUP
 from ..compiler.types import i32
 from . import semantic as sem
 
@@ -253,6 +254,11 @@ def _warp_specialize(default_args: Any, default_partition: Any, worker_args: Any
             spent = sum(32 * w * copies * (r or REGISTER_FILE // (32 * total))
                         for w, r, copies in zip(warps + padding, regs, replicas + (1,) * len(padding)))
             share = (REGISTER_FILE - spent) // (32 * b.num_warps)
+            if b.max_registers is not None:  # the launch's maxnreg caps the pool the partitions share
+                cap = min(MAX_REGISTERS, REGISTER_FILE // (32 * total), b.max_registers) // 8 * 8
+                launched = sum(32 * w * copies * (r or cap)
+                               for w, r, copies in zip(warps + padding, regs, replicas + (1,) * len(padding)))
+                share = min(share, (32 * total * cap - launched) // (32 * b.num_warps))
             default_num_regs = min(MAX_BUDGET, share - share % 8)
     elif isinstance(default_num_regs, bool) or not isinstance(default_num_regs, int) or \
             default_num_regs % 8 or not 24 <= default_num_regs <= 256:

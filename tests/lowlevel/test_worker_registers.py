@@ -92,6 +92,14 @@ def test_idle_warps_fill_the_producers_warpgroup_and_take_its_budget():
     assert op.default_num_regs == 240
 
 
+def test_under_a_launch_maxnreg_the_default_gets_what_the_pool_leaves():
+    """maxnreg=128 on 8 warps: 128 * 256 registers, less the producer warpgroup's 24 * 128,
+    over the default's 128 threads is 232 (Triton's AllocateWarpGroups gets the same)."""
+    kernel = build_kernel(one_warp_producer, SIGNATURE, {"REGS": 24, "WORKERS": 1}, 4, max_registers=128)
+    op, = [op for op in kernel.walk() if isinstance(op, ir.WarpSpecialize)]
+    assert op.default_num_regs == 232
+
+
 def test_one_warp_workers_in_one_warpgroup_share_its_largest_budget():
     op = _op(2)
     assert op.worker_num_warps == (1, 1, 2) and op.worker_num_regs == (48, 48, 48)
@@ -115,6 +123,9 @@ def test_every_warp_of_the_producers_warpgroup_sets_the_budget_through_ptxas():
                                       num_warps=4).asm["ptx"]
     assert twice.count("setmaxnreg.dec.sync.aligned.u32 24;") == 6
     assert twice.count("setmaxnreg.inc.sync.aligned.u32 248;") == 5
+    capped = one_warp_producer.compile(signature=SIGNATURE, constexprs={"REGS": 24, "WORKERS": 1}, num_warps=4,
+                                       maxnreg=128).asm["ptx"]
+    assert "setmaxnreg.inc.sync.aligned.u32 232;" in capped and ".maxnreg 128" in capped
 
 
 @ll.jit
