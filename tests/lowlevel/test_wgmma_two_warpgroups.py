@@ -83,6 +83,9 @@ def test_the_second_warpgroups_b_descriptors_read_its_half_of_n():
     for g in range(2):
         n0 = acc.warpgroup_origin(g)[1]
         for k in range(0, BK, 16):
+            # The backend adds the warpgroup's part at run time (from the warp index) to the
+            # tile's static start: together they are the start of the warpgroup's tile.
+            assert plan.linear_offset(n0, 0) ^ plan.start_offset(0, k) == plan.start_offset(n0, k)
             read = decode(plan.descriptor(plan.start_offset(n0, k)).value, plan.major, 16, acc.n, 16)
             np.testing.assert_array_equal(read, view.byte_offsets((n0, k), acc.n, 16))
             assert read.min() // (2 * BK) == n0  # 128-byte rows: the half's first row
