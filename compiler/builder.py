@@ -96,6 +96,7 @@ class Builder:
         self.loc: Loc = UNKNOWN_LOC
         self.wrap = wrap
         self.prefix = prefix  # the language's import alias, for suggestions (`tl.device_print`)
+        self.max_registers: Optional[int] = None  # the launch option maxnreg, where given
         self._blocks: list[list[ir.Op]] = [[]]
         # Set by the frontend: inline_function(fn, args, kwargs) walks a @jit function into
         # the current block and returns its result (ops that take functions, such as

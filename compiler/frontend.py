@@ -65,6 +65,7 @@ def build_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str,
     if not isinstance(num_warps, int) or num_warps < 1 or num_warps > 32 or num_warps & (num_warps - 1):
         raise ValueError(f"num_warps must be a power of two from 1 to 32, got {num_warps!r}")
     builder = Builder(num_warps, language_wrapper(language), language_prefix(language))
+    builder.max_registers = max_registers
     kernel = KernelBuilder(builder).build(function, dict(signature), dict(constexprs), specialization)
     return dataclasses.replace(kernel, stage=language_stage(language), language=language,
                                cluster=tuple(cluster or (1, 1, 1)), max_registers=max_registers)

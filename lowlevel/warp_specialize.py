@@ -9,8 +9,13 @@ The default partition runs on the kernel's `num_warps` warps and returns the op'
 results; worker i runs on the next `worker_num_warps[i]` warps. Arguments are captured
 values (tensors, shared buffers, descriptors, scalars) and compile-time values; layouts
 inside a worker are over its own warps. Register budgets use setmaxnreg; when workers
-get budgets the default partition gets what is left (at most 240 per thread), unless
-`default_num_regs` says otherwise. Partitions share data through shared memory and
+get budgets the default partition gets what is left (at most 240 per thread; of the
+pool the launch option maxnreg gives the CTA, where given), unless `default_num_regs`
+says otherwise. setmaxnreg acts on whole warpgroups (4 warps), so
+with budgets the default partition needs a multiple of 4 warps, workers smaller than a
+warpgroup that share one (one-warp TMA and MMA issuers) share its largest budget, and
+idle warps fill the last warpgroup and take its budget too (as in Triton: the CTA
+launches a multiple of 4 warps). Partitions share data through shared memory and
 mbarriers only.
 
 Several warpgroups doing one job (the consumer warpgroups of an attention kernel) can be
@@ -30,7 +35,7 @@ from ..compiler import ir
 from ..compiler.aggregates import leaves, map_leaves
 from ..compiler.builder import DynamicValue, builtin
 from ..compiler.errors import CompilationError
-from ..compiler.hardware import REGISTER_FILE
+from ..compiler.hardware import MAX_REGISTERS, REGISTER_FILE, WARPS_PER_WARPGROUP
 from ..compiler.types import i32
 from . import semantic as sem
 
@@ -106,6 +111,49 @@ def _ints(value: Any, what: str, count: int) -> tuple[int, ...]:
         raise sem.builder().error(f"warp_specialize {what} must list {count} compile-time ints "
                                   f"(one per worker), found {value!r}")
     return tuple(value)
+
+
+def _warpgroup_budgets(warps: tuple[int, ...], replicas: tuple[int, ...],
+                       regs: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the budget of each worker and then of each idle partition, the warp counts of the
+    idle partitions that fill the last warpgroup), for workers placed one after another
+    from a warpgroup boundary.
+
+    setmaxnreg acts on a whole warpgroup (its 4 warps execute the same one), so workers
+    that share a warpgroup share a budget, the largest they ask for (Triton does the
+    same), and warps the workers leave in the last warpgroup run an idle partition that
+    takes it too (powers of two, 3 as 2 + 1). A warpgroup shared by a budgeted worker and
+    one that keeps the launch budget (0) is an error: one of the two would be wrong."""
+    b = sem.builder()
+    owners: list[int] = []  # the worker each worker warp runs, in placement order
+    for index, (w, copies) in enumerate(zip(warps, replicas)):
+        owners += [index] * (w * copies)
+    pad = -len(owners) % WARPS_PER_WARPGROUP
+    padding = tuple(1 << bit for bit in reversed(range(pad.bit_length())) if pad >> bit & 1)
+    for extra, w in enumerate(padding):
+        owners += [len(warps) + extra] * w
+    budgets = list(regs) + [0] * len(padding)
+    # Workers linked through shared warpgroups (a chain of them) end with one budget.
+    groups = [set(owners[i:i + WARPS_PER_WARPGROUP]) for i in range(0, len(owners), WARPS_PER_WARPGROUP)]
+    changed = True
+    while changed:
+        changed = False
+        for group in groups:
+            asked = {budgets[i] for i in group if i < len(warps)}
+            if 0 in asked and len(asked) > 1:
+                raise b.error(
+                    f"register budgets (setmaxnreg) apply per warpgroup: workers "
+                    f"{sorted(i for i in group if i < len(warps))} share one (worker_num_warps "
+                    f"{list(warps)}), but some ask for {sorted(asked - {0})} registers and some "
+                    f"keep the launch budget (0)",
+                    suggestion="give the workers that share a warpgroup one budget")
+            top = max(budgets[i] for i in group)
+            for i in group:
+                changed |= budgets[i] != top
+                budgets[i] = top
+    if padding and not budgets[-1]:
+        return tuple(budgets[:len(warps)]), ()  # the last warpgroup keeps the launch budget
+    return tuple(budgets), padding
 
 
 @builtin
@@ -186,20 +234,31 @@ def _warp_specialize(default_args: Any, default_partition: Any, worker_args: Any
         if r and (r % 8 or not 24 <= r <= 256):
             raise b.error(f"warp_specialize register budgets must be multiples of 8 in "
                           f"[24, 256] (or 0 for no change), found {list(regs)}")
-    budgeted = any(regs) or default_num_regs
-    if budgeted:
-        partitions = (b.num_warps,) + warps
-        if any(w % 4 for w in partitions):
-            raise b.error(f"register budgets (setmaxnreg) apply per warpgroup: every partition "
-                          f"needs a multiple of 4 warps, found {list(partitions)}",
-                          suggestion="give single-warp roles a 4-warp partition and let one "
-                                     "warp work (e.g. a TMA producer)")
+    padding: tuple[int, ...] = ()
+    if any(regs) or default_num_regs:
+        if b.num_warps % WARPS_PER_WARPGROUP:
+            raise b.error(f"register budgets (setmaxnreg) apply per warpgroup: the default "
+                          f"partition needs a multiple of 4 warps, found num_warps={b.num_warps}")
+        regs, padding = _warpgroup_budgets(warps, replicas, regs)
+        total += sum(padding)
+        if total > 32:
+            raise b.error(f"warp_specialize needs {total} warps in all, the last warpgroup filled "
+                          f"for its register budget; a CTA has at most 32")
+        if 1 + sum(replicas) + len(padding) > 15:
+            raise b.error(f"warp_specialize with {1 + sum(replicas)} partitions and "
+                          f"{len(padding)} idle ones filling the last warpgroup needs as many "
+                          f"named barriers; a CTA has 15 besides the CTA-wide one")
     if default_num_regs is None:
         default_num_regs = 0
         if any(regs):
             spent = sum(32 * w * copies * (r or REGISTER_FILE // (32 * total))
-                        for w, r, copies in zip(warps, regs, replicas))
+                        for w, r, copies in zip(warps + padding, regs, replicas + (1,) * len(padding)))
             share = (REGISTER_FILE - spent) // (32 * b.num_warps)
+            if b.max_registers is not None:  # the launch's maxnreg caps the pool the partitions share
+                cap = min(MAX_REGISTERS, REGISTER_FILE // (32 * total), b.max_registers) // 8 * 8
+                launched = sum(32 * w * copies * (r or cap)
+                               for w, r, copies in zip(warps + padding, regs, replicas + (1,) * len(padding)))
+                share = min(share, (32 * total * cap - launched) // (32 * b.num_warps))
             default_num_regs = min(MAX_BUDGET, share - share % 8)
     elif isinstance(default_num_regs, bool) or not isinstance(default_num_regs, int) or \
             default_num_regs % 8 or not 24 <= default_num_regs <= 256:
@@ -216,6 +275,9 @@ def _warp_specialize(default_args: Any, default_partition: Any, worker_args: Any
             raise b.error("worker partitions return nothing; only the default partition's "
                           "results come back")
         workers.append(ir.Block(block.args, block.ops + (ir.Yield(loc=b.loc),)))
+    for _ in padding:  # idle warps that only take their warpgroup's budget
+        workers.append(ir.Block(tuple(ir.Value(v.type, v.hint) for v in captures), (ir.Yield(loc=b.loc),)))
+    warps, replicas = warps + padding, replicas + (1,) * len(padding)
     out = tuple(ir.Value(v.type, v.hint) for v in results)
     b.emit(ir.WarpSpecialize(results=out, captures=tuple(captures), default=default,
                              workers=tuple(workers), worker_num_warps=warps, worker_num_regs=regs,

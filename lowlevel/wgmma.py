@@ -8,6 +8,10 @@ one warp at a time).
 `a` is a shared [M, K] buffer or a register tensor in a DotOperandLayout(0, acc layout,
 k_width); `b` a shared [K, N] buffer (`smem.permute((1, 0))` of a K-major [N, K] tile for
 the transposed operand); `acc` an fp32 tensor in NVMMADistributedLayout(version=[3, 0]).
+Its `warps_per_cta` place the warpgroups: [4 * g, 1] stacks them along M (64 rows each),
+[4, 2] puts two side by side along N, so at M = 64 each warpgroup computes its own half
+of the columns, reading B from that half's start (warps past the tile repeat the work of
+the first, as a layout's broadcast warps do).
 Shared operands written by ordinary stores need `fence_async_shared()` before the wgmma.
 
     acc = ll.mma_v2(a, b, acc)   # a @ b + acc, one warp at a time
@@ -28,7 +32,8 @@ from typing import Any, Sequence
 from ..compiler import ir
 from ..compiler.builder import builtin
 from ..compiler.mma import MmaError, plan_warp_dot
-from ..compiler.types import TensorType, bf16, fp16, fp32, fp8e4m3, fp8e5m2
+from ..compiler.wgmma import WgmmaError, plan_accumulator
+from ..compiler.types import bf16, fp16, fp32, fp8e4m3, fp8e5m2
 from . import semantic as sem
 from .tensor import Tensor
 from .layouts import DotOperandLayout, NVMMADistributedLayout
@@ -101,9 +106,14 @@ def warpgroup_mma(a: Any, b: Any, acc: Any, *, use_acc: Any = True, is_async: bo
                         f"found a {a_type} and b {b_type}")
     if acc.type.element == fp16 and a_type != fp16:
         raise bld.error(f"an fp16 accumulator needs fp16 operands, found {a_type}")
-    if m % 64 or m < 64 * (encoding.num_warps // 4):
-        raise bld.error(f"warpgroup_mma M = {m} must be a multiple of 64 covering every "
-                        f"warpgroup ({encoding.num_warps // 4} x 64 rows at least)")
+    if m % 64:
+        raise bld.error(f"warpgroup_mma M = {m} must be a multiple of 64 (the rows of one "
+                        f"warpgroup's m64 instruction)")
+    try:
+        plan_accumulator(acc.type.layout, acc.type.shape)
+    except WgmmaError as error:
+        raise bld.error(f"warpgroup_mma acc {sem.describe(acc)}: {error}",
+                        suggestion=error.suggestion) from None
     instr_k = 256 // a_type.bits
     if k % instr_k:
         raise bld.error(f"warpgroup_mma K = {k} must be a multiple of {instr_k} for {a_type}")

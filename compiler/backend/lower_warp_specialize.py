@@ -26,9 +26,12 @@ Register budgets (setmaxnreg, per warpgroup): with any budget, the kernel gets a
 cap `.maxnreg` = 65536 / threads (at most 255; at most the launch option maxnreg, which
 leaves room for more CTAs on an SM) rounded down to a multiple of 8; each
 budgeted partition sets its budget first thing (dec below the cap, inc above) and sets
-the cap back before the join, so code after the op runs with the cap again. Budgets must
-be multiples of 8 in [24, 256], every partition whole warpgroups, and the partitions
-together may not hold more registers than the CTA got at launch (cap * threads).
+the cap back before the join (idle partitions, which only fill a warpgroup, after the
+join's barrier, or never where their warps leave), so code after the op runs with the cap again. Budgets must
+be multiples of 8 in [24, 256], the same for every warp of a warpgroup (partitions of
+fewer than 4 warps share one, and idle partitions fill the last: lowlevel's
+warp_specialize arranges both), and the partitions together may not hold more registers
+than the CTA got at launch (cap * threads).
 """
 
 from __future__ import annotations
@@ -92,11 +95,16 @@ def _check_budgets(op: WarpSpecialize, num_warps: int, cap: int) -> None:
             f"register budgets must be multiples of 8 in [24, 256] (setmaxnreg), found {bad}", op.loc,
             suggestion="round the budget to a multiple of 8, or give 0 for no change")
     spans = _partition_warps(op, num_warps)
-    if any(warps % WARPS_PER_WARPGROUP for _, warps in spans):
-        raise CompilationError(
-            "register budgets (setmaxnreg) apply per warpgroup: every partition needs a multiple of "
-            f"4 warps, found {[warps for _, warps in spans]}", op.loc,
-            suggestion="give single-warp roles a 4-warp partition, or drop the budgets")
+    per_warp = [budget for (_, warps), budget in zip(spans, budgets) for _ in range(warps)]
+    for first in range(0, len(per_warp), WARPS_PER_WARPGROUP):
+        group = per_warp[first:first + WARPS_PER_WARPGROUP]
+        if len(set(group)) > 1 or (len(group) < WARPS_PER_WARPGROUP and any(group)):
+            raise CompilationError(
+                "register budgets (setmaxnreg) apply per warpgroup: all 4 warps of one execute the "
+                f"same setmaxnreg, but warps {first}..{first + WARPS_PER_WARPGROUP - 1} have budgets "
+                f"{group} (partitions on {[warps for _, warps in spans]} warps)", op.loc,
+                suggestion="give partitions that share a warpgroup one budget and fill the last "
+                           "warpgroup (lowlevel warp_specialize does both)")
     held = sum(32 * warps * (budget or cap) for (_, warps), budget in zip(spans, budgets))
     available = 32 * sum(warps for _, warps in spans) * cap
     if held > available:
@@ -144,6 +152,27 @@ def _set_registers(builder: ir.IRBuilder, count: int, increase: bool) -> None:
     builder.asm(ir.FunctionType(ir.VoidType(), []), text, constraints, [], side_effect=True)
 
 
+def _is_idle(block) -> bool:
+    """A worker with nothing to do: one that only fills its warpgroup for a register budget."""
+    return all(isinstance(o, Yield) for o in block.ops)
+
+
+def _reset_idle_warps(ctx: Lowering, warp: ir.Value, idle: list[tuple[int, int, int]], cap: int) -> None:
+    """Idle warps hold their warpgroup's low budget until every partition is done (past the
+    join's barrier): taking the cap back at once could starve a partition still raising its
+    own budget, which waits on registers the idle warps would hold."""
+    b = ctx.builder
+    reset, after = ctx.new_block("ws_idle_reset"), ctx.new_block("ws_after_reset")
+    first, end, budget = idle[0][0], idle[-1][1], idle[0][2]  # the last warpgroup's, one budget
+    inside = b.and_(b.icmp_unsigned(">=", warp, ir.Constant(T.I32, first)),
+                    b.icmp_unsigned("<", warp, ir.Constant(T.I32, end)))
+    b.cbranch(inside, reset, after)
+    b.position_at_end(reset)
+    _set_registers(b, cap, budget < cap)
+    b.branch(after)
+    b.position_at_end(after)
+
+
 def _is_last_top_level(kernel: Kernel, op: WarpSpecialize) -> bool:
     """The op sits in the kernel's body (not in a loop or branch) and no other follows."""
     ops = kernel.body.ops
@@ -178,7 +207,7 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
     blocks = (op.default,) + tuple(op.workers)
     budgets = (op.default_num_regs,) + tuple(op.worker_num_regs)
     join = ctx.new_block("ws_join")
-    ends, results = [], []
+    ends, results, idle = [], [], []
     copies = (1,) + op.replicas()
     barrier_ids = [1 + sum(copies[:index]) for index in range(len(copies))]  # a copy's own
     for index, ((first, warps), block, budget) in enumerate(
@@ -207,26 +236,31 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
                     raise CompilationError("the default partition must end with a yield of the op's results",
                                            op.loc)
                 results = [ctx.get(v) for v in terminator.values]
-        if budget and cap is not None and budget != cap:
+        resets = budget and cap is not None and budget != cap
+        if resets and index and _is_idle(block):
+            idle.append((first, first + warps, budget))  # takes the cap back after the join's barrier
+        elif resets:
             _set_registers(b, cap, budget < cap)
         ends.append(b.block)
         b.branch(join)
         b.position_at_end(following)
     b.branch(join)  # warps this op gives no partition (another one has more workers)
-    idle = b.block
+    unused = b.block
     b.position_at_end(join)
     if op.results:
         phis = []
         for value in (v for r in results for v in flatten_lowered(r)):
             phi = b.phi(value.type)
             phi.add_incoming(value, ends[0])
-            for end in ends[1:] + [idle]:
+            for end in ends[1:] + [unused]:
                 phi.add_incoming(ir.Constant(value.type, ir.Undefined), end)
             phis.append(phi)
         values = iter(phis)
         for result, template in zip(op.results, results):
             ctx.define(result, rebuild_lowered(template, values))
     ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(T.I32, 0)])
+    if idle and not last:
+        _reset_idle_warps(ctx, warp, idle, cap)
     if last:
         leave, stay = ctx.new_block("ws_extra_warps_exit"), ctx.new_block("ws_after")
         b.cbranch(b.icmp_unsigned(">=", warp, ir.Constant(T.I32, kernel.num_warps)), leave, stay)

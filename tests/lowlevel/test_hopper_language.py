@@ -242,12 +242,12 @@ def bad_budget(ptr, out):
     bar = mbarrier.allocate_mbarrier()
     worker_layout: ll.constexpr = ll.BlockedLayout([1, 8], [4, 8], [1, 1], [1, 0])
     ll.warp_specialize((smem, bar, BLOCKED), consumer, (smem, bar, ptr, worker_layout),
-                       [producer], worker_num_warps=[1], worker_num_regs=[40])
+                       [producer, producer], worker_num_warps=[1, 1], worker_num_regs=[40, 0])
 
 
-def test_register_budgets_need_whole_warpgroups():
+def test_workers_sharing_a_warpgroup_cannot_mix_a_budget_with_none():
     text = error_of(bad_budget, {"ptr": "*fp16", "out": "*fp16"})
-    assert "multiple of 4 warps" in text and "warp_specialize" in text
+    assert "apply per warpgroup" in text and "warp_specialize" in text
 
 
 @ll.jit
