@@ -1,0 +1,304 @@
+"""The flash-attention backward kernels in weft.lowlevel: a preprocess, the main kernel and
+a postprocess (FlashAttention-2/3's split of the work).
+
+Given O, the fp32 log-sum-exp L of each query row (natural log, +inf for rows that see no
+key) and dO, with P = exp(S - L) for S = scale Q K^T:
+
+    dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dQ = scale dS K,  dK = scale dS^T Q
+
+where delta = rowsum(dO * O) (the preprocess, `row_deltas`).
+
+The main kernel (`flash_attention_backward_kernel`) gives one CTA a block of BLOCK_N keys
+of one (batch, kv head) and walks the query blocks that see it, for every q head of the
+kv head's group (GQA/MQA: dK and dV sum over the group in registers, no atomics):
+
+- a producer partition (4 warps at a few registers, one thread issuing TMA) loads the K
+  and V block once, then each query block's Q and dO through a ring of STAGES slots
+  guarded by `ready` (TMA bytes) and `empty` (each consumer's release) mbarriers;
+- CONSUMERS warpgroups, each owning HEAD_DIM / CONSUMERS columns of dK, dV and dQ (one
+  warpgroup up to head_dim 128, two at 256, where the fp32 dK and dV of all 256 columns
+  would not fit one warpgroup's registers), compute for each query block
+  S^T = K Q^T and dP^T = V dO^T by async wgmma from shared memory, P^T and dS^T in the
+  accumulator's registers (LSE and delta rows by plain loads), then
+  dV += P^T dO and dK += dS^T Q with P^T and dS^T fed to wgmma from registers (dO and Q
+  are the MN-major B operands), and dQ = dS K with dS^T written to shared memory and
+  read transposed (an MN-major A operand). dQ is added into an fp32 buffer in global
+  memory with atomics; dK and dV stay in fp32 registers for the whole walk and are
+  stored at the end (dK scaled by softmax_scale).
+
+With two consumers each computes S^T and dP^T for the whole block (the work of two of
+the five GEMMs done twice): what P^T and dS^T give to its own columns needs all of them,
+and from registers, no exchange between warpgroups is needed.
+
+Causal attention is aligned bottom-right (query i sees key j <= i + seq_k - seq_q): the
+query blocks wholly above the diagonal are never loaded, and only the blocks crossing it
+(and every block of a key block cut by seq_k) pay for the mask. Query rows past seq_q
+load as zeros with L = +inf, so their P is 0 without a mask.
+
+The postprocess (`convert_dq`) converts the fp32 dQ to q's dtype, scaled by
+softmax_scale (and the sign the host folded into q: backward_host.py).
+"""
+
+from __future__ import annotations
+
+from ... import lowlevel as ll
+from ...lowlevel import mbarrier
+from .kernels import LOG2E, load_boxes  # shared with the forward kernels
+from .rings import ring_phase, ring_slot
+from .steps import accumulator_layout
+
+# Plain-load tiles of the preprocess and postprocess: 8 contiguous elements a thread.
+ROW_TILE = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+ROW_TILE_ROWS = 32
+
+
+@ll.jit
+def row_deltas(o_ptr, do_ptr, delta_ptr, seq_q, heads, o_strides_b, o_strides_h, o_strides_s,
+               do_strides_b, do_strides_h, do_strides_s, HEAD_DIM: ll.constexpr):
+    """delta[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d] in fp32, for ROW_TILE_ROWS
+    rows a program; grid (cdiv(seq_q, ROW_TILE_ROWS), batch * heads)."""
+    bh = ll.program_id(1)
+    batch = bh // heads
+    head = bh % heads
+    rows = ll.program_id(0) * ROW_TILE_ROWS + ll.arange(0, ROW_TILE_ROWS, ll.SliceLayout(1, ROW_TILE))
+    cols = ll.arange(0, HEAD_DIM, ll.SliceLayout(0, ROW_TILE))
+    inside = rows[:, None] < seq_q
+    o = ll.load(o_ptr + batch * o_strides_b + head * o_strides_h + rows[:, None] * o_strides_s + cols[None, :],
+                mask=inside, other=0.0)
+    do = ll.load(do_ptr + batch * do_strides_b + head * do_strides_h + rows[:, None] * do_strides_s
+                 + cols[None, :], mask=inside, other=0.0)
+    delta = ll.sum(o.to(ll.float32) * do.to(ll.float32), axis=1)
+    ll.store(delta_ptr + bh * seq_q + rows, delta, mask=rows < seq_q)
+
+
+@ll.jit
+def convert_dq(accum_ptr, dq_ptr, dq_scale, seq_q, heads, strides_b, strides_h, strides_s,
+               HEAD_DIM: ll.constexpr):
+    """dq[b, h, i, :] = dq_scale * accum[b, h, i, :] (fp32, contiguous [b, h, seq_q, d])
+    in dq's dtype and strides; grid (cdiv(seq_q, ROW_TILE_ROWS), batch * heads)."""
+    bh = ll.program_id(1)
+    rows = ll.program_id(0) * ROW_TILE_ROWS + ll.arange(0, ROW_TILE_ROWS, ll.SliceLayout(1, ROW_TILE))
+    cols = ll.arange(0, HEAD_DIM, ll.SliceLayout(0, ROW_TILE))
+    inside = rows[:, None] < seq_q
+    accum = ll.load(accum_ptr + (bh * seq_q + rows[:, None]) * HEAD_DIM + cols[None, :], mask=inside, other=0.0)
+    offsets = (bh // heads) * strides_b + (bh % heads) * strides_h + rows[:, None] * strides_s + cols[None, :]
+    ll.store(dq_ptr + offsets, (accum * dq_scale).to(dq_ptr.dtype.element_ty), mask=inside)
+
+
+@ll.aggregate
+class BackwardState:
+    """What the producer and the consumers of one CTA share: the operands' descriptors and
+    pointers, the shared buffers and their barriers, the problem's sizes and the CTA's
+    walk over query blocks (`query_blocks`), and the kernel's compile-time choices."""
+
+    q_desc: ll.tensor_descriptor
+    k_desc: ll.tensor_descriptor
+    v_desc: ll.tensor_descriptor
+    do_desc: ll.tensor_descriptor
+    k_smem: ll.shared_memory_descriptor
+    v_smem: ll.shared_memory_descriptor
+    q_ring: ll.shared_memory_descriptor
+    do_ring: ll.shared_memory_descriptor
+    ds_smem: ll.shared_memory_descriptor
+    kv_ready: ll.shared_memory_descriptor
+    ready: ll.shared_memory_descriptor
+    empty: ll.shared_memory_descriptor
+    lse_ptr: ll.tensor
+    delta_ptr: ll.tensor
+    dq_ptr: ll.tensor
+    dk_ptr: ll.tensor
+    dv_ptr: ll.tensor
+    dkv_strides: tuple  # (batch, head, seq) element strides of dk and dv
+    softmax_scale: ll.tensor
+    seq_q: ll.tensor
+    seq_k: ll.tensor
+    heads: ll.tensor
+    kv_group: ll.tensor
+    BLOCK_M: ll.constexpr
+    BLOCK_N: ll.constexpr
+    HEAD_DIM: ll.constexpr
+    STAGES: ll.constexpr
+    CONSUMERS: ll.constexpr
+    CAUSAL: ll.constexpr
+
+
+@ll.jit
+def query_blocks(state):
+    """(batch, kv head, first key, first query block, first unmasked one, end) of this
+    CTA: the query blocks [first, end) see its keys, those before `unmasked` need a mask
+    (they cross the causal diagonal, or the key block is cut by seq_k)."""
+    BLOCK_M: ll.constexpr = state.BLOCK_M
+    BLOCK_N: ll.constexpr = state.BLOCK_N
+    key0 = ll.program_id(0) * BLOCK_N
+    kv_heads = ll.num_programs(1)
+    bkv = ll.program_id(1)
+    end = ll.cdiv(state.seq_q, BLOCK_M)
+    first = 0
+    unmasked = 0
+    if state.CAUSAL:
+        shift = state.seq_k - state.seq_q  # query i sees keys j <= i + shift
+        first = ll.minimum(ll.maximum(key0 - shift, 0) // BLOCK_M, end)
+        unmasked = ll.cdiv(ll.maximum(key0 + BLOCK_N - 1 - shift, 0), BLOCK_M)
+    unmasked = ll.where(key0 + BLOCK_N > state.seq_k, end, unmasked)
+    unmasked = ll.minimum(ll.maximum(unmasked, first), end)
+    return bkv // kv_heads, bkv % kv_heads, key0, first, unmasked, end
+
+
+@ll.jit
+def producer(state):
+    """Load the CTA's K and V block, then Q and dO of every query block it walks, head by
+    head of the group, as ring slots free up."""
+    batch, kv_head, key0, first, unmasked, end = query_blocks(state)
+    HEAD_DIM: ll.constexpr = state.HEAD_DIM
+    STAGES: ll.constexpr = state.STAGES
+    BOXES: ll.constexpr = HEAD_DIM // state.k_desc.block_shape[3]
+    mbarrier.expect(state.kv_ready, 2 * state.k_desc.nbytes * BOXES)
+    load_boxes(state.k_desc, batch, kv_head, key0, state.kv_ready, state.k_smem, HEAD_DIM)
+    load_boxes(state.v_desc, batch, kv_head, key0, state.kv_ready, state.v_smem, HEAD_DIM)
+    per_head = end - first
+    for g in range(0, state.kv_group):
+        head = kv_head * state.kv_group + g
+        for m in range(first, end):
+            step = g * per_head + m - first
+            slot = ring_slot(step, STAGES)
+            mbarrier.wait(state.empty.index(slot), ring_phase(step, STAGES) ^ 1)  # fresh: released
+            bar = state.ready.index(slot)
+            mbarrier.expect(bar, 2 * state.q_desc.nbytes * BOXES)
+            load_boxes(state.q_desc, batch, head, m * state.BLOCK_M, bar, state.q_ring.index(slot), HEAD_DIM)
+            load_boxes(state.do_desc, batch, head, m * state.BLOCK_M, bar, state.do_ring.index(slot), HEAD_DIM)
+
+
+@ll.jit
+def query_block_step(state, step, m, bh, key0, k, v, dk, dv, qk_scale, WG: ll.constexpr, MASKED: ll.constexpr):
+    """One query block m (of head bh, at ring position `step`) for warpgroup WG: its
+    contributions to dK and dV (returned) and to dQ (added into global memory)."""
+    BLOCK_M: ll.constexpr = state.BLOCK_M
+    BLOCK_N: ll.constexpr = state.BLOCK_N
+    HEAD_DIM: ll.constexpr = state.HEAD_DIM
+    COLUMNS: ll.constexpr = HEAD_DIM // state.CONSUMERS
+    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_M)
+    D_LAYOUT: ll.constexpr = accumulator_layout(COLUMNS)
+    slot = ring_slot(step, state.STAGES)
+    mbarrier.wait(state.ready.index(slot), ring_phase(step, state.STAGES))
+    q = state.q_ring.index(slot).index(0).index(0)    # [BLOCK_M, HEAD_DIM]
+    do = state.do_ring.index(slot).index(0).index(0)
+    st = ll.warpgroup_mma(k, q.permute((1, 0)), ll.zeros([BLOCK_N, BLOCK_M], ll.float32, S_LAYOUT),
+                          use_acc=False, is_async=True)
+    dpt = ll.warpgroup_mma(v, do.permute((1, 0)), ll.zeros([BLOCK_N, BLOCK_M], ll.float32, S_LAYOUT),
+                           use_acc=False, is_async=True)
+    # L and delta of the block's rows, while the GEMMs run; rows past seq_q get L = +inf
+    # (P = 0 there, as for rows that see no key).
+    rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ll.SliceLayout(0, S_LAYOUT))
+    inside = rows < state.seq_q
+    lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+    st = ll.warpgroup_mma_wait(1, deps=[st])
+    pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
+    if MASKED:
+        keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(1, S_LAYOUT))
+        visible = keys[:, None] < state.seq_k
+        if state.CAUSAL:
+            visible = visible & (keys[:, None] <= rows[None, :] + (state.seq_k - state.seq_q))
+        pt = ll.where(visible, pt, 0.0)
+    dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
+    dst = pt * (dpt - delta[None, :])
+    dtype: ll.constexpr = state.q_desc.dtype
+    c0: ll.constexpr = WG * COLUMNS
+    p_op = ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2))
+    dv = ll.warpgroup_mma(p_op, do.slice(c0, COLUMNS, 1), dv, is_async=True)
+    ds16 = dst.to(dtype)
+    ds_op = ll.convert_layout(ds16, ll.DotOperandLayout(0, D_LAYOUT, 2))
+    dk = ll.warpgroup_mma(ds_op, q.slice(c0, COLUMNS, 1), dk, is_async=True)
+    ds_buf = state.ds_smem.index(WG)
+    ds_buf.store(ds16)
+    ll.fence_async_shared()
+    dq = ll.warpgroup_mma(ds_buf.permute((1, 0)), k.slice(c0, COLUMNS, 1),
+                          ll.zeros([BLOCK_M, COLUMNS], ll.float32, D_LAYOUT), use_acc=False, is_async=True)
+    dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
+    mbarrier.arrive(state.empty.index(slot))
+    q_rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ll.SliceLayout(1, D_LAYOUT))
+    cols = c0 + ll.arange(0, COLUMNS, ll.SliceLayout(0, D_LAYOUT))
+    ll.atomic_add(state.dq_ptr + (bh * state.seq_q + q_rows[:, None]) * HEAD_DIM + cols[None, :], dq,
+                  mask=q_rows[:, None] < state.seq_q, sem="relaxed")
+    return dk, dv
+
+
+@ll.jit
+def consumer(state, WG: ll.constexpr):
+    """Warpgroup WG's columns of dK and dV over the CTA's walk, then their store."""
+    batch, kv_head, key0, first, unmasked, end = query_blocks(state)
+    BLOCK_N: ll.constexpr = state.BLOCK_N
+    COLUMNS: ll.constexpr = state.HEAD_DIM // state.CONSUMERS
+    D_LAYOUT: ll.constexpr = accumulator_layout(COLUMNS)
+    qk_scale = state.softmax_scale * LOG2E
+    dk = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
+    dv = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
+    mbarrier.wait(state.kv_ready, 0)
+    k = state.k_smem.index(0).index(0)  # [BLOCK_N, HEAD_DIM]
+    v = state.v_smem.index(0).index(0)
+    per_head = end - first
+    for g in range(0, state.kv_group):
+        bh = batch * state.heads + kv_head * state.kv_group + g
+        for m in range(first, unmasked):
+            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, k, v, dk, dv, qk_scale,
+                                      WG, True)
+        for m in range(unmasked, end):
+            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, k, v, dk, dv, qk_scale,
+                                      WG, False)
+    keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(1, D_LAYOUT))
+    cols = WG * COLUMNS + ll.arange(0, COLUMNS, ll.SliceLayout(0, D_LAYOUT))
+    sb, sh, ss = state.dkv_strides
+    offsets = batch * sb + kv_head * sh + keys[:, None] * ss + cols[None, :]
+    inside = keys[:, None] < state.seq_k
+    ll.store(state.dk_ptr + offsets, (dk * state.softmax_scale).to(state.dk_ptr.dtype.element_ty), mask=inside)
+    ll.store(state.dv_ptr + offsets, dv.to(state.dv_ptr.dtype.element_ty), mask=inside)
+
+
+@ll.jit
+def consumer_0(state):
+    consumer(state, 0)
+
+
+@ll.jit
+def consumer_1(state):
+    consumer(state, 1)
+
+
+@ll.jit
+def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
+                                    dkv_stride_b, dkv_stride_h, dkv_stride_s, softmax_scale, seq_q, seq_k,
+                                    heads, kv_group, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
+                                    HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CONSUMERS: ll.constexpr,
+                                    CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
+                                    CONSUMER_REGS: ll.constexpr):
+    """Grid (cdiv(seq_k, BLOCK_N), batch * kv_heads); descriptors over [batch, heads, seq,
+    head_dim] with [1, 1, rows, 64] boxes; dq_ptr an fp32 [batch, heads, seq_q, head_dim]
+    buffer that starts at zero; dk_ptr and dv_ptr in k's dtype, strided as given."""
+    dtype: ll.constexpr = q_desc.dtype
+    k_smem = ll.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = ll.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
+    ds_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 16))
+    kv_ready = mbarrier.allocate_mbarrier()
+    ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    mbarrier.init(kv_ready, count=1)
+    for s in ll.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=CONSUMERS)
+    state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, ds_smem, kv_ready,
+                          ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
+                          (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
+                          kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL)
+    if CONSUMERS == 1:
+        ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
+                           worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
+    else:
+        ll.static_assert(CONSUMERS == 2, "one or two consumer warpgroups")
+        ll.warp_specialize((state,), producer, (state,), [consumer_0, consumer_1], worker_num_warps=[4, 4],
+                           worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
+    mbarrier.invalidate(kv_ready)
+    for s in ll.static_range(STAGES):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
