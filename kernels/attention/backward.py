@@ -50,6 +50,7 @@ from .steps import accumulator_layout
 # Plain-load tiles of the preprocess and postprocess: 8 contiguous elements a thread.
 ROW_TILE = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
 ROW_TILE_ROWS = 32
+DQ_CHUNK = 64  # dQ columns a consumer computes and adds at a time
 
 
 @ll.jit
@@ -99,6 +100,7 @@ class BackwardState:
     v_smem: ll.shared_memory_descriptor
     q_ring: ll.shared_memory_descriptor
     do_ring: ll.shared_memory_descriptor
+    p_smem: ll.shared_memory_descriptor
     ds_smem: ll.shared_memory_descriptor
     kv_ready: ll.shared_memory_descriptor
     ready: ll.shared_memory_descriptor
@@ -176,50 +178,56 @@ def query_block_step(state, step, m, bh, key0, k, v, dk, dv, qk_scale, WG: ll.co
     BLOCK_N: ll.constexpr = state.BLOCK_N
     HEAD_DIM: ll.constexpr = state.HEAD_DIM
     COLUMNS: ll.constexpr = HEAD_DIM // state.CONSUMERS
-    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_M)
-    D_LAYOUT: ll.constexpr = accumulator_layout(COLUMNS)
+    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
+    ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     slot = ring_slot(step, state.STAGES)
+    rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ROW)
+    inside = rows < state.seq_q
+    # L (in log2 units) and delta of the block's rows: two registers a thread, loaded
+    # while the slot fills. Rows past seq_q get L = +inf: P = 0 there, as for rows that
+    # see no key.
+    lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
     mbarrier.wait(state.ready.index(slot), ring_phase(step, state.STAGES))
     q = state.q_ring.index(slot).index(0).index(0)    # [BLOCK_M, HEAD_DIM]
     do = state.do_ring.index(slot).index(0).index(0)
-    st = ll.warpgroup_mma(k, q.permute((1, 0)), ll.zeros([BLOCK_N, BLOCK_M], ll.float32, S_LAYOUT),
+    s = ll.warpgroup_mma(q, k.permute((1, 0)), ll.zeros([BLOCK_M, BLOCK_N], ll.float32, S_LAYOUT),
+                         use_acc=False, is_async=True)
+    dp = ll.warpgroup_mma(do, v.permute((1, 0)), ll.zeros([BLOCK_M, BLOCK_N], ll.float32, S_LAYOUT),
                           use_acc=False, is_async=True)
-    dpt = ll.warpgroup_mma(v, do.permute((1, 0)), ll.zeros([BLOCK_N, BLOCK_M], ll.float32, S_LAYOUT),
-                           use_acc=False, is_async=True)
-    # L and delta of the block's rows, while the GEMMs run; rows past seq_q get L = +inf
-    # (P = 0 there, as for rows that see no key).
-    rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ll.SliceLayout(0, S_LAYOUT))
-    inside = rows < state.seq_q
-    lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
-    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
-    st = ll.warpgroup_mma_wait(1, deps=[st])
-    pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
+    s = ll.warpgroup_mma_wait(1, deps=[s])
+    p = ll.exp2(ll.fma(s, qk_scale, -lse2[:, None]))
     if MASKED:
-        keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(1, S_LAYOUT))
-        visible = keys[:, None] < state.seq_k
+        keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
+        visible = keys[None, :] < state.seq_k
         if state.CAUSAL:
-            visible = visible & (keys[:, None] <= rows[None, :] + (state.seq_k - state.seq_q))
-        pt = ll.where(visible, pt, 0.0)
-    dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
-    dst = pt * (dpt - delta[None, :])
+            visible = visible & (keys[None, :] <= rows[:, None] + (state.seq_k - state.seq_q))
+        p = ll.where(visible, p, 0.0)
     dtype: ll.constexpr = state.q_desc.dtype
-    c0: ll.constexpr = WG * COLUMNS
-    p_op = ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2))
-    dv = ll.warpgroup_mma(p_op, do.slice(c0, COLUMNS, 1), dv, is_async=True)
-    ds16 = dst.to(dtype)
-    ds_op = ll.convert_layout(ds16, ll.DotOperandLayout(0, D_LAYOUT, 2))
-    dk = ll.warpgroup_mma(ds_op, q.slice(c0, COLUMNS, 1), dk, is_async=True)
+    p_buf = state.p_smem.index(WG)  # [BLOCK_M, BLOCK_N]
+    p_buf.store(p.to(dtype))
+    dp = ll.warpgroup_mma_wait(0, deps=[dp])
     ds_buf = state.ds_smem.index(WG)
-    ds_buf.store(ds16)
+    ds_buf.store((p * (dp - delta[:, None])).to(dtype))
     ll.fence_async_shared()
-    dq = ll.warpgroup_mma(ds_buf.permute((1, 0)), k.slice(c0, COLUMNS, 1),
-                          ll.zeros([BLOCK_M, COLUMNS], ll.float32, D_LAYOUT), use_acc=False, is_async=True)
-    dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
+    # P^T and dS^T are the MN-major A operands (the buffers read transposed), dO and Q
+    # the MN-major B operands, of dV += P^T dO and dK += dS^T Q for this warpgroup's columns.
+    c0: ll.constexpr = WG * COLUMNS
+    dv = ll.warpgroup_mma(p_buf.permute((1, 0)), do.slice(c0, COLUMNS, 1), dv, is_async=True)
+    dk = ll.warpgroup_mma(ds_buf.permute((1, 0)), q.slice(c0, COLUMNS, 1), dk, is_async=True)
+    dv, dk = ll.warpgroup_mma_wait(0, deps=[dv, dk])
+    # dQ = dS K, its columns in chunks, each added into global memory before the next.
+    Q_LAYOUT: ll.constexpr = accumulator_layout(DQ_CHUNK)
+    q_rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ll.SliceLayout(1, Q_LAYOUT))
+    row_offsets = (bh * state.seq_q + q_rows[:, None]) * HEAD_DIM
+    for j in ll.static_range(COLUMNS // DQ_CHUNK):
+        dq = ll.warpgroup_mma(ds_buf, k.slice(c0 + j * DQ_CHUNK, DQ_CHUNK, 1),
+                              ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, Q_LAYOUT), use_acc=False, is_async=True)
+        dq = ll.warpgroup_mma_wait(0, deps=[dq])
+        cols = c0 + j * DQ_CHUNK + ll.arange(0, DQ_CHUNK, ll.SliceLayout(0, Q_LAYOUT))
+        ll.atomic_add(state.dq_ptr + row_offsets + cols[None, :], dq, mask=q_rows[:, None] < state.seq_q,
+                      sem="relaxed")
     mbarrier.arrive(state.empty.index(slot))
-    q_rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ll.SliceLayout(1, D_LAYOUT))
-    cols = c0 + ll.arange(0, COLUMNS, ll.SliceLayout(0, D_LAYOUT))
-    ll.atomic_add(state.dq_ptr + (bh * state.seq_q + q_rows[:, None]) * HEAD_DIM + cols[None, :], dq,
-                  mask=q_rows[:, None] < state.seq_q, sem="relaxed")
     return dk, dv
 
 
@@ -279,7 +287,8 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
     v_smem = ll.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
-    ds_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 16))
+    p_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, BLOCK_N], ll.NVMMASharedLayout(128, 16))
+    ds_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, BLOCK_N], ll.NVMMASharedLayout(128, 16))
     kv_ready = mbarrier.allocate_mbarrier()
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
@@ -287,7 +296,8 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
     for s in ll.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=CONSUMERS)
-    state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, ds_smem, kv_ready,
+    state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, p_smem, ds_smem,
+                          kv_ready,
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL)
