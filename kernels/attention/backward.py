@@ -171,7 +171,29 @@ def producer(state):
 
 
 @ll.jit
-def query_block_step(state, step, m, bh, key0, k, v, dk, dv, qk_scale, WG: ll.constexpr, MASKED: ll.constexpr):
+def masked(state, p, m, key0, S_LAYOUT: ll.constexpr):
+    """P of query block m with 0 for the keys its rows do not see: past seq_k, or
+    (causal) right of a row's diagonal."""
+    rows = m * state.BLOCK_M + ll.arange(0, state.BLOCK_M, ll.SliceLayout(1, S_LAYOUT))
+    keys = key0 + ll.arange(0, state.BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
+    visible = keys[None, :] < state.seq_k
+    if state.CAUSAL:
+        visible = visible & (keys[None, :] <= rows[:, None] + (state.seq_k - state.seq_q))
+    return ll.where(visible, p, 0.0)
+
+
+@ll.jit
+def unhoisted(buffer, m, heads):
+    """The [rows, HEAD_DIM] tile of a [1, 1, rows, HEAD_DIM] buffer (K or V), addressed
+    through an index that is 0 at run time but that LLVM cannot prove constant (m * heads
+    >> 31, for a block index m >= 0): the wgmma descriptors of a tile read in every step
+    are otherwise hoisted out of the walk, two registers each (24 at head_dim 128 for K
+    and V, 48 at 256), which made the consumers spill."""
+    return buffer.index((m * heads) >> 31).index(0)
+
+
+@ll.jit
+def query_block_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASKED: ll.constexpr):
     """One query block m (of head bh, at ring position `step`) for warpgroup WG: its
     contributions to dK and dV (returned) and to dQ (added into global memory)."""
     BLOCK_M: ll.constexpr = state.BLOCK_M
@@ -189,6 +211,8 @@ def query_block_step(state, step, m, bh, key0, k, v, dk, dv, qk_scale, WG: ll.co
     lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
     delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
     mbarrier.wait(state.ready.index(slot), ring_phase(step, state.STAGES))
+    k = unhoisted(state.k_smem, m, state.heads)
+    v = unhoisted(state.v_smem, m, state.heads)
     q = state.q_ring.index(slot).index(0).index(0)    # [BLOCK_M, HEAD_DIM]
     do = state.do_ring.index(slot).index(0).index(0)
     s = ll.warpgroup_mma(q, k.permute((1, 0)), ll.zeros([BLOCK_M, BLOCK_N], ll.float32, S_LAYOUT),
@@ -198,11 +222,7 @@ def query_block_step(state, step, m, bh, key0, k, v, dk, dv, qk_scale, WG: ll.co
     s = ll.warpgroup_mma_wait(1, deps=[s])
     p = ll.exp2(ll.fma(s, qk_scale, -lse2[:, None]))
     if MASKED:
-        keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
-        visible = keys[None, :] < state.seq_k
-        if state.CAUSAL:
-            visible = visible & (keys[None, :] <= rows[:, None] + (state.seq_k - state.seq_q))
-        p = ll.where(visible, p, 0.0)
+        p = masked(state, p, m, key0, S_LAYOUT)
     dtype: ll.constexpr = state.q_desc.dtype
     p_buf = state.p_smem.index(WG)  # [BLOCK_M, BLOCK_N]
     p_buf.store(p.to(dtype))
@@ -216,10 +236,23 @@ def query_block_step(state, step, m, bh, key0, k, v, dk, dv, qk_scale, WG: ll.co
     dv = ll.warpgroup_mma(p_buf.permute((1, 0)), do.slice(c0, COLUMNS, 1), dv, is_async=True)
     dk = ll.warpgroup_mma(ds_buf.permute((1, 0)), q.slice(c0, COLUMNS, 1), dk, is_async=True)
     dv, dk = ll.warpgroup_mma_wait(0, deps=[dv, dk])
-    # dQ = dS K, its columns in chunks, each added into global memory before the next.
+    # dQ = dS K, its columns in chunks, each added into global memory before the next;
+    # in a loop of its own (of one iteration) whose thread positions (the atomics'
+    # columns) are computed there, not held from the step's start through its GEMMs.
+    for _ in ll.range(0, 1, rematerialize=True):
+        add_dq_chunks(state, ds_buf, k, m, bh, c0, COLUMNS)
+    mbarrier.arrive(state.empty.index(slot))
+    return dk, dv
+
+
+@ll.jit
+def add_dq_chunks(state, ds_buf, k, m, bh, c0: ll.constexpr, COLUMNS: ll.constexpr):
+    """dQ[m's rows, c0:c0 + COLUMNS] += dS K (dS in ds_buf, K's columns c0:c0 + COLUMNS),
+    DQ_CHUNK columns at a time by atomic adds in fp32."""
+    BLOCK_M: ll.constexpr = state.BLOCK_M
     Q_LAYOUT: ll.constexpr = accumulator_layout(DQ_CHUNK)
     q_rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ll.SliceLayout(1, Q_LAYOUT))
-    row_offsets = (bh * state.seq_q + q_rows[:, None]) * HEAD_DIM
+    row_offsets = (bh * state.seq_q + q_rows[:, None]) * state.HEAD_DIM
     for j in ll.static_range(COLUMNS // DQ_CHUNK):
         dq = ll.warpgroup_mma(ds_buf, k.slice(c0 + j * DQ_CHUNK, DQ_CHUNK, 1),
                               ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, Q_LAYOUT), use_acc=False, is_async=True)
@@ -227,8 +260,6 @@ def query_block_step(state, step, m, bh, key0, k, v, dk, dv, qk_scale, WG: ll.co
         cols = c0 + j * DQ_CHUNK + ll.arange(0, DQ_CHUNK, ll.SliceLayout(0, Q_LAYOUT))
         ll.atomic_add(state.dq_ptr + row_offsets + cols[None, :], dq, mask=q_rows[:, None] < state.seq_q,
                       sem="relaxed")
-    mbarrier.arrive(state.empty.index(slot))
-    return dk, dv
 
 
 @ll.jit
@@ -242,16 +273,14 @@ def consumer(state, WG: ll.constexpr):
     dk = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
     dv = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
     mbarrier.wait(state.kv_ready, 0)
-    k = state.k_smem.index(0).index(0)  # [BLOCK_N, HEAD_DIM]
-    v = state.v_smem.index(0).index(0)
     per_head = end - first
     for g in range(0, state.kv_group):
         bh = batch * state.heads + kv_head * state.kv_group + g
-        for m in range(first, unmasked):
-            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, k, v, dk, dv, qk_scale,
+        for m in ll.range(first, unmasked, rematerialize=True):
+            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
                                       WG, True)
-        for m in range(unmasked, end):
-            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, k, v, dk, dv, qk_scale,
+        for m in ll.range(unmasked, end, rematerialize=True):
+            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
                                       WG, False)
     keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(1, D_LAYOUT))
     cols = WG * COLUMNS + ll.arange(0, COLUMNS, ll.SliceLayout(0, D_LAYOUT))
