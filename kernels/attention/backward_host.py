@@ -44,7 +44,10 @@ class BackwardConfig:
 
 
 def default_backward_config(head_dim: int) -> BackwardConfig:
-    return BackwardConfig(head_dim=head_dim, consumers=2 if head_dim > 128 else 1)
+    """One consumer warpgroup at head_dim 64, two from 128 on: at 128 one warpgroup's fp32
+    dK and dV (128 registers a thread) beside S and dP leave ptxas too few registers in
+    causal steps, so two warpgroups take 64 columns each (and both compute S and dP)."""
+    return BackwardConfig(head_dim=head_dim, consumers=1 if head_dim == 64 else 2)
 
 
 def _check_backward_inputs(q, k, v, out, lse, dout, layout: str) -> tuple[str, int]:
