@@ -121,6 +121,8 @@ class BackwardState:
     HEAD_DIM: ll.constexpr
     STAGES: ll.constexpr
     CONSUMERS: ll.constexpr
+    COLUMNS: ll.constexpr  # of dK, dV and dQ, a consumer's
+    FIRST_COLUMN: ll.constexpr  # the first consumer's
     CAUSAL: ll.constexpr
 
 
@@ -198,8 +200,7 @@ def query_block_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexp
     contributions to dK and dV (returned) and to dQ (added into global memory)."""
     BLOCK_M: ll.constexpr = state.BLOCK_M
     BLOCK_N: ll.constexpr = state.BLOCK_N
-    HEAD_DIM: ll.constexpr = state.HEAD_DIM
-    COLUMNS: ll.constexpr = HEAD_DIM // state.CONSUMERS
+    COLUMNS: ll.constexpr = state.COLUMNS
     S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     slot = ring_slot(step, state.STAGES)
@@ -232,7 +233,7 @@ def query_block_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexp
     ll.fence_async_shared()
     # P^T and dS^T are the MN-major A operands (the buffers read transposed), dO and Q
     # the MN-major B operands, of dV += P^T dO and dK += dS^T Q for this warpgroup's columns.
-    c0: ll.constexpr = WG * COLUMNS
+    c0: ll.constexpr = state.FIRST_COLUMN + WG * COLUMNS
     dv = ll.warpgroup_mma(p_buf.permute((1, 0)), do.slice(c0, COLUMNS, 1), dv, is_async=True)
     dk = ll.warpgroup_mma(ds_buf.permute((1, 0)), q.slice(c0, COLUMNS, 1), dk, is_async=True)
     dv, dk = ll.warpgroup_mma_wait(0, deps=[dv, dk])
@@ -267,7 +268,7 @@ def consumer(state, WG: ll.constexpr):
     """Warpgroup WG's columns of dK and dV over the CTA's walk, then their store."""
     batch, kv_head, key0, first, unmasked, end = query_blocks(state)
     BLOCK_N: ll.constexpr = state.BLOCK_N
-    COLUMNS: ll.constexpr = state.HEAD_DIM // state.CONSUMERS
+    COLUMNS: ll.constexpr = state.COLUMNS
     D_LAYOUT: ll.constexpr = accumulator_layout(COLUMNS)
     qk_scale = state.softmax_scale * LOG2E
     dk = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
@@ -283,7 +284,7 @@ def consumer(state, WG: ll.constexpr):
             dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
                                       WG, False)
     keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(1, D_LAYOUT))
-    cols = WG * COLUMNS + ll.arange(0, COLUMNS, ll.SliceLayout(0, D_LAYOUT))
+    cols = state.FIRST_COLUMN + WG * COLUMNS + ll.arange(0, COLUMNS, ll.SliceLayout(0, D_LAYOUT))
     sb, sh, ss = state.dkv_strides
     offsets = batch * sb + kv_head * sh + keys[:, None] * ss + cols[None, :]
     inside = keys[:, None] < state.seq_k
@@ -307,10 +308,17 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                                     heads, kv_group, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
                                     HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CONSUMERS: ll.constexpr,
                                     CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
-                                    CONSUMER_REGS: ll.constexpr):
+                                    CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr = None,
+                                    FIRST_COLUMN: ll.constexpr = 0):
     """Grid (cdiv(seq_k, BLOCK_N), batch * kv_heads); descriptors over [batch, heads, seq,
     head_dim] with [1, 1, rows, 64] boxes; dq_ptr an fp32 [batch, heads, seq_q, head_dim]
-    buffer that starts at zero; dk_ptr and dv_ptr in k's dtype, strided as given."""
+    buffer that starts at zero; dk_ptr and dv_ptr in k's dtype, strided as given. The
+    CONSUMERS warpgroups take COLUMNS columns each (default: all of head_dim between
+    them) from FIRST_COLUMN on: a launch covers head_dim's columns, or (head_dim 256) one
+    of the launches that split them."""
+    if COLUMNS is None:
+        COLUMNS = HEAD_DIM // CONSUMERS
+    ll.static_assert(FIRST_COLUMN + CONSUMERS * COLUMNS <= HEAD_DIM, "the consumers' columns lie in head_dim")
     dtype: ll.constexpr = q_desc.dtype
     k_smem = ll.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = ll.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
@@ -329,7 +337,7 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                           kv_ready,
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
-                          kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, CAUSAL)
+                          kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

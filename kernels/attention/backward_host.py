@@ -18,14 +18,17 @@ from .host import _as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_
 @dataclass(frozen=True)
 class BackwardConfig:
     """The main kernel's tiles: BLOCK_N keys a CTA, BLOCK_M query rows a step, a ring of
-    `stages` Q/dO slots, `consumers` warpgroups splitting head_dim's columns (two at 256,
-    where one warpgroup cannot hold all of dK and dV in fp32), and setmaxnreg budgets."""
+    `stages` Q/dO slots, `consumers` warpgroups each holding `head_dim / (consumers *
+    launches)` columns of dK and dV in fp32 registers, `launches` kernels splitting
+    head_dim's columns between them (each computes S and dP for the whole head), and
+    setmaxnreg budgets."""
 
     head_dim: int
     block_m: int = 64
     block_n: int = 64
     stages: int = 2
     consumers: int = 1
+    launches: int = 1
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -35,19 +38,37 @@ class BackwardConfig:
         if (self.block_m, self.block_n) != (64, 64):
             raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
                              f"{self.block_m} and {self.block_n}")
-        if self.consumers not in (1, 2) or self.head_dim // self.consumers > 128:
-            raise ValueError(f"BackwardConfig: consumers must be 1 or 2 and leave at most 128 columns of "
-                             f"head_dim {self.head_dim} to each, got {self.consumers}")
+        if self.consumers not in (1, 2) or self.launches not in (1, 2) \
+                or self.head_dim % (64 * self.consumers * self.launches):
+            raise ValueError(f"BackwardConfig: consumers and launches must be 1 or 2 and leave each consumer a "
+                             f"multiple of 64 of head_dim {self.head_dim}'s columns, got {self.consumers} and "
+                             f"{self.launches}")
         if 128 * (self.producer_regs + self.consumers * self.consumer_regs) > 65536:
             raise ValueError(f"BackwardConfig: {self.consumers} consumers at {self.consumer_regs} registers "
                              f"and a producer at {self.producer_regs} pass the 64K-register file")
 
+    @property
+    def columns(self) -> int:
+        """Columns of dK, dV and dQ each consumer warpgroup holds."""
+        return self.head_dim // (self.consumers * self.launches)
+
 
 def default_backward_config(head_dim: int) -> BackwardConfig:
-    """One consumer warpgroup at head_dim 64, two from 128 on: at 128 one warpgroup's fp32
-    dK and dV (128 registers a thread) beside S and dP leave ptxas too few registers in
-    causal steps, so two warpgroups take 64 columns each (and both compute S and dP)."""
-    return BackwardConfig(head_dim=head_dim, consumers=1 if head_dim == 64 else 2)
+    """64 columns of dK and dV a consumer warpgroup: one at head_dim 64, two from 128 on, in
+    two launches at 256. 128 columns (fp32 dK and dV in 128 registers a thread) beside S,
+    dP and the step's addresses leave ptxas too few of 240 registers (it spills), so the
+    warpgroups and launches split the columns, each computing S and dP for all of them."""
+    if head_dim == 64:
+        return BackwardConfig(head_dim=64)
+    return BackwardConfig(head_dim=head_dim, consumers=2, launches=head_dim // 128)
+
+
+def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -> dict:
+    """The main kernel's compile-time arguments for a config's launch-th launch."""
+    return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
+                CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
+                CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
+                FIRST_COLUMN=launch * config.consumers * config.columns)
 
 
 def _check_backward_inputs(q, k, v, out, lse, dout, layout: str) -> tuple[str, int]:
@@ -112,11 +133,10 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
              ((q_seen, chosen.block_m), (k, chosen.block_n), (v, chosen.block_n), (dout, chosen.block_m))]
     dkv_strides = _as_bhsd(dk, layout)[1][:3]
     grid = (-(-seq_k // chosen.block_n), batch * kv_heads)
-    flash_attention_backward_kernel[grid](
-        *descs, lse, delta, dq_accum, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
-        BLOCK_M=chosen.block_m, BLOCK_N=chosen.block_n, HEAD_DIM=head_dim, STAGES=chosen.stages,
-        CONSUMERS=chosen.consumers, CAUSAL=bool(causal), PRODUCER_REGS=chosen.producer_regs,
-        CONSUMER_REGS=chosen.consumer_regs, num_warps=4)
+    for launch in range(chosen.launches):
+        flash_attention_backward_kernel[grid](
+            *descs, lse, delta, dq_accum, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
+            **backward_constexprs(chosen, bool(causal), launch), num_warps=4)
     convert_dq[row_grid](dq_accum, dq, softmax_scale, seq_q, heads, *_as_bhsd(dq, layout)[1][:3],
                          HEAD_DIM=head_dim, num_warps=4)
     return dq, dk, dv

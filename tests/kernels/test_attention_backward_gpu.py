@@ -10,7 +10,7 @@ import pytest
 from weft.compiler.backend import ptxas
 from weft.kernels.attention import flash_attention, flash_attention_backward
 from weft.kernels.attention.backward import flash_attention_backward_kernel
-from weft.kernels.attention.backward_host import default_backward_config
+from weft.kernels.attention.backward_host import backward_constexprs, default_backward_config
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
@@ -94,8 +94,8 @@ def test_gpu_softmax_scale_edge_cases(scale):
         assert ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item() <= 2e-2
 
 
-def _compile(head_dim: int, dtype: str, causal: bool):
-    """The main backward kernel for head_dim's default config, as the host launches it."""
+def _compile(head_dim: int, dtype: str, causal: bool, launch: int):
+    """The main backward kernel of head_dim's default config, as the host launches it."""
     config = default_backward_config(head_dim)
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
@@ -103,18 +103,20 @@ def _compile(head_dim: int, dtype: str, causal: bool):
                  "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "dkv_stride_b": "i32", "dkv_stride_h": "i32",
                  "dkv_stride_s": "i32", "softmax_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "heads": "i32",
                  "kv_group": "i32"}
-    constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=head_dim, STAGES=config.stages,
-                      CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
-                      CONSUMER_REGS=config.consumer_regs)
-    return flash_attention_backward_kernel.compile(signature=signature, constexprs=constexprs, num_warps=4)
+    return flash_attention_backward_kernel.compile(signature=signature,
+                                                   constexprs=backward_constexprs(config, causal, launch),
+                                                   num_warps=4)
 
 
 @needs_ptxas
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype):
-    compiled = _compile(head_dim, dtype, causal)
+@pytest.mark.parametrize("launch", [0, 1])
+def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch):
+    if launch >= default_backward_config(head_dim).launches:
+        pytest.skip(f"head_dim {head_dim} takes one launch")
+    compiled = _compile(head_dim, dtype, causal, launch)
     ptx = compiled.asm["ptx"]
     for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor.4d", "mbarrier.try_wait", "setmaxnreg.inc",
                         "setmaxnreg.dec", "ex2.approx", "fence.proxy.async", "red.relaxed.gpu.global.add.f32"):
