@@ -15,20 +15,20 @@ kv head's group (GQA/MQA: dK and dV sum over the group in registers, no atomics)
 - a producer partition (4 warps at a few registers, one thread issuing TMA) loads the K
   and V block once, then each query block's Q and dO through a ring of STAGES slots
   guarded by `ready` (TMA bytes) and `empty` (each consumer's release) mbarriers;
-- CONSUMERS warpgroups, each owning HEAD_DIM / CONSUMERS columns of dK, dV and dQ (one
-  warpgroup up to head_dim 128, two at 256, where the fp32 dK and dV of all 256 columns
-  would not fit one warpgroup's registers), compute for each query block
-  S^T = K Q^T and dP^T = V dO^T by async wgmma from shared memory, P^T and dS^T in the
-  accumulator's registers (LSE and delta rows by plain loads), then
-  dV += P^T dO and dK += dS^T Q with P^T and dS^T fed to wgmma from registers (dO and Q
-  are the MN-major B operands), and dQ = dS K with dS^T written to shared memory and
-  read transposed (an MN-major A operand). dQ is added into an fp32 buffer in global
-  memory with atomics; dK and dV stay in fp32 registers for the whole walk and are
-  stored at the end (dK scaled by softmax_scale).
+- CONSUMERS warpgroups, each owning COLUMNS columns of dK, dV and dQ (64: fp32 dK and dV
+  of 128 columns, 128 registers a thread, beside S, dP and a step's addresses leave
+  ptxas too few of 240 registers), compute for each query block S = Q K^T and
+  dP = dO V^T by async wgmma from shared memory (L and delta by plain loads, two rows a
+  thread), P = exp2(S scale log2(e) - L log2(e)) and dS = P (dP - delta) in the
+  accumulator's registers, write P and dS to shared memory in q's dtype, then
+  dV += P^T dO and dK += dS^T Q (P^T and dS^T the buffers read transposed, MN-major A
+  operands; dO and Q MN-major B operands) and dQ = dS K, added into an fp32 buffer in
+  global memory by atomics, 64 columns at a time. dK and dV stay in fp32 registers for
+  the whole walk and are stored at the end (dK scaled by softmax_scale).
 
-With two consumers each computes S^T and dP^T for the whole block (the work of two of
-the five GEMMs done twice): what P^T and dS^T give to its own columns needs all of them,
-and from registers, no exchange between warpgroups is needed.
+Every consumer computes S and dP for the whole block (two of the five GEMMs, done again
+by each warpgroup): its columns of dK, dV and dQ need all of P and dS. Head_dim 256 runs
+as two launches of 128 columns each (FIRST_COLUMN), each its own S and dP.
 
 Causal attention is aligned bottom-right (query i sees key j <= i + seq_k - seq_q): the
 query blocks wholly above the diagonal are never loaded, and only the blocks crossing it

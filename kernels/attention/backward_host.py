@@ -31,6 +31,7 @@ class BackwardConfig:
     launches: int = 1
     producer_regs: int = 24
     consumer_regs: int = 240
+    ctas_per_sm: int = 1
 
     def __post_init__(self):
         if self.head_dim not in HEAD_DIMS:
@@ -43,9 +44,25 @@ class BackwardConfig:
             raise ValueError(f"BackwardConfig: consumers and launches must be 1 or 2 and leave each consumer a "
                              f"multiple of 64 of head_dim {self.head_dim}'s columns, got {self.consumers} and "
                              f"{self.launches}")
-        if 128 * (self.producer_regs + self.consumers * self.consumer_regs) > 65536:
+        if self.ctas_per_sm not in (1, 2) or \
+                128 * (self.producer_regs + self.consumers * self.consumer_regs) > self.register_cap * self.threads:
             raise ValueError(f"BackwardConfig: {self.consumers} consumers at {self.consumer_regs} registers "
-                             f"and a producer at {self.producer_regs} pass the 64K-register file")
+                             f"and a producer at {self.producer_regs} pass the register file's share of "
+                             f"{self.ctas_per_sm} CTA(s) an SM (ctas_per_sm 1 or 2)")
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def register_cap(self) -> int:
+        """Registers a thread at launch: an SM's 64K shared by ctas_per_sm CTAs (the
+        setmaxnreg budgets share this pool)."""
+        return min(255, 65536 // self.ctas_per_sm // self.threads) // 8 * 8
+
+    def launch_options(self) -> dict:
+        """maxnreg where several CTAs share an SM (as the forward's Config.ctas_per_sm)."""
+        return dict(maxnreg=self.register_cap) if self.ctas_per_sm > 1 else {}
 
     @property
     def columns(self) -> int:
@@ -58,8 +75,8 @@ def default_backward_config(head_dim: int) -> BackwardConfig:
     two launches at 256. 128 columns (fp32 dK and dV in 128 registers a thread) beside S,
     dP and the step's addresses leave ptxas too few of 240 registers (it spills), so the
     warpgroups and launches split the columns, each computing S and dP for all of them."""
-    if head_dim == 64:
-        return BackwardConfig(head_dim=64)
+    if head_dim == 64:  # two CTAs an SM: one's loads and atomics overlap the other's GEMMs
+        return BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2)
     return BackwardConfig(head_dim=head_dim, consumers=2, launches=head_dim // 128)
 
 
@@ -136,7 +153,7 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     for launch in range(chosen.launches):
         flash_attention_backward_kernel[grid](
             *descs, lse, delta, dq_accum, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
-            **backward_constexprs(chosen, bool(causal), launch), num_warps=4)
+            **backward_constexprs(chosen, bool(causal), launch), num_warps=4, **chosen.launch_options())
     convert_dq[row_grid](dq_accum, dq, softmax_scale, seq_q, heads, *_as_bhsd(dq, layout)[1][:3],
                          HEAD_DIM=head_dim, num_warps=4)
     return dq, dk, dv

@@ -105,7 +105,7 @@ def _compile(head_dim: int, dtype: str, causal: bool, launch: int):
                  "kv_group": "i32"}
     return flash_attention_backward_kernel.compile(signature=signature,
                                                    constexprs=backward_constexprs(config, causal, launch),
-                                                   num_warps=4)
+                                                   num_warps=4, **config.launch_options())
 
 
 @needs_ptxas
