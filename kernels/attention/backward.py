@@ -236,28 +236,36 @@ def query_block_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexp
     c0: ll.constexpr = state.FIRST_COLUMN + WG * COLUMNS
     dv = ll.warpgroup_mma(p_buf.permute((1, 0)), do.slice(c0, COLUMNS, 1), dv, is_async=True)
     dk = ll.warpgroup_mma(ds_buf.permute((1, 0)), q.slice(c0, COLUMNS, 1), dk, is_async=True)
-    dv, dk = ll.warpgroup_mma_wait(0, deps=[dv, dk])
-    # dQ = dS K, its columns in chunks, each added into global memory before the next;
-    # in a loop of its own (of one iteration) whose thread positions (the atomics'
-    # columns) are computed there, not held from the step's start through its GEMMs.
-    for _ in ll.range(0, 1, rematerialize=True):
-        add_dq_chunks(state, ds_buf, k, m, bh, c0, COLUMNS)
+    Q_LAYOUT: ll.constexpr = accumulator_layout(DQ_CHUNK)
+    dq = ll.warpgroup_mma(ds_buf, k.slice(c0, DQ_CHUNK, 1), ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, Q_LAYOUT),
+                          use_acc=False, is_async=True)
+    dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
+    # Q and dO are read: the producer may refill the slot while dQ goes out.
     mbarrier.arrive(state.empty.index(slot))
+    # dQ = dS K into global memory, in a loop of its own (of one iteration) whose thread
+    # positions (the atomics' columns) are computed there, not held from the step's start
+    # through its GEMMs.
+    for _ in ll.range(0, 1, rematerialize=True):
+        add_dq_chunks(state, dq, ds_buf, k, m, bh, c0, COLUMNS)
     return dk, dv
 
 
 @ll.jit
-def add_dq_chunks(state, ds_buf, k, m, bh, c0: ll.constexpr, COLUMNS: ll.constexpr):
-    """dQ[m's rows, c0:c0 + COLUMNS] += dS K (dS in ds_buf, K's columns c0:c0 + COLUMNS),
-    DQ_CHUNK columns at a time by atomic adds in fp32."""
+def add_dq_chunks(state, first, ds_buf, k, m, bh, c0: ll.constexpr, COLUMNS: ll.constexpr):
+    """dQ[m's rows, c0:c0 + COLUMNS] += dS K by atomic adds in fp32, DQ_CHUNK columns at a
+    time: `first` (the first chunk, computed already), then dS (in ds_buf) times K's
+    further columns."""
     BLOCK_M: ll.constexpr = state.BLOCK_M
     Q_LAYOUT: ll.constexpr = accumulator_layout(DQ_CHUNK)
     q_rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ll.SliceLayout(1, Q_LAYOUT))
     row_offsets = (bh * state.seq_q + q_rows[:, None]) * state.HEAD_DIM
     for j in ll.static_range(COLUMNS // DQ_CHUNK):
-        dq = ll.warpgroup_mma(ds_buf, k.slice(c0 + j * DQ_CHUNK, DQ_CHUNK, 1),
-                              ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, Q_LAYOUT), use_acc=False, is_async=True)
-        dq = ll.warpgroup_mma_wait(0, deps=[dq])
+        dq = first
+        if j > 0:
+            dq = ll.warpgroup_mma(ds_buf, k.slice(c0 + j * DQ_CHUNK, DQ_CHUNK, 1),
+                                  ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, Q_LAYOUT), use_acc=False,
+                                  is_async=True)
+            dq = ll.warpgroup_mma_wait(0, deps=[dq])
         cols = c0 + j * DQ_CHUNK + ll.arange(0, DQ_CHUNK, ll.SliceLayout(0, Q_LAYOUT))
         ll.atomic_add(state.dq_ptr + row_offsets + cols[None, :], dq, mask=q_rows[:, None] < state.seq_q,
                       sem="relaxed")
