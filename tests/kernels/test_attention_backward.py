@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import flash_attention, flash_attention_backward, reference_attention
-from weft.kernels.attention.backward_host import reference_attention_backward
+from weft.kernels.attention.backward_host import BackwardConfig, reference_attention_backward
 
 TOLERANCE = 1e-2  # max |grad - ref| / max |ref|, fp16 inputs and P, dS rounded to fp16
 
@@ -48,6 +48,16 @@ def _check(q, k, v, do, causal, scale=None, layout="bhsd", out=None, lse=None):
 ])
 def test_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout):
     _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout), causal, layout=layout)
+
+
+def test_one_consumer_of_128_columns():
+    """A config whose consumer holds all of head_dim 128 (dQ in two chunks of 64 columns):
+    not the default (ptxas spills it), but right."""
+    q, k, v, do = _inputs(1, 1, 1, 40, 70, 128, seed=9)
+    out, lse = _forward(q, k, v, True, None, "bhsd")
+    grads = flash_attention_backward(q, k, v, out, lse, do, causal=True, config=BackwardConfig(head_dim=128))
+    for got, ref in zip(grads, reference_attention_backward(q, k, v, do, causal=True)):
+        assert np.abs(got.astype(np.float64) - ref).max() < TOLERANCE * np.abs(ref).max()
 
 
 def test_rows_that_see_no_key_get_zero_dq_with_the_forwards_lse():
@@ -102,5 +112,9 @@ def test_input_errors_say_what_to_pass():
         flash_attention_backward(q, k, v, out, lse.tolist(), do)
     with pytest.raises(ValueError, match="softmax_scale must be finite"):
         flash_attention_backward(q, k, v, out, lse, do, softmax_scale=float("nan"))
+    with pytest.raises(ValueError, match="multiple of 64 of head_dim 64's columns"):
+        BackwardConfig(head_dim=64, consumers=2)
+    with pytest.raises(ValueError, match="is for head_dim 128"):
+        flash_attention_backward(q, k, v, out, lse, do, config=BackwardConfig(head_dim=128))
     with pytest.raises(ValueError, match="head_dim"):
         flash_attention_backward(q[..., :32], k[..., :32], v[..., :32], out[..., :32], lse, do[..., :32])
