@@ -102,6 +102,8 @@ class BackwardState:
     do_ring: ll.shared_memory_descriptor
     p_smem: ll.shared_memory_descriptor
     ds_smem: ll.shared_memory_descriptor
+    scores_ready: ll.shared_memory_descriptor  # every consumer's P and dS are written
+    scores_free: ll.shared_memory_descriptor   # every consumer has read them
     kv_ready: ll.shared_memory_descriptor
     ready: ll.shared_memory_descriptor
     empty: ll.shared_memory_descriptor
@@ -173,11 +175,19 @@ def producer(state):
 
 
 @ll.jit
+def part(buffer, start: ll.constexpr, length: ll.constexpr, dim: ll.constexpr):
+    """buffer.slice(start, length, dim), or the buffer itself where that is all of it."""
+    if buffer.shape[dim] == length:
+        return buffer
+    return buffer.slice(start, length, dim)
+
+
+@ll.jit
 def masked(state, p, m, key0, S_LAYOUT: ll.constexpr):
     """P of query block m with 0 for the keys its rows do not see: past seq_k, or
     (causal) right of a row's diagonal."""
     rows = m * state.BLOCK_M + ll.arange(0, state.BLOCK_M, ll.SliceLayout(1, S_LAYOUT))
-    keys = key0 + ll.arange(0, state.BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
+    keys = key0 + ll.arange(0, p.shape[1], ll.SliceLayout(0, S_LAYOUT))
     visible = keys[None, :] < state.seq_k
     if state.CAUSAL:
         visible = visible & (keys[None, :] <= rows[:, None] + (state.seq_k - state.seq_q))
@@ -201,7 +211,10 @@ def query_block_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexp
     BLOCK_M: ll.constexpr = state.BLOCK_M
     BLOCK_N: ll.constexpr = state.BLOCK_N
     COLUMNS: ll.constexpr = state.COLUMNS
-    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
+    # Each consumer computes S and dP for KEYS of the block's keys, and all of them read
+    # the whole of P and dS from shared memory.
+    KEYS: ll.constexpr = BLOCK_N // state.CONSUMERS
+    S_LAYOUT: ll.constexpr = accumulator_layout(KEYS)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     slot = ring_slot(step, state.STAGES)
     rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ROW)
@@ -216,21 +229,27 @@ def query_block_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexp
     v = unhoisted(state.v_smem, m, state.heads)
     q = state.q_ring.index(slot).index(0).index(0)    # [BLOCK_M, HEAD_DIM]
     do = state.do_ring.index(slot).index(0).index(0)
-    s = ll.warpgroup_mma(q, k.permute((1, 0)), ll.zeros([BLOCK_M, BLOCK_N], ll.float32, S_LAYOUT),
-                         use_acc=False, is_async=True)
-    dp = ll.warpgroup_mma(do, v.permute((1, 0)), ll.zeros([BLOCK_M, BLOCK_N], ll.float32, S_LAYOUT),
-                          use_acc=False, is_async=True)
+    first_key: ll.constexpr = WG * KEYS
+    s = ll.warpgroup_mma(q, part(k, first_key, KEYS, 0).permute((1, 0)),
+                         ll.zeros([BLOCK_M, KEYS], ll.float32, S_LAYOUT), use_acc=False, is_async=True)
+    dp = ll.warpgroup_mma(do, part(v, first_key, KEYS, 0).permute((1, 0)),
+                          ll.zeros([BLOCK_M, KEYS], ll.float32, S_LAYOUT), use_acc=False, is_async=True)
     s = ll.warpgroup_mma_wait(1, deps=[s])
     p = ll.exp2(ll.fma(s, qk_scale, -lse2[:, None]))
     if MASKED:
-        p = masked(state, p, m, key0, S_LAYOUT)
+        p = masked(state, p, m, key0 + first_key, S_LAYOUT)
     dtype: ll.constexpr = state.q_desc.dtype
-    p_buf = state.p_smem.index(WG)  # [BLOCK_M, BLOCK_N]
-    p_buf.store(p.to(dtype))
+    p_buf = state.p_smem  # [BLOCK_M, BLOCK_N]
+    ds_buf = state.ds_smem
+    if state.CONSUMERS > 1:  # every consumer has read the last step's P and dS
+        mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # a fresh barrier counts as passed
+    part(p_buf, first_key, KEYS, 1).store(p.to(dtype))
     dp = ll.warpgroup_mma_wait(0, deps=[dp])
-    ds_buf = state.ds_smem.index(WG)
-    ds_buf.store((p * (dp - delta[:, None])).to(dtype))
+    part(ds_buf, first_key, KEYS, 1).store((p * (dp - delta[:, None])).to(dtype))
     ll.fence_async_shared()
+    if state.CONSUMERS > 1:  # and every consumer has written its keys' P and dS
+        mbarrier.arrive(state.scores_ready)
+        mbarrier.wait(state.scores_ready, ring_phase(step, 1))
     # P^T and dS^T are the MN-major A operands (the buffers read transposed), dO and Q
     # the MN-major B operands, of dV += P^T dO and dK += dS^T Q for this warpgroup's columns.
     c0: ll.constexpr = state.FIRST_COLUMN + WG * COLUMNS
@@ -242,6 +261,8 @@ def query_block_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexp
     dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
     # Q and dO are read: the producer may refill the slot while dQ goes out.
     mbarrier.arrive(state.empty.index(slot))
+    if state.CONSUMERS > 1:
+        mbarrier.arrive(state.scores_free)
     # dQ = dS K into global memory, in a loop of its own (of one iteration) whose thread
     # positions (the atomics' columns) are computed there, not held from the step's start
     # through its GEMMs.
@@ -332,8 +353,15 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
     v_smem = ll.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
-    p_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, BLOCK_N], ll.NVMMASharedLayout(128, 16))
-    ds_smem = ll.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, BLOCK_N], ll.NVMMASharedLayout(128, 16))
+    # P and dS, each consumer writing its keys' columns: one swizzle row of them (64 bytes
+    # for two consumers), so that each consumer's columns are a plain view.
+    ps_layout: ll.constexpr = ll.NVMMASharedLayout(128 // CONSUMERS, 16)
+    p_smem = ll.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], ps_layout)
+    ds_smem = ll.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], ps_layout)
+    scores_ready = mbarrier.allocate_mbarrier()
+    scores_free = mbarrier.allocate_mbarrier()
+    mbarrier.init(scores_ready, count=CONSUMERS)
+    mbarrier.init(scores_free, count=CONSUMERS)
     kv_ready = mbarrier.allocate_mbarrier()
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
@@ -342,7 +370,7 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=CONSUMERS)
     state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, p_smem, ds_smem,
-                          kv_ready,
+                          scores_ready, scores_free, kv_ready,
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL)
@@ -354,6 +382,8 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
         ll.warp_specialize((state,), producer, (state,), [consumer_0, consumer_1], worker_num_warps=[4, 4],
                            worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
     mbarrier.invalidate(kv_ready)
+    mbarrier.invalidate(scores_ready)
+    mbarrier.invalidate(scores_free)
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))
         mbarrier.invalidate(empty.index(s))
