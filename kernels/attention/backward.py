@@ -17,26 +17,28 @@ kv head's group (GQA/MQA: dK and dV sum over the group in registers, no atomics)
   guarded by `ready` (TMA bytes) and `empty` (each consumer's release) mbarriers;
 - CONSUMERS warpgroups, each owning COLUMNS columns of dK, dV and dQ (64: fp32 dK and dV
   of 128 columns, 128 registers a thread, beside S, dP and a step's addresses leave
-  ptxas too few of 240 registers), compute for each query block S = Q K^T and
-  dP = dO V^T by async wgmma from shared memory (L and delta by plain loads, two rows a
-  thread), P = exp2(S scale log2(e) - L log2(e)) and dS = P (dP - delta) in the
-  accumulator's registers, write P and dS to shared memory in q's dtype, then
-  dV += P^T dO and dK += dS^T Q (P^T and dS^T the buffers read transposed, MN-major A
-  operands; dO and Q MN-major B operands) and dQ = dS K, added into an fp32 buffer in
-  global memory by atomics, 64 columns at a time. dK and dV stay in fp32 registers for
-  the whole walk and are stored at the end (dK scaled by softmax_scale).
+  ptxas too few of 240 registers). For each query block, each computes S = Q K^T and
+  dP = dO V^T for its share of the block's keys (BLOCK_N / CONSUMERS) by async wgmma
+  from shared memory (L and delta by plain loads, two rows a thread),
+  P = exp2(S scale log2(e) - L log2(e)) and dS = P (dP - delta) in the accumulator's
+  registers, and writes P and dS in q's dtype into one shared buffer of each (one
+  swizzle row of columns a consumer: a plain view); once all have (`scores_ready`), each
+  computes dV += P^T dO and dK += dS^T Q (P^T and dS^T the buffers read transposed,
+  MN-major A operands; dO and Q MN-major B operands) and dQ = dS K for its columns, dQ
+  added into an fp32 buffer in global memory by atomics, and releases the buffers for
+  the next block's P and dS (`scores_free`). dK and dV stay in fp32 registers for the
+  whole walk and are stored at the end (dK scaled by softmax_scale).
 
-Every consumer computes S and dP for the whole block (two of the five GEMMs, done again
-by each warpgroup): its columns of dK, dV and dQ need all of P and dS. Head_dim 256 runs
-as two launches of 128 columns each (FIRST_COLUMN), each its own S and dP.
+Head_dim 256 runs as two launches of 128 columns each (FIRST_COLUMN), each computing S
+and dP again.
 
 Causal attention is aligned bottom-right (query i sees key j <= i + seq_k - seq_q): the
 query blocks wholly above the diagonal are never loaded, and only the blocks crossing it
 (and every block of a key block cut by seq_k) pay for the mask. Query rows past seq_q
 load as zeros with L = +inf, so their P is 0 without a mask.
 
-The postprocess (`convert_dq`) converts the fp32 dQ to q's dtype, scaled by
-softmax_scale (and the sign the host folded into q: backward_host.py).
+The postprocess (`convert_dq`) converts the fp32 dQ to q's dtype, scaled by the caller's
+softmax_scale (whatever sign the host folded into q: backward_host.py).
 """
 
 from __future__ import annotations
