@@ -138,8 +138,8 @@ def query_blocks(state):
     BLOCK_M: ll.constexpr = state.BLOCK_M
     BLOCK_N: ll.constexpr = state.BLOCK_N
     key0 = ll.program_id(0) * BLOCK_N
-    kv_heads = ll.num_programs(1)
-    bkv = ll.program_id(1)
+    kv_heads = state.heads // state.kv_group
+    bkv = ll.program_id(1)  # batch * kv_heads + kv head
     end = ll.cdiv(state.seq_q, BLOCK_M)
     first = 0
     unmasked = 0
