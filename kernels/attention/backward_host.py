@@ -129,15 +129,15 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     softmax_scale = float(softmax_scale)
-    dq, dk = new_array(q, tuple(q.shape)), new_array(k, tuple(k.shape), zero=True)
-    dv = new_array(v, tuple(v.shape), zero=True)
     # dq = softmax_scale dS K whatever the sign: the kernel sees q' and scale' > 0 with
     # scale' q' = softmax_scale q (`_scaled_queries`), which leave dS and dk unchanged.
     q_seen, scale = _scaled_queries(q, softmax_scale)
-    if seq_q == 0 or batch * heads == 0:
-        return dq, dk, dv
-    if seq_k == 0:
-        dq[...] = 0
+    empty = seq_q == 0 or seq_k == 0 or batch * heads == 0
+    # The kernels write every element of dq, dk and dv (rows that see no query get dk =
+    # dv = 0 from their CTA): only a launch with nothing to do leaves them to zero here.
+    dq = new_array(q, tuple(q.shape), zero=empty)
+    dk, dv = new_array(k, tuple(k.shape), zero=empty), new_array(v, tuple(v.shape), zero=empty)
+    if empty:
         return dq, dk, dv
     q_seen, k, v, dout = (_tma_ready(x) for x in (q_seen, k, v, dout))
     out, lse = _row_major_last(out), contiguous(lse)

@@ -79,6 +79,15 @@ def test_negative_and_zero_softmax_scale(scale):
         assert (dq == 0).all()
 
 
+@pytest.mark.parametrize("seq_q, seq_k", [(0, 5), (5, 0)])
+def test_empty_sequences_give_zero_gradients(seq_q, seq_k):
+    q, k, v, do = _inputs(1, 2, 1, seq_q, seq_k, 64)
+    lse = np.full((1, 2, seq_q), np.inf, np.float32)
+    grads = flash_attention_backward(q, k, v, np.zeros_like(q), lse, do)
+    for got, like in zip(grads, (q, k, v)):
+        assert got.shape == like.shape and not got.any()
+
+
 def test_reference_matches_finite_differences():
     """The float64 reference's gradients are those of reference_attention: central
     differences of <out, do> in a few coordinates of q, k and v (GQA, causal)."""
