@@ -290,8 +290,11 @@ def add_dq_chunks(state, first, ds_buf, k, m, bh, c0: ll.constexpr, COLUMNS: ll.
                                   is_async=True)
             dq = ll.warpgroup_mma_wait(0, deps=[dq])
         cols = c0 + j * DQ_CHUNK + ll.arange(0, DQ_CHUNK, ll.SliceLayout(0, Q_LAYOUT))
-        ll.atomic_add(state.dq_ptr + row_offsets + cols[None, :], dq, mask=q_rows[:, None] < state.seq_q,
-                      sem="relaxed")
+        pointers = state.dq_ptr + row_offsets + cols[None, :]
+        if m * BLOCK_M + BLOCK_M <= state.seq_q:  # no mask: a masked atomic is a branch around each
+            ll.atomic_add(pointers, dq, sem="relaxed")
+        else:
+            ll.atomic_add(pointers, dq, mask=q_rows[:, None] < state.seq_q, sem="relaxed")
 
 
 @ll.jit
