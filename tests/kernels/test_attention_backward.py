@@ -45,6 +45,7 @@ def _check(q, k, v, do, causal, scale=None, layout="bhsd", out=None, lse=None):
     (1, 2, 1, 100, 130, 64, True, "bhsd"),    # GQA (MQA), tails, seq_q < seq_k, diagonal blocks
     (2, 2, 2, 130, 70, 64, False, "bshd"),    # two batches, seq_q > seq_k, three query blocks, bshd
     (1, 2, 1, 37, 90, 128, False, "bhsd"),    # head_dim 128: two consumer warpgroups
+    (1, 2, 1, 30, 50, 256, True, "bshd"),     # head_dim 256: two launches of 128 columns
 ])
 def test_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout):
     _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout), causal, layout=layout)
