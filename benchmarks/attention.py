@@ -4,6 +4,7 @@ backend, SDPA with the flash backend (FlashAttention-2) and a plain Triton kerne
 torch reference before it is timed.
 
     python -m benchmarks.attention [--quick] [--out results.json] [--systems weft,cudnn]
+    python -m benchmarks.attention --backward    # the backward: benchmarks/attention_backward.py
 
 TFLOP/s = 4 B H Sq Sk D / time (x 0.5 causal), bf16 random normal inputs, the time of the
 GPU work by CUDA-graph replay for every system alike (`_time`: 100 ms of replays after
@@ -324,7 +325,14 @@ def main(argv=None) -> int:
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"comma-separated subset of {','.join(known)}, or weft under its "
                              f"default Config with fields changed: weft:q_buffers=2+stages=3")
+    parser.add_argument("--backward", action="store_true",
+                        help="time the backward (benchmarks/attention_backward.py): seq 1k..16k, graph and "
+                             "do_bench times")
     args = parser.parse_args(argv)
+    if args.backward:
+        from benchmarks.attention_backward import main as backward_main
+
+        return backward_main(args)
     wanted = [name for name in args.systems.split(",") if name]
     if not wanted or {name for name in wanted if not name.startswith("weft:")} - set(known):
         parser.error(f"--systems takes names from {','.join(known)}, got {args.systems!r}")

@@ -12,11 +12,17 @@ bf16/fp16; head_dim 64, 128 or 256; any sequence lengths (seq_q != seq_k: causal
 aligned bottom-right); GQA/MQA (k/v heads dividing q heads); layout="bshd" for
 [batch, seq, heads, head_dim] tensors. `reference_attention` is the float64 numpy
 reference, `Config` a kernel variant (tile sizes, stages, register budgets).
+
+    dq, dk, dv = flash_attention_backward(q, k, v, o, lse, do, causal=True)   # the gradients
+
+`reference_attention_backward` is its float64 numpy reference.
 """
 
 from __future__ import annotations
 
 from .config import Config, default_config, shared_bytes
+from .backward_host import flash_attention_backward, reference_attention_backward
 from .host import flash_attention, reference_attention
 
-__all__ = ["Config", "default_config", "flash_attention", "reference_attention", "shared_bytes"]
+__all__ = ["Config", "default_config", "flash_attention", "flash_attention_backward", "reference_attention",
+           "reference_attention_backward", "shared_bytes"]

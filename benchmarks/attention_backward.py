@@ -1,0 +1,238 @@
+"""Attention backward on the GPU: weft's flash_attention_backward beside torch SDPA's backward
+with the cuDNN backend and with the flash backend (FlashAttention-2), in one run
+(`python -m benchmarks.attention --backward`). benchmarks/triton_attention.py has no
+backward: it is listed, not timed. Each system's dq, dk and dv are checked against a
+float32 torch reference before they are timed.
+
+TFLOP/s = 2.5 x the forward's 4 B H Sq Sk D (x 0.5 causal; ../shared/BENCHMARKS.md), bf16
+random normal inputs. Two times for every system: the GPU work by CUDA-graph replay
+(`attention._time`, do_bench's window) and the eager call by triton.testing.do_bench
+(median, host path included); the medians of ROUNDS rounds that visit the systems in
+turn. Only the backward is timed: weft's forward output and LSE, and SDPA's forward graph,
+are made once before.
+
+Shapes: the FA3 grid from 1k tokens (batch * seq = 16k tokens, heads * head_dim = 2048,
+seq 1k..16k, head_dim 64, 128, 256), causal and not.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+from benchmarks.attention import PEAK_TFLOPS, _label, _reason, _time, shapes
+from benchmarks.matmul import ROUNDS, _error  # max |out - ref| / max |ref|
+
+TOLERANCE = 2e-2  # bf16 gradients: dS and P rounded to bf16 before their GEMMs
+SYSTEMS = ("weft", "cudnn", "flash", "triton")
+SEQS = (1024, 2048, 4096, 8192, 16384)
+
+
+def reference_gradients(q, k, v, do, causal: bool, scale: float, budget: int = 1 << 28):
+    """(dq, dk, dv) in float32 with flash_attention's conventions (bottom-right causal,
+    k/v heads shared by groups of q heads summed over, rows that see no key give 0), in
+    query chunks of at most `budget` scores: P = exp(S - L), dP = dO V^T,
+    dS = P (dP - rowsum(dO O)), dq = scale dS K, dk = scale dS^T Q, dv = P^T dO."""
+    import torch
+
+    batch, heads, seq_q, _ = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    kf, vf = (x.float().repeat_interleave(group, dim=1) for x in (k, v))
+    dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    dk, dv = torch.zeros_like(kf), torch.zeros_like(vf)
+    rows = max(1, budget // (batch * heads * seq_k))
+    for start in range(0, seq_q, rows):
+        stop = min(seq_q, start + rows)
+        qc, doc = q[:, :, start:stop].float(), do[:, :, start:stop].float()
+        s = torch.matmul(qc, kf.transpose(-1, -2)).mul_(scale)
+        if causal:
+            last_key = torch.arange(start, stop, device=q.device)[:, None] + (seq_k - seq_q)
+            s.masked_fill_(torch.arange(seq_k, device=q.device)[None, :] > last_key, float("-inf"))
+        p = torch.softmax(s, dim=-1).nan_to_num_(0.0)
+        del s
+        out = torch.matmul(p, vf)
+        dv += torch.matmul(p.transpose(-1, -2), doc)
+        ds = torch.matmul(doc, vf.transpose(-1, -2))
+        ds.sub_((doc * out).sum(-1, keepdim=True)).mul_(p)
+        del p
+        dq[:, :, start:stop] = torch.matmul(ds, kf) * scale
+        dk += torch.matmul(ds.transpose(-1, -2), qc) * scale
+    dk, dv = (x.view(batch, kv_heads, group, seq_k, -1).sum(2) for x in (dk, dv))
+    return dq, dk, dv
+
+
+def check_reference(torch):
+    """Max error of `reference_gradients` against weft's float64 numpy reference on small
+    causal and full cases with GQA and seq_q != seq_k both ways; a reason if that fails."""
+    try:
+        from weft.kernels.attention import reference_attention_backward
+
+        worst = 0.0
+        for seq_q, seq_k in ((70, 100), (100, 70)):
+            q, do = (torch.randn(1, 4, seq_q, 64, device="cuda") for _ in range(2))
+            k, v = (torch.randn(1, 2, seq_k, 64, device="cuda") for _ in range(2))
+            for causal in (False, True):
+                mine = reference_gradients(q, k, v, do, causal, 0.125, budget=2000)  # several chunks
+                theirs = reference_attention_backward(q, k, v, do, causal, 0.125)
+                worst = max(worst, *(_error(a, torch.from_numpy(b).to(a)) for a, b in zip(mine, theirs)))
+    except Exception as error:
+        return _reason(error)
+    return worst
+
+
+def find_systems(torch, wanted, q, k, v, do, causal: bool, scale: float) -> dict:
+    """name -> a call returning (dq, dk, dv) for these inputs (the forward made already),
+    or a string saying why the system is unavailable."""
+    found = {}
+    try:
+        from weft.kernels.attention import flash_attention, flash_attention_backward
+
+        out, lse = flash_attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+        found["weft"] = lambda: flash_attention_backward(q, k, v, out, lse, do, causal=causal, softmax_scale=scale)
+    except Exception as error:
+        found["weft"] = "weft.kernels.attention unavailable: " + _reason(error)
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def sdpa_backward(backend):
+            leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    with sdpa_kernel(backend):  # is_causal: top-left, the same as bottom-right at seq_q == seq_k
+                        out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal,
+                                                                               scale=scale)
+                except Exception as error:
+                    return _reason(error, caught)
+            return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+        found["cudnn"] = sdpa_backward(SDPBackend.CUDNN_ATTENTION)
+        found["flash"] = sdpa_backward(SDPBackend.FLASH_ATTENTION)
+    except Exception as error:
+        found["cudnn"] = found["flash"] = "torch.nn.attention unavailable: " + _reason(error)
+    found["triton"] = "benchmarks/triton_attention.py has no backward"
+    return {name: found[name] for name in wanted}
+
+
+def _eager_ms(fn) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def check(torch, system, refs) -> dict:
+    """{"error": the worst of dq, dk and dv}, with a "failure" when the system raises or is wrong."""
+    try:
+        grads = system()
+        torch.cuda.synchronize()
+    except Exception as error:
+        return {"failure": _reason(error)}
+    entry = {"error": max(_error(got, ref) for got, ref in zip(grads, refs))}
+    if not entry["error"] <= TOLERANCE:
+        entry["failure"] = f"wrong result: error {entry['error']:.2e} > {TOLERANCE}"
+    return entry
+
+
+def measure_all(torch, systems: dict, refs, flops: float) -> dict:
+    """name -> entry: every system checked, then the right ones timed (graph and eager)
+    in ROUNDS interleaved rounds, the medians."""
+    entries = {name: {"failure": system} if isinstance(system, str) else check(torch, system, refs)
+               for name, system in systems.items()}
+    samples = {name: {"graph": [], "eager": []} for name, entry in entries.items() if "failure" not in entry}
+    for _ in range(ROUNDS):
+        for name, times in samples.items():
+            for kind, timer in (("graph", lambda fn: _time(torch, fn) * 1e3), ("eager", _eager_ms)):
+                if times[kind] is None:
+                    continue
+                try:
+                    times[kind].append(timer(systems[name]))
+                except Exception as error:
+                    entries[name][f"{kind}_failure"] = _reason(error)
+                    times[kind] = None
+    for name, times in samples.items():
+        for kind, values in times.items():
+            if values:
+                median = sorted(values)[len(values) // 2]
+                entries[name].update({f"{kind}_ms": median, f"{kind}_tflops": flops / median / 1e9})
+    return entries
+
+
+def run(wanted=SYSTEMS, out_path: str | None = None, causal=(False, True), head_dims=(64, 128, 256),
+        seqs=SEQS) -> dict:
+    import torch
+
+    from benchmarks.attention import _versions
+
+    torch.manual_seed(0)
+    results = {**_versions(torch), "tolerance": TOLERANCE, "systems": list(wanted),
+               "reference_vs_weft_numpy": check_reference(torch), "rows": []}
+    for batch, heads, seq, head_dim, masked in shapes(False, causal, head_dims, seqs):
+        q, k, v, do = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+                       for _ in range(4))
+        scale = head_dim ** -0.5
+        refs = reference_gradients(q, k, v, do, masked, scale)
+        flops = 2.5 * 4 * batch * heads * seq * seq * head_dim * (0.5 if masked else 1.0)
+        row = {"batch": batch, "heads": heads, "seq_q": seq, "seq_k": seq, "head_dim": head_dim,
+               "causal": masked, "dtype": "bfloat16"}
+        row.update(measure_all(torch, find_systems(torch, wanted, q, k, v, do, masked, scale), refs, flops))
+        for other in ("cudnn", "flash"):
+            for kind in ("graph", "eager"):
+                key = f"{kind}_tflops"
+                if key in row.get("weft", {}) and key in row.get(other, {}):
+                    row[f"weft_over_{other}_{kind}"] = row["weft"][key] / row[other][key]
+        del q, k, v, do, refs
+        torch.cuda.empty_cache()
+        results["rows"].append(row)
+        print(_label(row), " ".join(f"{name} {_cell(row[name])}" for name in wanted), file=sys.stderr, flush=True)
+        if out_path:
+            with open(out_path, "w") as f:
+                json.dump(results, f, indent=1)
+    return results
+
+
+def _cell(entry) -> str:
+    if "graph_tflops" in entry:
+        eager = f"{entry['eager_tflops']:.0f}" if "eager_tflops" in entry else "-"
+        return f"{entry['graph_tflops']:.0f}/{eager}"
+    return "WRONG" if "wrong result" in entry.get("failure", "") else "ERR"
+
+
+def print_table(results) -> None:
+    systems = results["systems"]
+    print(f"{results['device']}  torch {results['torch']}  cuDNN {results['cudnn']}  {results['date']}")
+    print(f"reference vs weft's float64 numpy reference: {results['reference_vs_weft_numpy']}")
+    reasons = {}
+    for row in results["rows"]:
+        for name in systems:
+            if "failure" in row[name]:
+                reasons.setdefault((name, row[name]["failure"]), []).append(_label(row))
+    for (name, reason), where in reasons.items():
+        print(f"{name} not timed on {len(where)} shape(s), e.g. {where[0]}: {reason}")
+    print("backward TFLOP/s, CUDA-graph / do_bench eager (bf16; ERR = raised or unavailable, WRONG = failed "
+          "the check)")
+    print(f"{'shape':<26}" + "".join(f"{name:>11}" for name in systems)
+          + f"{'w/cuDNN':>13}{'w/flash':>13}{'w/peak':>8}")
+    for row in results["rows"]:
+        ratios = ""
+        for other in ("cudnn", "flash"):
+            pair = [row.get(f"weft_over_{other}_{kind}") for kind in ("graph", "eager")]
+            ratios += f"{'/'.join('-' if x is None else f'{x:.2f}' for x in pair):>13}"
+        weft = row.get("weft", {})
+        peak = f"{weft['graph_tflops'] / PEAK_TFLOPS:>8.2f}" if "graph_tflops" in weft else f"{'-':>8}"
+        print(f"{_label(row):<26}" + "".join(f"{_cell(row[name]):>11}" for name in systems) + ratios + peak)
+
+
+def main(args) -> int:
+    """From benchmarks.attention's parsed arguments (--backward)."""
+    wanted = [name for name in args.systems.split(",") if name]
+    if not wanted or set(wanted) - set(SYSTEMS):
+        raise SystemExit(f"--backward --systems takes names from {','.join(SYSTEMS)}, got {args.systems!r}")
+    masks = {"both": (False, True), "only": (True,), "none": (False,)}[args.causal]
+    seqs = tuple(args.seqs) if args.seqs else ((4096,) if args.quick else SEQS)
+    results = run(wanted, args.out, masks, tuple(args.head_dims), seqs)
+    print_table(results)
+    wrong = any("wrong result" in row[name].get("failure", "") for row in results["rows"] for name in wanted)
+    weft_short = "weft" in wanted and any("graph_tflops" not in row["weft"] for row in results["rows"])
+    return 1 if wrong or weft_short else 0

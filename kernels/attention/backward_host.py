@@ -1,0 +1,192 @@
+"""The host side of the flash-attention backward: checks with readable errors, the three
+launches (backward.py: the row deltas, the main kernel, dQ's conversion) and the float64
+numpy reference gradients."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
+from .backward import ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
+from .config import HEAD_DIMS
+from .host import _as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    """The main kernel's tiles: BLOCK_N keys a CTA, BLOCK_M query rows a step, a ring of
+    `stages` Q/dO slots, `consumers` warpgroups each holding `head_dim / (consumers *
+    launches)` columns of dK and dV in fp32 registers, `launches` kernels splitting
+    head_dim's columns between them (each computes S and dP for the whole head), and
+    setmaxnreg budgets."""
+
+    head_dim: int
+    block_m: int = 64
+    block_n: int = 64
+    stages: int = 2
+    consumers: int = 1
+    launches: int = 1
+    producer_regs: int = 24
+    consumer_regs: int = 240
+    ctas_per_sm: int = 1
+
+    def __post_init__(self):
+        if self.head_dim not in HEAD_DIMS:
+            raise ValueError(f"BackwardConfig.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
+        if (self.block_m, self.block_n) != (64, 64):
+            raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
+                             f"{self.block_m} and {self.block_n}")
+        if self.consumers not in (1, 2) or self.launches not in (1, 2) \
+                or self.head_dim % (64 * self.consumers * self.launches):
+            raise ValueError(f"BackwardConfig: consumers and launches must be 1 or 2 and leave each consumer a "
+                             f"multiple of 64 of head_dim {self.head_dim}'s columns, got {self.consumers} and "
+                             f"{self.launches}")
+        if self.ctas_per_sm not in (1, 2) or \
+                128 * (self.producer_regs + self.consumers * self.consumer_regs) > self.register_cap * self.threads:
+            raise ValueError(f"BackwardConfig: {self.consumers} consumers at {self.consumer_regs} registers "
+                             f"and a producer at {self.producer_regs} pass the register file's share of "
+                             f"{self.ctas_per_sm} CTA(s) an SM (ctas_per_sm 1 or 2)")
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def register_cap(self) -> int:
+        """Registers a thread at launch: an SM's 64K shared by ctas_per_sm CTAs (the
+        setmaxnreg budgets share this pool)."""
+        return min(255, 65536 // self.ctas_per_sm // self.threads) // 8 * 8
+
+    def launch_options(self) -> dict:
+        """maxnreg where several CTAs share an SM (as the forward's Config.ctas_per_sm)."""
+        return dict(maxnreg=self.register_cap) if self.ctas_per_sm > 1 else {}
+
+    @property
+    def columns(self) -> int:
+        """Columns of dK, dV and dQ each consumer warpgroup holds."""
+        return self.head_dim // (self.consumers * self.launches)
+
+
+def default_backward_config(head_dim: int) -> BackwardConfig:
+    """64 columns of dK and dV a consumer warpgroup: one at head_dim 64, two from 128 on, in
+    two launches at 256. 128 columns (fp32 dK and dV in 128 registers a thread) beside S,
+    dP and the step's addresses leave ptxas too few of 240 registers (it spills), so the
+    warpgroups and launches split the columns, each computing S and dP for all of them."""
+    if head_dim == 64:  # two CTAs an SM: one's loads and atomics overlap the other's GEMMs
+        return BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2)
+    return BackwardConfig(head_dim=head_dim, consumers=2, launches=head_dim // 128)
+
+
+def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -> dict:
+    """The main kernel's compile-time arguments for a config's launch-th launch."""
+    return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
+                CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
+                CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
+                FIRST_COLUMN=launch * config.consumers * config.columns)
+
+
+def _check_backward_inputs(q, k, v, out, lse, dout, layout: str) -> tuple[str, int]:
+    """_check_inputs for q, k and v, then out and dout shaped and typed as q, lse fp32
+    [batch, heads, seq_q]: TypeError/ValueError saying what to pass otherwise."""
+    kind, head_dim = _check_inputs(q, k, v, layout)
+    check_arrays("flash_attention_backward", out=out, lse=lse, dout=dout)
+    for name, x in (("out", out), ("dout", dout)):
+        if tuple(x.shape) != tuple(q.shape) or _kind(x) != kind:
+            raise ValueError(f"flash_attention_backward: {name} must have q's shape {tuple(q.shape)} and dtype "
+                             f"{kind} ({_layout_words(layout)}), got {tuple(x.shape)} {_kind(x)}")
+    batch, heads, seq_q, _ = _as_bhsd(q, layout)[0]
+    if tuple(lse.shape) != (batch, heads, seq_q) or _kind(lse) != "fp32":
+        raise ValueError(f"flash_attention_backward: lse must be fp32 [batch, heads, seq_q] = "
+                         f"{[batch, heads, seq_q]}, as flash_attention(..., return_lse=True) returns it, got "
+                         f"{list(lse.shape)} {_kind(lse)}")
+    return kind, head_dim
+
+
+def _row_major_last(x):
+    """x itself where its last dimension is contiguous (the plain loads and stores of the
+    row kernels need nothing more), else a contiguous copy."""
+    return x if element_strides(x)[-1] == 1 else contiguous(x)
+
+
+def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, softmax_scale: float | None = None,
+                             layout: str = "bhsd", *, config: BackwardConfig | None = None):
+    """(dq, dk, dv): the gradients of flash_attention(q, k, v, causal, softmax_scale,
+    layout=layout) given its output `out`, its log-sum-exp `lse` (fp32 [batch, heads,
+    seq_q], natural log, +inf for rows that see no key: `return_lse=True`) and the output's
+    gradient `dout` (q's shape and dtype). dq, dk and dv have q's, k's and v's shapes and
+    dtype; with GQA/MQA dk and dv sum over each group of q heads; rows that see no key get
+    dq = 0. Same conventions as the forward (bottom-right causal, softmax_scale any finite
+    number, default 1 / sqrt(head_dim), numpy arrays or CPU tensors on the emulator)."""
+    _, head_dim = _check_backward_inputs(q, k, v, out, lse, dout, layout)
+    chosen = config or default_backward_config(head_dim)
+    if chosen.head_dim != head_dim:
+        raise ValueError(f"flash_attention_backward: {chosen} is for head_dim {chosen.head_dim}, the inputs "
+                         f"have head_dim {head_dim}")
+    (batch, heads, seq_q, _), (_, kv_heads, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(head_dim)
+    softmax_scale = float(softmax_scale)
+    # dq = softmax_scale dS K whatever the sign: the kernel sees q' and scale' > 0 with
+    # scale' q' = softmax_scale q (`_scaled_queries`), which leave dS and dk unchanged.
+    q_seen, scale = _scaled_queries(q, softmax_scale)
+    empty = seq_q == 0 or seq_k == 0 or batch * heads == 0
+    # The kernels write every element of dq, dk and dv (rows that see no query get dk =
+    # dv = 0 from their CTA): only a launch with nothing to do leaves them to zero here.
+    dq = new_array(q, tuple(q.shape), zero=empty)
+    dk, dv = new_array(k, tuple(k.shape), zero=empty), new_array(v, tuple(v.shape), zero=empty)
+    if empty:
+        return dq, dk, dv
+    q_seen, k, v, dout = (_tma_ready(x) for x in (q_seen, k, v, dout))
+    out, lse = _row_major_last(out), contiguous(lse)
+    delta = new_array(q, (batch, heads, seq_q), "float32")
+    row_grid = (-(-seq_q // ROW_TILE_ROWS), batch * heads)
+    o_strides, do_strides = _as_bhsd(out, layout)[1][:3], _as_bhsd(dout, layout)[1][:3]
+    row_deltas[row_grid](out, dout, delta, seq_q, heads, *o_strides, *do_strides, HEAD_DIM=head_dim, num_warps=4)
+    dq_accum = new_array(q, (batch, heads, seq_q, head_dim), "float32", zero=True)
+    descs = [_descriptor(x, layout, rows) for x, rows in
+             ((q_seen, chosen.block_m), (k, chosen.block_n), (v, chosen.block_n), (dout, chosen.block_m))]
+    dkv_strides = _as_bhsd(dk, layout)[1][:3]
+    grid = (-(-seq_k // chosen.block_n), batch * kv_heads)
+    for launch in range(chosen.launches):
+        flash_attention_backward_kernel[grid](
+            *descs, lse, delta, dq_accum, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
+            **backward_constexprs(chosen, bool(causal), launch), num_warps=4, **chosen.launch_options())
+    convert_dq[row_grid](dq_accum, dq, softmax_scale, seq_q, heads, *_as_bhsd(dq, layout)[1][:3],
+                         HEAD_DIM=head_dim, num_warps=4)
+    return dq, dk, dv
+
+
+def reference_attention_backward(q, k, v, dout, causal: bool = False, softmax_scale: float | None = None,
+                                 layout: str = "bhsd"):
+    """(dq, dk, dv) of flash_attention in float64 numpy (same conventions), from any arrays:
+    P = softmax(S), dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO * O)), dQ = scale dS K,
+    dK = scale dS^T Q, dK and dV summed over each group of q heads."""
+    q, k, v, dout = (_host64(x) for x in (q, k, v, dout))
+    if layout == "bshd":
+        q, k, v, dout = (x.transpose(0, 2, 1, 3) for x in (q, k, v, dout))
+    heads, kv_heads = q.shape[1], k.shape[1]
+    group = heads // kv_heads
+    k_all, v_all = (np.repeat(x, group, axis=1) for x in (k, v))
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[3]) if softmax_scale is None else softmax_scale
+    s = np.einsum("bhqd,bhkd->bhqk", q, k_all) * scale
+    if causal:
+        visible = np.arange(seq_k)[None, :] <= np.arange(seq_q)[:, None] + (seq_k - seq_q)
+        s = np.where(visible, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True) if seq_k else np.full(s.shape[:-1] + (1,), -np.inf)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = p.sum(axis=-1, keepdims=True)
+    p = p / np.where(l > 0, l, 1.0)
+    o = np.einsum("bhqk,bhkd->bhqd", p, v_all)
+    dv = np.einsum("bhqk,bhqd->bhkd", p, dout)
+    dp = np.einsum("bhqd,bhkd->bhqk", dout, v_all)
+    ds = p * (dp - (dout * o).sum(axis=-1, keepdims=True))
+    dq = scale * np.einsum("bhqk,bhkd->bhqd", ds, k_all)
+    dk = scale * np.einsum("bhqk,bhqd->bhkd", ds, q)
+    dk, dv = (x.reshape(x.shape[0], kv_heads, group, *x.shape[2:]).sum(axis=2) for x in (dk, dv))
+    if layout == "bshd":
+        dq, dk, dv = (x.transpose(0, 2, 1, 3) for x in (dq, dk, dv))
+    return dq, dk, dv

@@ -1,0 +1,129 @@
+"""kernels/attention backward on the GPU (marked gpu): dq, dk and dv against float32 torch
+autograd of attention, across head dims, dtypes, causal masks, GQA/MQA, tails and both
+layouts; and every kernel variant through ptxas for sm_90a with no spills (needs ptxas,
+not a GPU)."""
+
+import math
+
+import pytest
+
+from weft.compiler.backend import ptxas
+from weft.kernels.attention import flash_attention, flash_attention_backward
+from weft.kernels.attention.backward import flash_attention_backward_kernel
+from weft.kernels.attention.backward_host import backward_constexprs, default_backward_config
+
+needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+
+
+def _torch_gradients(q, k, v, do, causal, scale, layout):
+    """(dq, dk, dv) in float32 by torch autograd of softmax(q k^T scale) v with
+    flash_attention's conventions (bottom-right causal, GQA, rows seeing no key give 0)."""
+    import torch
+
+    q, k, v, do = (x.detach().float() for x in (q, k, v, do))
+    if layout == "bshd":
+        q, k, v, do = (x.transpose(1, 2) for x in (q, k, v, do))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    s = (q @ k.repeat_interleave(group, dim=1).transpose(-1, -2)) * scale
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    visible = torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device)
+    if causal:
+        visible = (torch.arange(seq_k, device=q.device)[None, :]
+                   <= torch.arange(seq_q, device=q.device)[:, None] + (seq_k - seq_q))
+    seen = visible.any(dim=1)[:, None]  # rows that see a key; the others give P = 0, no NaN
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")).masked_fill(~seen, 0.0), dim=-1) * seen
+    out = p @ v.repeat_interleave(group, dim=1)
+    (out * do).sum().backward()
+    grads = (q.grad, k.grad, v.grad)
+    if layout == "bshd":
+        grads = tuple(x.transpose(1, 2) for x in grads)
+    return grads
+
+
+GPU_CASES = [
+    # (batch, heads, kv_heads, seq_q, seq_k, head_dim, layout)
+    (2, 4, 4, 1024, 1024, 64, "bhsd"),
+    (2, 4, 4, 1024, 1024, 128, "bhsd"),
+    (1, 4, 4, 1024, 1024, 256, "bhsd"),
+    (1, 6, 2, 1000, 777, 128, "bhsd"),     # GQA, odd lengths, seq_q > seq_k
+    (2, 4, 1, 333, 1111, 64, "bshd"),      # MQA, seq_q < seq_k
+    (1, 4, 2, 517, 517, 256, "bshd"),      # GQA at 256, tails
+    (1, 2, 2, 1, 513, 128, "bhsd"),        # a single query
+    (1, 2, 2, 300, 100, 64, "bhsd"),       # causal: the first 200 rows see no key
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, layout", GPU_CASES)
+def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name):
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
+
+    def make(h, s):
+        shape = (batch, h, s, head_dim) if layout == "bhsd" else (batch, s, h, head_dim)
+        return torch.randn(shape, device="cuda", dtype=dtype, generator=gen)
+
+    q, k, v, do = make(heads, seq_q), make(kv_heads, seq_k), make(kv_heads, seq_k), make(heads, seq_q)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout)
+    refs = _torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
+    for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
+        assert got.shape == like.shape and got.dtype == dtype, name
+        assert torch.isfinite(got).all(), name
+        error = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+        assert error <= 2e-2, (name, error)
+        worst = (got.float() - ref).abs().max().item()
+        assert worst <= 5e-2 * max(ref.abs().max().item(), 1e-6), (name, worst)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", [-0.2, 0.0, 0.5])
+def test_gpu_softmax_scale_edge_cases(scale):
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    q, do = (torch.randn(1, 4, 300, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    k, v = (torch.randn(1, 2, 400, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    out, lse = flash_attention(q, k, v, causal=True, softmax_scale=scale, return_lse=True)
+    grads = flash_attention_backward(q, k, v, out, lse, do, causal=True, softmax_scale=scale)
+    refs = _torch_gradients(q, k, v, do, True, scale, "bhsd")
+    for got, ref in zip(grads, refs):
+        assert ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item() <= 2e-2
+
+
+def _compile(head_dim: int, dtype: str, causal: bool, launch: int):
+    """The main backward kernel of head_dim's default config, as the host launches it."""
+    config = default_backward_config(head_dim)
+    box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
+    signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
+                 "do_desc": box(config.block_m), "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dq_ptr": "*fp32",
+                 "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "dkv_stride_b": "i32", "dkv_stride_h": "i32",
+                 "dkv_stride_s": "i32", "softmax_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "heads": "i32",
+                 "kv_group": "i32"}
+    return flash_attention_backward_kernel.compile(signature=signature,
+                                                   constexprs=backward_constexprs(config, causal, launch),
+                                                   num_warps=4, **config.launch_options())
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("launch", [0, 1])
+def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch):
+    if launch >= default_backward_config(head_dim).launches:
+        pytest.skip(f"head_dim {head_dim} takes one launch")
+    compiled = _compile(head_dim, dtype, causal, launch)
+    ptx = compiled.asm["ptx"]
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor.4d", "mbarrier.try_wait", "setmaxnreg.inc",
+                        "setmaxnreg.dec", "ex2.approx", "fence.proxy.async", "red.relaxed.gpu.global.add.f32"):
+        assert instruction in ptx, instruction
+    # P and dS reach their GEMMs through shared memory: no register layout conversion.
+    assert "convert_layout" not in compiled.asm["layout"]
+    meta = compiled.metadata
+    assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
+    assert meta["performance_warnings"] == []
+    assert meta["total_warps"] == 4 * default_backward_config(head_dim).consumers + 4
