@@ -20,6 +20,14 @@ Async ops (shared_accesses.Access says which):
 Proxy fences (fence_async_shared) are the kernel author's, as in Gluon: the emulator
 checks them.
 
+A loop's body is walked until the state at its head stops growing: the union of what is
+pending on entry and after each walked iteration. Twice is not enough once async work
+outlives an iteration: a wgmma issued at the end of one iteration, retired by the wait of
+the next, is read-pending only from there, and the hazard it makes (the TMA load that
+refills its buffer) comes a third iteration on. Groups older than the newest N+1, where N
+is the largest count any wait of their kind leaves in flight, are merged into one: every
+wait retires them together, so the merge loses nothing and the walk ends.
+
 Two refinements keep barriers out of hot loops:
 - ops that one elected thread issues (mbarrier init/arrive/invalidate, TMA) never
   conflict with each other: it is the same thread;
@@ -55,11 +63,33 @@ def _align_newest(a: tuple[_Group, ...], b: tuple[_Group, ...]) -> tuple[_Group,
     return tuple(x | y for x, y in zip(a, b))
 
 
+def _merge_oldest(groups: tuple[_Group, ...], depth: int) -> tuple[_Group, ...]:
+    """At most `depth` groups: the oldest ones merged into one (see the module docstring
+    for why no wait can tell them apart)."""
+    if len(groups) <= depth:
+        return groups
+    cut = len(groups) - depth + 1
+    return (frozenset().union(*groups[:cut]),) + groups[cut:]
+
+
+def _group_depths(kernel: Kernel) -> dict[str, int]:
+    """Per async kind, how many groups in flight a walk must keep apart: one more than the
+    most any wait of that kind leaves in flight, plus one for all the older ones."""
+    left = {kind: 0 for kind in ASYNC_KINDS}
+    for op in kernel.walk():
+        retires = access_of(op, BufferRanges(), kernel.num_warps).retires
+        if retires is not None:
+            left[retires[0]] = max(left[retires[0]], retires[1])
+    return {kind: n + 2 for kind, n in left.items()}
+
+
 class _Pending:
     """Accesses since the last barrier: by any threads, and by the elected thread alone;
     and async accesses still in flight, which no barrier settles until their wait."""
 
-    def __init__(self, reads=(), writes=(), solo_reads=(), solo_writes=(), groups=None, uncommitted=()):
+    def __init__(self, depths: dict[str, int], reads=(), writes=(), solo_reads=(), solo_writes=(), groups=None,
+                 uncommitted=()):
+        self.depths = depths  # per async kind, the groups kept apart (_group_depths)
         self.reads: set[ByteRange] = set(reads)
         self.writes: set[ByteRange] = set(writes)
         self.solo_reads: set[ByteRange] = set(solo_reads)
@@ -69,13 +99,19 @@ class _Pending:
         self.uncommitted: _Group = frozenset(uncommitted)  # cp.async copies in no group yet
 
     def copy(self) -> "_Pending":
-        return _Pending(self.reads, self.writes, self.solo_reads, self.solo_writes, self.groups, self.uncommitted)
+        return _Pending(self.depths, self.reads, self.writes, self.solo_reads, self.solo_writes, self.groups,
+                        self.uncommitted)
 
     def union(self, other: "_Pending") -> "_Pending":
         groups = {kind: _align_newest(self.groups[kind], other.groups[kind]) for kind in ASYNC_KINDS}
-        return _Pending(self.reads | other.reads, self.writes | other.writes,
+        return _Pending(self.depths, self.reads | other.reads, self.writes | other.writes,
                         self.solo_reads | other.solo_reads, self.solo_writes | other.solo_writes,
                         groups, self.uncommitted | other.uncommitted)
+
+    def state(self) -> tuple:
+        """Everything that decides where later barriers go, for the loop walk's fixpoint."""
+        return (frozenset(self.reads), frozenset(self.writes), frozenset(self.solo_reads),
+                frozenset(self.solo_writes), tuple(self.groups[kind] for kind in ASYNC_KINDS), self.uncommitted)
 
     def empty(self) -> bool:
         """Whether a barrier here would settle nothing."""
@@ -113,10 +149,10 @@ class _Pending:
             if access.in_flight == "cp_async":
                 self.uncommitted |= started
             else:  # a wgmma or a TMA store is a group of its own
-                self.groups[access.in_flight] += (started,)
+                self._start_group(access.in_flight, started)
             return
         if access.commits:  # with no copies since the last, still a group wait_group counts
-            self.groups["cp_async"] += (self.uncommitted,)
+            self._start_group("cp_async", self.uncommitted)
             self.uncommitted = frozenset()
         if access.retires is not None:
             self._retire(*access.retires)
@@ -129,6 +165,9 @@ class _Pending:
         else:
             self.reads.update(access.reads)
             self.writes.update(access.writes)
+
+    def _start_group(self, kind: str, group: _Group) -> None:
+        self.groups[kind] = _merge_oldest(self.groups[kind] + (group,), self.depths[kind])
 
     def _retire(self, kind: str, left_in_flight: int) -> None:
         """A wait: all but the newest `left_in_flight` groups of `kind` are done in this
@@ -167,12 +206,18 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
                 ops.append(Barrier(loc=op.loc))  # once, before the loop
                 pending.clear()
             entry = pending.copy()
-            # First pass finds what is pending at the end of an iteration; the second
-            # starts from that too, so hazards across the back edge get barriers.
-            probe = entry.copy()
-            for b in op.nested_blocks():
-                _walk(b, probe, buffers, num_warps)
-            state = entry.union(probe)
+            # Walk iterations until the state at the loop head stops growing (see the
+            # module docstring); the last walk, from that state, places the barriers.
+            state = entry
+            while True:
+                probe = state.copy()
+                for b in op.nested_blocks():
+                    _walk(b, probe, buffers, num_warps)
+                grown = state.union(probe)
+                if grown.state() == state.state():
+                    break
+                state = grown
+            state = state.copy()
             op = op.map_regions(lambda region: _walk(region, state, buffers, num_warps))
             pending.take(entry.union(state))
             ops.append(op)
@@ -198,7 +243,7 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
             if not pending.empty():
                 ops.append(Barrier(loc=op.loc))
             warps = iter((num_warps,) + tuple(op.worker_num_warps))
-            op = op.map_regions(lambda region: _walk(region, _Pending(), buffers, next(warps)))
+            op = op.map_regions(lambda region: _walk(region, _Pending(pending.depths), buffers, next(warps)))
             pending.clear()
             ops.append(op)
             continue
@@ -212,5 +257,5 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
 
 
 def insert_barriers(kernel: Kernel) -> Kernel:
-    body = _walk(kernel.body, _Pending(), BufferRanges(), kernel.num_warps)
+    body = _walk(kernel.body, _Pending(_group_depths(kernel)), BufferRanges(), kernel.num_warps)
     return kernel.with_body(body)
