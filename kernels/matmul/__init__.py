@@ -4,7 +4,9 @@ torch CUDA tensors run on the GPU (the config autotuned once per problem shape a
 the candidates of its shape class, config.configs_for: decode, few tiles, large; few
 tiles split K across CTAs, split_k.py); numpy arrays or CPU torch tensors run the same
 kernels on the CPU emulator. Any M, N, K: TMA reads zeros past the edges; operands
-whose rows do not start on 16 bytes are copied into rows that do.
+whose rows do not start on 16 bytes are copied into rows that do. Split-K adds its
+parts with fp32 atomics, so its last bits can vary between calls; under
+torch.use_deterministic_algorithms(True) the autotuner picks no split-K config.
 
     from weft.kernels.matmul import matmul
     c = matmul(a, b)                       # bf16/fp16 in, fp32 accumulate, a's dtype out

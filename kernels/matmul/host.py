@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ... import lowlevel as ll
@@ -148,10 +150,12 @@ def _split_scratch(a, m: int, n: int, tiles: int) -> tuple:
     """The zeroed fp32 workspace [m, n] and int32 arrival counters [tiles] of a split-K
     launch. On the GPU, one pair per (device, current stream, shape), made once and
     kept: every launch leaves them zeroed (split_k.py) and launches on one stream run in
-    turn, so repeated calls, prepared calls and CUDA graphs captured on that stream need
-    no memsets, and no pair is freed while a graph may still use it. On the emulator, a
-    new pair per call."""
-    if not (is_torch(a) and a.is_cuda):
+    turn, so repeated calls and prepared calls need no memsets, and no pair is freed
+    while a graph may still use it. Under CUDA-graph capture, and on the emulator, a new
+    zeroed pair per call: a pair made during capture lives in the graph's memory pool,
+    which torch hands to other tensors once the graph no longer needs it (and which
+    torch.compile's CUDA graph trees refuse to see kept alive)."""
+    if not (is_torch(a) and a.is_cuda) or _capturing():
         return new_array(a, (m, n), "float32", zero=True), new_array(a, (tiles,), "int32", zero=True)
     from ...runtime.launcher import _torch_stream_getter
 
@@ -185,14 +189,21 @@ def _programs(a, m: int, n: int, config: Config) -> int:
 def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config:
     """The fastest candidate for this problem shape, timed once with CUDA events over
     back-to-back launches queued behind a short GPU sleep (so the events time the GPU
-    work, not the host's launch rate), then cached for the process."""
-    key = (m, n, k, k_major, kinds, a.device.index)
-    if key in _TUNED:
-        return _TUNED[key]
+    work, not the host's launch rate), then cached for the process. Under
+    torch.use_deterministic_algorithms(True) no candidate splits K: split-K parts add
+    into their tile with fp32 atomics, in arrival order, so the last bits of C can differ
+    from call to call."""
     import torch
 
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    key = (m, n, k, k_major, kinds, a.device.index, deterministic)
+    if key in _TUNED:
+        return _TUNED[key]
+    candidates = configs_for(in_bits, out_bits, m, n, k, _sm_count(a))
+    if deterministic:
+        candidates = list(dict.fromkeys(replace(config, split_k=1) for config in candidates))
     best, best_time = None, float("inf")
-    for config in configs_for(in_bits, out_bits, m, n, k, _sm_count(a)):
+    for config in candidates:
         run = _launcher(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
         run()  # warm up
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -281,7 +292,7 @@ def host_matmul(a, b, out_dtype=None, *, config: Config | None = None):
     call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
     kernel, grid, args, kwargs = call[:4]
     kernel[grid](*args, **kwargs)
-    if signature is not None:
+    if signature is not None and not (call[5] and _capturing()):  # a captured split-K's scratch is per call
         # Operands the kernel does not read in place (copies: a K-major b that was not
         # copied comes back as a new view of the same memory) are staged.
         staged = tuple((role, operand) for role, operand in enumerate((a, b))
@@ -343,6 +354,13 @@ class _StagedCall:
 
 def _never() -> bool:
     return False
+
+
+def _capturing() -> bool:
+    """Whether torch is capturing a CUDA graph on the current stream."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _only(outs):
