@@ -26,7 +26,7 @@ from .layouts import LinearSharedLayout, NVMMASharedLayout
 from .mbarrier import _barrier
 from .shared import SharedMemoryDescriptor
 
-__all__ = ["TensorDescriptorValue", "async_bulk_copy_global_to_shared", "async_copy_global_to_shared",
+__all__ = ["TensorDescriptorValue", "tensor_descriptor", "async_bulk_copy_global_to_shared", "async_copy_global_to_shared",
            "async_copy_shared_to_global", "store_wait"]
 
 
@@ -87,6 +87,10 @@ class TensorDescriptorValue(DynamicValue):
         return f"TensorDescriptorValue({self.type})"
 
     __hash__ = object.__hash__
+
+
+# Gluon's name for the type, as aggregates annotate their descriptor fields (`tma.tensor_descriptor`).
+tensor_descriptor = TensorDescriptorValue
 
 
 class DescriptorFields(Sequence):
