@@ -3,9 +3,10 @@ warp specialization."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
 
+from ..errors import CompilationError
 from .core import Block, Op, Value
 
 # Semantics follow the PTX ISA; ../shared/HOPPER.md has the summary. An mbarrier operand
@@ -195,6 +196,9 @@ class WarpGroupDot(Op):
     NVMMADistributedLayout v3. `use_acc` an i1 scalar (None = true). With `is_async` the
     result may only be read after a WarpGroupDotWait that lists it; otherwise the op
     waits for itself.
+
+    `plan` (a wgmma_dot.DotPlan: accumulator tiling, register-A packing, the static part
+    of the shared operands' descriptors) is recorded by the plan_data_movement pass.
     """
 
     NAME = "warpgroup_dot"
@@ -204,6 +208,14 @@ class WarpGroupDot(Op):
     acc: Value
     use_acc: Optional[Value] = None
     is_async: bool = False
+    plan: Any = field(default=None, metadata={"printed": False})
+
+    def recorded_plan(self):
+        """The plan plan_data_movement recorded; a clear error when it did not run."""
+        if self.plan is None:
+            raise CompilationError("warpgroup_mma has no plan", self.loc,
+                                   suggestion="run the plan_data_movement pass first")
+        return self.plan
 
 
 @dataclass(frozen=True, kw_only=True)
