@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ..errors import CompilationError
-from .core import Block, Op, Value
+from .core import Block, Op, Value, is_shared
 
 # Semantics follow the PTX ISA; ../shared/HOPPER.md has the summary. An mbarrier operand
 # (`barrier`) is a shared i64 buffer of shape [1]. `pred` operands are i1 scalars: the op
@@ -216,6 +216,17 @@ class WarpGroupDot(Op):
             raise CompilationError("warpgroup_mma has no plan", self.loc,
                                    suggestion="run the plan_data_movement pass first")
         return self.plan
+
+    def verify(self) -> None:
+        plan = self.plan  # the verifier runs before planning too: checked once recorded
+        if plan is None:
+            return
+        if (plan.a is not None) != is_shared(self.a):
+            where = "shared memory" if plan.a is not None else "registers"
+            raise self.invalid(f"its plan reads A from {where}, but a is {self.a.type}")
+        k_total = self.a.type.shape[-1]
+        if plan.steps * plan.k != k_total:
+            raise self.invalid(f"its plan runs {plan.steps} K steps of {plan.k}, but a has K = {k_total}")
 
 
 @dataclass(frozen=True, kw_only=True)

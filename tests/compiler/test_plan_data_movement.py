@@ -172,3 +172,16 @@ def test_readers_refuse_a_wgmma_the_pass_did_not_plan():
             np.zeros((64, 64), np.float32), 1]
     with pytest.raises(EmulationError, match="plan_data_movement"):
         emulate(unplanned, (1,), args)
+
+
+def test_the_verifier_refuses_a_wgmma_whose_plan_is_not_for_its_operands():
+    kernel = plan_data_movement(wgmma_dot(DotConfig(element="fp16")))
+    registers = plan_data_movement(wgmma_dot(DotConfig(element="fp16", a_in_registers=True)))
+    (dot,) = [op for op in kernel.walk() if isinstance(op, WarpGroupDot)]
+    (other,) = [op for op in registers.walk() if isinstance(op, WarpGroupDot)]
+    verify(kernel)
+    with pytest.raises(CompilationError, match="reads A from registers"):
+        dataclasses.replace(dot, plan=other.plan).verify()
+    with pytest.raises(CompilationError, match="4 K steps of 16, but a has K = 32"):
+        half_k = Value(dataclasses.replace(dot.a.type, shape=(64, 32)), "a_half")
+        dataclasses.replace(dot, a=half_k).verify()
