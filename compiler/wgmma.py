@@ -286,6 +286,17 @@ def _agrees(plan: OperandPlan, view: OperandView, origin: tuple[int, int]) -> bo
     return bool(np.array_equal(read, expected))
 
 
+def check_alignment(plan: OperandPlan, base_alignment: int) -> None:
+    """WgmmaError when a view whose base is a multiple of `base_alignment` bytes cannot
+    start the plan's swizzle pattern (the base address is the one run-time part of a
+    descriptor, so its alignment is checked where the address is known)."""
+    if plan.alignment > base_alignment:
+        raise WgmmaError(
+            f"the {plan.swizzle}-byte swizzle needs the buffer at a multiple of "
+            f"{plan.alignment} bytes, but this view is only known to be {base_alignment}-byte aligned",
+            "index whole buffers of the allocation (views at swizzle-pattern boundaries)")
+
+
 def plan_operand(view: OperandView, tile_mn: int, tile_k: int, origins: Iterable[tuple[int, int]],
                  allow_mn_major: Optional[bool] = None, base_alignment: int = 1024) -> OperandPlan:
     """The descriptor plan that reads every tile at `origins` exactly as the view's
@@ -311,11 +322,7 @@ def plan_operand(view: OperandView, tile_mn: int, tile_k: int, origins: Iterable
                     f"{bits}-bit operands must be K-major (contiguous along K) for wgmma; this "
                     f"buffer is contiguous along M/N (MN-major)",
                     "store the operand K-major (for B: an [N, K] buffer viewed with .permute((1, 0)))")
-            if plan.alignment > base_alignment:
-                raise WgmmaError(
-                    f"the {swizzle}-byte swizzle needs the buffer at a multiple of "
-                    f"{plan.alignment} bytes, but this view is only known to be {base_alignment}-byte aligned",
-                    "index whole buffers of the allocation (views at swizzle-pattern boundaries)")
+            check_alignment(plan, base_alignment)
             return plan
     raise WgmmaError("wgmma cannot read this shared layout: no descriptor (swizzle 128/64/32/none, "
                      "K- or MN-major) reproduces its addressing")

@@ -8,29 +8,29 @@ A `warpgroup_dot` becomes, for the warpgroup(s) running it:
     wgmma.commit_group
     wgmma.wait_group 0               (only when not is_async; accumulators pass through)
 
-Everything the instructions need is computed from layouts by `compiler.wgmma` (pure
-Python, tested on the CPU): which accumulator register is each instruction's d_i, which
-register-A registers pack into its a0..a3, and the shared-memory descriptors, whose
-decode is checked against the buffers' own addressing for every tile before any code is
-emitted. Warpgroups differ only in the start addresses of their descriptors: the
-accumulator layout's warp bases say which rows (A) and columns (B) each one owns.
+Everything the instructions need is the op's plan, recorded by the plan_data_movement
+pass (compiler/wgmma_dot.py, pure Python, tested on the CPU): which accumulator register
+is each instruction's d_i, which register-A registers pack into its a0..a3, and the
+static part of the shared-memory descriptors, whose decode was checked against the
+buffers' own addressing for every tile. What is left here is the run-time part: the
+views' base addresses (their alignment checked against the plan's swizzle) and the
+warpgroup's rows (A) and columns (B), which the accumulator layout's warp bases give.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
-from typing import Optional
 
 from llvmlite import ir
 
-from ...layouts import LinearLayout, NVMMADistributedLayout
+from ...layouts import LinearLayout
 from ..errors import CompilationError
 from ..ir import (AllocShared, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice,
-                  Value, WarpGroupDot, WarpGroupDotWait, WarpSpecialize, Yield, is_shared, is_tensor)
-from ..types import SharedType, TensorType
-from ..wgmma import (CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types,
-                     instruction_k, plan_accumulator, plan_operand, plan_register_a)
+                  Value, WarpGroupDot, WarpGroupDotWait, WarpSpecialize, Yield, is_tensor)
+from ..types import SharedType
+from ..wgmma import CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, WgmmaError, check_alignment
+from ..wgmma_dot import DotPlan, operand_error
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, SharedView, lowers
@@ -232,95 +232,16 @@ def _warp_components(acc: AccumulatorPlan, plan: OperandPlan, axis: int) -> list
 
 
 # ------------------------------------------------------------------------- the dot
-def _fail(op, error: WgmmaError) -> CompilationError:
-    return CompilationError(f"warpgroup_mma: {error}", op.loc, suggestion=error.suggestion)
-
-
-def _describe(type_) -> str:
-    return str(type_.encoding) if type_.encoding is not None else "a linear layout"
-
-
-def _check_shapes(op: WarpGroupDot) -> None:
-    a, b, acc, result = op.a.type, op.b.type, op.acc.type, op.result.type
-    for name, t in (("a", a), ("b", b), ("acc", acc)):
-        if len(t.shape) != 2:
-            raise CompilationError(f"warpgroup_mma: {name} must be 2-D, found shape {list(t.shape)}", op.loc)
-    if not isinstance(acc, TensorType) or acc.layout is None:
-        raise CompilationError("warpgroup_mma: the accumulator must be a tensor with a layout", op.loc)
-    if result.shape != acc.shape or result.element != acc.element or result.layout != acc.layout:
-        raise CompilationError("warpgroup_mma: the result must have the accumulator's type", op.loc,
-                               expected=str(acc), found=str(result))
-    (m, k), (k2, n), (m2, n2) = a.shape, b.shape, acc.shape
-    if k != k2 or m != m2 or n != n2:
-        raise CompilationError(
-            "warpgroup_mma: shapes do not chain: a is [M, K], b is [K, N], acc is [M, N]", op.loc,
-            expected=f"a [{m2}, K], b [K, {n2}]", found=f"a {list(a.shape)}, b {list(b.shape)}, acc {list(acc.shape)}")
-    encoding = acc.encoding
-    if encoding is not None and not (isinstance(encoding, NVMMADistributedLayout) and encoding.version[0] == 3):
-        raise CompilationError(
-            f"warpgroup_mma: the accumulator is in {encoding}; wgmma writes an NVMMADistributedLayout "
-            "with version [3, 0]", op.loc,
-            suggestion="use NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4 * g, 1], instr_shape=[16, N, K])")
-
-
-class _DotPlan:
-    """Everything the emission needs, computed and checked before any code is emitted."""
-
-    def __init__(self, ctx: Lowering, op: WarpGroupDot):
-        _check_shapes(op)
-        a, b, acc = op.a.type, op.b.type, op.acc.type
+def _check_alignments(ctx: Lowering, op: WarpGroupDot, plan: DotPlan) -> None:
+    """The one run-time part of a descriptor is its view's base: allocation says how
+    aligned it is known to be, and the swizzle pattern must start there."""
+    for value, operand, name in ((op.a, plan.a, "a"), (op.b, plan.b, "b")):
+        if operand is None:
+            continue
         try:
-            self.types = check_types(a.element.name, b.element.name, acc.element.name)
+            check_alignment(operand, view_alignment(ctx, value))
         except WgmmaError as error:
-            raise _fail(op, error) from None
-        self.bits = a.element.bits
-        self.k = instruction_k(self.bits)
-        m, k_total = a.shape
-        if k_total % self.k:
-            raise CompilationError(
-                f"warpgroup_mma: K = {k_total} is not a multiple of the instruction's k = {self.k} "
-                f"({a.element} reads 32 bytes of K per instruction)", op.loc)
-        self.steps = k_total // self.k
-        try:
-            self.acc = plan_accumulator(acc.layout, acc.shape)
-        except WgmmaError as error:
-            raise CompilationError(f"warpgroup_mma: {error}", op.loc,
-                                   found=f"accumulator in {_describe(acc)}", suggestion=error.suggestion) from None
-        groups = range(self.acc.num_warpgroups)
-        rows = sorted({m0 for m0, _ in self.acc.tiles})
-        cols = sorted({n0 for _, n0 in self.acc.tiles})
-        ks = [s * self.k for s in range(self.steps)]
-        self.a_plan: Optional[OperandPlan] = None
-        self.a_registers = None
-        if is_shared(op.a):
-            origins = {(self.acc.warpgroup_origin(g)[0] ^ m0, k0) for g in groups for m0 in rows for k0 in ks}
-            self.a_plan = self._operand(ctx, op, op.a, 0, 64, origins, "a")
-        elif is_tensor(op.a) and op.a.type.layout is not None:
-            try:
-                self.a_registers = plan_register_a(op.a.type.layout, self.bits, self.acc, k_total)
-            except WgmmaError as error:
-                raise CompilationError(f"warpgroup_mma: {error}", op.loc, found=f"a in {_describe(op.a.type)}",
-                                       suggestion=error.suggestion) from None
-        else:
-            raise CompilationError("warpgroup_mma: a must be a shared buffer or a tensor with a layout", op.loc)
-        if not is_shared(op.b):
-            raise CompilationError("warpgroup_mma: b must be a shared-memory buffer (wgmma reads B from shared "
-                                   "memory only)", op.loc)
-        origins = {(self.acc.warpgroup_origin(g)[1] ^ n0, k0) for g in groups for n0 in cols for k0 in ks}
-        self.b_plan = self._operand(ctx, op, op.b, 1, self.acc.n, origins, "b")
-
-    def _operand(self, ctx, op, value: Value, mn_dim: int, tile_mn: int, origins, name: str) -> OperandPlan:
-        view = ctx.shared(value)
-        operand = OperandView.from_addressing(view.addressing, view.xor, value.type.element.bits, mn_dim)
-        try:
-            return plan_operand(operand, tile_mn, self.k, sorted(origins), base_alignment=view_alignment(ctx, value))
-        except WgmmaError as error:
-            bits = value.type.element.bits
-            suggestion = error.suggestion or (f"allocate it with NVMMASharedLayout.get_default_for("
-                                              f"{list(value.type.shape)}, {bits}), the layout TMA writes")
-            raise CompilationError(f"warpgroup_mma: operand {name} ({value.type} in "
-                                   f"{_describe(value.type)}): {error}", op.loc, suggestion=suggestion) from None
-
+            raise operand_error(op, value, name, error) from None
 
 
 def _unpack_half(b: ir.IRBuilder, word: ir.Value, element: ir.Type) -> list[ir.Value]:
@@ -349,7 +270,8 @@ def starts_from_zero(ctx: Lowering, op: WarpGroupDot, registers) -> bool:
 
 @lowers(WarpGroupDot)
 def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
-    plan = _DotPlan(ctx, op)
+    plan: DotPlan = op.recorded_plan()
+    _check_alignments(ctx, op, plan)
     b = ctx.builder
     acc = plan.acc
     registers = list(ctx.registers(op.acc, T.register_count(op.acc.type)))
@@ -371,7 +293,7 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     a_words: dict = {}
     if plan.a_registers is not None:
         a_values = ctx.registers(op.a, T.register_count(op.a.type))
-        for key, groups in plan.a_registers.items():
+        for key, groups in plan.a_registers:
             a_words[key] = [pack_word(b, [a_values[r] for r in group], plan.bits) for group in groups]
     # wgmma.fence, with every register the instructions read passing through it (undef
     # accumulators are not read).
@@ -385,10 +307,10 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     for key in sorted(a_words):
         a_words[key] = fenced[cursor:cursor + 4]
         cursor += 4
-    descriptors_b = _Descriptors(ctx, ctx.shared(op.b), plan.b_plan, _warp_components(acc, plan.b_plan, 1))
+    descriptors_b = _Descriptors(ctx, ctx.shared(op.b), plan.b, _warp_components(acc, plan.b, 1))
     descriptors_a = None
-    if plan.a_plan is not None:
-        descriptors_a = _Descriptors(ctx, ctx.shared(op.a), plan.a_plan, _warp_components(acc, plan.a_plan, 0))
+    if plan.a is not None:
+        descriptors_a = _Descriptors(ctx, ctx.shared(op.a), plan.a, _warp_components(acc, plan.a, 0))
     # scale-d of the first step is the constant 0 exactly when the accumulators are undef.
     if from_zero:
         use_acc = ir.Constant(T.I32, 0)
@@ -399,9 +321,9 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     dtype, atype, btype = plan.types[2], plan.types[0], plan.types[1]
     letter = "r" if half else "f"
     word_type = T.I32 if half else T.F32
-    trans_a = plan.a_plan.transposed if plan.a_plan is not None else 0
+    trans_a = plan.a.transposed if plan.a is not None else 0
     asm = ptx_asm.wgmma_mma_async(acc.n, plan.k, dtype, atype, btype, len(words[0]), letter,
-                              plan.a_plan is None, trans_a, plan.b_plan.transposed)
+                              plan.a is None, trans_a, plan.b.transposed)
     for step in range(plan.steps):
         k0 = step * plan.k
         scale = use_acc if step == 0 else ir.Constant(T.I32, 1)

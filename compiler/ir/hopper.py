@@ -3,10 +3,11 @@ warp specialization."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
 
-from .core import Block, Op, Value
+from ..errors import CompilationError
+from .core import Block, Op, Value, is_shared
 
 # Semantics follow the PTX ISA; ../shared/HOPPER.md has the summary. An mbarrier operand
 # (`barrier`) is a shared i64 buffer of shape [1]. `pred` operands are i1 scalars: the op
@@ -195,6 +196,9 @@ class WarpGroupDot(Op):
     NVMMADistributedLayout v3. `use_acc` an i1 scalar (None = true). With `is_async` the
     result may only be read after a WarpGroupDotWait that lists it; otherwise the op
     waits for itself.
+
+    `plan` (a wgmma_dot.DotPlan: accumulator tiling, register-A packing, the static part
+    of the shared operands' descriptors) is recorded by the plan_data_movement pass.
     """
 
     NAME = "warpgroup_dot"
@@ -204,6 +208,25 @@ class WarpGroupDot(Op):
     acc: Value
     use_acc: Optional[Value] = None
     is_async: bool = False
+    plan: Any = field(default=None, metadata={"printed": False})
+
+    def recorded_plan(self):
+        """The plan plan_data_movement recorded; a clear error when it did not run."""
+        if self.plan is None:
+            raise CompilationError("warpgroup_mma has no plan", self.loc,
+                                   suggestion="run the plan_data_movement pass first")
+        return self.plan
+
+    def verify(self) -> None:
+        plan = self.plan  # the verifier runs before planning too: checked once recorded
+        if plan is None:
+            return
+        if (plan.a is not None) != is_shared(self.a):
+            where = "shared memory" if plan.a is not None else "registers"
+            raise self.invalid(f"its plan reads A from {where}, but a is {self.a.type}")
+        k_total = self.a.type.shape[-1]
+        if plan.steps * plan.k != k_total:
+            raise self.invalid(f"its plan runs {plan.steps} K steps of {plan.k}, but a has K = {k_total}")
 
 
 @dataclass(frozen=True, kw_only=True)

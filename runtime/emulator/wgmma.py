@@ -6,12 +6,14 @@ the fp8 formats decode exactly) and rounded once to the accumulator's type; the 
 tensor cores accumulate in fp32 with their own (truncating) additions, so results agree
 to fp32 accumulation error, not bit for bit.
 
-Shared operands are read the way the hardware reads them: compiler/wgmma.py plans the
-matrix descriptors the backend emits for the view (swizzle mode, K- or MN-major, LBO and
-SBO, one start address per instruction tile: 64 rows of A, the accumulator's instruction
-N of B, 32 bytes of K), and `decode` gives the absolute shared byte addresses each
-descriptor reads (the swizzle XORs absolute address bits). A view no descriptor can
-express, or a base not aligned for its swizzle, is an error as in the backend. A
+Shared operands are read the way the hardware reads them: the op's plan (recorded by
+the plan_data_movement pass, compiler/wgmma_dot.py) holds the matrix descriptors the
+backend emits for the view (swizzle mode, K- or MN-major, LBO and SBO, one start address
+per instruction tile: 64 rows of A, the accumulator's instruction N of B, 32 bytes of K)
+less the view's base address, which is added here, and `decode` gives the absolute
+shared byte addresses each descriptor reads (the swizzle XORs absolute address bits). A
+view no descriptor can express fails the pass; a base not aligned for its swizzle is an
+error here as in the backend. A
 register A operand is collected from its DotOperandLayout registers (every copy of an
 element must agree). The result lands in the accumulator's layout.
 
@@ -37,8 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...compiler import ir
-from ...compiler.wgmma import (OperandView, WgmmaError, decode, instruction_k, plan_accumulator,
-                               plan_operand)
+from ...compiler.wgmma import OperandPlan, WgmmaError, check_alignment, decode
 from ...layouts import LinearLayout
 from .async_ops import async_state, byte_rows
 from .dtypes import element_bytes, finish
@@ -74,40 +75,35 @@ def _retire_all_but(cta, pending: int) -> None:
 _MAX_ALIGNMENT = 1024  # the largest swizzle repeat (8 rows of 128 bytes)
 
 
-def _descriptor_addresses(ref: SharedRef, mn_dim: int, tile_mn: int) -> np.ndarray:
-    """Byte addresses the wgmma descriptors read for every element of the view, in the
-    view's shape; `mn_dim` is the view's M (A) or N (B) dim."""
-    bits = ref.type.element.bits
-    view = OperandView.from_addressing(ref.addressing, ref.xor, bits, mn_dim)
-    size_mn, size_k = view.shape
-    tile_mn, tile_k = min(tile_mn, size_mn), instruction_k(bits)
-    origins = [(m, k) for m in range(0, size_mn, tile_mn) for k in range(0, size_k, tile_k)]
+def _descriptor_addresses(ref: SharedRef, plan: OperandPlan, mn_dim: int) -> np.ndarray:
+    """Byte addresses the op's planned descriptors read for every element of the view, in
+    the view's shape; `mn_dim` is the view's M (A) or N (B) dim. The plan is the static
+    part of each descriptor; the view's offset is the run-time start."""
     alignment = min(ref.offset & -ref.offset, _MAX_ALIGNMENT) if ref.offset else _MAX_ALIGNMENT
-    plan = plan_operand(view, tile_mn, tile_k, origins, base_alignment=alignment)
+    check_alignment(plan, alignment)
+    shape = ref.type.shape
+    size_mn, size_k = shape[mn_dim], shape[1 - mn_dim]
+    tile_mn, tile_k = plan.tile_mn, plan.tile_k
     out = np.empty((size_mn, size_k), np.int64)
-    for m0, k0 in origins:
-        descriptor = plan.descriptor(ref.offset + plan.start_offset(m0, k0))
-        out[m0:m0 + tile_mn, k0:k0 + tile_k] = decode(descriptor.value, plan.major, bits, tile_mn, tile_k)
+    for m0 in range(0, size_mn, tile_mn):
+        for k0 in range(0, size_k, tile_k):
+            descriptor = plan.descriptor(ref.offset + plan.start_offset(m0, k0))
+            out[m0:m0 + tile_mn, k0:k0 + tile_k] = decode(descriptor.value, plan.major, plan.element_bits,
+                                                          tile_mn, tile_k)
     return out if mn_dim == 0 else out.T
-
-
-def _instruction_n(op: ir.WarpGroupDot) -> int:
-    try:
-        return plan_accumulator(op.result.type.layout, op.result.type.shape).n
-    except WgmmaError:
-        return min(256, op.result.type.shape[1])
 
 
 def _shared_operand(cta, op, ref: SharedRef, name: str):
     """(values as float64 in the view's shape, in-flight read record)."""
-    mn_dim, tile_mn = (0, 64) if name == "a" else (1, _instruction_n(op))
+    plan = op.plan.a if name == "a" else op.plan.b
+    mn_dim = 0 if name == "a" else 1
     # Descriptors hold the offset in the CTA's own shared memory (its window of a cluster's;
     # the backend masks the rank bits off the address), and read from there.
     base = cta.shared_base
     local = dataclasses.replace(ref, offset=ref.offset - base)
     try:
-        addresses = cta.memo(op, ("descriptors", name, id(ref.addressing), ref.xor, ref.offset),
-                             lambda: _descriptor_addresses(local, mn_dim, tile_mn) + base)
+        addresses = cta.memo(op, ("descriptors", name, ref.offset),
+                             lambda: _descriptor_addresses(local, plan, mn_dim) + base)
     except WgmmaError as error:
         raise EmulationError(f"wgmma operand {name} ({ref.type}): {error}", op.loc) from None
     element = ref.type.element
@@ -137,6 +133,8 @@ def warpgroup_dot(cta, op: ir.WarpGroupDot) -> None:
         raise EmulationError(f"wgmma runs on whole warpgroups (4 warps starting at a multiple of "
                              f"4); this partition has warps {cta.warp_base}.."
                              f"{cta.warp_base + cta.num_warps - 1}", op.loc)
+    if op.plan is None:
+        raise EmulationError("warpgroup_mma has no plan: run the plan_data_movement pass first", op.loc)
     layout = cta.layout(op.result.type)
     acc = _accumulator(cta, op)
     use_acc = predicate(cta, op.use_acc, op)

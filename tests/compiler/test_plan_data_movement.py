@@ -1,12 +1,15 @@
-"""plan_data_movement: every reduce and convert_layout carries its plan after the pass,
-with the scratch its partition's warps need, and every reader refuses an op without one."""
+"""plan_data_movement: every reduce, convert_layout and warpgroup_dot carries its plan
+after the pass (a reduction with the scratch its partition's warps need, a wgmma with
+the static part of its descriptors), and every reader refuses an op without one."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from weft.compiler.backend import lower_to_llvm
 from weft.compiler.errors import CompilationError
-from weft.compiler.ir import Block, ConvertLayout, Kernel, Reduce, Value, WarpSpecialize, Yield
+from weft.compiler.ir import Block, ConvertLayout, Kernel, Reduce, Value, WarpGroupDot, WarpSpecialize, Yield
 from weft.layouts.rules import reduce_layout
 from weft.compiler.passes.allocate_shared_memory import allocate_shared_memory
 from weft.compiler.passes.plan_data_movement import plan_data_movement
@@ -17,7 +20,11 @@ from weft.layouts import LinearLayout
 from weft.layouts.plans import WarpShuffle
 from weft.runtime.emulator import EmulationError, emulate
 
-from .backend_kernels import row_reduce
+from weft.compiler.wgmma import check_alignment
+from weft.compiler.wgmma_dot import DotPlan
+
+from .backend_kernels import prepare, row_reduce
+from .wgmma_kernels import DotConfig, wgmma_dot
 from .golden import golden_checker
 
 check_golden = golden_checker(__file__, globals())
@@ -99,3 +106,82 @@ def test_readers_refuse_a_reduce_the_pass_did_not_plan():
     planned = allocate_shared_memory(plan_data_movement(unplanned))
     emulate(planned, (1,), [x, out, 512])
     np.testing.assert_array_equal(out, x.max(axis=1))
+
+
+# ------------------------------------------------------------------------------ wgmma
+def _planned_ops(kernel: Kernel):
+    """Every op of a kind that carries a plan (a `plan` field)."""
+    return [op for op in kernel.walk() if "plan" in op.__dataclass_fields__]
+
+
+WGMMA_CONFIGS = [
+    DotConfig(element="fp16"),                                         # A and B^T in shared memory
+    DotConfig(element="fp16", a_in_registers=True, b_kmajor=False),    # register A, MN-major B
+    DotConfig(element="fp16", m=128, n=128, k=32, warpgroups=2, a_mmajor=True, is_async=True),
+]
+
+
+@pytest.mark.parametrize("config", WGMMA_CONFIGS, ids=lambda c: c.name)
+def test_every_op_that_moves_data_is_planned_and_a_wgmma_runs_from_its_plan(config):
+    kernel = plan_data_movement(wgmma_dot(config))
+    unplanned = [op.NAME for op in _planned_ops(kernel) if op.plan is None]
+    assert not unplanned, f"ops left without a plan: {unplanned}"
+    (dot,) = [op for op in kernel.walk() if isinstance(op, WarpGroupDot)]
+    plan = dot.plan
+    assert isinstance(plan, DotPlan) and plan.acc.num_warpgroups == config.warpgroups
+    assert (plan.a is None) == config.a_in_registers == (plan.a_registers is not None)
+    assert plan.b.major == ("K" if config.b_kmajor else "MN")
+    if plan.a is not None:
+        assert plan.a.major == ("MN" if config.a_mmajor else "K")
+        assert (plan.a.tile_mn, plan.a.tile_k) == (64, 16)
+    assert plan.steps == config.k // 16 and plan.b.tile_mn == plan.acc.n
+    assert plan_data_movement(kernel) == kernel  # planned ops keep their plans
+
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((config.m, config.k)).astype(np.float16)
+    b = rng.standard_normal((config.k, config.n)).astype(np.float16)
+    c = rng.standard_normal((config.m, config.n)).astype(np.float32)
+    out = np.zeros((config.m, config.n), np.float32)
+    b_arg = np.ascontiguousarray(b.T) if config.b_kmajor else b
+    emulate(prepare(wgmma_dot(config)), (1,), [a, b_arg, c, out, 1])  # the passes, barriers too
+    expected = a.astype(np.float64) @ b.astype(np.float64) + c
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_descriptor_plans_leave_only_the_base_address_to_run_time():
+    plan = plan_data_movement(wgmma_dot(DotConfig(element="fp16"))).body
+    (dot,) = [op for op in plan.walk() if isinstance(op, WarpGroupDot)]
+    b = dot.plan.b  # a 128-byte swizzle: its pattern repeats every 1024 bytes
+    assert b.swizzle == 128 and b.alignment == 1024
+    check_alignment(b, 1024)
+    with pytest.raises(ValueError, match="multiple of 1024 bytes"):
+        check_alignment(b, 512)
+    # Moving the base moves every descriptor's start field and nothing else.
+    for base in (0, 1024, 4096):
+        moved, at_zero = b.descriptor(base + b.start_offset(0, 16)), b.descriptor(b.start_offset(0, 16))
+        assert dataclasses.replace(moved, start_address=0) == dataclasses.replace(at_zero, start_address=0)
+        assert moved.start_address - at_zero.start_address == base
+
+
+def test_readers_refuse_a_wgmma_the_pass_did_not_plan():
+    unplanned = allocate_shared_memory(wgmma_dot(DotConfig(element="fp16")))
+    assert [op.plan for op in unplanned.walk() if isinstance(op, WarpGroupDot)] == [None]
+    with pytest.raises(CompilationError, match="plan_data_movement"):
+        lower_to_llvm(unplanned)
+    args = [np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float32),
+            np.zeros((64, 64), np.float32), 1]
+    with pytest.raises(EmulationError, match="plan_data_movement"):
+        emulate(unplanned, (1,), args)
+
+
+def test_the_verifier_refuses_a_wgmma_whose_plan_is_not_for_its_operands():
+    kernel = plan_data_movement(wgmma_dot(DotConfig(element="fp16")))
+    registers = plan_data_movement(wgmma_dot(DotConfig(element="fp16", a_in_registers=True)))
+    (dot,) = [op for op in kernel.walk() if isinstance(op, WarpGroupDot)]
+    (other,) = [op for op in registers.walk() if isinstance(op, WarpGroupDot)]
+    verify(kernel)
+    with pytest.raises(CompilationError, match="reads A from registers"):
+        dataclasses.replace(dot, plan=other.plan).verify()
+    with pytest.raises(CompilationError, match="4 K steps of 16, but a has K = 32"):
+        half_k = Value(dataclasses.replace(dot.a.type, shape=(64, 32)), "a_half")
+        dataclasses.replace(dot, a=half_k).verify()
