@@ -173,6 +173,13 @@ def prepared_call(key):
 
 
 def keep_prepared_call(key, call: PreparedCall) -> None:
+    """Keep `call` under `key`, unless torch is capturing a CUDA graph: a call's launch
+    holds the tensors of the call that made it (through its descriptors), and tensors
+    made during capture live in the graph's memory pool, which torch hands out again
+    once the graph is done with it (torch.compile's CUDA graph trees refuse such tensors
+    kept alive). Calls under capture take the long way."""
+    if _capturing():
+        return
     entries = _CALLS.entries
     entries[key] = call
     entries.move_to_end(key)
@@ -187,6 +194,11 @@ def clear_prepared_calls() -> None:
 
 
 _STREAM: list = []  # [device -> torch's current raw stream, config.emulate] once looked up
+
+
+def _capturing() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def tensor_facts(x):

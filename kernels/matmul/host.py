@@ -292,7 +292,7 @@ def host_matmul(a, b, out_dtype=None, *, config: Config | None = None):
     call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
     kernel, grid, args, kwargs = call[:4]
     kernel[grid](*args, **kwargs)
-    if signature is not None and not (call[5] and _capturing()):  # a captured split-K's scratch is per call
+    if signature is not None:
         # Operands the kernel does not read in place (copies: a K-major b that was not
         # copied comes back as a new view of the same memory) are staged.
         staged = tuple((role, operand) for role, operand in enumerate((a, b))

@@ -318,3 +318,22 @@ def test_gpu_matmul_fast_path_matches_the_long_way_and_torch(m, n, kk, determini
     finally:
         torch.use_deterministic_algorithms(before)
     assert math.isfinite(float(second.float().sum()))
+
+
+def test_no_prepared_call_is_kept_during_cuda_graph_capture():
+    """A launch holds its first call's tensors; during capture those live in the graph's
+    memory pool, so calls under capture take the long way and keep nothing (torch.compile's
+    CUDA graph trees refuse pool tensors kept alive)."""
+    q, k, v = _qkv()
+    a, b = torch.randn(80, 64).to(BF16), torch.randn(64, 72).to(BF16)
+    with fake_gpu(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", lambda: True)
+        patch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+        long_way = _Calls(patch, matmul_host)
+        for _ in range(2):
+            matmul(a, b, config=MATMUL_CONFIG)
+            flash_attention(q, k, v)
+        assert long_way.count == 2 and not _launch._CALLS.entries
+        patch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+        matmul(a, b, config=MATMUL_CONFIG)
+        assert len(_launch._CALLS.entries) == 1
