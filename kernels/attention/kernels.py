@@ -93,7 +93,7 @@ from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
 from .rings import pass_turn, ready_barriers, ring_phase, ring_slot, take_turn
 from .softmax import normalizers, zero_shares
-from .state import Forward, Rings, Running
+from .state import Forward, Rings, Running, Tile
 from .steps import accumulator_layout, attend_step, first_step_softmax, last_pv, release_step
 from .tiles import (BATCH, FIRST_ROW, HEAD, key_tiles, keys_seen, next_tile, publish_tile, tile_coordinates,
                     tile_field, tile_rows, warpgroup)
@@ -286,11 +286,11 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
         pass_turn(rings.turns, wg, active, rings.PER_WARP)
         s = ll.warpgroup_mma_wait(0, deps=[s])
         p_op, m_i, l_i = first_step_softmax(state, s, step, full, row0, qk_scale)
-        steps, half = key_steps(state, Running(acc, p_op, m_i, l_i), q, step, turn, active, row0, full, count,
-                                qk_scale, WG)
+        rows = Tile(q, row0, step, turn, active, qk_scale)
+        steps, half = key_steps(state, rows, Running(acc, p_op, m_i, l_i), full, count, WG)
         last_step = step + count - 1
         if half:
-            last = half_step(state, steps, q, step, turn, active, row0, count, qk_scale, WG)
+            last = half_step(state, rows, steps, count, WG)
             if state.O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
                 mbarrier.arrive(state.q_empty.index(q_slot))
             acc, seen, log2_l, inv_l = last_pv(last.p_op, last.acc, last.l_i, rings, last_step, ROW)
@@ -314,12 +314,12 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
 
 
 @ll.jit
-def key_steps(state, running, q, step, turn, active, row0, full, count, qk_scale, WG: ll.constexpr):
-    """Key tiles 1 to count - 1 of this warpgroup, from ring position step + 1 and its
-    (turn + 1)-th turn on (`attend_step`), all but a last half tile (HALF_TILES: where
-    none of the rows sees its second half; `half_step`). Takes O, P, m and l after key
-    tile 0 (`running`, a state.Running) and returns them after the last of these, with 1
-    where a half tile is left, else 0."""
+def key_steps(state, tile, running, full, count, WG: ll.constexpr):
+    """Key tiles 1 to count - 1 of this warpgroup's rows of a tile (a state.Tile), from
+    ring position tile.step + 1 and its (tile.turn + 1)-th turn on (`attend_step`), all
+    but a last half tile (HALF_TILES: where none of the rows sees its second half;
+    `half_step`). Takes O, P, m and l after key tile 0 (`running`, a state.Running) and
+    returns them after the last of these, with 1 where a half tile is left, else 0."""
     S_LAYOUT: ll.constexpr = accumulator_layout(state.BLOCK_N)
     # A replicated warpgroup holds its index across the key loop, in a uniform register
     # (a thread index shuffled to be uniform: read at every step it put 6 instructions and
@@ -330,28 +330,28 @@ def key_steps(state, running, q, step, turn, active, row0, full, count, qk_scale
     if not (state.CONSUMERS == 4 and state.Q_BUFFERS == state.CONSUMERS):
         wg = warpgroup(WG)
     for n in range(1, full):
-        running = attend_step(state, n, step + n, turn + n, active, q, running, qk_scale, row0, state.BLOCK_N, WG,
-                              wg, False, S_LAYOUT)
+        running = attend_step(state, tile, n, tile.step + n, tile.turn + n, running, state.BLOCK_N, WG, wg, False,
+                              S_LAYOUT)
     # A last key tile whose second half no row sees (causal: half of the warpgroups'
     # diagonal tiles) is taken as a tile of BLOCK_N / 2 keys (HALF_TILES).
     half = 0
     if state.HALF_TILES:
-        keys = keys_seen(row0, state.seq_q, state.seq_k, ROWS, state.CAUSAL)
+        keys = keys_seen(tile.row0, state.seq_q, state.seq_k, ROWS, state.CAUSAL)
         half = ll.where((count > 1) & (keys - (count - 1) * state.BLOCK_N <= state.BLOCK_N // 2), 1, 0)
     for n in range(ll.maximum(full, 1), count - half):
-        running = attend_step(state, n, step + n, turn + n, active, q, running, qk_scale, row0, state.BLOCK_N, WG,
-                              wg, True, S_LAYOUT)
+        running = attend_step(state, tile, n, tile.step + n, tile.turn + n, running, state.BLOCK_N, WG, wg, True,
+                              S_LAYOUT)
     return running, half
 
 
 @ll.jit
-def half_step(state, running, q, step, turn, active, row0, count, qk_scale, WG: ll.constexpr):
+def half_step(state, tile, running, count, WG: ll.constexpr):
     """The warpgroup's last key tile as a tile of BLOCK_N / 2 keys (`key_steps`): the ring
     slot's first half. Returns O, its P of BLOCK_N / 2 columns, m and l (a state.Running)."""
     S_HALF: ll.constexpr = accumulator_layout(state.BLOCK_N // 2)
     n = 2 * (count - 1)  # the half tile's index in tiles of BLOCK_N / 2 keys (its mask's columns)
-    return attend_step(state, n, step + count - 1, turn + count - 1, active, q, running, qk_scale, row0,
-                       state.BLOCK_N // 2, WG, None, True, S_HALF)
+    return attend_step(state, tile, n, tile.step + count - 1, tile.turn + count - 1, running, state.BLOCK_N // 2, WG,
+                       None, True, S_HALF)
 
 
 @ll.jit

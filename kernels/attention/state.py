@@ -82,3 +82,17 @@ class Running:
     p_op: ll.tensor
     m_i: ll.tensor
     l_i: ll.tensor
+
+
+@ll.aggregate
+class Tile:
+    """A consumer warpgroup's rows of a query tile, as its key steps (steps.attend_step)
+    see them: its Q buffer, its first row, the ring position of its key tile 0 and its
+    turn there (`take_turn`), the warpgroups the turn goes round (`turn_takers`), and
+    softmax_scale * log2(e)."""
+    q: ll.shared_memory_descriptor
+    row0: ll.tensor
+    step: ll.tensor
+    turn: ll.tensor
+    active: ll.tensor
+    qk_scale: ll.tensor

@@ -39,17 +39,18 @@ def release_step(step, turn, rings, WG: ll.constexpr, CAUSAL: ll.constexpr):
 
 
 @ll.jit
-def attend_step(state, n, step, turn, active, q, running, qk_scale, row0, BLOCK_N: ll.constexpr, WG: ll.constexpr,
-                wg, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr):
+def attend_step(state, tile, n, step, turn, running, BLOCK_N: ll.constexpr, WG: ll.constexpr, wg,
+                MASKED: ll.constexpr, S_LAYOUT: ll.constexpr):
     """Key tile n, at ring position `step` and this warpgroup's (wg's: `warpgroup(WG)`,
     read once before the key loop, so that replicated consumers hold it in a uniform
-    register; None: read again here, at every step) turn-th turn among the tile's `active`
-    warpgroups: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n while the second
+    register; None: read again here, at every step) turn-th turn among the tile's active
+    warpgroups (`tile`: a state.Tile): issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n while the second
     GEMM runs, then rescale O. BLOCK_N keys: the ring tile's, or the first
     half of them (a half tile, whose n counts tiles of that size: its mask's columns).
     `state`: the kernel's (state.Forward); `running`: O, P, m and l after the key
     tile before (state.Running), as it returns them after this one."""
     acc, p_op, m_i, l_i = running.acc, running.p_op, running.m_i, running.l_i
+    q, row0, active, qk_scale = tile.q, tile.row0, tile.active, tile.qk_scale
     rings = state.rings
     O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
     EXP2_FMA: ll.constexpr = state.EXP2_FMA
