@@ -160,131 +160,15 @@ class Config:
     ctas_per_sm: int = 1
 
     def __post_init__(self):
-        if isinstance(self.ctas_per_sm, bool) or not isinstance(self.ctas_per_sm, int) \
-                or not 1 <= self.ctas_per_sm <= MAX_CTAS_PER_SM:
-            raise ValueError(f"Config.ctas_per_sm must be an int from 1 to {MAX_CTAS_PER_SM} (CTAs an SM "
-                             f"holds at once), got {self.ctas_per_sm!r}")
-        if self.ctas_per_sm > 1 and self.cluster == 2:
-            raise ValueError("Config: clusters of two launch one CTA an SM; ctas_per_sm above 1 needs cluster "
-                             "1 (or None)")
-        if self.ctas_per_sm > 1 and self.variant != "pingpong":
-            raise ValueError("Config.ctas_per_sm above 1 is a pingpong-variant option (its CTAs launch "
-                             "with a share of the SM's registers); it needs variant='pingpong'")
-        if self.half_tiles is not None and not isinstance(self.half_tiles, bool):
-            raise ValueError(f"Config.half_tiles must be None (chosen per problem), True or False, "
-                             f"got {self.half_tiles!r}")
-        if self.half_tiles and self.variant != "pingpong":
-            raise ValueError("Config.half_tiles is a pingpong-variant option (the simple variant takes "
-                             "every key tile whole): it needs variant='pingpong'")
-        if self.dynamic_schedule is not None and not isinstance(self.dynamic_schedule, bool):
-            raise ValueError(f"Config.dynamic_schedule must be None (chosen per problem), True or False, "
-                             f"got {self.dynamic_schedule!r}")
-        if self.dynamic_schedule is not None and (self.variant != "pingpong" or not self.persistent):
-            raise ValueError("Config.dynamic_schedule is how persistent CTAs find their next tile: it needs "
-                             "variant='pingpong' and persistent=True")
-        if self.dynamic_schedule and self.cluster == 2:
-            raise ValueError("Config: clusters of two take their query tiles side by side on a static "
-                             "schedule; dynamic_schedule=True needs cluster 1 (or None)")
-        if self.lazy_max is not None and not isinstance(self.lazy_max, bool):
-            raise ValueError(f"Config.lazy_max must be None (chosen per problem), True or False, "
-                             f"got {self.lazy_max!r}")
-        if self.lazy_max and (self.variant != "pingpong" or self.conditional_rescale is False):
-            raise ValueError("Config.lazy_max is a pingpong-variant option that rescales O only where "
-                             "the max moves: it needs variant='pingpong' and conditional_rescale None "
-                             "or True")
-        if self.lazy_max and 2.0 ** self.rescale_above <= self.block_n:
-            raise ValueError(f"Config.lazy_max needs rescale_above above log2(block_n) = "
-                             f"{math.log2(self.block_n):g}: a row of {self.block_n} keys sums to up to "
-                             f"{self.block_n} even with the max exact, so every step would move it; got "
-                             f"rescale_above={self.rescale_above!r}")
-        if self.cluster is not None and (isinstance(self.cluster, bool) or self.cluster not in (1, 2)):
-            raise ValueError(f"Config.cluster must be None (2 where it applies), 1 or 2 (CTAs sharing K/V "
-                             f"tiles by multicast), got {self.cluster!r}")
-        if self.cluster == 2 and (self.variant != "pingpong" or not self.persistent or self.head_dim == 64):
-            raise ValueError("Config.cluster=2 needs the persistent pingpong variant at head_dim 128 or "
-                             "256 (each CTA multicasts half of a K/V tile's 64-column boxes)")
-        if isinstance(self.exp2_fma_share, bool) or not isinstance(self.exp2_fma_share, (int, float)) \
-                or not 0 <= self.exp2_fma_share <= 1:
-            raise ValueError(f"Config.exp2_fma_share must be a number in [0, 1] (the share of exps "
-                             f"computed on the FMA pipe), got {self.exp2_fma_share!r}")
-        if self.conditional_rescale is not None and not isinstance(self.conditional_rescale, bool):
-            raise ValueError(f"Config.conditional_rescale must be None (chosen per head dim), True or "
-                             f"False, got {self.conditional_rescale!r}")
-        if isinstance(self.rescale_above, bool) or not isinstance(self.rescale_above, (int, float)) \
-                or not 0 <= self.rescale_above <= MAX_RESCALE_ABOVE:
-            raise ValueError(f"Config.rescale_above must be a number in [0, {MAX_RESCALE_ABOVE}] (log2 "
-                             f"units: P reaches 2^rescale_above, and fp16 overflows at 2^16), got "
-                             f"{self.rescale_above!r}")
-        if self.l2_group_bytes is not None and (
-                isinstance(self.l2_group_bytes, bool) or not isinstance(self.l2_group_bytes, int)
-                or self.l2_group_bytes < 1):
-            raise ValueError(f"Config.l2_group_bytes must be None or a positive int (K/V bytes of the "
-                             f"heads whose tiles run together), got {self.l2_group_bytes!r}")
-        if self.replicated is not None and not isinstance(self.replicated, bool):
-            raise ValueError(f"Config.replicated must be None (chosen per problem), True or False, "
-                             f"got {self.replicated!r}")
-        if self.per_warp_release is not None and not isinstance(self.per_warp_release, bool):
-            raise ValueError(f"Config.per_warp_release must be None (chosen per problem), True or "
-                             f"False, got {self.per_warp_release!r}")
-        if self.replicated is True and self.per_warp_release is False:
-            raise ValueError("Config: replicated consumers release warp by warp; per_warp_release=False "
-                             "needs replicated=False (or None)")
-        if self.claim_ahead is not None and (
-                isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
-                or self.claim_ahead < 0):
-            raise ValueError(f"Config.claim_ahead must be None (chosen per head dim) or a count of K/V "
-                             f"loads >= 0, got {self.claim_ahead!r}")
-        if self.persistent not in (True, False):
-            raise ValueError(f"Config.persistent must be True or False, got {self.persistent!r}")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
-        if self.variant == "simple" and self.exp2_fma_share:
-            raise ValueError("Config.exp2_fma_share is a pingpong-variant option; the simple variant "
-                             "computes every exp on the exp unit")
-        if self.variant == "simple" and self.per_warp_release:
-            raise ValueError("Config.per_warp_release is a pingpong-variant option; the simple "
-                             "variant has no ring slots to release")
-        if self.head_dim not in HEAD_DIMS:
-            raise ValueError(f"Config.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
-        if self.consumers not in (1, 2, 3, 4) or (self.variant == "simple" and self.consumers >= 3):
-            raise ValueError(f"Config.consumers (warpgroups of {ROWS} query rows) must be 1 to 4 (1 or "
-                             f"2 for the simple variant), got {self.consumers}")
-        if self.block_n not in (16, 32, 64, 128, 256):
-            raise ValueError(f"Config.block_n must be a power of two from 16 to 256 (the wgmma N "
-                             f"of S = Q K^T and the K of O += P V), got {self.block_n}")
-        if not 2 <= self.stages <= 4:
-            raise ValueError(f"Config.stages must be 2..4 (K/V tiles in flight), got {self.stages}")
-        for name in ("producer_regs", "consumer_regs"):
-            regs = getattr(self, name)
-            if regs % 8 or not 24 <= regs <= 256:
-                raise ValueError(f"Config.{name} must be a multiple of 8 in [24, 256] "
-                                 f"(setmaxnreg), got {regs}")
-        # setmaxnreg moves registers between warpgroups within what the CTA got at launch:
-        # 65536 for three consumer warpgroups but 61440 for four (96 a thread for 640).
-        threads = self.threads
-        pool = threads * register_cap(self)
-        used = 128 * (self.producer_regs + self.consumers * self.consumer_regs)
-        if used > pool:
-            raise ValueError(f"Config: a producer warpgroup at {self.producer_regs} registers and "
-                             f"{self.consumers} consumer warpgroups at {self.consumer_regs} need "
-                             f"{used} registers, a CTA of {threads} threads gets {pool}"
-                             f"{f' with {self.ctas_per_sm} CTAs an SM' if self.ctas_per_sm > 1 else ''}; lower "
-                             f"consumer_regs to {(pool // 128 - self.producer_regs) // self.consumers // 8 * 8}")
-        if self.q_buffers is not None and (
-                isinstance(self.q_buffers, bool) or not isinstance(self.q_buffers, int)
-                or not self.consumers <= self.q_buffers <= 2 * self.consumers):
-            raise ValueError(f"Config.q_buffers must be None (as many as fit) or a count from "
-                             f"consumers = {self.consumers} to {2 * self.consumers} (warpgroup-sized "
-                             f"Q buffers: one to two tiles'), got {self.q_buffers!r}")
-        limit = shared_limit(self)
-        if shared_bytes(self) > limit:
-            raise ValueError(f"{self} needs {shared_bytes(self)} bytes of shared memory; a CTA "
-                             f"has {limit}. Use a smaller block_n or fewer stages"
-                             f"{' (or fewer CTAs an SM)' if self.ctas_per_sm > 1 else ''}.")
-        if self.q_buffers is not None and shared_bytes(self, q_buffers=self.q_buffers) > limit:
-            raise ValueError(f"{self} needs {shared_bytes(self, q_buffers=self.q_buffers)} bytes of "
-                             f"shared memory with {self.q_buffers} Q buffers; a CTA has {limit}. "
-                             f"Use fewer Q buffers (or None: as many as fit).")
+        # Each knob alone, then the tile shape, then what the variant allows and how its
+        # options go together, then what the CTA's registers and shared memory hold.
+        _check_values(self)
+        _check_shape(self)
+        if self.variant == "simple":
+            _check_simple_options(self)
+        _check_pingpong_options(self)
+        _check_registers(self)
+        _check_shared_memory(self)
 
     @property
     def block_m(self) -> int:
@@ -296,6 +180,149 @@ class Config:
         """Threads of a CTA whose registers setmaxnreg shares out: the producer warpgroup
         and the consumer warpgroups."""
         return 128 * (1 + self.consumers)
+
+
+# Knobs that are None (chosen for the problem or head dim, as the functions below do) or a bool.
+CHOSEN_PER = {"half_tiles": "problem", "dynamic_schedule": "problem", "lazy_max": "problem",
+              "conditional_rescale": "head dim", "replicated": "problem", "per_warp_release": "problem"}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_values(config: Config) -> None:
+    """Each knob alone: its type and range."""
+    if not _is_int(config.ctas_per_sm) or not 1 <= config.ctas_per_sm <= MAX_CTAS_PER_SM:
+        raise ValueError(f"Config.ctas_per_sm must be an int from 1 to {MAX_CTAS_PER_SM} (CTAs an SM "
+                         f"holds at once), got {config.ctas_per_sm!r}")
+    for name, per in CHOSEN_PER.items():
+        value = getattr(config, name)
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"Config.{name} must be None (chosen per {per}), True or False, got {value!r}")
+    if config.cluster is not None and (isinstance(config.cluster, bool) or config.cluster not in (1, 2)):
+        raise ValueError(f"Config.cluster must be None (2 where it applies), 1 or 2 (CTAs sharing K/V "
+                         f"tiles by multicast), got {config.cluster!r}")
+    if not _is_number(config.exp2_fma_share) or not 0 <= config.exp2_fma_share <= 1:
+        raise ValueError(f"Config.exp2_fma_share must be a number in [0, 1] (the share of exps "
+                         f"computed on the FMA pipe), got {config.exp2_fma_share!r}")
+    if not _is_number(config.rescale_above) or not 0 <= config.rescale_above <= MAX_RESCALE_ABOVE:
+        raise ValueError(f"Config.rescale_above must be a number in [0, {MAX_RESCALE_ABOVE}] (log2 "
+                         f"units: P reaches 2^rescale_above, and fp16 overflows at 2^16), got "
+                         f"{config.rescale_above!r}")
+    if config.l2_group_bytes is not None and (not _is_int(config.l2_group_bytes) or config.l2_group_bytes < 1):
+        raise ValueError(f"Config.l2_group_bytes must be None or a positive int (K/V bytes of the "
+                         f"heads whose tiles run together), got {config.l2_group_bytes!r}")
+    if config.claim_ahead is not None and (not _is_int(config.claim_ahead) or config.claim_ahead < 0):
+        raise ValueError(f"Config.claim_ahead must be None (chosen per head dim) or a count of K/V "
+                         f"loads >= 0, got {config.claim_ahead!r}")
+    if config.persistent not in (True, False):
+        raise ValueError(f"Config.persistent must be True or False, got {config.persistent!r}")
+    if config.variant not in VARIANTS:
+        raise ValueError(f"Config.variant must be one of {VARIANTS}, got {config.variant!r}")
+
+
+def _check_shape(config: Config) -> None:
+    """The tile shape and the register budgets' granularity."""
+    if config.head_dim not in HEAD_DIMS:
+        raise ValueError(f"Config.head_dim must be one of {HEAD_DIMS}, got {config.head_dim}")
+    if config.consumers not in (1, 2, 3, 4) or (config.variant == "simple" and config.consumers >= 3):
+        raise ValueError(f"Config.consumers (warpgroups of {ROWS} query rows) must be 1 to 4 (1 or "
+                         f"2 for the simple variant), got {config.consumers}")
+    if config.block_n not in (16, 32, 64, 128, 256):
+        raise ValueError(f"Config.block_n must be a power of two from 16 to 256 (the wgmma N "
+                         f"of S = Q K^T and the K of O += P V), got {config.block_n}")
+    if not 2 <= config.stages <= 4:
+        raise ValueError(f"Config.stages must be 2..4 (K/V tiles in flight), got {config.stages}")
+    for name in ("producer_regs", "consumer_regs"):
+        regs = getattr(config, name)
+        if regs % 8 or not 24 <= regs <= 256:
+            raise ValueError(f"Config.{name} must be a multiple of 8 in [24, 256] "
+                             f"(setmaxnreg), got {regs}")
+
+
+def _check_simple_options(config: Config) -> None:
+    """The simple variant (simple.py) has one partition of consumer warps, takes every key
+    tile whole and computes every exp on the exp unit: the pingpong kernel's options that
+    need more are refused."""
+    if config.ctas_per_sm > 1:
+        raise ValueError("Config.ctas_per_sm above 1 is a pingpong-variant option (its CTAs launch "
+                         "with a share of the SM's registers); it needs variant='pingpong'")
+    if config.half_tiles:
+        raise ValueError("Config.half_tiles is a pingpong-variant option (the simple variant takes "
+                         "every key tile whole): it needs variant='pingpong'")
+    if config.exp2_fma_share:
+        raise ValueError("Config.exp2_fma_share is a pingpong-variant option; the simple variant "
+                         "computes every exp on the exp unit")
+    if config.per_warp_release:
+        raise ValueError("Config.per_warp_release is a pingpong-variant option; the simple "
+                         "variant has no ring slots to release")
+
+
+def _check_pingpong_options(config: Config) -> None:
+    """The pingpong kernel's (kernels.py) options that need the persistent kernel or each
+    other."""
+    pingpong = config.variant == "pingpong"
+    if config.ctas_per_sm > 1 and config.cluster == 2:
+        raise ValueError("Config: clusters of two launch one CTA an SM; ctas_per_sm above 1 needs cluster "
+                         "1 (or None)")
+    if config.dynamic_schedule is not None and (not pingpong or not config.persistent):
+        raise ValueError("Config.dynamic_schedule is how persistent CTAs find their next tile: it needs "
+                         "variant='pingpong' and persistent=True")
+    if config.dynamic_schedule and config.cluster == 2:
+        raise ValueError("Config: clusters of two take their query tiles side by side on a static "
+                         "schedule; dynamic_schedule=True needs cluster 1 (or None)")
+    if config.lazy_max and (not pingpong or config.conditional_rescale is False):
+        raise ValueError("Config.lazy_max is a pingpong-variant option that rescales O only where "
+                         "the max moves: it needs variant='pingpong' and conditional_rescale None "
+                         "or True")
+    if config.lazy_max and 2.0 ** config.rescale_above <= config.block_n:
+        raise ValueError(f"Config.lazy_max needs rescale_above above log2(block_n) = "
+                         f"{math.log2(config.block_n):g}: a row of {config.block_n} keys sums to up to "
+                         f"{config.block_n} even with the max exact, so every step would move it; got "
+                         f"rescale_above={config.rescale_above!r}")
+    if config.cluster == 2 and (not pingpong or not config.persistent or config.head_dim == 64):
+        raise ValueError("Config.cluster=2 needs the persistent pingpong variant at head_dim 128 or "
+                         "256 (each CTA multicasts half of a K/V tile's 64-column boxes)")
+    if config.replicated is True and config.per_warp_release is False:
+        raise ValueError("Config: replicated consumers release warp by warp; per_warp_release=False "
+                         "needs replicated=False (or None)")
+
+
+def _check_registers(config: Config) -> None:
+    """setmaxnreg moves registers between warpgroups within what the CTA got at launch:
+    65536 for three consumer warpgroups but 61440 for four (96 a thread for 640)."""
+    threads = config.threads
+    pool = threads * register_cap(config)
+    used = 128 * (config.producer_regs + config.consumers * config.consumer_regs)
+    if used > pool:
+        raise ValueError(f"Config: a producer warpgroup at {config.producer_regs} registers and "
+                         f"{config.consumers} consumer warpgroups at {config.consumer_regs} need "
+                         f"{used} registers, a CTA of {threads} threads gets {pool}"
+                         f"{f' with {config.ctas_per_sm} CTAs an SM' if config.ctas_per_sm > 1 else ''}; lower "
+                         f"consumer_regs to {(pool // 128 - config.producer_regs) // config.consumers // 8 * 8}")
+
+
+def _check_shared_memory(config: Config) -> None:
+    """The Q ring's size, and the buffers against the CTA's share of shared memory."""
+    if config.q_buffers is not None and (
+            not _is_int(config.q_buffers) or not config.consumers <= config.q_buffers <= 2 * config.consumers):
+        raise ValueError(f"Config.q_buffers must be None (as many as fit) or a count from "
+                         f"consumers = {config.consumers} to {2 * config.consumers} (warpgroup-sized "
+                         f"Q buffers: one to two tiles'), got {config.q_buffers!r}")
+    limit = shared_limit(config)
+    if shared_bytes(config) > limit:
+        raise ValueError(f"{config} needs {shared_bytes(config)} bytes of shared memory; a CTA "
+                         f"has {limit}. Use a smaller block_n or fewer stages"
+                         f"{' (or fewer CTAs an SM)' if config.ctas_per_sm > 1 else ''}.")
+    if config.q_buffers is not None and shared_bytes(config, q_buffers=config.q_buffers) > limit:
+        raise ValueError(f"{config} needs {shared_bytes(config, q_buffers=config.q_buffers)} bytes of "
+                         f"shared memory with {config.q_buffers} Q buffers; a CTA has {limit}. "
+                         f"Use fewer Q buffers (or None: as many as fit).")
 
 
 def register_cap(config: Config) -> int:

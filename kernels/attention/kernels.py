@@ -93,6 +93,7 @@ from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
 from .rings import pass_turn, ready_barriers, ring_phase, ring_slot, take_turn
 from .softmax import normalizers, zero_shares
+from .state import Forward, Rings, Running, Tile
 from .steps import accumulator_layout, attend_step, first_step_softmax, last_pv, release_step
 from .tiles import (BATCH, FIRST_ROW, HEAD, key_tiles, keys_seen, next_tile, publish_tile, tile_coordinates,
                     tile_field, tile_rows, warpgroup)
@@ -132,41 +133,36 @@ def producer(state):
     """For each of this CTA's tiles: load its Q once the consumers release the Q buffer,
     then every K/V tile the consumers need, as slots free up. `step` counts K/V tiles over
     all of the CTA's tiles: ring slots and phases run on."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    BLOCK_M: ll.constexpr = ROWS * CONSUMERS
-    tiles = num_m_tiles * batch_heads
+    BLOCK_M: ll.constexpr = ROWS * state.CONSUMERS
+    tiles = state.num_m_tiles * state.batch_heads
     step = 0
     done = 0  # tiles of this CTA started
     tile = ll.program_id(0)
     while ll.condition(tile < tiles, rematerialize=True):
-        batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group,
-                                                       seq_q, BLOCK_M, CAUSAL)
-        count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
+        batch, head, kv_head, off_m = tile_coordinates(tile, state.num_m_tiles, state.batch_heads, state.group,
+                                                       state.heads, state.kv_group, state.seq_q, BLOCK_M, state.CAUSAL)
+        count = key_tiles(off_m, state.seq_q, state.seq_k, BLOCK_M, state.BLOCK_N, state.CAUSAL)[1]
         # The first warpgroup's Q, then the first K/V tile, then the other warpgroups' Q:
         # with a ring of fewer than two tiles' Q buffers, the second warpgroup's buffer is
         # the one the first warpgroup stores its last O from, and waiting for it before the
         # first K/V tile would hold the next tile's start back by a load.
-        load_q(state, tile, done * CONSUMERS, batch, head, off_m, 0)
+        load_q(state, tile, done * state.CONSUMERS, batch, head, off_m, 0)
         if count > 0:
             load_kv(state, step, batch, kv_head, 0)
-        for wg in ll.static_range(1, CONSUMERS):
-            load_q(state, tile, done * CONSUMERS + wg, batch, head, off_m, wg)
+        for wg in ll.static_range(1, state.CONSUMERS):
+            load_q(state, tile, done * state.CONSUMERS + wg, batch, head, off_m, wg)
         # The CTA's next tile, claimed while the consumers run this one. Non-causal tiles
         # are all alike: claim it now, so that its Q is in before this tile ends (short
         # tiles gain most). Causal tiles run longest first and are claimed before this
         # one's last CLAIM_AHEAD K/V loads (Config.claim_ahead): claimed at once, the
         # longest-first order would balance the last ones worse.
         claim_at = 1
-        if CAUSAL:
-            claim_at = ll.maximum(count - CLAIM_AHEAD, 1)
+        if state.CAUSAL:
+            claim_at = ll.maximum(count - state.CLAIM_AHEAD, 1)
         for n in range(1, claim_at):
             load_kv(state, step + n, batch, kv_head, n)
-        if DYNAMIC:
-            tile = claim_tile(counter_ptr)
+        if state.DYNAMIC:
+            tile = claim_tile(state.counter_ptr)
         else:  # every num_programs-th tile (clusters: the CTAs of one take tiles side by side)
             tile += ll.num_programs(0)
         for n in range(claim_at, count):
@@ -174,11 +170,11 @@ def producer(state):
         step += count
         done += 1
     # No tile left: each consumer stops when it reads `tiles` as its next one.
-    READY: ll.constexpr = ready_barriers(Q_BUFFERS, CONSUMERS)
-    for wg in ll.static_range(CONSUMERS):
-        slot = claim_q_buffer(q_empty, tile_smem, done * CONSUMERS + wg, Q_BUFFERS)
-        publish_tile(tile_smem.index(slot), tiles)
-        mbarrier.arrive(q_ready.index(ring_slot(done * CONSUMERS + wg, READY)))
+    READY: ll.constexpr = ready_barriers(state.Q_BUFFERS, state.CONSUMERS)
+    for wg in ll.static_range(state.CONSUMERS):
+        slot = claim_q_buffer(state.q_empty, state.tile_smem, done * state.CONSUMERS + wg, state.Q_BUFFERS)
+        publish_tile(state.tile_smem.index(slot), tiles)
+        mbarrier.arrive(state.q_ready.index(ring_slot(done * state.CONSUMERS + wg, READY)))
 
 
 @ll.jit
@@ -192,23 +188,18 @@ def load_q(state, tile, j, batch, head, off_m, WG: ll.constexpr):
     """The Q rows of warpgroup WG of the tile at row off_m, the CTA's j-th (tile,
     warpgroup) in order, into Q buffer j % Q_BUFFERS once its last user released it, with
     the tile's index and coordinates for the consumer."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    slot = claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS)
-    publish_tile(tile_smem.index(slot), tile, batch, head, off_m)
-    ready = q_ready.index(ring_slot(j, ready_barriers(Q_BUFFERS, CONSUMERS)))
+    slot = claim_q_buffer(state.q_empty, state.tile_smem, j, state.Q_BUFFERS)
+    publish_tile(state.tile_smem.index(slot), tile, batch, head, off_m)
+    ready = state.q_ready.index(ring_slot(j, ready_barriers(state.Q_BUFFERS, state.CONSUMERS)))
     row = off_m + WG * ROWS
-    nbytes = q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3])
-    if CAUSAL:  # a warpgroup wholly above row 0 (tile_coordinates) reads no Q: only the index
+    nbytes = state.q_desc.nbytes * (state.HEAD_DIM // state.q_desc.block_shape[3])
+    if state.CAUSAL:  # a warpgroup wholly above row 0 (tile_coordinates) reads no Q: only the index
         has_rows = row >= 0
         mbarrier.expect(ready, ll.where(has_rows, nbytes, 0))
-        load_boxes(q_desc, batch, head, row, ready, q_smem.index(slot), HEAD_DIM, has_rows)
+        load_boxes(state.q_desc, batch, head, row, ready, state.q_smem.index(slot), state.HEAD_DIM, has_rows)
     else:
         mbarrier.expect(ready, nbytes)
-        load_boxes(q_desc, batch, head, row, ready, q_smem.index(slot), HEAD_DIM)
+        load_boxes(state.q_desc, batch, head, row, ready, state.q_smem.index(slot), state.HEAD_DIM)
 
 
 @ll.jit
@@ -224,22 +215,18 @@ def claim_q_buffer(q_empty, tile_smem, j, Q_BUFFERS: ll.constexpr):
 @ll.jit
 def load_kv(state, step, batch, kv_head, n):
     """Key tile n's K and V into ring position `step`, each once its slot is free."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    boxes: ll.constexpr = HEAD_DIM // k_desc.block_shape[3]
-    slot = ring_slot(step, STAGES)
-    phase = ring_phase(step, STAGES) ^ 1
-    mbarrier.wait(k_empty.index(slot), phase)
-    mbarrier.expect(k_ready.index(slot), k_desc.nbytes * boxes)
-    load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM,
-               CLUSTER=CLUSTER)
-    mbarrier.wait(v_empty.index(slot), phase)
-    mbarrier.expect(v_ready.index(slot), v_desc.nbytes * boxes)
-    load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM,
-               CLUSTER=CLUSTER)
+    rings = state.rings
+    boxes: ll.constexpr = state.HEAD_DIM // state.k_desc.block_shape[3]
+    slot = ring_slot(step, rings.STAGES)
+    phase = ring_phase(step, rings.STAGES) ^ 1
+    mbarrier.wait(rings.k_empty.index(slot), phase)
+    mbarrier.expect(rings.k_ready.index(slot), state.k_desc.nbytes * boxes)
+    load_boxes(state.k_desc, batch, kv_head, n * state.BLOCK_N, rings.k_ready.index(slot), rings.k.index(slot),
+               state.HEAD_DIM, CLUSTER=rings.CLUSTER)
+    mbarrier.wait(rings.v_empty.index(slot), phase)
+    mbarrier.expect(rings.v_ready.index(slot), state.v_desc.nbytes * boxes)
+    load_boxes(state.v_desc, batch, kv_head, n * state.BLOCK_N, rings.v_ready.index(slot), rings.v.index(slot),
+               state.HEAD_DIM, CLUSTER=rings.CLUSTER)
 
 
 @ll.jit
@@ -247,30 +234,26 @@ def consumer(state, WG: ll.constexpr):
     """For each of this CTA's tiles: softmax(Q K^T * scale) V for its rows
     [off_m + 64 wg, +64) of warpgroup wg (`warpgroup(WG)`). `step` runs on over tiles, as
     in the producer."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    BLOCK_M: ll.constexpr = ROWS * CONSUMERS
-    qk_scale = softmax_scale * LOG2E
-    tiles = num_m_tiles * batch_heads
+    BLOCK_M: ll.constexpr = ROWS * state.CONSUMERS
+    qk_scale = state.softmax_scale * LOG2E
+    tiles = state.num_m_tiles * state.batch_heads
     step = 0
     turn = 0  # this warpgroup's turns so far, non-causal (none where it has no rows: `turn_takers`)
     j = warpgroup(WG)  # the CTA's j-th (tile, warpgroup): this warpgroup's Q is in buffer j % Q_BUFFERS
-    tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS, CONSUMERS)
+    tile = next_tile(state.tile_smem, state.q_ready, j, state.Q_BUFFERS, state.CONSUMERS)
     while ll.condition(tile < tiles, rematerialize=True):
         # Read before this Q is released, after which the producer may write the next.
-        fields = tile_smem.index(ring_slot(j, Q_BUFFERS))
+        fields = state.tile_smem.index(ring_slot(j, state.Q_BUFFERS))
         batch, head, off_m = tile_field(fields, BATCH), tile_field(fields, HEAD), tile_field(fields, FIRST_ROW)
-        loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-        if CAUSAL:  # every warpgroup takes every turn: its turns are the ring's steps
-            attend_tile(state, batch, head, off_m, step, step, ring_slot(j, Q_BUFFERS), qk_scale, WG)
+        loaded = key_tiles(off_m, state.seq_q, state.seq_k, BLOCK_M, state.BLOCK_N, state.CAUSAL)[1]
+        if state.CAUSAL:  # every warpgroup takes every turn: its turns are the ring's steps
+            attend_tile(state, batch, head, off_m, step, step, ring_slot(j, state.Q_BUFFERS), qk_scale, WG)
         else:
-            turn += attend_tile(state, batch, head, off_m, step, turn, ring_slot(j, Q_BUFFERS), qk_scale, WG)
+            turn += attend_tile(state, batch, head, off_m, step, turn, ring_slot(j, state.Q_BUFFERS), qk_scale,
+                                WG)
         step += loaded
-        j += CONSUMERS
-        tile = next_tile(tile_smem, q_ready, j, Q_BUFFERS, CONSUMERS)
+        j += state.CONSUMERS
+        tile = next_tile(state.tile_smem, state.q_ready, j, state.Q_BUFFERS, state.CONSUMERS)
     tma.store_wait(0)  # the last O is read out of shared memory before the CTA ends
 
 
@@ -280,117 +263,95 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
     its turns from its turn-th on (`take_turn`); returns how many turns it took. O leaves
     through its own buffer (O_BUFFER), Q released once the S GEMMs are done, or through
     the Q buffer, released after that."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    BLOCK_M: ll.constexpr = ROWS * CONSUMERS
-    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
-    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
+    BLOCK_M: ll.constexpr = ROWS * state.CONSUMERS
+    S_LAYOUT: ll.constexpr = accumulator_layout(state.BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
-    row0, full, count, loaded, active = tile_rows(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CONSUMERS, CAUSAL, WG)
-    q = q_smem.index(q_slot).index(0).index(0)
+    rings = state.rings
+    row0, full, count, loaded, active = tile_rows(off_m, state.seq_q, state.seq_k, BLOCK_M, state.BLOCK_N,
+                                                  state.CONSUMERS, state.CAUSAL, WG)
+    q = state.q_smem.index(q_slot).index(0).index(0)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
-    l_i = zero_shares(BLOCK_N, S_LAYOUT)  # l as the threads' shares of the row sums
-    acc = ll.zeros([ROWS, HEAD_DIM], ll.float32, O_LAYOUT)
+    l_i = zero_shares(state.BLOCK_N, S_LAYOUT)  # l as the threads' shares of the row sums
+    acc = ll.zeros([ROWS, state.HEAD_DIM], ll.float32, O_LAYOUT)
     if count > 0:
         # Key tile 0 alone: S_0 and its softmax (O is still 0: nothing to rescale).
-        first = ring_slot(step, STAGES)
+        first = ring_slot(step, rings.STAGES)
         wg = warpgroup(WG)
-        take_turn(turns, turn, wg)
-        mbarrier.wait(k_ready.index(first), ring_phase(step, STAGES))
-        s = ll.warpgroup_mma(q, k_ring.index(first).index(0).index(0).permute((1, 0)),
-                             ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT), use_acc=False,
+        take_turn(rings.turns, turn, wg)
+        mbarrier.wait(rings.k_ready.index(first), ring_phase(step, rings.STAGES))
+        s = ll.warpgroup_mma(q, rings.k.index(first).index(0).index(0).permute((1, 0)),
+                             ll.zeros([ROWS, state.BLOCK_N], ll.float32, S_LAYOUT), use_acc=False,
                              is_async=True)
-        pass_turn(turns, wg, active, PER_WARP)
+        pass_turn(rings.turns, wg, active, rings.PER_WARP)
         s = ll.warpgroup_mma_wait(0, deps=[s])
         p_op, m_i, l_i = first_step_softmax(state, s, step, full, row0, qk_scale)
-        acc, p_op, m_i, l_i, half = key_steps(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, full,
-                                              count, qk_scale, WG)
+        rows = Tile(q, row0, step, turn, active, qk_scale)
+        steps, half = key_steps(state, rows, Running(acc, p_op, m_i, l_i), full, count, WG)
         last_step = step + count - 1
         if half:
-            acc, p_half, m_i, l_i = half_step(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, count,
-                                              qk_scale, WG)
-            if O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
-                mbarrier.arrive(q_empty.index(q_slot))
-            acc, seen, log2_l, inv_l = last_pv(p_half, acc, l_i, v_ring, v_ready, v_empty, last_step,
-                                               STAGES, PER_WARP, CLUSTER, ROW)
+            last = half_step(state, rows, steps, count, WG)
+            if state.O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
+                mbarrier.arrive(state.q_empty.index(q_slot))
+            acc, seen, log2_l, inv_l = last_pv(last.p_op, last.acc, last.l_i, rings, last_step, ROW)
+            m_i = last.m_i
         else:
-            if O_BUFFER:
-                mbarrier.arrive(q_empty.index(q_slot))
-            acc, seen, log2_l, inv_l = last_pv(p_op, acc, l_i, v_ring, v_ready, v_empty, last_step,
-                                               STAGES, PER_WARP, CLUSTER, ROW)
+            if state.O_BUFFER:
+                mbarrier.arrive(state.q_empty.index(q_slot))
+            acc, seen, log2_l, inv_l = last_pv(steps.p_op, steps.acc, steps.l_i, rings, last_step, ROW)
+            m_i = steps.m_i
     else:
         seen, log2_l, inv_l = normalizers(l_i, ROW)
-        if O_BUFFER:  # no key tile: Q is not read at all
-            mbarrier.arrive(q_empty.index(q_slot))
+        if state.O_BUFFER:  # no key tile: Q is not read at all
+            mbarrier.arrive(state.q_empty.index(q_slot))
     for n in range(count, loaded):
-        release_step(step + n, turn + n, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, WG,
-                     PER_WARP, CLUSTER, CAUSAL)
+        release_step(step + n, turn + n, rings, WG, state.CAUSAL)
     store_tile(state, acc, m_i, seen, log2_l, inv_l, batch, head, row0, q_slot, WG)
     taken = loaded  # causal: every warpgroup takes every turn
-    if not CAUSAL:
+    if not state.CAUSAL:
         taken = ll.where(warpgroup(WG) < active, loaded, 0)
     return taken
 
 
 @ll.jit
-def key_steps(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, full, count, qk_scale, WG: ll.constexpr):
-    """Key tiles 1 to count - 1 of this warpgroup, from ring position step + 1 and its
-    (turn + 1)-th turn on (`attend_step`), all but a last half tile (HALF_TILES: where
-    none of the rows sees its second half; `half_step`). Returns (O, P, m, l, 1 where a
-    half tile is left, else 0)."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
-    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
+def key_steps(state, tile, running, full, count, WG: ll.constexpr):
+    """Key tiles 1 to count - 1 of this warpgroup's rows of a tile (a state.Tile), from
+    ring position tile.step + 1 and its (tile.turn + 1)-th turn on (`attend_step`), all
+    but a last half tile (HALF_TILES: where none of the rows sees its second half;
+    `half_step`). Takes O, P, m and l after key tile 0 (`running`, a state.Running) and
+    returns them after the last of these, with 1 where a half tile is left, else 0."""
+    S_LAYOUT: ll.constexpr = accumulator_layout(state.BLOCK_N)
     # A replicated warpgroup holds its index across the key loop, in a uniform register
     # (a thread index shuffled to be uniform: read at every step it put 6 instructions and
     # a shuffle before each turn's wait, which short tiles feel most), except
     # with four warpgroups at 112 registers keeping one tile's Q buffers, where ptxas
     # spilled for it: each step reads it again there (`attend_step`).
     wg = None
-    if not (CONSUMERS == 4 and Q_BUFFERS == CONSUMERS):
+    if not (state.CONSUMERS == 4 and state.Q_BUFFERS == state.CONSUMERS):
         wg = warpgroup(WG)
     for n in range(1, full):
-        acc, p_op, m_i, l_i = attend_step(
-            n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
-            acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, wg, CAUSAL,
-            False, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+        running = attend_step(state, tile, n, tile.step + n, tile.turn + n, running, state.BLOCK_N, WG, wg, False,
+                              S_LAYOUT)
     # A last key tile whose second half no row sees (causal: half of the warpgroups'
     # diagonal tiles) is taken as a tile of BLOCK_N / 2 keys (HALF_TILES).
     half = 0
-    if HALF_TILES:
-        half = ll.where((count > 1) & (keys_seen(row0, seq_q, seq_k, ROWS, CAUSAL) - (count - 1) * BLOCK_N
-                                       <= BLOCK_N // 2), 1, 0)
+    if state.HALF_TILES:
+        keys = keys_seen(tile.row0, state.seq_q, state.seq_k, ROWS, state.CAUSAL)
+        half = ll.where((count > 1) & (keys - (count - 1) * state.BLOCK_N <= state.BLOCK_N // 2), 1, 0)
     for n in range(ll.maximum(full, 1), count - half):
-        acc, p_op, m_i, l_i = attend_step(
-            n, step + n, turn + n, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns,
-            acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N, STAGES, CONSUMERS, WG, wg, CAUSAL,
-            True, S_LAYOUT, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
-    return acc, p_op, m_i, l_i, half
+        running = attend_step(state, tile, n, tile.step + n, tile.turn + n, running, state.BLOCK_N, WG, wg, True,
+                              S_LAYOUT)
+    return running, half
 
 
 @ll.jit
-def half_step(state, acc, p_op, m_i, l_i, q, step, turn, active, row0, count, qk_scale, WG: ll.constexpr):
+def half_step(state, tile, running, count, WG: ll.constexpr):
     """The warpgroup's last key tile as a tile of BLOCK_N / 2 keys (`key_steps`): the ring
-    slot's first half. Returns (O, its P of BLOCK_N / 2 columns, m, l)."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    S_HALF: ll.constexpr = accumulator_layout(BLOCK_N // 2)
-    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
+    slot's first half. Returns O, its P of BLOCK_N / 2 columns, m and l (a state.Running)."""
+    S_HALF: ll.constexpr = accumulator_layout(state.BLOCK_N // 2)
     n = 2 * (count - 1)  # the half tile's index in tiles of BLOCK_N / 2 keys (its mask's columns)
-    return attend_step(
-        n, step + count - 1, turn + count - 1, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty,
-        turns, acc, p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N // 2, STAGES, CONSUMERS, WG, None,
-        CAUSAL, True, S_HALF, O_LAYOUT, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLUSTER, LAZY_MAX)
+    return attend_step(state, tile, n, tile.step + count - 1, tile.turn + count - 1, running, state.BLOCK_N // 2, WG,
+                       None, True, S_HALF)
 
 
 @ll.jit
@@ -398,38 +359,33 @@ def store_tile(state, acc, m_i, seen, log2_l, inv_l, batch, head, row0, q_slot, 
     """O = acc / l of this warpgroup's rows [row0, +64) of (batch, head), by TMA from its
     O buffer (O_BUFFER) or its Q buffer `q_slot` (released once the store has read it),
     and the rows' log-sum-exp (WRITE_LSE; `normalizers` gave seen, log2 l and 1 / l)."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
-    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
+    S_LAYOUT: ll.constexpr = accumulator_layout(state.BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
-    if WRITE_LSE:
+    if state.WRITE_LSE:
         rows = row0 + ll.arange(0, ROWS, ROW)
         lse = ll.where(seen, (m_i + log2_l) * LN2, float("inf"))
-        inside = rows < seq_q
-        if CAUSAL:
+        inside = rows < state.seq_q
+        if state.CAUSAL:
             inside = inside & (rows >= 0)
-        ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=inside)
-    o = (acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(q_desc.dtype)
-    if O_BUFFER:
+        ll.store(state.lse_ptr + (batch * state.heads + head) * state.seq_q + rows, lse, mask=inside)
+    o = (acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]).to(state.q_desc.dtype)
+    if state.O_BUFFER:
         tma.store_wait(0)  # the last tile's O is read out of the buffer
         ll.barrier()
-    o_buffer = q_smem.index(q_slot)
-    if O_BUFFER:
-        o_buffer = o_smem.index(warpgroup(WG))
+    o_buffer = state.q_smem.index(q_slot)
+    if state.O_BUFFER:
+        o_buffer = state.o_smem.index(warpgroup(WG))
     o_buffer.index(0).index(0).store(o)
     ll.fence_async_shared()
-    if CAUSAL:
+    if state.CAUSAL:
         if row0 >= 0:  # not a warpgroup wholly above row 0: a TMA store there traps
-            store_boxes(o_desc, batch, head, row0, o_buffer, HEAD_DIM)
+            store_boxes(state.o_desc, batch, head, row0, o_buffer, state.HEAD_DIM)
     else:
-        store_boxes(o_desc, batch, head, row0, o_buffer, HEAD_DIM)
-    if not O_BUFFER:
+        store_boxes(state.o_desc, batch, head, row0, o_buffer, state.HEAD_DIM)
+    if not state.O_BUFFER:
         tma.store_wait(0)  # the Q buffer is read out: the next tile's Q may land there
-        mbarrier.arrive(q_empty.index(q_slot))
+        mbarrier.arrive(state.q_empty.index(q_slot))
 
 
 @ll.jit
@@ -529,11 +485,11 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
         mbarrier.init(turns.index(wg), count=ARRIVALS)
     if CLUSTER > 1:  # the peer's barriers are initialised before anything arrives on them
         ll.cluster_barrier()
-    state = (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready,
-             k_empty, v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k,
-             heads, kv_group, num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS,
-             CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD, CLUSTER,
-             LAZY_MAX, DYNAMIC, HALF_TILES)
+    rings = Rings(k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, STAGES, CONSUMERS, PER_WARP, CLUSTER)
+    state = Forward(q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, rings, q_ready, q_empty, tile_smem, lse_ptr,
+                    counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles, batch_heads, group,
+                    HEAD_DIM, BLOCK_N, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER, Q_BUFFERS, EXP2_FMA, RESCALE_ABOVE,
+                    CLAIM_AHEAD, LAZY_MAX, DYNAMIC, HALF_TILES)
     if REPLICATED:  # one copy of the consumer code for all warpgroups (instruction cache)
         ll.warp_specialize((state,), producer, (state,), [consumer_copy], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS,

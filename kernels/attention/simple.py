@@ -29,6 +29,7 @@ from __future__ import annotations
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .kernels import LN2, LOG2E, load_boxes, store_boxes  # shared with the FA3 kernel
+from .state import Rings
 from .tiles import key_tiles
 
 
@@ -44,48 +45,79 @@ def tile_coordinates(heads, kv_group, BLOCK_M: ll.constexpr, num_m_tiles, CAUSAL
     return bh // heads, head, head // kv_group, pid_m * BLOCK_M
 
 
+@ll.aggregate
+class Simple:
+    """What the simple kernel's partitions share (flash_attention_forward's parameters,
+    named as there): the descriptors, the Q buffer and its barrier, the K/V ring (no
+    turns: one consumer partition) and the problem's sizes."""
+    q_desc: tma.tensor_descriptor
+    k_desc: tma.tensor_descriptor
+    v_desc: tma.tensor_descriptor
+    o_desc: tma.tensor_descriptor
+    q_smem: ll.shared_memory_descriptor
+    q_ready: ll.shared_memory_descriptor
+    rings: Rings
+    lse_ptr: ll.tensor
+    softmax_scale: ll.tensor
+    seq_q: ll.tensor
+    seq_k: ll.tensor
+    heads: ll.tensor
+    kv_group: ll.tensor
+    num_m_tiles: ll.tensor
+    BLOCK_M: ll.constexpr
+    BLOCK_N: ll.constexpr
+    HEAD_DIM: ll.constexpr
+    CAUSAL: ll.constexpr
+    WRITE_LSE: ll.constexpr
+    NUM_WARPS: ll.constexpr
+
+
 @ll.jit
-def attention_producer(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_ready,
-                       k_ready, k_empty, v_ready, v_empty, seq_q, seq_k, heads, kv_group,
-                       num_m_tiles, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
-                       HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CAUSAL: ll.constexpr):
+def attention_producer(state):
     """Load Q, then every K/V tile the consumers need, as slots free up."""
-    batch, head, kv_head, off_m = tile_coordinates(heads, kv_group, BLOCK_M, num_m_tiles, CAUSAL)
-    mbarrier.expect(q_ready, q_desc.nbytes * (HEAD_DIM // q_desc.block_shape[3]))
-    load_boxes(q_desc, batch, head, off_m, q_ready, q_smem, HEAD_DIM)
-    full, count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
-    tile_bytes: ll.constexpr = k_desc.nbytes * (HEAD_DIM // k_desc.block_shape[3])
+    rings = state.rings
+    HEAD_DIM: ll.constexpr = state.HEAD_DIM
+    BLOCK_N: ll.constexpr = state.BLOCK_N
+    batch, head, kv_head, off_m = tile_coordinates(state.heads, state.kv_group, state.BLOCK_M, state.num_m_tiles,
+                                                   state.CAUSAL)
+    mbarrier.expect(state.q_ready, state.q_desc.nbytes * (HEAD_DIM // state.q_desc.block_shape[3]))
+    load_boxes(state.q_desc, batch, head, off_m, state.q_ready, state.q_smem, HEAD_DIM)
+    full, count = key_tiles(off_m, state.seq_q, state.seq_k, state.BLOCK_M, BLOCK_N, state.CAUSAL)
+    tile_bytes: ll.constexpr = state.k_desc.nbytes * (HEAD_DIM // state.k_desc.block_shape[3])
     for n in range(0, count):
-        slot = n % STAGES
-        phase = ((n // STAGES) & 1) ^ 1  # a fresh `empty` barrier counts as released
-        mbarrier.wait(k_empty.index(slot), phase)
-        mbarrier.expect(k_ready.index(slot), tile_bytes)
-        load_boxes(k_desc, batch, kv_head, n * BLOCK_N, k_ready.index(slot), k_ring.index(slot), HEAD_DIM)
-        mbarrier.wait(v_empty.index(slot), phase)
-        mbarrier.expect(v_ready.index(slot), tile_bytes)
-        load_boxes(v_desc, batch, kv_head, n * BLOCK_N, v_ready.index(slot), v_ring.index(slot), HEAD_DIM)
+        slot = n % rings.STAGES
+        phase = ((n // rings.STAGES) & 1) ^ 1  # a fresh `empty` barrier counts as released
+        mbarrier.wait(rings.k_empty.index(slot), phase)
+        mbarrier.expect(rings.k_ready.index(slot), tile_bytes)
+        load_boxes(state.k_desc, batch, kv_head, n * BLOCK_N, rings.k_ready.index(slot), rings.k.index(slot),
+                   HEAD_DIM)
+        mbarrier.wait(rings.v_empty.index(slot), phase)
+        mbarrier.expect(rings.v_ready.index(slot), tile_bytes)
+        load_boxes(state.v_desc, batch, kv_head, n * BLOCK_N, rings.v_ready.index(slot), rings.v.index(slot),
+                   HEAD_DIM)
 
 
 @ll.jit
-def attend_tile(n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, acc, m_i, l_i,
-                qk_scale, off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
-                STAGES: ll.constexpr, CAUSAL: ll.constexpr, MASKED: ll.constexpr,
-                S_LAYOUT: ll.constexpr, O_LAYOUT: ll.constexpr):
+def attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
+                O_LAYOUT: ll.constexpr):
     """One K/V tile of the online softmax: S = Q K^T, rescale, O += P V."""
-    slot = n % STAGES
-    phase = (n // STAGES) & 1
-    mbarrier.wait(k_ready.index(slot), phase)
-    k = k_ring.index(slot).index(0).index(0)  # [BLOCK_N, HEAD_DIM], K-major for Q K^T
+    rings = state.rings
+    BLOCK_M: ll.constexpr = state.BLOCK_M
+    BLOCK_N: ll.constexpr = state.BLOCK_N
+    slot = n % rings.STAGES
+    phase = (n // rings.STAGES) & 1
+    mbarrier.wait(rings.k_ready.index(slot), phase)
+    k = rings.k.index(slot).index(0).index(0)  # [BLOCK_N, HEAD_DIM], K-major for Q K^T
     s = ll.warpgroup_mma(q, k.permute((1, 0)), ll.zeros([BLOCK_M, BLOCK_N], ll.float32, S_LAYOUT),
                          use_acc=False, is_async=True)
     s = ll.warpgroup_mma_wait(0, deps=[s])
-    mbarrier.arrive(k_empty.index(slot))
+    mbarrier.arrive(rings.k_empty.index(slot))
     if MASKED:
         cols = n * BLOCK_N + ll.arange(0, BLOCK_N, ll.SliceLayout(0, S_LAYOUT))
-        visible = cols[None, :] < seq_k
-        if CAUSAL:
+        visible = cols[None, :] < state.seq_k
+        if state.CAUSAL:
             rows = off_m + ll.arange(0, BLOCK_M, ll.SliceLayout(1, S_LAYOUT))
-            visible = visible & (cols[None, :] <= rows[:, None] + (seq_k - seq_q))
+            visible = visible & (cols[None, :] <= rows[:, None] + (state.seq_k - state.seq_q))
         s = ll.where(visible, s, float("-inf"))
     # Row maxima in log2 units; rows that have seen no key yet keep m = -inf, and
     # subtract 0 instead so that their (all masked) p and alpha come out 0, not NaN.
@@ -96,39 +128,37 @@ def attend_tile(n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, acc, m
     l_i = l_i * alpha + ll.sum(p, axis=1)
     acc = acc * ll.convert_layout(alpha, ll.SliceLayout(1, O_LAYOUT))[:, None]
     p_op = ll.convert_layout(p.to(q.dtype), ll.DotOperandLayout(0, O_LAYOUT, 2))
-    mbarrier.wait(v_ready.index(slot), phase)
-    acc = ll.warpgroup_mma(p_op, v_ring.index(slot).index(0).index(0), acc, is_async=True)
+    mbarrier.wait(rings.v_ready.index(slot), phase)
+    acc = ll.warpgroup_mma(p_op, rings.v.index(slot).index(0).index(0), acc, is_async=True)
     acc = ll.warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(v_empty.index(slot))
+    mbarrier.arrive(rings.v_empty.index(slot))
     return acc, m_new, l_i
 
 
 @ll.jit
-def attention_consumer(o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty, v_ready,
-                       v_empty, lse_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-                       num_m_tiles, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
-                       HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CAUSAL: ll.constexpr,
-                       WRITE_LSE: ll.constexpr, NUM_WARPS: ll.constexpr):
+def attention_consumer(state):
     """Softmax(Q K^T * scale) V for this CTA's rows, online over the key tiles."""
+    BLOCK_M: ll.constexpr = state.BLOCK_M
+    BLOCK_N: ll.constexpr = state.BLOCK_N
+    HEAD_DIM: ll.constexpr = state.HEAD_DIM
+    NUM_WARPS: ll.constexpr = state.NUM_WARPS
+    seq_q = state.seq_q
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, HEAD_DIM, 16])
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
-    batch, head, kv_head, off_m = tile_coordinates(heads, kv_group, BLOCK_M, num_m_tiles, CAUSAL)
-    full, count = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
-    qk_scale = softmax_scale * LOG2E
+    batch, head, kv_head, off_m = tile_coordinates(state.heads, state.kv_group, BLOCK_M, state.num_m_tiles,
+                                                   state.CAUSAL)
+    full, count = key_tiles(off_m, seq_q, state.seq_k, BLOCK_M, BLOCK_N, state.CAUSAL)
+    qk_scale = state.softmax_scale * LOG2E
     m_i = ll.full([BLOCK_M], float("-inf"), ll.float32, ROW)
     l_i = ll.zeros([BLOCK_M], ll.float32, ROW)
     acc = ll.zeros([BLOCK_M, HEAD_DIM], ll.float32, O_LAYOUT)
-    q = q_smem.index(0).index(0)
-    mbarrier.wait(q_ready, 0)
+    q = state.q_smem.index(0).index(0)
+    mbarrier.wait(state.q_ready, 0)
     for n in range(0, full):
-        acc, m_i, l_i = attend_tile(n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty,
-                                    acc, m_i, l_i, qk_scale, off_m, seq_q, seq_k, BLOCK_M,
-                                    BLOCK_N, STAGES, CAUSAL, False, S_LAYOUT, O_LAYOUT)
+        acc, m_i, l_i = attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, False, S_LAYOUT, O_LAYOUT)
     for n in range(full, count):
-        acc, m_i, l_i = attend_tile(n, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty,
-                                    acc, m_i, l_i, qk_scale, off_m, seq_q, seq_k, BLOCK_M,
-                                    BLOCK_N, STAGES, CAUSAL, True, S_LAYOUT, O_LAYOUT)
+        acc, m_i, l_i = attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, True, S_LAYOUT, O_LAYOUT)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
     # FlashAttention does.
     seen = l_i > 0.0
@@ -136,11 +166,11 @@ def attention_consumer(o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty
     out = acc * ll.convert_layout(inv_l, ll.SliceLayout(1, O_LAYOUT))[:, None]
     q.store(out.to(q.dtype))  # the Q tile is no longer read: reuse it for O
     ll.fence_async_shared()
-    store_boxes(o_desc, batch, head, off_m, q_smem, HEAD_DIM)
-    if WRITE_LSE:
+    store_boxes(state.o_desc, batch, head, off_m, state.q_smem, HEAD_DIM)
+    if state.WRITE_LSE:
         rows = off_m + ll.arange(0, BLOCK_M, ROW)
         lse = ll.where(seen, (m_i + ll.log2(ll.where(seen, l_i, 1.0))) * LN2, float("inf"))
-        ll.store(lse_ptr + (batch * heads + head) * seq_q + rows, lse, mask=rows < seq_q)
+        ll.store(state.lse_ptr + (batch * state.heads + head) * seq_q + rows, lse, mask=rows < seq_q)
     tma.store_wait(0)
 
 
@@ -168,14 +198,14 @@ def flash_attention_forward(q_desc, k_desc, v_desc, o_desc, lse_ptr, softmax_sca
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(v_empty.index(s), count=1)
     num_m_tiles = ll.num_programs(0)
-    ll.warp_specialize(
-        (o_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty, v_ready, v_empty, lse_ptr,
-         softmax_scale, seq_q, seq_k, heads, kv_group, num_m_tiles, BLOCK_M, BLOCK_N, HEAD_DIM,
-         STAGES, CAUSAL, WRITE_LSE, NUM_WARPS), attention_consumer,
-        (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_ready, k_ready, k_empty, v_ready,
-         v_empty, seq_q, seq_k, heads, kv_group, num_m_tiles, BLOCK_M, BLOCK_N, HEAD_DIM,
-         STAGES, CAUSAL), [attention_producer],
-        worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS], default_num_regs=CONSUMER_REGS)
+    # One consumer partition: it takes no turns, and releases each slot once (no warps
+    # apart, no cluster).
+    rings = Rings(k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns=None, STAGES=STAGES, CONSUMERS=1,
+                  PER_WARP=False, CLUSTER=1)
+    state = Simple(q_desc, k_desc, v_desc, o_desc, q_smem, q_ready, rings, lse_ptr, softmax_scale, seq_q, seq_k,
+                   heads, kv_group, num_m_tiles, BLOCK_M, BLOCK_N, HEAD_DIM, CAUSAL, WRITE_LSE, NUM_WARPS)
+    ll.warp_specialize((state,), attention_consumer, (state,), [attention_producer],
+                       worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS], default_num_regs=CONSUMER_REGS)
     mbarrier.invalidate(q_ready)
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(s))

@@ -11,6 +11,7 @@ from .config import ROWS  # rows per consumer warpgroup
 from .rings import pass_turn, release_slot, ring_phase, ring_slot, take_turn
 from .softmax import (exps_on_last_max, first_keys_max, first_softmax, masked, max_from_sums, max_where_grew,
                       normalizers, online_softmax, per_row, recomputed_max, rescaled, zero_shares)
+from .state import Running
 from .tiles import warpgroup
 
 @ll.constexpr_function
@@ -21,49 +22,52 @@ def accumulator_layout(columns):
 
 
 @ll.jit
-def release_step(step, turn, k_ready, k_empty, v_ready, v_empty, turns, STAGES: ll.constexpr,
-                 CONSUMERS: ll.constexpr, WG: ll.constexpr, PER_WARP: ll.constexpr, CLUSTER: ll.constexpr,
-                 CAUSAL: ll.constexpr):
+def release_step(step, turn, rings, WG: ll.constexpr, CAUSAL: ll.constexpr):
     """A key tile (at ring position `step`) which this warpgroup's rows do not see but
     others of the CTA do: free the slot, keeping the turn order (its turn-th) in causal
     tiles (`turn_takers`). Waiting for `ready` first makes the `empty` arrive count toward
     this tile's phase, not the slot's previous one."""
-    slot = ring_slot(step, STAGES)
+    slot = ring_slot(step, rings.STAGES)
     wg = warpgroup(WG)
     if CAUSAL:
-        take_turn(turns, turn, wg)
-        pass_turn(turns, wg, CONSUMERS, PER_WARP)
-    mbarrier.wait(k_ready.index(slot), ring_phase(step, STAGES))
-    release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
-    mbarrier.wait(v_ready.index(slot), ring_phase(step, STAGES))
-    release_slot(v_empty.index(slot), PER_WARP, CLUSTER)
+        take_turn(rings.turns, turn, wg)
+        pass_turn(rings.turns, wg, rings.CONSUMERS, rings.PER_WARP)
+    mbarrier.wait(rings.k_ready.index(slot), ring_phase(step, rings.STAGES))
+    release_slot(rings.k_empty.index(slot), rings.PER_WARP, rings.CLUSTER)
+    mbarrier.wait(rings.v_ready.index(slot), ring_phase(step, rings.STAGES))
+    release_slot(rings.v_empty.index(slot), rings.PER_WARP, rings.CLUSTER)
 
 
 @ll.jit
-def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turns, acc,
-                p_op, m_i, l_i, qk_scale, row0, seq_q, seq_k, BLOCK_N: ll.constexpr,
-                STAGES: ll.constexpr, CONSUMERS: ll.constexpr, WG: ll.constexpr, wg,
-                CAUSAL: ll.constexpr, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
-                O_LAYOUT: ll.constexpr, EXP2_FMA: ll.constexpr, PER_WARP: ll.constexpr,
-                RESCALE_ABOVE: ll.constexpr, CLUSTER: ll.constexpr, LAZY_MAX: ll.constexpr):
+def attend_step(state, tile, n, step, turn, running, BLOCK_N: ll.constexpr, WG: ll.constexpr, wg,
+                MASKED: ll.constexpr, S_LAYOUT: ll.constexpr):
     """Key tile n, at ring position `step` and this warpgroup's (wg's: `warpgroup(WG)`,
     read once before the key loop, so that replicated consumers hold it in a uniform
-    register; None: read again here, at every step) turn-th turn among the tile's `active`
-    warpgroups: issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n while the second
+    register; None: read again here, at every step) turn-th turn among the tile's active
+    warpgroups (`tile`: a state.Tile): issue S_n = Q K_n^T and O += P_{n-1} V_{n-1}, softmax S_n while the second
     GEMM runs, then rescale O. BLOCK_N keys: the ring tile's, or the first
-    half of them (a half tile, whose n counts tiles of that size: its mask's columns)."""
-    slot = ring_slot(step, STAGES)
-    prev = ring_slot(step - 1, STAGES)
+    half of them (a half tile, whose n counts tiles of that size: its mask's columns).
+    `state`: the kernel's (state.Forward); `running`: O, P, m and l after the key
+    tile before (state.Running), as it returns them after this one."""
+    acc, p_op, m_i, l_i = running.acc, running.p_op, running.m_i, running.l_i
+    q, row0, active, qk_scale = tile.q, tile.row0, tile.active, tile.qk_scale
+    rings = state.rings
+    O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
+    EXP2_FMA: ll.constexpr = state.EXP2_FMA
+    RESCALE_ABOVE: ll.constexpr = state.RESCALE_ABOVE
+    LAZY_MAX: ll.constexpr = state.LAZY_MAX
+    slot = ring_slot(step, rings.STAGES)
+    prev = ring_slot(step - 1, rings.STAGES)
     if wg is None:
         wg = warpgroup(WG)
-    take_turn(turns, turn, wg)
-    mbarrier.wait(k_ready.index(slot), ring_phase(step, STAGES))
-    k_tile = first_keys(k_ring.index(slot).index(0).index(0), BLOCK_N)
+    take_turn(rings.turns, turn, wg)
+    mbarrier.wait(rings.k_ready.index(slot), ring_phase(step, rings.STAGES))
+    k_tile = first_keys(rings.k.index(slot).index(0).index(0), BLOCK_N)
     s = ll.warpgroup_mma(q, k_tile.permute((1, 0)), ll.zeros([ROWS, BLOCK_N], ll.float32, S_LAYOUT),
                          use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(prev), ring_phase(step - 1, STAGES))
-    acc = ll.warpgroup_mma(p_op, v_ring.index(prev).index(0).index(0), acc, is_async=True)
-    pass_turn(turns, wg, active, PER_WARP)
+    mbarrier.wait(rings.v_ready.index(prev), ring_phase(step - 1, rings.STAGES))
+    acc = ll.warpgroup_mma(p_op, rings.v.index(prev).index(0).index(0), acc, is_async=True)
+    pass_turn(rings.turns, wg, active, rings.PER_WARP)
     s = ll.warpgroup_mma_wait(1, deps=[s])
     # LAZY_MAX "sums" moves the max without S, so a key tile that needs no mask is
     # released only once its P is known not to have overflowed; masked ones (a row's
@@ -71,15 +75,15 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
     SUMS: ll.constexpr = LAZY_MAX == "sums"
     LAZY: ll.constexpr = LAZY_MAX == "scores" or (SUMS and not MASKED)
     if not (LAZY and SUMS):
-        release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
+        release_slot(rings.k_empty.index(slot), rings.PER_WARP, rings.CLUSTER)
     if MASKED:
-        s = masked(s, n, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
+        s = masked(s, n, row0, state.seq_q, state.seq_k, BLOCK_N, state.CAUSAL, S_LAYOUT)
     if LAZY:  # P in 32 bits until after the wait: the last P V still reads P's registers
         # Rows that reach a key tile needing no mask saw all of key tile 0 (masks keep a
         # prefix of the keys): m is finite.
         p, shares, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE, SEEN=not MASKED)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
+        release_slot(rings.v_empty.index(prev), rings.PER_WARP, rings.CLUSTER)
     if LAZY and SUMS:
         # A row whose scores passed its running max by 2^128 has P = inf, and no S to
         # take the max from: its warp (almost never) computes its rows of S again from K,
@@ -96,17 +100,17 @@ def attend_step(n, step, turn, active, q, k_ring, v_ring, k_ready, k_empty, v_re
             p, alpha, m_i, l_i = max_from_sums(p, shares, grew, m_i, l_i, RESCALE_ABOVE, ll.SliceLayout(1, S_LAYOUT))
             acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
             p_op = p_operand(p, q.dtype, O_LAYOUT)
-        release_slot(k_empty.index(slot), PER_WARP, CLUSTER)
+        release_slot(rings.k_empty.index(slot), rings.PER_WARP, rings.CLUSTER)
     else:
         if LAZY:  # "scores": S is live, the max is taken from it (and O rescaled) where rows grew
             p, m_i, l_i, acc = max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA, acc, O_LAYOUT)
         else:
             p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
             acc = ll.warpgroup_mma_wait(0, deps=[acc])
-            release_slot(v_empty.index(prev), PER_WARP, CLUSTER)
+            release_slot(rings.v_empty.index(prev), rings.PER_WARP, rings.CLUSTER)
             acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
         p_op = p_operand(p, q.dtype, O_LAYOUT)
-    return acc, p_op, m_i, l_i
+    return Running(acc, p_op, m_i, l_i)
 
 
 @ll.jit
@@ -118,18 +122,17 @@ def first_keys(tile, KEYS: ll.constexpr):
 
 
 @ll.jit
-def last_pv(p_op, acc, l_i, v_ring, v_ready, v_empty, last_step, STAGES: ll.constexpr, PER_WARP: ll.constexpr,
-            CLUSTER: ll.constexpr, ROW: ll.constexpr):
+def last_pv(p_op, acc, l_i, rings, last_step, ROW: ll.constexpr):
     """The tile's last O += P V (P of the key tile at ring position last_step, of as many keys
     as P has columns), with the normalizers of l (the threads' shares of the row sums)
     computed while it runs, in the row layout ROW: (O, seen, log2 l, 1 / l)."""
-    last = ring_slot(last_step, STAGES)
-    mbarrier.wait(v_ready.index(last), ring_phase(last_step, STAGES))
-    v_tile = first_keys(v_ring.index(last).index(0).index(0), p_op.shape[1])
+    last = ring_slot(last_step, rings.STAGES)
+    mbarrier.wait(rings.v_ready.index(last), ring_phase(last_step, rings.STAGES))
+    v_tile = first_keys(rings.v.index(last).index(0).index(0), p_op.shape[1])
     acc = ll.warpgroup_mma(p_op, v_tile, acc, is_async=True)
     seen, log2_l, inv_l = normalizers(l_i, ROW)  # l is final: while the last P V runs
     acc = ll.warpgroup_mma_wait(0, deps=[acc])
-    release_slot(v_empty.index(last), PER_WARP, CLUSTER)
+    release_slot(rings.v_empty.index(last), rings.PER_WARP, rings.CLUSTER)
     return acc, seen, log2_l, inv_l
 
 
@@ -146,24 +149,20 @@ def first_step_softmax(state, s, step, full, row0, qk_scale):
     released, the mask where the tile needs one (`full` 0), and P against the row max
     (LAZY_MAX: against the max of the first keys, the exact one only in warps where a
     row grew past it). Returns (P as the operand of P V, m, l's shares: `thread_sums`)."""
-    (q_desc, k_desc, v_desc, o_desc, q_smem, o_smem, k_ring, v_ring, q_ready, q_empty, k_ready, k_empty,
-     v_ready, v_empty, turns, tile_smem, lse_ptr, counter_ptr, softmax_scale, seq_q, seq_k, heads, kv_group,
-     num_m_tiles, batch_heads, group, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, WRITE_LSE, O_BUFFER,
-     Q_BUFFERS, EXP2_FMA, PER_WARP, RESCALE_ABOVE, CLAIM_AHEAD,
-     CLUSTER, LAZY_MAX, DYNAMIC, HALF_TILES) = state
-    S_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_N)
-    O_LAYOUT: ll.constexpr = accumulator_layout(HEAD_DIM)
-    release_slot(k_empty.index(ring_slot(step, STAGES)), PER_WARP, CLUSTER)
+    S_LAYOUT: ll.constexpr = accumulator_layout(state.BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
+    rings = state.rings
+    release_slot(rings.k_empty.index(ring_slot(step, rings.STAGES)), rings.PER_WARP, rings.CLUSTER)
     if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
-        s = masked(s, 0, row0, seq_q, seq_k, BLOCK_N, CAUSAL, S_LAYOUT)
-    if LAZY_MAX:
+        s = masked(s, 0, row0, state.seq_q, state.seq_k, state.BLOCK_N, state.CAUSAL, S_LAYOUT)
+    if state.LAZY_MAX:
         # P against the max of the tile's first keys, a lower bound on the row's; the
         # warps with a row that passed it by 2^RESCALE_ABOVE take the max from S, held
         # beside P at every head dim here (O is not live yet, nor a P V in flight).
-        m_i = first_keys_max(s, qk_scale, BLOCK_N, S_LAYOUT)
-        p, shares, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
-        p, m_i, l_i, _ = max_where_grew(s, p, shares, grew, m_i, zero_shares(BLOCK_N, S_LAYOUT), qk_scale,
-                                        EXP2_FMA)
+        m_i = first_keys_max(s, qk_scale, state.BLOCK_N, S_LAYOUT)
+        p, shares, grew = exps_on_last_max(s, m_i, qk_scale, state.EXP2_FMA, state.RESCALE_ABOVE)
+        p, m_i, l_i, _ = max_where_grew(s, p, shares, grew, m_i, zero_shares(state.BLOCK_N, S_LAYOUT), qk_scale,
+                                        state.EXP2_FMA)
     else:
-        p, m_i, l_i = first_softmax(s, qk_scale, EXP2_FMA)
-    return p_operand(p, q_desc.dtype, O_LAYOUT), m_i, l_i
+        p, m_i, l_i = first_softmax(s, qk_scale, state.EXP2_FMA)
+    return p_operand(p, state.q_desc.dtype, O_LAYOUT), m_i, l_i
