@@ -1,6 +1,6 @@
 """Warp-level MMA (mma.sync.aligned.m16n8k16): which registers form each instruction.
 
-Pure Python, so the fragment bookkeeping is proved on the CPU. `plan_warp_dot` takes the
+Pure Python, so the fragment bookkeeping is proved on the CPU. `plan_mma_v2` takes the
 linear layouts of the accumulator and of the A and B register operands (`mma_v2` and its
 `dot_operand`s, or any layouts that hold the same fragments) and returns, per
 instruction, the accumulator registers c0..c3 and the A and B registers that pack into
@@ -72,7 +72,7 @@ class Instruction:
     b: tuple[tuple[int, int], ...]
 
 
-def plan_warp_dot(acc: LinearLayout, a: LinearLayout, b: LinearLayout) -> tuple[Instruction, ...]:
+def plan_mma_v2(acc: LinearLayout, a: LinearLayout, b: LinearLayout) -> tuple[Instruction, ...]:
     """The instructions of acc = a @ b + acc, K steps outermost (each accumulator tile
     chains through them), in the order the backend emits them. MmaError when a layout's
     lanes or warps do not hold the fragments."""

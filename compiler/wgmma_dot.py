@@ -1,4 +1,4 @@
-"""The plan of one warpgroup_dot: everything its instructions need that the IR fixes.
+"""The plan of one warpgroup_mma: everything its instructions need that the IR fixes.
 
 Recorded on the op by the plan_data_movement pass and only read after it: the backend
 emits it, the emulator reads shared operands through it. The plan holds the PTX types,
@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from ..layouts import NVMMADistributedLayout
 from .errors import CompilationError
-from .ir import Value, WarpGroupDot, is_shared, is_tensor
+from .ir import Value, WarpgroupMma, is_shared, is_tensor
 from .types import TensorType
 from .wgmma import (AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types, instruction_k,
                     plan_accumulator, plan_operand, plan_register_a)
@@ -27,7 +27,7 @@ M_PER_A_TILE = 64  # rows of A one instruction reads
 
 @dataclass(frozen=True)
 class DotPlan:
-    """How one warpgroup_dot runs (module docstring).
+    """How one warpgroup_mma runs (module docstring).
 
     `types`: the PTX (atype, btype, dtype); `a`: shared A's descriptor plan, or None with
     `a_registers` ((tile row origin, k step), its 4 words of register indices) for register A.
@@ -47,7 +47,7 @@ def describe(type_) -> str:
     return str(type_.encoding) if type_.encoding is not None else "a linear layout"
 
 
-def operand_error(op: WarpGroupDot, value: Value, name: str, error: WgmmaError) -> CompilationError:
+def operand_error(op: WarpgroupMma, value: Value, name: str, error: WgmmaError) -> CompilationError:
     """The error of a shared operand wgmma cannot read, naming the operand and its layout."""
     bits = value.type.element.bits
     suggestion = error.suggestion or (f"allocate it with NVMMASharedLayout.get_default_for("
@@ -56,7 +56,7 @@ def operand_error(op: WarpGroupDot, value: Value, name: str, error: WgmmaError) 
                             f"{describe(value.type)}): {error}", op.loc, suggestion=suggestion)
 
 
-def _check_shapes(op: WarpGroupDot) -> None:
+def _check_shapes(op: WarpgroupMma) -> None:
     a, b, acc, result = op.a.type, op.b.type, op.acc.type, op.result.type
     for name, t in (("a", a), ("b", b), ("acc", acc)):
         if len(t.shape) != 2:
@@ -80,10 +80,10 @@ def _check_shapes(op: WarpGroupDot) -> None:
 
 
 # The addressing and xor of a shared value (passes.shared_views), or a CompilationError.
-ViewOf = Callable[[WarpGroupDot, Value, str], tuple]
+ViewOf = Callable[[WarpgroupMma, Value, str], tuple]
 
 
-def plan_warpgroup_dot(op: WarpGroupDot, view_of: ViewOf) -> DotPlan:
+def plan_warpgroup_mma(op: WarpgroupMma, view_of: ViewOf) -> DotPlan:
     """The op's plan, every tile's descriptors proved against the operands' addressing;
     CompilationError at the op's line when wgmma cannot run it."""
     _check_shapes(op)

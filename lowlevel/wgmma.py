@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from ..compiler import ir
 from ..compiler.builder import builtin
-from ..compiler.mma import MmaError, plan_warp_dot
+from ..compiler.mma import MmaError, plan_mma_v2
 from ..compiler.wgmma import WgmmaError, plan_accumulator
 from ..compiler.types import bf16, fp16, fp32, fp8e4m3, fp8e5m2
 from . import semantic as sem
@@ -139,7 +139,7 @@ def warpgroup_mma(a: Any, b: Any, acc: Any, *, use_acc: Any = True, is_async: bo
         flag = sem.predicate(use_acc, "warpgroup_mma use_acc")
     if not isinstance(is_async, bool):
         raise bld.error(f"warpgroup_mma is_async must be a compile-time bool, found {is_async!r}")
-    result = bld.create(ir.WarpGroupDot, acc.type, a=a.handle, b=b.handle, acc=acc.handle,
+    result = bld.create(ir.WarpgroupMma, acc.type, a=a.handle, b=b.handle, acc=acc.handle,
                         use_acc=flag, is_async=is_async)
     return bld.wrap(result)
 
@@ -174,7 +174,7 @@ def warpgroup_mma_wait(num_outstanding: int = 0, deps: Sequence[Any] = ()):
         if not sem.is_tensor(d):
             raise b.error(f"warpgroup_mma_wait deps must be tensors (accumulators), found {sem.describe(d)}")
     results = tuple(ir.Value(d.type, d.handle.hint) for d in deps)
-    b.emit(ir.WarpGroupDotWait(results=results, deps=tuple(d.handle for d in deps),
+    b.emit(ir.WarpgroupMmaWait(results=results, deps=tuple(d.handle for d in deps),
                                pending=num_outstanding, loc=b.loc))
     wrapped = tuple(b.wrap(r) for r in results)
     return wrapped[0] if len(wrapped) == 1 else wrapped
@@ -220,10 +220,10 @@ def mma_v2(a: Any, b: Any, acc: Any):
                                        f"ll.convert_layout it, or pass the shared buffer itself")
         layouts.append(x.type.layout)
     try:
-        plan_warp_dot(acc.type.layout, *layouts)
+        plan_mma_v2(acc.type.layout, *layouts)
     except MmaError as error:
         raise bld.error(f"mma_v2: {error}", suggestion=error.suggestion) from None
     shared = [isinstance(x, SharedMemoryDescriptor) for x in (a, b)]
-    result = bld.create(ir.WarpDot, acc.type, a=a.handle, b=b.handle, acc=acc.handle,
+    result = bld.create(ir.MmaV2, acc.type, a=a.handle, b=b.handle, acc=acc.handle,
                         a_layout=layouts[0] if shared[0] else None, b_layout=layouts[1] if shared[1] else None)
     return bld.wrap(result)

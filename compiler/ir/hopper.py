@@ -187,21 +187,21 @@ class AsyncWaitGroup(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class WarpGroupDot(Op):
+class WarpgroupMma(Op):
     """result = a @ b + (acc if use_acc else 0) by wgmma.mma_async over the warpgroups of
     the partition.
 
     `a`: a shared [M, K] buffer (or view), or a tensor in a DotOperandLayout (register A);
     `b`: a shared [K, N] buffer (or view); `acc`/`result`: an fp32 (or fp16) tensor in an
     NVMMADistributedLayout v3. `use_acc` an i1 scalar (None = true). With `is_async` the
-    result may only be read after a WarpGroupDotWait that lists it; otherwise the op
+    result may only be read after a WarpgroupMmaWait that lists it; otherwise the op
     waits for itself.
 
     `plan` (a wgmma_dot.DotPlan: accumulator tiling, register-A packing, the static part
     of the shared operands' descriptors) is recorded by the plan_data_movement pass.
     """
 
-    NAME = "warpgroup_dot"
+    NAME = "warpgroup_mma"
     result: Value
     a: Value
     b: Value
@@ -230,11 +230,11 @@ class WarpGroupDot(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class WarpGroupDotWait(Op):
+class WarpgroupMmaWait(Op):
     """wgmma.wait_group `pending`: results[i] is deps[i] once at most `pending` async
     wgmma groups are still in flight (the returned values are the ones safe to read)."""
 
-    NAME = "warpgroup_dot_wait"
+    NAME = "warpgroup_mma_wait"
     results: tuple[Value, ...]
     deps: tuple[Value, ...]
     pending: int

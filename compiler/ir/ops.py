@@ -147,14 +147,14 @@ class Fma(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class WarpDot(Op):
+class MmaV2(Op):
     """result = a @ b + acc by mma.sync.aligned.m16n8k16, each warp on its own registers:
     `a` [M, K] and `b` [K, N] 16-bit tensors in the DotOperandLayouts of `acc`'s
     NVMMADistributedLayout v2, or shared buffers read fragment by fragment as if loaded
     in those layouts (`a_layout`, `b_layout`: the register layout of a shared operand);
     `acc`/`result` fp32. compiler/mma.py plans the fragments."""
 
-    NAME = "warp_dot"
+    NAME = "mma_v2"
     IN_WARP = True
     result: Value
     a: Value

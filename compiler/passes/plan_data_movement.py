@@ -1,7 +1,7 @@
 """plan_data_movement: record, on every op that moves data between threads, how it moves.
 
 `convert_layout` gets its conversion plan (weft.layouts), `reduce` its ReductionPlan with
-the bytes of shared scratch its cross-warp stage needs, `warpgroup_dot` its DotPlan
+the bytes of shared scratch its cross-warp stage needs, `warpgroup_mma` its DotPlan
 (compiler/wgmma_dot.py: accumulator tiling, register-A packing, and the static part of
 every shared-memory descriptor, read off the operands' addressing by shared_views).
 Decided once here so that the backend emits, the emulator executes, the verifier checks
@@ -15,8 +15,8 @@ import dataclasses
 
 from ...layouts import LayoutError, plan_conversion
 from ..errors import CompilationError
-from ..ir import Block, ConvertLayout, Kernel, Op, Reduce, Value, WarpGroupDot, WarpSpecialize
-from ..wgmma_dot import plan_warpgroup_dot
+from ..ir import Block, ConvertLayout, Kernel, Op, Reduce, Value, WarpgroupMma, WarpSpecialize
+from ..wgmma_dot import plan_warpgroup_mma
 from ...layouts.rules import plan_reduction
 from .shared_views import Traced, trace_shared_views
 
@@ -38,7 +38,7 @@ def reduction_scratch_bytes(op: Reduce, plan, num_warps: int) -> int:
 
 
 def _view_of(views: dict[Value, Traced]):
-    def view_of(op: WarpGroupDot, value: Value, name: str) -> tuple:
+    def view_of(op: WarpgroupMma, value: Value, name: str) -> tuple:
         view = views.get(value, "it is not a buffer the kernel allocates or a view of one")
         if isinstance(view, str):
             raise CompilationError(f"warpgroup_mma: operand {name} ({value.type}): {view}", op.loc)
@@ -57,8 +57,8 @@ def _plan(op: Op, num_warps: int, views: dict[Value, Traced]) -> Op:
             raise CompilationError(str(error), op.loc) from None
         plan = dataclasses.replace(plan, scratch_bytes=reduction_scratch_bytes(op, plan, num_warps))
         return dataclasses.replace(op, plan=plan)
-    if isinstance(op, WarpGroupDot) and op.plan is None:
-        return dataclasses.replace(op, plan=plan_warpgroup_dot(op, _view_of(views)))
+    if isinstance(op, WarpgroupMma) and op.plan is None:
+        return dataclasses.replace(op, plan=plan_warpgroup_mma(op, _view_of(views)))
     return op
 
 

@@ -14,7 +14,7 @@ from .. import atomics
 from ..ir import (ATOMICS, AllocShared, AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, ConvertLayout,
                   MBarrierArrive, MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Reduce,
                   SharedIndex, SharedLoad, SharedPermute, SharedReinterpret, SharedSlice, SharedStore, TmaLoad,
-                  TmaStore, TmaStoreWait, Value, WarpDot, WarpGroupDot, WarpGroupDotWait, WarpSpecialize, is_shared)
+                  TmaStore, TmaStoreWait, Value, MmaV2, WarpgroupMma, WarpgroupMmaWait, WarpSpecialize, is_shared)
 
 
 @dataclass(frozen=True)
@@ -124,12 +124,12 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(reads=(buffers.of(op.buffer),), solo=True, in_flight="tma_store")
     if isinstance(op, TmaStoreWait):
         return Access(retires=("tma_store", op.pending))
-    if isinstance(op, WarpGroupDot):
+    if isinstance(op, WarpgroupMma):
         reads = tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v))
         return Access(reads=reads, in_flight="wgmma" if op.is_async else None)
-    if isinstance(op, WarpGroupDotWait):
+    if isinstance(op, WarpgroupMmaWait):
         return Access(retires=("wgmma", op.pending))
-    if isinstance(op, WarpDot):
+    if isinstance(op, MmaV2):
         return Access(reads=tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v)))
     if isinstance(op, AsyncCopy):
         # Each thread's wait_group covers only its own copies: other threads may read

@@ -18,7 +18,7 @@ from typing import Union
 from ...layouts import LayoutError, LinearLayout
 from ...layouts.rules import shared_addressing, shared_index_addressing, shared_slice_addressing
 from ..ir import (AllocShared, Block, Condition, For, If, Op, SharedIndex, SharedPermute, SharedReinterpret,
-                  SharedSlice, Value, WarpGroupDotWait, WarpSpecialize, While, Yield)
+                  SharedSlice, Value, WarpgroupMmaWait, WarpSpecialize, While, Yield)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def _trace_op(op: Op, views: dict[Value, Traced]) -> None:
         parent = views.get(op.buffer)
         if parent is not None:
             views[op.result] = parent if isinstance(parent, str) else _view_of(op, parent)
-    elif isinstance(op, WarpGroupDotWait):
+    elif isinstance(op, WarpgroupMmaWait):
         _carry(views, op.results, op.deps)
     elif isinstance(op, For):
         _carry(views, op.body.args[1:], op.inits)

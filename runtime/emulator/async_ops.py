@@ -44,7 +44,7 @@ class PartitionAsync:
     copies: list = field(default_factory=list)        # cp.async not yet committed
     copy_groups: list = field(default_factory=list)   # committed cp.async groups
     store_groups: list = field(default_factory=list)  # TMA stores (each its own group)
-    dot_groups: list = field(default_factory=list)    # wgmma groups (wgmma.py)
+    dot_groups: list = field(default_factory=list)    # wgmma groups (warpgroup_mma.py)
 
 
 def async_state(cta) -> PartitionAsync:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from weft import lowlevel as ll
 from weft.compiler.backend.indexing import addressing_of, offset_map
-from weft.compiler.mma import ldmatrix_addresses, plan_warp_dot
+from weft.compiler.mma import ldmatrix_addresses, plan_mma_v2
 from weft.layouts import LinearLayout
 
 
@@ -44,7 +44,7 @@ def _operand_offsets(operand: str, m: int, n: int, k: int, warps: tuple[int, int
         bases = addressing.bases
         addressing = LinearLayout({"dim0": bases["dim1"], "dim1": bases["dim0"]}, addressing.out_dims)
     tensor = register_layout.to_linear(shape)
-    plan = plan_warp_dot(acc.to_linear((m, n)), *(
+    plan = plan_mma_v2(acc.to_linear((m, n)), *(
         (tensor, ll.DotOperandLayout(1, acc, 2).to_linear((k, n))) if operand == "a" else
         (ll.DotOperandLayout(0, acc, 2).to_linear((m, k)), tensor)))
     return offset_map(tensor, addressing), plan
@@ -60,7 +60,7 @@ def test_ldmatrix_rows_load_each_lanes_words(operand, swizzle, m_tiles, n_tiles,
     xor = 8 * xor_rows * (1 << 6)  # whole rows further in: a view's XOR keeps 16-byte rows
     for i, instr in enumerate(plan):
         words = instr.a if operand == "a" else instr.b
-        # B: one word, an instruction's two, or two instructions' (x4, as lower_mma pairs them)
+        # B: one word, an instruction's two, or two instructions' (x4, as lower_mma_v2 pairs them)
         groups = [words] if operand == "a" else [words[:1], words]
         if operand == "b" and i + 1 < len(plan) and plan[i + 1].b != words:
             groups.append(words + plan[i + 1].b)
@@ -88,5 +88,5 @@ def test_what_ldmatrix_cannot_load_is_refused():
     acc = ll.NVMMADistributedLayout([2, 0], [4, 1], [16, 8])
     b = ll.DotOperandLayout(1, acc, 2).to_linear((64, 64))
     b_offsets = offset_map(b, addressing_of(ll.NVMMASharedLayout(128, 16).to_linear((64, 64))))
-    b_plan = plan_warp_dot(acc.to_linear((64, 64)), ll.DotOperandLayout(0, acc, 2).to_linear((64, 64)), b)
+    b_plan = plan_mma_v2(acc.to_linear((64, 64)), ll.DotOperandLayout(0, acc, 2).to_linear((64, 64)), b)
     assert ldmatrix_addresses(b_offsets, b_plan[0].b) is None

@@ -26,7 +26,7 @@ OPS = concrete_ops()
 def test_the_ir_defines_the_ops_it_should():
     names = {cls.NAME for cls in OPS}
     assert len(names) == len(OPS), "two op classes share a NAME"
-    assert {"reduce", "convert_layout", "warpgroup_dot", "warp_specialize", "yield"} <= names
+    assert {"reduce", "convert_layout", "warpgroup_mma", "warp_specialize", "yield"} <= names
 
 
 @pytest.mark.parametrize("op_class", [cls for cls in OPS if not cls.TERMINATOR], ids=lambda cls: cls.NAME)

@@ -1,4 +1,4 @@
-"""plan_data_movement: every reduce, convert_layout and warpgroup_dot carries its plan
+"""plan_data_movement: every reduce, convert_layout and warpgroup_mma carries its plan
 after the pass (a reduction with the scratch its partition's warps need, a wgmma with
 the static part of its descriptors), and every reader refuses an op without one."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from weft.compiler.backend import lower_to_llvm
 from weft.compiler.errors import CompilationError
-from weft.compiler.ir import Block, ConvertLayout, Kernel, Reduce, Value, WarpGroupDot, WarpSpecialize, Yield
+from weft.compiler.ir import Block, ConvertLayout, Kernel, Reduce, Value, WarpgroupMma, WarpSpecialize, Yield
 from weft.layouts.rules import reduce_layout
 from weft.compiler.passes.allocate_shared_memory import allocate_shared_memory
 from weft.compiler.passes.plan_data_movement import plan_data_movement
@@ -24,7 +24,7 @@ from weft.compiler.wgmma import check_alignment
 from weft.compiler.wgmma_dot import DotPlan
 
 from .backend_kernels import prepare, row_reduce
-from .wgmma_kernels import DotConfig, wgmma_dot
+from .warpgroup_mma_kernels import DotConfig, wgmma_dot
 from .golden import golden_checker
 
 check_golden = golden_checker(__file__, globals())
@@ -126,7 +126,7 @@ def test_every_op_that_moves_data_is_planned_and_a_wgmma_runs_from_its_plan(conf
     kernel = plan_data_movement(wgmma_dot(config))
     unplanned = [op.NAME for op in _planned_ops(kernel) if op.plan is None]
     assert not unplanned, f"ops left without a plan: {unplanned}"
-    (dot,) = [op for op in kernel.walk() if isinstance(op, WarpGroupDot)]
+    (dot,) = [op for op in kernel.walk() if isinstance(op, WarpgroupMma)]
     plan = dot.plan
     assert isinstance(plan, DotPlan) and plan.acc.num_warpgroups == config.warpgroups
     assert (plan.a is None) == config.a_in_registers == (plan.a_registers is not None)
@@ -150,7 +150,7 @@ def test_every_op_that_moves_data_is_planned_and_a_wgmma_runs_from_its_plan(conf
 
 def test_descriptor_plans_leave_only_the_base_address_to_run_time():
     plan = plan_data_movement(wgmma_dot(DotConfig(element="fp16"))).body
-    (dot,) = [op for op in plan.walk() if isinstance(op, WarpGroupDot)]
+    (dot,) = [op for op in plan.walk() if isinstance(op, WarpgroupMma)]
     b = dot.plan.b  # a 128-byte swizzle: its pattern repeats every 1024 bytes
     assert b.swizzle == 128 and b.alignment == 1024
     check_alignment(b, 1024)
@@ -165,7 +165,7 @@ def test_descriptor_plans_leave_only_the_base_address_to_run_time():
 
 def test_readers_refuse_a_wgmma_the_pass_did_not_plan():
     unplanned = allocate_shared_memory(wgmma_dot(DotConfig(element="fp16")))
-    assert [op.plan for op in unplanned.walk() if isinstance(op, WarpGroupDot)] == [None]
+    assert [op.plan for op in unplanned.walk() if isinstance(op, WarpgroupMma)] == [None]
     with pytest.raises(CompilationError, match="plan_data_movement"):
         lower_to_llvm(unplanned)
     args = [np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float16), np.zeros((64, 64), np.float32),
@@ -177,8 +177,8 @@ def test_readers_refuse_a_wgmma_the_pass_did_not_plan():
 def test_the_verifier_refuses_a_wgmma_whose_plan_is_not_for_its_operands():
     kernel = plan_data_movement(wgmma_dot(DotConfig(element="fp16")))
     registers = plan_data_movement(wgmma_dot(DotConfig(element="fp16", a_in_registers=True)))
-    (dot,) = [op for op in kernel.walk() if isinstance(op, WarpGroupDot)]
-    (other,) = [op for op in registers.walk() if isinstance(op, WarpGroupDot)]
+    (dot,) = [op for op in kernel.walk() if isinstance(op, WarpgroupMma)]
+    (other,) = [op for op in registers.walk() if isinstance(op, WarpgroupMma)]
     verify(kernel)
     with pytest.raises(CompilationError, match="reads A from registers"):
         dataclasses.replace(dot, plan=other.plan).verify()

@@ -157,8 +157,8 @@ def wgmma(ACC_LAYOUT: ll.constexpr, TRANSPOSED: ll.constexpr):
 
 def test_warpgroup_mma_and_its_wait():
     kernel = build(wgmma, constexprs={"ACC_LAYOUT": ACC, "TRANSPOSED": True})
-    dot, = ops(kernel, ir.WarpGroupDot)
-    wait, = ops(kernel, ir.WarpGroupDotWait)
+    dot, = ops(kernel, ir.WarpgroupMma)
+    wait, = ops(kernel, ir.WarpgroupMmaWait)
     permute, = ops(kernel, ir.SharedPermute)
     assert dot.is_async and dot.b is permute.result and wait.deps == (dot.result,)
     assert permute.result.type.encoding == ll.NVMMASharedLayout(128, 16, transposed=True)

@@ -1,4 +1,4 @@
-"""Lowering of the warp-level MMA (WarpDot): one mma.sync.aligned.m16n8k16 per
+"""Lowering of the warp-level MMA (MmaV2): one mma.sync.aligned.m16n8k16 per
 instruction of compiler/mma.py's plan, each warp on its own registers.
 
 The accumulator's registers chain through the K steps as the asm's tied operands; A's
@@ -11,8 +11,8 @@ row), else word by word.
 
 The asm is marked side-effecting so that LLVM keeps it where the kernel put it: inside a
 branch taken warp by warp, never hoisted. So are the shared operands' addresses: their
-thread parts are computed where the WarpDot is, from a read of %tid.x LLVM may not hoist
-(Lowering.recompute_scope), rather than once per kernel or loop iteration. A WarpDot in a
+thread parts are computed where the MmaV2 is, from a read of %tid.x LLVM may not hoist
+(Lowering.recompute_scope), rather than once per kernel or loop iteration. A MmaV2 in a
 rare branch (flash attention's overflow path) then holds no registers outside it: with
 the addresses hoisted, its 16 words spilled around the key loop.
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..errors import CompilationError
-from ..ir import WarpDot, is_shared
-from ..mma import MmaError, ldmatrix_addresses, plan_warp_dot
+from ..ir import MmaV2, is_shared
+from ..mma import MmaError, ldmatrix_addresses, plan_mma_v2
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, lowers
@@ -84,12 +84,12 @@ class _Words:
         return pack_word(b, values, 16)
 
 
-@lowers(WarpDot)
-def lower_warp_dot(ctx: Lowering, op: WarpDot) -> None:
+@lowers(MmaV2)
+def lower_mma_v2(ctx: Lowering, op: MmaV2) -> None:
     a_layout = op.a_layout if is_shared(op.a) else op.a.type.layout
     b_layout = op.b_layout if is_shared(op.b) else op.b.type.layout
     try:
-        plan = plan_warp_dot(op.acc.type.layout, a_layout, b_layout)
+        plan = plan_mma_v2(op.acc.type.layout, a_layout, b_layout)
     except MmaError as error:
         raise CompilationError(f"mma_v2: {error}", op.loc, suggestion=error.suggestion) from None
     input_type = INPUT_TYPES.get(op.a.type.element.name)

@@ -1,4 +1,4 @@
-"""Emulation rules: wgmma (warpgroup_dot), its wait, mma.sync (warp_dot) and the
+"""Emulation rules: wgmma (warpgroup_mma), its wait, mma.sync (mma_v2) and the
 shared_permute view.
 
 `a @ b + acc` is computed in float64 from the operands' decoded values (bf16, fp16 and
@@ -17,7 +17,7 @@ error here as in the backend. A
 register A operand is collected from its DotOperandLayout registers (every copy of an
 element must agree). The result lands in the accumulator's layout.
 
-mma.sync (warp_dot) is computed warp by warp from what each warp holds: its own
+mma.sync (mma_v2) is computed warp by warp from what each warp holds: its own
 registers of a register operand, or the elements its threads read from a shared one in
 the operand's register layout (`a_layout`, `b_layout`), as the backend reads them. An
 accumulator element whose row of A or column of B the warp does not hold wholly is an
@@ -115,7 +115,7 @@ def _shared_operand(cta, op, ref: SharedRef, name: str):
     return np.asarray(values, dtype=np.float64), record
 
 
-def _accumulator(cta, op: ir.WarpGroupDot):
+def _accumulator(cta, op: ir.WarpgroupMma):
     acc = cta.peek(op.acc)
     if type(acc) is InFlight:
         # Chaining into the next wgmma, as the hardware allows, in flight or retired (a wait,
@@ -127,8 +127,8 @@ def _accumulator(cta, op: ir.WarpGroupDot):
     return acc
 
 
-@RULES.register(ir.WarpGroupDot)
-def warpgroup_dot(cta, op: ir.WarpGroupDot) -> None:
+@RULES.register(ir.WarpgroupMma)
+def warpgroup_mma(cta, op: ir.WarpgroupMma) -> None:
     if cta.num_warps % 4 or cta.warp_base % 4:
         raise EmulationError(f"wgmma runs on whole warpgroups (4 warps starting at a multiple of "
                              f"4); this partition has warps {cta.warp_base}.."
@@ -162,8 +162,8 @@ def warpgroup_dot(cta, op: ir.WarpGroupDot) -> None:
         cta.bind(op.result, registers)
 
 
-@RULES.register(ir.WarpGroupDotWait)
-def warpgroup_dot_wait(cta, op: ir.WarpGroupDotWait) -> None:
+@RULES.register(ir.WarpgroupMmaWait)
+def warpgroup_mma_wait(cta, op: ir.WarpgroupMmaWait) -> None:
     _retire_all_but(cta, op.pending)
     for result, dep in zip(op.results, op.deps):
         x = cta.peek(dep)
@@ -172,8 +172,8 @@ def warpgroup_dot_wait(cta, op: ir.WarpGroupDotWait) -> None:
         cta.bind(result, x)
 
 
-def _warp_dot_operand(cta, op: ir.WarpDot, value: ir.Value, layout, name: str):
-    """(registers as float64, layout) of a warp_dot operand: a tensor's own, or a shared
+def _mma_v2_operand(cta, op: ir.MmaV2, value: ir.Value, layout, name: str):
+    """(registers as float64, layout) of a mma_v2 operand: a tensor's own, or a shared
     buffer read as if loaded in `layout` (the backend reads those elements)."""
     if not isinstance(value.type, ir.SharedType):
         return np.asarray(cta[value], dtype=np.float64), cta.layout(value.type)
@@ -193,11 +193,11 @@ def _warp_matrix(registers: np.ndarray, layout: LinearLayout, warp: int) -> tupl
     return values, held
 
 
-@RULES.register(ir.WarpDot)
-def warp_dot(cta, op: ir.WarpDot) -> None:
+@RULES.register(ir.MmaV2)
+def mma_v2(cta, op: ir.MmaV2) -> None:
     """acc + a @ b, each warp on what it holds (module docstring)."""
-    a, a_layout = _warp_dot_operand(cta, op, op.a, op.a_layout, "a")
-    b, b_layout = _warp_dot_operand(cta, op, op.b, op.b_layout, "b")
+    a, a_layout = _mma_v2_operand(cta, op, op.a, op.a_layout, "a")
+    b, b_layout = _mma_v2_operand(cta, op, op.b, op.b_layout, "b")
     acc_layout = cta.layout(op.acc.type)
     acc = np.asarray(cta[op.acc], dtype=np.float64)
     coords = thread_coordinates(acc_layout, cta.num_warps)

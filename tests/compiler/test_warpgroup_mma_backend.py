@@ -1,7 +1,7 @@
 """wgmma in the backend: PTX for hand-built one-CTA kernels, ptxas's verdict, and errors.
 
-Each kernel (wgmma_kernels.wgmma_dot) loads A and B, stores them into NVMMA shared
-buffers, fences, and runs one WarpGroupDot; the PTX must hold the instructions the
+Each kernel (warpgroup_mma_kernels.wgmma_dot) loads A and B, stores them into NVMMA shared
+buffers, fences, and runs one WarpgroupMma; the PTX must hold the instructions the
 lowering promises (shape, count, transpose immediates, fence/commit/wait) and ptxas
 (sm_90a) must accept it without spills or wgmma serialization.
 """
@@ -14,15 +14,15 @@ import pytest
 
 from weft.compiler.backend import compile_to_ptx
 from weft.compiler.errors import CompilationError, Loc
-from weft.compiler.ir import (AllocShared, Constant, FenceAsyncShared, SharedPermute, Store, Value, WarpGroupDot,
-                              WarpGroupDotWait)
+from weft.compiler.ir import (AllocShared, Constant, FenceAsyncShared, SharedPermute, Store, Value, WarpgroupMma,
+                              WarpgroupMmaWait)
 from weft.compiler.types import PointerType, ScalarType, SharedType, fp32, i32
 from weft.layouts import blocked, nvmma_shared, wgmma_accumulator
 from weft.lowlevel.layouts import BlockedLayout, NVMMADistributedLayout
 from weft.compiler.backend import ptxas
 
 from .backend_kernels import KernelBuilder, _grid_offsets, prepare, row_major_shared, tensor
-from .wgmma_kernels import DotConfig, wgmma_dot
+from .warpgroup_mma_kernels import DotConfig, wgmma_dot
 
 HAS_PTXAS = ptxas.find_ptxas() is not None
 
@@ -66,7 +66,7 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name + ("_async" if c.is_async else ""))
-def test_wgmma_kernels_compile_to_the_promised_instructions(config):
+def test_warpgroup_mma_kernels_compile_to_the_promised_instructions(config):
     ptx, _ = compile_dot(config)
     element = ScalarType(config.element)
     k_instr = 256 // element.bits
@@ -124,7 +124,7 @@ def test_fence_permute_and_wait_lower():
 def test_wait_keeps_pending_groups_and_passes_registers_through():
     kb, acc = _dot_builder()
     waited = Value(acc.type, "waited")
-    kb.regions[-1].append(WarpGroupDotWait(results=(waited,), deps=(acc,), pending=1))
+    kb.regions[-1].append(WarpgroupMmaWait(results=(waited,), deps=(acc,), pending=1))
     out = kb.param(PointerType(fp32), "out")
     stride = kb.add(Constant, i32, value=64)
     offsets, _ = _grid_offsets(kb, waited.type.layout, 64, 64, stride)
@@ -157,7 +157,7 @@ def _dot_builder(m=64, n=64, k=64, a="bf16", b="bf16", acc_element="fp32", a_lay
     encoding = acc_encoding or NVMMADistributedLayout((3, 0), warps, (16, n, 16))
     acc_type = tensor((m, n), ScalarType(acc_element), layout).with_layout(layout, encoding)
     zero = kb.add(Constant, acc_type, value=0.0)
-    result = kb.add(WarpGroupDot, acc_type, "acc", a=a_smem, b=b_smem, acc=zero, is_async=True, loc=LOC)
+    result = kb.add(WarpgroupMma, acc_type, "acc", a=a_smem, b=b_smem, acc=zero, is_async=True, loc=LOC)
     return kb, result
 
 

@@ -18,7 +18,7 @@ from weft import lowlevel as ll
 from weft.compiler.backend import ptxas
 
 from .backend_kernels import prepare
-from .wgmma_kernels import DotConfig, wgmma_dot
+from .warpgroup_mma_kernels import DotConfig, wgmma_dot
 
 
 @ll.jit
@@ -126,7 +126,7 @@ def signature(variant: Variant) -> dict:
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 @pytest.mark.parametrize("variant", VARIANTS, ids=str)
-def test_lowlevel_wgmma_kernels_assemble(variant):
+def test_lowlevel_warpgroup_mma_kernels_assemble(variant):
     compiled = wgmma_matmul.compile(signature=signature(variant), constexprs=variant.constexprs(),
                                     num_warps=4 * variant.warpgroups)
     assert "wgmma.mma_async" in compiled.asm["ptx"]

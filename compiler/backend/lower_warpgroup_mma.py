@@ -1,6 +1,6 @@
 """Lowering of warpgroup MMA (wgmma), its wait, the async-proxy fence and permuted views.
 
-A `warpgroup_dot` becomes, for the warpgroup(s) running it:
+A `warpgroup_mma` becomes, for the warpgroup(s) running it:
 
     wgmma.fence                      (accumulators and register A pass through it)
     for each K step, for each m64nN tile of the accumulator:
@@ -27,7 +27,7 @@ from llvmlite import ir
 from ...layouts import LinearLayout
 from ..errors import CompilationError
 from ..ir import (AllocShared, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice,
-                  Value, WarpGroupDot, WarpGroupDotWait, WarpSpecialize, Yield, is_tensor)
+                  Value, WarpgroupMma, WarpgroupMmaWait, WarpSpecialize, Yield, is_tensor)
 from ..types import SharedType
 from ..wgmma import CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, WgmmaError, check_alignment
 from ..wgmma_dot import DotPlan, operand_error
@@ -232,7 +232,7 @@ def _warp_components(acc: AccumulatorPlan, plan: OperandPlan, axis: int) -> list
 
 
 # ------------------------------------------------------------------------- the dot
-def _check_alignments(ctx: Lowering, op: WarpGroupDot, plan: DotPlan) -> None:
+def _check_alignments(ctx: Lowering, op: WarpgroupMma, plan: DotPlan) -> None:
     """The one run-time part of a descriptor is its view's base: allocation says how
     aligned it is known to be, and the swizzle pattern must start there."""
     for value, operand, name in ((op.a, plan.a, "a"), (op.b, plan.b, "b")):
@@ -258,7 +258,7 @@ def _is_positive_zero(value: ir.Value) -> bool:
             and math.copysign(1.0, value.constant) > 0)
 
 
-def starts_from_zero(ctx: Lowering, op: WarpGroupDot, registers) -> bool:
+def starts_from_zero(ctx: Lowering, op: WarpgroupMma, registers) -> bool:
     """Whether the first K step can run with scale-d = 0 (D = A*B): `use_acc` is the
     constant false, or the accumulator is the constant +0.0 (A*B + 0 = A*B whatever
     use_acc is). The accumulator's incoming values are then never read, so they need not
@@ -268,8 +268,8 @@ def starts_from_zero(ctx: Lowering, op: WarpGroupDot, registers) -> bool:
     return all(_is_positive_zero(r) for r in registers)
 
 
-@lowers(WarpGroupDot)
-def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
+@lowers(WarpgroupMma)
+def lower_warpgroup_mma(ctx: Lowering, op: WarpgroupMma) -> None:
     plan: DotPlan = op.recorded_plan()
     _check_alignments(ctx, op, plan)
     b = ctx.builder
@@ -349,8 +349,8 @@ def lower_warpgroup_dot(ctx: Lowering, op: WarpGroupDot) -> None:
     ctx.define(op.result, tuple(result))
 
 
-@lowers(WarpGroupDotWait)
-def lower_warpgroup_dot_wait(ctx: Lowering, op: WarpGroupDotWait) -> None:
+@lowers(WarpgroupMmaWait)
+def lower_warpgroup_mma_wait(ctx: Lowering, op: WarpgroupMmaWait) -> None:
     """wgmma.wait_group `pending`; each tensor dep's registers pass through the wait, so
     reads of the results cannot move above it. Shared deps are returned as they are."""
     if len(op.results) != len(op.deps):

@@ -2,7 +2,7 @@
 
 out[M, N] = A[M, K] @ B[K, N] (fp32), with A and B loaded from global memory by ordinary
 loads, stored into NVMMA-swizzled shared buffers, fenced for the async proxy, and fed to
-one WarpGroupDot (A from shared memory, or from registers in the wgmma A fragment).
+one WarpgroupMma (A from shared memory, or from registers in the wgmma A fragment).
 
 B is held either as a [K, N] buffer (N contiguous: MN-major for wgmma) or as an [N, K]
 buffer (K contiguous) seen through a SharedPermute as [K, N] (K-major), like Gluon's
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weft.compiler.ir import (AllocShared, Cast, Compare, Constant, FenceAsyncShared, Load, SharedPermute, Store, Value,
-                              WarpGroupDot, WarpGroupDotWait)
+                              WarpgroupMma, WarpgroupMmaWait)
 from weft.compiler.types import PointerType, ScalarType, SharedType, fp32, i1, i32
 from weft.layouts import blocked, default_nvmma_swizzle, dot_operand, nvmma_shared, wgmma_accumulator
 from weft.lowlevel.layouts import DotOperandLayout, NVMMADistributedLayout, NVMMASharedLayout
@@ -111,11 +111,11 @@ def wgmma_dot(config: DotConfig):
     c, offsets = _load(kb, c_ptr, (m, n), ScalarType(config.acc), acc_layout, acc_encoding)
     zero = kb.add(Constant, i32, value=0)
     use_acc = kb.add(Compare, i1, "use", predicate="ne", lhs=flag, rhs=zero)
-    result = kb.add(WarpGroupDot, acc_type, "acc", a=a, b=b, acc=c, use_acc=None if config.use_acc else use_acc,
+    result = kb.add(WarpgroupMma, acc_type, "acc", a=a, b=b, acc=c, use_acc=None if config.use_acc else use_acc,
                     is_async=config.is_async)
     if config.is_async:
         waited = Value(acc_type, "waited")
-        kb.regions[-1].append(WarpGroupDotWait(results=(waited,), deps=(result,), pending=0))
+        kb.regions[-1].append(WarpgroupMmaWait(results=(waited,), deps=(result,), pending=0))
         result = waited
     if config.acc != "fp32":
         result = kb.add(Cast, tensor((m, n), fp32, acc_layout), operand=result)
