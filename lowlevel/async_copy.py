@@ -46,14 +46,14 @@ def async_copy_global_to_shared(smem: Any, pointer: Any, mask: Any = None) -> No
         else:
             mask = sem.splat(mask, pointer.type.with_element(sem.i1))
         handle = mask.handle
-    b.emit(ir.AsyncCopy(buffer=smem.handle, pointer=pointer.handle, mask=handle, loc=b.loc))
+    b.emit(ir.AsyncCopyGlobalToShared(buffer=smem.handle, pointer=pointer.handle, mask=handle, loc=b.loc))
 
 
 @builtin
 def commit_group() -> None:
     """Close this thread's outstanding cp.async copies into one group."""
     b = sem.builder()
-    b.emit(ir.AsyncCommitGroup(loc=b.loc))
+    b.emit(ir.AsyncCopyCommitGroup(loc=b.loc))
 
 
 @builtin
@@ -64,4 +64,4 @@ def wait_group(num_outstanding: int = 0) -> None:
             or not 0 <= num_outstanding <= 7:
         raise b.error(f"wait_group num_outstanding must be a compile-time int in [0, 7], "
                       f"found {num_outstanding!r}")
-    b.emit(ir.AsyncWaitGroup(pending=num_outstanding, loc=b.loc))
+    b.emit(ir.AsyncCopyWaitGroup(pending=num_outstanding, loc=b.loc))

@@ -275,4 +275,4 @@ def allocate_shared_memory(element_ty: ScalarType, shape: Sequence[int], layout:
                           f"{list(shape)}, found {sem.describe(value)}")
         init = value.handle
     result_type = SharedType(shape, element_ty, linear, encoding)
-    return b.wrap(b.create(ir.AllocShared, result_type, init=init))
+    return b.wrap(b.create(ir.AllocateSharedMemory, result_type, init=init))

@@ -157,7 +157,7 @@ def async_copy_global_to_shared(desc: Any, coords: Sequence[Any], bar: Any, resu
     type_ = _descriptor(desc, what)
     if isinstance(multicast, int) and not isinstance(multicast, bool) and not 0 < multicast < 1 << 16:
         raise b.error(f"{what}: multicast must be a non-empty 16-bit mask of cluster ranks, found {multicast}")
-    b.emit(ir.TmaLoad(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
+    b.emit(ir.TmaAsyncCopyGlobalToShared(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
                       barrier=_barrier(bar, what), buffer=_box_buffer(result, type_, what),
                       pred=sem.predicate(pred, what),
                       multicast=None if multicast is None else sem.i32_scalar(multicast, f"{what} multicast"),
@@ -170,7 +170,7 @@ def async_copy_shared_to_global(desc: Any, coords: Sequence[Any], src: Any) -> N
     b = sem.builder()
     what = "tma.async_copy_shared_to_global"
     type_ = _descriptor(desc, what)
-    b.emit(ir.TmaStore(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
+    b.emit(ir.TmaAsyncCopySharedToGlobal(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
                        buffer=_box_buffer(src, type_, what), loc=b.loc))
 
 
@@ -215,6 +215,6 @@ def async_bulk_copy_global_to_shared(src: Any, bar: Any, result: Any, nbytes: An
             (nbytes <= 0 or nbytes % 16 or nbytes > capacity):
         raise b.error(f"{what}: nbytes={nbytes} must be a positive multiple of 16 of at most the "
                       f"buffer's {capacity} bytes")
-    b.emit(ir.BulkCopyLoad(pointer=pointer.handle, nbytes=sem.i32_scalar(nbytes, f"{what} nbytes"),
+    b.emit(ir.AsyncBulkCopyGlobalToShared(pointer=pointer.handle, nbytes=sem.i32_scalar(nbytes, f"{what} nbytes"),
                            barrier=_barrier(bar, what), buffer=result.handle,
                            pred=sem.predicate(pred, what), loc=b.loc))

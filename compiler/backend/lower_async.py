@@ -31,9 +31,9 @@ from ...layouts import LinearLayout
 from ...layouts.banks import vector_width_of
 from ...layouts.rules import is_row_major
 from ..errors import CompilationError
-from ..ir import (AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, ClusterBarrier, MBarrierArrive,
-                  MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, TmaLoad, TmaStore,
-                  TmaStoreWait, Value)
+from ..ir import (AsyncBulkCopyGlobalToShared, AsyncCopyCommitGroup, AsyncCopyGlobalToShared, AsyncCopyWaitGroup,
+                  ClusterBarrier, MBarrierArrive, MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op,
+                  TmaAsyncCopyGlobalToShared, TmaAsyncCopySharedToGlobal, TmaStoreWait, Value)
 from ..types import TensorDescriptorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -231,8 +231,8 @@ def _strips(ctx: Lowering, type_: TensorDescriptorType, address: ir.Value, coord
              [b.add(coords[0], ir.Constant(T.I32, j * width)), *coords[1:]]) for j in range(type_.copies)]
 
 
-@lowers(TmaLoad)
-def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
+@lowers(TmaAsyncCopyGlobalToShared)
+def lower_tma_async_copy_global_to_shared(ctx: Lowering, op: TmaAsyncCopyGlobalToShared) -> None:
     descriptor, type_ = _descriptor(ctx, op)
     destination = _box_address(ctx, op, type_)
     barrier = _barrier_address(ctx, op.barrier)
@@ -244,8 +244,8 @@ def lower_tma_load(ctx: Lowering, op: TmaLoad) -> None:
                        [address, descriptor, barrier, *strip, issuer, *mask])
 
 
-@lowers(BulkCopyLoad)
-def lower_bulk_copy_load(ctx: Lowering, op: BulkCopyLoad) -> None:
+@lowers(AsyncBulkCopyGlobalToShared)
+def lower_async_bulk_copy_global_to_shared(ctx: Lowering, op: AsyncBulkCopyGlobalToShared) -> None:
     view = ctx.shared(op.buffer)
     if not is_row_major(view.addressing, view.type.shape):
         raise CompilationError(f"`{op.NAME}`: the buffer is not laid out plainly row-major, as a "
@@ -257,8 +257,8 @@ def lower_bulk_copy_load(ctx: Lowering, op: BulkCopyLoad) -> None:
                                          _barrier_address(ctx, op.barrier), _issuer(ctx, op.pred)])
 
 
-@lowers(TmaStore)
-def lower_tma_store(ctx: Lowering, op: TmaStore) -> None:
+@lowers(TmaAsyncCopySharedToGlobal)
+def lower_tma_async_copy_shared_to_global(ctx: Lowering, op: TmaAsyncCopySharedToGlobal) -> None:
     descriptor, type_ = _descriptor(ctx, op)
     strips = _strips(ctx, type_, _box_address(ctx, op, type_), _coordinates(ctx, op))
     for j, (source, coords) in enumerate(strips):  # one bulk group for the box: store_wait counts boxes
@@ -272,7 +272,7 @@ def lower_tma_store_wait(ctx: Lowering, op: TmaStoreWait) -> None:
 
 
 # --------------------------------------------------------------------- cp.async
-def async_copy_width(op: AsyncCopy, offsets: LinearLayout, xor: int, element_bytes: int) -> int:
+def async_copy_width(op: AsyncCopyGlobalToShared, offsets: LinearLayout, xor: int, element_bytes: int) -> int:
     """Elements per copy: what vectorize_memory proved for the global side, within what
     is consecutive and aligned in shared memory, at most 16 bytes."""
     width = min(max(op.vector, 1), vector_width_of(offsets, 8 * element_bytes), MAX_COPY_BYTES // element_bytes)
@@ -281,8 +281,8 @@ def async_copy_width(op: AsyncCopy, offsets: LinearLayout, xor: int, element_byt
     return width
 
 
-@lowers(AsyncCopy)
-def lower_async_copy(ctx: Lowering, op: AsyncCopy) -> None:
+@lowers(AsyncCopyGlobalToShared)
+def lower_async_copy_global_to_shared(ctx: Lowering, op: AsyncCopyGlobalToShared) -> None:
     b = ctx.builder
     view = ctx.shared(op.buffer)
     element = view.type.element
@@ -335,11 +335,11 @@ def _copy_through_registers(ctx: Lowering, pointers, mask, owner, destination, e
         b.store(data, destination, align=align)
 
 
-@lowers(AsyncCommitGroup)
-def lower_async_commit_group(ctx: Lowering, op: AsyncCommitGroup) -> None:
+@lowers(AsyncCopyCommitGroup)
+def lower_async_copy_commit_group(ctx: Lowering, op: AsyncCopyCommitGroup) -> None:
     ctx.inline_asm(ptx_asm.async_commit_group(), [])
 
 
-@lowers(AsyncWaitGroup)
-def lower_async_wait_group(ctx: Lowering, op: AsyncWaitGroup) -> None:
+@lowers(AsyncCopyWaitGroup)
+def lower_async_copy_wait_group(ctx: Lowering, op: AsyncCopyWaitGroup) -> None:
     ctx.inline_asm(ptx_asm.async_wait_group(op.pending), [])

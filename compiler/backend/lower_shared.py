@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
-from ..ir import (AllocShared, Barrier, SharedIndex, SharedLoad, SharedReinterpret, SharedSlice, SharedStore,
+from ..ir import (AllocateSharedMemory, Barrier, SharedIndex, SharedLoad, SharedReinterpret, SharedSlice, SharedStore,
                   Value)
 from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
@@ -37,8 +37,8 @@ def lower_barrier(ctx: Lowering, op: Barrier) -> None:
     barrier(ctx)
 
 
-@lowers(AllocShared)
-def lower_alloc_shared(ctx: Lowering, op: AllocShared) -> None:
+@lowers(AllocateSharedMemory)
+def lower_allocate_shared_memory(ctx: Lowering, op: AllocateSharedMemory) -> None:
     if op.offset is None:
         raise CompilationError("shared buffer has no offset", op.loc,
                                suggestion="run allocate_shared_memory before the backend")

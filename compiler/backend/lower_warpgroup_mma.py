@@ -26,8 +26,8 @@ from llvmlite import ir
 
 from ...layouts import LinearLayout
 from ..errors import CompilationError
-from ..ir import (AllocShared, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice,
-                  Value, WarpgroupMma, WarpgroupMmaWait, WarpSpecialize, Yield, is_tensor)
+from ..ir import (AllocateSharedMemory, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedReinterpret,
+                  SharedSlice, Value, WarpSpecialize, WarpgroupMma, WarpgroupMmaWait, Yield, is_tensor)
 from ..types import SharedType
 from ..wgmma import CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, WgmmaError, check_alignment
 from ..wgmma_dot import DotPlan, operand_error
@@ -138,7 +138,7 @@ def _size_alignment(value: Value) -> int:
 def _walk_alignments(kernel: Kernel, loop_args: dict[Value, int]) -> dict[Value, int]:
     known: dict[Value, int] = {}
     for op in kernel.walk():
-        if isinstance(op, AllocShared) and op.offset is not None:
+        if isinstance(op, AllocateSharedMemory) and op.offset is not None:
             known[op.result] = min(SHARED_ALIGN, _lowbit(op.offset))
         elif isinstance(op, SharedIndex) and op.buffer in known:
             parent = op.buffer.type

@@ -96,13 +96,13 @@ class FenceAsyncShared(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TmaLoad(Op):
+class TmaAsyncCopyGlobalToShared(Op):
     """Copy the box at element `coords` (coords[i] along tensor dim i, outermost first as
     in Gluon; the backend reverses them for PTX) of `descriptor`'s tensor into `buffer`;
     completes on `barrier` as transaction bytes (one thread issues; cp.async.bulk.tensor). Out-of-range
     elements land as zeros."""
 
-    NAME = "tma_load"
+    NAME = "tma_async_copy_global_to_shared"
     descriptor: Value
     coords: tuple[Value, ...]
     barrier: Value
@@ -123,13 +123,13 @@ class ClusterBarrier(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BulkCopyLoad(Op):
+class AsyncBulkCopyGlobalToShared(Op):
     """Copy `nbytes` contiguous bytes (an i32 scalar, a multiple of 16) from the global
     address `pointer` (a scalar pointer, 16-byte aligned) to the start of `buffer`, whose
     layout is plain row-major; completes on `barrier` as transaction bytes (one thread
     issues; cp.async.bulk without a tensor map)."""
 
-    NAME = "bulk_copy_load"
+    NAME = "async_bulk_copy_global_to_shared"
     pointer: Value
     nbytes: Value
     barrier: Value
@@ -138,12 +138,12 @@ class BulkCopyLoad(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TmaStore(Op):
+class TmaAsyncCopySharedToGlobal(Op):
     """Copy `buffer` to the box at `coords` of `descriptor`'s tensor (one thread issues;
     cp.async.bulk.tensor .global.shared::cta + commit_group). Out-of-range elements are
     not written."""
 
-    NAME = "tma_store"
+    NAME = "tma_async_copy_shared_to_global"
     descriptor: Value
     coords: tuple[Value, ...]
     buffer: Value
@@ -159,12 +159,12 @@ class TmaStoreWait(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AsyncCopy(Op):
+class AsyncCopyGlobalToShared(Op):
     """cp.async: each thread copies its elements of the pointer tensor `pointer` (layout
     L) into the same coordinates of `buffer`; masked-off elements are zero-filled.
     `vector` elements per instruction (4, 8 or 16 bytes), chosen by the vectorize pass."""
 
-    NAME = "async_copy"
+    NAME = "async_copy_global_to_shared"
     buffer: Value
     pointer: Value
     mask: Optional[Value] = None
@@ -172,17 +172,17 @@ class AsyncCopy(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AsyncCommitGroup(Op):
+class AsyncCopyCommitGroup(Op):
     """cp.async.commit_group: the thread's outstanding cp.async copies form one group."""
 
-    NAME = "async_commit_group"
+    NAME = "async_copy_commit_group"
 
 
 @dataclass(frozen=True, kw_only=True)
-class AsyncWaitGroup(Op):
+class AsyncCopyWaitGroup(Op):
     """cp.async.wait_group: wait until at most `pending` groups of this thread are in flight."""
 
-    NAME = "async_wait_group"
+    NAME = "async_copy_wait_group"
     pending: int = 0
 
 

@@ -430,13 +430,13 @@ class ConvertLayout(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AllocShared(Op):
+class AllocateSharedMemory(Op):
     """A shared-memory buffer, optionally initialised from a distributed tensor.
 
     `offset` (bytes from the start of the kernel's shared memory) is set by allocation.
     """
 
-    NAME = "alloc_shared"
+    NAME = "allocate_shared_memory"
     result: Value
     init: Optional[Value] = None
     offset: Optional[int] = None

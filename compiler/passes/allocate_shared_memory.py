@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ..errors import CompilationError
 from ..hardware import SHARED_LIMIT
-from ..ir import (AllocShared, Block, Kernel, Op, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice, Value,
-                  WarpSpecialize)
+from ..ir import (AllocateSharedMemory, Block, Kernel, Op, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice,
+                  Value, WarpSpecialize)
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
 
@@ -72,7 +72,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
         # Inside a warp_specialize, "now" is the whole op: other partitions run alongside.
         start, here = (position, position) if partition is None else \
             (positions[partition][0], loop_ends[partition])
-        if isinstance(op, AllocShared):
+        if isinstance(op, AllocateSharedMemory):
             roots[op.result] = op.result
             size = op.result.type.num_bytes
             intervals[op.result] = _Interval(op.result, size, _alignment(size), start, here, loops)
@@ -107,7 +107,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     _separate_small_scratch(intervals, kernel.num_warps)
     total = _pack(list(intervals.values()))
     if total > SHARED_LIMIT:
-        allocations = sorted((op for op in kernel.walk() if isinstance(op, AllocShared)),
+        allocations = sorted((op for op in kernel.walk() if isinstance(op, AllocateSharedMemory)),
                              key=lambda op: -op.result.type.num_bytes)
         notes = tuple(f"{op.result.type.num_bytes} bytes: {op.result.type} at {op.loc}"
                       for op in allocations[:6])
@@ -121,7 +121,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     offsets = {iv.key: iv.offset for iv in intervals.values()}
 
     def rule(op: Op) -> Op:
-        if isinstance(op, AllocShared):
+        if isinstance(op, AllocateSharedMemory):
             return dataclasses.replace(op, offset=offsets[op.result])
         if op.USES_SCRATCH and id(op) in offsets:
             return dataclasses.replace(op, scratch_offset=offsets[id(op)])

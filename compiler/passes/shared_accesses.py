@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import atomics
-from ..ir import (ATOMICS, AllocShared, AsyncCommitGroup, AsyncCopy, AsyncWaitGroup, BulkCopyLoad, ConvertLayout,
-                  MBarrierArrive, MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Reduce,
-                  SharedIndex, SharedLoad, SharedPermute, SharedReinterpret, SharedSlice, SharedStore, TmaLoad,
-                  TmaStore, TmaStoreWait, Value, MmaV2, WarpgroupMma, WarpgroupMmaWait, WarpSpecialize, is_shared)
+from ..ir import (ATOMICS, AllocateSharedMemory, AsyncBulkCopyGlobalToShared, AsyncCopyCommitGroup,
+                  AsyncCopyGlobalToShared, AsyncCopyWaitGroup, ConvertLayout, MBarrierArrive, MBarrierExpect,
+                  MBarrierInit, MBarrierInvalidate, MBarrierWait, MmaV2, Op, Reduce, SharedIndex, SharedLoad,
+                  SharedPermute, SharedReinterpret, SharedSlice, SharedStore, TmaAsyncCopyGlobalToShared,
+                  TmaAsyncCopySharedToGlobal, TmaStoreWait, Value, WarpSpecialize, WarpgroupMma, WarpgroupMmaWait,
+                  is_shared)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class BufferRanges:
         self.ranges: dict[Value, ByteRange] = {}
 
     def define(self, op: Op) -> None:
-        if isinstance(op, AllocShared) and op.offset is not None:
+        if isinstance(op, AllocateSharedMemory) and op.offset is not None:
             self.ranges[op.result] = ByteRange(op.offset, op.offset + op.result.type.num_bytes)
         elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute, SharedReinterpret)) and op.buffer in self.ranges:
             self.ranges[op.result] = self.ranges[op.buffer]
@@ -102,7 +104,7 @@ def access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
 
 
 def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
-    if isinstance(op, AllocShared) and op.init is not None:
+    if isinstance(op, AllocateSharedMemory) and op.init is not None:
         return Access(writes=(buffers.of(op.result),))
     if isinstance(op, SharedStore):
         return Access(writes=(buffers.of(op.buffer),))
@@ -116,11 +118,11 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(reads=(buffers.of(op.barrier),), solo=True)
     if isinstance(op, MBarrierWait):
         return Access(reads=(buffers.of(op.barrier),))
-    if isinstance(op, (TmaLoad, BulkCopyLoad)):
+    if isinstance(op, (TmaAsyncCopyGlobalToShared, AsyncBulkCopyGlobalToShared)):
         # Overwrites what other warps may have read (a wgmma of the previous iteration).
         return Access(reads=(buffers.of(op.barrier),), writes=(buffers.of(op.buffer),), solo=True,
                       on_mbarrier=True)
-    if isinstance(op, TmaStore):
+    if isinstance(op, TmaAsyncCopySharedToGlobal):
         return Access(reads=(buffers.of(op.buffer),), solo=True, in_flight="tma_store")
     if isinstance(op, TmaStoreWait):
         return Access(retires=("tma_store", op.pending))
@@ -131,13 +133,13 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(retires=("wgmma", op.pending))
     if isinstance(op, MmaV2):
         return Access(reads=tuple(buffers.of(v) for v in (op.a, op.b) if is_shared(v)))
-    if isinstance(op, AsyncCopy):
+    if isinstance(op, AsyncCopyGlobalToShared):
         # Each thread's wait_group covers only its own copies: other threads may read
         # (or overwrite) the bytes only after a barrier that follows the wait.
         return Access(writes=(buffers.of(op.buffer),), in_flight="cp_async")
-    if isinstance(op, AsyncCommitGroup):
+    if isinstance(op, AsyncCopyCommitGroup):
         return Access(commits=True)
-    if isinstance(op, AsyncWaitGroup):
+    if isinstance(op, AsyncCopyWaitGroup):
         return Access(retires=("cp_async", op.pending))
     if op.USES_SCRATCH and op.scratch_offset is not None:
         size = atomics.scratch_bytes(op) if isinstance(op, ATOMICS) else scratch_bytes_of(op, num_warps)

@@ -1,7 +1,7 @@
 """The addressing of every shared value, read off the IR before allocation.
 
 A shared view's element at coordinates c sits at element offset `addressing(c) XOR xor`
-from the view's base. Both are fixed by the ops that made the view (alloc_shared, index,
+from the view's base. Both are fixed by the ops that made the view (allocate_shared_memory, index,
 slice, permute, reinterpret) and kept by loops, branches, partitions and waits (the
 backend refuses a carried view whose addressing changes); only the base address is a
 run-time value (a dynamic index moves it). Planning reads the static part here, so a
@@ -17,7 +17,7 @@ from typing import Union
 
 from ...layouts import LayoutError, LinearLayout
 from ...layouts.rules import shared_addressing, shared_index_addressing, shared_slice_addressing
-from ..ir import (AllocShared, Block, Condition, For, If, Op, SharedIndex, SharedPermute, SharedReinterpret,
+from ..ir import (AllocateSharedMemory, Block, Condition, For, If, Op, SharedIndex, SharedPermute, SharedReinterpret,
                   SharedSlice, Value, WarpgroupMmaWait, WarpSpecialize, While, Yield)
 
 
@@ -58,7 +58,7 @@ def _trace_block(block: Block, views: dict[Value, Traced]) -> None:
 
 
 def _trace_op(op: Op, views: dict[Value, Traced]) -> None:
-    if isinstance(op, AllocShared):
+    if isinstance(op, AllocateSharedMemory):
         views[op.result] = _root(op.result.type.layout)
     elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute, SharedReinterpret)):
         parent = views.get(op.buffer)

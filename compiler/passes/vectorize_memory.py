@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..hardware import MAX_ACCESS_BITS
-from ..ir import AsyncCopy, Compare, Kernel, Load, Op, Store
+from ..ir import AsyncCopyGlobalToShared, Compare, Kernel, Load, Op, Store
 from ..types import TensorType
 from .axis_analysis import analyze_axes
 from .rewrite import rewrite_kernel
@@ -95,7 +95,7 @@ def vectorize_memory(kernel: Kernel) -> Kernel:
             run = uniform_register_run(op, infos)
             if run != op.register_run:
                 return dataclasses.replace(op, register_run=run)
-        if isinstance(op, (Load, Store, AsyncCopy)):  # cp.async: the global side of each copy
+        if isinstance(op, (Load, Store, AsyncCopyGlobalToShared)):  # cp.async: the global side of each copy
             vector = choose_vector(op, infos)
             if vector != op.vector:
                 return dataclasses.replace(op, vector=vector)

@@ -110,8 +110,8 @@ def _where(what: str):
     return lambda position: what
 
 
-@RULES.register(ir.TmaLoad)
-def tma_load(cta, op: ir.TmaLoad) -> None:
+@RULES.register(ir.TmaAsyncCopyGlobalToShared)
+def tma_async_copy_global_to_shared(cta, op: ir.TmaAsyncCopyGlobalToShared) -> None:
     if not predicate(cta, op.pred, op):
         return
     ranks = [cta.rank]
@@ -138,8 +138,8 @@ def tma_load(cta, op: ir.TmaLoad) -> None:
                                                 desc.type.box_bytes))
 
 
-@RULES.register(ir.BulkCopyLoad)
-def bulk_copy_load(cta, op: ir.BulkCopyLoad) -> None:
+@RULES.register(ir.AsyncBulkCopyGlobalToShared)
+def async_bulk_copy_global_to_shared(cta, op: ir.AsyncBulkCopyGlobalToShared) -> None:
     if not predicate(cta, op.pred, op):
         return
     ref = cta[op.buffer]
@@ -168,8 +168,8 @@ def bulk_copy_load(cta, op: ir.BulkCopyLoad) -> None:
     cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, addresses, values, element, nbytes))
 
 
-@RULES.register(ir.TmaStore)
-def tma_store(cta, op: ir.TmaStore) -> None:
+@RULES.register(ir.TmaAsyncCopySharedToGlobal)
+def tma_async_copy_shared_to_global(cta, op: ir.TmaAsyncCopySharedToGlobal) -> None:
     desc = _descriptor(cta, op)
     coords = [int(cta[c]) for c in op.coords]
     if min(coords) < 0:
@@ -198,8 +198,8 @@ def tma_store_wait(cta, op: ir.TmaStoreWait) -> None:
         cta.shared.ordering.retire(groups.pop(0))
 
 
-@RULES.register(ir.AsyncCopy)
-def async_copy(cta, op: ir.AsyncCopy) -> None:
+@RULES.register(ir.AsyncCopyGlobalToShared)
+def async_copy_global_to_shared(cta, op: ir.AsyncCopyGlobalToShared) -> None:
     ref = cta[op.buffer]
     if not isinstance(ref, SharedRef):
         raise EmulationError(f"`{op.NAME}` needs a shared buffer, found {ref!r}", op.loc)
@@ -225,15 +225,15 @@ def async_copy(cta, op: ir.AsyncCopy) -> None:
     async_state(cta).copies.append(record)
 
 
-@RULES.register(ir.AsyncCommitGroup)
-def async_commit_group(cta, op: ir.AsyncCommitGroup) -> None:
+@RULES.register(ir.AsyncCopyCommitGroup)
+def async_copy_commit_group(cta, op: ir.AsyncCopyCommitGroup) -> None:
     state = async_state(cta)
     state.copy_groups.append(state.copies)
     state.copies = []
 
 
-@RULES.register(ir.AsyncWaitGroup)
-def async_wait_group(cta, op: ir.AsyncWaitGroup) -> None:
+@RULES.register(ir.AsyncCopyWaitGroup)
+def async_copy_wait_group(cta, op: ir.AsyncCopyWaitGroup) -> None:
     groups = async_state(cta).copy_groups
     while len(groups) > op.pending:
         for record in groups.pop(0):

@@ -96,7 +96,7 @@ class CTA:
         self.shared = shared
         self.rules = rules
         self.stream = stream
-        self.placements = placements  # id(AllocShared) -> byte offset, for unplaced buffers
+        self.placements = placements  # id(AllocateSharedMemory) -> byte offset, for unplaced buffers
         self.env: dict[ir.Value, object] = {}
         self.warp_base = 0
         self.partition = "default partition"
@@ -237,10 +237,10 @@ def _scalar_argument(arg, element: ScalarType, name: str):
 
 
 def _place_unallocated(kernel: ir.Kernel) -> tuple[dict, int]:
-    """Byte offsets for AllocShared ops the allocation pass has not placed (offset None)."""
+    """Byte offsets for AllocateSharedMemory ops the allocation pass has not placed (offset None)."""
     placements, top = {}, -(-kernel.shared_bytes // _ALIGN) * _ALIGN
     for op in kernel.walk():
-        if isinstance(op, ir.AllocShared) and op.offset is None:
+        if isinstance(op, ir.AllocateSharedMemory) and op.offset is None:
             placements[id(op)] = top
             top += -(-op.result.type.num_bytes // _ALIGN) * _ALIGN
     return placements, (top if placements else kernel.shared_bytes)

@@ -119,7 +119,7 @@ def predicate(cta, pred: Optional[ir.Value], op) -> bool:
 def _allocations(kernel, placements: dict) -> list:
     found = []
     for op in kernel.walk():
-        if isinstance(op, ir.AllocShared):
+        if isinstance(op, ir.AllocateSharedMemory):
             offset = op.offset if op.offset is not None else placements.get(id(op))
             if offset is not None:
                 found.append((offset, op.result.type.num_bytes, op))

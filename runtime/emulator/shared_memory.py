@@ -57,8 +57,8 @@ def _store(cta, op, ref: SharedRef, value: ir.Value) -> None:
     cta.shared.write(addresses, cta[value], ref.type.element, op, cta.describe(value.type), writers=writers)
 
 
-@RULES.register(ir.AllocShared)
-def alloc_shared(cta, op: ir.AllocShared) -> None:
+@RULES.register(ir.AllocateSharedMemory)
+def allocate_shared_memory(cta, op: ir.AllocateSharedMemory) -> None:
     offset = op.offset if op.offset is not None else cta.placements[id(op)]
     type_ = op.result.type
     if offset < 0 or offset + type_.num_bytes > cta.shared.cta_size:

@@ -6,9 +6,9 @@ IR the language would refuse, `@ll.jit` kernels for the rest (the GPU tests laun
 from __future__ import annotations
 
 from weft import lowlevel as ll
-from weft.compiler.ir import (AllocShared, Block, Constant, MBarrierArrive, MBarrierExpect, MBarrierInit, MBarrierInvalidate,
-                              MBarrierWait, SharedSlice, Store, TmaLoad, TmaStore, TmaStoreWait, Value, WarpSpecialize,
-                              Yield)
+from weft.compiler.ir import (AllocateSharedMemory, Block, Constant, MBarrierArrive, MBarrierExpect, MBarrierInit,
+                              MBarrierInvalidate, MBarrierWait, SharedSlice, Store, TmaAsyncCopyGlobalToShared,
+                              TmaAsyncCopySharedToGlobal, TmaStoreWait, Value, WarpSpecialize, Yield)
 from weft.compiler.types import PointerType, SharedType, TensorDescriptorType, fp16, i1, i32, i64
 from weft.layouts import LinearLayout, nvmma_shared
 from weft.lowlevel import async_copy, mbarrier, tma
@@ -34,20 +34,20 @@ def tma_round_trip(box=(64, 64), swizzle=128, buffer_layout=None, window=None, p
     src, dst = kb.param(desc, "src"), kb.param(desc, "dst")
     y, x = kb.param(i32, "y"), kb.param(i32, "x")
     issue = kb.param(i1, "issue") if pred else None
-    bar = kb.add(AllocShared, SharedType((1,), i64, barrier_layout()), "bar")
+    bar = kb.add(AllocateSharedMemory, SharedType((1,), i64, barrier_layout()), "bar")
     if window is None:
-        smem = kb.add(AllocShared, SharedType(box, fp16, buffer_layout or layout), "smem")
+        smem = kb.add(AllocateSharedMemory, SharedType(box, fp16, buffer_layout or layout), "smem")
     else:
         rows, start = window
         tall = (rows, box[1])
-        whole = kb.add(AllocShared, SharedType(tall, fp16, shared(tall)), "whole")
+        whole = kb.add(AllocateSharedMemory, SharedType(tall, fp16, shared(tall)), "whole")
         smem = kb.add(SharedSlice, SharedType(box, fp16, layout), "smem", buffer=whole, dim=0, start=start)
     kb.add(MBarrierInit, barrier=bar, count=1)
     kb.add(MBarrierExpect, barrier=bar, nbytes=desc.box_bytes, pred=issue)
-    kb.add(TmaLoad, descriptor=src, coords=(y, x), barrier=bar, buffer=smem, pred=issue)
+    kb.add(TmaAsyncCopyGlobalToShared, descriptor=src, coords=(y, x), barrier=bar, buffer=smem, pred=issue)
     phase = kb.add(Constant, i32, value=0)
     kb.add(MBarrierWait, barrier=bar, phase=phase)
-    kb.add(TmaStore, descriptor=dst, coords=(y, x), buffer=smem)
+    kb.add(TmaAsyncCopySharedToGlobal, descriptor=dst, coords=(y, x), buffer=smem)
     kb.add(TmaStoreWait, pending=0)
     kb.add(MBarrierInvalidate, barrier=bar)
     params = (1,) * len(kb.params)
@@ -63,11 +63,11 @@ def tma_3d():
     layout = LinearLayout({"offset": offsets, "block": []}, {"dim0": 2, "dim1": 8, "dim2": 64})
     desc = kb.param(TensorDescriptorType(fp16, box, layout), "desc")
     z, y, x = kb.param(i32, "z"), kb.param(i32, "y"), kb.param(i32, "x")
-    bar = kb.add(AllocShared, SharedType((1,), i64, barrier_layout()), "bar")
-    smem = kb.add(AllocShared, SharedType(box, fp16, layout), "smem")
+    bar = kb.add(AllocateSharedMemory, SharedType((1,), i64, barrier_layout()), "bar")
+    smem = kb.add(AllocateSharedMemory, SharedType(box, fp16, layout), "smem")
     kb.add(MBarrierInit, barrier=bar, count=1)
     kb.add(MBarrierExpect, barrier=bar, nbytes=2 * 8 * 64 * 2)
-    kb.add(TmaLoad, descriptor=desc, coords=(z, y, x), barrier=bar, buffer=smem)
+    kb.add(TmaAsyncCopyGlobalToShared, descriptor=desc, coords=(z, y, x), barrier=bar, buffer=smem)
     kb.add(MBarrierWait, barrier=bar, phase=z)
     return kb.build(param_divisibility=(1, 1, 1, 1))
 
@@ -80,7 +80,7 @@ def warp_specialized(worker_num_warps=(4,), worker_num_regs=(0,), default_num_re
     another warp_specialize."""
     kb = KernelBuilder("warp_specialized", num_warps=num_warps)
     out, flag = kb.param(PointerType(i32), "out"), kb.param(i32, "flag")
-    bar = kb.add(AllocShared, SharedType((1,), i64, barrier_layout()), "bar")
+    bar = kb.add(AllocateSharedMemory, SharedType((1,), i64, barrier_layout()), "bar")
     kb.add(MBarrierInit, barrier=bar, count=1 + len(worker_num_warps))
 
     def partition(index: int, yields: bool) -> Block:

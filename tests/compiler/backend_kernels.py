@@ -10,9 +10,9 @@ import contextlib
 import dataclasses
 
 from weft.compiler.config import current
-from weft.compiler.ir import (AddPtr, AllocShared, Arange, Binary, Block, Broadcast, Compare, Condition, Constant,
-                              ConvertLayout, ExpandDims, For, If, Kernel, Load, Reduce, SharedIndex, SharedLoad,
-                              SharedSlice, SharedStore, Splat, Store, Value, While, Yield)
+from weft.compiler.ir import (AddPtr, AllocateSharedMemory, Arange, Binary, Block, Broadcast, Compare, Condition,
+                              Constant, ConvertLayout, ExpandDims, For, If, Kernel, Load, Reduce, SharedIndex,
+                              SharedLoad, SharedSlice, SharedStore, Splat, Store, Value, While, Yield)
 from weft.layouts.rules import expand_dims_layout, plan_reduction
 from weft.compiler.pipeline import run_layout_passes
 from weft.compiler.types import PointerType, SharedType, TensorType, fp32, i1, i32
@@ -221,10 +221,10 @@ def shared_transpose(rows=64, cols=64, element=fp32, num_warps=4, swizzled=None)
     offs_src, _ = _grid_offsets(kb, src, rows, cols, stride)
     offs_dst, _ = _grid_offsets(kb, dst, rows, cols, stride)
     values = kb.add(Load, tensor((rows, cols), element, src), "values", pointer=kb.pointers(x, offs_src))
-    buffer = kb.add(AllocShared, SharedType((rows, cols), element, smem), "buffer", init=values)
+    buffer = kb.add(AllocateSharedMemory, SharedType((rows, cols), element, smem), "buffer", init=values)
     read = kb.add(SharedLoad, tensor((rows, cols), element, dst), "read", buffer=buffer)
     kb.add(Store, pointer=kb.pointers(out, offs_dst), value=read)
-    stages = kb.add(AllocShared, SharedType((2, rows, cols), element, _stacked(smem, 2)), "stages")
+    stages = kb.add(AllocateSharedMemory, SharedType((2, rows, cols), element, _stacked(smem, 2)), "stages")
     one = kb.add(Constant, i32, value=1)
     stage = kb.add(SharedIndex, SharedType((rows, cols), element, smem), "stage", buffer=stages, index=one)
     kb.add(SharedStore, buffer=stage, value=read)

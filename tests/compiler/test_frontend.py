@@ -253,7 +253,7 @@ kernel @smem_transpose(%x_ptr: *fp16, %out_ptr: *fp16) num_warps=4 {
   %11 = broadcast %9 : tensor<32x32xi32, #L4>
   %12 = add_ptr %10, %11 : tensor<32x32x*fp16, #L4>
   %tile = load %12 : tensor<32x32xfp16, #L4>
-  %smem = alloc_shared %tile : shared<32x32xfp16, #L5>
+  %smem = allocate_shared_memory %tile : shared<32x32xfp16, #L5>
   barrier
   %t = shared_load %smem : tensor<32x32xfp16, #L6>
   %rows_t = arange [start=0 end=32] : tensor<32xi32, #L1>

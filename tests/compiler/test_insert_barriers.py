@@ -73,7 +73,7 @@ def test_k_loop_gets_a_barrier_before_the_tma_overwrites_what_wgmma_read(num_war
     kernel = _k_loop_layout_ir(num_warps)
     loop = next(op for op in kernel.body.ops if isinstance(op, ir.For))
     names = [op.NAME for op in loop.body.ops]
-    first_load = names.index("tma_load")
+    first_load = names.index("tma_async_copy_global_to_shared")
     assert "barrier" in names[:first_load], names
 
 
@@ -168,7 +168,7 @@ def test_ring_k_loop_gets_a_barrier_before_refilling_a_slot(num_warps):
     kernel = run_layout_passes(build_kernel(ring_k_loop, signature, {"NUM_WARPS": num_warps, "SLOTS": 2}, num_warps))
     loop = next(op for op in kernel.body.ops if isinstance(op, ir.For))
     names = [op.NAME for op in loop.body.ops]
-    assert "barrier" in names[:names.index("tma_load")], names
+    assert "barrier" in names[:names.index("tma_async_copy_global_to_shared")], names
 
 
 @pytest.mark.parametrize("num_warps", [4, 8])

@@ -3,7 +3,7 @@
 import pytest
 
 from weft.compiler.errors import CompilationError
-from weft.compiler.ir import (AddPtr, AllocShared, Arange, Block, Compare, For, Kernel, Load,
+from weft.compiler.ir import (AddPtr, AllocateSharedMemory, Arange, Block, Compare, For, Kernel, Load,
                               Reduce, SharedLoad, SharedStore, Splat, Store, Value, Yield)
 from weft.compiler.passes.allocate_shared_memory import allocate_shared_memory
 from weft.compiler.passes.axis_analysis import analyze_axes
@@ -65,20 +65,20 @@ def shared_kernel(reuse_in_loop=False):
     a_type = SharedType((32, 16), fp32, row_major_shared(32, 16))
     x, a, b = Value(tensor, "x"), Value(a_type, "a"), Value(a_type, "b")
     y, z = Value(tensor, "y"), Value(tensor, "z")
-    ops = (AllocShared(result=a, init=None), SharedStore(buffer=a, value=x), SharedLoad(result=y, buffer=a),
-           AllocShared(result=b, init=None), SharedStore(buffer=b, value=y), SharedLoad(result=z, buffer=b))
+    ops = (AllocateSharedMemory(result=a, init=None), SharedStore(buffer=a, value=x), SharedLoad(result=y, buffer=a),
+           AllocateSharedMemory(result=b, init=None), SharedStore(buffer=b, value=y), SharedLoad(result=z, buffer=b))
     return Kernel("s", (x,), Block((), ops), 4)
 
 
 def test_allocation_reuses_dead_buffers_and_barriers_cover_hazards():
     kernel = insert_barriers(allocate_shared_memory(shared_kernel()))
-    allocs = [op for op in kernel.walk() if isinstance(op, AllocShared)]
+    allocs = [op for op in kernel.walk() if isinstance(op, AllocateSharedMemory)]
     # `a` is dead once loaded, so `b` takes its bytes...
     assert [op.offset for op in allocs] == [0, 0]
     assert kernel.shared_bytes == 32 * 16 * 4
     names = [op.NAME for op in kernel.body.ops]
     # ...which needs a barrier before b's store (WAR on a) as well as store->load barriers.
-    assert names == ["alloc_shared", "shared_store", "barrier", "shared_load", "alloc_shared",
+    assert names == ["allocate_shared_memory", "shared_store", "barrier", "shared_load", "allocate_shared_memory",
                      "barrier", "shared_store", "barrier", "shared_load"]
     verify(kernel)
 
@@ -103,7 +103,7 @@ def test_loop_back_edge_gets_a_barrier():
 def test_allocation_over_the_limit_is_a_clear_error():
     layout = row_major_shared(256, 256)
     big = Value(SharedType((256, 256), fp32, layout), "big")
-    kernel = Kernel("huge", (), Block((), (AllocShared(result=big),)), 4)
+    kernel = Kernel("huge", (), Block((), (AllocateSharedMemory(result=big),)), 4)
     with pytest.raises(CompilationError, match="262144 bytes of shared memory"):
         allocate_shared_memory(kernel)
 

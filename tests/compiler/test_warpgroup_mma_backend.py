@@ -14,8 +14,8 @@ import pytest
 
 from weft.compiler.backend import compile_to_ptx
 from weft.compiler.errors import CompilationError, Loc
-from weft.compiler.ir import (AllocShared, Constant, FenceAsyncShared, SharedPermute, Store, Value, WarpgroupMma,
-                              WarpgroupMmaWait)
+from weft.compiler.ir import (AllocateSharedMemory, Constant, FenceAsyncShared, SharedPermute, Store, Value,
+                              WarpgroupMma, WarpgroupMmaWait)
 from weft.compiler.types import PointerType, ScalarType, SharedType, fp32, i32
 from weft.layouts import blocked, nvmma_shared, wgmma_accumulator
 from weft.lowlevel.layouts import BlockedLayout, NVMMADistributedLayout
@@ -144,13 +144,15 @@ def _dot_builder(m=64, n=64, k=64, a="bf16", b="bf16", acc_element="fp32", a_lay
     kb = KernelBuilder("dot_error", num_warps=num_warps)
     a_type, b_type = ScalarType(a), ScalarType(b)
     a_layout = a_layout or nvmma_shared((m, k), 128 if k * a_type.bits >= 1024 else 0, a_type.bits)
-    a_smem = kb.add(AllocShared, SharedType((m, k), a_type, a_layout), "a")
+    a_smem = kb.add(AllocateSharedMemory, SharedType((m, k), a_type, a_layout), "a")
     if b_transposed_view:
-        stored = kb.add(AllocShared, SharedType((n, k), b_type, b_layout or nvmma_shared((n, k), 64, b_type.bits)), "bt")
+        stored = kb.add(AllocateSharedMemory,
+                        SharedType((n, k), b_type, b_layout or nvmma_shared((n, k), 64, b_type.bits)), "bt")
         b_smem = kb.add(SharedPermute, SharedType((k, n), b_type, nvmma_shared((k, n), 64, b_type.bits, True)), "b",
                         buffer=stored, order=(1, 0))
     else:
-        b_smem = kb.add(AllocShared, SharedType((k, n), b_type, b_layout or nvmma_shared((k, n), 64, b_type.bits)), "b")
+        b_smem = kb.add(AllocateSharedMemory,
+                        SharedType((k, n), b_type, b_layout or nvmma_shared((k, n), 64, b_type.bits)), "b")
     kb.add(FenceAsyncShared)
     warps = (num_warps, 1)
     layout = acc_layout or wgmma_accumulator((m, n), warps, n)

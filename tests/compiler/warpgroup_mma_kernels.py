@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weft.compiler.ir import (AllocShared, Cast, Compare, Constant, FenceAsyncShared, Load, SharedPermute, Store, Value,
-                              WarpgroupMma, WarpgroupMmaWait)
+from weft.compiler.ir import (AllocateSharedMemory, Cast, Compare, Constant, FenceAsyncShared, Load, SharedPermute,
+                              Store, Value, WarpgroupMma, WarpgroupMmaWait)
 from weft.compiler.types import PointerType, ScalarType, SharedType, fp32, i1, i32
 from weft.layouts import blocked, default_nvmma_swizzle, dot_operand, nvmma_shared, wgmma_accumulator
 from weft.lowlevel.layouts import DotOperandLayout, NVMMADistributedLayout, NVMMASharedLayout
@@ -95,18 +95,18 @@ def wgmma_dot(config: DotConfig):
     else:
         values, _ = _load(kb, a_ptr, (m, k), element, load_a)
         layout, encoding = _nvmma((m, k), bits, config.a_swizzle, transposed=config.a_mmajor)
-        a = kb.add(AllocShared, SharedType((m, k), element, layout, encoding), "a_smem", init=values)
+        a = kb.add(AllocateSharedMemory, SharedType((m, k), element, layout, encoding), "a_smem", init=values)
     if config.b_kmajor:
         values, _ = _load(kb, b_ptr, (n, k), element, _load_layout((n, k), config.num_warps))
         layout, encoding = _nvmma((n, k), bits, config.b_swizzle)
-        stored = kb.add(AllocShared, SharedType((n, k), element, layout, encoding), "bt_smem", init=values)
+        stored = kb.add(AllocateSharedMemory, SharedType((n, k), element, layout, encoding), "bt_smem", init=values)
         view_layout, view_encoding = _nvmma((k, n), bits, encoding.swizzle_byte_width, transposed=True)
         b = kb.add(SharedPermute, SharedType((k, n), element, view_layout, view_encoding), "b_view",
                    buffer=stored, order=(1, 0))
     else:
         values, _ = _load(kb, b_ptr, (k, n), element, _load_layout((k, n), config.num_warps))
         layout, encoding = _nvmma((k, n), bits, config.b_swizzle)
-        b = kb.add(AllocShared, SharedType((k, n), element, layout, encoding), "b_smem", init=values)
+        b = kb.add(AllocateSharedMemory, SharedType((k, n), element, layout, encoding), "b_smem", init=values)
     kb.add(FenceAsyncShared)
     c, offsets = _load(kb, c_ptr, (m, n), ScalarType(config.acc), acc_layout, acc_encoding)
     zero = kb.add(Constant, i32, value=0)

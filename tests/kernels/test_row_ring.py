@@ -107,7 +107,7 @@ def test_refilling_a_slot_other_warps_still_read_gets_the_pass_s_barrier():
     compiled = copy_rows.compile({"out_ptr": "*fp32", "in_ptr": "*fp32", "n_rows": "i32", "n_cols": "i32"},
                                  constexprs=dict(BLOCK=128, STAGES=2, BARRIER=False, FENCE=True, LAYOUT=PLAIN))
     loop = compiled.asm["layout"].split(" = for ", 1)[1]
-    assert loop.index("barrier\n") < loop.index("bulk_copy_load"), loop
+    assert loop.index("barrier\n") < loop.index("async_bulk_copy_global_to_shared"), loop
 
 
 def test_refilling_a_slot_without_a_proxy_fence_is_a_race():

@@ -48,10 +48,10 @@ def test_tma_and_mbarrier_ops_build_their_ir():
     kernel = build(tma_round_trip, DESC)
     init, = ops(kernel, ir.MBarrierInit)
     expect, = ops(kernel, ir.MBarrierExpect)
-    load, = ops(kernel, ir.TmaLoad)
+    load, = ops(kernel, ir.TmaAsyncCopyGlobalToShared)
     assert init.count == 1 and expect.nbytes == 64 * 64 * 2
     assert len(load.coords) == 2 and load.barrier is init.barrier
-    (store,) = ops(kernel, ir.TmaStore)
+    (store,) = ops(kernel, ir.TmaAsyncCopySharedToGlobal)
     assert store.buffer is load.buffer
 
 
@@ -61,9 +61,9 @@ def test_barriers_go_where_the_async_ops_need_them():
     # The elected thread inits, expects, loads and stores: no barriers among those. The
     # other threads may touch the mbarrier only once its init is published (a barrier
     # before the wait), and it is invalidated only once nobody waits on it any more.
-    assert names == ["alloc_shared", "alloc_shared", "mbarrier_init", "mbarrier_expect", "tma_load",
-                     "barrier", "mbarrier_wait", "tma_store", "tma_store_wait", "barrier",
-                     "mbarrier_invalidate"]
+    assert names == ["allocate_shared_memory", "allocate_shared_memory", "mbarrier_init", "mbarrier_expect",
+                     "tma_async_copy_global_to_shared", "barrier", "mbarrier_wait",
+                     "tma_async_copy_shared_to_global", "tma_store_wait", "barrier", "mbarrier_invalidate"]
 
 
 @ll.jit
@@ -127,9 +127,9 @@ def cp_async(ptr, n):
 
 def test_cp_async_builds_copy_commit_wait():
     kernel = build(cp_async, {"ptr": "*fp16", "n": "i32"})
-    copy, = ops(kernel, ir.AsyncCopy)
+    copy, = ops(kernel, ir.AsyncCopyGlobalToShared)
     assert copy.mask is not None and copy.pointer.type.shape == (64, 64)
-    assert len(ops(kernel, ir.AsyncCommitGroup)) == 1 and ops(kernel, ir.AsyncWaitGroup)[0].pending == 0
+    assert len(ops(kernel, ir.AsyncCopyCommitGroup)) == 1 and ops(kernel, ir.AsyncCopyWaitGroup)[0].pending == 0
 
 
 @ll.jit
@@ -265,7 +265,7 @@ def two_partitions_allocating():
 
 def test_partitions_running_together_never_share_shared_bytes():
     kernel = run_layout_passes(build(two_partitions_allocating))
-    allocs = ops(kernel, ir.AllocShared)
+    allocs = ops(kernel, ir.AllocateSharedMemory)
     assert len(allocs) == 2
     (a, b) = sorted(op.offset for op in allocs)
     assert b >= a + 64 * 64 * 4 and kernel.shared_bytes >= 2 * 64 * 64 * 4

@@ -272,7 +272,7 @@ def shared_views(x_ptr, stage):
 
 def test_shared_memory_views():
     ops = ops_of(shared_views, {"x_ptr": "*fp16", "stage": "i32"})
-    alloc = last(ops, ir.AllocShared)
+    alloc = last(ops, ir.AllocateSharedMemory)
     assert alloc.result.type == SharedType((3, 64, 64), ll.float16,
                                            ll.NVMMASharedLayout(128, 16).to_linear([3, 64, 64]))
     index = last(ops, ir.SharedIndex)

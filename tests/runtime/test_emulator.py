@@ -304,10 +304,10 @@ def build_shared_transpose(shape=(32, 64), barrier=True, offsets=(256, None), nu
         return b.binary("add", r, b.binary("mul", c, b.splat(b.const(col_stride, t.i32), c.type)))
 
     tile = b.emit(ir.Load, T(shape, t.fp16, row_major), pointer=pointer_tensor(b, x_ptr, grid_offsets(row_major, cols, 1)))
-    buffer = b.emit(ir.AllocShared, t.SharedType(shape, t.fp16, smem), offset=offsets[0])
+    buffer = b.emit(ir.AllocateSharedMemory, t.SharedType(shape, t.fp16, smem), offset=offsets[0])
     b.emit(ir.SharedStore, buffer=buffer, value=tile, text="smem.store(tile)")
     if offsets[1] is not None:
-        decoy = b.emit(ir.AllocShared, t.SharedType(shape, t.fp16, smem), offset=offsets[1])
+        decoy = b.emit(ir.AllocateSharedMemory, t.SharedType(shape, t.fp16, smem), offset=offsets[1])
         b.emit(ir.SharedStore, buffer=decoy, value=b.binary("add", tile, tile))
     if barrier:
         b.emit(ir.Barrier)
@@ -377,7 +377,8 @@ def build_stages_and_slices(num_warps=4):
         return b.binary("add", b.binary("mul", r, b.splat(b.const(row_stride, t.i32), r.type)), c)
 
     tile = b.emit(ir.Load, T(shape, t.fp16, row_major), pointer=pointer_tensor(b, x_ptr, offsets(row_major, 64, 64)))
-    stages = b.emit(ir.AllocShared, t.SharedType((2,) + shape, t.fp16, swizzled_shared([2, 32, 64], 8, 1, 8, [2, 1, 0])),
+    stages = b.emit(ir.AllocateSharedMemory,
+                    t.SharedType((2,) + shape, t.fp16, swizzled_shared([2, 32, 64], 8, 1, 8, [2, 1, 0])),
                     offset=1024)
     stage_type = t.SharedType(shape, t.fp16, swizzled_shared(list(shape), 8, 1, 8, [1, 0]))
     for s in (0, 1):

@@ -746,7 +746,7 @@ def test_wgmma_reads_through_its_descriptors_and_refuses_a_misaligned_swizzle():
     kernel = run_layout_passes(build_kernel(wgmma_misuse, {"a_ptr": "*fp16", "c_ptr": "*fp32"},
                                             {"READ_EARLY": False, "OVERWRITE": False}, 4))
     # move the 128B-swizzled buffer to a 512-byte boundary: the swizzle repeats every 1024
-    moved = tuple(dataclasses.replace(op, offset=op.offset + 512) if isinstance(op, ir.AllocShared)
+    moved = tuple(dataclasses.replace(op, offset=op.offset + 512) if isinstance(op, ir.AllocateSharedMemory)
                   else op for op in kernel.body.ops)
     kernel = kernel.with_body(ir.Block(kernel.body.args, moved), shared_bytes=kernel.shared_bytes + 512)
     with pytest.raises(EmulationError, match="multiple of 1024 bytes") as info:
