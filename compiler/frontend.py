@@ -311,7 +311,7 @@ class KernelBuilder(ExpressionVisitor):
             return
         if _element(condition.type) != i1:
             condition = condition != 0
-        self.builder.emit(ir.Assert(condition=condition.handle, message=message, loc=self.builder.loc))
+        self.builder.emit(ir.DeviceAssert(condition=condition.handle, message=message, loc=self.builder.loc))
 
     # ------------------------------------------------------------------ if
     def visit_If(self, node: ast.If) -> None:

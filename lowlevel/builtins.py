@@ -407,7 +407,7 @@ def device_print(prefix: str, *values: Any):
     if not isinstance(prefix, str):
         raise b.error(f"device_print prefix must be a string, found {prefix!r}")
     handles = tuple(sem.to_value(v).handle for v in values)
-    b.emit(ir.Print(prefix=prefix, values=handles, loc=b.loc))
+    b.emit(ir.DevicePrint(prefix=prefix, values=handles, loc=b.loc))
 
 
 @builtin
@@ -419,7 +419,7 @@ def device_assert(condition: Any, message: str = ""):
             raise b.error(f"device_assert on a compile-time false condition: {message}")
         return
     condition = sem.to_bool(condition)
-    b.emit(ir.Assert(condition=condition.handle, message=str(message), loc=b.loc))
+    b.emit(ir.DeviceAssert(condition=condition.handle, message=str(message), loc=b.loc))
 
 
 @builtin

@@ -386,7 +386,7 @@ def select(condition: Any, true_value: Any, false_value: Any) -> DynamicValue:
     condition = coerce(values[0], i1, template)
     true_value = coerce(values[1], element, template)
     false_value = coerce(values[2], element, template)
-    return b.wrap(b.create(ir.Select, true_value.type, condition=condition.handle,
+    return b.wrap(b.create(ir.Where, true_value.type, condition=condition.handle,
                            true_value=true_value.handle, false_value=false_value.handle))
 
 

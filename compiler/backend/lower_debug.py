@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..ir import Assert, Print, Value
+from ..ir import DeviceAssert, DevicePrint, Value
 from ..types import PointerType, TensorType
 from . import llvm_types as T
 from .context import Lowering, lowers
@@ -58,8 +58,8 @@ def _program_ids(ctx: Lowering) -> list:
     return [ctx.special_register(f"ctaid.{axis}") for axis in "xyz"]
 
 
-@lowers(Print)
-def lower_print(ctx: Lowering, op: Print) -> None:
+@lowers(DevicePrint)
+def lower_device_print(ctx: Lowering, op: DevicePrint) -> None:
     b = ctx.builder
     pid = "pid (%u, %u, %u)"
     if not op.values:
@@ -81,8 +81,8 @@ def lower_print(ctx: Lowering, op: Print) -> None:
             vprintf(ctx, f"{pid} {index} {label}: {spec}\n", _program_ids(ctx) + coords + [argument])
 
 
-@lowers(Assert)
-def lower_assert(ctx: Lowering, op: Assert) -> None:
+@lowers(DeviceAssert)
+def lower_device_assert(ctx: Lowering, op: DeviceAssert) -> None:
     b = ctx.builder
     failed = None
     for condition in _conditions(ctx, op.condition):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..errors import CompilationError
-from ..ir import AddPtr, Arange, Binary, Bitcast, Compare, Constant, Fma, NumPrograms, ProgramId, Select, Splat, Value
+from ..ir import AddPtr, Arange, Binary, Bitcast, Compare, Constant, Fma, NumPrograms, ProgramId, Splat, Value, Where
 from ..types import PointerType, TensorType
 from . import llvm_types as T
 from .context import Lowering, elementwise, lowers
@@ -160,8 +160,8 @@ def lower_fma(ctx: Lowering, op: Fma) -> None:
     elementwise(ctx, op.result, (op.a, op.b, op.c), compute)
 
 
-@lowers(Select)
-def lower_select(ctx: Lowering, op: Select) -> None:
+@lowers(Where)
+def lower_where(ctx: Lowering, op: Where) -> None:
     elementwise(ctx, op.result, (op.condition, op.true_value, op.false_value),
                 lambda b, c, x, y: b.select(c, x, y))
 

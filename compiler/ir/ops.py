@@ -165,8 +165,8 @@ class MmaV2(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Select(Op):
-    NAME = "select"
+class Where(Op):
+    NAME = "where"
     ELEMENTWISE = True
     IN_WARP = True
     result: Value
@@ -625,15 +625,15 @@ class While(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Print(Op):
-    NAME = "print"
+class DevicePrint(Op):
+    NAME = "device_print"
     prefix: str
     values: tuple[Value, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
-class Assert(Op):
-    NAME = "assert"
+class DeviceAssert(Op):
+    NAME = "device_assert"
     condition: Value
     message: str
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from ..ir import (AddPtr, Arange, Binary, Bitcast, Broadcast, Cast, Compare, Constant, ConvertLayout,
-                  ExpandDims, For, Kernel, Op, Select, Splat, Value, WarpSpecialize)
+from ..ir import (AddPtr, Arange, Binary, Bitcast, Broadcast, Cast, Compare, Constant, ConvertLayout, ExpandDims, For,
+                  Kernel, Op, Splat, Value, WarpSpecialize, Where)
 from ..types import PointerType, TensorType, element_of
 
 NAME = "axis_analysis"
@@ -156,7 +156,7 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
                 k = max(k, gcd(a.contiguity[d], gcd(a.divisibility[d], b.divisibility[d])))
             constancy.append(k)
         return AxisInfo(tuple(1 for _ in constancy), tuple(1 for _ in constancy), tuple(constancy))
-    if isinstance(op, Select):
+    if isinstance(op, Where):
         c, a, b = get(op.condition), get(op.true_value), get(op.false_value)
         return AxisInfo(tuple(1 for _ in a.contiguity),
                         tuple(gcd(x, y) for x, y in zip(a.divisibility, b.divisibility)),

@@ -15,7 +15,7 @@ import dataclasses
 
 from ...layouts import LayoutError, plan_conversion
 from ..errors import CompilationError
-from ..ir import Block, ConvertLayout, Kernel, Op, Reduce, Value, WarpgroupMma, WarpSpecialize
+from ..ir import Block, ConvertLayout, Kernel, Op, Reduce, Value, WarpSpecialize, WarpgroupMma
 from ..wgmma_dot import plan_warpgroup_mma
 from ...layouts.rules import plan_reduction
 from .shared_views import Traced, trace_shared_views

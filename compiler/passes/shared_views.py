@@ -18,7 +18,7 @@ from typing import Union
 from ...layouts import LayoutError, LinearLayout
 from ...layouts.rules import shared_addressing, shared_index_addressing, shared_slice_addressing
 from ..ir import (AllocateSharedMemory, Block, Condition, For, If, Op, SharedIndex, SharedPermute, SharedReinterpret,
-                  SharedSlice, Value, WarpgroupMmaWait, WarpSpecialize, While, Yield)
+                  SharedSlice, Value, WarpSpecialize, WarpgroupMmaWait, While, Yield)
 
 
 @dataclass(frozen=True)

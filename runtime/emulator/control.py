@@ -103,8 +103,8 @@ def _element_coordinates(cta, value: ir.Value):
     return None
 
 
-@RULES.register(ir.Print)
-def device_print(cta, op: ir.Print) -> None:
+@RULES.register(ir.DevicePrint)
+def device_print(cta, op: ir.DevicePrint) -> None:
     """Like device_print: one line per thread and register, `pid (x, y, z) thread t idx (..)`."""
     pid = "pid ({}, {}, {})".format(*cta.program_id)
     if not op.values:
@@ -125,8 +125,8 @@ def device_print(cta, op: ir.Print) -> None:
     print("\n".join(lines), file=cta.stream)
 
 
-@RULES.register(ir.Assert)
-def device_assert(cta, op: ir.Assert) -> None:
+@RULES.register(ir.DeviceAssert)
+def device_assert(cta, op: ir.DeviceAssert) -> None:
     condition = cta[op.condition]
     if np.ndim(condition) == 0:
         if not bool(condition):

@@ -226,8 +226,8 @@ def fma(cta, op: ir.Fma) -> None:
         cta.bind(op.result, finish(element, a * b + c))
 
 
-@RULES.register(ir.Select)
-def select(cta, op: ir.Select) -> None:
+@RULES.register(ir.Where)
+def where(cta, op: ir.Where) -> None:
     condition = cta[op.condition]
     true_value, false_value = cta[op.true_value], cta[op.false_value]
     if np.ndim(condition) == 0:

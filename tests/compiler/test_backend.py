@@ -22,8 +22,8 @@ from weft.compiler.backend import (DEFAULT_RULES, compile_to_ptx, emit_ptx, lowe
 from weft.compiler.backend.lower_math import ERF_CENTER, ERF_CLAMP, ERF_LARGE, ERF_SMALL, ERF_SPLIT
 from weft.compiler.errors import CompilationError
 from weft.compiler.passes.plan_data_movement import plan_data_movement
-from weft.compiler.ir import (Assert, Binary, Bitcast, Cast, Compare, Constant, ConvertLayout, Fma, Load, Print,
-                              Select, Store, Unary)
+from weft.compiler.ir import (Binary, Bitcast, Cast, Compare, Constant, ConvertLayout, DeviceAssert, DevicePrint, Fma,
+                              Load, Store, Unary, Where)
 from weft.compiler.types import PointerType, ScalarType, bf16, fp16, fp32, fp64, i1, i8, i32, i64, u8, u32
 from weft.layouts import LinearLayout, blocked, swizzled_shared
 from weft.layouts.plans import NoOp, RegisterPermutation, SharedRoundTrip, WarpShuffle
@@ -266,7 +266,7 @@ def _binary_kernel(element, kinds):
         value = kb.add(Binary, a.type, kind=kind, lhs=value, rhs=a)
     value = kb.add(Fma, a.type, a=value, b=a, c=value)
     smaller = kb.add(Compare, tensor((256,), i1, layout), predicate="lt", lhs=value, rhs=a)
-    value = kb.add(Select, a.type, condition=smaller, true_value=value, false_value=a)
+    value = kb.add(Where, a.type, condition=smaller, true_value=value, false_value=a)
     kb.add(Store, pointer=kb.pointers(out, offs), value=value)
     return kb.build(param_divisibility=(16, 16))
 
@@ -355,11 +355,11 @@ def test_print_and_assert_call_the_cuda_syscalls():
     x = kb.param(PointerType(fp32), "x")
     offs = kb.add(ir.Arange, tensor((128,), i32, layout), start=0, end=128)
     value = kb.add(Load, tensor((128,), fp32, layout), pointer=kb.pointers(x, offs))
-    kb.add(Print, prefix="value", values=(value, offs))
+    kb.add(DevicePrint, prefix="value", values=(value, offs))
     zero = kb.full(0.0, fp32, value.type)
     positive = kb.add(Compare, tensor((128,), i1, layout), predicate="ge", lhs=value, rhs=zero)
-    kb.add(Assert, condition=positive, message="x must be non-negative")
-    kb.add(Print, prefix="done")
+    kb.add(DeviceAssert, condition=positive, message="x must be non-negative")
+    kb.add(DevicePrint, prefix="done")
     _, ptx, _ = compile_kernel(kb.build(param_divisibility=(16,)))
     assert "call.uni" in ptx or "call " in ptx
     assert "vprintf" in ptx and "__assertfail" in ptx

@@ -280,7 +280,7 @@ def test_masked_loads_with_other_and_booleans():
     other = kb.full(-3.0, fp16, offs.type)
     value = kb.add(Load, tensor((1024,), fp16, layout), pointer=kb.pointers(x, offs), mask=mask, other=other)
     flag = kb.add(Load, tensor((1024,), i1, layout), pointer=kb.pointers(flags, offs))
-    chosen = kb.add(ir.Select, value.type, condition=flag, true_value=value, false_value=kb.full(7.0, fp16, offs.type))
+    chosen = kb.add(ir.Where, value.type, condition=flag, true_value=value, false_value=kb.full(7.0, fp16, offs.type))
     kb.add(Store, pointer=kb.pointers(out, offs), value=chosen)
     kb.add(Store, pointer=kb.pointers(bools, offs), value=kb.add(ir.Unary, flag.type, kind="not", operand=flag))
     host = RNG.standard_normal(1024).astype(np.float16)
@@ -298,7 +298,7 @@ def test_print_shows_each_element_with_its_coordinates(capfd):
     x = kb.param(PointerType(fp32), "x")
     offs = kb.add(ir.Arange, tensor((128,), i32, layout), start=0, end=128)
     value = kb.add(Load, tensor((128,), fp32, layout), pointer=kb.pointers(x, offs))
-    kb.add(ir.Print, prefix="x", values=(value,))
+    kb.add(ir.DevicePrint, prefix="x", values=(value,))
     launch(kb.build(param_divisibility=(16,)), [np.arange(128, dtype=np.float32) * 0.5])
     lines = [line for line in capfd.readouterr().out.splitlines() if line.startswith("pid")]
     assert len(lines) == 128

@@ -3,8 +3,8 @@
 import pytest
 
 from weft.compiler.errors import CompilationError
-from weft.compiler.ir import (AddPtr, AllocateSharedMemory, Arange, Block, Compare, For, Kernel, Load,
-                              Reduce, SharedLoad, SharedStore, Splat, Store, Value, Yield)
+from weft.compiler.ir import (AddPtr, AllocateSharedMemory, Arange, Block, Compare, For, Kernel, Load, Reduce,
+                              SharedLoad, SharedStore, Splat, Store, Value, Yield)
 from weft.compiler.passes.allocate_shared_memory import allocate_shared_memory
 from weft.compiler.passes.axis_analysis import analyze_axes
 from weft.compiler.passes.insert_barriers import insert_barriers

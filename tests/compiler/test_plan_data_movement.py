@@ -9,7 +9,7 @@ import pytest
 
 from weft.compiler.backend import lower_to_llvm
 from weft.compiler.errors import CompilationError
-from weft.compiler.ir import Block, ConvertLayout, Kernel, Reduce, Value, WarpgroupMma, WarpSpecialize, Yield
+from weft.compiler.ir import Block, ConvertLayout, Kernel, Reduce, Value, WarpSpecialize, WarpgroupMma, Yield
 from weft.layouts.rules import reduce_layout
 from weft.compiler.passes.allocate_shared_memory import allocate_shared_memory
 from weft.compiler.passes.plan_data_movement import plan_data_movement

@@ -109,7 +109,7 @@ def test_scalar_tickets_are_a_permutation_and_every_thread_holds_its_own():
 def _copies_rule(seen):
     rules = EMULATION_RULES.copy()
 
-    @rules.register(ir.Print)
+    @rules.register(ir.DevicePrint)
     def keep(cta, op):
         seen.append(np.array(cta[op.values[0]]))
     return rules

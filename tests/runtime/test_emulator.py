@@ -551,9 +551,9 @@ def build_control_flow():
     values = b.binary("add", lanes, b.splat(chosen, lanes.type))
     positive = b.emit(ir.Compare, T([32], t.i1, layout), predicate="ge", lhs=values,
                       rhs=b.splat(b.const(0, t.i32), lanes.type))
-    b.emit(ir.Assert, condition=positive, message="values must be non-negative",
+    b.emit(ir.DeviceAssert, condition=positive, message="values must be non-negative",
            text="device_assert(values >= 0)")
-    b.emit(ir.Print, prefix="values: ", values=(values,))
+    b.emit(ir.DevicePrint, prefix="values: ", values=(values,))
     b.emit(ir.Store, pointer=pointer_tensor(b, out_ptr, lanes), value=values)
     return b.kernel("control")
 
