@@ -262,3 +262,35 @@ def full_reduce(kind="sum", size=1024, per_thread=4) -> Kernel:
     total = kb.add(Reduce, tensor((), fp32, _slice(layout, 0)), "total", operand=values, axis=0, kind=kind)
     kb.add(Store, pointer=out, value=total)
     return kb.build(param_divisibility=(16, 16))
+
+
+# Bare kernels for single-pass tests: no layout passes run, parameters' divisibility given.
+
+def vector_add_kernel(per_thread, n_divisibility, masked=True):
+    layout = blocked_1d(1024, per_thread)
+    x = Value(PointerType(fp32), "x")
+    n = Value(i32, "n")
+    offs = Value(TensorType((1024,), i32, layout), "offs")
+    ptrs0 = Value(TensorType((1024,), PointerType(fp32), layout), "xs")
+    ptrs = Value(TensorType((1024,), PointerType(fp32), layout), "ptrs")
+    nn = Value(TensorType((1024,), i32, layout), "nn")
+    mask = Value(TensorType((1024,), i1, layout), "mask")
+    val = Value(TensorType((1024,), fp32, layout), "val")
+    ops = [Arange(result=offs, start=0, end=1024), Splat(result=ptrs0, operand=x),
+           AddPtr(result=ptrs, pointer=ptrs0, offset=offs), Splat(result=nn, operand=n),
+           Compare(result=mask, predicate="lt", lhs=offs, rhs=nn)]
+    ops += [Load(result=val, pointer=ptrs, mask=mask if masked else None),
+            Store(pointer=ptrs, value=val, mask=mask if masked else None)]
+    return Kernel("k", (x, n), Block((), tuple(ops)), 4, param_divisibility=(16, n_divisibility))
+
+
+def shared_kernel(reuse_in_loop=False):
+    layout = LinearLayout({"register": [(0, 1), (0, 2)], "lane": [(0, 4), (0, 8), (1, 0), (2, 0), (4, 0)],
+                           "warp": [(8, 0), (16, 0)], "block": []}, {"dim0": 32, "dim1": 16})
+    tensor = TensorType((32, 16), fp32, layout)
+    a_type = SharedType((32, 16), fp32, row_major_shared(32, 16))
+    x, a, b = Value(tensor, "x"), Value(a_type, "a"), Value(a_type, "b")
+    y, z = Value(tensor, "y"), Value(tensor, "z")
+    ops = (AllocateSharedMemory(result=a, init=None), SharedStore(buffer=a, value=x), SharedLoad(result=y, buffer=a),
+           AllocateSharedMemory(result=b, init=None), SharedStore(buffer=b, value=y), SharedLoad(result=z, buffer=b))
+    return Kernel("s", (x,), Block((), ops), 4)

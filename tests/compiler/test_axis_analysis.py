@@ -9,6 +9,7 @@ from weft.compiler.frontend import build_kernel
 from weft.compiler.ir import Load
 from weft.compiler.passes.axis_analysis import analyze_axes, format_axis_info
 
+from .backend_kernels import vector_add_kernel
 from .golden import golden_checker
 from .tile_kernels import tile_kernel
 
@@ -119,3 +120,13 @@ def test_partitions_see_the_facts_of_what_they_capture():
     kernel = build_kernel(specialized, signature, {}, 4, {n: "divisible_by_16" for n in signature})
     (info,) = [analyze_axes(kernel)[op.pointer] for op in kernel.walk() if isinstance(op, Load)]
     assert info.contiguity == (512,) and info.divisibility == (16,)
+
+
+def test_axis_analysis_of_arange_plus_pointer():
+    kernel = vector_add_kernel(4, 16)
+    infos = analyze_axes(kernel)
+    by_name = {v.hint: info for v, info in infos.items()}
+    assert by_name["offs"].contiguity == (1024,)
+    assert by_name["ptrs"].contiguity == (1024,)
+    assert by_name["ptrs"].divisibility == (16,)
+    assert by_name["mask"].constancy == (16,)

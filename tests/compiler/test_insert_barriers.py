@@ -22,10 +22,14 @@ from hypothesis import strategies as st
 from weft import lowlevel as ll
 from weft.compiler import ir
 from weft.compiler.frontend import build_kernel
+from weft.compiler.passes.allocate_shared_memory import allocate_shared_memory
+from weft.compiler.passes.insert_barriers import insert_barriers
 from weft.compiler.pipeline import run_layout_passes
+from weft.compiler.types import i32
 from weft.lowlevel import async_copy, mbarrier, tma
 
 from . import pipeline_traffic, shared_traffic
+from .backend_kernels import shared_kernel
 
 RNG = np.random.default_rng(38)
 BLOCKED = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -375,3 +379,20 @@ def test_pipelines_run_without_a_race(pipeline, iterations, seed, shuffle):
     np.testing.assert_array_equal(got_loads, loads)
     np.testing.assert_array_equal(got_out, out)
     np.testing.assert_allclose(got_mma, mma, rtol=1e-4, atol=1e-3)
+
+
+def test_loop_back_edge_gets_a_barrier():
+    base = shared_kernel()
+    x = base.params[0]
+    ops = base.body.ops
+    a = ops[0].result
+    y = ir.Value(x.type, "y")
+    iv = ir.Value(i32, "i")
+    lo = ir.Value(i32, "lo")
+    body = ir.Block((iv,), (ir.SharedStore(buffer=a, value=x), ir.SharedLoad(result=y, buffer=a), ir.Yield(values=())))
+    loop = ir.For(results=(), lower=lo, upper=lo, step=lo, inits=(), body=body)
+    kernel = ir.Kernel("l", (x, lo), ir.Block((), (ops[0], loop)), 4)
+    kernel = insert_barriers(allocate_shared_memory(kernel))
+    loop = kernel.body.ops[-1]
+    # The store of iteration i+1 must wait for every warp's load of iteration i.
+    assert [op.NAME for op in loop.body.ops] == ["barrier", "shared_store", "barrier", "shared_load", "yield"]
