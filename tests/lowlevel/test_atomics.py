@@ -336,16 +336,6 @@ def test_bad_atomics_fail_at_the_users_line(fn, signature, line, message):
     assert message in text and f"test_atomics.py:{_line_of(line)}:" in text
 
 
-def test_unused_results_are_dropped_before_allocation():
-    kernel = build_kernel(histogram, {"bins_ptr": "*i32", "hist_ptr": "*i32", "old_ptr": "*i32", "n": "i32"},
-                          {"BLOCK": 256, "L": L1}, 4)
-    assert [op.result is not None for op in kernel.walk() if isinstance(op, ir.AtomicRMW)] == [True]
-    kernel = run_layout_passes(build_kernel(qualified, {"ptr": "*i32", "out_ptr": "*i32"},
-                                            {"KEEP": False, "SEM": "relaxed", "SCOPE": "gpu", "L": L1}, 4))
-    (op,) = [op for op in kernel.walk() if isinstance(op, ir.AtomicRMW)]
-    assert op.result is None and op.scratch_offset is None and kernel.shared_bytes == 0
-
-
 # ------------------------------------------------------------------ GPU
 @pytest.mark.gpu
 def test_histogram_on_the_gpu_matches_bincount():
