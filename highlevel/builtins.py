@@ -158,7 +158,7 @@ def atomic_cas(pointer: Any, cmp: Any, value: Any, sem: Optional[str] = "acq_rel
 @builtin
 def where(condition: Any, x: Any, y: Any):
     """Elementwise `x` where `condition` else `y` (broadcast to one shape)."""
-    return ll_sem.select(*sem.broadcast_all(condition, x, y, what="where"))
+    return ll_sem.where(*sem.broadcast_all(condition, x, y, what="where"))
 
 
 @builtin

@@ -202,7 +202,7 @@ def store(pointer: Any, value: Any, mask: Any = None, cache_modifier: str = "", 
 @builtin
 def where(condition: Any, x: Any, y: Any):
     """Elementwise `x` where `condition` else `y` (all broadcast to one shape and layout)."""
-    return sem.select(condition, x, y)
+    return sem.where(condition, x, y)
 
 
 def _math(kind: str):

@@ -373,7 +373,7 @@ def to_bool(x: DynamicValue) -> DynamicValue:
     return compare("ne", x, 0, "!=")
 
 
-def select(condition: Any, true_value: Any, false_value: Any) -> DynamicValue:
+def where(condition: Any, true_value: Any, false_value: Any) -> DynamicValue:
     b = builder()
     if not is_value(condition):
         condition = constant(bool(condition), i1)
