@@ -25,8 +25,12 @@ from weft.runtime.emulator import EmulationError
 # An emulated warp-specialized matmul (a TMA producer warp and wgmma consumer warps) long
 # enough to be interrupted; it says when a partition first waits (the scheduler is running).
 _INTERRUPTED_MATMUL = textwrap.dedent("""
+    import signal
     import sys
     import numpy as np
+    # Python's own Ctrl-C handler, even where the test process hands down an ignored SIGINT
+    # (a child inherits SIG_IGN, and Python then installs no handler of its own).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from weft.kernels.matmul import matmul
     from weft.runtime.emulator import partitions
 
@@ -63,7 +67,8 @@ def test_ctrl_c_in_a_warp_specialized_kernel_ends_it_saying_where_each_partition
         try:
             _, stderr = process.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            pytest.fail("the emulator hung after SIGINT")
+            pytest.fail(f"the emulator hung after SIGINT (this process's SIGINT handler: "
+                        f"{signal.getsignal(signal.SIGINT)!r})")
         took = time.monotonic() - interrupted
     finally:
         process.kill()
