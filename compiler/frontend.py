@@ -490,7 +490,7 @@ class KernelBuilder(ExpressionVisitor):
         results = tuple(ir.Value(t, name) for name, t in carried)
         self.builder.emit(ir.For(results=results, lower=lower, upper=upper, step=step, inits=inits,
                                  body=ir.Block((iv,) + args, tuple(ops)), rematerialize=bounds.rematerialize,
-                                 loc=loc))
+                                 schedule=bounds.schedule, loc=loc))
         self.finish_loop(before, after, carried, results, loc, exclude={induction})
 
     def carried_loop_variable(self, name: str, before: dict, iv_probe) -> tuple[str, Type]:

@@ -41,10 +41,6 @@ TRITON_ONLY_NAMES: dict[str, str] = {
     "store_tensor_descriptor": _TMA,
     "tensor_descriptor": _TMA,
     # compiler hints
-    "multiple_of": _SPECIALIZED,
-    "max_contiguous": _SPECIALIZED,
-    "max_constancy": _SPECIALIZED,
-    "assume": _SPECIALIZED,
     # reductions, scans and sorts
     "reduce": _REDUCTIONS,
     "xor_sum": _REDUCTIONS,
@@ -55,15 +51,10 @@ TRITON_ONLY_NAMES: dict[str, str] = {
     "topk": "",
     "histogram": "",
     # math
-    "math": "the math functions are top-level here: tl.exp, tl.log, tl.sqrt, tl.rsqrt, ...",
     "extra": "",
     "clamp": "tl.minimum(tl.maximum(x, low), high)",
     "sigmoid": "1 / (1 + tl.exp(-x))",
     "softmax": "compose tl.max, tl.exp and tl.sum",
-    "fdiv": "the / operator",
-    "div_rn": "the / operator",
-    "sqrt_rn": "tl.sqrt",
-    "umulhi": "",
     "inline_asm_elementwise": "",
     "swizzle2d": "compute the tile indices from tl.program_id with integer arithmetic",
     # random numbers

@@ -34,15 +34,15 @@ from typing import Callable, Optional
 from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice_layout
 from ...layouts import rules as layout_rules
 from ..errors import CompilationError
-from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
-                  ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex,
-                  Splat, Store, Unary, Value, Where, While)
+from ..ir import (ATOMICS, AddPtr, Arange, AxisHint, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant,
+                  ConvertLayout, ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce,
+                  ReplicaIndex, Reshape, Splat, Store, Unary, Value, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
 
 NAME = "propagate_layouts"
 
-ELEMENTWISE = (Binary, Unary, Compare, Fma, Where, Cast, Bitcast, AddPtr)
+ELEMENTWISE = (Binary, Unary, Compare, Fma, Where, Cast, Bitcast, AddPtr, AxisHint)
 SOURCES = (Arange, Splat, Constant)  # tensors made from nothing: free in any layout
 DERIVED = (ExpandDims, Broadcast, Permute)  # no data moves: redone in another layout for free
 CHEAP = SOURCES + ELEMENTWISE + DERIVED
