@@ -30,6 +30,7 @@ from .builtins import (abs, arange, atomic_add, atomic_and, atomic_cas, atomic_m
                        log2, max, maximum, min, minimum, next_power_of_2, num_programs, permute, program_id,
                        rsqrt, sin, sqrt, static_assert, static_print, store, sum, trans, where, zeros,
                        zeros_like)
+from .builtins import interleave, join, ravel, reshape, split, view
 from . import math
 from .hints import assume, max_constancy, max_contiguous, multiple_of, range
 from .jit import jit
@@ -65,7 +66,8 @@ __all__ = [
     "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
     "maximum", "minimum", "fma", "cdiv", "next_power_of_2", "sum", "max", "min", "argmax", "argmin",
-    "expand_dims", "broadcast_to", "broadcast", "permute", "trans",
+    "expand_dims", "broadcast_to", "broadcast", "permute", "trans", "reshape", "view", "ravel", "join", "split",
+    "interleave",
     "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types

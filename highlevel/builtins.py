@@ -259,3 +259,48 @@ def trans(x: Any, *order: int):
     if not ll_sem.is_tensor(x):
         raise sem.builder().error(f"trans needs a tensor, found {sem.describe(x)}")
     return sem.permute(x, order or tuple(reversed(py.range(py.len(x.type.shape)))))
+
+
+@builtin
+def reshape(input: Any, *shape: int, can_reorder: bool = False):
+    """The elements of `input` in row-major order under `shape` (the same count)."""
+    return sem.reshape(input, _shape(_dims(shape), "reshape shape"), can_reorder)
+
+
+@builtin
+def view(input: Any, *shape: int):
+    """`reshape(input, shape, can_reorder=True)` (Triton's older spelling)."""
+    return sem.reshape(input, _shape(_dims(shape), "view shape"), True)
+
+
+@builtin
+def ravel(x: Any, can_reorder: bool = False):
+    """`x` as a 1-D tensor, in row-major order."""
+    if not ll_sem.is_tensor(x):
+        raise sem.builder().error(f"ravel needs a tensor, found {sem.describe(x)}")
+    return sem.reshape(x, (x.type.num_elements,), can_reorder)
+
+
+@builtin
+def join(a: Any, b: Any):
+    """`a` and `b` stacked along a new last dim of size 2."""
+    return sem.join(a, b)
+
+
+@builtin
+def split(a: Any):
+    """The two halves of `a` along its last dim (of size 2): join's inverse."""
+    return sem.split(a)
+
+
+@builtin
+def interleave(a: Any, b: Any):
+    """`a` and `b` interleaved along their last dim: a0, b0, a1, b1, ..."""
+    joined = sem.join(a, b)
+    shape = joined.type.shape
+    return sem.reshape(joined, shape[:-2] + (shape[-2] * 2,))
+
+
+def _dims(items: tuple) -> tuple:
+    """f(x, 1, 2) and f(x, (1, 2)) both mean the dims (1, 2)."""
+    return tuple(items[0]) if py.len(items) == 1 and isinstance(items[0], (tuple, list)) else tuple(items)

@@ -23,12 +23,6 @@ TRITON_ONLY_NAMES: dict[str, str] = {
     "dot": _LOWLEVEL_MMA,
     "dot_scaled": _LOWLEVEL_MMA,
     # shape manipulation
-    "reshape": _POINTERS + ", or weft.lowlevel's ll.reshape",
-    "view": _POINTERS + ", or weft.lowlevel's ll.reshape",
-    "ravel": _POINTERS + ", or weft.lowlevel's ll.reshape",
-    "split": _POINTERS,
-    "join": _POINTERS,
-    "interleave": _POINTERS,
     "cat": _POINTERS,
     "flip": _POINTERS,
     "gather": "tl.load from the gathered addresses",
