@@ -35,6 +35,8 @@ from . import math
 from .hints import assume, max_constancy, max_contiguous, multiple_of, range
 from .jit import jit
 from .math import umulhi
+from .random import (pair_uniform_to_normal, philox, rand, rand4x, randint, randint4x, randn, randn4x,
+                     uint_to_uniform_float)
 from .tensor import Tensor
 from .unsupported import unsupported_name_error
 
@@ -68,6 +70,8 @@ __all__ = [
     "maximum", "minimum", "fma", "cdiv", "next_power_of_2", "sum", "max", "min", "argmax", "argmin",
     "expand_dims", "broadcast_to", "broadcast", "permute", "trans", "reshape", "view", "ravel", "join", "split",
     "interleave",
+    "philox", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x", "uint_to_uniform_float",
+    "pair_uniform_to_normal",
     "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types

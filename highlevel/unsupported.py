@@ -15,7 +15,6 @@ _TMA = ("use pointer arithmetic here, or weft.lowlevel's TMA (ll.tma.async_copy_
         "with a descriptor from ll.TensorDescriptor.from_tensor on the host)")
 _SPECIALIZED = ("weft specialises each launch on which integer arguments are divisible by 16 "
                 "and which pointers are 16-byte aligned; the hint is not needed")
-_HOST_RANDOM = "generate the random numbers on the host and tl.load them"
 _REDUCTIONS = "use tl.sum, tl.max, tl.min, tl.argmax or tl.argmin"
 
 TRITON_ONLY_NAMES: dict[str, str] = {
@@ -51,16 +50,6 @@ TRITON_ONLY_NAMES: dict[str, str] = {
     "softmax": "compose tl.max, tl.exp and tl.sum",
     "inline_asm_elementwise": "",
     "swizzle2d": "compute the tile indices from tl.program_id with integer arithmetic",
-    # random numbers
-    "rand": _HOST_RANDOM,
-    "randn": _HOST_RANDOM,
-    "randint": _HOST_RANDOM,
-    "randint4x": _HOST_RANDOM,
-    "rand4x": _HOST_RANDOM,
-    "randn4x": _HOST_RANDOM,
-    "philox": _HOST_RANDOM,
-    "pair_uniform_to_normal": _HOST_RANDOM,
-    "uint_to_uniform_float": _HOST_RANDOM,
     # types
     "block_type": "",
     "void": "",
