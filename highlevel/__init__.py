@@ -30,7 +30,7 @@ from .builtins import (abs, arange, atomic_add, atomic_and, atomic_cas, atomic_m
                        log2, max, maximum, min, minimum, next_power_of_2, num_programs, permute, program_id,
                        rsqrt, sin, sqrt, static_assert, static_print, store, sum, trans, where, zeros,
                        zeros_like)
-from .builtins import interleave, join, ravel, reshape, split, view
+from .builtins import associative_scan, cumprod, cumsum, interleave, join, ravel, reshape, split, view
 from . import math
 from .hints import assume, max_constancy, max_contiguous, multiple_of, range
 from .jit import jit
@@ -71,7 +71,7 @@ __all__ = [
     "expand_dims", "broadcast_to", "broadcast", "permute", "trans", "reshape", "view", "ravel", "join", "split",
     "interleave",
     "philox", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x", "uint_to_uniform_float",
-    "pair_uniform_to_normal",
+    "pair_uniform_to_normal", "associative_scan", "cumsum", "cumprod",
     "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types

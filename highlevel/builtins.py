@@ -304,3 +304,32 @@ def interleave(a: Any, b: Any):
 def _dims(items: tuple) -> tuple:
     """f(x, 1, 2) and f(x, (1, 2)) both mean the dims (1, 2)."""
     return tuple(items[0]) if py.len(items) == 1 and isinstance(items[0], (tuple, list)) else tuple(items)
+
+
+@builtin
+def associative_scan(input: Any, axis: int, combine_fn: Any, reverse: bool = False):
+    """Inclusive scan of `input` (a tensor or a tuple of same-shaped tensors) along `axis`
+    under `combine_fn`, a @jit function of (left values..., right values...) that is
+    associative; `reverse` scans from the end."""
+    from . import scan
+
+    inputs = tuple(input) if isinstance(input, (tuple, list)) else (input,)
+    result = scan.scan(inputs, axis, scan.jit_combine(combine_fn, inputs, "associative_scan"), reverse,
+                       "associative_scan")
+    return result if isinstance(input, (tuple, list)) else result[0]
+
+
+@builtin
+def cumsum(input: Any, axis: int = 0, reverse: bool = False, dtype: Any = None):
+    """Inclusive prefix sums along `axis`."""
+    from . import scan
+
+    return scan.cumsum(input, axis, reverse, dtype)
+
+
+@builtin
+def cumprod(input: Any, axis: int = 0, reverse: bool = False):
+    """Inclusive prefix products along `axis`."""
+    from . import scan
+
+    return scan.cumprod(input, axis, reverse)

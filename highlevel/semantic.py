@@ -186,32 +186,33 @@ def _minor_index(shape: tuple[int, ...]):
 
 
 def split(x: Any):
-    """The two halves of `x` along its last dim, which must have size 2 (join's inverse).
-    Each half is a sum over that dim with the other element zeroed, on the bits as
-    integers, so every value (a -0.0 or a NaN included) comes back unchanged."""
+    """The two halves of `x` along its last dim, which must have size 2 (join's inverse)."""
     b = builder()
     if not is_tensor(x) or x.type.shape[-1] != 2:
         raise b.error(f"split needs a tensor whose last dim has size 2, found {describe(x)}",
                       suggestion="tl.reshape(x, (..., 2)) first, or split with pointer offsets")
-    element = x.type.element
-    if not isinstance(element, ScalarType):
+    if not isinstance(x.type.element, ScalarType):
         raise b.error(f"split of {describe(x)} is not supported", suggestion="split the offsets, then add them")
-    bits = sem.cast(x, _bits_type(element), bitcast=True) if element.is_float else x
+    return take_minor(x, 0), take_minor(x, 1)
+
+
+def take_minor(x: Any, index: int):
+    """x[..., index]: a sum over the last dim with every other element zeroed, on the bits
+    as integers, so every value (a -0.0 or a NaN included) comes back unchanged."""
+    element = x.type.element
     if element.is_bool:
         bits = sem.cast(x, i32)
-    axis = len(x.type.shape) - 1
-    side = _minor_index(x.type.shape)
-    halves = []
-    for which in (0, 1):
-        keep = sem.compare("eq", side, sem.constant(which, TensorType(x.type.shape, i32)), "==")
-        zeros = sem.constant(0, TensorType(x.type.shape, bits.type.element))
-        half = reduce(sem.where(keep, bits, zeros), axis, "sum", dtype=bits.type.element)
-        if element.is_bool:
-            half = sem.to_bool(half)
-        elif element.is_float:
-            half = sem.cast(half, element, bitcast=True)
-        halves.append(half)
-    return tuple(halves)
+    elif element.is_float:
+        bits = sem.cast(x, _bits_type(element), bitcast=True)
+    else:
+        bits = x
+    shape = x.type.shape
+    keep = sem.compare("eq", _minor_index(shape), sem.constant(index, TensorType(shape, i32)), "==")
+    zeros = sem.constant(0, TensorType(shape, bits.type.element))
+    taken = reduce(sem.where(keep, bits, zeros), len(shape) - 1, "sum", dtype=bits.type.element)
+    if element.is_bool:
+        return sem.to_bool(taken)
+    return sem.cast(taken, element, bitcast=True) if element.is_float else taken
 
 
 def _bits_type(element: ScalarType) -> ScalarType:

@@ -91,6 +91,18 @@ class Tensor(LowlevelTensor):
         return sem.reshape(self, (self.type.num_elements,), can_reorder)
 
     @builtin
+    def cumsum(self, axis=0, reverse: bool = False, dtype=None):
+        from .scan import cumsum
+
+        return cumsum(self, axis, reverse, dtype)
+
+    @builtin
+    def cumprod(self, axis=0, reverse: bool = False):
+        from .scan import cumprod
+
+        return cumprod(self, axis, reverse)
+
+    @builtin
     def split(self):
         return sem.split(self)
 

@@ -37,9 +37,6 @@ TRITON_ONLY_NAMES: dict[str, str] = {
     # reductions, scans and sorts
     "reduce": _REDUCTIONS,
     "xor_sum": _REDUCTIONS,
-    "associative_scan": "",
-    "cumsum": "",
-    "cumprod": "",
     "sort": "",
     "topk": "",
     "histogram": "",
