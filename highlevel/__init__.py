@@ -32,6 +32,7 @@ from .builtins import (abs, arange, atomic_add, atomic_and, atomic_cas, atomic_m
                        zeros_like)
 from .builtins import associative_scan, cumprod, cumsum, interleave, join, ravel, reshape, split, view
 from . import math
+from .block_pointer import advance, make_block_ptr
 from .hints import assume, max_constancy, max_contiguous, multiple_of, range
 from .jit import jit
 from .math import umulhi
@@ -71,7 +72,7 @@ __all__ = [
     "expand_dims", "broadcast_to", "broadcast", "permute", "trans", "reshape", "view", "ravel", "join", "split",
     "interleave",
     "philox", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x", "uint_to_uniform_float",
-    "pair_uniform_to_normal", "associative_scan", "cumsum", "cumprod",
+    "pair_uniform_to_normal", "associative_scan", "cumsum", "cumprod", "make_block_ptr", "advance",
     "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types

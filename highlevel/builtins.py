@@ -106,9 +106,15 @@ def zeros_like(x: Any):
 # ------------------------------------------------------------------ global memory
 @builtin
 def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "",
-         eviction_policy: str = ""):
+         eviction_policy: str = "", boundary_check: Any = (), padding_option: str = ""):
     """Elements at `pointer`; where `mask` is false, `other` (default 0). As in Triton,
-    `other` without a mask is ignored; the cache hints are ll.load's."""
+    `other` without a mask is ignored; the cache hints are ll.load's. A block pointer
+    (tl.make_block_ptr) takes `boundary_check` and `padding_option` instead of a mask."""
+    from . import block_pointer
+
+    if isinstance(pointer, block_pointer.BlockPointer):
+        return block_pointer.load(pointer, mask, other, boundary_check, padding_option, cache_modifier,
+                                  eviction_policy)
     other = None if mask is None else other
     pointer, mask, other = sem.broadcast_all(pointer, mask, other, what="load")
     return ll.load.__wrapped__(pointer, mask, other, cache_modifier, eviction_policy)
@@ -116,9 +122,14 @@ def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str 
 
 @builtin
 def store(pointer: Any, value: Any, mask: Any = None, cache_modifier: str = "",
-          eviction_policy: str = ""):
+          eviction_policy: str = "", boundary_check: Any = ()):
     """Write `value` (converted to the pointee type) at `pointer` where `mask` is true;
-    the cache hints are ll.store's."""
+    the cache hints are ll.store's. A block pointer takes `boundary_check` instead of a mask."""
+    from . import block_pointer
+
+    if isinstance(pointer, block_pointer.BlockPointer):
+        block_pointer.store(pointer, value, mask, boundary_check, cache_modifier, eviction_policy)
+        return
     pointer, value, mask = sem.broadcast_all(pointer, value, mask, what="store")
     ll.store.__wrapped__(pointer, value, mask, cache_modifier, eviction_policy)
 

@@ -218,3 +218,19 @@ def take_minor(x: Any, index: int):
 def _bits_type(element: ScalarType) -> ScalarType:
     """The signed integer type as wide as `element`."""
     return {8: i8, 16: i16, 32: i32, 64: i64}[element.bits]
+
+
+def arange_along(size: int, axis: int, rank: int):
+    """0, 1, ..., size - 1 along `axis` of a rank-`rank` tile (size 1 in the other dims)."""
+    b = builder()
+    index = b.wrap(b.create(ir.Arange, TensorType((size,), i32), start=0, end=size))
+    for _ in range(axis):
+        index = expand_dims(index, 0)
+    while len(index.type.shape) < rank:
+        index = expand_dims(index, len(index.type.shape))
+    return index
+
+
+def full_like_value(value: Any, type_: TensorType):
+    """A constant tile of `type_` filled with the number `value`."""
+    return sem.constant(value, type_)

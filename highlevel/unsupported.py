@@ -27,8 +27,6 @@ TRITON_ONLY_NAMES: dict[str, str] = {
     "gather": "tl.load from the gathered addresses",
     "cast": "x.to(dtype)",
     # memory and pointers
-    "make_block_ptr": _TMA,
-    "advance": _TMA,
     "make_tensor_descriptor": _TMA,
     "load_tensor_descriptor": _TMA,
     "store_tensor_descriptor": _TMA,
