@@ -277,3 +277,18 @@ def test_jit_accepts_launch_metadata():
     np.testing.assert_array_equal(out, x)
     with pytest.raises(TypeError, match="launch_metadata"):
         tl.jit(launch_metadata="copy")
+
+
+def test_axis_analysis_takes_the_hints_and_keeps_what_it_proved():
+    from weft.compiler.passes.axis_analysis import analyze_axes
+
+    kernel = build_kernel(copy_from, {"x_ptr": "*fp32", "out_ptr": "*fp32", "start_ptr": "*i32"},
+                          {"HINT": True, "BLOCK": 512}, 4, language="highlevel")
+    infos = analyze_axes(kernel)
+    hints = [op for op in kernel.walk() if isinstance(op, ir.AxisHint)]
+    assert [(op.kind, op.values) for op in hints] == [("multiple_of", (4,)), ("multiple_of", (4,)),
+                                                      ("max_contiguous", (512,))]
+    scalar, tile, contiguous = (op.result for op in hints)
+    assert infos[scalar].divisibility == (4,)
+    assert infos[tile].divisibility == (4,) and infos[tile].contiguity == (512,)  # arange's run is kept
+    assert infos[contiguous].contiguity == (512,) and infos[contiguous].divisibility == (4,)
