@@ -127,8 +127,8 @@ def load(ptr: BlockPointer, mask: Any, other: Any, boundary_check: Any, padding_
     element = ptr.base.type.pointee
     if padding_option == "nan" and not element.is_float:
         raise b.error(f"padding_option='nan' needs a floating-point block, found {element}")
-    other = None if mask is None else sem.full_like_value(float("nan") if padding_option == "nan" else 0,
-                                                        TensorType(tuple(ptr.block_shape), element))
+    padding = float("nan") if padding_option == "nan" else 0
+    other = None if mask is None else ll_sem.constant(padding, TensorType(tuple(ptr.block_shape), element))
     return ll.load.__wrapped__(pointers, mask, other, cache_modifier, eviction_policy)
 
 

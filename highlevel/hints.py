@@ -14,16 +14,9 @@ from typing import Any, Optional
 
 from ..compiler import ir
 from ..compiler.builder import builtin, dynamic_range
-from ..compiler.errors import CompilationError
 from ..compiler.types import PointerType, TensorType
 from ..lowlevel import semantic as ll_sem
 from . import semantic as sem
-
-
-def _loc():
-    from ..compiler.builder import _loc as current_loc
-
-    return current_loc()
 
 
 class range(dynamic_range):
@@ -54,16 +47,16 @@ def _count(value: Any, name: str, minimum: int) -> Optional[int]:
     if value is None:
         return None
     if isinstance(value, py.bool) or not isinstance(value, py.int) or value < minimum:
-        raise CompilationError(f"tl.range({name}=...) takes a compile-time int >= {minimum}, "
-                               f"found {sem.describe(value)}", _loc(),
-                               suggestion=f"pass a number, or a constexpr parameter ({name}: tl.constexpr)")
+        raise sem.builder().error(f"tl.range({name}=...) takes a compile-time int >= {minimum}, "
+                                  f"found {sem.describe(value)}",
+                                  suggestion=f"pass a number, or a constexpr parameter ({name}: tl.constexpr)")
     return value
 
 
 def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, py.bool):
-        raise CompilationError(f"tl.range({name}=...) takes True or False, found {sem.describe(value)}",
-                               _loc(), suggestion="pass a compile-time bool")
+        raise sem.builder().error(f"tl.range({name}=...) takes True or False, found {sem.describe(value)}",
+                                  suggestion="pass a compile-time bool")
     return value
 
 

@@ -229,8 +229,3 @@ def arange_along(size: int, axis: int, rank: int):
     while len(index.type.shape) < rank:
         index = expand_dims(index, len(index.type.shape))
     return index
-
-
-def full_like_value(value: Any, type_: TensorType):
-    """A constant tile of `type_` filled with the number `value`."""
-    return sem.constant(value, type_)
