@@ -254,6 +254,7 @@ class dynamic_range:
     serialized a pipelined matmul's wgmma with it)."""
 
     __weft_constexpr__ = True
+    schedule = None  # highlevel's range records its pipelining keywords here (ir.LoopSchedule)
 
     def __init__(self, start, stop=None, step=1, rematerialize=False):
         if stop is None:

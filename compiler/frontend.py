@@ -181,13 +181,9 @@ class KernelBuilder(ExpressionVisitor):
         except TypeError as error:
             raise self.builder.error(f"{fn.__name__}(): {error}")
         bound.apply_defaults()
-        scope = {}
-        for name, value in bound.arguments.items():
-            annotation = signature.parameters[name].annotation
-            if is_constexpr_annotation(annotation) and isinstance(value, DynamicValue):
-                raise self.builder.error(f"parameter '{name}' of {fn.__name__}() is a constexpr, "
-                                         f"but the argument is a runtime value ({value.type})")
-            scope[name] = unwrap_constexpr(value)
+        # A runtime value passed to a constexpr-annotated parameter of a helper is bound
+        # as it is (Triton allows it); only kernel parameters must be compile-time.
+        scope = {name: unwrap_constexpr(value) for name, value in bound.arguments.items()}
         saved = (self.scope, self.dynamic_depth, self.region_locals, self.assigned_at)
         self.frames.append(frame)
         self.scope, self.dynamic_depth, self.region_locals, self.assigned_at = scope, 0, {}, {}
@@ -490,7 +486,7 @@ class KernelBuilder(ExpressionVisitor):
         results = tuple(ir.Value(t, name) for name, t in carried)
         self.builder.emit(ir.For(results=results, lower=lower, upper=upper, step=step, inits=inits,
                                  body=ir.Block((iv,) + args, tuple(ops)), rematerialize=bounds.rematerialize,
-                                 loc=loc))
+                                 schedule=bounds.schedule, loc=loc))
         self.finish_loop(before, after, carried, results, loc, exclude={induction})
 
     def carried_loop_variable(self, name: str, before: dict, iv_probe) -> tuple[str, Type]:

@@ -25,7 +25,7 @@ from .builder import (Builder, DynamicValue, dynamic_range, is_builtin, is_const
                       unwrap_constexpr)
 from .builder import condition as loop_condition
 from .errors import CompilationError, Loc
-from .types import ScalarType, TensorType, Type, fp32, i1, i32, i64
+from .types import ScalarType, TensorType, Type, element_of, fp32, i1, i32, i64
 
 BINARY_OPERATORS: dict[type, Callable] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -333,17 +333,29 @@ class ExpressionVisitor:
                 ast.Invert: operator.invert}[type(node.op)](operand)
 
     def visit_BoolOp(self, node: ast.BoolOp) -> Any:
+        """Python's `and`/`or` on compile-time values; with runtime values (Triton's rule),
+        each is taken as a boolean (x != 0) and they combine elementwise with & or |. Every
+        runtime operand is evaluated (no short circuit at run time); a compile-time operand
+        that decides the answer (False in `and`, True in `or`) still does."""
         is_and = isinstance(node.op, ast.And)
         result = None
+        runtime = []
         for operand in node.values:
             result = self.visit(operand)
             if isinstance(result, DynamicValue):
-                raise self.builder.error(
-                    f"`{'and' if is_and else 'or'}` needs compile-time operands",
-                    suggestion="combine tensors with & and |")
-            if bool(result) != is_and:
+                element = element_of(result.type)
+                if not isinstance(element, ScalarType):
+                    raise self.builder.error(f"`{'and' if is_and else 'or'}` needs boolean or number "
+                                             f"operands, found a {result.type}")
+                runtime.append(result if element == i1 else result != 0)
+            elif bool(result) != is_and:
                 return result
-        return result
+        if not runtime:
+            return result
+        combined = runtime[0]
+        for value in runtime[1:]:
+            combined = (combined & value) if is_and else (combined | value)
+        return combined
 
     def visit_Compare(self, node: ast.Compare) -> Any:
         left = self.visit(node.left)

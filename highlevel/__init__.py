@@ -17,7 +17,7 @@ written for Triton's `tl` in the supported subset ports by changing the imports
         tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask) + tl.load(y_ptr + offsets, mask), mask)
 """
 
-from ..compiler.builder import constexpr_function, dynamic_range as range, register_language, static_range
+from ..compiler.builder import constexpr_function, register_language, static_range
 from ..compiler.types import ScalarType
 from ..lowlevel.dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, float64, fp8e4m3,
                                fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
@@ -30,7 +30,14 @@ from .builtins import (abs, arange, atomic_add, atomic_and, atomic_cas, atomic_m
                        log2, max, maximum, min, minimum, next_power_of_2, num_programs, permute, program_id,
                        rsqrt, sin, sqrt, static_assert, static_print, store, sum, trans, where, zeros,
                        zeros_like)
+from .builtins import associative_scan, cumprod, cumsum, interleave, join, ravel, reshape, split, view
+from . import math
+from .block_pointer import advance, make_block_ptr
+from .hints import assume, max_constancy, max_contiguous, multiple_of, range
 from .jit import jit
+from .math import umulhi
+from .random import (pair_uniform_to_normal, philox, rand, rand4x, randint, randint4x, randn, randn4x,
+                     uint_to_uniform_float)
 from .tensor import Tensor
 from .unsupported import unsupported_name_error
 
@@ -62,7 +69,11 @@ __all__ = [
     "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
     "maximum", "minimum", "fma", "cdiv", "next_power_of_2", "sum", "max", "min", "argmax", "argmin",
-    "expand_dims", "broadcast_to", "broadcast", "permute", "trans",
+    "expand_dims", "broadcast_to", "broadcast", "permute", "trans", "reshape", "view", "ravel", "join", "split",
+    "interleave",
+    "philox", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x", "uint_to_uniform_float",
+    "pair_uniform_to_normal", "associative_scan", "cumsum", "cumprod", "make_block_ptr", "advance",
+    "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types
     "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -106,9 +106,15 @@ def zeros_like(x: Any):
 # ------------------------------------------------------------------ global memory
 @builtin
 def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str = "",
-         eviction_policy: str = ""):
+         eviction_policy: str = "", boundary_check: Any = (), padding_option: str = ""):
     """Elements at `pointer`; where `mask` is false, `other` (default 0). As in Triton,
-    `other` without a mask is ignored; the cache hints are ll.load's."""
+    `other` without a mask is ignored; the cache hints are ll.load's. A block pointer
+    (tl.make_block_ptr) takes `boundary_check` and `padding_option` instead of a mask."""
+    from . import block_pointer
+
+    if isinstance(pointer, block_pointer.BlockPointer):
+        return block_pointer.load(pointer, mask, other, boundary_check, padding_option, cache_modifier,
+                                  eviction_policy)
     other = None if mask is None else other
     pointer, mask, other = sem.broadcast_all(pointer, mask, other, what="load")
     return ll.load.__wrapped__(pointer, mask, other, cache_modifier, eviction_policy)
@@ -116,9 +122,14 @@ def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str 
 
 @builtin
 def store(pointer: Any, value: Any, mask: Any = None, cache_modifier: str = "",
-          eviction_policy: str = ""):
+          eviction_policy: str = "", boundary_check: Any = ()):
     """Write `value` (converted to the pointee type) at `pointer` where `mask` is true;
-    the cache hints are ll.store's."""
+    the cache hints are ll.store's. A block pointer takes `boundary_check` instead of a mask."""
+    from . import block_pointer
+
+    if isinstance(pointer, block_pointer.BlockPointer):
+        block_pointer.store(pointer, value, mask, boundary_check, cache_modifier, eviction_policy)
+        return
     pointer, value, mask = sem.broadcast_all(pointer, value, mask, what="store")
     ll.store.__wrapped__(pointer, value, mask, cache_modifier, eviction_policy)
 
@@ -259,3 +270,77 @@ def trans(x: Any, *order: int):
     if not ll_sem.is_tensor(x):
         raise sem.builder().error(f"trans needs a tensor, found {sem.describe(x)}")
     return sem.permute(x, order or tuple(reversed(py.range(py.len(x.type.shape)))))
+
+
+@builtin
+def reshape(input: Any, *shape: int, can_reorder: bool = False):
+    """The elements of `input` in row-major order under `shape` (the same count)."""
+    return sem.reshape(input, _shape(_dims(shape), "reshape shape"), can_reorder)
+
+
+@builtin
+def view(input: Any, *shape: int):
+    """`reshape(input, shape, can_reorder=True)` (Triton's older spelling)."""
+    return sem.reshape(input, _shape(_dims(shape), "view shape"), True)
+
+
+@builtin
+def ravel(x: Any, can_reorder: bool = False):
+    """`x` as a 1-D tensor, in row-major order."""
+    if not ll_sem.is_tensor(x):
+        raise sem.builder().error(f"ravel needs a tensor, found {sem.describe(x)}")
+    return sem.reshape(x, (x.type.num_elements,), can_reorder)
+
+
+@builtin
+def join(a: Any, b: Any):
+    """`a` and `b` stacked along a new last dim of size 2."""
+    return sem.join(a, b)
+
+
+@builtin
+def split(a: Any):
+    """The two halves of `a` along its last dim (of size 2): join's inverse."""
+    return sem.split(a)
+
+
+@builtin
+def interleave(a: Any, b: Any):
+    """`a` and `b` interleaved along their last dim: a0, b0, a1, b1, ..."""
+    joined = sem.join(a, b)
+    shape = joined.type.shape
+    return sem.reshape(joined, shape[:-2] + (shape[-2] * 2,))
+
+
+def _dims(items: tuple) -> tuple:
+    """f(x, 1, 2) and f(x, (1, 2)) both mean the dims (1, 2)."""
+    return tuple(items[0]) if py.len(items) == 1 and isinstance(items[0], (tuple, list)) else tuple(items)
+
+
+@builtin
+def associative_scan(input: Any, axis: int, combine_fn: Any, reverse: bool = False):
+    """Inclusive scan of `input` (a tensor or a tuple of same-shaped tensors) along `axis`
+    under `combine_fn`, a @jit function of (left values..., right values...) that is
+    associative; `reverse` scans from the end."""
+    from . import scan
+
+    inputs = tuple(input) if isinstance(input, (tuple, list)) else (input,)
+    result = scan.scan(inputs, axis, scan.jit_combine(combine_fn, inputs, "associative_scan"), reverse,
+                       "associative_scan")
+    return result if isinstance(input, (tuple, list)) else result[0]
+
+
+@builtin
+def cumsum(input: Any, axis: int = 0, reverse: bool = False, dtype: Any = None):
+    """Inclusive prefix sums along `axis`."""
+    from . import scan
+
+    return scan.cumsum(input, axis, reverse, dtype)
+
+
+@builtin
+def cumprod(input: Any, axis: int = 0, reverse: bool = False):
+    """Inclusive prefix products along `axis`."""
+    from . import scan
+
+    return scan.cumprod(input, axis, reverse)

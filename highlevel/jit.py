@@ -26,11 +26,22 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
 
 
 def jit(fn: Optional[Callable] = None, *, emulate_fn: Optional[Callable] = None,
-        constexpr_names: Sequence[str] = ()):
+        constexpr_names: Sequence[str] = (), launch_metadata: Optional[Callable] = None):
     """`@hl.jit`: launch as `kernel[grid](...)` (host arrays run on the CPU emulator);
-    other @jit functions a kernel calls are inlined into it."""
+    other @jit functions a kernel calls are inlined into it. `launch_metadata` (Triton's
+    profiler hook, a function of (grid, kernel, args)) is accepted and kept on the kernel
+    as `.launch_metadata`; weft has no profiler that calls it yet."""
     from ..lowlevel.jit import emulate_kernel
     from ..runtime.jit import jit as runtime_jit
 
-    return runtime_jit(fn, compile_fn=compile_kernel, emulate_fn=emulate_fn or emulate_kernel,
-                       constexpr_names=constexpr_names)
+    if launch_metadata is not None and not callable(launch_metadata):
+        raise TypeError(f"jit(launch_metadata=...) takes a function of (grid, kernel, args), "
+                        f"found {launch_metadata!r}")
+
+    def make(function: Callable):
+        kernel = runtime_jit(function, compile_fn=compile_kernel, emulate_fn=emulate_fn or emulate_kernel,
+                             constexpr_names=constexpr_names)
+        kernel.launch_metadata = launch_metadata
+        return kernel
+
+    return make if fn is None else make(fn)

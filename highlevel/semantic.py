@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ..compiler import ir
-from ..compiler.types import ScalarType, TensorType, i32
+from ..compiler.types import ScalarType, TensorType, i8, i16, i32, i64
 from ..lowlevel import semantic as sem
 from ..lowlevel.shape_ops import REDUCE_KINDS, _sum_type
 
@@ -130,3 +130,102 @@ def permute(x: Any, order: Sequence[int]):
     shape = tuple(x.type.shape[d] for d in order)
     return b.wrap(b.create(ir.Permute, TensorType(shape, x.type.element), operand=x.handle,
                            order=order))
+
+
+def reshape(x: Any, shape: Sequence[int], can_reorder: bool = False):
+    """The elements of `x` in row-major order under a new shape (no data moves: the
+    layout is re-indexed by `layouts.rules.reshape_layout`). `can_reorder` lets Triton pick
+    another order; weft always keeps row-major order, which is one of the allowed ones."""
+    b = builder()
+    if not is_tensor(x):
+        raise b.error(f"reshape needs a tensor, found {describe(x)}")
+    if not isinstance(can_reorder, bool):
+        raise b.error(f"reshape(..., can_reorder=) takes True or False, found {can_reorder!r}")
+    shape = tuple(shape)
+    for s in shape:
+        if isinstance(s, bool) or not isinstance(s, int) or s <= 0 or s & (s - 1):
+            raise b.error(f"reshape shape entry must be a compile-time int, a power of two; found {describe(s)}",
+                          suggestion="pass the dims as constexpr values (NAME: tl.constexpr)")
+    count = 1
+    for s in shape:
+        count *= s
+    if count != x.type.num_elements:
+        raise b.error(f"cannot reshape {describe(x)} ({x.type.num_elements} elements) to {list(shape)} "
+                      f"({count} elements)", suggestion="keep the number of elements")
+    if shape == x.type.shape:
+        return x
+    return b.wrap(b.create(ir.Reshape, TensorType(shape, x.type.element), operand=x.handle))
+
+
+def join(a: Any, b: Any):
+    """`a` and `b` (broadcast to one shape) side by side along a new minor dim of size 2:
+    result[..., 0] is a, result[..., 1] is b. Built from expand_dims, broadcast and where,
+    so layout propagation places it like any elementwise code."""
+    bld = builder()
+    for name, v in (("first", a), ("second", b)):
+        if not is_tensor(v):
+            raise bld.error(f"join needs two tensors, found {describe(v)} as the {name} operand",
+                            suggestion="make a tensor with tl.full(shape, value, dtype)")
+    if a.type.element != b.type.element:
+        raise bld.error(f"join needs operands of one element type, found {describe(a)} and {describe(b)}",
+                        suggestion="convert one with .to(dtype)")
+    a, b = broadcast_all(a, b, what="join")
+    shape = a.type.shape + (2,)
+    first = sem.compare("eq", _minor_index(shape), sem.constant(0, TensorType(shape, i32)), "==")
+    axis = len(shape) - 1
+    return sem.where(first, broadcast_to(expand_dims(a, axis), shape), broadcast_to(expand_dims(b, axis), shape))
+
+
+def _minor_index(shape: tuple[int, ...]):
+    """Each element's index along the last dim of `shape`, as an i32 tile of that shape."""
+    b = builder()
+    index = b.wrap(b.create(ir.Arange, TensorType((shape[-1],), i32), start=0, end=shape[-1]))
+    while len(index.type.shape) < len(shape):
+        index = expand_dims(index, 0)
+    return broadcast_to(index, shape)
+
+
+def split(x: Any):
+    """The two halves of `x` along its last dim, which must have size 2 (join's inverse)."""
+    b = builder()
+    if not is_tensor(x) or x.type.shape[-1] != 2:
+        raise b.error(f"split needs a tensor whose last dim has size 2, found {describe(x)}",
+                      suggestion="tl.reshape(x, (..., 2)) first, or split with pointer offsets")
+    if not isinstance(x.type.element, ScalarType):
+        raise b.error(f"split of {describe(x)} is not supported", suggestion="split the offsets, then add them")
+    return take_minor(x, 0), take_minor(x, 1)
+
+
+def take_minor(x: Any, index: int):
+    """x[..., index]: a sum over the last dim with every other element zeroed, on the bits
+    as integers, so every value (a -0.0 or a NaN included) comes back unchanged."""
+    element = x.type.element
+    if element.is_bool:
+        bits = sem.cast(x, i32)
+    elif element.is_float:
+        bits = sem.cast(x, _bits_type(element), bitcast=True)
+    else:
+        bits = x
+    shape = x.type.shape
+    keep = sem.compare("eq", _minor_index(shape), sem.constant(index, TensorType(shape, i32)), "==")
+    zeros = sem.constant(0, TensorType(shape, bits.type.element))
+    taken = reduce(sem.where(keep, bits, zeros), len(shape) - 1, "sum", dtype=bits.type.element)
+    if element.is_bool:
+        return sem.to_bool(taken)
+    return sem.cast(taken, element, bitcast=True) if element.is_float else taken
+
+
+def _bits_type(element: ScalarType) -> ScalarType:
+    """The signed integer type as wide as `element`."""
+    return {8: i8, 16: i16, 32: i32, 64: i64}[element.bits]
+
+
+def arange_along(size: int, axis: int, rank: int):
+    """0, 1, ..., size - 1 along `axis` of a rank-`rank` tile (size 1 in the other dims)."""
+    b = builder()
+    index = b.wrap(b.create(ir.Arange, TensorType((size,), i32), start=0, end=size))
+    for _ in range(axis):
+        index = expand_dims(index, 0)
+    while len(index.type.shape) < rank:
+        index = expand_dims(index, len(index.type.shape))
+    return index

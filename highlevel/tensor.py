@@ -79,9 +79,36 @@ class Tensor(LowlevelTensor):
         return self.trans()
 
     @builtin
-    def reshape(self, *shape):
-        raise sem.builder().error("reshape is not supported in highlevel kernels yet",
-                                  suggestion="index with pointer arithmetic in the shape you need")
+    def reshape(self, *shape, can_reorder: bool = False):
+        return sem.reshape(self, _dims(shape), can_reorder)
+
+    @builtin
+    def view(self, *shape):
+        return sem.reshape(self, _dims(shape), True)
+
+    @builtin
+    def ravel(self, can_reorder: bool = False):
+        return sem.reshape(self, (self.type.num_elements,), can_reorder)
+
+    @builtin
+    def cumsum(self, axis=0, reverse: bool = False, dtype=None):
+        from .scan import cumsum
+
+        return cumsum(self, axis, reverse, dtype)
+
+    @builtin
+    def cumprod(self, axis=0, reverse: bool = False):
+        from .scan import cumprod
+
+        return cumprod(self, axis, reverse)
+
+    @builtin
+    def split(self):
+        return sem.split(self)
+
+    @builtin
+    def join(self, other):
+        return sem.join(self, other)
 
 
 def _dims(items: tuple) -> tuple:

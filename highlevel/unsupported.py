@@ -15,7 +15,6 @@ _TMA = ("use pointer arithmetic here, or weft.lowlevel's TMA (ll.tma.async_copy_
         "with a descriptor from ll.TensorDescriptor.from_tensor on the host)")
 _SPECIALIZED = ("weft specialises each launch on which integer arguments are divisible by 16 "
                 "and which pointers are 16-byte aligned; the hint is not needed")
-_HOST_RANDOM = "generate the random numbers on the host and tl.load them"
 _REDUCTIONS = "use tl.sum, tl.max, tl.min, tl.argmax or tl.argmin"
 
 TRITON_ONLY_NAMES: dict[str, str] = {
@@ -23,59 +22,29 @@ TRITON_ONLY_NAMES: dict[str, str] = {
     "dot": _LOWLEVEL_MMA,
     "dot_scaled": _LOWLEVEL_MMA,
     # shape manipulation
-    "reshape": _POINTERS + ", or weft.lowlevel's ll.reshape",
-    "view": _POINTERS + ", or weft.lowlevel's ll.reshape",
-    "ravel": _POINTERS + ", or weft.lowlevel's ll.reshape",
-    "split": _POINTERS,
-    "join": _POINTERS,
-    "interleave": _POINTERS,
     "cat": _POINTERS,
     "flip": _POINTERS,
     "gather": "tl.load from the gathered addresses",
     "cast": "x.to(dtype)",
     # memory and pointers
-    "make_block_ptr": _TMA,
-    "advance": _TMA,
     "make_tensor_descriptor": _TMA,
     "load_tensor_descriptor": _TMA,
     "store_tensor_descriptor": _TMA,
     "tensor_descriptor": _TMA,
     # compiler hints
-    "multiple_of": _SPECIALIZED,
-    "max_contiguous": _SPECIALIZED,
-    "max_constancy": _SPECIALIZED,
-    "assume": _SPECIALIZED,
     # reductions, scans and sorts
     "reduce": _REDUCTIONS,
     "xor_sum": _REDUCTIONS,
-    "associative_scan": "",
-    "cumsum": "",
-    "cumprod": "",
     "sort": "",
     "topk": "",
     "histogram": "",
     # math
-    "math": "the math functions are top-level here: tl.exp, tl.log, tl.sqrt, tl.rsqrt, ...",
     "extra": "",
     "clamp": "tl.minimum(tl.maximum(x, low), high)",
     "sigmoid": "1 / (1 + tl.exp(-x))",
     "softmax": "compose tl.max, tl.exp and tl.sum",
-    "fdiv": "the / operator",
-    "div_rn": "the / operator",
-    "sqrt_rn": "tl.sqrt",
-    "umulhi": "",
     "inline_asm_elementwise": "",
     "swizzle2d": "compute the tile indices from tl.program_id with integer arithmetic",
-    # random numbers
-    "rand": _HOST_RANDOM,
-    "randn": _HOST_RANDOM,
-    "randint": _HOST_RANDOM,
-    "randint4x": _HOST_RANDOM,
-    "rand4x": _HOST_RANDOM,
-    "randn4x": _HOST_RANDOM,
-    "philox": _HOST_RANDOM,
-    "pair_uniform_to_normal": _HOST_RANDOM,
-    "uint_to_uniform_float": _HOST_RANDOM,
     # types
     "block_type": "",
     "void": "",

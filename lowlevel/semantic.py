@@ -172,8 +172,12 @@ def cast(x: DynamicValue, element: Element, bitcast: bool = False) -> DynamicVal
     result_type = x.type.with_element(element) if isinstance(x.type, TensorType) else element
     pointers = isinstance(source, PointerType), isinstance(element, PointerType)
     if pointers[0] != pointers[1]:
-        raise b.error(f"cannot convert {source} to {element}",
-                      suggestion="pointers convert only to other pointer types")
+        integer = element if pointers[0] else source
+        if integer.is_float or integer.is_bool or integer.bits != 64:
+            raise b.error(f"cannot convert {source} to {element}",
+                          suggestion="pointers convert only to other pointer types and to or from "
+                                     "64-bit integers (.to(ll.int64) first)")
+        return b.wrap(b.create(ir.Cast, result_type, operand=x.handle))  # the address bits, unchanged
     if bitcast or all(pointers):
         if not all(pointers) and source.bits != element.bits:
             raise b.error(f"bitcast needs equal widths: {source} has {source.bits} bits, "

@@ -48,7 +48,10 @@ DEFAULT_TARGET = "sm_90a"
 EMULATOR_TARGET = "emulator"
 # Keywords of a launch that are options, not kernel parameters.
 OPTION_NAMES = ("num_warps", "num_stages", "maxnreg", "cluster", "target")
-_RESERVED = OPTION_NAMES + ("stream", "grid")
+# Options a kernel may also take as a parameter (Triton's softmax tutorial passes
+# `num_stages` to its kernel): `num_stages=` at a launch sets both.
+PARAMETER_OPTIONS = ("num_stages",)
+_RESERVED = tuple(n for n in OPTION_NAMES if n not in PARAMETER_OPTIONS) + ("stream", "grid")
 _MISSING = object()
 
 
@@ -116,6 +119,7 @@ class JITFunction:
         if unknown:
             raise TypeError(f"kernel '{fn.__name__}' has no parameters {sorted(unknown)}")
         self.arg_names = tuple(parameters)
+        self._parameter_options = frozenset(PARAMETER_OPTIONS) & frozenset(parameters)
         self.constexpr_names = tuple(
             n for n, p in parameters.items()
             if n in constexpr_names or _is_constexpr_annotation(p.annotation))
@@ -318,7 +322,7 @@ class JITFunction:
             stream = kwargs.pop("stream", None)
             num_warps = kwargs.pop("num_warps", 4)
             if not kwargs.keys().isdisjoint(OPTION_NAMES):
-                options = tuple((k, kwargs.pop(k)) for k in OPTION_NAMES if k in kwargs)
+                options = self._options(kwargs)
         if kwargs and self._runtime_first and len(args) == len(self.runtime_names) and \
                 kwargs.keys() <= self._constexpr_keys:
             runtime = args
@@ -405,13 +409,19 @@ class JITFunction:
         """(GPU dispatch entry, read argument values) for launch arguments (no stream);
         None when the launch would emulate."""
         num_warps = kwargs.pop("num_warps", 4)
-        options = tuple((k, kwargs.pop(k)) for k in OPTION_NAMES if k in kwargs)
+        options = self._options(kwargs)
         bound = self._bind(args, kwargs)
         cx = tuple(bound[i] for i in self._constexpr_idx)
         runtime = [bound[i] for i in self._runtime_idx]
         keys, values = arguments.read_all(runtime)
         entry = self._resolve(keys, cx, num_warps, options, config.emulate())
         return (entry, values) if type(entry) is _GpuEntry else None
+
+    def _options(self, kwargs: dict) -> tuple:
+        """The launch options among `kwargs`, taken out of it, except those that are also
+        kernel parameters: they stay, to be bound as arguments too."""
+        return tuple((k, kwargs[k] if k in self._parameter_options else kwargs.pop(k))
+                     for k in OPTION_NAMES if k in kwargs)
 
     def _bind(self, args: Sequence, kwargs: dict) -> list:
         names = self.arg_names

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...layouts import LayoutError
 from ..errors import CompilationError
-from ..ir import Broadcast, ExpandDims, Permute, Reshape
+from ..ir import AxisHint, Broadcast, ExpandDims, Permute, Reshape
 from ...layouts.rules import broadcast_register_map
 from ..types import TensorType
 from . import llvm_types as T
@@ -44,3 +44,9 @@ def lower_broadcast(ctx: Lowering, op: Broadcast) -> None:
                                suggestion="convert the operand's layout first") from None
     registers = ctx.registers(op.operand)
     ctx.define(op.result, tuple(registers[source] for source in mapping))
+
+
+@lowers(AxisHint)
+def lower_axis_hint(ctx: Lowering, op: AxisHint) -> None:
+    """The operand itself: the hint was for axis analysis, which has run."""
+    ctx.define(op.result, ctx.get(op.operand))

@@ -4,6 +4,7 @@ and assertions. (The Hopper async machinery is in `hopper`.)"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -362,6 +363,28 @@ class Permute(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AxisHint(Op):
+    """The operand, unchanged, with a fact the user promises about its values (Triton's
+    `tl.multiple_of`, `tl.max_contiguous`, `tl.max_constancy`): per dim, every value (for
+    contiguity, the first of each run) is a multiple of, runs in steps of +1 over, or
+    stays equal over, `values[d]` elements. Axis analysis takes the promise; nothing
+    checks it at run time, as in Triton."""
+
+    NAME = "axis_hint"
+    ELEMENTWISE = True
+    IN_WARP = True
+    result: Value
+    operand: Value
+    kind: str  # "multiple_of", "max_contiguous" or "max_constancy"
+    values: tuple[int, ...]
+
+    def verify(self) -> None:
+        check_elementwise(self)
+        if self.kind not in ("multiple_of", "max_contiguous", "max_constancy"):
+            raise self.invalid(f"unknown axis hint {self.kind!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Reduce(Op):
     """Reduce along `axis`: in-thread, then lane shuffles, then across warps in shared memory.
 
@@ -549,6 +572,26 @@ class Condition(Op):
     values: tuple[Value, ...] = ()
 
 
+@dataclass(frozen=True)
+class LoopSchedule:
+    """What a highlevel loop asks of the pipelining passes (Triton's `tl.range` keywords),
+    recorded on its `For`: how many stages to pipeline its loads over, whether to split
+    producer and consumer warps, whether to flatten it with an inner loop, how many times to
+    unroll it, and whether a dot's accumulator may be double-buffered. None means the
+    compiler decides."""
+
+    num_stages: Optional[int] = None
+    warp_specialize: bool = False
+    flatten: bool = False
+    loop_unroll_factor: Optional[int] = None
+    disallow_acc_multi_buffer: bool = False
+
+    def describe(self) -> str:
+        fields = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+        return "{" + " ".join(f"{name}={value}" for name, value in fields
+                              if value not in (None, False)) + "}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class For(Op):
     """for iv in range(lower, upper, step) with loop-carried values.
@@ -565,6 +608,8 @@ class For(Op):
     inits: tuple[Value, ...]
     body: Block
     rematerialize: bool = False  # thread-position values recomputed per iteration (ll.range)
+    schedule: Optional[LoopSchedule] = None  # what tl.range(num_stages=, ...) asked of the loop
+
 
     def verify(self) -> None:
         check_yield(self, self.body, self.results, "loop body")

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from ..ir import (AddPtr, Arange, Binary, Bitcast, Broadcast, Cast, Compare, Constant, ConvertLayout, ExpandDims, For,
-                  Kernel, Op, Splat, Value, WarpSpecialize, Where)
+from ..ir import (AddPtr, Arange, AxisHint, Binary, Bitcast, Broadcast, Cast, Compare, Constant, ConvertLayout,
+                  ExpandDims, For, Kernel, Op, Splat, Value, WarpSpecialize, Where)
 from ..types import PointerType, TensorType, element_of
 
 NAME = "axis_analysis"
@@ -106,6 +106,8 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
         for c, d in zip(a.contiguity, a.divisibility):
             divisor = gcd(divisor, 1 if c > 1 else d)
         return AxisInfo(insert(a.contiguity, 1), insert(a.divisibility, divisor or 1), insert(a.constancy, 1))
+    if isinstance(op, AxisHint):
+        return _hinted(op, result, get(op.operand), scalar_div)
     if isinstance(op, ConvertLayout) or (isinstance(op, (Cast, Bitcast)) and _integer_like(op)):
         return get(op.operand)  # the same values (integer casts: widened or same-width)
     if isinstance(op, Broadcast):
@@ -162,6 +164,28 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
                         tuple(gcd(x, y) for x, y in zip(a.divisibility, b.divisibility)),
                         tuple(gcd(gcd(x, y), z) for x, y, z in zip(a.constancy, b.constancy, c.constancy)))
     return _unknown(result)
+
+
+def _hinted(op: AxisHint, result: Value, info: AxisInfo, scalar_div) -> AxisInfo:
+    """The operand's facts raised to what the user promises (tl.multiple_of and friends):
+    a promise can only add knowledge, never lose what the analysis proved."""
+    if not isinstance(result.type, TensorType):
+        div = max(_scalar_div(info), _pow2_divisor(op.values[0])) if op.kind == "multiple_of" else _scalar_div(info)
+        scalar_div[result] = div
+        return AxisInfo((), (div,), ())
+    contiguity, divisibility, constancy = info.contiguity, info.divisibility, info.constancy
+    shape = _shape(result)
+    if op.kind == "multiple_of":
+        divisibility = tuple(max(d, _pow2_divisor(v)) for d, v in zip(divisibility, op.values))
+    elif op.kind == "max_contiguous":
+        contiguity = tuple(max(c, min(_pow2_floor(v), s)) for c, v, s in zip(contiguity, op.values, shape))
+    else:
+        constancy = tuple(max(k, min(_pow2_floor(v), s)) for k, v, s in zip(constancy, op.values, shape))
+    return AxisInfo(contiguity, divisibility, constancy)
+
+
+def _pow2_floor(value: int) -> int:
+    return 1 << (max(value, 1).bit_length() - 1)
 
 
 def _integer_like(op: Op) -> bool:

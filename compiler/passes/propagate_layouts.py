@@ -8,7 +8,7 @@ first). From them:
    (when operands disagree, the one that is cheapest to reach wins: a broadcast can be
    redone from its smaller operand), a reduction gives the slice of its operand's
    layout, expand_dims the parent of a slice, a broadcast the operand's layout
-   description at the new shape. Loop-carried values take the layout of the value
+   description at the new shape, a reshape the operand's layout re-indexed. Loop-carried values take the layout of the value
    yielded back (converting it would cost every iteration), else of the initial value.
    A store keeps its anchor unless the value descends from a larger load (a reduction's
    result): then the store is made from the value's layout.
@@ -19,8 +19,8 @@ first). From them:
    default blocked layout; then step 1 runs again.
 3. Rewriting: every consumer asks for its operand in the layout its rule needs. A value
    in another layout is converted once, right after its definition, or its op is redone
-   there from operands in that layout: always for broadcast, expand_dims and permute
-   (their operands are never larger), and for elementwise ops when that moves no more
+   there from operands in that layout: always for broadcast, expand_dims, permute and
+   reshape (their operands are never larger), and for elementwise ops when that moves no more
    elements (the reduced column, not the tile it was broadcast to). Dead ops are
    dropped at the end.
 """
@@ -34,17 +34,17 @@ from typing import Callable, Optional
 from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice_layout
 from ...layouts import rules as layout_rules
 from ..errors import CompilationError
-from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
-                  ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex,
-                  Splat, Store, Unary, Value, Where, While)
+from ..ir import (ATOMICS, AddPtr, Arange, AxisHint, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant,
+                  ConvertLayout, ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce,
+                  ReplicaIndex, Reshape, Splat, Store, Unary, Value, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
 
 NAME = "propagate_layouts"
 
-ELEMENTWISE = (Binary, Unary, Compare, Fma, Where, Cast, Bitcast, AddPtr)
+ELEMENTWISE = (Binary, Unary, Compare, Fma, Where, Cast, Bitcast, AddPtr, AxisHint)
 SOURCES = (Arange, Splat, Constant)  # tensors made from nothing: free in any layout
-DERIVED = (ExpandDims, Broadcast, Permute)  # no data moves: redone in another layout for free
+DERIVED = (ExpandDims, Broadcast, Permute, Reshape)  # no data moves: redone in another layout for free
 CHEAP = SOURCES + ELEMENTWISE + DERIVED
 # Ops redone from converted operands when that moves no more elements than converting the
 # result (and always, for the derived ones: their operands are never larger).
@@ -251,6 +251,23 @@ def _permute_backward(op: Permute, result: Placement, ctx) -> Decision:
     permuted = result.encoding.permuted(inverse) if result.encoding is not None else None
     source = describe(layout, [permuted])
     return _permute_forward(op, (source,), ctx)
+
+
+@LAYOUT_RULES.forward(Reshape)
+def _reshape_forward(op: Reshape, operands, ctx) -> Optional[Decision]:
+    """The operand's layout re-indexed row-major: every register stays where it is."""
+    (source,) = operands
+    if source is None:
+        return None
+    layout = layout_rules.reshape_layout(source.layout, op.result.type.shape)
+    return Decision(describe(layout, []), (source,))
+
+
+@LAYOUT_RULES.backward(Reshape)
+def _reshape_backward(op: Reshape, result: Placement, ctx) -> Decision:
+    """The wanted layout re-indexed back to the operand's shape (a reshape is invertible)."""
+    source = describe(layout_rules.reshape_layout(result.layout, op.operand.type.shape), [])
+    return _reshape_forward(op, (source,), ctx)
 
 
 # ------------------------------------------------------------------ the analysis

@@ -26,6 +26,12 @@ from .registers import num_registers, thread_elements
 from .rules import EMULATION_RULES as RULES
 
 
+@RULES.register(ir.AxisHint)
+def axis_hint(cta, op) -> None:
+    """The operand itself (the hint is a promise to axis analysis, unchecked as in Triton)."""
+    cta.bind(op.result, cta[op.operand])
+
+
 @RULES.register(ir.ExpandDims, ir.Reshape, ir.Permute)
 def same_registers(cta, op) -> None:
     source, result = cta.layout(op.operand.type), cta.layout(op.result.type)

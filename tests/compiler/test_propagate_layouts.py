@@ -222,3 +222,37 @@ def test_every_tensor_has_a_layout_after_the_pass():
                 assert value.type.layout is not None, op
                 assert value.type.encoding is not None, op
     assert dataclasses.is_dataclass(Decision)
+
+
+@tl.jit
+def row_pairs(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    pairs = tl.reshape(tl.load(x_ptr + offs), N // 2, 2)
+    tl.store(out_ptr + tl.arange(0, N // 2), tl.sum(pairs, axis=1))
+
+
+ROW_PAIRS = """\
+#L0 = {register=[(1), (2), (128)] lane=[(4), (8), (16), (32), (64)]} -> [256]
+#L1 = {register=[(0,1), (1,0), (64,0)] lane=[(2,0), (4,0), (8,0), (16,0), (32,0)]} -> [128x2]
+#L2 = {register=[(1), (64)] lane=[(2), (4), (8), (16), (32)]} -> [128]
+kernel @row_pairs(%x_ptr: *fp32, %out_ptr: *fp32) num_warps=1 {
+  %offs = arange [start=0 end=256] : tensor<256xi32, #L0>
+  %3 = splat %x_ptr : tensor<256x*fp32, #L0>
+  %4 = add_ptr %3, %offs : tensor<256x*fp32, #L0>
+  %5 = load %4 : tensor<256xfp32, #L0>
+  %pairs = reshape %5 : tensor<128x2xfp32, #L1>
+  %7 = arange [start=0 end=128] : tensor<128xi32, #L2>
+  %8 = splat %out_ptr : tensor<128x*fp32, #L2>
+  %9 = add_ptr %8, %7 : tensor<128x*fp32, #L2>
+  %10 = reduce [axis=1 kind=sum] %pairs : tensor<128xfp32, #L2>
+  store %9, %10
+}
+"""
+
+
+def test_a_reshape_takes_its_operands_layout_reindexed():
+    """The loaded layout, re-indexed row-major (layouts.rules.reshape_layout): a pair sits
+    in one thread's registers, so the sum needs no shuffle and nothing is converted."""
+    kernel = propagated(row_pairs, {"x_ptr": "*fp32", "out_ptr": "*fp32"}, {"N": 256}, warps=1)
+    check_golden(print_kernel(kernel), "ROW_PAIRS")
+    assert count_conversions(kernel) == 0

@@ -182,7 +182,7 @@ def line_of(fn, text: str) -> int:
 
 @pytest.mark.parametrize("fn, text, message", [
     (bad_broadcast, "a + b", "shapes [64] and [128] do not broadcast"),
-    (bad_reshape, "a.reshape(8, 8)", "reshape is not supported in highlevel kernels"),
+    (bad_reshape, "a.reshape(8, 8)", "do not broadcast"),
     (calls_bad_helper, "tl.sum(x, axis=2)", "axis 2 is not a dim"),
     (tensor_condition, "if a > 0", "must be a scalar"),
 ])
@@ -211,8 +211,8 @@ def formats_a_tile(x_ptr):
     tl.static_print(f"{a}")
 
 
-@pytest.mark.parametrize("name", ["dot", "reshape", "view", "make_block_ptr", "advance", "make_tensor_descriptor",
-                                  "cumsum", "associative_scan", "rand", "randn", "multiple_of", "sort", "split"])
+@pytest.mark.parametrize("name", ["dot", "make_tensor_descriptor",
+                                  "sort", "cat", "histogram"])
 def test_triton_names_highlevel_lacks_say_so(name):
     with pytest.raises(AttributeError, match=f"`tl.{name}` is not supported by weft.highlevel yet"):
         getattr(tl, name)
