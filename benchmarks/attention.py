@@ -42,6 +42,43 @@ SYSTEMS = ("weft", "cudnn", "flash", "triton")
 # Also measurable (--systems): weft with one CTA per tile, or with persistent CTAs, whatever
 # its default for the shape.
 EXTRA_SYSTEMS = ("weft_tiles", "weft_persistent")
+CAUSAL_CHOICES = {"both": (False, True), "only": (True,), "none": (False,)}  # --causal: the masks timed
+
+
+def fa3_shape(seq: int, head_dim: int) -> tuple[int, int, int, int]:
+    """(batch, heads, seq, head_dim) of the FA3 grid: batch * seq = 16k tokens, heads *
+    head_dim = 2048."""
+    return 16384 // seq, 2048 // head_dim, seq, head_dim
+
+
+def random_inputs(torch, count: int, batch: int, heads: int, seq: int, head_dim: int) -> tuple:
+    """`count` bf16 random normal CUDA tensors [batch, heads, seq, head_dim]: q, k, v (and dO)."""
+    return tuple(torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+                 for _ in range(count))
+
+
+def forward_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
+    """The forward's 4 B H S^2 D, halved under a causal mask."""
+    return 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
+
+
+def save_json(data, out_path: str | None) -> None:
+    """Write `data` to out_path, when given (after every shape: a run cut short keeps what
+    it measured)."""
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump(data, f, indent=1)
+
+
+def print_failures(results) -> None:
+    """One line per system and reason it was not timed for, with one shape of those."""
+    reasons = {}
+    for row in results["rows"]:
+        for name in results["systems"]:
+            if "failure" in row[name]:
+                reasons.setdefault((name, row[name]["failure"]), []).append(_label(row))
+    for (name, reason), where in reasons.items():
+        print(f"{name} not timed on {len(where)} shape(s), e.g. {where[0]}: {reason}")
 
 
 def shapes(quick: bool = False, causal=(False, True), head_dims=(64, 128, 256),
@@ -51,8 +88,7 @@ def shapes(quick: bool = False, causal=(False, True), head_dims=(64, 128, 256),
     if quick:
         grid = [(4, 2048 // d, 4096, d) for d in (128, 64, 256)]
     else:
-        grid = [(16384 // s, 2048 // d, s, d) for d in (64, 128, 256)
-                for s in (512, 1024, 2048, 4096, 8192, 16384)]
+        grid = [fa3_shape(s, d) for d in (64, 128, 256) for s in (512, 1024, 2048, 4096, 8192, 16384)]
         grid += [(4, 16, 4096, 128), (2, 16, 16384, 128)]  # the first is also in the grid
     grid = [shape for shape in grid if shape[3] in head_dims and (seqs is None or shape[2] in seqs)]
     return [(*shape, masked) for shape in dict.fromkeys(grid) for masked in causal]
@@ -252,11 +288,10 @@ def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None, causal
     results = {**_versions(torch), "tolerance": TOLERANCE, "systems": list(wanted),
                "reference_vs_weft_numpy": check_reference(torch), "rows": []}
     for batch, heads, seq, head_dim, causal in shapes(quick, causal, head_dims, seqs):
-        q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
-                   for _ in range(3))
+        q, k, v = random_inputs(torch, 3, batch, heads, seq, head_dim)
         scale = head_dim ** -0.5
         ref = reference(q, k, v, causal, scale)
-        flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
+        flops = forward_flops(batch, heads, seq, head_dim, causal)
         row = {"batch": batch, "heads": heads, "seq_q": seq, "seq_k": seq, "head_dim": head_dim,
                "causal": causal, "dtype": "bfloat16"}
         row.update(measure_all(torch, found, q, k, v, causal, scale, ref, flops))
@@ -268,9 +303,7 @@ def run(quick: bool = False, wanted=SYSTEMS, out_path: str | None = None, causal
         results["rows"].append(row)
         print(_label(row), " ".join(f"{name} {_cell(row[name])}" for name in found), file=sys.stderr,
               flush=True)
-        if out_path:
-            with open(out_path, "w") as f:
-                json.dump(results, f, indent=1)
+        save_json(results, out_path)
     return results
 
 
@@ -294,13 +327,7 @@ def print_table(results) -> None:
     print(f"{results['device']}  torch {results['torch']}  cuDNN {results['cudnn']}  "
           f"Triton {results['triton']}  {results['date']}")
     print(f"reference vs weft's float64 numpy reference: {results['reference_vs_weft_numpy']}")
-    reasons = {}
-    for row in results["rows"]:
-        for name in systems:
-            if "failure" in row[name]:
-                reasons.setdefault((name, row[name]["failure"]), []).append(_label(row))
-    for (name, reason), where in reasons.items():
-        print(f"{name} not timed on {len(where)} shape(s), e.g. {where[0]}: {reason}")
+    print_failures(results)
     print("TFLOP/s (CUDA-graph replay, bf16; ERR = raised or unavailable, WRONG = failed the check)")
     print(f"{'shape':<26}" + "".join(f"{name:>8}" for name in systems)
           + f"{'w/cuDNN':>9}{'w/Triton':>9}{'w/peak':>8}")
@@ -316,7 +343,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="seq 4096 only: head_dim 128, 64 and 256, causal and not")
     parser.add_argument("--out", help="write the full results as JSON here (after every shape)")
-    parser.add_argument("--causal", choices=("both", "only", "none"), default="both",
+    parser.add_argument("--causal", choices=tuple(CAUSAL_CHOICES), default="both",
                         help="causal and non-causal shapes, causal only, or non-causal only")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256],
                         help="only these head dims")
@@ -336,7 +363,7 @@ def main(argv=None) -> int:
     wanted = [name for name in args.systems.split(",") if name]
     if not wanted or {name for name in wanted if not name.startswith("weft:")} - set(known):
         parser.error(f"--systems takes names from {','.join(known)}, got {args.systems!r}")
-    masks = {"both": (False, True), "only": (True,), "none": (False,)}[args.causal]
+    masks = CAUSAL_CHOICES[args.causal]
     results = run(args.quick, wanted, args.out, masks, tuple(args.head_dims), args.seqs)
     print_table(results)
     wrong = any(_wrong(row[name]) for row in results["rows"] for name in wanted)

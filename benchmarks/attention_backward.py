@@ -17,11 +17,11 @@ seq 1k..16k, head_dim 64, 128, 256), causal and not.
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 
-from benchmarks.attention import PEAK_TFLOPS, _label, _reason, _time, shapes
+from benchmarks.attention import (CAUSAL_CHOICES, PEAK_TFLOPS, _label, _reason, _time, forward_flops, print_failures,
+                                  random_inputs, save_json, shapes)
 from benchmarks.matmul import ROUNDS, _error  # max |out - ref| / max |ref|
 
 TOLERANCE = 2e-2  # bf16 gradients: dS and P rounded to bf16 before their GEMMs
@@ -169,11 +169,10 @@ def run(wanted=SYSTEMS, out_path: str | None = None, causal=(False, True), head_
     results = {**_versions(torch), "tolerance": TOLERANCE, "systems": list(wanted),
                "reference_vs_weft_numpy": check_reference(torch), "rows": []}
     for batch, heads, seq, head_dim, masked in shapes(False, causal, head_dims, seqs):
-        q, k, v, do = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
-                       for _ in range(4))
+        q, k, v, do = random_inputs(torch, 4, batch, heads, seq, head_dim)
         scale = head_dim ** -0.5
         refs = reference_gradients(q, k, v, do, masked, scale)
-        flops = 2.5 * 4 * batch * heads * seq * seq * head_dim * (0.5 if masked else 1.0)
+        flops = 2.5 * forward_flops(batch, heads, seq, head_dim, masked)
         row = {"batch": batch, "heads": heads, "seq_q": seq, "seq_k": seq, "head_dim": head_dim,
                "causal": masked, "dtype": "bfloat16"}
         row.update(measure_all(torch, find_systems(torch, wanted, q, k, v, do, masked, scale), refs, flops))
@@ -186,9 +185,7 @@ def run(wanted=SYSTEMS, out_path: str | None = None, causal=(False, True), head_
         torch.cuda.empty_cache()
         results["rows"].append(row)
         print(_label(row), " ".join(f"{name} {_cell(row[name])}" for name in wanted), file=sys.stderr, flush=True)
-        if out_path:
-            with open(out_path, "w") as f:
-                json.dump(results, f, indent=1)
+        save_json(results, out_path)
     return results
 
 
@@ -203,13 +200,7 @@ def print_table(results) -> None:
     systems = results["systems"]
     print(f"{results['device']}  torch {results['torch']}  cuDNN {results['cudnn']}  {results['date']}")
     print(f"reference vs weft's float64 numpy reference: {results['reference_vs_weft_numpy']}")
-    reasons = {}
-    for row in results["rows"]:
-        for name in systems:
-            if "failure" in row[name]:
-                reasons.setdefault((name, row[name]["failure"]), []).append(_label(row))
-    for (name, reason), where in reasons.items():
-        print(f"{name} not timed on {len(where)} shape(s), e.g. {where[0]}: {reason}")
+    print_failures(results)
     print("backward TFLOP/s, CUDA-graph / do_bench eager (bf16; ERR = raised or unavailable, WRONG = failed "
           "the check)")
     print(f"{'shape':<26}" + "".join(f"{name:>11}" for name in systems)
@@ -229,7 +220,7 @@ def main(args) -> int:
     wanted = [name for name in args.systems.split(",") if name]
     if not wanted or set(wanted) - set(SYSTEMS):
         raise SystemExit(f"--backward --systems takes names from {','.join(SYSTEMS)}, got {args.systems!r}")
-    masks = {"both": (False, True), "only": (True,), "none": (False,)}[args.causal]
+    masks = CAUSAL_CHOICES[args.causal]
     seqs = tuple(args.seqs) if args.seqs else ((4096,) if args.quick else SEQS)
     results = run(wanted, args.out, masks, tuple(args.head_dims), seqs)
     print_table(results)

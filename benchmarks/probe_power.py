@@ -16,7 +16,6 @@ C), so that heating falls on all of them alike.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
@@ -130,7 +129,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from benchmarks.attention import check, find_systems, reference
+    from benchmarks.attention import check, find_systems, forward_flops, random_inputs, reference, save_json
 
     found = find_systems(torch, args.systems.split(","))
     sampler = Sampler()
@@ -139,11 +138,10 @@ def main(argv=None) -> int:
         batch, heads, seq, head_dim, *causal = (int(x) for x in shape.split(","))
         causal = bool(causal and causal[0])
         torch.manual_seed(0)
-        q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
-                   for _ in range(3))
+        q, k, v = random_inputs(torch, 3, batch, heads, seq, head_dim)
         scale = head_dim ** -0.5
         ref = reference(q, k, v, causal, scale)
-        flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
+        flops = forward_flops(batch, heads, seq, head_dim, causal)
         good = {}
         for name, system in found.items():
             entry = {"failure": system} if isinstance(system, str) else check(torch, system, q, k, v, causal,
@@ -165,9 +163,7 @@ def main(argv=None) -> int:
                       f"first {result['tflops_first']:6.1f} sustained {result['tflops_sustained']:6.1f} "
                       f"TFLOP/s, {result['watts']:5.0f} W, {result['mhz']:5.0f} MHz, "
                       f"{result['celsius']:3.0f} C, {result['pj_per_flop']:.3f} pJ/FLOP{held_by(result)}", flush=True)
-                if args.out:
-                    with open(args.out, "w") as f:
-                        json.dump(rows, f, indent=1)
+                save_json(rows, args.out)
         del q, k, v
     return 0
 

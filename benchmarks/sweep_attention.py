@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 
-from benchmarks.attention import _reason, find_systems, measure, reference
+from benchmarks.attention import (_reason, fa3_shape, find_systems, forward_flops, measure, random_inputs, reference,
+                                  save_json)
 
 
 def candidates(head_dim: int, causal: bool):
@@ -52,7 +52,7 @@ def _label(option: dict) -> str:
 
 
 def _shapes(seqs, head_dims):
-    return [(16384 // seq, 2048 // head_dim, seq, head_dim) for head_dim in head_dims for seq in seqs]
+    return [fa3_shape(seq, head_dim) for head_dim in head_dims for seq in seqs]
 
 
 def _warm(shape) -> int:
@@ -63,8 +63,7 @@ def _warm(shape) -> int:
     from weft.kernels.attention import flash_attention
 
     batch, heads, seq, head_dim = shape
-    q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
-               for _ in range(3))
+    q, k, v = random_inputs(torch, 3, batch, heads, seq, head_dim)
     failed = 0
     for causal in (False, True):
         for _, config in candidates(head_dim, causal):
@@ -95,12 +94,11 @@ def run(seqs, head_dims, out_path=None) -> list[dict]:
     references = find_systems(torch, ("cudnn", "triton"))
     rows = []
     for batch, heads, seq, head_dim in _shapes(seqs, head_dims):
-        q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
-                   for _ in range(3))
+        q, k, v = random_inputs(torch, 3, batch, heads, seq, head_dim)
         scale = head_dim ** -0.5
         for causal in (False, True):
             ref = reference(q, k, v, causal, scale)
-            flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
+            flops = forward_flops(batch, heads, seq, head_dim, causal)
             row = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim,
                    "causal": causal, "configs": {}}
             for name, system in references.items():
@@ -114,9 +112,7 @@ def run(seqs, head_dims, out_path=None) -> list[dict]:
                     row["configs"][label] = {"failure": _reason(error)}
             rows.append(row)
             print(_line(row), file=sys.stderr, flush=True)
-            if out_path:
-                with open(out_path, "w") as f:
-                    json.dump(rows, f, indent=1)
+            save_json(rows, out_path)
     return rows
 
 

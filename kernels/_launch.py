@@ -178,7 +178,7 @@ def keep_prepared_call(key, call: PreparedCall) -> None:
     made during capture live in the graph's memory pool, which torch hands out again
     once the graph is done with it (torch.compile's CUDA graph trees refuse such tensors
     kept alive). Calls under capture take the long way."""
-    if _capturing():
+    if capturing_cuda_graph():
         return
     entries = _CALLS.entries
     entries[key] = call
@@ -196,7 +196,8 @@ def clear_prepared_calls() -> None:
 _STREAM: list = []  # [device -> torch's current raw stream, config.emulate] once looked up
 
 
-def _capturing() -> bool:
+def capturing_cuda_graph() -> bool:
+    """Whether torch (when loaded) is capturing a CUDA graph on the current stream."""
     torch = sys.modules.get("torch")
     return torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 

@@ -11,9 +11,10 @@ lists given by users are converted.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from .errors import LayoutError
+from .linear_layout import LinearLayout
 
 
 def as_tuple(value: Any, name: str, owner: str) -> tuple:
@@ -52,6 +53,10 @@ class LayoutDescription:
     """Shared behaviour: readable str, and usable from kernels at compile time."""
 
     __weft_constexpr__ = True
+    rank: int
+
+    def to_linear(self, shape: Sequence[int]) -> LinearLayout:
+        raise NotImplementedError
 
     def __str__(self) -> str:
         args = ", ".join(f"{f.name}={show_field(getattr(self, f.name))}" for f in fields(self))
@@ -59,6 +64,46 @@ class LayoutDescription:
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
+
+
+class GivenByBases(LayoutDescription):
+    """A layout given by the bases of its LinearLayout for one fixed `shape`
+    (LinearDistributedLayout, LinearSharedLayout): `BASES` pairs each input dim of the
+    LinearLayout, in order, with the field that holds its bases (the fields come in the
+    same order, then `shape`)."""
+
+    BASES: ClassVar[tuple[tuple[str, str], ...]]
+    shape: tuple[int, ...]
+
+    def __post_init__(self):
+        owner = type(self).__name__
+        for f in fields(self):
+            self._set(f.name, as_tuple(getattr(self, f.name), f.name, owner))
+        self.check_bases()
+        self.linear  # builds and checks the LinearLayout
+
+    def check_bases(self) -> None:
+        """What the kind of layout asks of its bases beyond being a LinearLayout."""
+
+    @property
+    def linear(self) -> LinearLayout:
+        return LinearLayout({dim: getattr(self, field) for dim, field in self.BASES},
+                            [(f"dim{i}", s) for i, s in enumerate(self.shape)])
+
+    @classmethod
+    def from_linear(cls, layout: LinearLayout) -> "GivenByBases":
+        bases = layout.transpose_outs([f"dim{i}" for i in range(len(layout.out_dims))]).bases
+        shape = tuple(layout.out_dims[f"dim{i}"] for i in range(len(layout.out_dims)))
+        return cls(*(bases.get(dim, ()) for dim, _ in cls.BASES), shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def to_linear(self, shape):
+        if tuple(shape) != self.shape:
+            raise LayoutError(f"{self} describes shape {list(self.shape)}, not {list(shape)}")
+        return self.linear
 
 
 def shown(value: Any) -> str:

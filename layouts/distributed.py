@@ -15,21 +15,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
 from . import standard
-from .description import LayoutDescription, as_ints, as_tuple, check_powers_of_two, check_rank, shown
+from .description import GivenByBases, LayoutDescription, as_ints, check_powers_of_two, check_rank, shown
 from .errors import LayoutError
 from .linear_layout import LinearLayout
 
 
 class DistributedLayout(LayoutDescription):
     """A register layout: which thread holds which elements of a tensor."""
-
-    rank: int
-
-    def to_linear(self, shape: Sequence[int]) -> LinearLayout:
-        raise NotImplementedError
 
     def reduced(self, axis: int) -> "SliceLayout":
         """The layout of a reduction's result along `axis` (and the layout expand_dims at
@@ -206,46 +201,21 @@ class DotOperandLayout(DistributedLayout):
 
 
 @dataclass(frozen=True)
-class LinearDistributedLayout(DistributedLayout):
+class LinearDistributedLayout(GivenByBases, DistributedLayout):
     """Any distributed layout, given by its bases for one fixed `shape`."""
 
+    BASES: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("register", "reg_bases"), ("lane", "lane_bases"), ("warp", "warp_bases"), ("block", "block_bases"))
     reg_bases: tuple[tuple[int, ...], ...]
     lane_bases: tuple[tuple[int, ...], ...]
     warp_bases: tuple[tuple[int, ...], ...]
     block_bases: tuple[tuple[int, ...], ...]
     shape: tuple[int, ...]
 
-    def __post_init__(self):
-        owner = "LinearDistributedLayout"
-        for f in fields(self):
-            self._set(f.name, as_tuple(getattr(self, f.name), f.name, owner))
+    def check_bases(self) -> None:
         if len(self.lane_bases) != 5:
-            raise LayoutError(f"{owner}: lane_bases has {len(self.lane_bases)} bases; a warp's "
-                              f"32 lanes need exactly 5")
-        self.linear  # builds and checks the LinearLayout
-
-    @property
-    def linear(self) -> LinearLayout:
-        return LinearLayout(
-            {"register": self.reg_bases, "lane": self.lane_bases, "warp": self.warp_bases,
-             "block": self.block_bases},
-            [(f"dim{i}", s) for i, s in enumerate(self.shape)])
-
-    @classmethod
-    def from_linear(cls, layout: LinearLayout) -> "LinearDistributedLayout":
-        bases = layout.transpose_outs([f"dim{i}" for i in range(len(layout.out_dims))]).bases
-        shape = tuple(layout.out_dims[f"dim{i}"] for i in range(len(layout.out_dims)))
-        return cls(bases.get("register", ()), bases.get("lane", ()), bases.get("warp", ()),
-                   bases.get("block", ()), shape)
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    def to_linear(self, shape):
-        if tuple(shape) != self.shape:
-            raise LayoutError(f"{self} describes shape {list(self.shape)}, not {list(shape)}")
-        return self.linear
+            raise LayoutError(f"LinearDistributedLayout: lane_bases has {len(self.lane_bases)} bases; "
+                              f"a warp's 32 lanes need exactly 5")
 
 
 def as_distributed(layout: Any, what: str = "layout") -> DistributedLayout:

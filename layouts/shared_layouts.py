@@ -3,11 +3,11 @@ each element of a buffer is stored."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional, Sequence
 
 from . import standard
-from .description import LayoutDescription, as_ints, as_tuple, check_powers_of_two, shown
+from .description import GivenByBases, LayoutDescription, as_ints, check_powers_of_two, shown
 from .distributed import LinearDistributedLayout
 from .errors import LayoutError
 from .linear_layout import LinearLayout
@@ -15,11 +15,6 @@ from .linear_layout import LinearLayout
 
 class SharedLayout(LayoutDescription):
     """A shared-memory layout: at which offset each element of a buffer is stored."""
-
-    rank: int
-
-    def to_linear(self, shape: Sequence[int]) -> LinearLayout:
-        raise NotImplementedError
 
 
 def with_buffers(inner: LinearLayout, shape: tuple[int, ...], rank: int) -> LinearLayout:
@@ -139,38 +134,13 @@ class MBarrierLayout(SharedLayout):
 
 
 @dataclass(frozen=True)
-class LinearSharedLayout(SharedLayout):
+class LinearSharedLayout(GivenByBases, SharedLayout):
     """Any shared layout, given by its offset (and block) bases for one fixed `shape`."""
 
+    BASES: ClassVar[tuple[tuple[str, str], ...]] = (("offset", "offset_bases"), ("block", "block_bases"))
     offset_bases: tuple[tuple[int, ...], ...]
     block_bases: tuple[tuple[int, ...], ...]
     shape: tuple[int, ...]
-
-    def __post_init__(self):
-        owner = "LinearSharedLayout"
-        for f in fields(self):
-            self._set(f.name, as_tuple(getattr(self, f.name), f.name, owner))
-        self.linear
-
-    @property
-    def linear(self) -> LinearLayout:
-        return LinearLayout({"offset": self.offset_bases, "block": self.block_bases},
-                            [(f"dim{i}", s) for i, s in enumerate(self.shape)])
-
-    @classmethod
-    def from_linear(cls, layout: LinearLayout) -> "LinearSharedLayout":
-        bases = layout.transpose_outs([f"dim{i}" for i in range(len(layout.out_dims))]).bases
-        shape = tuple(layout.out_dims[f"dim{i}"] for i in range(len(layout.out_dims)))
-        return cls(bases.get("offset", ()), bases.get("block", ()), shape)
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    def to_linear(self, shape):
-        if tuple(shape) != self.shape:
-            raise LayoutError(f"{self} describes shape {list(self.shape)}, not {list(shape)}")
-        return self.linear
 
 
 def as_shared(layout: Any, what: str = "layout") -> SharedLayout:

@@ -12,7 +12,8 @@ import numpy as np
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
 from .backward import ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
 from .config import HEAD_DIMS
-from .host import _as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready
+from .host import (_as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready,
+                   reference_probabilities)
 
 
 @dataclass(frozen=True)
@@ -170,16 +171,8 @@ def reference_attention_backward(q, k, v, dout, causal: bool = False, softmax_sc
     heads, kv_heads = q.shape[1], k.shape[1]
     group = heads // kv_heads
     k_all, v_all = (np.repeat(x, group, axis=1) for x in (k, v))
-    seq_q, seq_k = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[3]) if softmax_scale is None else softmax_scale
-    s = np.einsum("bhqd,bhkd->bhqk", q, k_all) * scale
-    if causal:
-        visible = np.arange(seq_k)[None, :] <= np.arange(seq_q)[:, None] + (seq_k - seq_q)
-        s = np.where(visible, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True) if seq_k else np.full(s.shape[:-1] + (1,), -np.inf)
-    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    l = p.sum(axis=-1, keepdims=True)
-    p = p / np.where(l > 0, l, 1.0)
+    p, _ = reference_probabilities(q, k_all, scale, causal)
     o = np.einsum("bhqk,bhkd->bhqd", p, v_all)
     dv = np.einsum("bhqk,bhqd->bhkd", p, dout)
     dp = np.einsum("bhqd,bhkd->bhqk", dout, v_all)

@@ -302,16 +302,12 @@ def _host64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def reference_attention(q, k, v, causal: bool = False, softmax_scale: float | None = None,
-                        return_lse: bool = False, layout: str = "bhsd"):
-    """flash_attention's result in float64 numpy (same conventions), from any arrays."""
-    q, k, v = (_host64(x) for x in (q, k, v))
-    if layout == "bshd":
-        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
-    heads, kv_heads = q.shape[1], k.shape[1]
-    k, v = (np.repeat(x, heads // kv_heads, axis=1) for x in (k, v))
+def reference_probabilities(q, k, scale: float, causal: bool):
+    """(P, lse) in float64 for [batch, heads, seq, head_dim] arrays (k repeated to q's
+    heads): P = softmax(scale Q K^T) over the keys a query sees (all of them, or under
+    `causal` those up to its diagonal, aligned to the end), all zeros in a row that sees
+    none, and each row's log-sum-exp (inf for such a row)."""
     seq_q, seq_k = q.shape[2], k.shape[2]
-    scale = 1.0 / math.sqrt(q.shape[3]) if softmax_scale is None else softmax_scale
     s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
     if causal:
         visible = np.arange(seq_k)[None, :] <= np.arange(seq_q)[:, None] + (seq_k - seq_q)
@@ -320,9 +316,22 @@ def reference_attention(q, k, v, causal: bool = False, softmax_scale: float | No
     m_safe = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m_safe)
     l = p.sum(axis=-1, keepdims=True)
-    out = np.einsum("bhqk,bhkd->bhqd", p / np.where(l > 0, l, 1.0), v)
     lse = np.where(l[..., 0] > 0, m_safe[..., 0] + np.log(np.where(l[..., 0] > 0, l[..., 0], 1.0)),
                    np.inf)
+    return p / np.where(l > 0, l, 1.0), lse
+
+
+def reference_attention(q, k, v, causal: bool = False, softmax_scale: float | None = None,
+                        return_lse: bool = False, layout: str = "bhsd"):
+    """flash_attention's result in float64 numpy (same conventions), from any arrays."""
+    q, k, v = (_host64(x) for x in (q, k, v))
+    if layout == "bshd":
+        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    heads, kv_heads = q.shape[1], k.shape[1]
+    k, v = (np.repeat(x, heads // kv_heads, axis=1) for x in (k, v))
+    scale = 1.0 / math.sqrt(q.shape[3]) if softmax_scale is None else softmax_scale
+    p, lse = reference_probabilities(q, k, scale, causal)
+    out = np.einsum("bhqk,bhkd->bhqd", p, v)
     if layout == "bshd":
         out = out.transpose(0, 2, 1, 3)
     return (out, lse) if return_lse else out

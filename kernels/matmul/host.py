@@ -9,8 +9,8 @@ import numpy as np
 from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
-from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call, prepared_call,
-                       tensor_facts, torch_ops, torch_route)
+from .._launch import (PreparedCall, capturing_cuda_graph, descriptor_binding, gpu_signature, keep_prepared_call,
+                       prepared_call, tensor_facts, torch_ops, torch_route)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
@@ -155,7 +155,7 @@ def _split_scratch(a, m: int, n: int, tiles: int) -> tuple:
     zeroed pair per call: a pair made during capture lives in the graph's memory pool,
     which torch hands to other tensors once the graph no longer needs it (and which
     torch.compile's CUDA graph trees refuse to see kept alive)."""
-    if not (is_torch(a) and a.is_cuda) or _capturing():
+    if not (is_torch(a) and a.is_cuda) or capturing_cuda_graph():
         return new_array(a, (m, n), "float32", zero=True), new_array(a, (tiles,), "int32", zero=True)
     from ...runtime.launcher import _torch_stream_getter
 
@@ -336,31 +336,17 @@ class _StagedCall:
     declines (returns None: the call goes the long way, staging in the graph's own
     memory), since the prepared-call cache may drop a staging array a graph still reads."""
 
-    __slots__ = ("prepared", "staged", "_capturing")
+    __slots__ = ("prepared", "staged")
 
     def __init__(self, prepared: PreparedCall, staged: tuple):
-        import torch
-
         self.prepared, self.staged = prepared, staged  # (0 for a / 1 for b, staging array)
-        self._capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else _never
 
     def __call__(self, a, b):
-        if self._capturing():
+        if capturing_cuda_graph():
             return None
         for role, staging in self.staged:
             staging.copy_(b if role else a)
         return self.prepared()
-
-
-def _never() -> bool:
-    return False
-
-
-def _capturing() -> bool:
-    """Whether torch is capturing a CUDA graph on the current stream."""
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _only(outs):

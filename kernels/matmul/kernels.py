@@ -78,16 +78,47 @@ def store_tile(c_desc, c_smem, acc, off_m, off_n, BLOCK_N: ll.constexpr):
 
 
 @ll.jit
-def pipelined_matmul(a_desc, b_desc, c_desc, M, N, K,
-                     BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
-                     STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
-                     NUM_WARPS: ll.constexpr):
-    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
+def allocate_operands(a_desc, b_desc, c_desc, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
+                      BLOCK_K: ll.constexpr, STAGES: ll.constexpr, B_K_MAJOR: ll.constexpr):
+    """(a_ring, b_ring, c_smem): STAGES shared-memory slots of A and B tiles (B's as the
+    TMA box lies: [BLOCK_N, BLOCK_K] K-major, else [BLOCK_K, BLOCK_N]) and the output tile
+    that `store_tile` stages through."""
     dtype: ll.constexpr = a_desc.dtype
     a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
     b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
     b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
     c_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
+    return a_ring, b_ring, c_smem
+
+
+@ll.jit
+def allocate_slot_barriers(STAGES: ll.constexpr):
+    """(ready, empty): per ring slot, an initialised mbarrier its loads complete on and one
+    its consumers release it on (the warp-specialized kernels)."""
+    ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    for s in ll.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    return ready, empty
+
+
+@ll.jit
+def invalidate_slot_barriers(ready, empty, STAGES: ll.constexpr):
+    """Invalidate the barriers of `allocate_slot_barriers` once every partition is done."""
+    for s in ll.static_range(STAGES):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
+
+
+@ll.jit
+def pipelined_matmul(a_desc, b_desc, c_desc, M, N, K,
+                     BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                     STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                     NUM_WARPS: ll.constexpr):
+    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
+    a_ring, b_ring, c_smem = allocate_operands(a_desc, b_desc, c_desc, BLOCK_M, BLOCK_N, BLOCK_K,
+                                               STAGES, B_K_MAJOR)
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
     for s in ll.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
@@ -180,22 +211,13 @@ def warp_specialized_matmul(a_desc, b_desc, c_desc, M, N, K,
                             BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                             STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
                             NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr):
-    dtype: ll.constexpr = a_desc.dtype
-    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
-    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
-    c_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
-    ready = mbarrier.allocate_mbarrier(batch=STAGES)
-    empty = mbarrier.allocate_mbarrier(batch=STAGES)
-    for s in ll.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
+    a_ring, b_ring, c_smem = allocate_operands(a_desc, b_desc, c_desc, BLOCK_M, BLOCK_N, BLOCK_K,
+                                               STAGES, B_K_MAJOR)
+    ready, empty = allocate_slot_barriers(STAGES)
     ll.warp_specialize(
         (c_desc, a_ring, b_ring, c_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
          STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS), ws_consumer,
         (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
          STAGES, GROUP_M, B_K_MAJOR), [ws_producer],
         worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS])
-    for s in ll.static_range(STAGES):
-        mbarrier.invalidate(ready.index(s))
-        mbarrier.invalidate(empty.index(s))
+    invalidate_slot_barriers(ready, empty, STAGES)

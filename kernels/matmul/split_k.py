@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import b_operand, load_stage, store_tile, tile_origin
+from .kernels import (allocate_operands, allocate_slot_barriers, b_operand, invalidate_slot_barriers,
+                      load_stage, store_tile, tile_origin)
 
 
 @ll.jit
@@ -98,22 +99,13 @@ def split_k_matmul(a_desc, b_desc, c_desc, partial_ptr, arrivals_ptr, M, N, K,
                    BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                    STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
                    NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr, SPLIT_K: ll.constexpr):
-    dtype: ll.constexpr = a_desc.dtype
-    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
-    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
-    c_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
-    ready = mbarrier.allocate_mbarrier(batch=STAGES)
-    empty = mbarrier.allocate_mbarrier(batch=STAGES)
-    for s in ll.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
+    a_ring, b_ring, c_smem = allocate_operands(a_desc, b_desc, c_desc, BLOCK_M, BLOCK_N, BLOCK_K,
+                                               STAGES, B_K_MAJOR)
+    ready, empty = allocate_slot_barriers(STAGES)
     ll.warp_specialize(
         (c_desc, a_ring, b_ring, c_smem, ready, empty, partial_ptr, arrivals_ptr, M, N, K, BLOCK_M, BLOCK_N,
          BLOCK_K, STAGES, GROUP_M, B_K_MAJOR, SPLIT_K, NUM_WARPS), split_consumer,
         (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
          STAGES, GROUP_M, B_K_MAJOR, SPLIT_K), [split_producer],
         worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS])
-    for s in ll.static_range(STAGES):
-        mbarrier.invalidate(ready.index(s))
-        mbarrier.invalidate(empty.index(s))
+    invalidate_slot_barriers(ready, empty, STAGES)

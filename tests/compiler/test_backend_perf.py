@@ -18,25 +18,13 @@ import pytest
 from weft import lowlevel as ll
 from weft.compiler.backend import ptxas
 
+from .global_tiles import load_tile, store_tile
+
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
 ACC = ll.NVMMADistributedLayout([3, 0], [4, 1], [16, 64, 16])
 BLOCKED = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
 A_SMEM = ll.NVMMASharedLayout.get_default_for([64, 64], 16)
-
-
-@ll.jit
-def load_tile(ptr, ROWS: ll.constexpr, COLS: ll.constexpr, LAYOUT: ll.constexpr):
-    rows = ll.arange(0, ROWS, layout=ll.SliceLayout(1, LAYOUT))
-    cols = ll.arange(0, COLS, layout=ll.SliceLayout(0, LAYOUT))
-    return ll.load(ptr + rows[:, None] * COLS + cols[None, :])
-
-
-@ll.jit
-def store_tile(ptr, value, ROWS: ll.constexpr, COLS: ll.constexpr, LAYOUT: ll.constexpr):
-    rows = ll.arange(0, ROWS, layout=ll.SliceLayout(1, LAYOUT))
-    cols = ll.arange(0, COLS, layout=ll.SliceLayout(0, LAYOUT))
-    ll.store(ptr + rows[:, None] * COLS + cols[None, :], value)
 
 
 # ------------------------------------------------------------------ zero accumulators
@@ -54,7 +42,7 @@ def twice_product(a_ptr, b_ptr, c_ptr, out_ptr, BY_USE_ACC: ll.constexpr):
         s = ll.warpgroup_mma(a, b, ll.zeros([64, 64], ll.float32, ACC))
     c = ll.convert_layout(load_tile(c_ptr, 64, 64, BLOCKED), ACC)
     out = ll.warpgroup_mma(a, b, s + c)
-    store_tile(out_ptr, ll.convert_layout(out, BLOCKED), 64, 64, BLOCKED)
+    store_tile(out_ptr, out, 64, 64, BLOCKED)
 
 
 @ll.jit
@@ -65,7 +53,7 @@ def dynamic_use_acc(a_ptr, b_ptr, c_ptr, out_ptr, flag):
     ll.barrier()
     c = ll.convert_layout(load_tile(c_ptr, 64, 64, BLOCKED), ACC)
     out = ll.warpgroup_mma(a, b, c, use_acc=flag != 0)
-    store_tile(out_ptr, ll.convert_layout(out, BLOCKED), 64, 64, BLOCKED)
+    store_tile(out_ptr, out, 64, 64, BLOCKED)
 
 
 SIGNATURE = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*fp32", "out_ptr": "*fp32"}
@@ -119,7 +107,7 @@ def test_a_zero_start_computes_the_product(by_use_acc):
 @ll.jit
 def cast_tile(x_ptr, y_ptr, TARGET: ll.constexpr, LAYOUT: ll.constexpr):
     x = ll.convert_layout(load_tile(x_ptr, 64, 64, BLOCKED), LAYOUT)
-    store_tile(y_ptr, ll.convert_layout(x.to(TARGET), BLOCKED), 64, 64, BLOCKED)
+    store_tile(y_ptr, x.to(TARGET), 64, 64, BLOCKED)
 
 
 CAST_LAYOUTS = {"nvmma": ACC, "blocked": BLOCKED}

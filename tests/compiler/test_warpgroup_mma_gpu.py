@@ -18,21 +18,8 @@ from weft import lowlevel as ll
 from weft.compiler.backend import ptxas
 
 from .backend_kernels import prepare
+from .global_tiles import load_tile, store_tile
 from .warpgroup_mma_kernels import DotConfig, wgmma_dot
-
-
-@ll.jit
-def load_tile(ptr, ROWS: ll.constexpr, COLS: ll.constexpr, LAYOUT: ll.constexpr):
-    rows = ll.arange(0, ROWS, layout=ll.SliceLayout(1, LAYOUT))
-    cols = ll.arange(0, COLS, layout=ll.SliceLayout(0, LAYOUT))
-    return ll.load(ptr + rows[:, None] * COLS + cols[None, :])
-
-
-@ll.jit
-def store_tile(ptr, value, ROWS: ll.constexpr, COLS: ll.constexpr, LAYOUT: ll.constexpr):
-    rows = ll.arange(0, ROWS, layout=ll.SliceLayout(1, LAYOUT))
-    cols = ll.arange(0, COLS, layout=ll.SliceLayout(0, LAYOUT))
-    ll.store(ptr + rows[:, None] * COLS + cols[None, :], ll.convert_layout(value, LAYOUT))
 
 
 @ll.jit

@@ -12,33 +12,9 @@ from weft.kernels.attention import flash_attention, flash_attention_backward
 from weft.kernels.attention.backward import flash_attention_backward_kernel
 from weft.kernels.attention.backward_host import backward_constexprs, default_backward_config
 
+from .attention_torch import random_attention_inputs, torch_gradients
+
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
-
-
-def _torch_gradients(q, k, v, do, causal, scale, layout):
-    """(dq, dk, dv) in float32 by torch autograd of softmax(q k^T scale) v with
-    flash_attention's conventions (bottom-right causal, GQA, rows seeing no key give 0)."""
-    import torch
-
-    q, k, v, do = (x.detach().float() for x in (q, k, v, do))
-    if layout == "bshd":
-        q, k, v, do = (x.transpose(1, 2) for x in (q, k, v, do))
-    q, k, v = (x.requires_grad_() for x in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    s = (q @ k.repeat_interleave(group, dim=1).transpose(-1, -2)) * scale
-    seq_q, seq_k = q.shape[2], k.shape[2]
-    visible = torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device)
-    if causal:
-        visible = (torch.arange(seq_k, device=q.device)[None, :]
-                   <= torch.arange(seq_q, device=q.device)[:, None] + (seq_k - seq_q))
-    seen = visible.any(dim=1)[:, None]  # rows that see a key; the others give P = 0, no NaN
-    p = torch.softmax(s.masked_fill(~visible, float("-inf")).masked_fill(~seen, 0.0), dim=-1) * seen
-    out = p @ v.repeat_interleave(group, dim=1)
-    (out * do).sum().backward()
-    grads = (q.grad, k.grad, v.grad)
-    if layout == "bshd":
-        grads = tuple(x.transpose(1, 2) for x in grads)
-    return grads
 
 
 GPU_CASES = [
@@ -62,15 +38,11 @@ def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_di
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
-
-    def make(h, s):
-        shape = (batch, h, s, head_dim) if layout == "bhsd" else (batch, s, h, head_dim)
-        return torch.randn(shape, device="cuda", dtype=dtype, generator=gen)
-
-    q, k, v, do = make(heads, seq_q), make(kv_heads, seq_k), make(kv_heads, seq_k), make(heads, seq_q)
+    q, k, v, do = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, dtype, gen,
+                                          with_output_grad=True)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
     grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout)
-    refs = _torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
+    refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
     for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
         assert got.shape == like.shape and got.dtype == dtype, name
         assert torch.isfinite(got).all(), name
@@ -89,7 +61,7 @@ def test_gpu_softmax_scale_edge_cases(scale):
     k, v = (torch.randn(1, 2, 400, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
     out, lse = flash_attention(q, k, v, causal=True, softmax_scale=scale, return_lse=True)
     grads = flash_attention_backward(q, k, v, out, lse, do, causal=True, softmax_scale=scale)
-    refs = _torch_gradients(q, k, v, do, True, scale, "bhsd")
+    refs = torch_gradients(q, k, v, do, True, scale, "bhsd")
     for got, ref in zip(grads, refs):
         assert ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item() <= 2e-2
 

@@ -8,29 +8,7 @@ import pytest
 
 from weft.kernels.attention import Config, default_config, flash_attention
 
-
-def _torch_reference(q, k, v, causal, scale, layout):
-    """float32 attention with flash_attention's conventions."""
-    import torch
-
-    if layout == "bshd":
-        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-    q, k, v = (x.float() for x in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
-    s = (q @ k.transpose(-1, -2)) * scale
-    seq_q, seq_k = q.shape[2], k.shape[2]
-    if causal:
-        rows = torch.arange(seq_q, device=q.device)[:, None]
-        cols = torch.arange(seq_k, device=q.device)[None, :]
-        s = s.masked_fill(cols > rows + (seq_k - seq_q), float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - torch.where(torch.isinf(lse), 0, lse)[..., None])
-    out = p @ v
-    lse = torch.where(torch.isinf(lse), float("inf"), lse)
-    if layout == "bshd":
-        out = out.transpose(1, 2)
-    return out, lse
+from .attention_torch import random_attention_inputs, torch_attention
 
 
 GPU_CASES = [
@@ -54,14 +32,9 @@ def test_gpu_attention_matches_torch(batch, heads, kv_heads, seq_q, seq_k, head_
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
-
-    def make(h, s):
-        shape = (batch, h, s, head_dim) if layout == "bhsd" else (batch, s, h, head_dim)
-        return torch.randn(shape, device="cuda", dtype=dtype, generator=gen)
-
-    q, k, v = make(heads, seq_q), make(kv_heads, seq_k), make(kv_heads, seq_k)
+    q, k, v = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, dtype, gen)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
-    ref, ref_lse = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), layout)
+    ref, ref_lse = torch_attention(q, k, v, causal, 1.0 / math.sqrt(head_dim), layout)
     assert out.shape == q.shape and out.dtype == dtype and lse.shape == (batch, heads, seq_q)
     error = (out.float() - ref).norm() / ref.norm().clamp_min(1e-6)
     assert error.item() <= 1e-2, error.item()
@@ -84,18 +57,13 @@ def test_gpu_clusters_match_single_ctas(batch, heads, kv_heads, seq_q, seq_k, he
     CTAs that load their own (each tile's arithmetic is the same), and right."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(seq_q + seq_k + head_dim)
-
-    def make(h, s):
-        shape = (batch, h, s, head_dim) if layout == "bhsd" else (batch, s, h, head_dim)
-        return torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen)
-
-    q, k, v = make(heads, seq_q), make(kv_heads, seq_k), make(kv_heads, seq_k)
+    q, k, v = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, torch.bfloat16, gen)
     runs = {}
     for cluster in (1, 2):
         config = dataclasses.replace(default_config(head_dim), cluster=cluster)
         runs[cluster] = flash_attention(q, k, v, return_lse=True, layout=layout, config=config)
     assert torch.equal(runs[1][0], runs[2][0]) and torch.equal(runs[1][1], runs[2][1])
-    ref, ref_lse = _torch_reference(q, k, v, False, 1.0 / math.sqrt(head_dim), layout)
+    ref, ref_lse = torch_attention(q, k, v, False, 1.0 / math.sqrt(head_dim), layout)
     assert ((runs[2][0].float() - ref).norm() / ref.norm()).item() <= 1e-2
     assert (runs[2][1] - ref_lse).abs().max().item() <= 1e-3 * max(1.0, ref_lse.abs().max().item())
 
@@ -122,7 +90,7 @@ def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, q_buffers, causal)
         config = dataclasses.replace(persistent, dynamic_schedule=dynamic, cluster=1)
         out_walk, lse_walk = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
         assert torch.equal(out_walk, out_tiles) and torch.equal(lse_walk, lse_tiles)
-    ref, _ = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
+    ref, _ = torch_attention(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
 
 
@@ -138,7 +106,7 @@ def test_gpu_half_key_tiles(head_dim, seq_q, seq_k, causal):
     q = torch.randn(2, 6, seq_q, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
     k, v = (torch.randn(2, 3, seq_k, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
-    ref, ref_lse = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
+    ref, ref_lse = torch_attention(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
     for half in (False, True):
         config = dataclasses.replace(default_config(head_dim), half_tiles=half)
         out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
@@ -161,7 +129,7 @@ def test_gpu_causal_tiles_whose_rows_see_no_key(head_dim):
     k, v = (torch.randn(2, 64, 450, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
     out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
-    ref, ref_lse = _torch_reference(q, k, v, True, 1.0 / math.sqrt(head_dim), "bhsd")
+    ref, ref_lse = torch_attention(q, k, v, True, 1.0 / math.sqrt(head_dim), "bhsd")
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)) and (out[:, :, :250] == 0).all()
     for _ in range(20):
@@ -184,7 +152,7 @@ def test_gpu_four_consumer_warpgroups(batch, heads, kv_heads, seq_q, seq_k):
     config = default_config(64, False, seq_k)
     assert config.consumers == 4
     out, lse = flash_attention(q, k, v, return_lse=True)
-    ref, ref_lse = _torch_reference(q, k, v, False, 0.125, "bhsd")
+    ref, ref_lse = torch_attention(q, k, v, False, 0.125, "bhsd")
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
     assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
     three = flash_attention(q, k, v, config=default_config(64))
@@ -206,7 +174,7 @@ def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
                for _ in range(3))
     config = dataclasses.replace(default_config(head_dim), exp2_fma_share=share)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
-    ref, ref_lse = _torch_reference(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
+    ref, ref_lse = torch_attention(q, k, v, causal, 1.0 / math.sqrt(head_dim), "bhsd")
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
     assert (lse - ref_lse).abs().max().item() <= 1e-3 * ref_lse.abs().max().item()
     assert not torch.equal(out, flash_attention(q, k, v, causal=causal, config=default_config(head_dim)))
@@ -227,7 +195,7 @@ def test_gpu_conditional_rescale(head_dim, causal, dtype_name):
     for row, key, gain in ((700, 300, 4.0), (1400, 1200, 4.0), (1450, 20, 4.0), (1100, 1000, 40.0)):
         k[:, :, key] = gain * q[:, :, row]  # gain 40: past 2^128, where P against the old max overflows
     scale = 1.0 / math.sqrt(head_dim)
-    ref, ref_lse = _torch_reference(q, k, v, causal, scale, "bhsd")
+    ref, ref_lse = torch_attention(q, k, v, causal, scale, "bhsd")
     # Row 700's max jumps at key 300 (tile 2 of 128 keys, tile 4 of 64) by more than
     # 8 natural-log units (2^11.5) over the keys of the tiles before.
     row_700 = (q[:, :, 700:701].float() @ k.float().transpose(-1, -2))[:, :, 0] * scale
@@ -257,7 +225,7 @@ def test_gpu_first_key_tile_max_past_its_first_keys(head_dim, causal, dtype_name
     for row, key, gain in spikes:
         k[:, :, key] = gain * q[:, :, row]
     scale = 1.0 / math.sqrt(head_dim)
-    ref, ref_lse = _torch_reference(q, k, v, causal, scale, "bhsd")
+    ref, ref_lse = torch_attention(q, k, v, causal, scale, "bhsd")
     for row, key, _ in spikes[:3]:  # past 2^8 (8 log2 units) over the first 32 keys
         scores = (q[:, :, row:row + 1].float() @ k[:, :, :128].float().transpose(-1, -2))[:, :, 0] * scale
         assert (scores[:, :, key] - scores[:, :, :32].amax(-1)).min().item() > 8 * math.log(2)
@@ -283,7 +251,7 @@ def test_gpu_strided_views_and_errors():
     qkv = torch.randn(2, 300, 3, 4, 64, device="cuda", dtype=torch.float16)
     q, k, v = qkv.unbind(2)
     out = flash_attention(q, k, v, causal=True, layout="bshd")
-    ref, _ = _torch_reference(q, k, v, True, 1 / 8, "bshd")
+    ref, _ = torch_attention(q, k, v, True, 1 / 8, "bshd")
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
     with pytest.raises(ValueError, match="one device"):
         flash_attention(q, k.cpu(), v)
@@ -314,7 +282,7 @@ def test_gpu_one_key_tile_several_ctas_an_sm(batch, heads, kv_heads, seq_q, seq_
     config = ONE_TILE_CONFIGS[head_dim]
     assert default_config(head_dim, causal, seq_k) == config
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
-    ref, ref_lse = _torch_reference(q, k, v, causal, head_dim ** -0.5, "bhsd")
+    ref, ref_lse = torch_attention(q, k, v, causal, head_dim ** -0.5, "bhsd")
     assert ((out.float() - ref).norm() / ref.norm()).item() <= 1e-2
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
     finite = torch.isfinite(ref_lse)
