@@ -40,8 +40,9 @@ from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
 from .tma import TensorDescriptorValue
 from ..runtime.tensor_descriptor import TensorDescriptor
 from .warp_specialize import replica_index, warp_specialize
-from .wgmma import (fence_async_shared, mma_v2, warpgroup_mma, warpgroup_mma_accumulator, warpgroup_mma_init,
-                    warpgroup_mma_wait)
+from .mma_v2 import mma_v2
+from .warpgroup_mma import (fence_async_shared, warpgroup_mma, warpgroup_mma_accumulator, warpgroup_mma_init,
+                            warpgroup_mma_wait)
 
 dtype = ScalarType
 tensor = Tensor

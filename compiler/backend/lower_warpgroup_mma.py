@@ -9,7 +9,7 @@ A `warpgroup_mma` becomes, for the warpgroup(s) running it:
     wgmma.wait_group 0               (only when not is_async; accumulators pass through)
 
 Everything the instructions need is the op's plan, recorded by the plan_data_movement
-pass (compiler/wgmma_dot.py, pure Python, tested on the CPU): which accumulator register
+pass (compiler/warpgroup_mma_plan.py, pure Python, tested on the CPU): which accumulator register
 is each instruction's d_i, which register-A registers pack into its a0..a3, and the
 static part of the shared-memory descriptors, whose decode was checked against the
 buffers' own addressing for every tile. What is left here is the run-time part: the
@@ -29,8 +29,8 @@ from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedReinterpret,
                   SharedSlice, Value, WarpSpecialize, WarpgroupMma, WarpgroupMmaWait, Yield, is_tensor)
 from ..types import SharedType
-from ..wgmma import CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, WgmmaError, check_alignment
-from ..wgmma_dot import DotPlan, operand_error
+from ..warpgroup_mma_descriptors import CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, WgmmaError, check_alignment
+from ..warpgroup_mma_plan import DotPlan, operand_error
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, SharedView, lowers

@@ -7,7 +7,7 @@ tensor cores accumulate in fp32 with their own (truncating) additions, so result
 to fp32 accumulation error, not bit for bit.
 
 Shared operands are read the way the hardware reads them: the op's plan (recorded by
-the plan_data_movement pass, compiler/wgmma_dot.py) holds the matrix descriptors the
+the plan_data_movement pass, compiler/warpgroup_mma_plan.py) holds the matrix descriptors the
 backend emits for the view (swizzle mode, K- or MN-major, LBO and SBO, one start address
 per instruction tile: 64 rows of A, the accumulator's instruction N of B, 32 bytes of K)
 less the view's base address, which is added here, and `decode` gives the absolute
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...compiler import ir
-from ...compiler.wgmma import OperandPlan, WgmmaError, check_alignment, decode
+from ...compiler.warpgroup_mma_descriptors import OperandPlan, WgmmaError, check_alignment, decode
 from ...layouts import LinearLayout
 from .async_ops import async_state, byte_rows
 from .dtypes import element_bytes, finish
