@@ -1,4 +1,4 @@
-"""Lowering of shared-memory buffers, views, loads/stores and the CTA barrier.
+"""Lowering of shared-memory buffers, views, loads/stores, and the CTA and cluster barriers.
 
 A buffer's element at coordinates c sits at element offset S^-1(c) of its shared layout S.
 For a distributed tensor with layout D, offset(r, lane, warp) = S^-1(D(r, lane, warp)) is
@@ -16,8 +16,8 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
-from ..ir import (AllocateSharedMemory, Barrier, SharedIndex, SharedLoad, SharedReinterpret, SharedSlice, SharedStore,
-                  Value)
+from ..ir import (AllocateSharedMemory, Barrier, ClusterBarrier, SharedIndex, SharedLoad, SharedReinterpret, SharedSlice,
+                  SharedStore, Value)
 from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 from ...layouts.banks import vector_width_of
@@ -27,6 +27,7 @@ from . import ptx_asm
 from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map, owner_predicate
 from .warp_ops import pack_word
 
+
 def barrier(ctx: Lowering) -> None:
     """bar.sync 0 (all threads of the CTA); a named barrier inside a warp_specialize partition."""
     ctx.barrier()
@@ -35,6 +36,15 @@ def barrier(ctx: Lowering) -> None:
 @lowers(Barrier)
 def lower_barrier(ctx: Lowering, op: Barrier) -> None:
     barrier(ctx)
+
+
+@lowers(ClusterBarrier)
+def lower_cluster_barrier(ctx: Lowering, op: ClusterBarrier) -> None:
+    if ctx.partition is not None:
+        raise CompilationError(
+            "cluster_barrier inside a warp_specialize partition: every thread of the CTA must "
+            "reach it together", op.loc, suggestion="call ll.cluster_barrier() before or after warp_specialize")
+    ctx.inline_asm(ptx_asm.cluster_barrier(), [])
 
 
 @lowers(AllocateSharedMemory)

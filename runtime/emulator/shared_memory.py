@@ -1,4 +1,5 @@
-"""Emulation rules: shared-memory buffers, their views, loads, stores and barriers.
+"""Emulation rules: shared-memory buffers, their views, loads, stores and barriers (of
+the CTA and of the cluster).
 
 Addresses are computed as the backend computes them (backend/lower_shared, SharedView): a
 buffer value is a `SharedRef` whose element at coordinates c lives at byte
@@ -165,3 +166,14 @@ def barrier_any(cta, op: ir.BarrierAny) -> None:
     this code (the warps of the CTA, or of the partition copy)."""
     cta.shared.barrier()
     cta.bind(op.result, np.bool_(np.asarray(cta[op.operand], dtype=bool).any()))
+
+
+@RULES.register(ir.ClusterBarrier)
+def cluster_barrier(cta, op: ir.ClusterBarrier) -> None:
+    if cta.in_partition:
+        raise EmulationError("cluster_barrier inside a warp_specialize partition: every thread "
+                             "of the CTA must reach it together", op.loc)
+    if cta.scheduler is None:
+        cta.shared.barrier()  # a cluster of one CTA: the CTA's threads meet
+    else:
+        cta.scheduler.cluster_barrier(cta, op, cta.shared.ctas)

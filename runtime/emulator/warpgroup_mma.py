@@ -41,11 +41,10 @@ import numpy as np
 from ...compiler import ir
 from ...compiler.warpgroup_mma_descriptors import OperandPlan, WgmmaError, check_alignment, decode
 from ...layouts import LinearLayout
-from .async_ops import async_state, byte_rows
+from .async_common import async_state, byte_rows, partition_warps, predicate
 from .dtypes import element_bytes, finish
 from .errors import EmulationError
 from .interpreter import InFlight, SharedRef
-from .mbarriers import partition_warps, predicate
 from .registers import registers_to_tensor, tensor_to_registers, thread_coordinates
 from .shared_memory import layout_addresses, view_source
 from .rules import EMULATION_RULES as RULES
