@@ -1,6 +1,5 @@
-"""Hopper's warpgroup MMA (wgmma) from lowlevel kernels (Gluon's names): `warpgroup_mma`,
-`warpgroup_mma_wait` and `fence_async_shared`; `mma_v2` (mma.sync, one warp at a time)
-is in mma_v2.py.
+"""Hopper's warpgroup MMA (wgmma) from lowlevel kernels (Gluon's names): `warpgroup_mma`
+and `warpgroup_mma_wait`; `mma_v2` (mma.sync, one warp at a time) is in mma_v2.py.
 
     acc = ll.warpgroup_mma(a_smem, b_smem, acc, is_async=True)   # a @ b + acc, in flight
     acc = ll.warpgroup_mma_wait(num_outstanding=1, deps=[acc])   # <= 1 group still running
@@ -12,7 +11,8 @@ Its `warps_per_cta` place the warpgroups: [4 * g, 1] stacks them along M (64 row
 [4, 2] puts two side by side along N, so at M = 64 each warpgroup computes its own half
 of the columns, reading B from that half's start (warps past the tile repeat the work of
 the first, as a layout's broadcast warps do).
-Shared operands written by ordinary stores need `fence_async_shared()` before the wgmma.
+Shared operands written by ordinary stores need `fence_async_shared()` (shared.py) before
+the wgmma.
 """
 
 from __future__ import annotations
@@ -28,17 +28,9 @@ from .tensor import Tensor
 from .layouts import DotOperandLayout, NVMMADistributedLayout
 from .shared import SharedMemoryDescriptor
 
-__all__ = ["fence_async_shared", "warpgroup_mma", "warpgroup_mma_wait"]
+__all__ = ["warpgroup_mma", "warpgroup_mma_wait"]
 
 _INPUTS = (fp16, bf16, fp8e4m3, fp8e5m2)
-
-
-@builtin
-def fence_async_shared() -> None:
-    """Make this thread's earlier shared-memory stores visible to wgmma and TMA (the async
-    proxy) once a barrier publishes them."""
-    b = sem.builder()
-    b.emit(ir.FenceAsyncShared(loc=b.loc))
 
 
 def _check_accumulator(acc: Any) -> NVMMADistributedLayout:

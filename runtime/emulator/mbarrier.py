@@ -1,4 +1,4 @@
-"""Emulation rules: mbarriers (init, expect, arrive, wait, invalidate) and the proxy fence.
+"""Emulation rules: mbarriers (init, expect, arrive, wait, invalidate).
 
 An mbarrier is the 8 bytes of a shared i64 [1] buffer; its state lives beside the bytes
 (`SharedMemory.mbarriers`, keyed by byte address): the arrival count per phase, pending
@@ -365,8 +365,3 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
         cta.shared.ordering.acquire(warps, bar.completions[waiter.target + 1])
     elif bar.completed:
         cta.shared.ordering.acquire(warps, bar.completions[bar.completed])
-
-
-@RULES.register(ir.FenceAsyncShared)
-def fence_async_shared(cta, op: ir.FenceAsyncShared) -> None:
-    cta.shared.ordering.fence(partition_warps(cta))

@@ -1,5 +1,4 @@
-"""Emulation rules: wgmma (warpgroup_mma), its wait, mma.sync (mma_v2) and the
-shared_permute view.
+"""Emulation rules: wgmma (warpgroup_mma), its wait, and mma.sync (mma_v2).
 
 `a @ b + acc` is computed in float64 from the operands' decoded values (bf16, fp16 and
 the fp8 formats decode exactly) and rounded once to the accumulator's type; the GPU's
@@ -46,7 +45,7 @@ from .dtypes import element_bytes, finish
 from .errors import EmulationError
 from .interpreter import InFlight, SharedRef
 from .registers import registers_to_tensor, tensor_to_registers, thread_coordinates
-from .shared_memory import layout_addresses, view_source
+from .shared_memory import layout_addresses
 from .rules import EMULATION_RULES as RULES
 
 
@@ -211,18 +210,3 @@ def mma_v2(cta, op: ir.MmaV2) -> None:
                                  f"B's columns its accumulator elements need", op.loc)
         out[warp] = (a_values @ b_values)[mine] + acc[warp]
     cta.bind(op.result, finish(op.result.type.element, out))
-
-
-@RULES.register(ir.SharedPermute)
-def shared_permute(cta, op: ir.SharedPermute) -> None:
-    """A view with dims reordered: view dim i addresses buffer dim order[i]."""
-    ref = view_source(cta, op, op.buffer)
-    if ref is None:
-        return
-
-    def permuted() -> LinearLayout:
-        bases = ref.addressing.bases
-        return LinearLayout({f"dim{i}": bases[f"dim{o}"] for i, o in enumerate(op.order)},
-                            ref.addressing.out_dims)
-    addressing = cta.memo(op, ("view", id(ref.addressing)), permuted)
-    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor, ref.end))
