@@ -30,7 +30,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..layouts import LinearLayout
-from .wgmma import register_table, thread_bases
+from .warpgroup_mma_descriptors import register_table, thread_bases
 
 INSTR_M, INSTR_N, INSTR_K = 16, 8, 16
 # Lane bases (row, col) of the three fragments.

@@ -34,14 +34,14 @@ from .jit import jit
 from ..layouts import (BlockedLayout, DistributedLayout, DotOperandLayout, LinearDistributedLayout,
                        LinearSharedLayout, MBarrierLayout, NVMMADistributedLayout, NVMMASharedLayout,
                        SharedLayout, SliceLayout, SwizzledSharedLayout)
-from .shared import SharedMemoryDescriptor, allocate_shared_memory
+from .shared import SharedMemoryDescriptor, allocate_shared_memory, fence_async_shared
 from .tensor import Tensor
 from . import async_copy, mbarrier, tma  # noqa: E402  (Gluon's Hopper modules)
 from .tma import TensorDescriptorValue
 from ..runtime.tensor_descriptor import TensorDescriptor
 from .warp_specialize import replica_index, warp_specialize
-from .wgmma import (fence_async_shared, mma_v2, warpgroup_mma, warpgroup_mma_accumulator, warpgroup_mma_init,
-                    warpgroup_mma_wait)
+from .mma_v2 import mma_v2
+from .warpgroup_mma import warpgroup_mma, warpgroup_mma_accumulator, warpgroup_mma_init, warpgroup_mma_wait
 
 dtype = ScalarType
 tensor = Tensor

@@ -1,4 +1,5 @@
-"""Shared memory in lowlevel kernels: `allocate_shared_memory` and the buffer it returns.
+"""Shared memory in lowlevel kernels: `allocate_shared_memory`, the buffer it returns, and
+`fence_async_shared`, which orders a thread's shared-memory accesses with the async proxy.
 
 A buffer has a shape, an element type and a shared layout (offset -> element). Views
 (`index` of a multi-buffered allocation, `slice` of a window) keep addressing the parent's
@@ -276,3 +277,11 @@ def allocate_shared_memory(element_ty: ScalarType, shape: Sequence[int], layout:
         init = value.handle
     result_type = SharedType(shape, element_ty, linear, encoding)
     return b.wrap(b.create(ir.AllocateSharedMemory, result_type, init=init))
+
+
+@builtin
+def fence_async_shared() -> None:
+    """Make this thread's earlier shared-memory stores visible to wgmma and TMA (the async
+    proxy) once a barrier publishes them."""
+    b = sem.builder()
+    b.emit(ir.FenceAsyncShared(loc=b.loc))

@@ -1,4 +1,5 @@
-"""Lowering of shared-memory buffers, views, loads/stores and the CTA barrier.
+"""Lowering of shared-memory buffers, views, loads/stores, the CTA and cluster barriers, and
+the async-proxy fence.
 
 A buffer's element at coordinates c sits at element offset S^-1(c) of its shared layout S.
 For a distributed tensor with layout D, offset(r, lane, warp) = S^-1(D(r, lane, warp)) is
@@ -16,8 +17,8 @@ from llvmlite import ir
 
 from ...layouts import LayoutError, LinearLayout
 from ..errors import CompilationError
-from ..ir import (AllocateSharedMemory, Barrier, SharedIndex, SharedLoad, SharedReinterpret, SharedSlice, SharedStore,
-                  Value)
+from ..ir import (AllocateSharedMemory, Barrier, ClusterBarrier, FenceAsyncShared, SharedIndex, SharedLoad, SharedPermute,
+                  SharedReinterpret, SharedSlice, SharedStore, Value)
 from . import llvm_types as T
 from .context import Lowering, SharedView, lowers
 from ...layouts.banks import vector_width_of
@@ -27,6 +28,7 @@ from . import ptx_asm
 from .indexing import addressing_of, duplicate_registers, element_pointer, offset_map, owner_predicate
 from .warp_ops import pack_word
 
+
 def barrier(ctx: Lowering) -> None:
     """bar.sync 0 (all threads of the CTA); a named barrier inside a warp_specialize partition."""
     ctx.barrier()
@@ -35,6 +37,20 @@ def barrier(ctx: Lowering) -> None:
 @lowers(Barrier)
 def lower_barrier(ctx: Lowering, op: Barrier) -> None:
     barrier(ctx)
+
+
+@lowers(ClusterBarrier)
+def lower_cluster_barrier(ctx: Lowering, op: ClusterBarrier) -> None:
+    if ctx.partition is not None:
+        raise CompilationError(
+            "cluster_barrier inside a warp_specialize partition: every thread of the CTA must "
+            "reach it together", op.loc, suggestion="call ll.cluster_barrier() before or after warp_specialize")
+    ctx.inline_asm(ptx_asm.cluster_barrier(), [])
+
+
+@lowers(FenceAsyncShared)
+def lower_fence_async_shared(ctx: Lowering, op: FenceAsyncShared) -> None:
+    ctx.inline_asm(ptx_asm.fence_proxy_async_shared(), [])
 
 
 @lowers(AllocateSharedMemory)
@@ -176,6 +192,20 @@ def lower_shared_slice(ctx: Lowering, op: SharedSlice) -> None:
     addressing, start_offset = shared_slice_addressing(parent.addressing, op.dim, op.start, size)
     ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor ^ start_offset,
                                      parent.align))
+
+
+@lowers(SharedPermute)
+def lower_shared_permute(ctx: Lowering, op: SharedPermute) -> None:
+    """Result dim i is buffer dim order[i]: the same memory, addressing with dims renamed."""
+    parent = ctx.shared(op.buffer)
+    bases = parent.addressing.bases
+    rank = len(bases)
+    if sorted(op.order) != list(range(rank)):
+        raise CompilationError(f"shared_permute order {list(op.order)} is not a permutation of "
+                               f"{list(range(rank))}", op.loc)
+    addressing = LinearLayout({f"dim{i}": bases[f"dim{d}"] for i, d in enumerate(op.order)},
+                              parent.addressing.out_dims)
+    ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor, parent.align))
 
 
 @lowers(SharedReinterpret)

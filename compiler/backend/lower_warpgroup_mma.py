@@ -1,4 +1,4 @@
-"""Lowering of warpgroup MMA (wgmma), its wait, the async-proxy fence and permuted views.
+"""Lowering of warpgroup MMA (wgmma) and its wait.
 
 A `warpgroup_mma` becomes, for the warpgroup(s) running it:
 
@@ -9,7 +9,7 @@ A `warpgroup_mma` becomes, for the warpgroup(s) running it:
     wgmma.wait_group 0               (only when not is_async; accumulators pass through)
 
 Everything the instructions need is the op's plan, recorded by the plan_data_movement
-pass (compiler/wgmma_dot.py, pure Python, tested on the CPU): which accumulator register
+pass (compiler/warpgroup_mma_plan.py, pure Python, tested on the CPU): which accumulator register
 is each instruction's d_i, which register-A registers pack into its a0..a3, and the
 static part of the shared-memory descriptors, whose decode was checked against the
 buffers' own addressing for every tile. What is left here is the run-time part: the
@@ -24,39 +24,18 @@ import weakref
 
 from llvmlite import ir
 
-from ...layouts import LinearLayout
 from ..errors import CompilationError
-from ..ir import (AllocateSharedMemory, FenceAsyncShared, For, Kernel, SharedIndex, SharedPermute, SharedReinterpret,
-                  SharedSlice, Value, WarpSpecialize, WarpgroupMma, WarpgroupMmaWait, Yield, is_tensor)
+from ..ir import (AllocateSharedMemory, For, Kernel, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice, Value,
+                  WarpSpecialize, WarpgroupMma, WarpgroupMmaWait, Yield, is_tensor)
 from ..types import SharedType
-from ..wgmma import CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, WgmmaError, check_alignment
-from ..wgmma_dot import DotPlan, operand_error
+from ..warpgroup_mma_descriptors import CHUNK_BYTES, FIELD_LIMIT, AccumulatorPlan, OperandPlan, WgmmaError, check_alignment
+from ..warpgroup_mma_plan import DotPlan, operand_error
 from . import llvm_types as T
 from . import ptx_asm
 from .context import Lowering, SharedView, lowers
 from .indexing import xor_of_bits
 from .lower_kernel import SHARED_ALIGN
 from .warp_ops import from_bits, is_half, pack_word, to_bits
-
-
-# ----------------------------------------------------------------- permute and fence
-@lowers(SharedPermute)
-def lower_shared_permute(ctx: Lowering, op: SharedPermute) -> None:
-    """Result dim i is buffer dim order[i]: the same memory, addressing with dims renamed."""
-    parent = ctx.shared(op.buffer)
-    bases = parent.addressing.bases
-    rank = len(bases)
-    if sorted(op.order) != list(range(rank)):
-        raise CompilationError(f"shared_permute order {list(op.order)} is not a permutation of "
-                               f"{list(range(rank))}", op.loc)
-    addressing = LinearLayout({f"dim{i}": bases[f"dim{d}"] for i, d in enumerate(op.order)},
-                              parent.addressing.out_dims)
-    ctx.define(op.result, SharedView(op.result.type, parent.base, addressing, parent.xor, parent.align))
-
-
-@lowers(FenceAsyncShared)
-def lower_fence_async_shared(ctx: Lowering, op: FenceAsyncShared) -> None:
-    ctx.inline_asm(ptx_asm.fence_proxy_async_shared(), [])
 
 
 # ------------------------------------------------------------------- pass-through

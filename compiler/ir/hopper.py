@@ -197,7 +197,7 @@ class WarpgroupMma(Op):
     result may only be read after a WarpgroupMmaWait that lists it; otherwise the op
     waits for itself.
 
-    `plan` (a wgmma_dot.DotPlan: accumulator tiling, register-A packing, the static part
+    `plan` (a warpgroup_mma_plan.DotPlan: accumulator tiling, register-A packing, the static part
     of the shared operands' descriptors) is recorded by the plan_data_movement pass.
     """
 

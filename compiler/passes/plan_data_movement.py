@@ -2,7 +2,7 @@
 
 `convert_layout` gets its conversion plan (weft.layouts), `reduce` its ReductionPlan with
 the bytes of shared scratch its cross-warp stage needs, `warpgroup_mma` its DotPlan
-(compiler/wgmma_dot.py: accumulator tiling, register-A packing, and the static part of
+(compiler/warpgroup_mma_plan.py: accumulator tiling, register-A packing, and the static part of
 every shared-memory descriptor, read off the operands' addressing by shared_views).
 Decided once here so that the backend emits, the emulator executes, the verifier checks
 and allocation sizes the same plan; each of them reads `op.plan` and refuses an op
@@ -16,7 +16,7 @@ import dataclasses
 from ...layouts import LayoutError, plan_conversion
 from ..errors import CompilationError
 from ..ir import Block, ConvertLayout, Kernel, Op, Reduce, Value, WarpSpecialize, WarpgroupMma
-from ..wgmma_dot import plan_warpgroup_mma
+from ..warpgroup_mma_plan import plan_warpgroup_mma
 from ...layouts.rules import plan_reduction
 from .shared_views import Traced, trace_shared_views
 

@@ -11,9 +11,9 @@ the GPU code runs. Faults, races and failed asserts raise `EmulationError` namin
 source line (and, for races, the other access's line).
 
 The Hopper async machinery is modelled thread-faithfully too: mbarrier phases and
-transaction counts (mbarriers.py), TMA and cp.async copies with their completion points
-(async_ops.py), wgmma reading shared memory through its layouts (warpgroup_mma.py) and
-warp-specialized partitions as cooperative coroutines with deadlock reports
+transaction counts (mbarrier.py), TMA and cp.async copies with their completion points
+(tma.py, async_copy.py), wgmma reading shared memory through its layouts (warpgroup_mma.py;
+mma.sync in mma_v2.py) and warp-specialized partitions as cooperative coroutines with deadlock reports
 (partitions.py); happens-before between warps, async copies and the proxy fence is
 tracked per shared byte (ordering.py).
 
@@ -24,7 +24,7 @@ op-family modules imported below; copy it to add rules locally (`RuleTable.copy`
 
 from . import control, elementwise, global_memory, reduce, shape_ops, shared_memory  # noqa: F401  (register rules)
 from . import atomics  # noqa: F401  (register rules)
-from . import async_ops, mbarriers, partitions, warpgroup_mma  # noqa: F401  (Hopper async rules)
+from . import async_copy, mbarrier, mma_v2, partitions, tma, warpgroup_mma  # noqa: F401  (Hopper and MMA rules)
 from .dtypes import from_bf16, to_bf16
 from .errors import EmulationError
 from .interpreter import CTA, SharedRef, emulate

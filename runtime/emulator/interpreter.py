@@ -105,7 +105,7 @@ class CTA:
         self.in_partition = False
         self.rank = 0            # in the cluster; its shared bytes start at shared_base
         self.shared_base = 0
-        self.async_state = None  # async_ops.PartitionAsync: this partition's async groups
+        self.async_state = None  # async_common.PartitionAsync: this partition's async groups
         self.current_op: Optional[ir.Op] = None  # the op running (or last run), for reports
         self._rule_cache: dict[type, object] = {}
         self._memo = memo  # shared by the CTAs of one launch

@@ -147,7 +147,7 @@ WINDOW_ALIGN = 1024  # a cluster CTA's shared window: the largest alignment a bu
 
 class SharedMemory:
     """One CTA's shared memory: bytes at their real addresses, plus race tracking
-    (ordering.py) and the state of the mbarriers living in it (mbarriers.py).
+    (ordering.py) and the state of the mbarriers living in it (mbarrier.py).
 
     For a cluster of `ctas` CTAs, theirs side by side, as in the shared::cluster window:
     rank r's bytes start at r * `window` and its warps at r * total_warps, so one clock
@@ -171,9 +171,9 @@ class SharedMemory:
             self.ordering.window = self.window
         self.cta_warps = (0, self.total_warps)  # the running CTA's first warp and warp count
         self.exited: set[int] = set()  # ranks of the cluster's CTAs that have ended
-        self.mbarriers: dict = {}  # byte address -> mbarriers.MBarrier
-        self.in_flight: list = []  # mbarriers.TmaInFlight, oldest first
-        # Which load lands next (mbarriers.land_next): the oldest, or under
+        self.mbarriers: dict = {}  # byte address -> mbarrier.MBarrier
+        self.in_flight: list = []  # mbarrier.TmaInFlight, oldest first
+        # Which load lands next (mbarrier.land_next): the oldest, or under
         # WEFT_EMULATE_SHUFFLE one drawn from this generator, the same order on every run.
         seed = config.emulate_shuffle()
         self.landing = None if seed is None else random.Random(seed)

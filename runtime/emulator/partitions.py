@@ -39,7 +39,7 @@ from ...compiler import ir
 from ...compiler.types import TensorType
 from .errors import EmulationError, source_lines
 from .interpreter import InFlight
-from .mbarriers import land_next
+from .mbarrier import land_next
 from .registers import registers_to_tensor, tensor_to_registers
 from .rules import EMULATION_RULES as RULES
 
@@ -66,7 +66,7 @@ class Partition:
         self.args = args
         self.cta_warps = cta_warps
         self.in_partition = in_partition
-        self.waiting = None  # a mbarriers.Waiter while blocked
+        self.waiting = None  # a mbarrier.Waiter while blocked
         self.started = False
         self.finished = False
         self.abandoned = False  # ended by _Unwind, not by reaching its end

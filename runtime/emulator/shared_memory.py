@@ -1,4 +1,5 @@
-"""Emulation rules: shared-memory buffers, their views, loads, stores and barriers.
+"""Emulation rules: shared-memory buffers, their views, loads, stores, barriers (of the CTA
+and of the cluster) and the async-proxy fence.
 
 Addresses are computed as the backend computes them (backend/lower_shared, SharedView): a
 buffer value is a `SharedRef` whose element at coordinates c lives at byte
@@ -17,7 +18,9 @@ import math
 import numpy as np
 
 from ...compiler import ir
+from ...layouts import LinearLayout
 from ...layouts.rules import shared_addressing, shared_index_addressing, shared_slice_addressing
+from .async_common import partition_warps
 from .dtypes import element_bytes
 from .errors import EmulationError
 from .interpreter import OutOfRangeView, SharedRef
@@ -134,6 +137,21 @@ def shared_slice(cta, op: ir.SharedSlice) -> None:
     cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor ^ start_offset, ref.end))
 
 
+@RULES.register(ir.SharedPermute)
+def shared_permute(cta, op: ir.SharedPermute) -> None:
+    """A view with dims reordered: view dim i addresses buffer dim order[i]."""
+    ref = view_source(cta, op, op.buffer)
+    if ref is None:
+        return
+
+    def permuted() -> LinearLayout:
+        bases = ref.addressing.bases
+        return LinearLayout({f"dim{i}": bases[f"dim{o}"] for i, o in enumerate(op.order)},
+                            ref.addressing.out_dims)
+    addressing = cta.memo(op, ("view", id(ref.addressing)), permuted)
+    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor, ref.end))
+
+
 @RULES.register(ir.SharedReinterpret)
 def shared_reinterpret(cta, op: ir.SharedReinterpret) -> None:
     """The same first byte, addressed by the new type's own layout: reads and writes of
@@ -165,3 +183,19 @@ def barrier_any(cta, op: ir.BarrierAny) -> None:
     this code (the warps of the CTA, or of the partition copy)."""
     cta.shared.barrier()
     cta.bind(op.result, np.bool_(np.asarray(cta[op.operand], dtype=bool).any()))
+
+
+@RULES.register(ir.FenceAsyncShared)
+def fence_async_shared(cta, op: ir.FenceAsyncShared) -> None:
+    cta.shared.ordering.fence(partition_warps(cta))
+
+
+@RULES.register(ir.ClusterBarrier)
+def cluster_barrier(cta, op: ir.ClusterBarrier) -> None:
+    if cta.in_partition:
+        raise EmulationError("cluster_barrier inside a warp_specialize partition: every thread "
+                             "of the CTA must reach it together", op.loc)
+    if cta.scheduler is None:
+        cta.shared.barrier()  # a cluster of one CTA: the CTA's threads meet
+    else:
+        cta.scheduler.cluster_barrier(cta, op, cta.shared.ctas)

@@ -1,5 +1,4 @@
-"""Emulation rules: wgmma (warpgroup_mma), its wait, mma.sync (mma_v2) and the
-shared_permute view.
+"""Emulation rules: wgmma (warpgroup_mma) and its wait; mma.sync is in mma_v2.py.
 
 `a @ b + acc` is computed in float64 from the operands' decoded values (bf16, fp16 and
 the fp8 formats decode exactly) and rounded once to the accumulator's type; the GPU's
@@ -7,7 +6,7 @@ tensor cores accumulate in fp32 with their own (truncating) additions, so result
 to fp32 accumulation error, not bit for bit.
 
 Shared operands are read the way the hardware reads them: the op's plan (recorded by
-the plan_data_movement pass, compiler/wgmma_dot.py) holds the matrix descriptors the
+the plan_data_movement pass, compiler/warpgroup_mma_plan.py) holds the matrix descriptors the
 backend emits for the view (swizzle mode, K- or MN-major, LBO and SBO, one start address
 per instruction tile: 64 rows of A, the accumulator's instruction N of B, 32 bytes of K)
 less the view's base address, which is added here, and `decode` gives the absolute
@@ -16,12 +15,6 @@ view no descriptor can express fails the pass; a base not aligned for its swizzl
 error here as in the backend. A
 register A operand is collected from its DotOperandLayout registers (every copy of an
 element must agree). The result lands in the accumulator's layout.
-
-mma.sync (mma_v2) is computed warp by warp from what each warp holds: its own
-registers of a register operand, or the elements its threads read from a shared one in
-the operand's register layout (`a_layout`, `b_layout`), as the backend reads them. An
-accumulator element whose row of A or column of B the warp does not hold wholly is an
-error, so a layout that would need another warp's registers cannot pass here.
 
 The async protocol: an async wgmma's shared reads stay in flight (overwriting those
 bytes is a race) and its result is an `InFlight` value until a warpgroup_mma_wait
@@ -39,15 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...compiler import ir
-from ...compiler.wgmma import OperandPlan, WgmmaError, check_alignment, decode
-from ...layouts import LinearLayout
-from .async_ops import async_state, byte_rows
+from ...compiler.warpgroup_mma_descriptors import OperandPlan, WgmmaError, check_alignment, decode
+from .async_common import async_state, byte_rows, partition_warps, predicate
 from .dtypes import element_bytes, finish
 from .errors import EmulationError
 from .interpreter import InFlight, SharedRef
-from .mbarriers import partition_warps, predicate
-from .registers import registers_to_tensor, tensor_to_registers, thread_coordinates
-from .shared_memory import layout_addresses, view_source
+from .registers import registers_to_tensor, tensor_to_registers
 from .rules import EMULATION_RULES as RULES
 
 
@@ -170,60 +160,3 @@ def warpgroup_mma_wait(cta, op: ir.WarpgroupMmaWait) -> None:
         if type(x) is InFlight and x.group.retired:
             x = x.registers
         cta.bind(result, x)
-
-
-def _mma_v2_operand(cta, op: ir.MmaV2, value: ir.Value, layout, name: str):
-    """(registers as float64, layout) of a mma_v2 operand: a tensor's own, or a shared
-    buffer read as if loaded in `layout` (the backend reads those elements)."""
-    if not isinstance(value.type, ir.SharedType):
-        return np.asarray(cta[value], dtype=np.float64), cta.layout(value.type)
-    ref: SharedRef = cta[value]
-    addresses = layout_addresses(cta, op, ref, layout, key=name)
-    values = cta.shared.read(addresses, ref.type.element, op, lambda position: f"mma_v2 operand {name}")
-    return np.asarray(values, dtype=np.float64), layout
-
-
-def _warp_matrix(registers: np.ndarray, layout: LinearLayout, warp: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the tensor as warp `warp` holds it, 0 where it holds nothing; which it holds)."""
-    coords = tuple(c[warp] for c in thread_coordinates(layout, registers.shape[0]))
-    shape = tuple(layout.out_dims.values())
-    values, held = np.zeros(shape), np.zeros(shape, dtype=bool)
-    values[coords] = registers[warp]
-    held[coords] = True
-    return values, held
-
-
-@RULES.register(ir.MmaV2)
-def mma_v2(cta, op: ir.MmaV2) -> None:
-    """acc + a @ b, each warp on what it holds (module docstring)."""
-    a, a_layout = _mma_v2_operand(cta, op, op.a, op.a_layout, "a")
-    b, b_layout = _mma_v2_operand(cta, op, op.b, op.b_layout, "b")
-    acc_layout = cta.layout(op.acc.type)
-    acc = np.asarray(cta[op.acc], dtype=np.float64)
-    coords = thread_coordinates(acc_layout, cta.num_warps)
-    depth = a_layout.out_dims["dim1"]
-    out = np.empty(acc.shape)
-    for warp in range(cta.num_warps):
-        (a_values, a_held), (b_values, b_held) = _warp_matrix(a, a_layout, warp), _warp_matrix(b, b_layout, warp)
-        mine = tuple(c[warp] for c in coords)
-        complete = (a_held.astype(np.int64) @ b_held.astype(np.int64))[mine] == depth
-        if not complete.all():
-            raise EmulationError(f"mma_v2: warp {cta.warp_base + warp} does not hold every element of A's rows and "
-                                 f"B's columns its accumulator elements need", op.loc)
-        out[warp] = (a_values @ b_values)[mine] + acc[warp]
-    cta.bind(op.result, finish(op.result.type.element, out))
-
-
-@RULES.register(ir.SharedPermute)
-def shared_permute(cta, op: ir.SharedPermute) -> None:
-    """A view with dims reordered: view dim i addresses buffer dim order[i]."""
-    ref = view_source(cta, op, op.buffer)
-    if ref is None:
-        return
-
-    def permuted() -> LinearLayout:
-        bases = ref.addressing.bases
-        return LinearLayout({f"dim{i}": bases[f"dim{o}"] for i, o in enumerate(op.order)},
-                            ref.addressing.out_dims)
-    addressing = cta.memo(op, ("view", id(ref.addressing)), permuted)
-    cta.bind(op.result, SharedRef(ref.offset, op.result.type, addressing, ref.xor, ref.end))

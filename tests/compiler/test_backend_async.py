@@ -10,7 +10,7 @@ import pytest
 
 from weft import lowlevel as ll
 from weft.compiler.backend import compile_to_ptx
-from weft.compiler.backend.lower_async import swizzle_period_bytes
+from weft.compiler.backend.lower_tma import swizzle_period_bytes
 from weft.compiler.backend.lower_warp_specialize import entry_register_cap
 from weft.compiler.errors import CompilationError
 from weft.layouts import nvmma_shared

@@ -20,11 +20,11 @@ from weft.layouts import LinearLayout
 from weft.layouts.plans import WarpShuffle
 from weft.runtime.emulator import EmulationError, emulate
 
-from weft.compiler.wgmma import check_alignment
-from weft.compiler.wgmma_dot import DotPlan
+from weft.compiler.warpgroup_mma_descriptors import check_alignment
+from weft.compiler.warpgroup_mma_plan import DotPlan
 
 from .backend_kernels import prepare, row_reduce
-from .warpgroup_mma_kernels import DotConfig, wgmma_dot
+from .warpgroup_mma_kernels import DotConfig, warpgroup_mma_dot
 from .golden import golden_checker
 
 check_golden = golden_checker(__file__, globals())
@@ -123,7 +123,7 @@ WGMMA_CONFIGS = [
 
 @pytest.mark.parametrize("config", WGMMA_CONFIGS, ids=lambda c: c.name)
 def test_every_op_that_moves_data_is_planned_and_a_wgmma_runs_from_its_plan(config):
-    kernel = plan_data_movement(wgmma_dot(config))
+    kernel = plan_data_movement(warpgroup_mma_dot(config))
     unplanned = [op.NAME for op in _planned_ops(kernel) if op.plan is None]
     assert not unplanned, f"ops left without a plan: {unplanned}"
     (dot,) = [op for op in kernel.walk() if isinstance(op, WarpgroupMma)]
@@ -143,13 +143,13 @@ def test_every_op_that_moves_data_is_planned_and_a_wgmma_runs_from_its_plan(conf
     c = rng.standard_normal((config.m, config.n)).astype(np.float32)
     out = np.zeros((config.m, config.n), np.float32)
     b_arg = np.ascontiguousarray(b.T) if config.b_kmajor else b
-    emulate(prepare(wgmma_dot(config)), (1,), [a, b_arg, c, out, 1])  # the passes, barriers too
+    emulate(prepare(warpgroup_mma_dot(config)), (1,), [a, b_arg, c, out, 1])  # the passes, barriers too
     expected = a.astype(np.float64) @ b.astype(np.float64) + c
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
 
 
 def test_descriptor_plans_leave_only_the_base_address_to_run_time():
-    plan = plan_data_movement(wgmma_dot(DotConfig(element="fp16"))).body
+    plan = plan_data_movement(warpgroup_mma_dot(DotConfig(element="fp16"))).body
     (dot,) = [op for op in plan.walk() if isinstance(op, WarpgroupMma)]
     b = dot.plan.b  # a 128-byte swizzle: its pattern repeats every 1024 bytes
     assert b.swizzle == 128 and b.alignment == 1024
@@ -164,7 +164,7 @@ def test_descriptor_plans_leave_only_the_base_address_to_run_time():
 
 
 def test_readers_refuse_a_wgmma_the_pass_did_not_plan():
-    unplanned = allocate_shared_memory(wgmma_dot(DotConfig(element="fp16")))
+    unplanned = allocate_shared_memory(warpgroup_mma_dot(DotConfig(element="fp16")))
     assert [op.plan for op in unplanned.walk() if isinstance(op, WarpgroupMma)] == [None]
     with pytest.raises(CompilationError, match="plan_data_movement"):
         lower_to_llvm(unplanned)
@@ -175,8 +175,8 @@ def test_readers_refuse_a_wgmma_the_pass_did_not_plan():
 
 
 def test_the_verifier_refuses_a_wgmma_whose_plan_is_not_for_its_operands():
-    kernel = plan_data_movement(wgmma_dot(DotConfig(element="fp16")))
-    registers = plan_data_movement(wgmma_dot(DotConfig(element="fp16", a_in_registers=True)))
+    kernel = plan_data_movement(warpgroup_mma_dot(DotConfig(element="fp16")))
+    registers = plan_data_movement(warpgroup_mma_dot(DotConfig(element="fp16", a_in_registers=True)))
     (dot,) = [op for op in kernel.walk() if isinstance(op, WarpgroupMma)]
     (other,) = [op for op in registers.walk() if isinstance(op, WarpgroupMma)]
     verify(kernel)

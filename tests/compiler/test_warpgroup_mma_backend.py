@@ -1,6 +1,6 @@
 """wgmma in the backend: PTX for hand-built one-CTA kernels, ptxas's verdict, and errors.
 
-Each kernel (warpgroup_mma_kernels.wgmma_dot) loads A and B, stores them into NVMMA shared
+Each kernel (warpgroup_mma_kernels.warpgroup_mma_dot) loads A and B, stores them into NVMMA shared
 buffers, fences, and runs one WarpgroupMma; the PTX must hold the instructions the
 lowering promises (shape, count, transpose immediates, fence/commit/wait) and ptxas
 (sm_90a) must accept it without spills or wgmma serialization.
@@ -22,13 +22,13 @@ from weft.lowlevel.layouts import BlockedLayout, NVMMADistributedLayout
 from weft.compiler.backend import ptxas
 
 from .backend_kernels import KernelBuilder, _grid_offsets, prepare, row_major_shared, tensor
-from .warpgroup_mma_kernels import DotConfig, wgmma_dot
+from .warpgroup_mma_kernels import DotConfig, warpgroup_mma_dot
 
 HAS_PTXAS = ptxas.find_ptxas() is not None
 
 
 def compile_dot(config: DotConfig):
-    _, ptx = compile_to_ptx(prepare(wgmma_dot(config)))
+    _, ptx = compile_to_ptx(prepare(warpgroup_mma_dot(config)))
     report = None
     if HAS_PTXAS:
         _, report = ptxas.assemble(ptx, arch="sm_90a")

@@ -19,7 +19,7 @@ from weft.compiler.backend import ptxas
 
 from .backend_kernels import prepare
 from .global_tiles import load_tile, store_tile
-from .warpgroup_mma_kernels import DotConfig, wgmma_dot
+from .warpgroup_mma_kernels import DotConfig, warpgroup_mma_dot
 
 
 @ll.jit
@@ -173,7 +173,7 @@ def test_ir_wgmma_matches_numpy(config):
     c = rng.standard_normal((config.m, config.n)).astype(acc_type)
     b_given = np.ascontiguousarray(b.T) if config.b_kmajor else b
     out = np.full((config.m, config.n), np.nan, np.float32)
-    kernel = wgmma_dot(config)
+    kernel = warpgroup_mma_dot(config)
     _, _, _, result = launch(kernel, [a, b_given, c, out, int(config.use_acc)])  # the 4 buffers
     reference = a.astype(np.float64) @ b.astype(np.float64) + (c.astype(np.float64) if config.use_acc else 0)
     # tf32 keeps 10 mantissa bits of each input; fp16 accumulation rounds every partial sum.
@@ -183,4 +183,4 @@ def test_ir_wgmma_matches_numpy(config):
 
 def test_ir_kernels_are_prepared_on_the_cpu():
     for config in IR_CONFIGS:
-        prepare(wgmma_dot(config))
+        prepare(warpgroup_mma_dot(config))

@@ -74,7 +74,7 @@ def _load(kb, pointer, shape, element, layout, encoding=None):
     return kb.add(Load, t, pointer=kb.pointers(pointer, offsets)), offsets
 
 
-def wgmma_dot(config: DotConfig):
+def warpgroup_mma_dot(config: DotConfig):
     """The kernel and its parameters: a, b (or b^T), c, out, use_acc (i32)."""
     element = ScalarType(config.element)
     bits = element.bits

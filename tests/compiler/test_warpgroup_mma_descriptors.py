@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from weft.layouts.rules import shared_addressing, shared_index_addressing, shared_slice_addressing
-from weft.compiler.wgmma import (MatrixDescriptor, OperandView, WgmmaError, accumulator_position, check_types,
+from weft.compiler.warpgroup_mma_descriptors import (MatrixDescriptor, OperandView, WgmmaError, accumulator_position, check_types,
                                  decode, instruction_k, operand_a_position, plan_accumulator, plan_operand,
                                  plan_register_a, swizzle_address)
 from weft.layouts import LinearLayout, blocked, dot_operand, nvmma_shared, swizzled_shared, wgmma_accumulator

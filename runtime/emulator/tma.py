@@ -1,71 +1,32 @@
-"""Emulation rules: async copies (TMA load/store, cp.async) and their completion points.
+"""Emulation rules: TMA copies (Gluon's `tma` module) and the bulk copy, with their
+completion points.
 
 What is modelled is *when the bytes may be used* (ordering.py tracks it per byte):
 
 - TMA load: one thread of the partition issues; the box (out-of-range elements zero) is
-  read from global memory then, and lands later (mbarriers.land_next: as late as the
+  read from global memory then, and lands later (mbarrier.land_next: as late as the
   emulator can, when every partition is blocked) at the buffer's real (swizzled) byte
   offsets, completing its bytes on the barrier's transaction count. Until it lands its
   bytes are in flight; after, they carry the epoch the barrier's phase publishes, so
-  only warps that waited for that phase may read them.
+  only warps that waited for that phase may read them. A bulk copy lands the same way.
 - TMA store: reads the buffer (a read by the issuing warp through the async proxy: the
   bytes must be fenced and ordered before it) and writes the box's in-range elements to
   global memory; the read stays in flight until a store_wait retires its group.
-- cp.async: each thread copies its elements (masked-off ones as zeros) at issue; the bytes stay in
-  flight until a wait_group retires their commit group, after which they count as the
-  issuing thread's own (generic-proxy) writes.
-Groups (cp.async commit groups, TMA store groups, wgmma groups) are kept per partition,
-which executes uniformly, standing for every thread's identical groups.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...compiler import ir
 from ...layouts.rules import shared_addressing
-from ...compiler.types import TensorType
+from .async_common import async_state, byte_rows, cluster_ranks, in_rank, predicate, view_addresses
 from .descriptors import SWIZZLE_ALIGNMENT, EmulatedDescriptor
 from .dtypes import element_bytes
 from .errors import EmulationError
-from .global_memory import _check_vector
 from .interpreter import SharedRef
-from .mbarriers import TmaInFlight, cluster_ranks, in_rank, live_barrier, partition_warps, predicate, touch
+from .mbarrier import TmaInFlight, live_barrier, touch
 from .rules import EMULATION_RULES as RULES
-from .shared_memory import _addresses
-
-
-@dataclass
-class PartitionAsync:
-    """One partition's async groups, oldest first (indices into Ordering.records)."""
-
-    copies: list = field(default_factory=list)        # cp.async not yet committed
-    copy_groups: list = field(default_factory=list)   # committed cp.async groups
-    store_groups: list = field(default_factory=list)  # TMA stores (each its own group)
-    dot_groups: list = field(default_factory=list)    # wgmma groups (warpgroup_mma.py)
-
-
-def async_state(cta) -> PartitionAsync:
-    if cta.async_state is None:
-        cta.async_state = PartitionAsync()
-    return cta.async_state
-
-
-def byte_rows(addresses: np.ndarray, size: int) -> np.ndarray:
-    """Every byte of the elements at `addresses` (flattened)."""
-    return (np.asarray(addresses, dtype=np.int64).reshape(-1)[:, None] + np.arange(size)).reshape(-1)
-
-
-def view_addresses(cta, op, ref: SharedRef) -> np.ndarray:
-    """Byte address of every element of a shared buffer or view, in its shape."""
-    def offsets():
-        grids = np.meshgrid(*(np.arange(s) for s in ref.type.shape), indexing="ij")
-        (flat,) = ref.addressing(**{f"dim{i}": g for i, g in enumerate(grids)})
-        return np.asarray(flat, dtype=np.int64)
-    element_offsets = cta.memo(op, ("elements", id(ref.addressing), tuple(ref.type.shape)), offsets)
-    return ref.offset + (element_offsets ^ ref.xor) * element_bytes(ref.type.element)
 
 
 def _box_buffer(cta, op, desc: EmulatedDescriptor, ref) -> np.ndarray:
@@ -196,48 +157,3 @@ def tma_store_wait(cta, op: ir.TmaStoreWait) -> None:
     groups = async_state(cta).store_groups
     while len(groups) > op.pending:
         cta.shared.ordering.retire(groups.pop(0))
-
-
-@RULES.register(ir.AsyncCopyGlobalToShared)
-def async_copy_global_to_shared(cta, op: ir.AsyncCopyGlobalToShared) -> None:
-    ref = cta[op.buffer]
-    if not isinstance(ref, SharedRef):
-        raise EmulationError(f"`{op.NAME}` needs a shared buffer, found {ref!r}", op.loc)
-    pointer_type = op.pointer.type
-    if not isinstance(pointer_type, TensorType):
-        raise EmulationError(f"`{op.NAME}` needs a tensor of pointers", op.loc)
-    element = ref.type.element
-    size = element_bytes(element)
-    pointers = cta[op.pointer]
-    mask = None if op.mask is None else np.broadcast_to(np.asarray(cta[op.mask], dtype=bool),
-                                                         pointers.shape)
-    _check_vector(cta, op, pointers, mask, size, "cp.async (global side)")
-    addresses = _addresses(cta, op, ref, pointer_type)
-    _check_vector(cta, op, addresses, mask, size, "cp.async (shared side)")
-    values = cta.memory.load(pointers, element, mask, op.loc, cta.describe(pointer_type))
-    if mask is not None:
-        values = np.where(mask, values, 0)
-    warps = addresses.shape[0]
-    rows = byte_rows(addresses, size).reshape(warps, -1)
-    record = cta.shared.ordering.async_write(rows, cta.warp_base + np.arange(warps), op,
-                                             "cp.async", "async_copy.wait_group")
-    cta.shared.write(addresses, values, element, op, cta.describe(pointer_type), track=False)
-    async_state(cta).copies.append(record)
-
-
-@RULES.register(ir.AsyncCopyCommitGroup)
-def async_copy_commit_group(cta, op: ir.AsyncCopyCommitGroup) -> None:
-    state = async_state(cta)
-    state.copy_groups.append(state.copies)
-    state.copies = []
-
-
-@RULES.register(ir.AsyncCopyWaitGroup)
-def async_copy_wait_group(cta, op: ir.AsyncCopyWaitGroup) -> None:
-    groups = async_state(cta).copy_groups
-    while len(groups) > op.pending:
-        for record in groups.pop(0):
-            cta.shared.ordering.retire(record)
-
-
-__all__ = ["PartitionAsync", "async_state", "byte_rows", "view_addresses", "partition_warps"]

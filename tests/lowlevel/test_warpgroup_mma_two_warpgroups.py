@@ -9,7 +9,7 @@ import pytest
 from weft import lowlevel as ll
 from weft.compiler.backend import ptxas
 from weft.compiler.errors import CompilationError
-from weft.compiler.wgmma import OperandView, decode, plan_accumulator, plan_operand
+from weft.compiler.warpgroup_mma_descriptors import OperandView, decode, plan_accumulator, plan_operand
 from weft.layouts import nvmma_shared
 
 RNG = np.random.default_rng(39)

@@ -19,7 +19,7 @@ from ..layouts import NVMMADistributedLayout
 from .errors import CompilationError
 from .ir import Value, WarpgroupMma, is_shared, is_tensor
 from .types import TensorType
-from .wgmma import (AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types, instruction_k,
+from .warpgroup_mma_descriptors import (AccumulatorPlan, OperandPlan, OperandView, WgmmaError, check_types, instruction_k,
                     plan_accumulator, plan_operand, plan_register_a)
 
 M_PER_A_TILE = 64  # rows of A one instruction reads

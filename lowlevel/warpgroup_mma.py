@@ -1,6 +1,5 @@
-"""Tensor cores from lowlevel kernels (Gluon's names): `warpgroup_mma`,
-`warpgroup_mma_wait` and `fence_async_shared` (Hopper's wgmma), and `mma_v2` (mma.sync,
-one warp at a time).
+"""Hopper's warpgroup MMA (wgmma) from lowlevel kernels (Gluon's names): `warpgroup_mma`
+and `warpgroup_mma_wait`; `mma_v2` (mma.sync, one warp at a time) is in mma_v2.py.
 
     acc = ll.warpgroup_mma(a_smem, b_smem, acc, is_async=True)   # a @ b + acc, in flight
     acc = ll.warpgroup_mma_wait(num_outstanding=1, deps=[acc])   # <= 1 group still running
@@ -12,17 +11,8 @@ Its `warps_per_cta` place the warpgroups: [4 * g, 1] stacks them along M (64 row
 [4, 2] puts two side by side along N, so at M = 64 each warpgroup computes its own half
 of the columns, reading B from that half's start (warps past the tile repeat the work of
 the first, as a layout's broadcast warps do).
-Shared operands written by ordinary stores need `fence_async_shared()` before the wgmma.
-
-    acc = ll.mma_v2(a, b, acc)   # a @ b + acc, one warp at a time
-
-`mma_v2` runs mma.sync.m16n8k16 in each warp on its own registers: `acc` fp32 in
-NVMMADistributedLayout([2, 0], warps, [16, 8]), `a` [M, K] and `b` [K, N] (fp16 or bf16)
-in DotOperandLayout(0 / 1, <acc's layout>, 2), or shared buffers, read as each instruction
-needs them: by ldmatrix where K is contiguous (`a` row-major, `b` the permuted view of
-an [N, K] tile), else by 16-bit pairs. No thread outside the warp takes part, so it may
-run in a branch taken warp by warp (`if ll.warp_any(...)`); shared operands that TMA
-overwrites next need `fence_async_shared()` after it, before their release.
+Shared operands written by ordinary stores need `fence_async_shared()` (shared.py) before
+the wgmma.
 """
 
 from __future__ import annotations
@@ -31,25 +21,16 @@ from typing import Any, Sequence
 
 from ..compiler import ir
 from ..compiler.builder import builtin
-from ..compiler.mma import MmaError, plan_mma_v2
-from ..compiler.wgmma import WgmmaError, plan_accumulator
+from ..compiler.warpgroup_mma_descriptors import WgmmaError, plan_accumulator
 from ..compiler.types import bf16, fp16, fp32, fp8e4m3, fp8e5m2
 from . import semantic as sem
 from .tensor import Tensor
 from .layouts import DotOperandLayout, NVMMADistributedLayout
 from .shared import SharedMemoryDescriptor
 
-__all__ = ["fence_async_shared", "mma_v2", "warpgroup_mma", "warpgroup_mma_wait"]
+__all__ = ["warpgroup_mma", "warpgroup_mma_wait"]
 
 _INPUTS = (fp16, bf16, fp8e4m3, fp8e5m2)
-
-
-@builtin
-def fence_async_shared() -> None:
-    """Make this thread's earlier shared-memory stores visible to wgmma and TMA (the async
-    proxy) once a barrier publishes them."""
-    b = sem.builder()
-    b.emit(ir.FenceAsyncShared(loc=b.loc))
 
 
 def _check_accumulator(acc: Any) -> NVMMADistributedLayout:
@@ -178,52 +159,3 @@ def warpgroup_mma_wait(num_outstanding: int = 0, deps: Sequence[Any] = ()):
                                pending=num_outstanding, loc=b.loc))
     wrapped = tuple(b.wrap(r) for r in results)
     return wrapped[0] if len(wrapped) == 1 else wrapped
-
-
-@builtin
-def mma_v2(a: Any, b: Any, acc: Any):
-    """`a @ b + acc` by mma.sync.aligned.m16n8k16, each warp on its own rows of a and
-    columns of b. `a` and `b` are register tensors in DotOperandLayout(0 / 1, <acc's
-    layout>, 2), or shared buffers: those are read fragment by fragment (ldmatrix where
-    K is contiguous), as each instruction needs them, so that only a few instructions'
-    operands are held at a time."""
-    bld = sem.builder()
-    if not sem.is_tensor(acc) or len(acc.type.shape) != 2:
-        raise bld.error(f"mma_v2 acc must be a 2-D register tensor, found {sem.describe(acc)}")
-    encoding = acc.type.encoding
-    if not isinstance(encoding, NVMMADistributedLayout) or encoding.version[0] != 2 or acc.type.element != fp32:
-        raise bld.error(f"mma_v2 acc must be an fp32 tensor in NVMMADistributedLayout(version=[2, 0], ...), "
-                        f"found {sem.describe(acc)}",
-                        suggestion="make it with ll.zeros([M, N], ll.float32, "
-                                   "ll.NVMMADistributedLayout([2, 0], [num_warps, 1], [16, 8]))")
-    a_type, b_type = a.type.element, b.type.element
-    if a_type not in (fp16, bf16) or a_type != b_type:
-        raise bld.error(f"mma_v2 takes two fp16 or two bf16 operands, found a {a_type} and b {b_type}")
-    layouts = []
-    for index, name, x in ((0, "a", a), (1, "b", b)):
-        operand = DotOperandLayout(index, encoding, 2)
-        if isinstance(x, SharedMemoryDescriptor):
-            if len(x.shape) != 2:
-                raise bld.error(f"mma_v2 {name} must be a 2-D shared buffer, found {x.type}",
-                                suggestion="pick one stage with .index(i)")
-            layouts.append(operand.to_linear(x.shape))
-            continue
-        if not sem.is_tensor(x) or len(x.type.shape) != 2:
-            raise bld.error(f"mma_v2 {name} must be a 2-D register tensor or shared buffer, found "
-                            f"{sem.describe(x)}")
-        enc = x.type.encoding
-        if not isinstance(enc, DotOperandLayout) or enc.operand_index != index or enc.parent != encoding \
-                or enc.k_width != 2:
-            raise bld.error(f"mma_v2 {name} must be in DotOperandLayout({index}, <acc layout>, 2), found "
-                            f"{sem.describe(x)}",
-                            suggestion=f"load it with smem.load(ll.DotOperandLayout({index}, acc_layout, 2)), "
-                                       f"ll.convert_layout it, or pass the shared buffer itself")
-        layouts.append(x.type.layout)
-    try:
-        plan_mma_v2(acc.type.layout, *layouts)
-    except MmaError as error:
-        raise bld.error(f"mma_v2: {error}", suggestion=error.suggestion) from None
-    shared = [isinstance(x, SharedMemoryDescriptor) for x in (a, b)]
-    result = bld.create(ir.MmaV2, acc.type, a=a.handle, b=b.handle, acc=acc.handle,
-                        a_layout=layouts[0] if shared[0] else None, b_layout=layouts[1] if shared[1] else None)
-    return bld.wrap(result)

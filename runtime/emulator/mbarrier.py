@@ -1,4 +1,4 @@
-"""Emulation rules: mbarriers (init, expect, arrive, wait, invalidate) and the proxy fence.
+"""Emulation rules: mbarriers (init, expect, arrive, wait, invalidate).
 
 An mbarrier is the 8 bytes of a shared i64 [1] buffer; its state lives beside the bytes
 (`SharedMemory.mbarriers`, keyed by byte address): the arrival count per phase, pending
@@ -7,7 +7,7 @@ arrivals, the transaction count, completed phases, and the clock its arrivals re
 
 - init(count), expect(nbytes) = one arrival plus nbytes more transaction bytes, arrive(n);
   "one thread issues": once per partition execution (arrive first syncs the partition,
-  as the backend does). A TMA load completes its box bytes on the barrier (async_ops.py).
+  as the backend does). A TMA load completes its box bytes on the barrier (tma.py).
 - A phase completes when pending arrivals reach 0 and the transaction count is 0; then
   pending arrivals reset to `count`. wait(phase) passes once the phase of parity
   `phase & 1` has completed: a fresh barrier counts as having completed phase -1.
@@ -37,6 +37,7 @@ import numpy as np
 
 from ...compiler import ir
 from ...compiler.types import i64
+from .async_common import check_rank, in_rank, partition_warps, predicate
 from .errors import EmulationError
 from .interpreter import SharedRef
 from .registers import LANES
@@ -99,21 +100,6 @@ class MBarrier:
             parts.append(f"{-self.tx} bytes of TMA loads landed that no mbarrier.expect "
                          f"announced (a missing or too small expect)")
         return ", ".join(parts) or "its phase is complete"
-
-
-def partition_warps(cta) -> np.ndarray:
-    """The CTA warps the running partition (or the whole kernel) executes on."""
-    return np.arange(cta.warp_base, cta.warp_base + cta.num_warps)
-
-
-def predicate(cta, pred: Optional[ir.Value], op) -> bool:
-    if pred is None:
-        return True
-    x = np.asarray(cta[pred])
-    if x.ndim and not (x == x.reshape(-1)[0]).all():
-        raise EmulationError(f"`{op.NAME}` pred differs between threads; one thread issues it, "
-                             f"so it must be a scalar", op.loc)
-    return bool(x.reshape(-1)[0])
 
 
 def _allocations(kernel, placements: dict) -> list:
@@ -379,44 +365,3 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
         cta.shared.ordering.acquire(warps, bar.completions[waiter.target + 1])
     elif bar.completed:
         cta.shared.ordering.acquire(warps, bar.completions[bar.completed])
-
-
-@RULES.register(ir.FenceAsyncShared)
-def fence_async_shared(cta, op: ir.FenceAsyncShared) -> None:
-    cta.shared.ordering.fence(partition_warps(cta))
-
-
-def in_rank(cta, addresses, rank: int):
-    """The same shared offsets in the window of the cluster's CTA `rank` (mapa)."""
-    return addresses + (rank - cta.rank) * cta.shared.window
-
-
-def check_rank(cta, rank: int, op, what: str) -> int:
-    """A rank of the CTA's cluster (a launch without `cluster=` has clusters of one)."""
-    ctas = cta.shared.ctas
-    if not 0 <= rank < ctas:
-        cluster = ("the launch has clusters of one CTA (rank 0); launch with cluster= for more" if ctas == 1
-                   else f"the cluster has {ctas} CTAs (ranks 0-{ctas - 1})")
-        raise EmulationError(f"{what}: rank {rank} is not a CTA of the cluster: {cluster}", op.loc)
-    return rank
-
-
-def cluster_ranks(cta, mask: int, op, what: str) -> list[int]:
-    """The ranks a multicast mask names, each one a CTA of the cluster."""
-    ranks = [r for r in range(16) if mask >> r & 1]
-    if not ranks or mask >> 16:
-        raise EmulationError(f"{what}: mask {mask:#x} must name 1 to 16 ranks (bits 0-15)", op.loc)
-    for rank in ranks:
-        check_rank(cta, rank, op, f"{what} mask {mask:#x}")
-    return ranks
-
-
-@RULES.register(ir.ClusterBarrier)
-def cluster_barrier(cta, op: ir.ClusterBarrier) -> None:
-    if cta.in_partition:
-        raise EmulationError("cluster_barrier inside a warp_specialize partition: every thread "
-                             "of the CTA must reach it together", op.loc)
-    if cta.scheduler is None:
-        cta.shared.barrier()  # a cluster of one CTA: the CTA's threads meet
-    else:
-        cta.scheduler.cluster_barrier(cta, op, cta.shared.ctas)
