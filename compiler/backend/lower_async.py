@@ -33,7 +33,7 @@ from ...layouts.rules import is_row_major
 from ..errors import CompilationError
 from ..ir import (AsyncBulkCopyGlobalToShared, AsyncCopyCommitGroup, AsyncCopyGlobalToShared, AsyncCopyWaitGroup,
                   ClusterBarrier, MBarrierArrive, MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op,
-                  TmaAsyncCopyGlobalToShared, TmaAsyncCopySharedToGlobal, TmaStoreWait, Value)
+                  TmaAsyncCopyGlobalToShared, TmaAsyncCopySharedToGlobal, TmaAsyncReduceAdd, TmaStoreWait, Value)
 from ..types import TensorDescriptorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -263,6 +263,17 @@ def lower_tma_async_copy_shared_to_global(ctx: Lowering, op: TmaAsyncCopySharedT
     strips = _strips(ctx, type_, _box_address(ctx, op, type_), _coordinates(ctx, op))
     for j, (source, coords) in enumerate(strips):  # one bulk group for the box: store_wait counts boxes
         ctx.inline_asm(ptx_asm.tma_store(type_.rank, commit=j == len(strips) - 1),
+                       [descriptor, source, *coords, _elected(ctx)])
+
+
+# --------------------------------------------------------------------- TMA reduce-add
+@lowers(TmaAsyncReduceAdd)
+def lower_tma_async_reduce_add(ctx: Lowering, op: TmaAsyncReduceAdd) -> None:
+    """As a TMA store, with cp.reduce.async.bulk.tensor's add: one bulk group a box."""
+    descriptor, type_ = _descriptor(ctx, op)
+    strips = _strips(ctx, type_, _box_address(ctx, op, type_), _coordinates(ctx, op))
+    for j, (source, coords) in enumerate(strips):
+        ctx.inline_asm(ptx_asm.tma_reduce_add(type_.rank, commit=j == len(strips) - 1),
                        [descriptor, source, *coords, _elected(ctx)])
 
 

@@ -11,6 +11,7 @@ What is modelled is *when the bytes may be used* (ordering.py tracks it per byte
 - TMA store: reads the buffer (a read by the issuing warp through the async proxy: the
   bytes must be fenced and ordered before it) and writes the box's in-range elements to
   global memory; the read stays in flight until a store_wait retires its group.
+- TMA reduce-add: as a TMA store, adding the buffer into the box instead of writing it.
 - cp.async: each thread copies its elements (masked-off ones as zeros) at issue; the bytes stay in
   flight until a wait_group retires their commit group, after which they count as the
   issuing thread's own (generic-proxy) writes.
@@ -28,7 +29,7 @@ from ...compiler import ir
 from ...layouts.rules import shared_addressing
 from ...compiler.types import TensorType
 from .descriptors import SWIZZLE_ALIGNMENT, EmulatedDescriptor
-from .dtypes import element_bytes
+from .dtypes import element_bytes, finish
 from .errors import EmulationError
 from .global_memory import _check_vector
 from .interpreter import SharedRef
@@ -189,6 +190,31 @@ def tma_async_copy_shared_to_global(cta, op: ir.TmaAsyncCopySharedToGlobal) -> N
     global_addresses, inside = desc.box(coords)
     cta.memory.store(global_addresses, values, element, inside, op.loc,
                      _where(f"box at {coords} of {desc.describe()}"))
+
+
+# ------------------------------------------------------------------ TMA reduce-add
+@RULES.register(ir.TmaAsyncReduceAdd)
+def tma_async_reduce_add(cta, op: ir.TmaAsyncReduceAdd) -> None:
+    """As a TMA store (the source's read in flight until store_wait), adding instead of
+    writing. The sums are applied at issue: adds commute, and a source rewritten before
+    its read retires is reported as a race, never read, so no result depends on when
+    the unit reads it."""
+    desc = _descriptor(cta, op)
+    coords = [int(cta[c]) for c in op.coords]
+    if min(coords) < 0:  # as a TMA store's box, which traps there on the GPU
+        raise EmulationError(f"`{op.NAME}` at coordinates {coords} of {desc.describe()}: a TMA reduce "
+                             f"box may not start at a negative coordinate (the GPU traps)", op.loc)
+    addresses = _box_buffer(cta, op, desc, cta[op.buffer])
+    element = desc.type.element
+    record = cta.shared.ordering.async_read(
+        byte_rows(addresses, element_bytes(element)), np.array([cta.warp_base]), op,
+        "TMA reduce-add", "tma.store_wait")
+    async_state(cta).store_groups.append(record)
+    values = cta.shared.read(addresses, element, op, _where("TMA box"), track=False)
+    global_addresses, inside = desc.box(coords)
+    where = _where(f"box at {coords} of {desc.describe()}")
+    old = cta.memory.load(global_addresses, element, inside, op.loc, where)
+    cta.memory.store(global_addresses, finish(element, old + values), element, inside, op.loc, where)
 
 
 @RULES.register(ir.TmaStoreWait)
