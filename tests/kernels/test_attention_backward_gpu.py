@@ -94,12 +94,13 @@ def test_gpu_softmax_scale_edge_cases(scale):
         assert ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item() <= 2e-2
 
 
-def _compile(head_dim: int, dtype: str, causal: bool, launch: int):
+def _compile(head_dim: int, dtype: str, causal: bool, launch: int, dq_reduce: str = "atomics"):
     """The main backward kernel of head_dim's default config, as the host launches it."""
-    config = default_backward_config(head_dim)
+    config = default_backward_config(head_dim, dq_reduce)
+    dq = "*fp32" if dq_reduce == "atomics" else "tensordesc<fp32[1,1,64,64],swizzle=128>"
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
-                 "do_desc": box(config.block_m), "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dq_ptr": "*fp32",
+                 "do_desc": box(config.block_m), "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dq_ptr": dq,
                  "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "dkv_stride_b": "i32", "dkv_stride_h": "i32",
                  "dkv_stride_s": "i32", "softmax_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "heads": "i32",
                  "kv_group": "i32"}
@@ -113,14 +114,18 @@ def _compile(head_dim: int, dtype: str, causal: bool, launch: int):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("launch", [0, 1])
-def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch):
+@pytest.mark.parametrize("dq_reduce", ["atomics", "tma"])
+def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch, dq_reduce):
     if launch >= default_backward_config(head_dim).launches:
         pytest.skip(f"head_dim {head_dim} takes one launch")
-    compiled = _compile(head_dim, dtype, causal, launch)
+    compiled = _compile(head_dim, dtype, causal, launch, dq_reduce)
     ptx = compiled.asm["ptx"]
+    dq_add = {"atomics": "red.relaxed.gpu.global.add.f32",
+              "tma": "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"}
     for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor.4d", "mbarrier.try_wait", "setmaxnreg.inc",
-                        "setmaxnreg.dec", "ex2.approx", "fence.proxy.async", "red.relaxed.gpu.global.add.f32"):
+                        "setmaxnreg.dec", "ex2.approx", "fence.proxy.async", dq_add[dq_reduce]):
         assert instruction in ptx, instruction
+    assert dq_add["atomics" if dq_reduce == "tma" else "tma"] not in ptx
     # P and dS reach their GEMMs through shared memory: no register layout conversion.
     assert "convert_layout" not in compiled.asm["layout"]
     meta = compiled.metadata
