@@ -28,7 +28,8 @@ from .mbarrier import _barrier
 from .shared import SharedMemoryDescriptor
 
 __all__ = ["TensorDescriptorValue", "tensor_descriptor", "async_bulk_copy_global_to_shared", "async_copy_global_to_shared",
-           "async_copy_shared_to_global", "async_reduce_add", "store_wait"]
+           "async_copy_shared_to_global", "store_wait",
+           "async_reduce_add"]
 
 
 class TensorDescriptorValue(DynamicValue):
