@@ -1,6 +1,6 @@
 """kernels/attention backward on the GPU (marked gpu): dq, dk and dv against float32 torch
-autograd of attention, across head dims, dtypes, causal masks, GQA/MQA, tails and both
-layouts; and every kernel variant through ptxas for sm_90a with no spills (needs ptxas,
+autograd of attention, across head dims, dtypes, causal masks, GQA/MQA, tails, both
+layouts and both dQ accumulations (atomics, TMA reduce-add); and every kernel variant through ptxas for sm_90a with no spills (needs ptxas,
 not a GPU)."""
 
 import math
@@ -58,7 +58,9 @@ GPU_CASES = [
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, layout", GPU_CASES)
-def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name):
+@pytest.mark.parametrize("dq_reduce", ["atomics", "tma"])
+def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name,
+                                   dq_reduce):
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
@@ -69,7 +71,8 @@ def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_di
 
     q, k, v, do = make(heads, seq_q), make(kv_heads, seq_k), make(kv_heads, seq_k), make(heads, seq_q)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
-    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout)
+    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
+                                     config=default_backward_config(head_dim, dq_reduce))
     refs = _torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
     for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
         assert got.shape == like.shape and got.dtype == dtype, name
