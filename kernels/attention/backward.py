@@ -130,6 +130,7 @@ class BackwardState:
     FIRST_COLUMN: ll.constexpr  # the first consumer's
     CAUSAL: ll.constexpr
     DQ_TMA: ll.constexpr  # dQ added by TMA reduce-add from shared memory, not by atomics
+    PIPELINED: ll.constexpr  # the walk of backward_pipeline.py
 
 
 @ll.jit
@@ -334,15 +335,19 @@ def consumer(state, WG: ll.constexpr):
     dk = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
     dv = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
     mbarrier.wait(state.kv_ready, 0)
-    per_head = end - first
-    for g in range(0, state.kv_group):
-        bh = batch * state.heads + kv_head * state.kv_group + g
-        for m in ll.range(first, unmasked, rematerialize=True):
-            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
-                                      WG, True)
-        for m in ll.range(unmasked, end, rematerialize=True):
-            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
-                                      WG, False)
+    if state.PIPELINED:
+        dk, dv = backward_pipeline.pipelined_walk(state, batch, kv_head, key0, first, unmasked, end, dk, dv,
+                                                  qk_scale, WG)
+    else:
+        per_head = end - first
+        for g in range(0, state.kv_group):
+            bh = batch * state.heads + kv_head * state.kv_group + g
+            for m in ll.range(first, unmasked, rematerialize=True):
+                dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
+                                          WG, True)
+            for m in ll.range(unmasked, end, rematerialize=True):
+                dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
+                                          WG, False)
     keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(1, D_LAYOUT))
     cols = state.FIRST_COLUMN + WG * COLUMNS + ll.arange(0, COLUMNS, ll.SliceLayout(0, D_LAYOUT))
     sb, sh, ss = state.dkv_strides
@@ -371,7 +376,8 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                                     HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CONSUMERS: ll.constexpr,
                                     CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
                                     CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr = None,
-                                    FIRST_COLUMN: ll.constexpr = 0, DQ_TMA: ll.constexpr = False):
+                                    FIRST_COLUMN: ll.constexpr = 0, DQ_TMA: ll.constexpr = False,
+                                    PIPELINED: ll.constexpr = False):
     """Grid (cdiv(seq_k, BLOCK_N), batch * kv_heads); descriptors over [batch, heads, seq,
     head_dim] with [1, 1, rows, 64] boxes; dq_ptr an fp32 [batch, heads, seq_q, head_dim]
     buffer that starts at zero (DQ_TMA: a descriptor over it as [1, batch * heads, seq_q,
@@ -411,7 +417,7 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL,
-                          DQ_TMA)
+                          DQ_TMA, PIPELINED)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
@@ -425,3 +431,6 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))
         mbarrier.invalidate(empty.index(s))
+
+
+from . import backward_pipeline  # noqa: E402  (its steps are made of this module's)

@@ -27,7 +27,8 @@ class BackwardConfig:
     head_dim's columns between them (each computes S and dP for the whole head),
     setmaxnreg budgets, and how dQ's fp32 accumulator in global memory is added to
     (`dq_reduce`): "atomics" (each thread's elements) or "tma" (each consumer's fp32 box
-    through shared memory, by TMA reduce-add)."""
+    through shared memory, by TMA reduce-add), and whether the walk is software-pipelined
+    (backward_pipeline.py: two Q/dO slots held at a time, so stages >= 2)."""
 
     head_dim: int
     block_m: int = 64
@@ -39,6 +40,7 @@ class BackwardConfig:
     consumer_regs: int = 240
     ctas_per_sm: int = 1
     dq_reduce: str = "atomics"
+    pipelined: bool = False
 
     def __post_init__(self):
         if self.dq_reduce not in DQ_REDUCES:
@@ -58,6 +60,9 @@ class BackwardConfig:
             raise ValueError(f"BackwardConfig: {self.consumers} consumers at {self.consumer_regs} registers "
                              f"and a producer at {self.producer_regs} pass the register file's share of "
                              f"{self.ctas_per_sm} CTA(s) an SM (ctas_per_sm 1 or 2)")
+        if self.pipelined and self.stages < 2:
+            raise ValueError("BackwardConfig: the pipelined walk holds two Q/dO slots at a time: it needs "
+                             f"stages >= 2, got {self.stages}")
         if self.ctas_per_sm * self.shared_bytes > MAX_SHARED_BYTES:
             boxes = ", dQ's boxes" if self.dq_reduce == "tma" else ""
             raise ValueError(f"BackwardConfig: {self.ctas_per_sm} CTA(s) of {self.shared_bytes} bytes of shared "
@@ -111,7 +116,8 @@ def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
                 FIRST_COLUMN=launch * config.consumers * config.columns,
-                **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}))
+                **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}),
+                **(dict(PIPELINED=True) if config.pipelined else {}))
 
 
 def _check_backward_inputs(q, k, v, out, lse, dout, layout: str) -> tuple[str, int]:

@@ -3,6 +3,8 @@ flash_attention_backward against float64 numpy gradients (reference_attention_ba
 itself checked against finite differences), across causal masks, GQA/MQA, lengths that
 are multiples of no tile, both layouts and the softmax_scale edge cases; and its errors."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -72,11 +74,33 @@ def test_one_consumer_of_128_columns_adding_dq_by_tma():
     _check(q, k, v, do, False, config=BackwardConfig(head_dim=128, dq_reduce="tma"))
 
 
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, dq_reduce", [
+    (1, 2, 1, 100, 130, 64, True, "bhsd", "atomics"),  # a group of two heads, masked and unmasked blocks
+    (2, 3, 1, 130, 70, 128, True, "bshd", "tma"),      # three heads, rows that see no key, two consumers
+])
+def test_gradients_with_a_pipelined_walk(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout,
+                                         dq_reduce):
+    """pipelined=True: each step's gradient GEMMs are those of the block before, the
+    last block's after the walk (the emulator checks the slots and P/dS buffers are read
+    before they are refilled)."""
+    config = dataclasses.replace(default_backward_config(head_dim, dq_reduce), pipelined=True)
+    _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=12), causal, layout=layout,
+           config=config)
+
+
+def test_a_pipelined_consumer_of_128_columns():
+    """dQ's second chunk reads the last step's dS before the step writes its own."""
+    q, k, v, do = _inputs(1, 2, 1, 150, 40, 128, seed=6)
+    _check(q, k, v, do, True, config=BackwardConfig(head_dim=128, pipelined=True))
+
+
 def test_dq_boxes_that_pass_shared_memory_are_refused():
     with pytest.raises(ValueError, match="pass the 232448 an SM has; use fewer stages"):
         BackwardConfig(head_dim=256, consumers=2, launches=2, dq_reduce="tma")
     with pytest.raises(ValueError, match="dq_reduce must be one of"):
         BackwardConfig(head_dim=64, dq_reduce="red")
+    with pytest.raises(ValueError, match="pipelined walk holds two Q/dO slots"):
+        BackwardConfig(head_dim=64, stages=1, pipelined=True)
 
 
 def test_one_consumer_of_128_columns():
