@@ -330,6 +330,8 @@ def main(argv=None) -> int:
                              "do_bench times")
     parser.add_argument("--dq", default="atomics,tma",
                         help="--backward: weft once per dQ accumulation listed (atomics, tma), in the same run")
+    parser.add_argument("--walk", default="plain,pipelined",
+                        help="--backward: and once per walk listed (plain, pipelined)")
     args = parser.parse_args(argv)
     if args.backward:
         from benchmarks.attention_backward import main as backward_main

@@ -16,9 +16,10 @@ seq 1k..16k, head_dim 64, 128, 256), causal and not.
 
 Variants of weft's kernel are systems of their own, timed in the same run: "weft:f=v+g=w"
 is head_dim's default BackwardConfig with fields f and g changed (dq_reduce picks the
-default config for that dQ accumulation: at head_dim 256 "tma" takes one Q/dO slot);
-`--dq atomics,tma` is short for the systems weft (atomics, the default) and
-weft:dq_reduce=tma in weft's place.
+default config for that dQ accumulation: at head_dim 256 "tma" takes one Q/dO slot, so it
+does not pipeline there). `--dq atomics,tma --walk plain,pipelined` (the defaults) put one
+such system in weft's place for each dQ accumulation and walk: weft (atomics, plain),
+weft:dq_reduce=tma, weft:pipelined=True and weft:dq_reduce=tma+pipelined=True.
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ def print_table(results) -> None:
           "the check)")
     widths = {name: max(11, len(name) + 2) for name in systems}
     wefts = _wefts(systems)
-    short = {weft: weft[len("weft:"):] if weft != "weft" else "w" for weft in wefts}
+    short = {weft: weft[len("weft:"):].replace("dq_reduce=", "").replace("pipelined=True", "pipe") or "w"
+             for weft in wefts}
     print(f"{'shape':<26}" + "".join(f"{name:>{widths[name]}}" for name in systems)
           + "".join(f"{short[w] + '/cuDNN':>{max(13, len(short[w]) + 8)}}"
                     f"{short[w] + '/flash':>{max(13, len(short[w]) + 8)}}" for w in wefts) + f"{'w/peak':>8}")
@@ -270,20 +272,30 @@ def print_table(results) -> None:
               + ratios + peak)
 
 
+def _variant(dq_reduce: str, walk: str) -> str:
+    """The system name of weft's default config with this dQ accumulation and walk."""
+    if walk not in ("plain", "pipelined"):
+        raise SystemExit(f"--walk takes plain and pipelined, got {walk!r}")
+    fields = ([f"dq_reduce={dq_reduce}"] if dq_reduce != "atomics" else []) + \
+        (["pipelined=True"] if walk == "pipelined" else [])
+    return "weft:" + "+".join(fields) if fields else "weft"
+
+
 def main(args) -> int:
     """From benchmarks.attention's parsed arguments (--backward)."""
     wanted = [name for name in args.systems.split(",") if name]
     if not wanted or {name for name in wanted if not name.startswith("weft:")} - set(SYSTEMS):
         raise SystemExit(f"--backward --systems takes names from {','.join(SYSTEMS)} or weft:field=value, got "
                          f"{args.systems!r}")
-    if args.dq and "weft" in wanted:  # weft's place: one system a dQ accumulation
+    if "weft" in wanted:  # weft's place: one system a dQ accumulation and walk
         at = wanted.index("weft")
-        wanted[at:at + 1] = ["weft" if mode == "atomics" else f"weft:dq_reduce={mode}"
+        wanted[at:at + 1] = [_variant(mode, walk) for walk in args.walk.split(",") if walk
                              for mode in args.dq.split(",") if mode]
     masks = {"both": (False, True), "only": (True,), "none": (False,)}[args.causal]
     seqs = tuple(args.seqs) if args.seqs else ((4096,) if args.quick else SEQS)
     results = run(wanted, args.out, masks, tuple(args.head_dims), seqs)
     print_table(results)
     wrong = any("wrong result" in row[name].get("failure", "") for row in results["rows"] for name in wanted)
-    weft_short = any("graph_tflops" not in row[weft] for weft in _wefts(wanted) for row in results["rows"])
+    # The default must time everywhere; a variant may be refused a shape (tma+pipelined at 256).
+    weft_short = "weft" in wanted and any("graph_tflops" not in row["weft"] for row in results["rows"])
     return 1 if wrong or weft_short else 0
