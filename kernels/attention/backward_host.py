@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
 from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
 from .config import HEAD_DIMS
@@ -16,7 +17,6 @@ from .host import _as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_
 
 
 DQ_REDUCES = ("atomics", "tma")
-MAX_SHARED_BYTES = 227 * 1024  # a CTA's dynamic shared memory on sm_90 (at most: the SM's 228K less 1K a CTA)
 
 
 @dataclass(frozen=True)
@@ -63,19 +63,20 @@ class BackwardConfig:
         if self.pipelined and self.stages < 2:
             raise ValueError("BackwardConfig: the pipelined walk holds two Q/dO slots at a time: it needs "
                              f"stages >= 2, got {self.stages}")
-        if self.ctas_per_sm * self.shared_bytes > MAX_SHARED_BYTES:
+        limit = SHARED_LIMIT if self.ctas_per_sm == 1 else SM_SHARED // self.ctas_per_sm - 1024
+        if self.shared_bytes > limit:
             boxes = ", dQ's boxes" if self.dq_reduce == "tma" else ""
-            raise ValueError(f"BackwardConfig: {self.ctas_per_sm} CTA(s) of {self.shared_bytes} bytes of shared "
-                             f"memory (K, V, {self.stages} Q/dO slots, P, dS{boxes}) pass the "
-                             f"{MAX_SHARED_BYTES} an SM has; use fewer stages")
+            raise ValueError(f"BackwardConfig: {self.shared_bytes} bytes of shared memory (K, V, {self.stages} "
+                             f"Q/dO slots, P, dS{boxes}) pass the {limit} a CTA has at {self.ctas_per_sm} CTA(s) "
+                             f"an SM; use fewer stages")
 
     @property
     def shared_bytes(self) -> int:
-        """The main kernel's shared buffers (2-byte q dtype; the mbarriers aside)."""
+        """The main kernel's shared buffers (2-byte q dtype), with room for its mbarriers."""
         tiles = 2 * (2 * self.block_n * self.head_dim + 2 * self.stages * self.block_m * self.head_dim
                      + 2 * self.block_m * self.block_n)
         dq_boxes = 4 * self.consumers * self.block_m * DQ_CHUNK if self.dq_reduce == "tma" else 0
-        return tiles + dq_boxes
+        return tiles + dq_boxes + 128
 
     @property
     def threads(self) -> int:

@@ -95,7 +95,7 @@ def test_a_pipelined_consumer_of_128_columns():
 
 
 def test_dq_boxes_that_pass_shared_memory_are_refused():
-    with pytest.raises(ValueError, match="pass the 232448 an SM has; use fewer stages"):
+    with pytest.raises(ValueError, match="pass the 232448 a CTA has at 1 CTA.s. an SM; use fewer stages"):
         BackwardConfig(head_dim=256, consumers=2, launches=2, dq_reduce="tma")
     with pytest.raises(ValueError, match="dq_reduce must be one of"):
         BackwardConfig(head_dim=64, dq_reduce="red")
