@@ -102,7 +102,8 @@ def default_backward_config(head_dim: int, dq_reduce: str = "atomics") -> Backwa
     """64 columns of dK and dV a consumer warpgroup: one at head_dim 64, two from 128 on, in
     two launches at 256. 128 columns (fp32 dK and dV in 128 registers a thread) beside S,
     dP and the step's addresses leave ptxas too few of 240 registers (it spills), so the
-    warpgroups and launches split the columns, each computing S and dP for all of them."""
+    warpgroups and launches split the columns, each computing S and dP for all of them.
+    `dq_reduce` picks dQ's accumulation (BackwardConfig)."""
     if head_dim == 64:  # two CTAs an SM: one's loads and atomics overlap the other's GEMMs
         return BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2, dq_reduce=dq_reduce)
     # head_dim 256's K, V and two Q/dO slots leave no room for dQ's boxes: one slot then.
