@@ -15,9 +15,9 @@ Shapes: the FA3 grid from 1k tokens (batch * seq = 16k tokens, heads * head_dim 
 seq 1k..16k, head_dim 64, 128, 256), causal and not.
 
 Variants of weft's kernel are systems of their own, timed in the same run: "weft:f=v+g=w"
-is head_dim's default BackwardConfig with fields f and g changed (dq_reduce picks the
-default config for that dQ accumulation: at head_dim 256 "tma" takes one Q/dO slot, so it
-does not pipeline there). `--dq atomics,tma --walk plain,pipelined` (the defaults) put one
+is head_dim's default BackwardConfig with fields f and g changed (dq_reduce and pipelined
+pick the default config for that dQ accumulation and walk: at head_dim 256 "tma" takes one
+Q/dO slot, so it does not pipeline there; the pipelined walk takes three where they fit). `--dq atomics,tma --walk plain,pipelined` (the defaults) put one
 such system in weft's place for each dQ accumulation and walk: weft (atomics, plain),
 weft:dq_reduce=tma, weft:pipelined=True and weft:dq_reduce=tma+pipelined=True.
 """
@@ -144,7 +144,8 @@ def _weft_with(name: str, q, k, v, out, lse, do, causal: bool, scale: float):
                 fields[key] = ast.literal_eval(value)
             except (ValueError, SyntaxError):
                 fields[key] = value
-        config = default_backward_config(q.shape[-1], fields.pop("dq_reduce", "atomics"))
+        config = default_backward_config(q.shape[-1], fields.pop("dq_reduce", "atomics"),
+                                         fields.pop("pipelined", False))
         config = dataclasses.replace(config, **fields)
     except Exception as error:
         return f"{name}: " + _reason(error)

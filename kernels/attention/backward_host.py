@@ -5,6 +5,7 @@ numpy reference gradients."""
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,18 +99,27 @@ class BackwardConfig:
         return self.head_dim // (self.consumers * self.launches)
 
 
-def default_backward_config(head_dim: int, dq_reduce: str = "atomics") -> BackwardConfig:
+def default_backward_config(head_dim: int, dq_reduce: str = "atomics", pipelined: bool = False) -> BackwardConfig:
     """64 columns of dK and dV a consumer warpgroup: one at head_dim 64, two from 128 on, in
     two launches at 256. 128 columns (fp32 dK and dV in 128 registers a thread) beside S,
     dP and the step's addresses leave ptxas too few of 240 registers (it spills), so the
     warpgroups and launches split the columns, each computing S and dP for all of them.
-    `dq_reduce` picks dQ's accumulation (BackwardConfig)."""
+    `dq_reduce` and `pipelined` pick dQ's accumulation and the walk (BackwardConfig); the
+    pipelined walk holds two Q/dO slots, so it gets a third where shared memory has room,
+    for the producer to fill while the consumers hold two."""
     if head_dim == 64:  # two CTAs an SM: one's loads and atomics overlap the other's GEMMs
-        return BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2, dq_reduce=dq_reduce)
-    # head_dim 256's K, V and two Q/dO slots leave no room for dQ's boxes: one slot then.
-    stages = 1 if head_dim == 256 and dq_reduce == "tma" else 2
-    return BackwardConfig(head_dim=head_dim, consumers=2, launches=head_dim // 128, stages=stages,
-                          dq_reduce=dq_reduce)
+        config = BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2, dq_reduce=dq_reduce)
+    else:
+        # head_dim 256's K, V and two Q/dO slots leave no room for dQ's boxes: one slot then.
+        stages = 1 if head_dim == 256 and dq_reduce == "tma" else 2
+        config = BackwardConfig(head_dim=head_dim, consumers=2, launches=head_dim // 128, stages=stages,
+                                dq_reduce=dq_reduce)
+    if not pipelined:
+        return config
+    try:
+        return dataclasses.replace(config, stages=3, pipelined=True)
+    except ValueError:  # no room for a third slot
+        return dataclasses.replace(config, pipelined=True)
 
 
 def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -> dict:

@@ -3,7 +3,6 @@ autograd of attention, across head dims, dtypes, causal masks, GQA/MQA, tails, b
 layouts and both dQ accumulations (atomics, TMA reduce-add); and every kernel variant through ptxas for sm_90a with no spills (needs ptxas,
 not a GPU)."""
 
-import dataclasses
 import math
 
 import pytest
@@ -23,10 +22,9 @@ def _variant_config(head_dim: int, dtype_name: str, dq_reduce: str, pipelined: b
     and head_dim 256's one-slot ring with dQ by TMA cannot pipeline."""
     if (dq_reduce, pipelined) != VARIANTS[0] and dtype_name in ("float16", "fp16"):
         pytest.skip("variants run in bf16 only")
-    config = default_backward_config(head_dim, dq_reduce)
-    if pipelined and config.stages < 2:
+    if pipelined and default_backward_config(head_dim, dq_reduce).stages < 2:
         pytest.skip("the pipelined walk needs two Q/dO slots")
-    return dataclasses.replace(config, pipelined=pipelined)
+    return default_backward_config(head_dim, dq_reduce, pipelined)
 
 
 def _torch_gradients(q, k, v, do, causal, scale, layout):
