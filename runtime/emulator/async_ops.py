@@ -215,6 +215,9 @@ def tma_async_reduce_add(cta, op: ir.TmaAsyncReduceAdd) -> None:
     where = _where(f"box at {coords} of {desc.describe()}")
     old = cta.memory.load(global_addresses, element, inside, op.loc, where)
     cta.memory.store(global_addresses, finish(element, old + values), element, inside, op.loc, where)
+    memory = cta.memory
+    targets = memory.host_addresses(global_addresses, element, inside, op.loc, where)[inside]
+    memory.reduced = targets if memory.reduced is None else np.union1d(memory.reduced, targets)
 
 
 @RULES.register(ir.TmaStoreWait)

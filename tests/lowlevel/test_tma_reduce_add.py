@@ -71,6 +71,30 @@ def test_rewriting_the_source_before_store_wait_is_a_race():
 
 
 @ll.jit
+def add_then_read(desc, out_ptr):
+    """Adds ones into the box at [0, 0], then reads it back by plain loads in the same
+    launch: the sums are not there yet."""
+    BM: ll.constexpr = desc.block_shape[0]
+    BN: ll.constexpr = desc.block_shape[1]
+    smem = ll.allocate_shared_memory(desc.dtype, desc.block_shape, desc.layout,
+                                     ll.full([BM, BN], 1.0, ll.float32, ROWS))
+    fence_async_shared()
+    tma.async_reduce_add(desc, [0, 0], smem)
+    tma.store_wait(0)
+    rows = ll.arange(0, BM, ll.SliceLayout(1, ROWS))
+    cols = ll.arange(0, BN, ll.SliceLayout(0, ROWS))
+    ll.store(out_ptr + rows[:, None] * BN + cols[None, :], ll.load(out_ptr + rows[:, None] * BN + cols[None, :]))
+
+
+def test_reading_the_target_in_the_launch_that_adds_into_it_is_a_race():
+    out = np.zeros(BLOCK, np.float32)
+    with pytest.raises(EmulationError, match="a load of global memory that a TMA reduce-add of this launch adds "
+                                             "into") as info:
+        add_then_read[(1,)](_descriptor(out), out)
+    assert "ll.load(out_ptr" in str(info.value) and "in a later launch" in str(info.value)
+
+
+@ll.jit
 def add_fp16(desc):
     smem = ll.allocate_shared_memory(desc.dtype, desc.block_shape, desc.layout)
     tma.async_reduce_add(desc, [0, 0], smem)
