@@ -292,6 +292,7 @@ def main(args) -> int:
         at = wanted.index("weft")
         wanted[at:at + 1] = [_variant(mode, walk) for walk in args.walk.split(",") if walk
                              for mode in args.dq.split(",") if mode]
+        wanted = list(dict.fromkeys(wanted))  # a variant also named in --systems is timed once
     masks = {"both": (False, True), "only": (True,), "none": (False,)}[args.causal]
     seqs = tuple(args.seqs) if args.seqs else ((4096,) if args.quick else SEQS)
     results = run(wanted, args.out, masks, tuple(args.head_dims), seqs)
