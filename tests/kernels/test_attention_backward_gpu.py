@@ -136,6 +136,8 @@ def _compile(head_dim: int, dtype: str, causal: bool, launch: int, dq_reduce: st
 def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch, dq_reduce, pipelined):
     if launch >= default_backward_config(head_dim).launches:
         pytest.skip(f"head_dim {head_dim} takes one launch")
+    if (dq_reduce, pipelined) != VARIANTS[0] and not causal:  # both compile masked and unmasked steps
+        pytest.skip("variants assemble causal only")
     compiled = _compile(head_dim, dtype, causal, launch, dq_reduce, pipelined)
     ptx = compiled.asm["ptx"]
     dq_add = {"atomics": "red.relaxed.gpu.global.add.f32",
