@@ -355,6 +355,10 @@ def main(argv=None) -> int:
     parser.add_argument("--backward", action="store_true",
                         help="time the backward (benchmarks/attention_backward.py): seq 1k..16k, graph and "
                              "do_bench times")
+    parser.add_argument("--dq", default="atomics,tma",
+                        help="--backward: weft once per dQ accumulation listed (atomics, tma), in the same run")
+    parser.add_argument("--walk", default="plain,pipelined",
+                        help="--backward: and once per walk listed (plain, pipelined)")
     args = parser.parse_args(argv)
     if args.backward:
         from benchmarks.attention_backward import main as backward_main

@@ -13,10 +13,19 @@ are made once before.
 
 Shapes: the FA3 grid from 1k tokens (batch * seq = 16k tokens, heads * head_dim = 2048,
 seq 1k..16k, head_dim 64, 128, 256), causal and not.
+
+Variants of weft's kernel are systems of their own, timed in the same run: "weft:f=v+g=w"
+is head_dim's default BackwardConfig with fields f and g changed (dq_reduce and pipelined
+pick the default config for that dQ accumulation and walk: at head_dim 256 "tma" takes one
+Q/dO slot, so it does not pipeline there; the pipelined walk takes three where they fit). `--dq atomics,tma --walk plain,pipelined` (the defaults) put one
+such system in weft's place for each dQ accumulation and walk: weft (atomics, plain),
+weft:dq_reduce=tma, weft:pipelined=True and weft:dq_reduce=tma+pipelined=True.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import sys
 import warnings
 
@@ -113,7 +122,39 @@ def find_systems(torch, wanted, q, k, v, do, causal: bool, scale: float) -> dict
     except Exception as error:
         found["cudnn"] = found["flash"] = "torch.nn.attention unavailable: " + _reason(error)
     found["triton"] = "benchmarks/triton_attention.py has no backward"
+    for name in wanted:
+        if name.startswith("weft:"):
+            found[name] = found["weft"] if isinstance(found["weft"], str) else \
+                _weft_with(name, q, k, v, out, lse, do, causal, scale)
     return {name: found[name] for name in wanted}
+
+
+def _weft_with(name: str, q, k, v, out, lse, do, causal: bool, scale: float):
+    """weft under head_dim's default BackwardConfig with fields overridden, from a system
+    name such as "weft:dq_reduce='tma'" or "weft:dq_reduce=tma+stages=1" (a value that is
+    no Python literal is taken as a string); a reason where the config is refused."""
+    try:
+        from weft.kernels.attention import flash_attention_backward
+        from weft.kernels.attention.backward_host import default_backward_config
+
+        fields = {}
+        for item in name[len("weft:"):].split("+"):
+            key, _, value = item.partition("=")
+            try:
+                fields[key] = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                fields[key] = value
+        config = default_backward_config(q.shape[-1], fields.pop("dq_reduce", "atomics"),
+                                         fields.pop("pipelined", False))
+        config = dataclasses.replace(config, **fields)
+    except Exception as error:
+        return f"{name}: " + _reason(error)
+    return lambda: flash_attention_backward(q, k, v, out, lse, do, causal=causal, softmax_scale=scale,
+                                            config=config)
+
+
+def _wefts(names) -> list:
+    return [name for name in names if name == "weft" or name.startswith("weft:")]
 
 
 def _eager_ms(fn) -> float:
@@ -176,11 +217,12 @@ def run(wanted=SYSTEMS, out_path: str | None = None, causal=(False, True), head_
         row = {"batch": batch, "heads": heads, "seq_q": seq, "seq_k": seq, "head_dim": head_dim,
                "causal": masked, "dtype": "bfloat16"}
         row.update(measure_all(torch, find_systems(torch, wanted, q, k, v, do, masked, scale), refs, flops))
-        for other in ("cudnn", "flash"):
-            for kind in ("graph", "eager"):
-                key = f"{kind}_tflops"
-                if key in row.get("weft", {}) and key in row.get(other, {}):
-                    row[f"weft_over_{other}_{kind}"] = row["weft"][key] / row[other][key]
+        for weft in _wefts(wanted):
+            for other in ("cudnn", "flash"):
+                for kind in ("graph", "eager"):
+                    key = f"{kind}_tflops"
+                    if key in row.get(weft, {}) and key in row.get(other, {}):
+                        row[f"{weft}_over_{other}_{kind}"] = row[weft][key] / row[other][key]
         del q, k, v, do, refs
         torch.cuda.empty_cache()
         results["rows"].append(row)
@@ -203,27 +245,50 @@ def print_table(results) -> None:
     print_failures(results)
     print("backward TFLOP/s, CUDA-graph / do_bench eager (bf16; ERR = raised or unavailable, WRONG = failed "
           "the check)")
-    print(f"{'shape':<26}" + "".join(f"{name:>11}" for name in systems)
-          + f"{'w/cuDNN':>13}{'w/flash':>13}{'w/peak':>8}")
+    widths = {name: max(11, len(name) + 2) for name in systems}
+    wefts = _wefts(systems)
+    short = {weft: weft[len("weft:"):].replace("dq_reduce=", "").replace("pipelined=True", "pipe") or "w"
+             for weft in wefts}
+    print(f"{'shape':<26}" + "".join(f"{name:>{widths[name]}}" for name in systems)
+          + "".join(f"{short[w] + '/cuDNN':>{max(13, len(short[w]) + 8)}}"
+                    f"{short[w] + '/flash':>{max(13, len(short[w]) + 8)}}" for w in wefts) + f"{'w/peak':>8}")
     for row in results["rows"]:
         ratios = ""
-        for other in ("cudnn", "flash"):
-            pair = [row.get(f"weft_over_{other}_{kind}") for kind in ("graph", "eager")]
-            ratios += f"{'/'.join('-' if x is None else f'{x:.2f}' for x in pair):>13}"
+        for weft in wefts:
+            for other in ("cudnn", "flash"):
+                pair = [row.get(f"{weft}_over_{other}_{kind}") for kind in ("graph", "eager")]
+                ratios += f"{'/'.join('-' if x is None else f'{x:.2f}' for x in pair):>{max(13, len(short[weft]) + 8)}}"
         weft = row.get("weft", {})
         peak = f"{weft['graph_tflops'] / PEAK_TFLOPS:>8.2f}" if "graph_tflops" in weft else f"{'-':>8}"
-        print(f"{_label(row):<26}" + "".join(f"{_cell(row[name]):>11}" for name in systems) + ratios + peak)
+        print(f"{_label(row):<26}" + "".join(f"{_cell(row[name]):>{widths[name]}}" for name in systems)
+              + ratios + peak)
+
+
+def _variant(dq_reduce: str, walk: str) -> str:
+    """The system name of weft's default config with this dQ accumulation and walk."""
+    if walk not in ("plain", "pipelined"):
+        raise SystemExit(f"--walk takes plain and pipelined, got {walk!r}")
+    fields = ([f"dq_reduce={dq_reduce}"] if dq_reduce != "atomics" else []) + \
+        (["pipelined=True"] if walk == "pipelined" else [])
+    return "weft:" + "+".join(fields) if fields else "weft"
 
 
 def main(args) -> int:
     """From benchmarks.attention's parsed arguments (--backward)."""
     wanted = [name for name in args.systems.split(",") if name]
-    if not wanted or set(wanted) - set(SYSTEMS):
-        raise SystemExit(f"--backward --systems takes names from {','.join(SYSTEMS)}, got {args.systems!r}")
+    if not wanted or {name for name in wanted if not name.startswith("weft:")} - set(SYSTEMS):
+        raise SystemExit(f"--backward --systems takes names from {','.join(SYSTEMS)} or weft:field=value, got "
+                         f"{args.systems!r}")
+    if "weft" in wanted:  # weft's place: one system a dQ accumulation and walk
+        at = wanted.index("weft")
+        wanted[at:at + 1] = [_variant(mode, walk) for walk in args.walk.split(",") if walk
+                             for mode in args.dq.split(",") if mode]
+        wanted = list(dict.fromkeys(wanted))  # a variant also named in --systems is timed once
     masks = CAUSAL_CHOICES[args.causal]
     seqs = tuple(args.seqs) if args.seqs else ((4096,) if args.quick else SEQS)
     results = run(wanted, args.out, masks, tuple(args.head_dims), seqs)
     print_table(results)
     wrong = any("wrong result" in row[name].get("failure", "") for row in results["rows"] for name in wanted)
+    # The default must time everywhere; a variant may be refused a shape (tma+pipelined at 256).
     weft_short = "weft" in wanted and any("graph_tflops" not in row["weft"] for row in results["rows"])
     return 1 if wrong or weft_short else 0

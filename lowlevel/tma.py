@@ -3,6 +3,7 @@ a tensor descriptor, issued by one thread.
 
     tma.async_copy_global_to_shared(desc, [row, col], bar, smem)   # lands on `bar`
     tma.async_copy_shared_to_global(desc, [row, col], smem)
+    tma.async_reduce_add(desc, [row, col], smem)                    # global box += smem
     tma.store_wait(0)                                               # before reusing smem
     tma.async_bulk_copy_global_to_shared(row_ptr, bar, smem, nbytes) # no descriptor
 
@@ -27,7 +28,8 @@ from .mbarrier import _barrier
 from .shared import SharedMemoryDescriptor
 
 __all__ = ["TensorDescriptorValue", "tensor_descriptor", "async_bulk_copy_global_to_shared", "async_copy_global_to_shared",
-           "async_copy_shared_to_global", "store_wait"]
+           "async_copy_shared_to_global", "store_wait",
+           "async_reduce_add"]
 
 
 class TensorDescriptorValue(DynamicValue):
@@ -218,3 +220,23 @@ def async_bulk_copy_global_to_shared(src: Any, bar: Any, result: Any, nbytes: An
     b.emit(ir.AsyncBulkCopyGlobalToShared(pointer=pointer.handle, nbytes=sem.i32_scalar(nbytes, f"{what} nbytes"),
                            barrier=_barrier(bar, what), buffer=result.handle,
                            pred=sem.predicate(pred, what), loc=b.loc))
+
+
+# Element types cp.reduce.async.bulk.tensor adds (the tensor map's type picks the add).
+REDUCE_ADD_TYPES = ("fp32", "fp16", "bf16", "i32", "u32", "u64")
+
+
+@builtin
+def async_reduce_add(desc: Any, coords: Sequence[Any], src: Any) -> None:
+    """Start adding `src` into the box at `coords`: each in-range element of the box gets
+    src's element added, atomically with respect to other adds (CTAs may add into the same
+    box), out-of-range ones are skipped. A bulk group as a TMA store: wait with
+    store_wait before rewriting `src`; the sums are in global memory once the kernel ends."""
+    b = sem.builder()
+    what = "tma.async_reduce_add"
+    type_ = _descriptor(desc, what)
+    if type_.element.name not in REDUCE_ADD_TYPES:
+        raise b.error(f"{what}: TMA adds elements of {', '.join(REDUCE_ADD_TYPES)}, not {type_.element}",
+                      suggestion="accumulate in a float32 tensor and convert it afterwards")
+    b.emit(ir.TmaAsyncReduceAdd(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
+                                buffer=_box_buffer(src, type_, what), loc=b.loc))

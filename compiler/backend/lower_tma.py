@@ -16,7 +16,8 @@ from llvmlite import ir
 from ...layouts import LinearLayout
 from ...layouts.rules import is_row_major
 from ..errors import CompilationError
-from ..ir import AsyncBulkCopyGlobalToShared, Op, TmaAsyncCopyGlobalToShared, TmaAsyncCopySharedToGlobal, TmaStoreWait
+from ..ir import (AsyncBulkCopyGlobalToShared, Op, TmaAsyncCopyGlobalToShared, TmaAsyncCopySharedToGlobal, TmaAsyncReduceAdd,
+                  TmaStoreWait)
 from ..types import TensorDescriptorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -127,6 +128,16 @@ def lower_tma_async_copy_shared_to_global(ctx: Lowering, op: TmaAsyncCopySharedT
     strips = _strips(ctx, type_, _box_address(ctx, op, type_), _coordinates(ctx, op))
     for j, (source, coords) in enumerate(strips):  # one bulk group for the box: store_wait counts boxes
         ctx.inline_asm(ptx_asm.tma_store(type_.rank, commit=j == len(strips) - 1),
+                       [descriptor, source, *coords, elected(ctx)])
+
+
+@lowers(TmaAsyncReduceAdd)
+def lower_tma_async_reduce_add(ctx: Lowering, op: TmaAsyncReduceAdd) -> None:
+    """As a TMA store, with cp.reduce.async.bulk.tensor's add: one bulk group a box."""
+    descriptor, type_ = _descriptor(ctx, op)
+    strips = _strips(ctx, type_, _box_address(ctx, op, type_), _coordinates(ctx, op))
+    for j, (source, coords) in enumerate(strips):
+        ctx.inline_asm(ptx_asm.tma_reduce_add(type_.rank, commit=j == len(strips) - 1),
                        [descriptor, source, *coords, elected(ctx)])
 
 

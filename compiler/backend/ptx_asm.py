@@ -326,6 +326,23 @@ def tma_store(rank: int, commit: bool = True) -> tuple[str, str]:
     return text, ",".join(["l", "r"] + ["r"] * rank + ["b"])
 
 
+def tma_reduce_add(rank: int, commit: bool = True) -> tuple[str, str]:
+    """Add a shared-memory box into the tensor (the tensor map's element type picks the
+    add), then (`commit`) close this thread's bulk group, as tma_store.
+
+    Operands: the descriptor ($0), the source ($1, shared), the coordinates ($2..,
+    innermost first), the predicate.
+    cp.reduce.async.bulk.tensor: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-reduce-async-bulk-tensor
+    """
+    coords = ", ".join(f"${2 + i}" for i in range(rank))
+    guard = f"@${2 + rank} "
+    text = (f"{guard}cp.reduce.async.bulk.tensor.{rank}d.global.shared::cta.add.tile.bulk_group "
+            f"[$0, {{{coords}}}], [$1];")
+    if commit:
+        text += f"\n\t{guard}cp.async.bulk.commit_group;"
+    return text, ",".join(["l", "r"] + ["r"] * rank + ["b"])
+
+
 def tma_store_wait(pending: int) -> tuple[str, str]:
     """Wait until at most `pending` bulk groups of this thread still read shared memory.
 

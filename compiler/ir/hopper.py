@@ -150,6 +150,19 @@ class TmaAsyncCopySharedToGlobal(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TmaAsyncReduceAdd(Op):
+    """Add `buffer` into the box at `coords` of `descriptor`'s tensor, element by element
+    and atomically with respect to other adds (one thread issues;
+    cp.reduce.async.bulk.tensor .add + commit_group). Out-of-range elements are not
+    written. A bulk group like a TMA store: TmaStoreWait retires its read of `buffer`."""
+
+    NAME = "tma_async_reduce_add"
+    descriptor: Value
+    coords: tuple[Value, ...]
+    buffer: Value
+
+
+@dataclass(frozen=True, kw_only=True)
 class TmaStoreWait(Op):
     """Wait until at most `pending` TMA stores of this thread still read shared memory
     (cp.async.bulk.wait_group.read)."""

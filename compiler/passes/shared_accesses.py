@@ -15,8 +15,8 @@ from ..ir import (ATOMICS, AllocateSharedMemory, AsyncBulkCopyGlobalToShared, As
                   AsyncCopyGlobalToShared, AsyncCopyWaitGroup, ConvertLayout, MBarrierArrive, MBarrierExpect,
                   MBarrierInit, MBarrierInvalidate, MBarrierWait, MmaV2, Op, Reduce, SharedIndex, SharedLoad,
                   SharedPermute, SharedReinterpret, SharedSlice, SharedStore, TmaAsyncCopyGlobalToShared,
-                  TmaAsyncCopySharedToGlobal, TmaStoreWait, Value, WarpSpecialize, WarpgroupMma, WarpgroupMmaWait,
-                  is_shared)
+                  TmaAsyncCopySharedToGlobal, TmaAsyncReduceAdd, TmaStoreWait, Value, WarpSpecialize, WarpgroupMma,
+                  WarpgroupMmaWait, is_shared)
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         # Overwrites what other warps may have read (a wgmma of the previous iteration).
         return Access(reads=(buffers.of(op.barrier),), writes=(buffers.of(op.buffer),), solo=True,
                       on_mbarrier=True)
-    if isinstance(op, TmaAsyncCopySharedToGlobal):
+    if isinstance(op, (TmaAsyncCopySharedToGlobal, TmaAsyncReduceAdd)):  # a bulk group each
         return Access(reads=(buffers.of(op.buffer),), solo=True, in_flight="tma_store")
     if isinstance(op, TmaStoreWait):
         return Access(retires=("tma_store", op.pending))

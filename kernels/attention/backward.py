@@ -29,6 +29,11 @@ kv head's group (GQA/MQA: dK and dV sum over the group in registers, no atomics)
   the next block's P and dS (`scores_free`). dK and dV stay in fp32 registers for the
   whole walk and are stored at the end (dK scaled by softmax_scale).
 
+Two variants (BackwardConfig): DQ_TMA, where each consumer writes its dQ chunk into its
+own fp32 box in shared memory and one thread adds the box into the accumulator by TMA
+reduce-add (`reduce_dq_chunks`; rows past seq_q are clipped by the descriptor), instead of
+every thread's atomics; and PIPELINED, the software-pipelined walk of backward_pipeline.py.
+
 Head_dim 256 runs as two launches of 128 columns each (FIRST_COLUMN), each computing S
 and dP again.
 
@@ -44,7 +49,7 @@ softmax_scale (whatever sign the host folded into q: backward_host.py).
 from __future__ import annotations
 
 from ... import lowlevel as ll
-from ...lowlevel import mbarrier
+from ...lowlevel import mbarrier, tma
 from .kernels import LOG2E, load_boxes  # shared with the forward kernels
 from .rings import ring_phase, ring_slot
 from .steps import accumulator_layout
@@ -102,6 +107,7 @@ class BackwardState:
     v_smem: ll.shared_memory_descriptor
     q_ring: ll.shared_memory_descriptor
     do_ring: ll.shared_memory_descriptor
+    dq_smem: ll.shared_memory_descriptor  # DQ_TMA: a [BLOCK_M, DQ_CHUNK] fp32 box a consumer
     p_smem: ll.shared_memory_descriptor
     ds_smem: ll.shared_memory_descriptor
     scores_ready: ll.shared_memory_descriptor  # every consumer's P and dS are written
@@ -111,7 +117,7 @@ class BackwardState:
     empty: ll.shared_memory_descriptor
     lse_ptr: ll.tensor
     delta_ptr: ll.tensor
-    dq_ptr: ll.tensor
+    dq_ptr: ll.tensor  # the fp32 dQ: a pointer (atomics) or a descriptor (DQ_TMA)
     dk_ptr: ll.tensor
     dv_ptr: ll.tensor
     dkv_strides: tuple  # (batch, head, seq) element strides of dk and dv
@@ -128,6 +134,8 @@ class BackwardState:
     COLUMNS: ll.constexpr  # of dK, dV and dQ, a consumer's
     FIRST_COLUMN: ll.constexpr  # the first consumer's
     CAUSAL: ll.constexpr
+    DQ_TMA: ll.constexpr  # dQ added by TMA reduce-add from shared memory, not by atomics
+    PIPELINED: ll.constexpr  # the walk of backward_pipeline.py
 
 
 @ll.jit
@@ -269,8 +277,37 @@ def query_block_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexp
     # positions (the atomics' columns) are computed there, not held from the step's start
     # through its GEMMs.
     for _ in ll.range(0, 1, rematerialize=True):
-        add_dq_chunks(state, dq, ds_buf, k, m, bh, c0, COLUMNS)
+        if state.DQ_TMA:
+            reduce_dq_chunks(state, dq, ds_buf, k, m, bh, c0, COLUMNS, WG)
+        else:
+            add_dq_chunks(state, dq, ds_buf, k, m, bh, c0, COLUMNS)
     return dk, dv
+
+
+@ll.jit
+def dq_chunk(state, first, ds_buf, k, c0: ll.constexpr, j: ll.constexpr):
+    """dQ's j-th DQ_CHUNK columns from c0 on (dS K): `first` for j = 0 (computed already
+    beside dV and dK), else a GEMM of dS (in ds_buf) and K's columns."""
+    if j == 0:
+        return first
+    Q_LAYOUT: ll.constexpr = accumulator_layout(DQ_CHUNK)
+    dq = ll.warpgroup_mma(ds_buf, k.slice(c0 + j * DQ_CHUNK, DQ_CHUNK, 1),
+                          ll.zeros([state.BLOCK_M, DQ_CHUNK], ll.float32, Q_LAYOUT), use_acc=False, is_async=True)
+    return ll.warpgroup_mma_wait(0, deps=[dq])
+
+
+@ll.jit
+def reduce_dq_chunks(state, first, ds_buf, k, m, bh, c0: ll.constexpr, COLUMNS: ll.constexpr, WG: ll.constexpr):
+    """dQ[m's rows, c0:c0 + COLUMNS] += dS K by TMA reduce-add, DQ_CHUNK columns at a time
+    through this consumer's fp32 box in shared memory: one thread adds the box into
+    global memory while the warpgroup goes on (the box's rows past seq_q are not added)."""
+    box = state.dq_smem.index(WG)  # [1, 1, BLOCK_M, DQ_CHUNK]
+    for j in ll.static_range(COLUMNS // DQ_CHUNK):
+        dq = dq_chunk(state, first, ds_buf, k, c0, j)
+        tma.store_wait(0)  # the box's last add has read it
+        box.index(0).index(0).store(dq)
+        ll.fence_async_shared()
+        tma.async_reduce_add(state.dq_ptr, [0, bh, m * state.BLOCK_M, c0 + j * DQ_CHUNK], box)
 
 
 @ll.jit
@@ -283,12 +320,7 @@ def add_dq_chunks(state, first, ds_buf, k, m, bh, c0: ll.constexpr, COLUMNS: ll.
     q_rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ll.SliceLayout(1, Q_LAYOUT))
     row_offsets = (bh * state.seq_q + q_rows[:, None]) * state.HEAD_DIM
     for j in ll.static_range(COLUMNS // DQ_CHUNK):
-        dq = first
-        if j > 0:
-            dq = ll.warpgroup_mma(ds_buf, k.slice(c0 + j * DQ_CHUNK, DQ_CHUNK, 1),
-                                  ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, Q_LAYOUT), use_acc=False,
-                                  is_async=True)
-            dq = ll.warpgroup_mma_wait(0, deps=[dq])
+        dq = dq_chunk(state, first, ds_buf, k, c0, j)
         cols = c0 + j * DQ_CHUNK + ll.arange(0, DQ_CHUNK, ll.SliceLayout(0, Q_LAYOUT))
         pointers = state.dq_ptr + row_offsets + cols[None, :]
         if m * BLOCK_M + BLOCK_M <= state.seq_q:  # no mask: a masked atomic is a branch around each
@@ -308,15 +340,19 @@ def consumer(state, WG: ll.constexpr):
     dk = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
     dv = ll.zeros([BLOCK_N, COLUMNS], ll.float32, D_LAYOUT)
     mbarrier.wait(state.kv_ready, 0)
-    per_head = end - first
-    for g in range(0, state.kv_group):
-        bh = batch * state.heads + kv_head * state.kv_group + g
-        for m in ll.range(first, unmasked, rematerialize=True):
-            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
-                                      WG, True)
-        for m in ll.range(unmasked, end, rematerialize=True):
-            dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
-                                      WG, False)
+    if state.PIPELINED:
+        dk, dv = backward_pipeline.pipelined_walk(state, batch, kv_head, key0, first, unmasked, end, dk, dv,
+                                                  qk_scale, WG)
+    else:
+        per_head = end - first
+        for g in range(0, state.kv_group):
+            bh = batch * state.heads + kv_head * state.kv_group + g
+            for m in ll.range(first, unmasked, rematerialize=True):
+                dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
+                                          WG, True)
+            for m in ll.range(unmasked, end, rematerialize=True):
+                dk, dv = query_block_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale,
+                                          WG, False)
     keys = key0 + ll.arange(0, BLOCK_N, ll.SliceLayout(1, D_LAYOUT))
     cols = state.FIRST_COLUMN + WG * COLUMNS + ll.arange(0, COLUMNS, ll.SliceLayout(0, D_LAYOUT))
     sb, sh, ss = state.dkv_strides
@@ -324,6 +360,8 @@ def consumer(state, WG: ll.constexpr):
     inside = keys[:, None] < state.seq_k
     ll.store(state.dk_ptr + offsets, (dk * state.softmax_scale).to(state.dk_ptr.dtype.element_ty), mask=inside)
     ll.store(state.dv_ptr + offsets, dv.to(state.dv_ptr.dtype.element_ty), mask=inside)
+    if state.DQ_TMA:
+        tma.store_wait(0)  # dQ's last box is read before the CTA's shared memory goes
 
 
 @ll.jit
@@ -343,10 +381,12 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                                     HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CONSUMERS: ll.constexpr,
                                     CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
                                     CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr = None,
-                                    FIRST_COLUMN: ll.constexpr = 0):
+                                    FIRST_COLUMN: ll.constexpr = 0, DQ_TMA: ll.constexpr = False,
+                                    PIPELINED: ll.constexpr = False):
     """Grid (cdiv(seq_k, BLOCK_N), batch * kv_heads); descriptors over [batch, heads, seq,
     head_dim] with [1, 1, rows, 64] boxes; dq_ptr an fp32 [batch, heads, seq_q, head_dim]
-    buffer that starts at zero; dk_ptr and dv_ptr in k's dtype, strided as given. The
+    buffer that starts at zero (DQ_TMA: a descriptor over it as [1, batch * heads, seq_q,
+    head_dim] with [1, 1, BLOCK_M, 64] boxes); dk_ptr and dv_ptr in k's dtype, strided as given. The
     CONSUMERS warpgroups take COLUMNS columns each (default: all of head_dim between
     them) from FIRST_COLUMN on: a launch covers head_dim's columns, or (head_dim 256) one
     of the launches that split them."""
@@ -363,6 +403,9 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
     ps_layout: ll.constexpr = ll.NVMMASharedLayout(128 // CONSUMERS, 16)
     p_smem = ll.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], ps_layout)
     ds_smem = ll.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], ps_layout)
+    dq_smem = None
+    if DQ_TMA:
+        dq_smem = ll.allocate_shared_memory(ll.float32, [CONSUMERS, 1, 1, BLOCK_M, DQ_CHUNK], dq_ptr.layout)
     scores_ready = mbarrier.allocate_mbarrier()
     scores_free = mbarrier.allocate_mbarrier()
     mbarrier.init(scores_ready, count=CONSUMERS)
@@ -374,11 +417,12 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
     for s in ll.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=CONSUMERS)
-    state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, p_smem, ds_smem,
+    state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, p_smem, ds_smem,
                           scores_ready, scores_free, kv_ready,
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
-                          kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL)
+                          kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL,
+                          DQ_TMA, PIPELINED)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
@@ -392,3 +436,6 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))
         mbarrier.invalidate(empty.index(s))
+
+
+from . import backward_pipeline  # noqa: E402  (its steps are made of this module's)

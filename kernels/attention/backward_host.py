@@ -5,15 +5,20 @@ numpy reference gradients."""
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
+from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
-from .backward import ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
+from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
 from .config import HEAD_DIMS
 from .host import (_as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready,
                    reference_probabilities)
+
+
+DQ_REDUCES = ("atomics", "tma")
 
 
 @dataclass(frozen=True)
@@ -21,8 +26,11 @@ class BackwardConfig:
     """The main kernel's tiles: BLOCK_N keys a CTA, BLOCK_M query rows a step, a ring of
     `stages` Q/dO slots, `consumers` warpgroups each holding `head_dim / (consumers *
     launches)` columns of dK and dV in fp32 registers, `launches` kernels splitting
-    head_dim's columns between them (each computes S and dP for the whole head), and
-    setmaxnreg budgets."""
+    head_dim's columns between them (each computes S and dP for the whole head),
+    setmaxnreg budgets, and how dQ's fp32 accumulator in global memory is added to
+    (`dq_reduce`): "atomics" (each thread's elements) or "tma" (each consumer's fp32 box
+    through shared memory, by TMA reduce-add), and whether the walk is software-pipelined
+    (backward_pipeline.py: two Q/dO slots held at a time, so stages >= 2)."""
 
     head_dim: int
     block_m: int = 64
@@ -33,8 +41,12 @@ class BackwardConfig:
     producer_regs: int = 24
     consumer_regs: int = 240
     ctas_per_sm: int = 1
+    dq_reduce: str = "atomics"
+    pipelined: bool = False
 
     def __post_init__(self):
+        if self.dq_reduce not in DQ_REDUCES:
+            raise ValueError(f"BackwardConfig.dq_reduce must be one of {DQ_REDUCES}, got {self.dq_reduce!r}")
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"BackwardConfig.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
         if (self.block_m, self.block_n) != (64, 64):
@@ -50,6 +62,23 @@ class BackwardConfig:
             raise ValueError(f"BackwardConfig: {self.consumers} consumers at {self.consumer_regs} registers "
                              f"and a producer at {self.producer_regs} pass the register file's share of "
                              f"{self.ctas_per_sm} CTA(s) an SM (ctas_per_sm 1 or 2)")
+        if self.pipelined and self.stages < 2:
+            raise ValueError("BackwardConfig: the pipelined walk holds two Q/dO slots at a time: it needs "
+                             f"stages >= 2, got {self.stages}")
+        limit = SHARED_LIMIT if self.ctas_per_sm == 1 else SM_SHARED // self.ctas_per_sm - 1024
+        if self.shared_bytes > limit:
+            boxes = ", dQ's boxes" if self.dq_reduce == "tma" else ""
+            raise ValueError(f"BackwardConfig: {self.shared_bytes} bytes of shared memory (K, V, {self.stages} "
+                             f"Q/dO slots, P, dS{boxes}) pass the {limit} a CTA has at {self.ctas_per_sm} CTA(s) "
+                             f"an SM; use fewer stages")
+
+    @property
+    def shared_bytes(self) -> int:
+        """The main kernel's shared buffers (2-byte q dtype), with room for its mbarriers."""
+        tiles = 2 * (2 * self.block_n * self.head_dim + 2 * self.stages * self.block_m * self.head_dim
+                     + 2 * self.block_m * self.block_n)
+        dq_boxes = 4 * self.consumers * self.block_m * DQ_CHUNK if self.dq_reduce == "tma" else 0
+        return tiles + dq_boxes + 128
 
     @property
     def threads(self) -> int:
@@ -71,14 +100,27 @@ class BackwardConfig:
         return self.head_dim // (self.consumers * self.launches)
 
 
-def default_backward_config(head_dim: int) -> BackwardConfig:
+def default_backward_config(head_dim: int, dq_reduce: str = "atomics", pipelined: bool = False) -> BackwardConfig:
     """64 columns of dK and dV a consumer warpgroup: one at head_dim 64, two from 128 on, in
     two launches at 256. 128 columns (fp32 dK and dV in 128 registers a thread) beside S,
     dP and the step's addresses leave ptxas too few of 240 registers (it spills), so the
-    warpgroups and launches split the columns, each computing S and dP for all of them."""
+    warpgroups and launches split the columns, each computing S and dP for all of them.
+    `dq_reduce` and `pipelined` pick dQ's accumulation and the walk (BackwardConfig); the
+    pipelined walk holds two Q/dO slots, so it gets a third where shared memory has room,
+    for the producer to fill while the consumers hold two."""
     if head_dim == 64:  # two CTAs an SM: one's loads and atomics overlap the other's GEMMs
-        return BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2)
-    return BackwardConfig(head_dim=head_dim, consumers=2, launches=head_dim // 128)
+        config = BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2, dq_reduce=dq_reduce)
+    else:
+        # head_dim 256's K, V and two Q/dO slots leave no room for dQ's boxes: one slot then.
+        stages = 1 if head_dim == 256 and dq_reduce == "tma" else 2
+        config = BackwardConfig(head_dim=head_dim, consumers=2, launches=head_dim // 128, stages=stages,
+                                dq_reduce=dq_reduce)
+    if not pipelined:
+        return config
+    try:
+        return dataclasses.replace(config, stages=3, pipelined=True)
+    except ValueError:  # no room for a third slot
+        return dataclasses.replace(config, pipelined=True)
 
 
 def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -> dict:
@@ -86,7 +128,9 @@ def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -
     return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
-                FIRST_COLUMN=launch * config.consumers * config.columns)
+                FIRST_COLUMN=launch * config.consumers * config.columns,
+                **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}),
+                **(dict(PIPELINED=True) if config.pipelined else {}))
 
 
 def _check_backward_inputs(q, k, v, out, lse, dout, layout: str) -> tuple[str, int]:
@@ -149,15 +193,28 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     dq_accum = new_array(q, (batch, heads, seq_q, head_dim), "float32", zero=True)
     descs = [_descriptor(x, layout, rows) for x, rows in
              ((q_seen, chosen.block_m), (k, chosen.block_n), (v, chosen.block_n), (dout, chosen.block_m))]
+    dq_target = dq_accum if chosen.dq_reduce == "atomics" else _dq_boxes(dq_accum, chosen.block_m)
     dkv_strides = _as_bhsd(dk, layout)[1][:3]
     grid = (-(-seq_k // chosen.block_n), batch * kv_heads)
     for launch in range(chosen.launches):
         flash_attention_backward_kernel[grid](
-            *descs, lse, delta, dq_accum, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
+            *descs, lse, delta, dq_target, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
             **backward_constexprs(chosen, bool(causal), launch), num_warps=4, **chosen.launch_options())
     convert_dq[row_grid](dq_accum, dq, softmax_scale, seq_q, heads, *_as_bhsd(dq, layout)[1][:3],
                          HEAD_DIM=head_dim, num_warps=4)
     return dq, dk, dv
+
+
+def _dq_boxes(dq_accum, rows: int):
+    """A TMA descriptor over the contiguous fp32 [batch, heads, seq_q, head_dim] dQ
+    accumulator as [1, batch * heads, seq_q, head_dim], [1, 1, rows, DQ_CHUNK] boxes."""
+    from ... import lowlevel as ll
+    from ...runtime.tensor_descriptor import TensorDescriptor
+
+    batch, heads, seq_q, head_dim = dq_accum.shape
+    shape = (1, batch * heads, seq_q, head_dim)
+    strides = (batch * heads * seq_q * head_dim, seq_q * head_dim, head_dim, 1)
+    return TensorDescriptor(dq_accum, shape, strides, [1, 1, rows, DQ_CHUNK], ll.NVMMASharedLayout(128, 32))
 
 
 def reference_attention_backward(q, k, v, dout, causal: bool = False, softmax_scale: float | None = None,

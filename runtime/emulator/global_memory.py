@@ -52,12 +52,30 @@ def _check_vector(cta, op, addresses, mask, size: int, what: str) -> None:
             op.loc)
 
 
+def _check_unreduced(cta, op, addresses, mask, element, what: str) -> None:
+    """A plain access of an element that a TMA reduce-add of this launch adds into races
+    with the add: the sums are in global memory only once the kernel has ended. (CTAs run
+    one after another here: an access before another CTA's add goes unseen.)"""
+    reduced = cta.memory.reduced
+    if reduced is None:
+        return
+    active = np.ones(np.shape(addresses), bool) if mask is None else np.broadcast_to(mask, np.shape(addresses))
+    describe = cta.describe(op.pointer.type)
+    hit = active & np.isin(cta.memory.host_addresses(addresses, element, mask, op.loc, describe), reduced)
+    if hit.any():
+        position = tuple(int(i) for i in np.argwhere(hit)[0])
+        raise EmulationError(f"a {what} of global memory that a TMA reduce-add of this launch adds into "
+                             f"({describe(position)}): the sums land only when the kernel ends; read them "
+                             f"in a later launch", op.loc)
+
+
 @RULES.register(ir.Load)
 def load(cta, op: ir.Load) -> None:
     element = element_of(op.result.type)
     addresses = cta[op.pointer]
     mask = None if op.mask is None else np.asarray(cta[op.mask], dtype=bool)
     _check_vector(cta, op, addresses, mask, element_bytes(element), "load")
+    _check_unreduced(cta, op, addresses, mask, element, "load")
     loaded = cta.memory.load(addresses, element, mask, op.loc, cta.describe(op.pointer.type))
     if mask is not None:
         other = 0 if op.other is None else cta[op.other]
@@ -71,6 +89,7 @@ def store(cta, op: ir.Store) -> None:
     addresses = cta[op.pointer]
     mask = None if op.mask is None else np.asarray(cta[op.mask], dtype=bool)
     _check_vector(cta, op, addresses, mask, element_bytes(element), "store")
+    _check_unreduced(cta, op, addresses, mask, element, "store")
     cta.memory.store(addresses, cta[op.value], element, mask, op.loc, cta.describe(op.pointer.type))
 
 

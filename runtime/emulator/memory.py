@@ -72,6 +72,23 @@ class GlobalMemory:
 
     def __init__(self):
         self.buffers: list[Buffer] = []
+        # Host addresses of the elements that TMA reduce-adds of this launch add into
+        # (async_ops): their sums land by the kernel's end only, so plain accesses race.
+        self.reduced: Optional[np.ndarray] = None
+
+    def host_addresses(self, addresses, element, mask, loc, describe: Describe) -> np.ndarray:
+        """The host memory addresses of the elements at `addresses` where `mask` holds (0
+        elsewhere): one array passed both as a pointer and inside a descriptor is two
+        argument buffers, at one host address."""
+        addresses = np.asarray(addresses, dtype=np.int64)
+        active = np.ones(addresses.shape, bool) if mask is None else np.broadcast_to(mask, addresses.shape)
+        ids, offsets = self._locate(addresses, active, element, "access", loc, describe)
+        host = np.zeros(addresses.shape, np.int64)
+        for k in _buffer_ids(ids, active):
+            buffer = self.buffers[int(k)]
+            mine = active & (ids == k)
+            host[mine] = buffer.raw.ctypes.data + buffer.origin + offsets[mine]
+        return host
 
     def add(self, name: str, array: np.ndarray, element) -> np.int64:
         raw, origin = _byte_span(array)

@@ -12,6 +12,7 @@ What is modelled is *when the bytes may be used* (ordering.py tracks it per byte
 - TMA store: reads the buffer (a read by the issuing warp through the async proxy: the
   bytes must be fenced and ordered before it) and writes the box's in-range elements to
   global memory; the read stays in flight until a store_wait retires its group.
+- TMA reduce-add: as a TMA store, adding the buffer into the box instead of writing it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ...compiler import ir
 from ...layouts.rules import shared_addressing
 from .async_common import async_state, byte_rows, cluster_ranks, in_rank, predicate, view_addresses
 from .descriptors import SWIZZLE_ALIGNMENT, EmulatedDescriptor
-from .dtypes import element_bytes
+from .dtypes import element_bytes, finish
 from .errors import EmulationError
 from .interpreter import SharedRef
 from .mbarrier import TmaInFlight, live_barrier, touch
@@ -129,27 +130,46 @@ def async_bulk_copy_global_to_shared(cta, op: ir.AsyncBulkCopyGlobalToShared) ->
     cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, addresses, values, element, nbytes))
 
 
-@RULES.register(ir.TmaAsyncCopySharedToGlobal)
-def tma_async_copy_shared_to_global(cta, op: ir.TmaAsyncCopySharedToGlobal) -> None:
+def _read_box_for_global(cta, op, what: str):
+    """A TMA store's or reduce-add's source box: its values, read now, with the read kept in
+    flight until tma.store_wait retires its group; and where in global memory they go."""
     desc = _descriptor(cta, op)
     coords = [int(cta[c]) for c in op.coords]
     if min(coords) < 0:
         # On the GPU a store box at a negative coordinate traps ("illegal instruction"),
         # even partly inside; loads there read zeros, and stores past the end are clipped
         # (benchmarks/probe_tma_negative.py).
-        raise EmulationError(f"`{op.NAME}` at coordinates {coords} of {desc.describe()}: a TMA store "
+        raise EmulationError(f"`{op.NAME}` at coordinates {coords} of {desc.describe()}: a {what} "
                              f"box may not start at a negative coordinate (the GPU traps); skip "
                              f"the store, or start the box at 0", op.loc)
     addresses = _box_buffer(cta, op, desc, cta[op.buffer])
     element = desc.type.element
     record = cta.shared.ordering.async_read(
         byte_rows(addresses, element_bytes(element)), np.array([cta.warp_base]), op,
-        "TMA store", "tma.store_wait")
+        what, "tma.store_wait")
     async_state(cta).store_groups.append(record)
     values = cta.shared.read(addresses, element, op, _where("TMA box"), track=False)
     global_addresses, inside = desc.box(coords)
-    cta.memory.store(global_addresses, values, element, inside, op.loc,
-                     _where(f"box at {coords} of {desc.describe()}"))
+    return values, element, global_addresses, inside, _where(f"box at {coords} of {desc.describe()}")
+
+
+@RULES.register(ir.TmaAsyncCopySharedToGlobal)
+def tma_async_copy_shared_to_global(cta, op: ir.TmaAsyncCopySharedToGlobal) -> None:
+    values, element, global_addresses, inside, where = _read_box_for_global(cta, op, "TMA store")
+    cta.memory.store(global_addresses, values, element, inside, op.loc, where)
+
+
+@RULES.register(ir.TmaAsyncReduceAdd)
+def tma_async_reduce_add(cta, op: ir.TmaAsyncReduceAdd) -> None:
+    """As a TMA store, adding instead of writing. The sums are applied at issue: adds
+    commute, and a source rewritten before its read retires is reported as a race, never
+    read, so no result depends on when the unit reads it."""
+    values, element, global_addresses, inside, where = _read_box_for_global(cta, op, "TMA reduce-add")
+    memory = cta.memory
+    old = memory.load(global_addresses, element, inside, op.loc, where)
+    memory.store(global_addresses, finish(element, old + values), element, inside, op.loc, where)
+    targets = memory.host_addresses(global_addresses, element, inside, op.loc, where)[inside]
+    memory.reduced = targets if memory.reduced is None else np.union1d(memory.reduced, targets)
 
 
 @RULES.register(ir.TmaStoreWait)

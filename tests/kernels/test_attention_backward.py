@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import flash_attention, flash_attention_backward, reference_attention
-from weft.kernels.attention.backward_host import BackwardConfig, reference_attention_backward
+from weft.kernels.attention.backward_host import BackwardConfig, default_backward_config, reference_attention_backward
 
 TOLERANCE = 1e-2  # max |grad - ref| / max |ref|, fp16 inputs and P, dS rounded to fp16
 
@@ -29,10 +29,11 @@ def _forward(q, k, v, causal, scale, layout):
     return out.astype(np.float16), lse.astype(np.float32)
 
 
-def _check(q, k, v, do, causal, scale=None, layout="bhsd", out=None, lse=None):
+def _check(q, k, v, do, causal, scale=None, layout="bhsd", out=None, lse=None, config=None):
     if out is None:
         out, lse = _forward(q, k, v, causal, scale, layout)
-    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, softmax_scale=scale, layout=layout)
+    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, softmax_scale=scale, layout=layout,
+                                     config=config)
     refs = reference_attention_backward(q, k, v, do, causal=causal, softmax_scale=scale, layout=layout)
     for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
         assert got.shape == like.shape and got.dtype == like.dtype, name
@@ -49,6 +50,56 @@ def _check(q, k, v, do, causal, scale=None, layout="bhsd", out=None, lse=None):
 ])
 def test_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout):
     _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout), causal, layout=layout)
+
+
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout", [
+    (1, 2, 1, 100, 130, 64, True, "bhsd"),    # GQA, tails: the last query block's box is cut by seq_q
+    (2, 2, 2, 130, 70, 128, False, "bshd"),   # two consumers, each its own dQ box, heads side by side
+    (1, 2, 1, 30, 50, 256, True, "bshd"),     # two launches, one Q/dO slot
+])
+def test_gradients_with_dq_added_by_tma(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout):
+    """dq_reduce="tma": each consumer's dQ goes through its fp32 box in shared memory and
+    is added into the accumulator by TMA reduce-add (the emulator checks that the box is
+    read before it is rewritten)."""
+    config = default_backward_config(head_dim, "tma")
+    _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=11), causal, layout=layout,
+           config=config)
+
+
+def test_one_consumer_of_128_columns_adding_dq_by_tma():
+    """Two dQ chunks a step through one box: the second waits for the first's add."""
+    q, k, v, do = _inputs(1, 1, 1, 70, 40, 128, seed=4)
+    _check(q, k, v, do, False, config=BackwardConfig(head_dim=128, dq_reduce="tma"))
+
+
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, dq_reduce", [
+    (1, 2, 1, 100, 130, 64, True, "bhsd", "atomics"),  # a group of two heads, masked and unmasked blocks
+    (2, 3, 1, 130, 70, 128, True, "bshd", "tma"),      # three heads, rows that see no key, two consumers
+])
+def test_gradients_with_a_pipelined_walk(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout,
+                                         dq_reduce):
+    """pipelined=True: each step's gradient GEMMs are those of the block before, the
+    last block's after the walk (the emulator checks the slots and P/dS buffers are read
+    before they are refilled)."""
+    config = default_backward_config(head_dim, dq_reduce, pipelined=True)
+    assert config.stages == 3  # room for a third Q/dO slot at 64 and 128
+    _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=12), causal, layout=layout,
+           config=config)
+
+
+def test_a_pipelined_consumer_of_128_columns():
+    """dQ's second chunk reads the last step's dS before the step writes its own."""
+    q, k, v, do = _inputs(1, 2, 1, 150, 40, 128, seed=6)
+    _check(q, k, v, do, True, config=BackwardConfig(head_dim=128, pipelined=True))
+
+
+def test_dq_boxes_that_pass_shared_memory_are_refused():
+    with pytest.raises(ValueError, match="pass the 232448 a CTA has at 1 CTA.s. an SM; use fewer stages"):
+        BackwardConfig(head_dim=256, consumers=2, launches=2, dq_reduce="tma")
+    with pytest.raises(ValueError, match="dq_reduce must be one of"):
+        BackwardConfig(head_dim=64, dq_reduce="red")
+    with pytest.raises(ValueError, match="pipelined walk holds two Q/dO slots"):
+        BackwardConfig(head_dim=64, stages=1, pipelined=True)
 
 
 def test_one_consumer_of_128_columns():

@@ -1,6 +1,6 @@
 """kernels/attention backward on the GPU (marked gpu): dq, dk and dv against float32 torch
-autograd of attention, across head dims, dtypes, causal masks, GQA/MQA, tails and both
-layouts; and every kernel variant through ptxas for sm_90a with no spills (needs ptxas,
+autograd of attention, across head dims, dtypes, causal masks, GQA/MQA, tails, both
+layouts and both dQ accumulations (atomics, TMA reduce-add); and every kernel variant through ptxas for sm_90a with no spills (needs ptxas,
 not a GPU)."""
 
 import math
@@ -15,6 +15,18 @@ from weft.kernels.attention.backward_host import backward_constexprs, default_ba
 from .attention_torch import random_attention_inputs, torch_gradients
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+# (dq_reduce, pipelined) of the kernel's variants; the ones after the default run in bf16 only.
+VARIANTS = [("atomics", False), ("tma", False), ("atomics", True), ("tma", True)]
+
+
+def _variant_config(head_dim: int, dtype_name: str, dq_reduce: str, pipelined: bool):
+    """head_dim's default config for the variant, or a skip: fp16 runs the default only,
+    and head_dim 256's one-slot ring with dQ by TMA cannot pipeline."""
+    if (dq_reduce, pipelined) != VARIANTS[0] and dtype_name in ("float16", "fp16"):
+        pytest.skip("variants run in bf16 only")
+    if pipelined and default_backward_config(head_dim, dq_reduce).stages < 2:
+        pytest.skip("the pipelined walk needs two Q/dO slots")
+    return default_backward_config(head_dim, dq_reduce, pipelined)
 
 
 GPU_CASES = [
@@ -34,14 +46,18 @@ GPU_CASES = [
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, layout", GPU_CASES)
-def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name):
+@pytest.mark.parametrize("dq_reduce, pipelined", VARIANTS)
+def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name,
+                                   dq_reduce, pipelined):
+    config = _variant_config(head_dim, dtype_name, dq_reduce, pipelined)
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
     q, k, v, do = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, dtype, gen,
                                           with_output_grad=True)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
-    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout)
+    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
+                                     config=config)
     refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
     for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
         assert got.shape == like.shape and got.dtype == dtype, name
@@ -66,12 +82,15 @@ def test_gpu_softmax_scale_edge_cases(scale):
         assert ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item() <= 2e-2
 
 
-def _compile(head_dim: int, dtype: str, causal: bool, launch: int):
-    """The main backward kernel of head_dim's default config, as the host launches it."""
-    config = default_backward_config(head_dim)
+def _compile(head_dim: int, dtype: str, causal: bool, launch: int, dq_reduce: str = "atomics",
+             pipelined: bool = False):
+    """The main backward kernel of head_dim's default config for the variant, as the host
+    launches it."""
+    config = _variant_config(head_dim, dtype, dq_reduce, pipelined)
+    dq = "*fp32" if dq_reduce == "atomics" else "tensordesc<fp32[1,1,64,64],swizzle=128>"
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
     signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
-                 "do_desc": box(config.block_m), "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dq_ptr": "*fp32",
+                 "do_desc": box(config.block_m), "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dq_ptr": dq,
                  "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "dkv_stride_b": "i32", "dkv_stride_h": "i32",
                  "dkv_stride_s": "i32", "softmax_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "heads": "i32",
                  "kv_group": "i32"}
@@ -85,14 +104,20 @@ def _compile(head_dim: int, dtype: str, causal: bool, launch: int):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("launch", [0, 1])
-def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch):
+@pytest.mark.parametrize("dq_reduce, pipelined", VARIANTS)
+def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch, dq_reduce, pipelined):
     if launch >= default_backward_config(head_dim).launches:
         pytest.skip(f"head_dim {head_dim} takes one launch")
-    compiled = _compile(head_dim, dtype, causal, launch)
+    if (dq_reduce, pipelined) != VARIANTS[0] and not causal:  # both compile masked and unmasked steps
+        pytest.skip("variants assemble causal only")
+    compiled = _compile(head_dim, dtype, causal, launch, dq_reduce, pipelined)
     ptx = compiled.asm["ptx"]
+    dq_add = {"atomics": "red.relaxed.gpu.global.add.f32",
+              "tma": "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"}
     for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor.4d", "mbarrier.try_wait", "setmaxnreg.inc",
-                        "setmaxnreg.dec", "ex2.approx", "fence.proxy.async", "red.relaxed.gpu.global.add.f32"):
+                        "setmaxnreg.dec", "ex2.approx", "fence.proxy.async", dq_add[dq_reduce]):
         assert instruction in ptx, instruction
+    assert dq_add["atomics" if dq_reduce == "tma" else "tma"] not in ptx
     # P and dS reach their GEMMs through shared memory: no register layout conversion.
     assert "convert_layout" not in compiled.asm["layout"]
     meta = compiled.metadata
