@@ -73,7 +73,7 @@ class GlobalMemory:
     def __init__(self):
         self.buffers: list[Buffer] = []
         # Host addresses of the elements that TMA reduce-adds of this launch add into
-        # (async_ops): their sums land by the kernel's end only, so plain accesses race.
+        # (emulator/tma.py): their sums land by the kernel's end only, so plain accesses race.
         self.reduced: Optional[np.ndarray] = None
 
     def host_addresses(self, addresses, element, mask, loc, describe: Describe) -> np.ndarray:
