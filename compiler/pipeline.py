@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 from .compiled import CompiledKernel, Param, hidden_params
 from .ir import Kernel
+from .passes.accelerate_dots import accelerate_dots
 from .passes.allocate_shared_memory import allocate_shared_memory
 from .passes.axis_analysis import format_axis_info
 from .passes.coalesce import coalesce
@@ -36,6 +37,7 @@ from .verifier import verify
 TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("axis_analysis", lambda kernel: kernel),      # facts about pointers need only shapes
     ("coalesce", coalesce),                        # axis facts pick each global access's layout
+    ("accelerate_dots", accelerate_dots),          # before propagation: a wgmma's accumulator is an anchor
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
 )

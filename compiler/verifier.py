@@ -14,19 +14,22 @@ from .ir import Block, Kernel, VerificationError
 __all__ = ["VerificationError", "verify"]
 
 
-def _verify_block(block: Block, scope: set) -> None:
+def _verify_block(block: Block, scope: set, stage: str) -> None:
     scope = set(scope) | set(block.args)
     for op in block.ops:
+        if op.TILE_ONLY and stage != "tile":
+            raise op.invalid(f"a `tile`-stage op in a `{stage}`-stage kernel; the highlevel passes "
+                             f"replace it first")
         for value in op.uses():
             if value not in scope:
                 raise op.invalid(f"uses {value!r} before it is defined (or outside its scope)")
         op.verify()
         for region in op.nested_blocks():
-            _verify_block(region, scope)
+            _verify_block(region, scope, stage)
         scope.update(op.defines())
 
 
 def verify(kernel: Kernel) -> Kernel:
     """Raise VerificationError on the first problem; return the kernel unchanged."""
-    _verify_block(kernel.body, set(kernel.params))
+    _verify_block(kernel.body, set(kernel.params), kernel.stage)
     return kernel

@@ -30,6 +30,7 @@ from .builtins import (abs, arange, atomic_add, atomic_and, atomic_cas, atomic_m
                        log2, max, maximum, min, minimum, next_power_of_2, num_programs, permute, program_id,
                        rsqrt, sin, sqrt, static_assert, static_print, store, sum, trans, where, zeros,
                        zeros_like)
+from .dot import dot
 from .jit import jit
 from .tensor import Tensor
 from .unsupported import unsupported_name_error
@@ -48,7 +49,7 @@ register_language("highlevel", _wrap, stage="tile", prefix="tl")
 
 
 def __getattr__(name: str):
-    """Only names not defined above get here: a Triton name (`tl.dot`) says it is not
+    """Only names not defined above get here: a Triton name (`tl.sort`) says it is not
     supported yet and what to use instead, inside a kernel too (at the user's line)."""
     raise unsupported_name_error(__name__, name)
 
@@ -62,7 +63,7 @@ __all__ = [
     "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
     "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "sin", "cos", "floor", "ceil", "abs",
     "maximum", "minimum", "fma", "cdiv", "next_power_of_2", "sum", "max", "min", "argmax", "argmin",
-    "expand_dims", "broadcast_to", "broadcast", "permute", "trans",
+    "expand_dims", "broadcast_to", "broadcast", "permute", "trans", "dot",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types
     "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

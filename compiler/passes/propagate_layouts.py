@@ -36,7 +36,7 @@ from ...layouts import rules as layout_rules
 from ..errors import CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
                   ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex,
-                  Splat, Store, Unary, Value, Where, While)
+                  SharedStore, Splat, Store, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
 
@@ -251,6 +251,30 @@ def _permute_backward(op: Permute, result: Placement, ctx) -> Decision:
     permuted = result.encoding.permuted(inverse) if result.encoding is not None else None
     source = describe(layout, [permuted])
     return _permute_forward(op, (source,), ctx)
+
+
+@LAYOUT_RULES.forward(WarpgroupMma)
+def _wgmma_forward(op: WarpgroupMma, operands, ctx) -> Optional[Decision]:
+    """The accumulator layout accelerate_dots chose: the anchor, for acc and result."""
+    anchor = ctx.anchors[id(op)]
+    return Decision(anchor, tuple(anchor if _tensor(v) else None for v in op.uses()))
+
+
+@LAYOUT_RULES.forward(WarpgroupMmaWait)
+def _wgmma_wait_forward(op: WarpgroupMmaWait, operands, ctx) -> Optional[Decision]:
+    (source,) = operands  # accelerate_dots waits for one accumulator at a time
+    return None if source is None else Decision(source, (source,))
+
+
+@LAYOUT_RULES.backward(WarpgroupMmaWait)
+def _wgmma_wait_backward(op: WarpgroupMmaWait, result: Placement, ctx) -> Decision:
+    return Decision(result, (result,))
+
+
+@LAYOUT_RULES.forward(SharedStore)
+def _shared_store_forward(op: SharedStore, operands, ctx) -> Optional[Decision]:
+    """A value is stored from whatever layout it has (the buffer's layout addresses it)."""
+    return Decision(None, operands)
 
 
 # ------------------------------------------------------------------ the analysis
