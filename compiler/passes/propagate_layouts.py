@@ -33,7 +33,7 @@ from typing import Callable, Optional
 
 from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice_layout
 from ...layouts import rules as layout_rules
-from ..errors import CompilationError
+from ..errors import UNKNOWN_LOC, CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
                   ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex,
                   SharedStore, Splat, Store, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, While)
@@ -483,7 +483,10 @@ class Propagation:
         """Steps 1 and 2: forward propagation, then one unplaced value at a time."""
         self.forward()
         while (value := self._next_unplaced()) is not None:
-            wanted = (self.demand(value) or [self.default(value)])[0]
+            # A carried value is needed where any of its values is: the loop's result may
+            # be unused while the body's argument feeds an access.
+            defined = self.carried_of[value].defined if value in self.carried_of else (value,)
+            wanted = ([p for v in defined for p in self.demand(v)] or [self.default(value)])[0]
             if value in self.carried_of:
                 self._set_carried(self.carried_of[value], wanted)
             else:
@@ -590,7 +593,7 @@ class Propagation:
 
     def _convert(self, value: Value, wanted: Placement, out: list, op: Op) -> Value:
         result = Value(wanted.on(value.type), value.hint)
-        out.append(ConvertLayout(result=result, operand=value, loc=op.loc))
+        out.append(ConvertLayout(result=result, operand=value, loc=op.loc if op is not None else UNKNOWN_LOC))
         return result
 
 
