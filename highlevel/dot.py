@@ -49,7 +49,7 @@ def _check_operands(a: Any, b: Any) -> tuple[int, int, int]:
     if at not in OUT_TYPES or bt not in OUT_TYPES:
         bad = at if at not in OUT_TYPES else bt
         raise bld.error(f"dot takes float16, bfloat16, float32, float8e4nv/float8e5 or int8 tiles, found {bad}",
-                        suggestion=f"convert first, e.g. x.to(tl.float16)")
+                        suggestion="convert first, e.g. x.to(tl.float16)")
     if at != bt and not (at in _FP8 and bt in _FP8):
         raise bld.error(f"dot operands must have one element type (fp8 may mix e4m3 and e5m2), "
                         f"found a {at} and b {bt}", suggestion=f"convert one: b.to(tl.{_name(at)})")

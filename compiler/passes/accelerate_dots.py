@@ -27,10 +27,13 @@ after the wait (as `coalesce` anchors accesses), so `propagate_layouts` takes th
 wgmma's result as an anchor and keeps a loop-carried accumulator in it. Barriers around
 the shared stores, their offsets and the wgmma's descriptors are the lowlevel passes'.
 
-A tile the tensor cores cannot take (fewer than 64 rows per warpgroup, fewer than 4
-warps, exact fp32 with input_precision="ieee", int8) becomes tile ops instead: both
+A 16-bit tile too small for wgmma (fewer than 64 rows per warpgroup, fewer than 4 warps)
+runs on mma.sync (`mma_v2`, m16n8k16, PTX ISA 9.7.14) from the same buffers, each warp on
+its own rows and columns (Triton's warpsPerTileV2 arrangement); a plain barrier, which
+insert_barriers places, orders the stores before it. What neither takes (exact fp32 with
+input_precision="ieee", int8, tiles smaller than the warps) becomes tile ops: both
 operands broadcast to [M, K, N], multiplied in the accumulation type and summed over K,
-a few products per thread: larger tiles are refused with what to change.
+a few products per thread; larger tiles are refused with what to change.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ...layouts import NVMMADistributedLayout, NVMMASharedLayout
+from ...layouts import DotOperandLayout, LayoutError, NVMMADistributedLayout, NVMMASharedLayout
 from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, Binary, Block, Broadcast, Cast, Constant, ConvertLayout, Dot, ExpandDims,
-                  FenceAsyncShared, Kernel, Op, Reduce, SharedStore, Value, WarpgroupMma, WarpgroupMmaWait)
+                  FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedStore, Value, WarpgroupMma, WarpgroupMmaWait)
+from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
 
 NAME = "accelerate_dots"
@@ -100,6 +104,48 @@ def choose_wgmma(m: int, n: int, k: int, element: ScalarType, num_warps: int) ->
     return WgmmaChoice(warps, instr_n, instr_k, acc, a_shared, b_shared), ""
 
 
+@dataclasses.dataclass(frozen=True)
+class MmaV2Choice:
+    """How one dot runs on mma.sync: the accumulator's layout, the register layouts the
+    shared operands are read in, and the operands' buffers."""
+
+    acc_encoding: NVMMADistributedLayout
+    a_layout: object  # LinearLayout of DotOperandLayout(0, acc, 2) at [M, K]
+    b_layout: object
+    a_shared: NVMMASharedLayout
+    b_shared: NVMMASharedLayout
+
+
+def mma_v2_warps(m: int, n: int, num_warps: int) -> tuple[int, int]:
+    """Triton's warpsPerTileV2: double the warps along M while M has more 16-row tiles per
+    warp than N has 16-column ones, and M still has a tile for each; else along N."""
+    warps = [1, 1]
+    while warps[0] * warps[1] < num_warps:
+        if m // 16 // warps[0] >= n // 16 // warps[1] and warps[0] < m // 16:
+            warps[0] *= 2
+        else:
+            warps[1] *= 2
+    return warps[0], warps[1]
+
+
+def choose_mma_v2(m: int, n: int, k: int, element: ScalarType, num_warps: int) -> tuple[Optional[MmaV2Choice], str]:
+    """(the mma.sync plan, "") for an [M, K] @ [K, N] tile of `element`, or (None, why not)."""
+    if element.name not in ("fp16", "bf16"):
+        return None, f"mma.sync takes fp16 or bf16 here, not {element}"
+    warps = mma_v2_warps(m, n, num_warps)
+    if m < 16 * warps[0] or n < 8 * warps[1]:
+        return None, f"the {num_warps} warps have more m16n8 tiles to hold than [{m}, {n}] has"
+    acc = NVMMADistributedLayout((2, 0), warps, (16, 8))
+    try:
+        a_layout = DotOperandLayout(0, acc, 2).to_linear((m, k))
+        b_layout = DotOperandLayout(1, acc, 2).to_linear((k, n))
+        plan_mma_v2(acc.to_linear((m, n)), a_layout, b_layout)
+    except (MmaError, LayoutError) as error:
+        return None, str(error)
+    return MmaV2Choice(acc, a_layout, b_layout, NVMMASharedLayout.get_default_for((m, k), element.bits),
+                       NVMMASharedLayout.get_default_for((k, n), element.bits)), ""
+
+
 def _error(dot: Dot, why: str, num_warps: int) -> CompilationError:
     (m, k), n = dot.a.type.shape, dot.b.type.shape[1]
     element = dot.a.type.element
@@ -109,7 +155,7 @@ def _error(dot: Dot, why: str, num_warps: int) -> CompilationError:
         suggestion = "int8 dots run only on tiles up to this size for now; use smaller tiles or fp16 inputs"
     else:
         suggestion = (f"use BLOCK_M >= {ROWS_PER_WARPGROUP * max(1, num_warps // 4)} with num_warps a multiple "
-                      f"of 4, N and K multiples of 16, or smaller tiles")
+                      f"of 4, fewer warps, or smaller tiles")
     threads = 32 * num_warps
     return CompilationError(
         f"dot [{m}, {k}] @ [{k}, {n}] of {element} with num_warps={num_warps} cannot run on the tensor "
@@ -141,36 +187,64 @@ class DotAcceleration:
             choice, why = choose_wgmma(m, n, k, element, self.num_warps)
         if choice is not None:
             return self.wgmma(dot, choice, hoisted)
+        if dot.input_precision != "ieee" and dot.result.type.element == fp32:
+            small, small_why = choose_mma_v2(m, n, k, element, self.num_warps)
+            if small is not None:
+                return self.mma_v2(dot, small, hoisted)
+            why += f"; {small_why}"
         if m * n * k > MAX_PRODUCTS_PER_THREAD * 32 * self.num_warps:
             raise _error(dot, why, self.num_warps)
         return multiply_and_sum(dot)
 
     def wgmma(self, dot: Dot, choice: WgmmaChoice, hoisted: list[Op]) -> list[Op]:
-        loc = dot.loc
         ops: list[Op] = []
-        buffers = []
-        for operand, shared, name in ((dot.a, choice.a_shared, "a_smem"), (dot.b, choice.b_shared, "b_smem")):
-            shape, element = operand.type.shape, operand.type.element
-            buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
-            hoisted.append(AllocateSharedMemory(result=buffer, loc=loc))
-            ops.append(SharedStore(buffer=buffer, value=operand, loc=loc))
-            buffers.append(buffer)
-        ops.append(FenceAsyncShared(loc=loc))
-        out = dot.result.type
-        acc = dot.acc
-        if acc is None:
-            acc = Value(out)
-            ops.append(Constant(result=acc, value=0.0 if out.element.is_float else 0, loc=loc))
-        encoding = choice.acc_encoding
-        placed = out.with_layout(encoding.to_linear(out.shape), encoding)
-        anchored = Value(placed)
-        ops.append(ConvertLayout(result=anchored, operand=acc, loc=loc))
+        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops)
+        ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
+        anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
         product = Value(placed, dot.result.hint)
-        ops.append(WarpgroupMma(result=product, a=buffers[0], b=buffers[1], acc=anchored, is_async=True, loc=loc))
+        ops.append(WarpgroupMma(result=product, a=buffers[0], b=buffers[1], acc=anchored, is_async=True,
+                                loc=dot.loc))
         waited = Value(placed, dot.result.hint)
-        ops.append(WarpgroupMmaWait(results=(waited,), deps=(product,), pending=0, loc=loc))
-        ops.append(ConvertLayout(result=dot.result, operand=waited, loc=loc))
+        ops.append(WarpgroupMmaWait(results=(waited,), deps=(product,), pending=0, loc=dot.loc))
+        ops.append(ConvertLayout(result=dot.result, operand=waited, loc=dot.loc))
         return ops
+
+    def mma_v2(self, dot: Dot, choice: MmaV2Choice, hoisted: list[Op]) -> list[Op]:
+        ops: list[Op] = []
+        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops)
+        anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
+        product = Value(placed, dot.result.hint)
+        ops.append(MmaV2(result=product, a=buffers[0], b=buffers[1], acc=anchored, a_layout=choice.a_layout,
+                         b_layout=choice.b_layout, loc=dot.loc))
+        ops.append(ConvertLayout(result=dot.result, operand=product, loc=dot.loc))
+        return ops
+
+
+def stage_operands(dot: Dot, a_shared: NVMMASharedLayout, b_shared: NVMMASharedLayout, hoisted: list[Op],
+                   ops: list[Op]) -> list[Value]:
+    """One buffer per operand (its allocation hoisted), and the operand stored into it."""
+    buffers = []
+    for operand, shared, name in ((dot.a, a_shared, "a_smem"), (dot.b, b_shared, "b_smem")):
+        shape, element = operand.type.shape, operand.type.element
+        buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
+        hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
+        ops.append(SharedStore(buffer=buffer, value=operand, loc=dot.loc))
+        buffers.append(buffer)
+    return buffers
+
+
+def anchor_accumulator(dot: Dot, encoding: NVMMADistributedLayout, ops: list[Op]) -> tuple[Value, TensorType]:
+    """The accumulator (zeros when the dot has none) converted into the instruction's
+    layout, and that type: propagate_layouts takes it as an anchor."""
+    out = dot.result.type
+    acc = dot.acc
+    if acc is None:
+        acc = Value(out)
+        ops.append(Constant(result=acc, value=0.0 if out.element.is_float else 0, loc=dot.loc))
+    placed = out.with_layout(encoding.to_linear(out.shape), encoding)
+    anchored = Value(placed)
+    ops.append(ConvertLayout(result=anchored, operand=acc, loc=dot.loc))
+    return anchored, placed
 
 
 def multiply_and_sum(dot: Dot) -> list[Op]:

@@ -210,15 +210,15 @@ def strip_anchors(kernel: Kernel) -> tuple[Kernel, dict[int, Placement]]:
             if isinstance(op, (Load, Store)) and isinstance(op.pointer.type, TensorType) and \
                     op.pointer.type.layout is not None:
                 anchor = Placement(op.pointer.type.layout, op.pointer.type.encoding)
-            if getattr(op, "result", None) in back:  # a load, or another op anchored in its result
+            result = getattr(op, "result", None)
+            if anchor is None and result is not None and isinstance(result.type, TensorType) and \
+                    result.type.layout is not None:  # placed by an earlier pass (a dot's accumulator)
+                anchor = Placement(result.type.layout, result.type.encoding)
+            if result is not None and result in back:  # a load, or another op anchored in its result
                 changes["result"] = back[op.result]
             elif any(r in back for r in getattr(op, "results", ())):
                 changes["results"] = tuple(back.get(r, r) for r in op.results)
             op = dataclasses.replace(op, **changes)
-            result = getattr(op, "result", None)
-            if anchor is None and result is not None and isinstance(result.type, TensorType) and \
-                    result.type.layout is not None:  # placed by an earlier pass (a wgmma's accumulator)
-                anchor = Placement(result.type.layout, result.type.encoding)
             if anchor is not None:
                 anchors[id(op)] = anchor
             ops.append(op)

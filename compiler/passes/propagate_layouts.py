@@ -35,7 +35,7 @@ from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice
 from ...layouts import rules as layout_rules
 from ..errors import UNKNOWN_LOC, CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
-                  ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex,
+                  ExpandDims, Fma, For, If, Kernel, Load, MmaV2, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex,
                   SharedStore, Splat, Store, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
@@ -253,8 +253,8 @@ def _permute_backward(op: Permute, result: Placement, ctx) -> Decision:
     return _permute_forward(op, (source,), ctx)
 
 
-@LAYOUT_RULES.forward(WarpgroupMma)
-def _wgmma_forward(op: WarpgroupMma, operands, ctx) -> Optional[Decision]:
+@LAYOUT_RULES.forward(WarpgroupMma, MmaV2)
+def _mma_forward(op: Op, operands, ctx) -> Optional[Decision]:
     """The accumulator layout accelerate_dots chose: the anchor, for acc and result."""
     anchor = ctx.anchors[id(op)]
     return Decision(anchor, tuple(anchor if _tensor(v) else None for v in op.uses()))

@@ -10,10 +10,11 @@ from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.errors import CompilationError
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import (AllocateSharedMemory, Dot, For, Reduce, SharedStore, WarpgroupMma, WarpgroupMmaWait)
-from weft.compiler.passes.accelerate_dots import accelerate_dots, choose_wgmma, wgmma_warps
+from weft.compiler.ir import (AllocateSharedMemory, Dot, FenceAsyncShared, For, MmaV2, Reduce, SharedStore,
+                              WarpgroupMma, WarpgroupMmaWait)
+from weft.compiler.passes.accelerate_dots import accelerate_dots, choose_wgmma, mma_v2_warps, wgmma_warps
 from weft.compiler.printer import print_kernel
-from weft.compiler.types import ScalarType
+from weft.compiler.types import ScalarType, SharedType
 from weft.compiler.verifier import verify
 from weft.layouts import default_nvmma_swizzle
 
@@ -24,13 +25,13 @@ check_golden = golden_checker(__file__, globals())
 
 @tl.jit
 def tile_matmul(a_ptr, b_ptr, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                IEEE: tl.constexpr):
+                IEEE: tl.constexpr, ACC: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
     b_ptrs = b_ptr + offs_k[:, None] * BLOCK_N + offs_n[None, :]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
         acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, input_precision="ieee" if IEEE else None)
         a_ptrs += BLOCK_K
@@ -40,8 +41,10 @@ def tile_matmul(a_ptr, b_ptr, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
 
 def until_accelerated(element="fp16", m=64, n=64, k=32, num_warps=4, ieee=False):
     """tile_matmul after the passes up to accelerate_dots, verified after each."""
-    signature = {"a_ptr": f"*{element}", "b_ptr": f"*{element}", "c_ptr": "*fp32", "K": "i32"}
-    kernel = build_kernel(tile_matmul, signature, dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, IEEE=ieee), num_warps,
+    signature = {"a_ptr": f"*{element}", "b_ptr": f"*{element}", "c_ptr": "*fp32" if element != "int8" else "*i32",
+                 "K": "i32"}
+    kernel = build_kernel(tile_matmul, signature, dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, IEEE=ieee,
+                                                           ACC=tl.int32 if element == "int8" else tl.float32), num_warps,
                           {name: "divisible_by_16" for name in signature}, language="highlevel")
     assert any(isinstance(op, Dot) for op in kernel.walk())
     for name, run in pipeline.TILE_PASSES:
@@ -176,9 +179,27 @@ def test_tiles_wgmma_cannot_take_say_why(m, n, k, num_warps, reason):
     assert choice is None and reason in why
 
 
-@pytest.mark.parametrize("options", [dict(m=16, n=32, k=16), dict(element="fp32", ieee=True, m=32, n=32, k=16),
-                                     dict(m=32, n=32, k=32, num_warps=2)])
-def test_small_tiles_become_multiply_and_sum(options):
+@pytest.mark.parametrize("options, warps", [(dict(m=16, n=32, k=16), (1, 4)), (dict(m=32, n=32, k=32, num_warps=2), (2, 1)),
+                                            (dict(element="bf16", m=32, n=128, k=64, num_warps=8), (2, 4))])
+def test_16_bit_tiles_too_small_for_wgmma_run_on_mma_v2(options, warps):
+    kernel = until_accelerated(**options)
+    ops = list(kernel.walk())
+    assert not any(isinstance(op, (WarpgroupMma, FenceAsyncShared)) for op in ops)
+    (mma,) = [op for op in ops if isinstance(op, MmaV2)]
+    assert mma.result.type.encoding.warps_per_cta == warps
+    assert all(isinstance(v.type, SharedType) for v in (mma.a, mma.b))
+    assert sum(isinstance(op, AllocateSharedMemory) for op in kernel.body.ops) == 2  # before the loop
+
+
+@pytest.mark.parametrize("m, n, num_warps, warps", [(16, 32, 4, (1, 4)), (64, 64, 4, (2, 2)), (128, 32, 8, (8, 1)),
+                                                    (32, 128, 8, (2, 4))])
+def test_mma_v2_warps_follow_the_longer_side(m, n, num_warps, warps):
+    assert mma_v2_warps(m, n, num_warps) == warps
+
+
+@pytest.mark.parametrize("options", [dict(m=16, n=16, k=16, num_warps=8), dict(element="fp32", ieee=True, m=32, n=32, k=16),
+                                     dict(element="int8", m=16, n=16, k=32)])
+def test_other_small_tiles_become_multiply_and_sum(options):
     kernel = until_accelerated(**options)
     ops = list(kernel.walk())
     assert not any(isinstance(op, (WarpgroupMma, WarpgroupMmaWait, AllocateSharedMemory)) for op in ops)

@@ -165,7 +165,8 @@ def _signature(dtype_a="fp16", dtype_b="fp16"):
     (("fp16", "fp16"), {"WITH_ACC": True, "OUT": tl.float16}, "acc holds fp32 but the dot accumulates in fp16",
      "out_dtype=tl.float32"),
     (("fp32", "fp32"), {"PRECISION": "tf32x3"}, "'tf32x3' is not supported yet", "'ieee'"),
-    (("fp16", "fp16"), {"M": 32, "N": 128, "K": 64}, "cannot run on the tensor cores", "BLOCK_M >= 64"),
+    (("fp32", "fp32"), {"PRECISION": "ieee", "K": 64}, "cannot run on the tensor cores", "input_precision='tf32'"),
+    (("int8", "int8"), {"K": 64}, "too large for the FMA fallback", "smaller tiles"),
 ])
 def test_what_no_path_runs_is_refused_at_the_users_line(dtypes, options, message, suggestion):
     constexprs = {**dict(M=64, N=64, K=32, OUT=tl.float32, PRECISION=None, WITH_ACC=False), **options}
