@@ -101,6 +101,43 @@ def test_the_matmul_uses_wgmma_and_the_emulator_checks_its_shared_memory_for_rac
         emulate(kernel.with_body(without_barriers(kernel.body)), (1,), args)
 
 
+@tl.jit
+def attention_forward(q_ptr, k_ptr, v_ptr, o_ptr, seq, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    """softmax(q k^T) v for BLOCK_M query rows, keys in blocks (online softmax): a dot of a
+    transposed tile, and one whose A was computed in registers."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + offs_m[:, None] * D + offs_d[None, :])
+    row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    row_sum = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for start in range(0, seq, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + offs_n[:, None] * D + offs_d[None, :])
+        v = tl.load(v_ptr + offs_n[:, None] * D + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k))
+        new_max = tl.maximum(row_max, tl.max(s, 1))
+        p = tl.exp(s - new_max[:, None])
+        alpha = tl.exp(row_max - new_max)
+        row_sum = row_sum * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+        row_max = new_max
+    tl.store(o_ptr + offs_m[:, None] * D + offs_d[None, :], acc / row_sum[:, None])
+
+
+@pytest.mark.parametrize("block_m, num_warps", [(64, 4), (16, 4)])
+def test_attention_forward_chains_two_dots(block_m, num_warps):
+    seq, d = 128, 64
+    q, k, v = (random_tile((seq, d), "fp16") for _ in range(3))
+    out = torch.zeros((seq, d), dtype=torch.float32)
+    attention_forward[(seq // block_m,)](q, k, v, out, seq, D=d, BLOCK_M=block_m, BLOCK_N=64, num_warps=num_warps)
+    s = q.double().numpy() @ k.double().numpy().T
+    p = np.exp(s - s.max(1, keepdims=True))
+    reference = p / p.sum(1, keepdims=True) @ v.double().numpy()
+    np.testing.assert_allclose(out.numpy(), reference, atol=2e-3 * np.abs(reference).max())
+
+
 # ------------------------------------------------------------------ one dot
 @tl.jit
 def single_dot(a_ptr, b_ptr, c_ptr, acc_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
