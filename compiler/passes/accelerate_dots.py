@@ -34,6 +34,7 @@ insert_barriers places, orders the stores before it. What neither takes (exact f
 input_precision="ieee", int8, tiles smaller than the warps) becomes tile ops: both
 operands broadcast to [M, K, N], multiplied in the accumulation type and summed over K,
 a few products per thread; larger tiles are refused with what to change.
+input_precision="tf32x3" becomes three tf32 dots of the operands' split parts.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Optional
 
 from ...layouts import DotOperandLayout, LayoutError, NVMMADistributedLayout, NVMMASharedLayout
 from ..errors import CompilationError
-from ..ir import (AllocateSharedMemory, Binary, Block, Broadcast, Cast, Constant, ConvertLayout, Dot, ExpandDims,
+from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot, ExpandDims,
                   FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedStore, Value, WarpgroupMma, WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
@@ -181,8 +182,7 @@ class DotAcceleration:
         element = dot.a.type.element
         choice, why = None, "input_precision='ieee' asks for exact fp32 products"
         if dot.input_precision == "tf32x3":
-            raise CompilationError("dot input_precision='tf32x3' is not supported yet", dot.loc,
-                                   suggestion="use 'tf32' (the default: tensor cores) or 'ieee' (exact fp32, small tiles)")
+            return self.tf32x3(dot, hoisted)
         if dot.input_precision != "ieee":
             choice, why = choose_wgmma(m, n, k, element, self.num_warps)
         if choice is not None:
@@ -207,6 +207,20 @@ class DotAcceleration:
         waited = Value(placed, dot.result.hint)
         ops.append(WarpgroupMmaWait(results=(waited,), deps=(product,), pending=0, loc=dot.loc))
         ops.append(ConvertLayout(result=dot.result, operand=waited, loc=dot.loc))
+        return ops
+
+    def tf32x3(self, dot: Dot, hoisted: list[Op]) -> list[Op]:
+        """Triton's tf32x3: each fp32 operand split into a tf32 head and the tf32 of what
+        the head leaves, and three tf32 dots summed, smallest terms first (the product of
+        the two remainders is below fp32's resolution)."""
+        ops: list[Op] = []
+        a_head, a_rest = tf32_split(dot.a, dot.loc, ops)
+        b_head, b_rest = tf32_split(dot.b, dot.loc, ops)
+        acc = dot.acc
+        for index, (a, b) in enumerate(((a_rest, b_head), (a_head, b_rest), (a_head, b_head))):
+            result = dot.result if index == 2 else Value(dot.result.type)
+            ops.extend(self.dot(Dot(result=result, a=a, b=b, acc=acc, input_precision="tf32", loc=dot.loc), hoisted))
+            acc = result
         return ops
 
     def mma_v2(self, dot: Dot, choice: MmaV2Choice, hoisted: list[Op]) -> list[Op]:
@@ -245,6 +259,23 @@ def anchor_accumulator(dot: Dot, encoding: NVMMADistributedLayout, ops: list[Op]
     anchored = Value(placed)
     ops.append(ConvertLayout(result=anchored, operand=acc, loc=dot.loc))
     return anchored, placed
+
+
+# fp32 bits that tf32 keeps: sign, exponent and the top 10 mantissa bits (as an i32).
+TF32_BITS = -(1 << 13)
+
+
+def tf32_split(x: Value, loc, ops: list[Op]) -> tuple[Value, Value]:
+    """(head, rest): x's tf32 part (its low 13 mantissa bits cleared) and x - head, both
+    fp32 tiles; head + rest == x exactly."""
+    words = TensorType(x.type.shape, i32)
+    bits, mask, head_bits = Value(words), Value(words), Value(words)
+    head, rest = Value(x.type), Value(x.type)
+    ops.extend((Bitcast(result=bits, operand=x, loc=loc), Constant(result=mask, value=TF32_BITS, loc=loc),
+                Binary(result=head_bits, kind="and", lhs=bits, rhs=mask, loc=loc),
+                Bitcast(result=head, operand=head_bits, loc=loc),
+                Binary(result=rest, kind="sub", lhs=x, rhs=head, loc=loc)))
+    return head, rest
 
 
 def multiply_and_sum(dot: Dot) -> list[Op]:

@@ -25,7 +25,7 @@ check_golden = golden_checker(__file__, globals())
 
 @tl.jit
 def tile_matmul(a_ptr, b_ptr, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                IEEE: tl.constexpr, ACC: tl.constexpr):
+                PRECISION: tl.constexpr, ACC: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -33,17 +33,17 @@ def tile_matmul(a_ptr, b_ptr, c_ptr, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
     b_ptrs = b_ptr + offs_k[:, None] * BLOCK_N + offs_n[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
-        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, input_precision="ieee" if IEEE else None)
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc, input_precision=PRECISION)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K * BLOCK_N
     tl.store(c_ptr + offs_m[:, None] * BLOCK_N + offs_n[None, :], acc)
 
 
-def until_accelerated(element="fp16", m=64, n=64, k=32, num_warps=4, ieee=False):
+def until_accelerated(element="fp16", m=64, n=64, k=32, num_warps=4, precision=None):
     """tile_matmul after the passes up to accelerate_dots, verified after each."""
     signature = {"a_ptr": f"*{element}", "b_ptr": f"*{element}", "c_ptr": "*fp32" if element != "int8" else "*i32",
                  "K": "i32"}
-    kernel = build_kernel(tile_matmul, signature, dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, IEEE=ieee,
+    kernel = build_kernel(tile_matmul, signature, dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, PRECISION=precision,
                                                            ACC=tl.int32 if element == "int8" else tl.float32), num_warps,
                           {name: "divisible_by_16" for name in signature}, language="highlevel")
     assert any(isinstance(op, Dot) for op in kernel.walk())
@@ -197,7 +197,7 @@ def test_mma_v2_warps_follow_the_longer_side(m, n, num_warps, warps):
     assert mma_v2_warps(m, n, num_warps) == warps
 
 
-@pytest.mark.parametrize("options", [dict(m=16, n=16, k=16, num_warps=8), dict(element="fp32", ieee=True, m=32, n=32, k=16),
+@pytest.mark.parametrize("options", [dict(m=16, n=16, k=16, num_warps=8), dict(element="fp32", precision="ieee", m=32, n=32, k=16),
                                      dict(element="int8", m=16, n=16, k=32)])
 def test_other_small_tiles_become_multiply_and_sum(options):
     kernel = until_accelerated(**options)
@@ -208,9 +208,17 @@ def test_other_small_tiles_become_multiply_and_sum(options):
     assert sums[0].operand.type.shape == (options["m"], options["k"], options["n"])
 
 
+def test_tf32x3_is_three_tf32_wgmmas_of_the_split_operands():
+    kernel = until_accelerated(element="fp32", m=64, n=64, k=32, precision="tf32x3")
+    loop = next(op for op in kernel.body.ops if isinstance(op, For))
+    dots = [op for op in loop.body.ops if isinstance(op, WarpgroupMma)]
+    assert len(dots) == 3 and dots[1].acc.type.layout == dots[0].result.type.layout
+    assert sum(isinstance(op, AllocateSharedMemory) for op in kernel.body.ops) == 6
+
+
 def test_a_tile_too_large_for_the_fallback_says_what_to_change():
     with pytest.raises(CompilationError) as info:
-        until_accelerated(element="fp32", ieee=True, m=128, n=128, k=32)
+        until_accelerated(element="fp32", precision="ieee", m=128, n=128, k=32)
     error = info.value
     assert "cannot run on the tensor cores" in error.message and "input_precision='ieee'" in error.message
     assert "tf32" in error.render()

@@ -179,6 +179,8 @@ def test_fp32_precisions():
     tf32 = run_single(a, b)  # wgmma reads tf32 (10-bit mantissas), as Triton's default
     check_product(tf32, a, b, "fp32")
     assert np.abs(tf32.double().numpy() - exact).max() > 1e-4  # not fp32's error: the inputs were rounded
+    tf32x3 = run_single(a, b, precision="tf32x3")  # three tf32 dots of the split operands: fp32's error
+    np.testing.assert_allclose(tf32x3.double().numpy(), exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
     small_a, small_b = random_tile((32, 32), "fp32"), random_tile((32, 16), "fp32")
     ieee = run_single(small_a, small_b, precision="ieee").double().numpy()
     np.testing.assert_allclose(ieee, small_a.double().numpy() @ small_b.double().numpy(), rtol=1e-5, atol=1e-4)
@@ -201,7 +203,6 @@ def _signature(dtype_a="fp16", dtype_b="fp16"):
     (("fp16", "fp16"), {"K": 8}, "every dim at least 16", "larger blocks"),
     (("fp16", "fp16"), {"WITH_ACC": True, "OUT": tl.float16}, "acc holds fp32 but the dot accumulates in fp16",
      "out_dtype=tl.float32"),
-    (("fp32", "fp32"), {"PRECISION": "tf32x3"}, "'tf32x3' is not supported yet", "'ieee'"),
     (("fp32", "fp32"), {"PRECISION": "ieee", "K": 64}, "cannot run on the tensor cores", "input_precision='tf32'"),
     (("int8", "int8"), {"K": 64}, "too large for the FMA fallback", "smaller tiles"),
 ])

@@ -1,5 +1,6 @@
 """The highlevel matmul (highlevel/examples.py) through ptxas for sm_90a at the tiles a
-Hopper matmul uses: wgmma from NVMMA-swizzled shared memory, 128-bit loads, no spills."""
+Hopper matmul uses: wgmma from NVMMA-swizzled shared memory, 128-bit loads, no spills;
+and a small tile on mma.sync."""
 
 import pytest
 
@@ -27,12 +28,21 @@ def compile_matmul(element: str, block, num_warps: int, out: str = "fp16", activ
 
 @needs_ptxas
 @pytest.mark.parametrize("element, block, num_warps", [("fp16", (128, 128, 64), 8), ("fp16", (128, 256, 64), 8),
-                                                       ("bf16", (64, 128, 64), 4)])
+                                                       ("bf16", (64, 128, 64), 4), ("fp32", (128, 128, 32), 8),
+                                                       ("fp8e4m3", (128, 128, 128), 8)])
 def test_matmul_assembles_without_spills(element, block, num_warps):
     compiled = compile_matmul(element, block, num_warps)
     ptx = compiled.asm["ptx"]
     for instruction in ("wgmma.mma_async", "wgmma.wait_group", "fence.proxy.async", "ld.global.v4"):
         assert instruction in ptx, instruction
+    assert {"fp32": ".tf32.tf32", "fp8e4m3": ".e4m3.e4m3", "fp16": ".f16.f16", "bf16": ".bf16.bf16"}[element] in ptx
     assert "convert_layout" not in compiled.asm["layout"].split("= for")[1].split("yield")[0]  # none per K step
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
     assert compiled.metadata["performance_warnings"] == []
+
+
+@needs_ptxas
+def test_a_small_tile_assembles_on_mma_sync():
+    compiled = compile_matmul("fp16", (32, 128, 64), 4)
+    assert "mma.sync.aligned.m16n8k16" in compiled.asm["ptx"] and "wgmma" not in compiled.asm["ptx"]
+    assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
