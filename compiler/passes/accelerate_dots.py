@@ -44,8 +44,9 @@ from typing import Optional
 
 from ...layouts import DotOperandLayout, LayoutError, NVMMADistributedLayout, NVMMASharedLayout
 from ..errors import CompilationError
-from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot, ExpandDims,
-                  FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedStore, Value, WarpgroupMma, WarpgroupMmaWait)
+from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot,
+                  ExpandDims, FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedStore, Value, WarpgroupMma,
+                  WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
 

@@ -35,8 +35,8 @@ from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice
 from ...layouts import rules as layout_rules
 from ..errors import UNKNOWN_LOC, CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant, ConvertLayout,
-                  ExpandDims, Fma, For, If, Kernel, Load, MmaV2, NumPrograms, Op, Permute, ProgramId, Reduce, ReplicaIndex,
-                  SharedStore, Splat, Store, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, While)
+                  ExpandDims, Fma, For, If, Kernel, Load, MmaV2, NumPrograms, Op, Permute, ProgramId, Reduce,
+                  ReplicaIndex, SharedStore, Splat, Store, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
 

@@ -2,7 +2,8 @@
 shared_permute view.
 
 `a @ b + acc` is computed in float64 from the operands' decoded values (bf16, fp16 and
-the fp8 formats decode exactly; fp32 is read as tf32, its low mantissa bits dropped) and rounded once to the accumulator's type; the GPU's
+the fp8 formats decode exactly; fp32 is read as tf32, its low mantissa bits dropped) and
+rounded once to the accumulator's type; the GPU's
 tensor cores accumulate in fp32 with their own (truncating) additions, so results agree
 to fp32 accumulation error, not bit for bit.
 

@@ -43,8 +43,9 @@ def until_accelerated(element="fp16", m=64, n=64, k=32, num_warps=4, precision=N
     """tile_matmul after the passes up to accelerate_dots, verified after each."""
     signature = {"a_ptr": f"*{element}", "b_ptr": f"*{element}", "c_ptr": "*fp32" if element != "int8" else "*i32",
                  "K": "i32"}
-    kernel = build_kernel(tile_matmul, signature, dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, PRECISION=precision,
-                                                           ACC=tl.int32 if element == "int8" else tl.float32), num_warps,
+    constexprs = dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, PRECISION=precision,
+                      ACC=tl.int32 if element == "int8" else tl.float32)
+    kernel = build_kernel(tile_matmul, signature, constexprs, num_warps,
                           {name: "divisible_by_16" for name in signature}, language="highlevel")
     assert any(isinstance(op, Dot) for op in kernel.walk())
     for name, run in pipeline.TILE_PASSES:
@@ -179,7 +180,8 @@ def test_tiles_wgmma_cannot_take_say_why(m, n, k, num_warps, reason):
     assert choice is None and reason in why
 
 
-@pytest.mark.parametrize("options, warps", [(dict(m=16, n=32, k=16), (1, 4)), (dict(m=32, n=32, k=32, num_warps=2), (2, 1)),
+@pytest.mark.parametrize("options, warps", [(dict(m=16, n=32, k=16), (1, 4)),
+                                            (dict(m=32, n=32, k=32, num_warps=2), (2, 1)),
                                             (dict(element="bf16", m=32, n=128, k=64, num_warps=8), (2, 4))])
 def test_16_bit_tiles_too_small_for_wgmma_run_on_mma_v2(options, warps):
     kernel = until_accelerated(**options)
@@ -197,7 +199,8 @@ def test_mma_v2_warps_follow_the_longer_side(m, n, num_warps, warps):
     assert mma_v2_warps(m, n, num_warps) == warps
 
 
-@pytest.mark.parametrize("options", [dict(m=16, n=16, k=16, num_warps=8), dict(element="fp32", precision="ieee", m=32, n=32, k=16),
+@pytest.mark.parametrize("options", [dict(m=16, n=16, k=16, num_warps=8),
+                                     dict(element="fp32", precision="ieee", m=32, n=32, k=16),
                                      dict(element="int8", m=16, n=16, k=32)])
 def test_other_small_tiles_become_multiply_and_sum(options):
     kernel = until_accelerated(**options)

@@ -53,7 +53,8 @@ TILES = [(64, 64, 32, 4), (128, 64, 32, 4), (64, 128, 16, 8), (128, 128, 64, 8),
 
 @settings(max_examples=200 if DEEP else 10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(tile=st.sampled_from(TILES), dtype=st.sampled_from(["fp16", "bf16", "fp32", "fp8e4m3"]),
-       tails=st.tuples(*(st.integers(1, 2) for _ in range(3))), remainders=st.tuples(*(st.integers(0, 15) for _ in range(3))),
+       tails=st.tuples(*(st.integers(1, 2) for _ in range(3))),
+       remainders=st.tuples(*(st.integers(0, 15) for _ in range(3))),
        acc_in_dot=st.booleans(), activation=st.sampled_from(["", "leaky_relu"]))
 def test_matmul_matches_numpy(tile, dtype, tails, remainders, acc_in_dot, activation):
     *block, num_warps = tile
