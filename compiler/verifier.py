@@ -3,7 +3,8 @@
 It checks what every later stage assumes: values are defined before use and in scope, and
 each op keeps its own rules (`Op.verify`, on the op classes in compiler/ir: elementwise ops
 agree on shape and layout, shape ops carry the layout their rule gives, region yields match
-the values they feed, per-warp branches hold in-warp ops only, recorded plans fit their op).
+the values they feed, per-warp branches hold in-warp ops only, recorded plans fit their op),
+and `tile`-only ops (dot) appear only in `tile`-stage kernels.
 A failure is a compiler bug (or a hand-built IR mistake), reported with the op's location.
 """
 

@@ -1,7 +1,7 @@
 """propagate_layouts: give every tensor a layout, with as few conversions as possible.
 
-The anchors are the global accesses `coalesce` placed (its conversions are removed
-first). From them:
+The anchors are the global accesses `coalesce` placed and the accumulators of the dots
+`accelerate_dots` placed (their conversions are removed first). From them:
 
 1. Forward propagation, to a fixpoint: an op whose operands have layouts gets a result
    layout from its rule (`LAYOUT_RULES`): elementwise ops keep their operands' layout

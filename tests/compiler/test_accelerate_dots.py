@@ -15,7 +15,7 @@ from weft.compiler.ir import (AllocateSharedMemory, Dot, FenceAsyncShared, For, 
 from weft.compiler.passes.accelerate_dots import accelerate_dots, choose_wgmma, mma_v2_warps, wgmma_warps
 from weft.compiler.printer import print_kernel
 from weft.compiler.types import ScalarType, SharedType
-from weft.compiler.verifier import verify
+from weft.compiler.verifier import VerificationError, verify
 from weft.layouts import default_nvmma_swizzle
 
 from .golden import golden_checker
@@ -53,6 +53,15 @@ def until_accelerated(element="fp16", m=64, n=64, k=32, num_warps=4, precision=N
         if name == "accelerate_dots":
             return kernel
     raise AssertionError("accelerate_dots is not in TILE_PASSES")
+
+
+def test_a_dot_left_in_a_layout_stage_kernel_fails_verification():
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32"}
+    tile = build_kernel(tile_matmul, signature, dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, PRECISION=None,
+                                                     ACC=tl.float32), 4, {}, language="highlevel")
+    verify(tile)
+    with pytest.raises(VerificationError, match="`tile`-stage op in a `layout`-stage kernel"):
+        verify(tile.with_body(tile.body, stage="layout"))
 
 
 def test_the_pass_sits_after_coalesce_and_before_propagation():
