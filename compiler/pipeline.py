@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 from .compiled import CompiledKernel, Param, hidden_params
 from .ir import Kernel
+from .passes.accelerate_dots import accelerate_dots
 from .passes.allocate_shared_memory import allocate_shared_memory
 from .passes.axis_analysis import format_axis_info
 from .passes.coalesce import coalesce
@@ -36,6 +37,7 @@ from .verifier import verify
 TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("axis_analysis", lambda kernel: kernel),      # facts about pointers need only shapes
     ("coalesce", coalesce),                        # axis facts pick each global access's layout
+    ("accelerate_dots", accelerate_dots),          # before propagation: a wgmma's accumulator is an anchor
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
 )
@@ -53,7 +55,10 @@ STAGES = ("source", "tile", "layout", "llir", "ptx", "cubin")
 
 
 def _dump(config, name: str, text) -> None:
+    """Print `text` (or what the callable `text` returns: printing a kernel takes time) when
+    WEFT_DUMP asks for `name`."""
     if config.should_dump(name):
+        text = text() if callable(text) else text
         print(f"// ----- weft dump: {name} -----", file=sys.stderr)
         print(text if isinstance(text, str) else f"<{len(text)} bytes>", file=sys.stderr)
 
@@ -67,7 +72,7 @@ def run_layout_passes(kernel: Kernel, config=None) -> Kernel:
         kernel = run(kernel)
         if config.verify or config.debug:
             verify(kernel)
-        _dump(config, name, print_kernel(kernel))
+        _dump(config, name, lambda: print_kernel(kernel))
     return kernel
 
 
@@ -76,12 +81,12 @@ def run_tile_passes(kernel: Kernel, config=None) -> Kernel:
     config = config or _config()
     if kernel.stage != "tile":
         raise ValueError(f"kernel `{kernel.name}` is at stage `{kernel.stage}`, not `tile`")
-    _dump(config, "tile", print_kernel(kernel))
+    _dump(config, "tile", lambda: print_kernel(kernel))
     for name, run in TILE_PASSES:
         kernel = run(kernel)
         if config.verify or config.debug:
             verify(kernel)
-        _dump(config, name, format_axis_info(kernel) if name == "axis_analysis" else print_kernel(kernel))
+        _dump(config, name, lambda: format_axis_info(kernel) if name == "axis_analysis" else print_kernel(kernel))
     return kernel
 
 
@@ -94,7 +99,7 @@ def prepare_for_emulator(kernel: Kernel, config=None) -> Kernel:
     if kernel.stage == "tile":
         kernel = run_tile_passes(kernel, config)
     kernel = run_layout_passes(kernel, config)
-    _dump(config, "layout", print_kernel(kernel))
+    _dump(config, "layout", lambda: print_kernel(kernel))
     for name in ("llir", "ptx", "cubin"):
         if name in config.dump:  # only named ones: `all` asks for whatever there is
             _dump(config, name, f"(not built: kernel `{kernel.name}` ran on the CPU emulator; "

@@ -34,6 +34,7 @@ from .builtins import associative_scan, cumprod, cumsum, interleave, join, ravel
 from . import math
 from .block_pointer import advance, make_block_ptr
 from .hints import assume, max_constancy, max_contiguous, multiple_of, range
+from .dot import dot
 from .jit import jit
 from .math import umulhi
 from .random import (pair_uniform_to_normal, philox, rand, rand4x, randint, randint4x, randn, randn4x,
@@ -55,7 +56,7 @@ register_language("highlevel", _wrap, stage="tile", prefix="tl")
 
 
 def __getattr__(name: str):
-    """Only names not defined above get here: a Triton name (`tl.dot`) says it is not
+    """Only names not defined above get here: a Triton name (`tl.sort`) says it is not
     supported yet and what to use instead, inside a kernel too (at the user's line)."""
     raise unsupported_name_error(__name__, name)
 
@@ -73,7 +74,7 @@ __all__ = [
     "interleave",
     "philox", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x", "uint_to_uniform_float",
     "pair_uniform_to_normal", "associative_scan", "cumsum", "cumprod", "make_block_ptr", "advance",
-    "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi",
+    "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi", "dot",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types
     "int1", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -12,6 +12,10 @@ layout parameters), so the two can be benchmarked side by side.
     argmax_kernel[(cdiv(rows, ROWS),)](out_ptr, in_ptr, in_row_stride, n_rows, n_cols, ROWS=..., BLOCK=...)
     transpose_kernel[(cdiv(rows, TILE), cdiv(cols, TILE))](out_ptr, in_ptr, n_rows, n_cols, in_stride,
                                                           out_stride, TILE=...)
+    matmul_kernel[(cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)](a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
+                                                         stride_bk, stride_bn, stride_cm, stride_cn,
+                                                         BLOCK_M=..., BLOCK_N=..., BLOCK_K=..., GROUP_M=...,
+                                                         ACTIVATION="" or "leaky_relu", ACC_IN_DOT=True)
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import highlevel as tl
-from ..runtime.host_arrays import empty_like, float_bits, is_torch, next_power_of_two, row_stride
+from ..runtime.host_arrays import (element_strides, empty_like, float_bits, is_torch, new_array, next_power_of_two,
+                                  row_stride)
 
 
 @tl.jit
@@ -89,6 +94,40 @@ def transpose_kernel(out_ptr, in_ptr, n_rows, n_cols, in_stride, out_stride, TIL
     tile = tl.load(in_ptr + rows[:, None] * in_stride + cols[None, :], mask=mask)
     # out[c, r] = in[r, c]: the same tile, stored through transposed addresses.
     tl.store(out_ptr + cols[None, :] * out_stride + rows[:, None], tile, mask=mask)
+
+
+@tl.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                  ACTIVATION: tl.constexpr, ACC_IN_DOT: tl.constexpr):
+    """c = activation(a @ b) for one [BLOCK_M, BLOCK_N] tile of c; programs walk the tiles in
+    groups of GROUP_M rows of tiles, so the tiles of a and b they share stay in L2."""
+    pid = tl.program_id(0)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    group_first_m = (pid // (GROUP_M * tiles_n)) * GROUP_M
+    group_rows = tl.minimum(tiles_m - group_first_m, GROUP_M)
+    pid_m = group_first_m + (pid % (GROUP_M * tiles_n)) % group_rows
+    pid_n = (pid % (GROUP_M * tiles_n)) // group_rows
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+        if ACC_IN_DOT:
+            acc = tl.dot(a, b, acc)
+        else:
+            acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if ACTIVATION == "leaky_relu":
+        acc = tl.where(acc >= 0, acc, 0.01 * acc)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 # ------------------------------------------------------------------ host wrappers
@@ -179,4 +218,22 @@ def transpose(x, tile: int = 64, num_warps: int = 4):
     grid = (-(-n_rows // tile), -(-n_cols // tile))
     transpose_kernel[grid](out, x, n_rows, n_cols, row_stride(x), row_stride(out), TILE=tile,
                            num_warps=num_warps)
+    return out
+
+
+def matmul(a, b, activation: str = "", block=(64, 64, 32), num_warps: int = 4, group_m: int = 8,
+           acc_in_dot: bool = True, out_dtype: str = "float32"):
+    """activation(a @ b) for 2-D arrays (fp16, bf16, fp32, fp8 or int8; int8 gives int32),
+    `block` = (BLOCK_M, BLOCK_N, BLOCK_K); `activation` "" or "leaky_relu"."""
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise ValueError(f"matmul: shapes do not chain: {tuple(a.shape)} @ {tuple(b.shape)}")
+    integer = str(a.dtype).endswith("int8")
+    out = new_array(a, (m, n), "int32" if integer else out_dtype)
+    block_m, block_n, block_k = block
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    (am, ak), (bk, bn), (cm, cn) = element_strides(a), element_strides(b), element_strides(out)
+    matmul_kernel[grid](a, b, out, m, n, k, am, ak, bk, bn, cm, cn, BLOCK_M=block_m, BLOCK_N=block_n,
+                        BLOCK_K=block_k, GROUP_M=group_m, ACTIVATION=activation, ACC_IN_DOT=acc_in_dot,
+                        num_warps=num_warps)
     return out

@@ -1,7 +1,7 @@
 """Names of Triton's `triton.language` that weft.highlevel does not provide (yet).
 
-Code ported from Triton reaches for these by habit; `tl.dot` should say that weft has no
-`dot` here and what to use instead, not raise a bare AttributeError. The list is written
+Code ported from Triton reaches for these by habit; `tl.sort` should say that weft has no
+`sort` here and what to use instead, not raise a bare AttributeError. The list is written
 from Triton's public `triton.language` reference; each name maps to the nearest weft
 alternative ("" when there is none). A name leaves this table when highlevel gains it
 (tests/highlevel/test_language.py checks that no name here is also defined).
@@ -19,7 +19,6 @@ _REDUCTIONS = "use tl.sum, tl.max, tl.min, tl.argmax or tl.argmin"
 
 TRITON_ONLY_NAMES: dict[str, str] = {
     # linear algebra
-    "dot": _LOWLEVEL_MMA,
     "dot_scaled": _LOWLEVEL_MMA,
     # shape manipulation
     "cat": _POINTERS,

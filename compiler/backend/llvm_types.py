@@ -8,6 +8,7 @@ through inline PTX (`ptx_asm`).
 
 from __future__ import annotations
 
+import math
 import struct
 
 from llvmlite import ir
@@ -109,6 +110,8 @@ def constant(element, value) -> ir.Constant:
             raise CompilationError(f"pointer constant {value!r}: only null pointers are constants")
         return ir.Constant(llvm_type, None)
     if is_fp8(element):
+        if value == 0 and math.copysign(1.0, value) > 0:  # +0.0: all zero bits in e4m3 and e5m2
+            return ir.Constant(llvm_type, 0)
         raise CompilationError(f"fp8 constant {value!r}: build it in fp32 and cast")
     if element.is_float:
         return ir.Constant(llvm_type, float(value))

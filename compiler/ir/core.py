@@ -63,6 +63,9 @@ class Op:
     LOOP: ClassVar[bool] = False
     # Every thread of the CTA (or of the partition) meets here: pending shared accesses settle.
     SYNCS_THREADS: ClassVar[bool] = False
+    # Exists only at the `tile` stage: a highlevel pass replaces it before `layout`, so it
+    # has no lowering or emulation rule.
+    TILE_ONLY: ClassVar[bool] = False
     loc: Loc = UNKNOWN_LOC
 
     def verify(self) -> None:

@@ -166,6 +166,32 @@ class MmaV2(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Dot(Op):
+    """result = a @ b (+ acc): `a` [M, K] and `b` [K, N] tiles, `acc`/`result` [M, N] in
+    the output type (Triton's `tl.dot`). A `tile`-stage op only: the accelerate_dots pass
+    replaces it by wgmma on shared-memory operands or by multiply-and-sum tile ops.
+    `input_precision` ("tf32", "tf32x3" or "ieee") is kept for fp32 inputs only."""
+
+    NAME = "dot"
+    TILE_ONLY = True
+    result: Value
+    a: Value
+    b: Value
+    acc: Optional[Value] = None
+    input_precision: str = ""
+
+    def verify(self) -> None:
+        a, b, out = self.a.type, self.b.type, self.result.type
+        if not all(isinstance(t, TensorType) and t.rank == 2 for t in (a, b, out)):
+            raise self.invalid(f"needs 2-D tensors, found a {a}, b {b}, result {out}")
+        (m, k), (k2, n) = a.shape, b.shape
+        if k != k2 or out.shape != (m, n):
+            raise self.invalid(f"shapes do not chain: a {list(a.shape)} @ b {list(b.shape)} -> {list(out.shape)}")
+        if self.acc is not None and (self.acc.type.shape, self.acc.type.element) != (out.shape, out.element):
+            raise self.invalid(f"acc {self.acc.type} is not of the result's type {out}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Where(Op):
     NAME = "where"
     ELEMENTWISE = True

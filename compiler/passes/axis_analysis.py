@@ -5,13 +5,19 @@ For each dim d of a value (Triton's AxisInfo):
 - divisibility[d] = D: the first value of each such group is a multiple of D (for pointers,
   the address in bytes);
 - constancy[d] = K: the values are equal over aligned groups of K elements.
-Everything is a power of two. Unknown facts are 1, the safe answer.
+Everything is a power of two. Unknown facts are 1, the safe answer. A constant also
+carries its value (so `x * 1`, a stride specialized to 1, keeps x's facts).
+
+A loop-carried value (a pointer tile advanced each iteration) has the facts its initial
+value and the value yielded back share; the body is analysed again until they settle
+(Triton's fixpoint over the loop's block arguments).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd
+from typing import Optional
 
 from ..ir import (AddPtr, Arange, AxisHint, Binary, Bitcast, Broadcast, Cast, Compare, Constant, ConvertLayout,
                   ExpandDims, For, Kernel, Op, Splat, Value, WarpSpecialize, Where)
@@ -26,6 +32,7 @@ class AxisInfo:
     contiguity: tuple[int, ...]
     divisibility: tuple[int, ...]
     constancy: tuple[int, ...]
+    value: Optional[int] = None  # every element's value, when it is a known constant
 
 
 def _pow2_divisor(value: int) -> int:
@@ -43,9 +50,17 @@ def _unknown(value: Value) -> AxisInfo:
     return AxisInfo((1,) * rank, (1,) * rank, (1,) * rank)
 
 
-def _uniform(value: Value, divisibility: int) -> AxisInfo:
+def _uniform(value: Value, divisibility: int, known: Optional[int] = None) -> AxisInfo:
     shape = _shape(value)
-    return AxisInfo((1,) * len(shape), (divisibility,) * len(shape) or (), tuple(shape))
+    return AxisInfo((1,) * len(shape), (divisibility,) * len(shape) or (), tuple(shape), known)
+
+
+def _join(a: AxisInfo, b: AxisInfo) -> AxisInfo:
+    """The facts that hold for both (a loop-carried value's initial and yielded values)."""
+    return AxisInfo(tuple(gcd(x, y) for x, y in zip(a.contiguity, b.contiguity)),
+                    tuple(gcd(x, y) for x, y in zip(a.divisibility, b.divisibility)),
+                    tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy)),
+                    a.value if a.value == b.value else None)
 
 
 def _scalar_div(info: AxisInfo) -> int:
@@ -58,23 +73,59 @@ def analyze_axes(kernel: Kernel) -> dict[Value, AxisInfo]:
     scalar_div: dict[Value, int] = {}
     for param, div in zip(kernel.params, kernel.param_divisibility or ()):
         scalar_div[param] = div
-    for op in kernel.walk():
+    _analyze_block(kernel.body, infos, scalar_div)
+    return infos
+
+
+# Rounds of a loop body's analysis before its carried values are taken as unknown (facts
+# only shrink between rounds, and they settle in two or three in practice).
+MAX_LOOP_ROUNDS = 16
+
+
+def _analyze_block(block, infos: dict, scalar_div: dict) -> None:
+    for op in block.ops:
+        if isinstance(op, For):
+            _analyze_loop(op, infos, scalar_div)
+            continue
         for result in op.defines():
             infos[result] = _infer(op, result, infos, scalar_div)
-        if isinstance(op, For):
-            # iv = lower + k * step: divisible by whatever divides both.
-            lower, step = (_scalar_div(_get(infos, scalar_div, v)) for v in (op.lower, op.step))
-            scalar_div[op.body.args[0]] = gcd(lower, step)
         if isinstance(op, WarpSpecialize):
             # Every partition's args are the captured values themselves: same facts.
-            for block in (op.default, *op.workers):
-                for arg, captured in zip(block.args, op.captures):
+            for region in (op.default, *op.workers):
+                for arg, captured in zip(region.args, op.captures):
                     if isinstance(arg.type, TensorType):
                         if captured in infos:
                             infos[arg] = infos[captured]
                     else:
                         scalar_div[arg] = _scalar_div(_get(infos, scalar_div, captured))
-    return infos
+        for region in op.nested_blocks():
+            _analyze_block(region, infos, scalar_div)
+
+
+def _analyze_loop(op: For, infos: dict, scalar_div: dict) -> None:
+    get = lambda v: _get(infos, scalar_div, v)  # noqa: E731
+    # iv = lower + k * step: divisible by whatever divides both.
+    scalar_div[op.body.args[0]] = gcd(_scalar_div(get(op.lower)), _scalar_div(get(op.step)))
+
+    def assume(values, facts) -> None:
+        for value, fact in zip(values, facts):
+            infos[value] = fact
+            if not isinstance(value.type, TensorType):
+                scalar_div[value] = _scalar_div(fact)
+
+    facts = [get(v) for v in op.inits]
+    for _ in range(MAX_LOOP_ROUNDS):
+        assume(op.body.args[1:], facts)
+        _analyze_block(op.body, infos, scalar_div)
+        joined = [_join(fact, get(v)) for fact, v in zip(facts, op.body.ops[-1].values)]
+        if joined == facts:
+            break
+        facts = joined
+    else:
+        facts = [_unknown(v) if isinstance(v.type, TensorType) else AxisInfo((), (1,), ()) for v in op.inits]
+        assume(op.body.args[1:], facts)
+        _analyze_block(op.body, infos, scalar_div)
+    assume(op.results, facts)
 
 
 def _get(infos, scalar_div, value: Value) -> AxisInfo:
@@ -92,11 +143,12 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
     if isinstance(op, Constant) and isinstance(op.value, int) and not isinstance(op.value, bool):
         div = _pow2_divisor(op.value)
         if isinstance(result.type, TensorType):
-            return _uniform(result, div)
+            return _uniform(result, div, op.value)
         scalar_div[result] = div
-        return AxisInfo((), (div,), ())
+        return AxisInfo((), (div,), (), op.value)
     if isinstance(op, Splat):
-        return _uniform(result, _scalar_div(get(op.operand)))
+        operand = get(op.operand)
+        return _uniform(result, _scalar_div(operand), operand.value)
     if isinstance(op, ExpandDims):
         a = get(op.operand)
         insert = lambda t, v: t[: op.axis] + (v,) + t[op.axis:]  # noqa: E731
@@ -105,7 +157,8 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
         divisor = 0
         for c, d in zip(a.contiguity, a.divisibility):
             divisor = gcd(divisor, 1 if c > 1 else d)
-        return AxisInfo(insert(a.contiguity, 1), insert(a.divisibility, divisor or 1), insert(a.constancy, 1))
+        return AxisInfo(insert(a.contiguity, 1), insert(a.divisibility, divisor or 1), insert(a.constancy, 1),
+                        a.value)
     if isinstance(op, AxisHint):
         return _hinted(op, result, get(op.operand), scalar_div)
     if isinstance(op, ConvertLayout) or (isinstance(op, (Cast, Bitcast)) and _integer_like(op)):
@@ -117,6 +170,7 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
             tuple(c if s == d else 1 for c, s, d in zip(a.contiguity, src, dst)),
             a.divisibility,
             tuple(k if s == d else d for k, s, d in zip(a.constancy, src, dst)),
+            a.value,
         )
     if not isinstance(result.type, TensorType):
         if isinstance(op, AddPtr):
@@ -138,6 +192,8 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
         a, b = get(op.lhs), get(op.rhs)
         if op.kind in ("add", "sub"):
             return _add_like(a, b, scale_rhs=1, subtract=op.kind == "sub")
+        if op.kind == "mul" and 1 in (a.value, b.value):
+            return b if a.value == 1 else a  # x * 1: a stride specialized to 1
         if op.kind == "mul":
             return AxisInfo(
                 tuple(1 for _ in a.contiguity),

@@ -186,8 +186,10 @@ def coalesce(kernel: Kernel) -> Kernel:
 
 
 def strip_anchors(kernel: Kernel) -> tuple[Kernel, dict[int, Placement]]:
-    """Remove coalesce's conversions: accesses read their tile operands again, and the
-    layouts they were converted to become anchors (keyed by id of the new access op)."""
+    """Remove coalesce's conversions (and those accelerate_dots puts around a wgmma):
+    accesses read their tile operands again, and the layouts they were converted to
+    become anchors (keyed by id of the new access op); so does an op whose tensor result
+    an earlier pass gave a layout."""
     into, back = {}, {}
     for op in kernel.walk():
         if isinstance(op, ConvertLayout) and op.operand.type.layout is None:
@@ -208,8 +210,14 @@ def strip_anchors(kernel: Kernel) -> tuple[Kernel, dict[int, Placement]]:
             if isinstance(op, (Load, Store)) and isinstance(op.pointer.type, TensorType) and \
                     op.pointer.type.layout is not None:
                 anchor = Placement(op.pointer.type.layout, op.pointer.type.encoding)
-            if isinstance(op, Load) and op.result in back:
+            result = getattr(op, "result", None)
+            if anchor is None and result is not None and isinstance(result.type, TensorType) and \
+                    result.type.layout is not None:  # placed by an earlier pass (a dot's accumulator)
+                anchor = Placement(result.type.layout, result.type.encoding)
+            if result is not None and result in back:  # a load, or another op anchored in its result
                 changes["result"] = back[op.result]
+            elif any(r in back for r in getattr(op, "results", ())):
+                changes["results"] = tuple(back.get(r, r) for r in op.results)
             op = dataclasses.replace(op, **changes)
             if anchor is not None:
                 anchors[id(op)] = anchor

@@ -1,7 +1,7 @@
 """propagate_layouts: give every tensor a layout, with as few conversions as possible.
 
-The anchors are the global accesses `coalesce` placed (its conversions are removed
-first). From them:
+The anchors are the global accesses `coalesce` placed and the accumulators of the dots
+`accelerate_dots` placed (their conversions are removed first). From them:
 
 1. Forward propagation, to a fixpoint: an op whose operands have layouts gets a result
    layout from its rule (`LAYOUT_RULES`): elementwise ops keep their operands' layout
@@ -33,10 +33,11 @@ from typing import Callable, Optional
 
 from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice_layout
 from ...layouts import rules as layout_rules
-from ..errors import CompilationError
+from ..errors import UNKNOWN_LOC, CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, AxisHint, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant,
-                  ConvertLayout, ExpandDims, Fma, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reduce,
-                  ReplicaIndex, Reshape, Splat, Store, Unary, Value, Where, While)
+                  ConvertLayout, ExpandDims, Fma, For, If, Kernel, Load, MmaV2, NumPrograms, Op, Permute, ProgramId,
+                  Reduce, ReplicaIndex, Reshape, SharedStore, Splat, Store, Unary, Value, WarpgroupMma,
+                  WarpgroupMmaWait, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
 
@@ -270,6 +271,30 @@ def _reshape_backward(op: Reshape, result: Placement, ctx) -> Decision:
     return _reshape_forward(op, (source,), ctx)
 
 
+@LAYOUT_RULES.forward(WarpgroupMma, MmaV2)
+def _mma_forward(op: Op, operands, ctx) -> Optional[Decision]:
+    """The accumulator layout accelerate_dots chose: the anchor, for acc and result."""
+    anchor = ctx.anchors[id(op)]
+    return Decision(anchor, tuple(anchor if _tensor(v) else None for v in op.uses()))
+
+
+@LAYOUT_RULES.forward(WarpgroupMmaWait)
+def _wgmma_wait_forward(op: WarpgroupMmaWait, operands, ctx) -> Optional[Decision]:
+    (source,) = operands  # accelerate_dots waits for one accumulator at a time
+    return None if source is None else Decision(source, (source,))
+
+
+@LAYOUT_RULES.backward(WarpgroupMmaWait)
+def _wgmma_wait_backward(op: WarpgroupMmaWait, result: Placement, ctx) -> Decision:
+    return Decision(result, (result,))
+
+
+@LAYOUT_RULES.forward(SharedStore)
+def _shared_store_forward(op: SharedStore, operands, ctx) -> Optional[Decision]:
+    """A value is stored from whatever layout it has (the buffer's layout addresses it)."""
+    return Decision(None, operands)
+
+
 # ------------------------------------------------------------------ the analysis
 @dataclasses.dataclass(eq=False)
 class Carried:
@@ -476,7 +501,10 @@ class Propagation:
         """Steps 1 and 2: forward propagation, then one unplaced value at a time."""
         self.forward()
         while (value := self._next_unplaced()) is not None:
-            wanted = (self.demand(value) or [self.default(value)])[0]
+            # A carried value is needed where any of its values is: the loop's result may
+            # be unused while the body's argument feeds an access.
+            defined = self.carried_of[value].defined if value in self.carried_of else (value,)
+            wanted = ([p for v in defined for p in self.demand(v)] or [self.default(value)])[0]
             if value in self.carried_of:
                 self._set_carried(self.carried_of[value], wanted)
             else:
@@ -583,7 +611,7 @@ class Propagation:
 
     def _convert(self, value: Value, wanted: Placement, out: list, op: Op) -> Value:
         result = Value(wanted.on(value.type), value.hint)
-        out.append(ConvertLayout(result=result, operand=value, loc=op.loc))
+        out.append(ConvertLayout(result=result, operand=value, loc=op.loc if op is not None else UNKNOWN_LOC))
         return result
 
 

@@ -1,7 +1,8 @@
 """Emulation rules: wgmma (warpgroup_mma) and its wait; mma.sync is in mma_v2.py.
 
 `a @ b + acc` is computed in float64 from the operands' decoded values (bf16, fp16 and
-the fp8 formats decode exactly) and rounded once to the accumulator's type; the GPU's
+the fp8 formats decode exactly; fp32 is read as tf32, its low mantissa bits dropped) and
+rounded once to the accumulator's type; the GPU's
 tensor cores accumulate in fp32 with their own (truncating) additions, so results agree
 to fp32 accumulation error, not bit for bit.
 
@@ -102,7 +103,16 @@ def _shared_operand(cta, op, ref: SharedRef, name: str):
         f"wgmma (operand {name})", "warpgroup_mma_wait")
     values = cta.shared.read(addresses, element, op, lambda position: f"wgmma operand {name}",
                              track=False)
+    if element.name == "fp32":
+        values = as_tf32(values)
     return np.asarray(values, dtype=np.float64), record
+
+
+def as_tf32(values) -> np.ndarray:
+    """fp32 values as wgmma's .tf32 inputs read them: the low 13 mantissa bits ignored
+    (PTX ISA 9.7.15.5, "wgmma.mma_async": fp32 operands in .tf32 format)."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return bits.view(np.float32)
 
 
 def _accumulator(cta, op: ir.WarpgroupMma):

@@ -194,9 +194,9 @@ def test_errors_point_at_the_users_line(fn, text, message):
 
 
 @tl.jit
-def uses_dot(x_ptr):
+def uses_dot_scaled(x_ptr):
     a = tl.load(x_ptr + tl.arange(0, 32))
-    tl.store(x_ptr + tl.arange(0, 32), tl.dot(a, a))
+    tl.store(x_ptr + tl.arange(0, 32), tl.dot_scaled(a, a))
 
 
 @tl.jit
@@ -211,8 +211,7 @@ def formats_a_tile(x_ptr):
     tl.static_print(f"{a}")
 
 
-@pytest.mark.parametrize("name", ["dot", "make_tensor_descriptor",
-                                  "sort", "cat", "histogram"])
+@pytest.mark.parametrize("name", ["dot_scaled", "make_tensor_descriptor", "sort", "cat", "histogram"])
 def test_triton_names_highlevel_lacks_say_so(name):
     with pytest.raises(AttributeError, match=f"`tl.{name}` is not supported by weft.highlevel yet"):
         getattr(tl, name)
@@ -225,9 +224,9 @@ def test_other_unknown_names_keep_pythons_message():
     assert "not supported" not in str(info.value)
 
 
-def test_tl_dot_suggests_lowlevel_warpgroup_mma():
+def test_tl_dot_scaled_suggests_lowlevel_warpgroup_mma():
     with pytest.raises(AttributeError, match=r"instead, .*ll\.warpgroup_mma"):
-        tl.dot
+        tl.dot_scaled
 
 
 def test_no_name_listed_as_unsupported_is_defined():
@@ -238,10 +237,10 @@ def test_no_name_listed_as_unsupported_is_defined():
 
 
 def test_an_unsupported_triton_name_in_a_kernel_points_at_the_users_line():
-    error = error_of(uses_dot)
-    assert "`tl.dot` is not supported by weft.highlevel yet" in error.message
+    error = error_of(uses_dot_scaled)
+    assert "`tl.dot_scaled` is not supported by weft.highlevel yet" in error.message
     assert "ll.warpgroup_mma" in error.message
-    assert error.loc.line == line_of(uses_dot, "tl.dot(a, a)")
+    assert error.loc.line == line_of(uses_dot_scaled, "tl.dot_scaled(a, a)")
 
 
 @pytest.mark.parametrize("fn, text", [(prints_a_tile, "print(a)"), (formats_a_tile, 'f"{a}"')])
