@@ -2,11 +2,14 @@
 against float32 torch autograd: the workload compute-sanitizer runs (memcheck, racecheck)
 on the GPU machine, e.g.
 
-    compute-sanitizer --tool racecheck python3 -m benchmarks.sanitize_attention_backward
+    compute-sanitizer --tool racecheck python3 -m benchmarks.sanitize_attention_backward [--dq tma] [--pipelined]
+
+`--dq` and `--pipelined` pick the backward variant (default_backward_config's arguments).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 
@@ -25,10 +28,16 @@ def _reference(q, k, v, do, causal):
     return q.grad, k.grad, v.grad
 
 
-def main() -> int:
+def main(argv=None) -> int:
     import torch
 
     from weft.kernels.attention import flash_attention, flash_attention_backward
+    from weft.kernels.attention.backward_host import default_backward_config
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dq", choices=("atomics", "tma"), default="atomics", help="dQ accumulation")
+    parser.add_argument("--pipelined", action="store_true", help="the software-pipelined walk")
+    args = parser.parse_args(argv)
 
     torch.manual_seed(0)
     failures = 0
@@ -40,7 +49,12 @@ def main() -> int:
         k, v = (torch.randn(1, kv_heads, seq_k, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         do = torch.randn_like(q)
         out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
-        grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal)
+        try:
+            config = default_backward_config(head_dim, args.dq, args.pipelined)
+        except ValueError as error:  # e.g. head_dim 256 has no pipelined walk with dQ by TMA
+            print(f"d={head_dim}: no such variant ({error})")
+            continue
+        grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, config=config)
         worst = max(((g.float() - r).norm() / r.norm()).item()
                     for g, r in zip(grads, _reference(q, k, v, do, causal)))
         ok = worst < 2e-2
