@@ -1,7 +1,7 @@
 """The FA3-style flash-attention forward kernel in weft.lowlevel (HOPPER.md).
 
 Persistent, with a dynamic scheduler: the host launches one CTA per SM (or one per tile
-with `Config(persistent=False)`); a CTA's first tile (query tile, batch * head) is its
+with `PingpongConfig(persistent=False)`); a CTA's first tile (query tile, batch * head) is its
 program id, and its producer claims the next from an atomic counter (num_programs + the
 count so far) while the consumers run a tile, so a CTA that drew short tiles takes more
 of them (DYNAMIC; else CTA i takes tiles i, i + num_programs, ..., as clusters do).
@@ -28,12 +28,12 @@ to stop. The CTA's warps split into partitions:
 A warpgroup's key steps are in steps.py, the softmax of a step in softmax.py; ring
 slots, phases, releases and turns in rings.py; which rows and keys a tile has, the tile
 order and the hand-off of a tile with its Q in tiles.py. With RESCALE_ABOVE
-(Config.conditional_rescale: on by default), a row's running max moves only when some row
+(PingpongConfig.conditional_rescale: on by default), a row's running max moves only when some row
 of its warp grew past it by more than 2^8, and only those warps rescale O (`if
 ll.warp_any(...)`), as FlashAttention-4 does: head_dim 256's 64-key tiles would otherwise
 rescale 128 O registers per thread every 64 keys.
 
-At head_dim 64 and 128 (LAZY_MAX, Config.lazy_max) a key step takes no row max at all: P
+At head_dim 64 and 128 (LAZY_MAX, PingpongConfig.lazy_max) a key step takes no row max at all: P
 is computed against the running max of the tiles before, and the row sums of P, which l
 needs anyway, tell the few warps where that was unsafe (a sum past 2^8: scores grew) to
 move the max (`exps_on_last_max`). At 128 ("scores") they take the exact max from S,
@@ -58,7 +58,7 @@ Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
   (`turn_takers`): the others just release the ring's slots, and each warpgroup counts
   its own turns.
 
-With CLUSTER 2 (Config.cluster; non-causal), CTAs run in clusters of two on a static
+With CLUSTER 2 (PingpongConfig.cluster; non-causal), CTAs run in clusters of two on a static
 schedule: the pair takes query tiles 2p and 2p + 1 of one head, and each CTA's producer
 loads half of every K/V tile's 64-column boxes into both CTAs by multicast TMA
 (`load_boxes`), so K and V leave L2 once per pair; consumers release each slot on
@@ -75,7 +75,7 @@ the end of the keys pay for masks, and tiles are started longest first. Each war
 bounds its key tiles by its own 64 rows: of a 192-row tile's keys, the first warpgroup
 skips (only releases) those right of its diagonal, and masks only the tile it crosses;
 where its rows see only the first half of that tile (rows from a multiple of 128, with
-128-key tiles), it takes the half alone (HALF_TILES, Config.half_tiles).
+128-key tiles), it takes the half alone (HALF_TILES, PingpongConfig.half_tiles).
 Causal query tiles are aligned to the last rows too (`tile_coordinates`), so a partial
 tile is the top one, which sees the fewest keys.
 
@@ -154,7 +154,7 @@ def producer(state):
         # The CTA's next tile, claimed while the consumers run this one. Non-causal tiles
         # are all alike: claim it now, so that its Q is in before this tile ends (short
         # tiles gain most). Causal tiles run longest first and are claimed before this
-        # one's last CLAIM_AHEAD K/V loads (Config.claim_ahead): claimed at once, the
+        # one's last CLAIM_AHEAD K/V loads (PingpongConfig.claim_ahead): claimed at once, the
         # longest-first order would balance the last ones worse.
         claim_at = 1
         if state.CAUSAL:
@@ -433,7 +433,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     even num_m_tiles and one head per tile group. They run in step over the same K/V
     tiles, each loading half of every tile into both (`load_boxes`)."""
     dtype: ll.constexpr = q_desc.dtype
-    # How a lazy step (Config.lazy_max) moves the max of rows that grew: from S, held
+    # How a lazy step (PingpongConfig.lazy_max) moves the max of rows that grew: from S, held
     # beside P, where the registers allow it (head_dim 128: "scores"), else from the row
     # sums of P alone ("sums", `max_from_sums`; S beside P spilled at 64 and 256).
     if LAZY_MAX:

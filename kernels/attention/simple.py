@@ -1,4 +1,4 @@
-"""The simple flash-attention forward kernel (Config(variant="simple")): a baseline for
+"""The simple flash-attention forward kernel (SimpleConfig): a baseline for
 the FA3 kernel in kernels.py, with none of its overlaps.
 
 One CTA computes O for BLOCK_M query rows of one (batch, head):

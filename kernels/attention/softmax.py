@@ -5,7 +5,7 @@ the row sums l, and O's rescale when m moves. Two ways to move m:
 - `online_softmax` takes the row max of S first (FlashAttention-2 and 3), with
   RESCALE_ABOVE moving it only in warps where some row grew past m by more than
   2^RESCALE_ABOVE (FlashAttention-4), so that the others skip O's rescale;
-- under Config.lazy_max, `exps_on_last_max` computes P against the last m before any max
+- under PingpongConfig.lazy_max, `exps_on_last_max` computes P against the last m before any max
   of S is taken, and only the warps whose row sums say that was unsafe move m: from S,
   held beside P (`max_where_grew`), or from the sums alone (`max_from_sums`).
 
@@ -135,7 +135,7 @@ def normalizers(shares, ROW: ll.constexpr):
 @ll.jit
 def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll.constexpr,
                      SEEN: ll.constexpr = False):
-    """The first half of a key step under Config.lazy_max, where no row max is taken: P =
+    """The first half of a key step under PingpongConfig.lazy_max, where no row max is taken: P =
     exp2(S * scale - m) against m, the running max of the key tiles before, and each
     thread's share of its row sums (`thread_sums`). A warp none of whose threads' shares
     passed 2^RESCALE_ABOVE (which bounds each P by it, as online_softmax's conditional
@@ -145,7 +145,7 @@ def exps_on_last_max(s, m_i, qk_scale, EXP2_FMA: ll.constexpr, RESCALE_ABOVE: ll
     first keys (m = -inf, l and O still 0); they move m (`max_where_grew` from S,
     `max_from_sums` from the sums, where `attend_step` sends an overflow to S computed
     again). With m at least the row's max a row sums to at most its count of keys, so
-    RESCALE_ABOVE must exceed log2(BLOCK_N) (Config checks it). SEEN: every row has seen
+    RESCALE_ABOVE must exceed log2(BLOCK_N) (PingpongConfig checks it). SEEN: every row has seen
     keys before (m is finite), as in a key tile after the first that needs no mask: no
     select of m and no test for first keys. Returns (P, the shares, grew)."""
     m_use = m_i
