@@ -34,15 +34,15 @@ from .tiles import key_tiles
 
 
 @ll.jit
-def tile_coordinates(heads, kv_group, BLOCK_M: ll.constexpr, num_m_tiles, CAUSAL: ll.constexpr):
-    """(batch, head, kv head, first row) of this CTA's tile; causal grids start with the
-    bottom tiles, which see the most keys."""
+def tile_coordinates(state):
+    """(batch, head, kv head, first row) of this CTA's tile (`state`: a Simple); causal
+    grids start with the bottom tiles, which see the most keys."""
     pid_m = ll.program_id(0)
-    if CAUSAL:
-        pid_m = num_m_tiles - 1 - pid_m
+    if state.CAUSAL:
+        pid_m = state.num_m_tiles - 1 - pid_m
     bh = ll.program_id(1)
-    head = bh % heads
-    return bh // heads, head, head // kv_group, pid_m * BLOCK_M
+    head = bh % state.heads
+    return bh // state.heads, head, head // state.kv_group, pid_m * state.BLOCK_M
 
 
 @ll.aggregate
@@ -78,11 +78,10 @@ def attention_producer(state):
     rings = state.rings
     HEAD_DIM: ll.constexpr = state.HEAD_DIM
     BLOCK_N: ll.constexpr = state.BLOCK_N
-    batch, head, kv_head, off_m = tile_coordinates(state.heads, state.kv_group, state.BLOCK_M, state.num_m_tiles,
-                                                   state.CAUSAL)
+    batch, head, kv_head, off_m = tile_coordinates(state)
     mbarrier.expect(state.q_ready, state.q_desc.nbytes * (HEAD_DIM // state.q_desc.block_shape[3]))
     load_boxes(state.q_desc, batch, head, off_m, state.q_ready, state.q_smem, HEAD_DIM)
-    full, count = key_tiles(off_m, state.seq_q, state.seq_k, state.BLOCK_M, BLOCK_N, state.CAUSAL)
+    full, count = key_tiles(state, off_m, state.BLOCK_M)
     tile_bytes: ll.constexpr = state.k_desc.nbytes * (HEAD_DIM // state.k_desc.block_shape[3])
     for n in range(0, count):
         slot = n % rings.STAGES
@@ -146,9 +145,8 @@ def attention_consumer(state):
     S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
     O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, HEAD_DIM, 16])
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
-    batch, head, kv_head, off_m = tile_coordinates(state.heads, state.kv_group, BLOCK_M, state.num_m_tiles,
-                                                   state.CAUSAL)
-    full, count = key_tiles(off_m, seq_q, state.seq_k, BLOCK_M, BLOCK_N, state.CAUSAL)
+    batch, head, kv_head, off_m = tile_coordinates(state)
+    full, count = key_tiles(state, off_m, BLOCK_M)
     qk_scale = state.softmax_scale * LOG2E
     m_i = ll.full([BLOCK_M], float("-inf"), ll.float32, ROW)
     l_i = ll.zeros([BLOCK_M], ll.float32, ROW)

@@ -351,12 +351,25 @@ def test_emulated_tile_groups(heads_per_group):
     _check_emulated(2, 4, 2, 300, 100, 64, False, "bhsd", config)
 
 
+@ll.aggregate
+class _TileOrder:
+    """The fields of the kernel's state (state.Forward) that tile_coordinates reads."""
+    num_m_tiles: ll.tensor
+    batch_heads: ll.tensor
+    group: ll.tensor
+    heads: ll.tensor
+    kv_group: ll.tensor
+    seq_q: ll.tensor
+    CONSUMERS: ll.constexpr
+    CAUSAL: ll.constexpr
+
+
 @ll.jit
 def _tile_origins(out_ptr, num_m_tiles, batch_heads, group, heads, seq_q, BLOCK_M: ll.constexpr,
                   CAUSAL: ll.constexpr):
     tile = ll.program_id(0)
-    batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, 1, seq_q,
-                                                   BLOCK_M, CAUSAL)
+    order = _TileOrder(num_m_tiles, batch_heads, group, heads, 1, seq_q, BLOCK_M // 64, CAUSAL)
+    batch, head, kv_head, off_m = tile_coordinates(order, tile)
     ll.store(out_ptr + 2 * tile, batch * heads + head)
     ll.store(out_ptr + 2 * tile + 1, off_m)
 
