@@ -45,6 +45,13 @@ def tile_coordinates(state):
     return bh // state.heads, head, head // state.kv_group, pid_m * state.BLOCK_M
 
 
+@ll.constexpr_function
+def accumulator_layout(warps, columns):
+    """The wgmma accumulator layout of the consumers' [BLOCK_M, columns] tile (S, P or O):
+    `warps` warps of 16 rows each."""
+    return ll.NVMMADistributedLayout([3, 0], [warps, 1], [16, columns, 16])
+
+
 @ll.aggregate
 class Simple:
     """What the simple kernel's partitions share (flash_attention_forward's parameters,
@@ -72,6 +79,15 @@ class Simple:
     NUM_WARPS: ll.constexpr
 
 
+@ll.aggregate
+class QueryRows:
+    """The CTA's query rows as each key step sees them (`attend_tile`): the Q tile, its
+    first row and softmax_scale * log2(e)."""
+    q: ll.shared_memory_descriptor
+    off_m: ll.tensor
+    qk_scale: ll.tensor
+
+
 @ll.jit
 def attention_producer(state):
     """Load Q, then every K/V tile the consumers need, as slots free up."""
@@ -97,12 +113,15 @@ def attention_producer(state):
 
 
 @ll.jit
-def attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
-                O_LAYOUT: ll.constexpr):
-    """One K/V tile of the online softmax: S = Q K^T, rescale, O += P V."""
+def attend_tile(state, query, n, acc, m_i, l_i, MASKED: ll.constexpr):
+    """Key tile n of the online softmax for the CTA's rows (`query`, a QueryRows): S = Q K^T,
+    rescale O (`acc`), m and l, then O += P V. Returns (O, m, l)."""
+    q, off_m, qk_scale = query.q, query.off_m, query.qk_scale
     rings = state.rings
     BLOCK_M: ll.constexpr = state.BLOCK_M
     BLOCK_N: ll.constexpr = state.BLOCK_N
+    S_LAYOUT: ll.constexpr = accumulator_layout(state.NUM_WARPS, BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(state.NUM_WARPS, state.HEAD_DIM)
     slot = n % rings.STAGES
     phase = (n // rings.STAGES) & 1
     mbarrier.wait(rings.k_ready.index(slot), phase)
@@ -142,8 +161,8 @@ def attention_consumer(state):
     HEAD_DIM: ll.constexpr = state.HEAD_DIM
     NUM_WARPS: ll.constexpr = state.NUM_WARPS
     seq_q = state.seq_q
-    S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
-    O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, HEAD_DIM, 16])
+    S_LAYOUT: ll.constexpr = accumulator_layout(NUM_WARPS, BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(NUM_WARPS, HEAD_DIM)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     batch, head, kv_head, off_m = tile_coordinates(state)
     full, count = key_tiles(state, off_m, BLOCK_M)
@@ -153,10 +172,11 @@ def attention_consumer(state):
     acc = ll.zeros([BLOCK_M, HEAD_DIM], ll.float32, O_LAYOUT)
     q = state.q_smem.index(0).index(0)
     mbarrier.wait(state.q_ready, 0)
+    query = QueryRows(q, off_m, qk_scale)
     for n in range(0, full):
-        acc, m_i, l_i = attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, False, S_LAYOUT, O_LAYOUT)
+        acc, m_i, l_i = attend_tile(state, query, n, acc, m_i, l_i, False)
     for n in range(full, count):
-        acc, m_i, l_i = attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, True, S_LAYOUT, O_LAYOUT)
+        acc, m_i, l_i = attend_tile(state, query, n, acc, m_i, l_i, True)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
     # FlashAttention does.
     seen = l_i > 0.0
