@@ -186,22 +186,22 @@ def find_systems(torch, wanted) -> dict:
 
 
 def _weft_with(name: str):
-    """weft under its default Config with fields overridden, from a system name such as
+    """weft under its default PingpongConfig with fields overridden, from a system name such as
     "weft:q_buffers=2" or "weft:persistent=False+stages=3"."""
     import ast
 
     try:
-        from weft.kernels.attention import Config, default_config, flash_attention
+        from weft.kernels.attention import PingpongConfig, default_config, flash_attention
 
         fields = {}
         for item in name[len("weft:"):].split("+"):
             key, _, value = item.partition("=")
             fields[key] = ast.literal_eval(value)
         # A misspelt field fails here, once; values are checked against each shape's default
-        # Config when it runs (stages=4 fits head_dim 64's shared memory, not 128's).
-        unknown = set(fields) - {field.name for field in dataclasses.fields(Config)}
+        # config when it runs (stages=4 fits head_dim 64's shared memory, not 128's).
+        unknown = set(fields) - {field.name for field in dataclasses.fields(PingpongConfig)}
         if unknown:
-            raise ValueError(f"Config has no field {', '.join(sorted(unknown))}")
+            raise ValueError(f"PingpongConfig has no field {', '.join(sorted(unknown))}")
     except Exception as error:
         return f"{name}: " + _reason(error)
     return lambda q, k, v, causal, scale: flash_attention(
@@ -351,7 +351,7 @@ def main(argv=None) -> int:
     known = SYSTEMS + EXTRA_SYSTEMS
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"comma-separated subset of {','.join(known)}, or weft under its "
-                             f"default Config with fields changed: weft:q_buffers=2+stages=3")
+                             f"default PingpongConfig with fields changed: weft:q_buffers=2+stages=3")
     parser.add_argument("--backward", action="store_true",
                         help="time the backward (benchmarks/attention_backward.py): seq 1k..16k, graph and "
                              "do_bench times")

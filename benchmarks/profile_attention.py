@@ -1,4 +1,4 @@
-"""One launch of each attention system per shape (weft, weft under Config variants, cuDNN:
+"""One launch of each attention system per shape (weft, weft under other PingpongConfigs, cuDNN:
 benchmarks/attention.py's names) inside a profiler range, for Nsight Compute to compare
 what limits each (tensor-pipe use, issue, DRAM and L2 traffic, stalls). Every output is
 checked against the benchmark's float32 reference first.

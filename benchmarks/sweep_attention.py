@@ -1,4 +1,4 @@
-"""Configuration sweep for flash attention: weft under several Configs per shape, beside
+"""Configuration sweep for flash attention: weft under several PingpongConfigs per shape, beside
 cuDNN and the plain Triton kernel in the same run, for choosing defaults.
 
     python -m benchmarks.sweep_attention [--seqs 512 1024] [--head-dims 64 128]
@@ -21,8 +21,8 @@ from benchmarks.attention import (_reason, fa3_shape, find_systems, forward_flop
 
 
 def candidates(head_dim: int, causal: bool):
-    """(label, Config) pairs to try; "default" is what flash_attention picks."""
-    from weft.kernels.attention import Config, default_config
+    """(label, PingpongConfig) pairs to try; "default" is what flash_attention picks."""
+    from weft.kernels.attention import PingpongConfig, default_config
 
     yield "default", default_config(head_dim)
     options = {
@@ -38,7 +38,7 @@ def candidates(head_dim: int, causal: bool):
               dict(block_n=32, stages=3)],
     }[head_dim]
     for option in options:
-        config = Config(head_dim=head_dim, **option)
+        config = PingpongConfig(head_dim=head_dim, **option)
         yield _label(option), config
     # The other tile schedule for the default tiles: persistent CTAs for causal, one CTA
     # per tile for non-causal.

@@ -32,12 +32,15 @@ import torch
 
 from ._launch import OPERATOR, torch_route
 from .attention import host as attention_host
-from .attention.config import Config as AttentionConfig
+from .attention.config import SimpleConfig
+from .attention.pingpong_config import PingpongConfig
 from .matmul import host as matmul_host
 from .matmul.config import Config as MatmulConfig
 
 # A kernel Config crosses the operator boundary as JSON text (an operator's arguments are
 # tensors, numbers, strings and dtypes): the graph torch.compile keeps names it by value.
+# The text names the config's type too: attention has one per kernel variant.
+ATTENTION_CONFIGS = (PingpongConfig, SimpleConfig)
 
 
 @torch.compiler.assume_constant_result  # a trace keeps the text, not the json calls
@@ -47,12 +50,16 @@ def config_text(config) -> str | None:
 
 @functools.lru_cache(maxsize=64)  # configs are frozen: a repeated call pays a dict lookup
 def _config_text(config) -> str:
-    return json.dumps(dataclasses.asdict(config), sort_keys=True)
+    return json.dumps([type(config).__name__, dataclasses.asdict(config)], sort_keys=True)
 
 
 @functools.lru_cache(maxsize=64)
-def _config(kind, text: str | None):
-    return None if text is None else kind(**json.loads(text))
+def _config(kinds: tuple, text: str | None):
+    """The config `config_text` wrote, of the one of `kinds` it names."""
+    if text is None:
+        return None
+    name, fields = json.loads(text)
+    return next(kind for kind in kinds if kind.__name__ == name)(**fields)
 
 
 # ----------------------------------------------------------------------------- matmul
@@ -60,7 +67,7 @@ def _config(kind, text: str | None):
 @torch.library.custom_op("weft::matmul", mutates_args=())
 def matmul_op(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
               config: str | None = None) -> torch.Tensor:
-    return matmul_host.host_matmul(a, b, out_dtype, config=_config(MatmulConfig, config))
+    return matmul_host.host_matmul(a, b, out_dtype, config=_config((MatmulConfig,), config))
 
 
 @matmul_op.register_fake
@@ -120,7 +127,7 @@ def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
                        softmax_scale: float | None = None, layout: str = "bhsd",
                        config: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return attention_host.host_flash_attention(q, k, v, causal, softmax_scale, True, layout,
-                                               config=_config(AttentionConfig, config))
+                                               config=_config(ATTENTION_CONFIGS, config))
 
 
 @flash_attention_op.register_fake

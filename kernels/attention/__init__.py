@@ -11,7 +11,9 @@ on the CPU emulator (numpy has no bf16: use fp16 there).
 bf16/fp16; head_dim 64, 128 or 256; any sequence lengths (seq_q != seq_k: causal is
 aligned bottom-right); GQA/MQA (k/v heads dividing q heads); layout="bshd" for
 [batch, seq, heads, head_dim] tensors. `reference_attention` is the float64 numpy
-reference, `Config` a kernel variant (tile sizes, stages, register budgets).
+reference. `config=` picks the kernel and its knobs: a `PingpongConfig` (the FA3 kernel;
+`default_config` gives the one flash_attention picks) or a `SimpleConfig` (a baseline
+without overlaps): tile sizes, stages, register budgets.
 
     dq, dk, dv = flash_attention_backward(q, k, v, o, lse, do, causal=True)   # the gradients
 
@@ -20,9 +22,10 @@ reference, `Config` a kernel variant (tile sizes, stages, register budgets).
 
 from __future__ import annotations
 
-from .config import Config, default_config, shared_bytes
+from .config import ForwardConfig, SimpleConfig, shared_bytes
+from .pingpong_config import PingpongConfig, default_config
 from .backward_host import flash_attention_backward, reference_attention_backward
 from .host import flash_attention, reference_attention
 
-__all__ = ["Config", "default_config", "flash_attention", "flash_attention_backward", "reference_attention",
-           "reference_attention_backward", "shared_bytes"]
+__all__ = ["ForwardConfig", "PingpongConfig", "SimpleConfig", "default_config", "flash_attention",
+           "flash_attention_backward", "reference_attention", "reference_attention_backward", "shared_bytes"]

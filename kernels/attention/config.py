@@ -1,174 +1,43 @@
-"""Flash-attention kernel configurations: validated, with the shared memory they need."""
+"""Flash-attention forward configurations, one type per kernel variant: what both variants
+share (`ForwardConfig`: the tile shape, the K/V ring, the register budgets), validated,
+with the shared memory and registers a CTA needs; the simple kernel's `SimpleConfig`.
+The FA3 kernel's `PingpongConfig`, with its own knobs, is in pingpong_config.py."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ...compiler.backend.lower_warp_specialize import launch_register_cap
 from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from .rings import ready_barriers
 
-MAX_CTAS_PER_SM = 4
 HEAD_DIMS = (64, 128, 256)
 BOX = 64                   # 16-bit elements in one 128-byte swizzle row: one TMA box's width
 ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
 TILE_FIELDS = 4            # int32 words published with each Q buffer: tile, batch, head, first row
-VARIANTS = ("pingpong", "simple")
-L2_GROUP_BYTES = 24 << 20  # K/V bytes of the heads whose tiles run together, by default
-L2_GROUP_BYTES_256 = 8 << 20  # for causal head_dim 256, faster than 24 MB there (docs/attention-journal.md)
-MAX_RESCALE_ABOVE = 15  # log2 of the largest P a skipped rescale may leave: below fp16's 65504
-REPLICATE_UP_TO = 4096  # keys up to which causal head_dim 128 consumers share one copy of the code
-THREE_STAGES_UP_TO = 2048  # keys up to which causal head_dim 64 keeps three K/V tiles in flight
-FOUR_CONSUMERS_UP_TO = 1024  # keys up to which non-causal head_dim 64 runs four consumer warpgroups
-ONE_KEY_TILE_UP_TO = 64  # keys up to which head_dim 64 and 128 run several one-warpgroup CTAs an SM
 
 
 @dataclass(frozen=True)
-class Config:
-    """One forward-kernel variant for a head dim.
-
-    - variant "pingpong": the FA3 kernel (kernels.py): `consumers` warpgroups, each in its
-      own partition, the GEMMs of one overlapping the softmax of the others and of its own
-      previous step. "simple": one partition of all consumer warps, no overlap inside a
-      warpgroup (simple.py; a baseline).
-    - block_n keys per K/V tile, `stages` K/V tiles in flight;
-    - producer_regs / consumer_regs: setmaxnreg budgets of the TMA producer warpgroup and
-      of each consumer warpgroup;
-    - persistent (pingpong): one CTA per SM, each claiming its next tile from an atomic
-      counter when it finishes one, longest first (the next tile's Q and K/V load while
-      the last one's O is stored); False: one CTA per tile.
-    - q_buffers (persistent): warpgroup-sized Q buffers in the Q ring, from `consumers`
-      (one tile's) to 2 * `consumers` (the next tile's Q loads during this one); None:
-      as many as fit in shared memory beside the K/V ring (and O's buffer, where that
-      fits: the host decides it first).
-    - l2_group_bytes (pingpong): the K/V bytes of the (batch, head) pairs whose query
-      tiles are numbered together, heads taken in turn (so causal tiles run longest
-      first within a group); 1 puts every head in a group of its own, so the query
-      tiles of one head run side by side. None: one head per group for non-causal
-      attention at head_dim 128 and 256 (it reads K/V from DRAM once; at head_dim 64 it
-      was slower), else 24 MB, 8 MB for causal head_dim 256 (faster there up to 8k
-      tokens); docs/attention-journal.md.
-    - replicated (pingpong): the consumer warpgroups run one copy of the consumer code
-      (a warp_specialize worker with `worker_replicas`, each copy reading its index at run
-      time) rather than a partition each with its index compiled in: the kernel's code is
-      a half to a third the size, so short tiles, which go through all of it often, wait
-      less on instruction fetches (where Nsight Compute found many of the consumers' stall
-      samples at causal head_dim 64, 512 tokens); the index costs a few instructions per
-      key step.
-      Replicated consumers also release ring slots warp by warp. None: replicated for
-      causal head_dim 64, and causal head_dim 128 up to REPLICATE_UP_TO keys, where it
-      measured faster; elsewhere it measured level or slower (docs/attention-journal.md).
-    - per_warp_release (pingpong): consumers release ring slots and pass turns with one
-      arrival per warp, as soon as each warp gets there, rather than one per warpgroup
-      after a warpgroup-wide named barrier (which holds the first warps back until the
-      last gets there). None: where the consumers are replicated (which needs it) and at
-      head_dim 128, where it measured faster; level at 256, slower at 64
-      (docs/attention-journal.md).
-    - conditional_rescale (pingpong): FlashAttention-4's rescale. A row's running max,
-      which the softmax subtracts before exp2, moves only in warps where some row's max
-      grew past it by more than `rescale_above` (log2 units), so the other warps skip
-      rescaling O (a branch per warp, `ll.warp_any`); P then stays below
-      2^rescale_above. The result is the same up to rounding. False: the max moves at
-      every key tile and O is rescaled at every step, as in FlashAttention-2 and 3.
-      None: on wherever lazy_max is (which moves the max only where rows grew) and at head_dim
-      256 without it, whose 64-key tiles rescale 128 O registers per thread every 64 keys
-      (where it measured faster); without lazy_max at 64 and 128 it measured level
-      (docs/attention-journal.md).
-    - claim_ahead (causal, persistent): the producer claims the CTA's next tile before
-      the last `claim_ahead` K/V loads of a tile, rather than after all of them, so the
-      next tile's Q is in when the consumers get there; claimed earlier, the longest-first
-      order balances the CTAs worse. None: 2 at head_dim 64, whose key steps are the
-      shortest (it gains at 512 tokens, level elsewhere), 0 at 128 and 256 (there 2 was
-      level at 128 and slower at 256; docs/attention-journal.md).
-      Non-causal tiles are all alike: the next is claimed as soon as a tile starts.
-    - cluster (pingpong, persistent): CTAs per cluster, 1 or 2. With 2, the CTAs of a
-      cluster run the two query tiles of one (batch, head) side by side, and each loads
-      half of every K/V tile into both by multicast TMA, so K and V leave L2 once per
-      pair (FlashAttention-3 does this for non-causal head_dim 128 and 256). It needs
-      non-causal attention, head_dim 128 or 256, an even count of query tiles per head and
-      one head per tile group (l2_group_bytes None). None: 2 wherever that holds, else 1.
-      Side by side with single CTAs at the power cap, pairs gain a little from 2k tokens
-      and are level below: the clock rises with half the L2 traffic, and the pair gives
-      most of it back in work per cycle (docs/attention-journal.md).
-    - lazy_max (pingpong): no row max is taken at a key step: P is computed against the
-      running max m of the key tiles before, and only in warps where a row of P summed
-      past 2^rescale_above (scores grew), overflowed or saw its first keys does m move,
-      with P, l and O rescaled to match (kernels.exps_on_last_max). The result is the
-      same up to rounding; a step spends no instructions on the max, its shuffles or O's
-      rescale, and its exps start as soon as S is in. Needs rescale_above above
-      log2(block_n) (a row of P against a max sums to at most block_n). How m moves
-      depends on the registers: at head_dim 128, S stays live beside P and those warps
-      take the exact max from it and compute P again (a quarter fewer instructions a
-      step); at 64 and 256, where S beside P spilled, m moves up by log2 of the row's sum
-      and P is scaled down (max_from_sums; 429 instructions a step become 332 at 64), a
-      warpgroup with a P overflowed to inf computes S again from its K tile (released only
-      then) to take the max, and key tiles that need a mask take the max as without
-      lazy_max. A row's first key tile takes P against the max of its first 32 keys and
-      the exact max, from S, only where a row grew past that. None: on at head_dim 64 and
-      128, where it measured faster side by side with it off; off at 256, where it gained
-      less (without its overflow path) and spills with one tile's Q buffers
-      (docs/attention-journal.md).
-    - dynamic_schedule (persistent): how a CTA finds its next tile. True: its producer
-      claims one from an atomic counter (zeroed on every launch) as it starts a tile, so a
-      CTA that drew short or slow tiles takes more; False: CTA i takes tiles i, i + grid,
-      ... and the host zeroes no counter. None: dynamic, except for clusters of two (which
-      take their tiles side by side). Static measured slower even for non-causal tiles,
-      which are all alike, at lengths whose tiles do not fill the last wave
-      (docs/attention-journal.md).
-    - half_tiles (pingpong): a warpgroup's last key tile, where none of its rows sees the
-      tile's second half, is taken as a tile of block_n / 2 keys: S's GEMM, its softmax
-      and the last P V over half the keys (kernels.attend_tile). Causal 64-row warpgroups
-      starting at a multiple of 128 rows cross the diagonal in the first half of a
-      128-key tile, half the warpgroups of a causal problem; non-causal, the last key
-      tile where seq_k % block_n is at most block_n / 2. None: on for causal attention
-      with 128-key tiles (head_dim 64 and 128), where it measured faster, most at short
-      sequences. Off non-causal, where the benchmark's lengths have no such tile and the
-      code would only grow (docs/attention-journal.md).
-    - exp2_fma_share: the share of the softmax's exps computed by FMA polynomials instead
-      of the exp unit (`ll.exp2(..., fma_share=)`, FlashAttention-4's trick); 0 because
-      every share measured slower: each exp moved costs nine issued instructions, and the
-      kernel is not limited by the exp unit alone (docs/attention-journal.md).
-    - ctas_per_sm (pingpong): CTAs an SM holds at once, 1 to MAX_CTAS_PER_SM. Above 1 the
-      kernel launches with the registers and shared memory of that share of an SM (the
-      launch option maxnreg; the budgets and buffers are checked against it), so that the
-      tiles of several CTAs, each with its own producer and K/V ring, run side by side.
-      default_config gives 3 (of one warpgroup each) at head_dim 64 and 2 at 128 where the
-      keys are a single 64-key tile (`default_config`).
-    """
+class ForwardConfig:
+    """What both forward kernels are configured by (a `PingpongConfig` or a
+    `SimpleConfig`, never this type itself): key tiles of `block_n` keys, `stages` K/V
+    tiles in flight, `consumers` warpgroups of ROWS query rows each, and the setmaxnreg
+    budgets of the TMA producer warpgroup (`producer_regs`) and of each consumer
+    warpgroup (`consumer_regs`). A subclass's __post_init__ validates all of its knobs."""
 
     head_dim: int = 128
     block_n: int = 128
     stages: int = 2
     consumers: int = 2
-    variant: str = "pingpong"
     producer_regs: int = 24
     consumer_regs: int = 240
-    persistent: bool = True
-    q_buffers: int | None = None
-    l2_group_bytes: int | None = None
-    replicated: bool | None = None
-    per_warp_release: bool | None = None
-    conditional_rescale: bool | None = None
-    rescale_above: float = 8.0
-    claim_ahead: int | None = None
-    exp2_fma_share: float = 0.0
-    cluster: int | None = None
-    lazy_max: bool | None = None
-    dynamic_schedule: bool | None = None
-    half_tiles: bool | None = None
-    ctas_per_sm: int = 1
+
+    MAX_CONSUMERS: ClassVar[int] = 4
 
     def __post_init__(self):
-        # Each knob alone, then the tile shape, then what the variant allows and how its
-        # options go together, then what the CTA's registers and shared memory hold.
-        _check_values(self)
-        _check_shape(self)
-        if self.variant == "simple":
-            _check_simple_options(self)
-        _check_pingpong_options(self)
-        _check_registers(self)
-        _check_shared_memory(self)
+        raise TypeError("ForwardConfig is what PingpongConfig and SimpleConfig share: construct one of those "
+                        "(PingpongConfig for the FA3 kernel, SimpleConfig for the simple baseline)")
 
     @property
     def block_m(self) -> int:
@@ -182,156 +51,83 @@ class Config:
         return 128 * (1 + self.consumers)
 
 
-# Knobs that are None (chosen for the problem or head dim, as the functions below do) or a bool.
-CHOSEN_PER = {"half_tiles": "problem", "dynamic_schedule": "problem", "lazy_max": "problem",
-              "conditional_rescale": "head dim", "replicated": "problem", "per_warp_release": "problem"}
+@dataclass(frozen=True)
+class SimpleConfig(ForwardConfig):
+    """The simple kernel (simple.py; a baseline for the FA3 kernel's `PingpongConfig`): one
+    partition of all `consumers` warpgroups (1 or 2), with no overlap inside a warpgroup,
+    one CTA per query tile, every key tile taken whole and every exp on the exp unit."""
+
+    MAX_CONSUMERS: ClassVar[int] = 2
+
+    def __post_init__(self):
+        check_shape(self)
+        check_registers(self)
+        check_shared_memory(self)
+
+    @property
+    def ctas_per_sm(self) -> int:
+        """One CTA an SM at launch (several is a PingpongConfig knob)."""
+        return 1
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_values(config: Config) -> None:
-    """Each knob alone: its type and range."""
-    if not _is_int(config.ctas_per_sm) or not 1 <= config.ctas_per_sm <= MAX_CTAS_PER_SM:
-        raise ValueError(f"Config.ctas_per_sm must be an int from 1 to {MAX_CTAS_PER_SM} (CTAs an SM "
-                         f"holds at once), got {config.ctas_per_sm!r}")
-    for name, per in CHOSEN_PER.items():
-        value = getattr(config, name)
-        if value is not None and not isinstance(value, bool):
-            raise ValueError(f"Config.{name} must be None (chosen per {per}), True or False, got {value!r}")
-    if config.cluster is not None and (isinstance(config.cluster, bool) or config.cluster not in (1, 2)):
-        raise ValueError(f"Config.cluster must be None (2 where it applies), 1 or 2 (CTAs sharing K/V "
-                         f"tiles by multicast), got {config.cluster!r}")
-    if not _is_number(config.exp2_fma_share) or not 0 <= config.exp2_fma_share <= 1:
-        raise ValueError(f"Config.exp2_fma_share must be a number in [0, 1] (the share of exps "
-                         f"computed on the FMA pipe), got {config.exp2_fma_share!r}")
-    if not _is_number(config.rescale_above) or not 0 <= config.rescale_above <= MAX_RESCALE_ABOVE:
-        raise ValueError(f"Config.rescale_above must be a number in [0, {MAX_RESCALE_ABOVE}] (log2 "
-                         f"units: P reaches 2^rescale_above, and fp16 overflows at 2^16), got "
-                         f"{config.rescale_above!r}")
-    if config.l2_group_bytes is not None and (not _is_int(config.l2_group_bytes) or config.l2_group_bytes < 1):
-        raise ValueError(f"Config.l2_group_bytes must be None or a positive int (K/V bytes of the "
-                         f"heads whose tiles run together), got {config.l2_group_bytes!r}")
-    if config.claim_ahead is not None and (not _is_int(config.claim_ahead) or config.claim_ahead < 0):
-        raise ValueError(f"Config.claim_ahead must be None (chosen per head dim) or a count of K/V "
-                         f"loads >= 0, got {config.claim_ahead!r}")
-    if config.persistent not in (True, False):
-        raise ValueError(f"Config.persistent must be True or False, got {config.persistent!r}")
-    if config.variant not in VARIANTS:
-        raise ValueError(f"Config.variant must be one of {VARIANTS}, got {config.variant!r}")
-
-
-def _check_shape(config: Config) -> None:
+def check_shape(config: ForwardConfig) -> None:
     """The tile shape and the register budgets' granularity."""
+    name = type(config).__name__
     if config.head_dim not in HEAD_DIMS:
-        raise ValueError(f"Config.head_dim must be one of {HEAD_DIMS}, got {config.head_dim}")
-    if config.consumers not in (1, 2, 3, 4) or (config.variant == "simple" and config.consumers >= 3):
-        raise ValueError(f"Config.consumers (warpgroups of {ROWS} query rows) must be 1 to 4 (1 or "
-                         f"2 for the simple variant), got {config.consumers}")
+        raise ValueError(f"{name}.head_dim must be one of {HEAD_DIMS}, got {config.head_dim}")
+    if config.consumers not in range(1, config.MAX_CONSUMERS + 1):
+        raise ValueError(f"{name}.consumers (warpgroups of {ROWS} query rows) must be 1 to "
+                         f"{config.MAX_CONSUMERS}, got {config.consumers}")
     if config.block_n not in (16, 32, 64, 128, 256):
-        raise ValueError(f"Config.block_n must be a power of two from 16 to 256 (the wgmma N "
+        raise ValueError(f"{name}.block_n must be a power of two from 16 to 256 (the wgmma N "
                          f"of S = Q K^T and the K of O += P V), got {config.block_n}")
     if not 2 <= config.stages <= 4:
-        raise ValueError(f"Config.stages must be 2..4 (K/V tiles in flight), got {config.stages}")
-    for name in ("producer_regs", "consumer_regs"):
-        regs = getattr(config, name)
+        raise ValueError(f"{name}.stages must be 2..4 (K/V tiles in flight), got {config.stages}")
+    for knob in ("producer_regs", "consumer_regs"):
+        regs = getattr(config, knob)
         if regs % 8 or not 24 <= regs <= 256:
-            raise ValueError(f"Config.{name} must be a multiple of 8 in [24, 256] "
+            raise ValueError(f"{name}.{knob} must be a multiple of 8 in [24, 256] "
                              f"(setmaxnreg), got {regs}")
 
 
-def _check_simple_options(config: Config) -> None:
-    """The simple variant (simple.py) has one partition of consumer warps, takes every key
-    tile whole and computes every exp on the exp unit: the pingpong kernel's options that
-    need more are refused."""
-    if config.ctas_per_sm > 1:
-        raise ValueError("Config.ctas_per_sm above 1 is a pingpong-variant option (its CTAs launch "
-                         "with a share of the SM's registers); it needs variant='pingpong'")
-    if config.half_tiles:
-        raise ValueError("Config.half_tiles is a pingpong-variant option (the simple variant takes "
-                         "every key tile whole): it needs variant='pingpong'")
-    if config.exp2_fma_share:
-        raise ValueError("Config.exp2_fma_share is a pingpong-variant option; the simple variant "
-                         "computes every exp on the exp unit")
-    if config.per_warp_release:
-        raise ValueError("Config.per_warp_release is a pingpong-variant option; the simple "
-                         "variant has no ring slots to release")
-
-
-def _check_pingpong_options(config: Config) -> None:
-    """The pingpong kernel's (kernels.py) options that need the persistent kernel or each
-    other."""
-    pingpong = config.variant == "pingpong"
-    if config.ctas_per_sm > 1 and config.cluster == 2:
-        raise ValueError("Config: clusters of two launch one CTA an SM; ctas_per_sm above 1 needs cluster "
-                         "1 (or None)")
-    if config.dynamic_schedule is not None and (not pingpong or not config.persistent):
-        raise ValueError("Config.dynamic_schedule is how persistent CTAs find their next tile: it needs "
-                         "variant='pingpong' and persistent=True")
-    if config.dynamic_schedule and config.cluster == 2:
-        raise ValueError("Config: clusters of two take their query tiles side by side on a static "
-                         "schedule; dynamic_schedule=True needs cluster 1 (or None)")
-    if config.lazy_max and (not pingpong or config.conditional_rescale is False):
-        raise ValueError("Config.lazy_max is a pingpong-variant option that rescales O only where "
-                         "the max moves: it needs variant='pingpong' and conditional_rescale None "
-                         "or True")
-    if config.lazy_max and 2.0 ** config.rescale_above <= config.block_n:
-        raise ValueError(f"Config.lazy_max needs rescale_above above log2(block_n) = "
-                         f"{math.log2(config.block_n):g}: a row of {config.block_n} keys sums to up to "
-                         f"{config.block_n} even with the max exact, so every step would move it; got "
-                         f"rescale_above={config.rescale_above!r}")
-    if config.cluster == 2 and (not pingpong or not config.persistent or config.head_dim == 64):
-        raise ValueError("Config.cluster=2 needs the persistent pingpong variant at head_dim 128 or "
-                         "256 (each CTA multicasts half of a K/V tile's 64-column boxes)")
-    if config.replicated is True and config.per_warp_release is False:
-        raise ValueError("Config: replicated consumers release warp by warp; per_warp_release=False "
-                         "needs replicated=False (or None)")
-
-
-def _check_registers(config: Config) -> None:
+def check_registers(config: ForwardConfig) -> None:
     """setmaxnreg moves registers between warpgroups within what the CTA got at launch:
     65536 for three consumer warpgroups but 61440 for four (96 a thread for 640)."""
     threads = config.threads
     pool = threads * register_cap(config)
     used = 128 * (config.producer_regs + config.consumers * config.consumer_regs)
     if used > pool:
-        raise ValueError(f"Config: a producer warpgroup at {config.producer_regs} registers and "
+        raise ValueError(f"{type(config).__name__}: a producer warpgroup at {config.producer_regs} registers and "
                          f"{config.consumers} consumer warpgroups at {config.consumer_regs} need "
                          f"{used} registers, a CTA of {threads} threads gets {pool}"
                          f"{f' with {config.ctas_per_sm} CTAs an SM' if config.ctas_per_sm > 1 else ''}; lower "
                          f"consumer_regs to {(pool // 128 - config.producer_regs) // config.consumers // 8 * 8}")
 
 
-def _check_shared_memory(config: Config) -> None:
-    """The Q ring's size, and the buffers against the CTA's share of shared memory."""
-    if config.q_buffers is not None and (
-            not _is_int(config.q_buffers) or not config.consumers <= config.q_buffers <= 2 * config.consumers):
-        raise ValueError(f"Config.q_buffers must be None (as many as fit) or a count from "
-                         f"consumers = {config.consumers} to {2 * config.consumers} (warpgroup-sized "
-                         f"Q buffers: one to two tiles'), got {config.q_buffers!r}")
+def check_shared_memory(config: ForwardConfig) -> None:
+    """The buffers (one tile's Q) against the CTA's share of shared memory."""
     limit = shared_limit(config)
     if shared_bytes(config) > limit:
         raise ValueError(f"{config} needs {shared_bytes(config)} bytes of shared memory; a CTA "
                          f"has {limit}. Use a smaller block_n or fewer stages"
                          f"{' (or fewer CTAs an SM)' if config.ctas_per_sm > 1 else ''}.")
-    if config.q_buffers is not None and shared_bytes(config, q_buffers=config.q_buffers) > limit:
-        raise ValueError(f"{config} needs {shared_bytes(config, q_buffers=config.q_buffers)} bytes of "
-                         f"shared memory with {config.q_buffers} Q buffers; a CTA has {limit}. "
-                         f"Use fewer Q buffers (or None: as many as fit).")
 
 
-def register_cap(config: Config) -> int:
+def register_cap(config: ForwardConfig) -> int:
     """The registers each thread of a CTA gets at launch (setmaxnreg moves them between
     its warpgroups): an SM's share for config.ctas_per_sm CTAs."""
     return launch_register_cap(config.threads * config.ctas_per_sm)
 
 
-def shared_limit(config: Config) -> int:
+def shared_limit(config: ForwardConfig) -> int:
     """Bytes of shared memory one CTA may use: all a CTA can have, or with ctas_per_sm
     above 1 its share of the SM's."""
     if config.ctas_per_sm == 1:
@@ -339,7 +135,7 @@ def shared_limit(config: Config) -> int:
     return SM_SHARED // config.ctas_per_sm - 1024
 
 
-def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False, q_buffers: int = 0) -> int:
+def shared_bytes(config: ForwardConfig, element_bytes: int = 2, o_buffer: bool = False, q_buffers: int = 0) -> int:
     """`q_buffers` warpgroup-sized Q buffers (0: one tile's, `consumers`; O leaves through
     them unless `o_buffer`), the K and V rings, the mbarriers and the tile fields
     (TILE_FIELDS words per Q buffer: kernels.publish_tile)."""
@@ -349,149 +145,3 @@ def shared_bytes(config: Config, element_bytes: int = 2, o_buffer: bool = False,
     ready = ready_barriers(q_buffers, config.consumers)  # the Q ring's `ready` barriers
     barriers = 8 * (ready + q_buffers + 4 * config.stages + config.consumers)
     return q * (q_buffers + o_buffer * config.consumers) + kv + barriers + 4 * TILE_FIELDS * q_buffers
-
-
-def tile_group(config: Config, causal: bool, kv_bytes: int, batch_heads: int) -> int:
-    """(batch, head) pairs per tile group (`kernels.tile_coordinates`) for heads whose K
-    and V take `kv_bytes` each (a GQA group's shared by its query heads)."""
-    budget = config.l2_group_bytes
-    if budget is None:
-        if not causal and config.head_dim >= 128:
-            return 1
-        budget = L2_GROUP_BYTES_256 if config.head_dim == 256 else L2_GROUP_BYTES
-    return max(1, min(batch_heads, budget // max(kv_bytes, 1)))
-
-
-def cluster_size(config: Config, causal: bool, num_m_tiles: int, group: int) -> int:
-    """CTAs per cluster (Config.cluster) for a problem: 2 needs a pair of query tiles of
-    one head to share K/V by multicast. `group`: (batch, head) pairs per tile group
-    (`tile_group`). Config.cluster None: 2 where it applies, else 1; 2 where it does not
-    apply is an error."""
-    if config.cluster == 1 or config.dynamic_schedule or config.ctas_per_sm > 1:
-        return 1
-    why = None
-    if config.variant != "pingpong" or not config.persistent or config.head_dim == 64:
-        why = "it needs the persistent pingpong variant at head_dim 128 or 256"
-    elif causal:
-        why = "causal tiles differ in length, so paired CTAs would not run in step"
-    elif num_m_tiles % 2:
-        why = (f"the query tiles of a head ({num_m_tiles} of {config.block_m} rows) must pair up: "
-               f"use a seq_q that makes their count even")
-    elif group != 1:
-        why = (f"tiles must run one head at a time, not in groups of {group} heads "
-               f"(Config.l2_group_bytes None)")
-    if why is None:
-        return 2
-    if config.cluster is None:
-        return 1
-    raise ValueError(f"flash_attention: Config.cluster=2 cannot be used here: {why}")
-
-
-def dynamic_schedule(config: Config, cluster: int) -> bool:
-    """Whether persistent CTAs claim their next tile from an atomic counter
-    (Config.dynamic_schedule), given the CTAs per cluster (`cluster_size`; clusters take
-    their tiles on a static schedule)."""
-    if cluster > 1:
-        return False
-    if config.dynamic_schedule is None:
-        return True
-    return config.dynamic_schedule
-
-
-def replicated(config: Config, causal: bool, seq_k: int) -> bool:
-    """Whether the consumer warpgroups share one copy of the code (Config.replicated)."""
-    if config.replicated is not None:
-        return config.replicated
-    return causal and (config.head_dim == 64 or config.head_dim == 128 and seq_k <= REPLICATE_UP_TO)
-
-
-def per_warp_release(config: Config, replicate: bool) -> bool:
-    """Whether consumers arrive warp by warp (Config.per_warp_release), given whether they
-    are replicated (`replicated`), which needs it."""
-    if replicate:
-        return True
-    if config.per_warp_release is None:
-        return config.head_dim == 128
-    return config.per_warp_release
-
-
-def lazy_max(config: Config) -> bool:
-    """Whether key steps compute P against the last running max (Config.lazy_max)."""
-    if config.lazy_max is not None:
-        return config.lazy_max
-    return config.variant == "pingpong" and config.head_dim <= 128 and config.conditional_rescale is not False \
-        and 2.0 ** config.rescale_above > config.block_n
-
-
-def half_tiles(config: Config, causal: bool) -> bool:
-    """Whether a warpgroup's last key tile, where no row sees its second half, is taken
-    as a tile of half the keys (Config.half_tiles)."""
-    if config.half_tiles is not None:
-        return config.half_tiles
-    return causal and config.block_n == 128
-
-
-def rescale_above(config: Config) -> float | None:
-    """How far (log2 units) a row's max (with lazy_max: the log2 of its sum of P) may grow
-    before its warp rescales O, or None where O is rescaled at every key tile
-    (Config.conditional_rescale)."""
-    conditional = config.conditional_rescale
-    if conditional is None:
-        conditional = config.head_dim == 256 or lazy_max(config)
-    return float(config.rescale_above) if conditional else None
-
-
-def claim_ahead(config: Config) -> int:
-    """Before how many of a causal tile's last K/V loads the producer claims the CTA's
-    next tile (Config.claim_ahead)."""
-    if config.claim_ahead is not None:
-        return config.claim_ahead
-    return 2 if config.head_dim == 64 else 0
-
-
-def buffering(config: Config) -> tuple[bool, int]:
-    """(O through its own buffer, Q buffers) of a persistent CTA: O's buffer where it fits
-    beside one tile's Q (not head_dim 256), then as many Q buffers as fit, up to two
-    tiles' (config.q_buffers: that many; validated to fit)."""
-    limit = shared_limit(config)
-    o_buffer = shared_bytes(config, o_buffer=True) <= limit
-    if config.q_buffers is not None:
-        return shared_bytes(config, o_buffer=True, q_buffers=config.q_buffers) <= limit, config.q_buffers
-    fits = [n for n in range(config.consumers, 2 * config.consumers + 1)
-            if shared_bytes(config, o_buffer=o_buffer, q_buffers=n) <= limit]
-    return o_buffer, fits[-1]
-
-
-def default_config(head_dim: int, causal: bool = False, seq_k: int | None = None) -> Config:
-    """FA3's H100 tile shapes, rounded to powers of two where they are not: 192 x 128
-    (three consumer warpgroups at 160 registers) for head_dim 64, 128 x 128 for 128,
-    128 x 64 for 256 (FA3: 192 x 128, 128 x 128 (176 non-causal), 128 x 80). head_dim
-    64 keeps more K/V tiles in flight than two where it measured faster: four non-causal,
-    and three causal with at most THREE_STAGES_UP_TO keys (seq_k): its short tiles end
-    every few key steps, and the third stage lets the next tile's first K/V tiles load
-    meanwhile (longer causal sequences measured level or slower; docs/attention-journal.md).
-    Non-causal head_dim 64 with at most
-    FOUR_CONSUMERS_UP_TO keys runs 256 x 64 tiles: four consumer warpgroups at 112
-    registers (the most four get), one replicated copy of their code (faster at 512 and
-    1k keys; slower from 2k and causal, where 64-key tiles cost more than the fourth
-    warpgroup gives). At most ONE_KEY_TILE_UP_TO keys, a single 64-key tile whose steps cannot hide
-    a tile's start and end behind another warpgroup's, run several CTAs an SM of one
-    consumer warpgroup each: three at head_dim 64 (136 registers), two at 128 (232), causal
-    or not (much faster at 64 keys, level with Triton there; level at 128 keys and slower
-    from 256: docs/attention-journal.md)."""
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"flash_attention supports head_dim {HEAD_DIMS}, got {head_dim}")
-    if head_dim == 64 and seq_k is not None and seq_k <= ONE_KEY_TILE_UP_TO:
-        return Config(head_dim=64, block_n=64, stages=3, consumers=1, consumer_regs=136, replicated=True,
-                      ctas_per_sm=3)
-    if head_dim == 128 and seq_k is not None and seq_k <= ONE_KEY_TILE_UP_TO:
-        return Config(head_dim=128, block_n=64, stages=2, consumers=1, consumer_regs=232, replicated=True,
-                      ctas_per_sm=2)
-    if head_dim == 64 and not causal and seq_k is not None and seq_k <= FOUR_CONSUMERS_UP_TO:
-        return Config(head_dim=64, block_n=64, stages=4, consumers=4, consumer_regs=112, replicated=True)
-    if head_dim == 64:
-        stages = 4
-        if causal:
-            stages = 3 if seq_k is not None and seq_k <= THREE_STAGES_UP_TO else 2
-        return Config(head_dim=64, block_n=128, stages=stages, consumers=3, consumer_regs=160)
-    return Config(head_dim=head_dim, block_n=64 if head_dim == 256 else 128)

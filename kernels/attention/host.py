@@ -13,10 +13,11 @@ from ...runtime.host_arrays import (check_arrays, contiguous, data_address, elem
 from .._launch import (PreparedCall, descriptor_binding, gpu_signature, keep_prepared_call,
                        persistent_cluster_grid, persistent_grid, pointer_binding, prepared_call, torch_ops,
                        torch_route)
-from .config import (BOX, HEAD_DIMS, ROWS, Config, buffering, claim_ahead, cluster_size, default_config,
-                     dynamic_schedule, half_tiles, lazy_max, per_warp_release, register_cap, replicated,
-                     rescale_above, tile_group)
+from .config import BOX, HEAD_DIMS, ROWS, ForwardConfig, SimpleConfig, register_cap
 from .kernels import flash_attention_fa3
+from .pingpong_config import (PingpongConfig, buffering, claim_ahead, cluster_size, default_config,
+                              dynamic_schedule, half_tiles, lazy_max, per_warp_release, replicated, rescale_above,
+                              tile_group)
 from .simple import flash_attention_forward
 
 LAYOUTS = ("bhsd", "bshd")
@@ -114,7 +115,7 @@ def _descriptor(x, layout: str, rows: int):
 
 def flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None = None,
                     return_lse: bool = False, layout: str = "bhsd", *,
-                    config: Config | None = None):
+                    config: ForwardConfig | None = None):
     """softmax(q k^T * softmax_scale) v per (batch, head), fp32 inside.
 
     q is [batch, heads, seq_q, head_dim] and k, v [batch, kv_heads, seq_k, head_dim]
@@ -147,7 +148,7 @@ def output_shapes(q, k, v, layout: str) -> tuple:
 
 
 def host_flash_attention(q, k, v, causal: bool = False, softmax_scale: float | None = None,
-                         return_lse: bool = False, layout: str = "bhsd", *, config: Config | None = None):
+                         return_lse: bool = False, layout: str = "bhsd", *, config: ForwardConfig | None = None):
     """`flash_attention` without the torch operator: numpy arrays and CPU tensors on the
     emulator, CUDA tensors on the GPU. A CUDA call with the signature of a recent one (see
     `_call_signature`) repeats that call's prepared launch on new outputs."""
@@ -158,6 +159,9 @@ def host_flash_attention(q, k, v, causal: bool = False, softmax_scale: float | N
             return prepared()
     kind, head_dim = _check_inputs(q, k, v, layout)
     (batch, heads, seq_q, _), (_, _, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    if config is not None and not isinstance(config, ForwardConfig):
+        raise TypeError(f"flash_attention: config must be a PingpongConfig or a SimpleConfig (from "
+                        f"weft.kernels.attention), got {config!r}")
     chosen = config or default_config(head_dim, bool(causal), seq_k)
     if chosen.head_dim != head_dim:
         raise ValueError(f"flash_attention: {chosen} is for head_dim {chosen.head_dim}, the "
@@ -191,7 +195,7 @@ def _call_signature(q, k, v, causal, softmax_scale, return_lse, layout, config):
     CUDA tensors, or a softmax_scale, layout or config of a type whose value could
     change under the same identity)."""
     if not (softmax_scale is None or type(softmax_scale) in (float, int)) or type(layout) is not str \
-            or not (config is None or type(config) is Config):
+            or not (config is None or type(config) in (PingpongConfig, SimpleConfig)):
         return None
     signature = gpu_signature((q, k, v), (bool(causal), softmax_scale, bool(return_lse), layout, config))
     return None if signature is None else ("flash_attention", signature)
@@ -243,19 +247,35 @@ def _int32():
     return torch.int32
 
 
-def _kernel_call(q, k, v, out, lse, layout: str, config: Config, scale: float, causal: bool,
+def _kernel_call(q, k, v, out, lse, layout: str, config: ForwardConfig, scale: float, causal: bool,
                  write_lse: bool) -> KernelCall:
+    if isinstance(config, SimpleConfig):
+        return _simple_call(q, k, v, out, lse, layout, config, scale, causal, write_lse)
+    return _pingpong_call(q, k, v, out, lse, layout, config, scale, causal, write_lse)
+
+
+def _simple_call(q, k, v, out, lse, layout: str, config: SimpleConfig, scale: float, causal: bool,
+                 write_lse: bool) -> KernelCall:
+    """The simple kernel's launch (simple.py): one CTA per query tile."""
+    (batch, heads, seq_q, head_dim), (_, kv_heads, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
+    num_m_tiles = -(-seq_q // config.block_m)
+    descs = [_descriptor(x, layout, rows) for x, rows in
+             ((q, config.block_m), (k, config.block_n), (v, config.block_n), (out, config.block_m))]
+    args = (*descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads)
+    kwargs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=head_dim, STAGES=config.stages,
+                  CAUSAL=causal, WRITE_LSE=write_lse, NUM_WARPS=4 * config.consumers,
+                  PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
+                  num_warps=4 * config.consumers)
+    return KernelCall(flash_attention_forward, (num_m_tiles, batch * heads), args, kwargs, descs[3], False)
+
+
+def _pingpong_call(q, k, v, out, lse, layout: str, config: PingpongConfig, scale: float, causal: bool,
+                   write_lse: bool) -> KernelCall:
+    """The FA3 kernel's launch (kernels.py), with what the config's None knobs choose for
+    this problem (pingpong_config.py)."""
     (batch, heads, seq_q, head_dim), (_, kv_heads, seq_k, _) = _as_bhsd(q, layout)[0], _as_bhsd(k, layout)[0]
     num_m_tiles = -(-seq_q // config.block_m)
     regs = dict(PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs)
-    if config.variant == "simple":
-        descs = [_descriptor(x, layout, rows) for x, rows in
-                 ((q, config.block_m), (k, config.block_n), (v, config.block_n), (out, config.block_m))]
-        args = (*descs, lse, scale, seq_q, seq_k, heads, heads // kv_heads)
-        kwargs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=head_dim, STAGES=config.stages,
-                      CAUSAL=causal, WRITE_LSE=write_lse, NUM_WARPS=4 * config.consumers, **regs,
-                      num_warps=4 * config.consumers)
-        return KernelCall(flash_attention_forward, (num_m_tiles, batch * heads), args, kwargs, descs[3], False)
     descs = [_descriptor(x, layout, rows) for x, rows in
              ((q, ROWS), (k, config.block_n), (v, config.block_n), (out, ROWS))]
     kv_bytes = 2 * seq_k * head_dim * 2 // (heads // kv_heads)  # per query head
@@ -289,7 +309,7 @@ def _kernel_call(q, k, v, out, lse, layout: str, config: Config, scale: float, c
         grid = persistent_cluster_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, cluster)
         return KernelCall(flash_attention_fa3, (grid,), args, dict(constexprs, num_warps=4, cluster=(cluster, 1, 1)),
                           descs[3], dynamic)
-    # Several CTAs an SM (Config.ctas_per_sm): each launches with its share of the registers.
+    # Several CTAs an SM (PingpongConfig.ctas_per_sm): each launches with its share of the registers.
     options = dict(maxnreg=register_cap(config)) if config.ctas_per_sm > 1 else {}
     grid = persistent_grid(flash_attention_fa3, q, tiles, args, constexprs, 4, options) if persistent else tiles
     return KernelCall(flash_attention_fa3, (grid,), args, dict(constexprs, num_warps=4, **options), descs[3],

@@ -1,7 +1,7 @@
 """The FA3-style flash-attention forward kernel in weft.lowlevel (HOPPER.md).
 
 Persistent, with a dynamic scheduler: the host launches one CTA per SM (or one per tile
-with `Config(persistent=False)`); a CTA's first tile (query tile, batch * head) is its
+with `PingpongConfig(persistent=False)`); a CTA's first tile (query tile, batch * head) is its
 program id, and its producer claims the next from an atomic counter (num_programs + the
 count so far) while the consumers run a tile, so a CTA that drew short tiles takes more
 of them (DYNAMIC; else CTA i takes tiles i, i + num_programs, ..., as clusters do).
@@ -28,12 +28,12 @@ to stop. The CTA's warps split into partitions:
 A warpgroup's key steps are in steps.py, the softmax of a step in softmax.py; ring
 slots, phases, releases and turns in rings.py; which rows and keys a tile has, the tile
 order and the hand-off of a tile with its Q in tiles.py. With RESCALE_ABOVE
-(Config.conditional_rescale: on by default), a row's running max moves only when some row
+(PingpongConfig.conditional_rescale: on by default), a row's running max moves only when some row
 of its warp grew past it by more than 2^8, and only those warps rescale O (`if
 ll.warp_any(...)`), as FlashAttention-4 does: head_dim 256's 64-key tiles would otherwise
 rescale 128 O registers per thread every 64 keys.
 
-At head_dim 64 and 128 (LAZY_MAX, Config.lazy_max) a key step takes no row max at all: P
+At head_dim 64 and 128 (LAZY_MAX, PingpongConfig.lazy_max) a key step takes no row max at all: P
 is computed against the running max of the tiles before, and the row sums of P, which l
 needs anyway, tell the few warps where that was unsafe (a sum past 2^8: scores grew) to
 move the max (`exps_on_last_max`). At 128 ("scores") they take the exact max from S,
@@ -58,7 +58,7 @@ Two overlaps hide the softmax behind the tensor cores, as in FlashAttention-3:
   (`turn_takers`): the others just release the ring's slots, and each warpgroup counts
   its own turns.
 
-With CLUSTER 2 (Config.cluster; non-causal), CTAs run in clusters of two on a static
+With CLUSTER 2 (PingpongConfig.cluster; non-causal), CTAs run in clusters of two on a static
 schedule: the pair takes query tiles 2p and 2p + 1 of one head, and each CTA's producer
 loads half of every K/V tile's 64-column boxes into both CTAs by multicast TMA
 (`load_boxes`), so K and V leave L2 once per pair; consumers release each slot on
@@ -75,7 +75,7 @@ the end of the keys pay for masks, and tiles are started longest first. Each war
 bounds its key tiles by its own 64 rows: of a 192-row tile's keys, the first warpgroup
 skips (only releases) those right of its diagonal, and masks only the tile it crosses;
 where its rows see only the first half of that tile (rows from a multiple of 128, with
-128-key tiles), it takes the half alone (HALF_TILES, Config.half_tiles).
+128-key tiles), it takes the half alone (HALF_TILES, PingpongConfig.half_tiles).
 Causal query tiles are aligned to the last rows too (`tile_coordinates`), so a partial
 tile is the top one, which sees the fewest keys.
 
@@ -93,7 +93,7 @@ from .config import BOX as BOX_COLUMNS  # 16-bit columns of one TMA box
 from .config import ROWS, TILE_FIELDS  # rows per consumer warpgroup; words published per tile
 from .rings import pass_turn, ready_barriers, ring_phase, ring_slot, take_turn
 from .softmax import normalizers, zero_shares
-from .state import Forward, Rings, Running, Tile
+from .state import Forward, Output, QueryTile, Rings, Running, Tile
 from .steps import accumulator_layout, attend_step, first_step_softmax, last_pv, release_step
 from .tiles import (BATCH, FIRST_ROW, HEAD, key_tiles, keys_seen, next_tile, publish_tile, tile_coordinates,
                     tile_field, tile_rows, warpgroup)
@@ -139,9 +139,8 @@ def producer(state):
     done = 0  # tiles of this CTA started
     tile = ll.program_id(0)
     while ll.condition(tile < tiles, rematerialize=True):
-        batch, head, kv_head, off_m = tile_coordinates(tile, state.num_m_tiles, state.batch_heads, state.group,
-                                                       state.heads, state.kv_group, state.seq_q, BLOCK_M, state.CAUSAL)
-        count = key_tiles(off_m, state.seq_q, state.seq_k, BLOCK_M, state.BLOCK_N, state.CAUSAL)[1]
+        batch, head, kv_head, off_m = tile_coordinates(state, tile)
+        count = key_tiles(state, off_m, BLOCK_M)[1]
         # The first warpgroup's Q, then the first K/V tile, then the other warpgroups' Q:
         # with a ring of fewer than two tiles' Q buffers, the second warpgroup's buffer is
         # the one the first warpgroup stores its last O from, and waiting for it before the
@@ -154,7 +153,7 @@ def producer(state):
         # The CTA's next tile, claimed while the consumers run this one. Non-causal tiles
         # are all alike: claim it now, so that its Q is in before this tile ends (short
         # tiles gain most). Causal tiles run longest first and are claimed before this
-        # one's last CLAIM_AHEAD K/V loads (Config.claim_ahead): claimed at once, the
+        # one's last CLAIM_AHEAD K/V loads (PingpongConfig.claim_ahead): claimed at once, the
         # longest-first order would balance the last ones worse.
         claim_at = 1
         if state.CAUSAL:
@@ -245,12 +244,12 @@ def consumer(state, WG: ll.constexpr):
         # Read before this Q is released, after which the producer may write the next.
         fields = state.tile_smem.index(ring_slot(j, state.Q_BUFFERS))
         batch, head, off_m = tile_field(fields, BATCH), tile_field(fields, HEAD), tile_field(fields, FIRST_ROW)
-        loaded = key_tiles(off_m, state.seq_q, state.seq_k, BLOCK_M, state.BLOCK_N, state.CAUSAL)[1]
+        loaded = key_tiles(state, off_m, BLOCK_M)[1]
+        query = QueryTile(batch, head, off_m, ring_slot(j, state.Q_BUFFERS))
         if state.CAUSAL:  # every warpgroup takes every turn: its turns are the ring's steps
-            attend_tile(state, batch, head, off_m, step, step, ring_slot(j, state.Q_BUFFERS), qk_scale, WG)
+            attend_tile(state, query, step, step, qk_scale, WG)
         else:
-            turn += attend_tile(state, batch, head, off_m, step, turn, ring_slot(j, state.Q_BUFFERS), qk_scale,
-                                WG)
+            turn += attend_tile(state, query, step, turn, qk_scale, WG)
         step += loaded
         j += state.CONSUMERS
         tile = next_tile(state.tile_smem, state.q_ready, j, state.Q_BUFFERS, state.CONSUMERS)
@@ -258,19 +257,19 @@ def consumer(state, WG: ll.constexpr):
 
 
 @ll.jit
-def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.constexpr):
-    """One tile's rows of this warpgroup, its K/V tiles from ring position `step` on and
-    its turns from its turn-th on (`take_turn`); returns how many turns it took. O leaves
-    through its own buffer (O_BUFFER), Q released once the S GEMMs are done, or through
-    the Q buffer, released after that."""
-    BLOCK_M: ll.constexpr = ROWS * state.CONSUMERS
+def attend_tile(state, query, step, turn, qk_scale, WG: ll.constexpr):
+    """This warpgroup's rows of a query tile (`query`, a state.QueryTile), its K/V tiles
+    from ring position `step` on and its turns from its turn-th on (`take_turn`); returns
+    how many turns it took. O leaves through its own buffer (O_BUFFER), Q released once
+    the S GEMMs are done, or through the Q buffer, released after that."""
     S_LAYOUT: ll.constexpr = accumulator_layout(state.BLOCK_N)
     O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
     rings = state.rings
-    row0, full, count, loaded, active = tile_rows(off_m, state.seq_q, state.seq_k, BLOCK_M, state.BLOCK_N,
-                                                  state.CONSUMERS, state.CAUSAL, WG)
+    q_slot = query.q_slot
+    row0, full, count, loaded, active = tile_rows(state, query.off_m, WG)
     q = state.q_smem.index(q_slot).index(0).index(0)
+    rows = Tile(q, row0, step, turn, active, qk_scale)
     m_i = ll.full([ROWS], float("-inf"), ll.float32, ROW)
     l_i = zero_shares(state.BLOCK_N, S_LAYOUT)  # l as the threads' shares of the row sums
     acc = ll.zeros([ROWS, state.HEAD_DIM], ll.float32, O_LAYOUT)
@@ -285,28 +284,27 @@ def attend_tile(state, batch, head, off_m, step, turn, q_slot, qk_scale, WG: ll.
                              is_async=True)
         pass_turn(rings.turns, wg, active, rings.PER_WARP)
         s = ll.warpgroup_mma_wait(0, deps=[s])
-        p_op, m_i, l_i = first_step_softmax(state, s, step, full, row0, qk_scale)
-        rows = Tile(q, row0, step, turn, active, qk_scale)
+        p_op, m_i, l_i = first_step_softmax(state, rows, s, full)
         steps, half = key_steps(state, rows, Running(acc, p_op, m_i, l_i), full, count, WG)
         last_step = step + count - 1
         if half:
             last = half_step(state, rows, steps, count, WG)
             if state.O_BUFFER:  # every S GEMM has read Q (each was waited for): the next tile's may land
                 mbarrier.arrive(state.q_empty.index(q_slot))
-            acc, seen, log2_l, inv_l = last_pv(last.p_op, last.acc, last.l_i, rings, last_step, ROW)
+            acc, seen, log2_l, inv_l = last_pv(last, rings, last_step, ROW)
             m_i = last.m_i
         else:
             if state.O_BUFFER:
                 mbarrier.arrive(state.q_empty.index(q_slot))
-            acc, seen, log2_l, inv_l = last_pv(steps.p_op, steps.acc, steps.l_i, rings, last_step, ROW)
+            acc, seen, log2_l, inv_l = last_pv(steps, rings, last_step, ROW)
             m_i = steps.m_i
     else:
         seen, log2_l, inv_l = normalizers(l_i, ROW)
         if state.O_BUFFER:  # no key tile: Q is not read at all
             mbarrier.arrive(state.q_empty.index(q_slot))
     for n in range(count, loaded):
-        release_step(step + n, turn + n, rings, WG, state.CAUSAL)
-    store_tile(state, acc, m_i, seen, log2_l, inv_l, batch, head, row0, q_slot, WG)
+        release_step(state, step + n, turn + n, WG)
+    store_tile(state, query, rows, Output(acc, m_i, seen, log2_l, inv_l), WG)
     taken = loaded  # causal: every warpgroup takes every turn
     if not state.CAUSAL:
         taken = ll.where(warpgroup(WG) < active, loaded, 0)
@@ -336,7 +334,7 @@ def key_steps(state, tile, running, full, count, WG: ll.constexpr):
     # diagonal tiles) is taken as a tile of BLOCK_N / 2 keys (HALF_TILES).
     half = 0
     if state.HALF_TILES:
-        keys = keys_seen(tile.row0, state.seq_q, state.seq_k, ROWS, state.CAUSAL)
+        keys = keys_seen(state, tile.row0, ROWS)
         half = ll.where((count > 1) & (keys - (count - 1) * state.BLOCK_N <= state.BLOCK_N // 2), 1, 0)
     for n in range(ll.maximum(full, 1), count - half):
         running = attend_step(state, tile, n, tile.step + n, tile.turn + n, running, state.BLOCK_N, WG, wg, True,
@@ -355,10 +353,13 @@ def half_step(state, tile, running, count, WG: ll.constexpr):
 
 
 @ll.jit
-def store_tile(state, acc, m_i, seen, log2_l, inv_l, batch, head, row0, q_slot, WG: ll.constexpr):
-    """O = acc / l of this warpgroup's rows [row0, +64) of (batch, head), by TMA from its
-    O buffer (O_BUFFER) or its Q buffer `q_slot` (released once the store has read it),
-    and the rows' log-sum-exp (WRITE_LSE; `normalizers` gave seen, log2 l and 1 / l)."""
+def store_tile(state, query, tile, out, WG: ll.constexpr):
+    """O = acc / l of this warpgroup's rows [tile.row0, +64) of the query tile's (batch,
+    head) (`query`, a state.QueryTile; `tile`, a state.Tile), by TMA from its O buffer
+    (O_BUFFER) or its Q buffer query.q_slot (released once the store has read it), and the
+    rows' log-sum-exp (WRITE_LSE). `out`: the rows' O, m and normalizers (a state.Output)."""
+    batch, head, row0, q_slot = query.batch, query.head, tile.row0, query.q_slot
+    acc, m_i, seen, log2_l, inv_l = out.acc, out.m_i, out.seen, out.log2_l, out.inv_l
     S_LAYOUT: ll.constexpr = accumulator_layout(state.BLOCK_N)
     O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
@@ -433,7 +434,7 @@ def flash_attention_fa3(q_desc, k_desc, v_desc, o_desc, lse_ptr, counter_ptr, so
     even num_m_tiles and one head per tile group. They run in step over the same K/V
     tiles, each loading half of every tile into both (`load_boxes`)."""
     dtype: ll.constexpr = q_desc.dtype
-    # How a lazy step (Config.lazy_max) moves the max of rows that grew: from S, held
+    # How a lazy step (PingpongConfig.lazy_max) moves the max of rows that grew: from S, held
     # beside P, where the registers allow it (head_dim 128: "scores"), else from the row
     # sums of P alone ("sums", `max_from_sums`; S beside P spilled at 64 and 256).
     if LAZY_MAX:

@@ -1,4 +1,4 @@
-"""The simple flash-attention forward kernel (Config(variant="simple")): a baseline for
+"""The simple flash-attention forward kernel (SimpleConfig): a baseline for
 the FA3 kernel in kernels.py, with none of its overlaps.
 
 One CTA computes O for BLOCK_M query rows of one (batch, head):
@@ -34,15 +34,22 @@ from .tiles import key_tiles
 
 
 @ll.jit
-def tile_coordinates(heads, kv_group, BLOCK_M: ll.constexpr, num_m_tiles, CAUSAL: ll.constexpr):
-    """(batch, head, kv head, first row) of this CTA's tile; causal grids start with the
-    bottom tiles, which see the most keys."""
+def tile_coordinates(state):
+    """(batch, head, kv head, first row) of this CTA's tile (`state`: a Simple); causal
+    grids start with the bottom tiles, which see the most keys."""
     pid_m = ll.program_id(0)
-    if CAUSAL:
-        pid_m = num_m_tiles - 1 - pid_m
+    if state.CAUSAL:
+        pid_m = state.num_m_tiles - 1 - pid_m
     bh = ll.program_id(1)
-    head = bh % heads
-    return bh // heads, head, head // kv_group, pid_m * BLOCK_M
+    head = bh % state.heads
+    return bh // state.heads, head, head // state.kv_group, pid_m * state.BLOCK_M
+
+
+@ll.constexpr_function
+def accumulator_layout(warps, columns):
+    """The wgmma accumulator layout of the consumers' [BLOCK_M, columns] tile (S, P or O):
+    `warps` warps of 16 rows each."""
+    return ll.NVMMADistributedLayout([3, 0], [warps, 1], [16, columns, 16])
 
 
 @ll.aggregate
@@ -72,17 +79,25 @@ class Simple:
     NUM_WARPS: ll.constexpr
 
 
+@ll.aggregate
+class QueryRows:
+    """The CTA's query rows as each key step sees them (`attend_tile`): the Q tile, its
+    first row and softmax_scale * log2(e)."""
+    q: ll.shared_memory_descriptor
+    off_m: ll.tensor
+    qk_scale: ll.tensor
+
+
 @ll.jit
 def attention_producer(state):
     """Load Q, then every K/V tile the consumers need, as slots free up."""
     rings = state.rings
     HEAD_DIM: ll.constexpr = state.HEAD_DIM
     BLOCK_N: ll.constexpr = state.BLOCK_N
-    batch, head, kv_head, off_m = tile_coordinates(state.heads, state.kv_group, state.BLOCK_M, state.num_m_tiles,
-                                                   state.CAUSAL)
+    batch, head, kv_head, off_m = tile_coordinates(state)
     mbarrier.expect(state.q_ready, state.q_desc.nbytes * (HEAD_DIM // state.q_desc.block_shape[3]))
     load_boxes(state.q_desc, batch, head, off_m, state.q_ready, state.q_smem, HEAD_DIM)
-    full, count = key_tiles(off_m, state.seq_q, state.seq_k, state.BLOCK_M, BLOCK_N, state.CAUSAL)
+    full, count = key_tiles(state, off_m, state.BLOCK_M)
     tile_bytes: ll.constexpr = state.k_desc.nbytes * (HEAD_DIM // state.k_desc.block_shape[3])
     for n in range(0, count):
         slot = n % rings.STAGES
@@ -98,12 +113,15 @@ def attention_producer(state):
 
 
 @ll.jit
-def attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, MASKED: ll.constexpr, S_LAYOUT: ll.constexpr,
-                O_LAYOUT: ll.constexpr):
-    """One K/V tile of the online softmax: S = Q K^T, rescale, O += P V."""
+def attend_tile(state, query, n, acc, m_i, l_i, MASKED: ll.constexpr):
+    """Key tile n of the online softmax for the CTA's rows (`query`, a QueryRows): S = Q K^T,
+    rescale O (`acc`), m and l, then O += P V. Returns (O, m, l)."""
+    q, off_m, qk_scale = query.q, query.off_m, query.qk_scale
     rings = state.rings
     BLOCK_M: ll.constexpr = state.BLOCK_M
     BLOCK_N: ll.constexpr = state.BLOCK_N
+    S_LAYOUT: ll.constexpr = accumulator_layout(state.NUM_WARPS, BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(state.NUM_WARPS, state.HEAD_DIM)
     slot = n % rings.STAGES
     phase = (n // rings.STAGES) & 1
     mbarrier.wait(rings.k_ready.index(slot), phase)
@@ -143,22 +161,22 @@ def attention_consumer(state):
     HEAD_DIM: ll.constexpr = state.HEAD_DIM
     NUM_WARPS: ll.constexpr = state.NUM_WARPS
     seq_q = state.seq_q
-    S_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
-    O_LAYOUT: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, HEAD_DIM, 16])
+    S_LAYOUT: ll.constexpr = accumulator_layout(NUM_WARPS, BLOCK_N)
+    O_LAYOUT: ll.constexpr = accumulator_layout(NUM_WARPS, HEAD_DIM)
     ROW: ll.constexpr = ll.SliceLayout(1, S_LAYOUT)
-    batch, head, kv_head, off_m = tile_coordinates(state.heads, state.kv_group, BLOCK_M, state.num_m_tiles,
-                                                   state.CAUSAL)
-    full, count = key_tiles(off_m, seq_q, state.seq_k, BLOCK_M, BLOCK_N, state.CAUSAL)
+    batch, head, kv_head, off_m = tile_coordinates(state)
+    full, count = key_tiles(state, off_m, BLOCK_M)
     qk_scale = state.softmax_scale * LOG2E
     m_i = ll.full([BLOCK_M], float("-inf"), ll.float32, ROW)
     l_i = ll.zeros([BLOCK_M], ll.float32, ROW)
     acc = ll.zeros([BLOCK_M, HEAD_DIM], ll.float32, O_LAYOUT)
     q = state.q_smem.index(0).index(0)
     mbarrier.wait(state.q_ready, 0)
+    query = QueryRows(q, off_m, qk_scale)
     for n in range(0, full):
-        acc, m_i, l_i = attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, False, S_LAYOUT, O_LAYOUT)
+        acc, m_i, l_i = attend_tile(state, query, n, acc, m_i, l_i, False)
     for n in range(full, count):
-        acc, m_i, l_i = attend_tile(state, n, q, acc, m_i, l_i, qk_scale, off_m, True, S_LAYOUT, O_LAYOUT)
+        acc, m_i, l_i = attend_tile(state, query, n, acc, m_i, l_i, True)
     # Rows that saw no key (causal, seq_q > seq_k) output 0 with log-sum-exp +inf, as
     # FlashAttention does.
     seen = l_i > 0.0

@@ -96,3 +96,36 @@ class Tile:
     turn: ll.tensor
     active: ll.tensor
     qk_scale: ll.tensor
+
+
+@ll.aggregate
+class QueryTile:
+    """A query tile as a consumer warpgroup gets it from the producer (`publish_tile`): its
+    (batch, head), the CTA tile's first row `off_m`, and the slot of the Q buffer that holds
+    this warpgroup's rows (O leaves through it unless O_BUFFER)."""
+    batch: ll.tensor
+    head: ll.tensor
+    off_m: ll.tensor
+    q_slot: ll.tensor
+
+
+@ll.aggregate
+class Output:
+    """A consumer warpgroup's finished rows of a query tile, for `store_tile`: O's
+    accumulator (not yet divided by l), the rows' running max m (log2 units) and the
+    normalizers of their sums (`normalizers`: seen, log2 l, 1 / l)."""
+    acc: ll.tensor
+    m_i: ll.tensor
+    seen: ll.tensor
+    log2_l: ll.tensor
+    inv_l: ll.tensor
+
+
+@ll.aggregate
+class Exps:
+    """The first half of a lazy key step (`exps_on_last_max`): P against the last running
+    max, each thread's share of its row sums, and the per-warp vote `grew` (the warps whose
+    max must move)."""
+    p: ll.tensor
+    shares: ll.tensor
+    grew: ll.tensor

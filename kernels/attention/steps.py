@@ -22,14 +22,15 @@ def accumulator_layout(columns):
 
 
 @ll.jit
-def release_step(step, turn, rings, WG: ll.constexpr, CAUSAL: ll.constexpr):
+def release_step(state, step, turn, WG: ll.constexpr):
     """A key tile (at ring position `step`) which this warpgroup's rows do not see but
     others of the CTA do: free the slot, keeping the turn order (its turn-th) in causal
     tiles (`turn_takers`). Waiting for `ready` first makes the `empty` arrive count toward
     this tile's phase, not the slot's previous one."""
+    rings = state.rings
     slot = ring_slot(step, rings.STAGES)
     wg = warpgroup(WG)
-    if CAUSAL:
+    if state.CAUSAL:
         take_turn(rings.turns, turn, wg)
         pass_turn(rings.turns, wg, rings.CONSUMERS, rings.PER_WARP)
     mbarrier.wait(rings.k_ready.index(slot), ring_phase(step, rings.STAGES))
@@ -50,10 +51,9 @@ def attend_step(state, tile, n, step, turn, running, BLOCK_N: ll.constexpr, WG: 
     `state`: the kernel's (state.Forward); `running`: O, P, m and l after the key
     tile before (state.Running), as it returns them after this one."""
     acc, p_op, m_i, l_i = running.acc, running.p_op, running.m_i, running.l_i
-    q, row0, active, qk_scale = tile.q, tile.row0, tile.active, tile.qk_scale
+    q, active = tile.q, tile.active
     rings = state.rings
     O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
-    EXP2_FMA: ll.constexpr = state.EXP2_FMA
     RESCALE_ABOVE: ll.constexpr = state.RESCALE_ABOVE
     LAZY_MAX: ll.constexpr = state.LAZY_MAX
     slot = ring_slot(step, rings.STAGES)
@@ -77,11 +77,11 @@ def attend_step(state, tile, n, step, turn, running, BLOCK_N: ll.constexpr, WG: 
     if not (LAZY and SUMS):
         release_slot(rings.k_empty.index(slot), rings.PER_WARP, rings.CLUSTER)
     if MASKED:
-        s = masked(s, n, row0, state.seq_q, state.seq_k, BLOCK_N, state.CAUSAL, S_LAYOUT)
+        s = masked(state, tile, s, n)
     if LAZY:  # P in 32 bits until after the wait: the last P V still reads P's registers
         # Rows that reach a key tile needing no mask saw all of key tile 0 (masks keep a
         # prefix of the keys): m is finite.
-        p, shares, grew = exps_on_last_max(s, m_i, qk_scale, EXP2_FMA, RESCALE_ABOVE, SEEN=not MASKED)
+        exps = exps_on_last_max(state, tile, s, m_i, SEEN=not MASKED)
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         release_slot(rings.v_empty.index(prev), rings.PER_WARP, rings.CLUSTER)
     if LAZY and SUMS:
@@ -91,24 +91,24 @@ def attend_step(state, tile, n, step, turn, running, BLOCK_N: ll.constexpr, WG: 
         # then join on its 16-bit registers (joined on P in 32 bits, head_dim 64 spilled).
         # A thread's share of the row sum tells (finite P whose share overflowed go that
         # way too; where only the whole row sum would overflow, `max_from_sums` serves).
-        if ll.warp_any(shares == float("inf")):
-            p, alpha, m_i, shares = recomputed_max(q, k_tile, m_i, qk_scale, BLOCK_N, EXP2_FMA)
+        if ll.warp_any(exps.shares == float("inf")):
+            p, alpha, m_i, shares = recomputed_max(state, tile, running, k_tile)
             l_i = l_i * per_row(alpha, l_i) + ll.convert_layout(shares, l_i.layout)
-            acc = rescaled(acc, alpha, None, O_LAYOUT, None)
+            acc = rescaled(acc, alpha, None, None)
             p_op = p_operand(p, q.dtype, O_LAYOUT)
         else:
-            p, alpha, m_i, l_i = max_from_sums(p, shares, grew, m_i, l_i, RESCALE_ABOVE, ll.SliceLayout(1, S_LAYOUT))
-            acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
+            p, alpha, m_i, l_i = max_from_sums(state, running, exps)
+            acc = rescaled(acc, alpha, exps.grew, RESCALE_ABOVE)
             p_op = p_operand(p, q.dtype, O_LAYOUT)
         release_slot(rings.k_empty.index(slot), rings.PER_WARP, rings.CLUSTER)
     else:
         if LAZY:  # "scores": S is live, the max is taken from it (and O rescaled) where rows grew
-            p, m_i, l_i, acc = max_where_grew(s, p, shares, grew, m_i, l_i, qk_scale, EXP2_FMA, acc, O_LAYOUT)
+            p, m_i, l_i, acc = max_where_grew(state, tile, Running(acc, p_op, m_i, l_i), s, exps)
         else:
-            p, alpha, m_i, l_i, grew = online_softmax(s, m_i, l_i, qk_scale, EXP2_FMA, RESCALE_ABOVE)
+            p, alpha, m_i, l_i, grew = online_softmax(state, tile, running, s)
             acc = ll.warpgroup_mma_wait(0, deps=[acc])
             release_slot(rings.v_empty.index(prev), rings.PER_WARP, rings.CLUSTER)
-            acc = rescaled(acc, alpha, grew, O_LAYOUT, RESCALE_ABOVE)
+            acc = rescaled(acc, alpha, grew, RESCALE_ABOVE)
         p_op = p_operand(p, q.dtype, O_LAYOUT)
     return Running(acc, p_op, m_i, l_i)
 
@@ -122,10 +122,11 @@ def first_keys(tile, KEYS: ll.constexpr):
 
 
 @ll.jit
-def last_pv(p_op, acc, l_i, rings, last_step, ROW: ll.constexpr):
-    """The tile's last O += P V (P of the key tile at ring position last_step, of as many keys
-    as P has columns), with the normalizers of l (the threads' shares of the row sums)
-    computed while it runs, in the row layout ROW: (O, seen, log2 l, 1 / l)."""
+def last_pv(running, rings, last_step, ROW: ll.constexpr):
+    """The tile's last O += P V (`running`'s P, of the key tile at ring position last_step,
+    of as many keys as P has columns), with the normalizers of its l (the threads' shares
+    of the row sums) computed while it runs, in the row layout ROW: (O, seen, log2 l, 1 / l)."""
+    p_op, acc, l_i = running.p_op, running.acc, running.l_i
     last = ring_slot(last_step, rings.STAGES)
     mbarrier.wait(rings.v_ready.index(last), ring_phase(last_step, rings.STAGES))
     v_tile = first_keys(rings.v.index(last).index(0).index(0), p_op.shape[1])
@@ -144,25 +145,26 @@ def p_operand(p, dtype: ll.constexpr, O_LAYOUT: ll.constexpr):
 
 
 @ll.jit
-def first_step_softmax(state, s, step, full, row0, qk_scale):
-    """Key tile 0's softmax, once S_0 (at ring position `step`) is in: the K slot
+def first_step_softmax(state, tile, s, full):
+    """Key tile 0's softmax, once S_0 (at ring position tile.step) is in: the K slot
     released, the mask where the tile needs one (`full` 0), and P against the row max
     (LAZY_MAX: against the max of the first keys, the exact one only in warps where a
     row grew past it). Returns (P as the operand of P V, m, l's shares: `thread_sums`)."""
     S_LAYOUT: ll.constexpr = accumulator_layout(state.BLOCK_N)
     O_LAYOUT: ll.constexpr = accumulator_layout(state.HEAD_DIM)
     rings = state.rings
-    release_slot(rings.k_empty.index(ring_slot(step, rings.STAGES)), rings.PER_WARP, rings.CLUSTER)
+    release_slot(rings.k_empty.index(ring_slot(tile.step, rings.STAGES)), rings.PER_WARP, rings.CLUSTER)
     if full == 0:  # only then does key tile 0 need a mask; no GEMM of this warpgroup hides it
-        s = masked(s, 0, row0, state.seq_q, state.seq_k, state.BLOCK_N, state.CAUSAL, S_LAYOUT)
+        s = masked(state, tile, s, 0)
     if state.LAZY_MAX:
         # P against the max of the tile's first keys, a lower bound on the row's; the
         # warps with a row that passed it by 2^RESCALE_ABOVE take the max from S, held
         # beside P at every head dim here (O is not live yet, nor a P V in flight).
-        m_i = first_keys_max(s, qk_scale, state.BLOCK_N, S_LAYOUT)
-        p, shares, grew = exps_on_last_max(s, m_i, qk_scale, state.EXP2_FMA, state.RESCALE_ABOVE)
-        p, m_i, l_i, _ = max_where_grew(s, p, shares, grew, m_i, zero_shares(state.BLOCK_N, S_LAYOUT), qk_scale,
-                                        state.EXP2_FMA)
+        m_i = first_keys_max(tile, s)
+        exps = exps_on_last_max(state, tile, s, m_i)
+        # No O yet (nor P V): m and l alone move where rows grew.
+        before = Running(None, None, m_i, zero_shares(state.BLOCK_N, S_LAYOUT))
+        p, m_i, l_i, _ = max_where_grew(state, tile, before, s, exps)
     else:
-        p, m_i, l_i = first_softmax(s, qk_scale, state.EXP2_FMA)
+        p, m_i, l_i = first_softmax(state, tile, s)
     return p_operand(p, state.q_desc.dtype, O_LAYOUT), m_i, l_i

@@ -16,11 +16,13 @@ TILE, BATCH, HEAD, FIRST_ROW = range(TILE_FIELDS)
 
 
 @ll.jit
-def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group, seq_q,
-                     BLOCK_M: ll.constexpr, CAUSAL: ll.constexpr):
-    """(batch, head, kv head, first row) of `tile`. Tiles come in groups of `group`
-    (batch, head) pairs whose K and V stay in L2 while all their query tiles run, and
-    within a group bottom query tiles first (causal: those see the most keys).
+def tile_coordinates(state, tile):
+    """(batch, head, kv head, first row) of `tile`, a query tile of state.CONSUMERS
+    warpgroups' rows (`state`: the kernel's Forward, or any aggregate with its fields
+    num_m_tiles, batch_heads, group, heads, kv_group, seq_q, CONSUMERS and CAUSAL). Tiles
+    come in groups of state.group (batch, head) pairs whose K and V stay in L2 while all
+    their query tiles run, and within a group bottom query tiles first (causal: those see
+    the most keys).
 
     Causal query tiles end at the last warpgroup's rows (seq_q rounded up to 64), so
     when BLOCK_M does not divide that, the partial tile is the top one, which sees the
@@ -29,36 +31,41 @@ def tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, kv_group, seq
     docs/attention-journal.md). The top tile's first warpgroups then start at row -64
     or -128: they neither load Q nor store O (`load_q`, `attend_tile`; a TMA store at a
     negative coordinate traps)."""
-    per_group = group * num_m_tiles
+    BLOCK_M: ll.constexpr = ROWS * state.CONSUMERS
+    group, heads = state.group, state.heads
+    per_group = group * state.num_m_tiles
     first = (tile // per_group) * group
-    in_group = ll.minimum(batch_heads - first, group)
+    in_group = ll.minimum(state.batch_heads - first, group)
     rank = tile % per_group
     bh = first + rank % in_group
     head = bh % heads
     off_m = (rank // in_group) * BLOCK_M
-    if CAUSAL:
-        off_m = ll.cdiv(seq_q, ROWS) * ROWS - off_m - BLOCK_M
-    return bh // heads, head, head // kv_group, off_m
+    if state.CAUSAL:
+        off_m = ll.cdiv(state.seq_q, ROWS) * ROWS - off_m - BLOCK_M
+    return bh // heads, head, head // state.kv_group, off_m
 
 
 @ll.jit
-def keys_seen(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, CAUSAL: ll.constexpr):
+def keys_seen(state, off_m, BLOCK_M: ll.constexpr):
     """How many keys (a prefix, none for rows wholly above the diagonal) the last of the
-    rows [off_m, off_m + BLOCK_M) sees."""
-    if CAUSAL:  # query i sees keys j <= i + seq_k - seq_q
-        return ll.minimum(ll.maximum(off_m + BLOCK_M + (seq_k - seq_q), 0), seq_k)
+    rows [off_m, off_m + BLOCK_M) sees (`state`: either kernel's, for seq_q, seq_k and
+    CAUSAL)."""
+    seq_k = state.seq_k
+    if state.CAUSAL:  # query i sees keys j <= i + seq_k - seq_q
+        return ll.minimum(ll.maximum(off_m + BLOCK_M + (seq_k - state.seq_q), 0), seq_k)
     return seq_k
 
 
 @ll.jit
-def key_tiles(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
-              CAUSAL: ll.constexpr):
-    """(unmasked, all): the key tiles the rows [off_m, off_m + BLOCK_M) see; tiles
-    [0, unmasked) need no mask, tiles [unmasked, all) do."""
+def key_tiles(state, off_m, BLOCK_M: ll.constexpr):
+    """(unmasked, all): the key tiles of state.BLOCK_N keys the rows [off_m, off_m +
+    BLOCK_M) see; tiles [0, unmasked) need no mask, tiles [unmasked, all) do."""
+    BLOCK_N: ll.constexpr = state.BLOCK_N
+    seq_k = state.seq_k
     full = seq_k // BLOCK_N
-    if CAUSAL:  # the first row's keys, all of them unmasked
-        full = ll.minimum(full, ll.maximum(off_m + (seq_k - seq_q) + 1, 0) // BLOCK_N)
-    return full, ll.cdiv(keys_seen(off_m, seq_q, seq_k, BLOCK_M, CAUSAL), BLOCK_N)
+    if state.CAUSAL:  # the first row's keys, all of them unmasked
+        full = ll.minimum(full, ll.maximum(off_m + (seq_k - state.seq_q) + 1, 0) // BLOCK_N)
+    return full, ll.cdiv(keys_seen(state, off_m, BLOCK_M), BLOCK_N)
 
 
 @ll.jit
@@ -100,29 +107,29 @@ def warpgroup(WG: ll.constexpr):
 
 
 @ll.jit
-def turn_takers(off_m, seq_q, CONSUMERS: ll.constexpr, CAUSAL: ll.constexpr):
+def turn_takers(state, off_m):
     """The warpgroups that take turns in the tile at row off_m: all of them in causal
     tiles (where one that sees no key tile still keeps the turn order of those it
     releases), else those with rows below seq_q, the first ones: in a partial tile the
     others only release the ring's slots, so the turn never waits on a warpgroup with
     nothing to issue."""
-    if CAUSAL:
-        return CONSUMERS
-    return ll.minimum(ll.cdiv(seq_q - off_m, ROWS), CONSUMERS)
+    if state.CAUSAL:
+        return state.CONSUMERS
+    return ll.minimum(ll.cdiv(state.seq_q - off_m, ROWS), state.CONSUMERS)
 
 
 @ll.jit
-def tile_rows(off_m, seq_q, seq_k, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, CONSUMERS: ll.constexpr,
-              CAUSAL: ll.constexpr, WG: ll.constexpr):
+def tile_rows(state, off_m, WG: ll.constexpr):
     """(row0, unmasked, count, loaded, active) of this warpgroup in the tile at row off_m:
     its first row, its key tiles needing no mask and all it sees (none without rows), the
     key tiles the producer loads for the whole CTA (`loaded`: those these rows do not see,
     causal or past seq_q, are only released) and the warpgroups the turn goes round."""
+    BLOCK_M: ll.constexpr = ROWS * state.CONSUMERS
     row0 = off_m + warpgroup(WG) * ROWS
-    full, count = key_tiles(row0, seq_q, seq_k, ROWS, BLOCK_N, CAUSAL)
-    has_rows = row0 < seq_q
-    if CAUSAL:  # or wholly above row 0 (tile_coordinates)
+    full, count = key_tiles(state, row0, ROWS)
+    has_rows = row0 < state.seq_q
+    if state.CAUSAL:  # or wholly above row 0 (tile_coordinates)
         has_rows = has_rows & (row0 >= 0)
     count = ll.where(has_rows, count, 0)
-    loaded = key_tiles(off_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)[1]
-    return row0, full, count, loaded, turn_takers(off_m, seq_q, CONSUMERS, CAUSAL)
+    loaded = key_tiles(state, off_m, BLOCK_M)[1]
+    return row0, full, count, loaded, turn_takers(state, off_m)

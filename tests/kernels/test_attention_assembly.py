@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from weft.kernels.attention import Config, default_config
-from weft.kernels.attention.config import (SHARED_LIMIT, buffering, claim_ahead, cluster_size, dynamic_schedule,
-                                           half_tiles, lazy_max, per_warp_release, register_cap, replicated,
-                                           rescale_above, shared_bytes)
+from weft.kernels.attention import ForwardConfig, PingpongConfig, SimpleConfig, default_config
+from weft.kernels.attention.config import SHARED_LIMIT, register_cap, shared_bytes
+from weft.kernels.attention.pingpong_config import (buffering, claim_ahead, cluster_size, dynamic_schedule,
+                                                    half_tiles, lazy_max, per_warp_release, replicated,
+                                                    rescale_above)
 from weft.kernels.attention.kernels import flash_attention_fa3
 from weft.kernels.attention.simple import flash_attention_forward
 from weft.compiler.backend import ptxas
@@ -17,20 +18,21 @@ from weft.compiler.backend import ptxas
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
 
-def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
+def _compile(config: ForwardConfig, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
              q_buffers: int = 0, replicated: bool = True, per_warp: bool | None = None, cluster: int = 1,
              dynamic: bool = True):
     """The FA3 (or simple) kernel for a config, compiled for sm_90a with the launch options
     the host gives it (maxnreg for config.ctas_per_sm above 1)."""
     box = lambda rows: f"tensordesc<{dtype}[1,1,{rows},64]>"  # noqa: E731
-    q_rows = 64 if config.variant == "pingpong" else config.block_m
+    simple = isinstance(config, SimpleConfig)
+    q_rows = config.block_m if simple else 64
     signature = {"q_desc": box(q_rows), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
                  "o_desc": box(q_rows), "lse_ptr": "*fp32", "softmax_scale": "fp32", "seq_q": "i32",
                  "seq_k": "i32", "heads": "i32", "kv_group": "i32"}
     constexprs = dict(BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                       CAUSAL=causal, WRITE_LSE=write_lse, PRODUCER_REGS=config.producer_regs,
                       CONSUMER_REGS=config.consumer_regs)
-    if config.variant == "simple":
+    if simple:
         constexprs.update(BLOCK_M=config.block_m, NUM_WARPS=4 * config.consumers)
         return flash_attention_forward.compile(signature=signature, constexprs=constexprs,
                                                num_warps=4 * config.consumers)
@@ -51,7 +53,7 @@ def _compile(config: Config, dtype: str, causal: bool, write_lse: bool = True, o
     return flash_attention_fa3.compile(signature=signature, constexprs=constexprs, num_warps=4, **options)
 
 
-def _check_assembly(compiled, config: Config):
+def _check_assembly(compiled, config: ForwardConfig):
     ptx = compiled.asm["ptx"]
     for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor.4d", "mbarrier.try_wait",
                         "setmaxnreg.inc", "setmaxnreg.dec", "ex2.approx", "fence.proxy.async"):
@@ -100,7 +102,7 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_conditional_rescale_either_way_assembles_without_spills(head_dim, causal):
-    """Config.conditional_rescale the other way from its default for the head dim: on
+    """PingpongConfig.conditional_rescale the other way from its default for the head dim: on
     at 64 and 128, off at 256."""
     config = dataclasses.replace(default_config(head_dim), conditional_rescale=head_dim != 256)
     replicate = replicated(config, causal, 4096)
@@ -135,12 +137,13 @@ def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal,
 
 
 @needs_ptxas
-@pytest.mark.parametrize("config", [Config(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
-                                    Config(head_dim=64),  # 2 consumer warpgroups
-                                    Config(head_dim=64, consumers=3, consumer_regs=160, exp2_fma_share=0.25),
-                                    Config(head_dim=128, exp2_fma_share=0.5),
-                                    Config(head_dim=128, variant="simple"),
-                                    Config(head_dim=256, block_n=64, variant="simple")])
+@pytest.mark.parametrize("config", [PingpongConfig(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+                                    PingpongConfig(head_dim=64),  # 2 consumer warpgroups
+                                    PingpongConfig(head_dim=64, consumers=3, consumer_regs=160,
+                                                   exp2_fma_share=0.25),
+                                    PingpongConfig(head_dim=128, exp2_fma_share=0.5),
+                                    SimpleConfig(head_dim=128),
+                                    SimpleConfig(head_dim=256, block_n=64)])
 def test_other_configs_assemble_without_spills(config):
     _check_assembly(_compile(config, "bf16", True), config)
 
@@ -148,7 +151,7 @@ def test_other_configs_assemble_without_spills(config):
 @needs_ptxas
 @pytest.mark.parametrize("head_dim", [128, 256])
 def test_cluster_variants_assemble_without_spills(head_dim):
-    """Two CTAs sharing K/V (Config.cluster): each issues half of a tile's boxes as
+    """Two CTAs sharing K/V (PingpongConfig.cluster): each issues half of a tile's boxes as
     multicast loads, and its consumers release slots on both CTAs' barriers."""
     config = default_config(head_dim)
     o_buffer, q_buffers = buffering(config)
@@ -196,7 +199,7 @@ def test_static_schedule_claims_nothing():
     chosen = default_config(128)
     assert cluster_size(dataclasses.replace(chosen, dynamic_schedule=True), False, 32, 1) == 1
     for bad, why in [(dict(dynamic_schedule=1), "must be None .chosen per problem., True or False"),
-                     (dict(dynamic_schedule=False, persistent=False), "needs variant='pingpong' and persistent"),
+                     (dict(dynamic_schedule=False, persistent=False), "needs persistent=True"),
                      (dict(dynamic_schedule=True, cluster=2), "static schedule")]:
         with pytest.raises(ValueError, match=why):
             dataclasses.replace(chosen, **bad)
@@ -205,7 +208,7 @@ def test_static_schedule_claims_nothing():
 @needs_ptxas
 @pytest.mark.parametrize("head_dim, causal", [(64, False), (64, True), (128, False), (128, True)])
 def test_several_ctas_an_sm_assemble_without_spills(head_dim, causal):
-    """A single key tile (Config.ctas_per_sm): at head_dim 64 the kernel launches at 80
+    """A single key tile (PingpongConfig.ctas_per_sm): at head_dim 64 the kernel launches at 80
     registers a thread (.maxnreg, the launch option maxnreg) so that three CTAs fit an SM,
     its one consumer warpgroup at 136 beside a 24-register producer; at 128, two CTAs at
     128 a thread and 232 for the consumer."""

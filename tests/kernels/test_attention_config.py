@@ -1,23 +1,24 @@
-"""kernels/attention: Config's validation with readable errors, and the defaults chosen
-per head dim and problem (clusters, tile groups, conditional rescale, lazy max, stages,
-claim-ahead, per-warp release, replicated consumers, half key tiles)."""
+"""kernels/attention: the forward configs' validation with readable errors (a type per
+kernel variant: PingpongConfig, SimpleConfig), and the defaults chosen per head dim and
+problem (clusters, tile groups, conditional rescale, lazy max, stages, claim-ahead,
+per-warp release, replicated consumers, half key tiles)."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from weft.kernels.attention import Config, default_config, flash_attention
-from weft.kernels.attention.config import (buffering, claim_ahead, cluster_size, half_tiles, lazy_max,
-                                           per_warp_release, register_cap, replicated, rescale_above, shared_bytes,
-                                           shared_limit, tile_group)
+from weft.kernels.attention import ForwardConfig, PingpongConfig, SimpleConfig, default_config, flash_attention
+from weft.kernels.attention.config import register_cap, shared_bytes, shared_limit
+from weft.kernels.attention.pingpong_config import (buffering, claim_ahead, cluster_size, half_tiles, lazy_max,
+                                                    per_warp_release, replicated, rescale_above, tile_group)
 from weft.kernels.attention.rings import ready_barriers
 
 RNG = np.random.default_rng(11)
 
 
 def test_cluster_size():
-    """Pairs of CTAs share K/V (Config.cluster) by default where they can: non-causal
+    """Pairs of CTAs share K/V (PingpongConfig.cluster) by default where they can: non-causal
     head_dim 128 and 256, an even count of query tiles per head, one head at a time, the
     persistent pingpong kernel; elsewhere the default is one CTA, and an explicit 2 is an
     error that says why."""
@@ -35,11 +36,11 @@ def test_cluster_size():
         with pytest.raises(ValueError, match=why):
             cluster_size(paired, *args)
     with pytest.raises(ValueError, match="None .2 where it applies., 1 or 2"):
-        Config(cluster=4)
+        PingpongConfig(cluster=4)
     with pytest.raises(ValueError, match="head_dim 128 or 256"):
-        Config(head_dim=64, cluster=2)
-    with pytest.raises(ValueError, match="persistent pingpong"):
-        Config(persistent=False, cluster=2)
+        PingpongConfig(head_dim=64, cluster=2)
+    with pytest.raises(ValueError, match="needs persistent=True"):
+        PingpongConfig(persistent=False, cluster=2)
     q = RNG.standard_normal((1, 2, 384, 128)).astype(np.float16)
     with pytest.raises(ValueError, match="count even"):
         flash_attention(q, q, q, config=paired)  # three query tiles a head
@@ -49,67 +50,58 @@ def test_configs_validate_with_readable_errors():
     for head_dim in (64, 128, 256):
         assert default_config(head_dim).head_dim == head_dim
     with pytest.raises(ValueError, match="head_dim must be one of"):
-        Config(head_dim=96)
+        PingpongConfig(head_dim=96)
     with pytest.raises(ValueError, match="consumers .warpgroups of 64 query rows. must be 1 to 4"):
-        Config(consumers=5)
+        PingpongConfig(consumers=5)
     with pytest.raises(ValueError, match="shared memory"):
-        Config(head_dim=256, block_n=128)
+        PingpongConfig(head_dim=256, block_n=128)
     with pytest.raises(ValueError, match="lower consumer_regs to 160"):
-        Config(head_dim=64, consumers=3)
-    with pytest.raises(ValueError, match="variant"):
-        Config(variant="persistent")
+        PingpongConfig(head_dim=64, consumers=3)
     with pytest.raises(ValueError, match="replicated must be None"):
-        Config(replicated="yes")
+        PingpongConfig(replicated="yes")
     with pytest.raises(ValueError, match="per_warp_release must be None"):
-        Config(per_warp_release=1)
+        PingpongConfig(per_warp_release=1)
     with pytest.raises(ValueError, match="release warp by warp"):
-        Config(replicated=True, per_warp_release=False)
-    with pytest.raises(ValueError, match="pingpong-variant option"):
-        Config(variant="simple", per_warp_release=True)
+        PingpongConfig(replicated=True, per_warp_release=False)
 
     with pytest.raises(ValueError, match="multiple of 8"):
-        Config(consumer_regs=236)
+        PingpongConfig(consumer_regs=236)
     with pytest.raises(ValueError, match="stages"):
-        Config(stages=1)
+        PingpongConfig(stages=1)
     with pytest.raises(ValueError, match="l2_group_bytes must be None or a positive int"):
-        Config(l2_group_bytes=0)
+        PingpongConfig(l2_group_bytes=0)
     with pytest.raises(ValueError, match="persistent must be True or False"):
-        Config(persistent="yes")
+        PingpongConfig(persistent="yes")
     with pytest.raises(ValueError, match=r"q_buffers must be None \(as many as fit\) or a count from "
                                          r"consumers = 2 to 4"):
-        Config(q_buffers=5)
+        PingpongConfig(q_buffers=5)
     with pytest.raises(ValueError, match="with 4 Q buffers; a CTA has 232448"):
-        Config(head_dim=256, block_n=64, q_buffers=4)
+        PingpongConfig(head_dim=256, block_n=64, q_buffers=4)
     with pytest.raises(ValueError, match=r"exp2_fma_share must be a number in \[0, 1\]"):
-        Config(exp2_fma_share=2)
-    with pytest.raises(ValueError, match="exp2_fma_share is a pingpong-variant option"):
-        Config(variant="simple", exp2_fma_share=0.25)
+        PingpongConfig(exp2_fma_share=2)
     for bad in (-1.0, 16, True, "8", None):
         with pytest.raises(ValueError, match=r"rescale_above must be a number in \[0, 15\] \(log2 units"):
-            Config(rescale_above=bad)
+            PingpongConfig(rescale_above=bad)
     with pytest.raises(ValueError, match="conditional_rescale must be None"):
-        Config(conditional_rescale=1)
+        PingpongConfig(conditional_rescale=1)
     with pytest.raises(ValueError, match="lazy_max must be None"):
-        Config(lazy_max="yes")
-    with pytest.raises(ValueError, match="lazy_max is a pingpong-variant option"):
-        Config(variant="simple", lazy_max=True)
-    with pytest.raises(ValueError, match="lazy_max is a pingpong-variant option"):
-        Config(conditional_rescale=False, lazy_max=True)
+        PingpongConfig(lazy_max="yes")
+    with pytest.raises(ValueError, match="lazy_max rescales O only where the max moves: it needs "
+                                         "conditional_rescale None or True"):
+        PingpongConfig(conditional_rescale=False, lazy_max=True)
     with pytest.raises(ValueError, match=r"lazy_max needs rescale_above above log2\(block_n\) = 7"):
-        Config(rescale_above=7, lazy_max=True)
+        PingpongConfig(rescale_above=7, lazy_max=True)
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="claim_ahead must be None .* or a count of K/V loads >= 0"):
-            Config(claim_ahead=bad)
+            PingpongConfig(claim_ahead=bad)
     with pytest.raises(ValueError, match="half_tiles must be None"):
-        Config(half_tiles=1)
-    with pytest.raises(ValueError, match="half_tiles is a pingpong-variant option"):
-        Config(variant="simple", half_tiles=True)
+        PingpongConfig(half_tiles=1)
 
 
 def test_tile_groups_by_default():
     """Non-causal at head_dim 128 and 256: one head per group (its query tiles side by
     side); otherwise heads whose K/V fill 24 MB (8 MB for causal head_dim 256), or the
-    Config's bytes, within bounds."""
+    PingpongConfig's bytes, within bounds."""
     mb = 1 << 20
     assert tile_group(default_config(128), False, 2 * mb, 64) == 1
     assert tile_group(default_config(256), False, 2 * mb, 64) == 1
@@ -118,30 +110,29 @@ def test_tile_groups_by_default():
     assert tile_group(default_config(64), False, 2 * mb, 64) == 12
     assert tile_group(default_config(64), False, 2 * mb, 5) == 5  # no more than there are
     assert tile_group(default_config(64), False, 30 * mb, 64) == 1  # at least one
-    assert tile_group(Config(l2_group_bytes=8 * mb), False, 2 * mb, 64) == 4
+    assert tile_group(PingpongConfig(l2_group_bytes=8 * mb), False, 2 * mb, 64) == 4
 
 
 def test_conditional_rescale_by_default():
     assert rescale_above(default_config(256)) == 8.0
     assert rescale_above(default_config(128)) == 8.0  # lazy_max, which rescales conditionally
     assert rescale_above(default_config(64)) == 8.0
-    assert rescale_above(Config(head_dim=64, lazy_max=False)) is None
-    assert rescale_above(Config(head_dim=128, conditional_rescale=True, rescale_above=4)) == 4.0
-    assert rescale_above(Config(head_dim=128, conditional_rescale=False)) is None
-    assert rescale_above(Config(head_dim=256, block_n=64, conditional_rescale=False)) is None
+    assert rescale_above(PingpongConfig(head_dim=64, lazy_max=False)) is None
+    assert rescale_above(PingpongConfig(head_dim=128, conditional_rescale=True, rescale_above=4)) == 4.0
+    assert rescale_above(PingpongConfig(head_dim=128, conditional_rescale=False)) is None
+    assert rescale_above(PingpongConfig(head_dim=256, block_n=64, conditional_rescale=False)) is None
 
 
 def test_lazy_max_by_default():
     """On at head_dim 64 and 128; off at 256 (+1 to +2% there, and 8 bytes spilled with
-    one tile's Q buffers) and where a Config rules it out, rather than an error."""
+    one tile's Q buffers) and where a PingpongConfig rules it out, rather than an error."""
     for head_dim in (64, 128):
         assert lazy_max(default_config(head_dim)) and lazy_max(default_config(head_dim, causal=True))
     assert not lazy_max(default_config(256)) and lazy_max(dataclasses.replace(default_config(256), lazy_max=True))
-    assert lazy_max(Config(head_dim=64, block_n=64, lazy_max=True))
-    assert not lazy_max(Config(head_dim=128, variant="simple"))
-    assert not lazy_max(Config(head_dim=128, conditional_rescale=False))
-    assert not lazy_max(Config(head_dim=128, rescale_above=7))  # a row of 128 keys may sum to 2^7
-    assert not lazy_max(Config(head_dim=128, lazy_max=False))
+    assert lazy_max(PingpongConfig(head_dim=64, block_n=64, lazy_max=True))
+    assert not lazy_max(PingpongConfig(head_dim=128, conditional_rescale=False))
+    assert not lazy_max(PingpongConfig(head_dim=128, rescale_above=7))  # a row of 128 keys may sum to 2^7
+    assert not lazy_max(PingpongConfig(head_dim=128, lazy_max=False))
 
 
 def test_kv_stages_of_head_dim_64():
@@ -166,9 +157,9 @@ def test_four_consumers_by_default():
     assert default_config(64, False, 1025).consumers == default_config(64, True, 512).consumers == 3
     assert default_config(64).consumers == 3 and default_config(128, False, 512).consumers == 2
     with pytest.raises(ValueError, match="a CTA of 640 threads gets 61440; lower consumer_regs to 112"):
-        Config(head_dim=64, block_n=64, consumers=4, consumer_regs=120)
-    with pytest.raises(ValueError, match="1 or 2 for the simple variant"):
-        Config(head_dim=64, consumers=4, consumer_regs=112, variant="simple")
+        PingpongConfig(head_dim=64, block_n=64, consumers=4, consumer_regs=120)
+    with pytest.raises(ValueError, match=r"SimpleConfig.consumers \(warpgroups of 64 query rows\) must be 1 to 2"):
+        SimpleConfig(head_dim=64, consumers=4, consumer_regs=112)
 
 
 def test_several_ctas_an_sm_for_one_key_tile():
@@ -189,16 +180,14 @@ def test_several_ctas_an_sm_for_one_key_tile():
     assert buffering(one) == (True, 2)  # O's buffer and two Q buffers in its 75 KB
     for bad in (0, 5, True, "2"):
         with pytest.raises(ValueError, match="ctas_per_sm must be an int from 1 to 4"):
-            Config(ctas_per_sm=bad)
-    with pytest.raises(ValueError, match="pingpong-variant option"):
-        Config(head_dim=64, consumers=1, variant="simple", ctas_per_sm=2)
+            PingpongConfig(ctas_per_sm=bad)
     with pytest.raises(ValueError, match="ctas_per_sm above 1 needs cluster 1"):
-        Config(cluster=2, ctas_per_sm=2)
+        PingpongConfig(cluster=2, ctas_per_sm=2)
     with pytest.raises(ValueError, match="gets 20480 with 3 CTAs an SM; lower consumer_regs to 136"):
-        Config(head_dim=64, block_n=64, consumers=1, consumer_regs=144, ctas_per_sm=3)
+        PingpongConfig(head_dim=64, block_n=64, consumers=1, consumer_regs=144, ctas_per_sm=3)
     with pytest.raises(ValueError, match="a CTA has 76800. Use a smaller block_n or fewer stages .or fewer CTAs"):
-        Config(head_dim=64, block_n=128, stages=3, consumers=1, consumer_regs=136, ctas_per_sm=3)
-    two = Config(head_dim=128, block_n=64, consumers=1, consumer_regs=232, ctas_per_sm=2)
+        PingpongConfig(head_dim=64, block_n=128, stages=3, consumers=1, consumer_regs=136, ctas_per_sm=3)
+    two = PingpongConfig(head_dim=128, block_n=64, consumers=1, consumer_regs=232, ctas_per_sm=2)
     assert cluster_size(two, False, 32, 1) == 1  # clusters of two launch one CTA an SM
 
 
@@ -210,8 +199,8 @@ def test_half_tiles_by_default():
     assert half_tiles(default_config(64), True) and half_tiles(default_config(128), True)
     assert not half_tiles(default_config(256), True)
     assert not half_tiles(default_config(64), False) and not half_tiles(default_config(128), False)
-    assert half_tiles(Config(head_dim=128, half_tiles=True), False)
-    assert not half_tiles(Config(head_dim=64, half_tiles=False), True)
+    assert half_tiles(PingpongConfig(head_dim=128, half_tiles=True), False)
+    assert not half_tiles(PingpongConfig(head_dim=64, half_tiles=False), True)
 
 
 def test_q_ready_barriers_are_one_warpgroups_each():
@@ -227,7 +216,7 @@ def test_q_ready_barriers_are_one_warpgroups_each():
 def test_claim_ahead_by_default():
     assert claim_ahead(default_config(64)) == 2
     assert claim_ahead(default_config(128)) == claim_ahead(default_config(256)) == 0
-    assert claim_ahead(Config(head_dim=128, claim_ahead=3)) == 3
+    assert claim_ahead(PingpongConfig(head_dim=128, claim_ahead=3)) == 3
 
 
 def test_per_warp_release_by_default():
@@ -235,8 +224,8 @@ def test_per_warp_release_by_default():
     unless the config says otherwise."""
     assert per_warp_release(default_config(128), False) and per_warp_release(default_config(64), True)
     assert not per_warp_release(default_config(64), False) and not per_warp_release(default_config(256), False)
-    assert not per_warp_release(Config(head_dim=128, per_warp_release=False), False)
-    assert per_warp_release(Config(head_dim=256, block_n=64, per_warp_release=True), False)
+    assert not per_warp_release(PingpongConfig(head_dim=128, per_warp_release=False), False)
+    assert per_warp_release(PingpongConfig(head_dim=256, block_n=64, per_warp_release=True), False)
 
 
 def test_replicated_consumers_by_default():
@@ -246,5 +235,30 @@ def test_replicated_consumers_by_default():
     assert replicated(default_config(128), True, 4096) and not replicated(default_config(128), True, 4097)
     assert not any(replicated(default_config(d), False, 512) for d in (64, 128, 256))
     assert not replicated(default_config(256), True, 512)
-    assert replicated(Config(head_dim=256, block_n=64, replicated=True), False, 16384)
-    assert not replicated(Config(head_dim=64, replicated=False), True, 512)
+    assert replicated(PingpongConfig(head_dim=256, block_n=64, replicated=True), False, 16384)
+    assert not replicated(PingpongConfig(head_dim=64, replicated=False), True, 512)
+
+
+def test_a_config_type_per_variant():
+    """Each kernel variant has its own config type, with only its own knobs: a knob of the
+    FA3 kernel's is no SimpleConfig field (the type error names it), the shared part
+    alone is no config, both validate the knobs they share alike, and flash_attention
+    takes nothing else."""
+    simple = SimpleConfig(head_dim=64)
+    assert simple.block_m == 128 and simple.ctas_per_sm == 1 and isinstance(simple, ForwardConfig)
+    assert simple != PingpongConfig(head_dim=64)  # the same shared knobs, another kernel
+    for knob in ("per_warp_release", "lazy_max", "half_tiles", "exp2_fma_share", "ctas_per_sm", "cluster"):
+        with pytest.raises(TypeError, match=knob):
+            SimpleConfig(head_dim=64, **{knob: 1})
+    with pytest.raises(TypeError, match="construct one of those"):
+        ForwardConfig()
+    for kind in (SimpleConfig, PingpongConfig):
+        with pytest.raises(ValueError, match=f"{kind.__name__}.stages must be 2..4"):
+            kind(stages=5)
+        with pytest.raises(ValueError, match=f"{kind.__name__}.head_dim must be one of"):
+            kind(head_dim=32)
+        with pytest.raises(ValueError, match="shared memory"):
+            kind(head_dim=256, block_n=128)
+    q = RNG.standard_normal((1, 1, 64, 64)).astype(np.float16)
+    with pytest.raises(TypeError, match="config must be a PingpongConfig or a SimpleConfig"):
+        flash_attention(q, q, q, config={"block_n": 64})

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from weft import lowlevel as ll
-from weft.kernels.attention import Config, default_config, flash_attention, reference_attention
-from weft.kernels.attention.config import buffering
+from weft.kernels.attention import PingpongConfig, SimpleConfig, default_config, flash_attention, reference_attention
+from weft.kernels.attention.pingpong_config import buffering
 from weft.kernels.attention.tiles import tile_coordinates
 
 RNG = np.random.default_rng(11)
@@ -18,7 +18,7 @@ RNG = np.random.default_rng(11)
 
 @pytest.mark.parametrize("head_dim, seq_q, seq_k", [(128, 256, 300), (256, 200, 130)])
 def test_emulated_clusters_match_the_reference(head_dim, seq_q, seq_k):
-    """Config.cluster=2 on the emulator: one cluster of two CTAs walks the pairs of query
+    """PingpongConfig.cluster=2 on the emulator: one cluster of two CTAs walks the pairs of query
     tiles (two heads, so the ring runs on from one pair to the next), each CTA loading
     half of every K/V tile into both; GQA, a key tail and a partial second query tile."""
     q = RNG.standard_normal((1, 4, seq_q, head_dim)).astype(np.float16)
@@ -69,11 +69,11 @@ def _check_emulated(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layo
     np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-4, rtol=1e-5)
 
 
-@pytest.mark.parametrize("config", [Config(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
-                                    Config(head_dim=64),  # 2 consumer warpgroups
-                                    Config(head_dim=64, block_n=32, stages=3, consumers=1),
-                                    Config(head_dim=64, consumers=3, consumer_regs=160, exp2_fma_share=0.25),
-                                    Config(head_dim=64, variant="simple")])
+@pytest.mark.parametrize("config", [PingpongConfig(head_dim=64, block_n=64, consumers=3, consumer_regs=160),
+                                    PingpongConfig(head_dim=64),  # 2 consumer warpgroups
+                                    PingpongConfig(head_dim=64, block_n=32, stages=3, consumers=1),
+                                    PingpongConfig(head_dim=64, consumers=3, consumer_regs=160, exp2_fma_share=0.25),
+                                    SimpleConfig(head_dim=64)])
 def test_emulated_other_configs(config):
     _check_emulated(1, 2, 1, 200, 150, 64, True, "bhsd", config)
 
@@ -85,7 +85,7 @@ def test_emulated_replicated_consumers(causal, replicated, consumers):
     """The consumer warpgroups as one replicated partition (each copy finds its rows,
     turn and Q buffer from its index at run time) or a partition each, whichever the
     host picks by default for that mask or not, over persistent tiles with tails."""
-    config = Config(head_dim=64, consumers=consumers, consumer_regs=240 if consumers == 2 else 160,
+    config = PingpongConfig(head_dim=64, consumers=consumers, consumer_regs=240 if consumers == 2 else 160,
                     replicated=replicated)
     _check_emulated(1, 2, 1, 300, 250, 64, causal, "bhsd", config)
 
@@ -98,7 +98,7 @@ def test_emulated_replicated_consumers(causal, replicated, consumers):
     (64, 70, 60, False),     # one key tile, of 60 keys: taken whole
 ])
 def test_emulated_half_key_tiles(head_dim, seq_q, seq_k, causal, half_tiles):
-    """Config.half_tiles: a warpgroup's last key tile, where none of its rows sees the
+    """PingpongConfig.half_tiles: a warpgroup's last key tile, where none of its rows sees the
     tile's second half, taken as a GEMM of half the keys (its mask's columns and the V
     rows of its P V halved too); right against float64 either way."""
     config = dataclasses.replace(default_config(head_dim), half_tiles=half_tiles)
@@ -111,7 +111,7 @@ def test_emulated_per_warp_release(causal, per_warp):
     """Partitions per warpgroup releasing ring slots and turns warp by warp (the barriers
     count four arrivals a warpgroup) or once after a named barrier, over persistent tiles
     with tails and warpgroups that skip key tiles."""
-    config = Config(head_dim=64, consumers=3, consumer_regs=160, replicated=False, per_warp_release=per_warp)
+    config = PingpongConfig(head_dim=64, consumers=3, consumer_regs=160, replicated=False, per_warp_release=per_warp)
     _check_emulated(1, 2, 1, 300, 250, 64, causal, "bhsd", config)
 
 
@@ -128,12 +128,12 @@ def _jumping_scores(q, k, rows, key, gain=3.0):
 @pytest.mark.parametrize("causal", [False, True])
 def test_emulated_conditional_rescale(causal, threshold):
     """O rescaled only in warps where some row's max grew past rescale_above
-    (Config.conditional_rescale): one row's max jumps by ~2^35 at key 200, a tile after the
+    (PingpongConfig.conditional_rescale): one row's max jumps by ~2^35 at key 200, a tile after the
     first, where only its warp must rescale; the others keep their max. Right either way,
     and not bitwise the result of rescaling at every step (the skipped path ran)."""
     q, k, v = _inputs(1, 2, 2, 300, 280, 64, rng=np.random.default_rng(5))
     k = _jumping_scores(q, k, [250], 200)
-    config = Config(head_dim=64, consumers=3, consumer_regs=160, conditional_rescale=threshold is not None,
+    config = PingpongConfig(head_dim=64, consumers=3, consumer_regs=160, conditional_rescale=threshold is not None,
                     rescale_above=threshold or 0.0)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
     ref, ref_lse = reference_attention(q, k, v, causal=causal, return_lse=True)
@@ -141,7 +141,7 @@ def test_emulated_conditional_rescale(causal, threshold):
     np.testing.assert_allclose(lse, ref_lse, atol=1e-4, rtol=1e-5)
     assert abs(ref_lse[0, 0, 250] - ref_lse[0, 0, 249]) > 10  # the jump is there
     if threshold == 8.0:
-        always = flash_attention(q, k, v, causal=causal, config=Config(
+        always = flash_attention(q, k, v, causal=causal, config=PingpongConfig(
             head_dim=64, consumers=3, consumer_regs=160, conditional_rescale=False))
         assert not np.array_equal(out, always)
 
@@ -150,14 +150,14 @@ def test_emulated_conditional_rescale(causal, threshold):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("gain", [0.0, 3.0, 40.0])
 def test_emulated_lazy_max(head_dim, block_n, causal, gain):
-    """Config.lazy_max: P against the last tiles' max, moved by the log2 of their sums in
+    """PingpongConfig.lazy_max: P against the last tiles' max, moved by the log2 of their sums in
     warps whose row sums pass 2^8. gain 0: no row's max jumps; 3: a row's max jumps far
     past 2^8 at a later key tile (non-causal: an unmasked one); 40: past 2^128, so its P
     overflows to inf and its warp computes its rows of S again (mma_v2). Each right against float64."""
     q, k, v = _inputs(1, 2, 1, 200, 300, head_dim, rng=np.random.default_rng(head_dim))
     if gain:
         k = _jumping_scores(q, k, [150], 240, gain)  # key 240: seen by row 150 when causal too
-    config = Config(head_dim=head_dim, block_n=block_n, lazy_max=True,
+    config = PingpongConfig(head_dim=head_dim, block_n=block_n, lazy_max=True,
                     **({"consumers": 3, "consumer_regs": 160} if head_dim == 64 else {}))
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=config)
     ref, ref_lse = reference_attention(q, k, v, causal=causal, return_lse=True)
@@ -248,20 +248,20 @@ def test_emulated_persistent_ctas_walk_every_tile(monkeypatch, causal, ctas, q_b
     from weft.kernels import _launch
 
     monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
-    config = Config(head_dim=64, block_n=64, stages=3, persistent=True, q_buffers=q_buffers)
+    config = PingpongConfig(head_dim=64, block_n=64, stages=3, persistent=True, q_buffers=q_buffers)
     _check_emulated(1, 3, 1, 200, 230, 64, causal, "bhsd", config)
 
 
 @pytest.mark.parametrize("ctas", [1, 4])
 @pytest.mark.parametrize("causal", [False, True])
 def test_emulated_static_schedule_walks_every_tile(monkeypatch, causal, ctas):
-    """Config.dynamic_schedule=False: CTA i takes tiles i, i + ctas, ... (no counter), over
+    """PingpongConfig.dynamic_schedule=False: CTA i takes tiles i, i + ctas, ... (no counter), over
     6 tiles of different lengths with GQA and tails; the rings and turns run on as with
     claimed tiles."""
     from weft.kernels import _launch
 
     monkeypatch.setattr(_launch, "EMULATED_CTAS", ctas)
-    config = Config(head_dim=64, block_n=64, stages=3, persistent=True, dynamic_schedule=False)
+    config = PingpongConfig(head_dim=64, block_n=64, stages=3, persistent=True, dynamic_schedule=False)
     _check_emulated(1, 3, 1, 200, 230, 64, causal, "bhsd", config)
 
 
@@ -282,13 +282,13 @@ def test_emulated_turns_skip_warpgroups_without_rows(monkeypatch, seq_q, ctas):
 
 @pytest.mark.parametrize("ahead", [0, 1, 3])
 def test_emulated_causal_tiles_claimed_ahead(monkeypatch, ahead):
-    """Config.claim_ahead: the producer claims its next causal tile before the last
+    """PingpongConfig.claim_ahead: the producer claims its next causal tile before the last
     `ahead` K/V loads of one (0: after all of them; 3: before them all, for these tiles
     of at most 4 key tiles), over 4 CTAs of 6 tiles."""
     from weft.kernels import _launch
 
     monkeypatch.setattr(_launch, "EMULATED_CTAS", 4)
-    config = Config(head_dim=64, block_n=64, stages=3, persistent=True, claim_ahead=ahead)
+    config = PingpongConfig(head_dim=64, block_n=64, stages=3, persistent=True, claim_ahead=ahead)
     _check_emulated(1, 3, 1, 200, 230, 64, True, "bhsd", config)
 
 
@@ -346,17 +346,30 @@ def test_emulated_four_consumer_warpgroups(monkeypatch, causal, replicated, shuf
 def test_emulated_tile_groups(heads_per_group):
     """Tiles in L2 groups of 1 or 3 (batch, head) pairs, the last group short."""
     kv_bytes_per_query_head = 2 * 100 * 64 * 2 // 2  # K and V, 100 keys, shared by 2 heads
-    config = Config(head_dim=64, consumers=3, consumer_regs=160,
+    config = PingpongConfig(head_dim=64, consumers=3, consumer_regs=160,
                     l2_group_bytes=heads_per_group * kv_bytes_per_query_head)
     _check_emulated(2, 4, 2, 300, 100, 64, False, "bhsd", config)
+
+
+@ll.aggregate
+class _TileOrder:
+    """The fields of the kernel's state (state.Forward) that tile_coordinates reads."""
+    num_m_tiles: ll.tensor
+    batch_heads: ll.tensor
+    group: ll.tensor
+    heads: ll.tensor
+    kv_group: ll.tensor
+    seq_q: ll.tensor
+    CONSUMERS: ll.constexpr
+    CAUSAL: ll.constexpr
 
 
 @ll.jit
 def _tile_origins(out_ptr, num_m_tiles, batch_heads, group, heads, seq_q, BLOCK_M: ll.constexpr,
                   CAUSAL: ll.constexpr):
     tile = ll.program_id(0)
-    batch, head, kv_head, off_m = tile_coordinates(tile, num_m_tiles, batch_heads, group, heads, 1, seq_q,
-                                                   BLOCK_M, CAUSAL)
+    order = _TileOrder(num_m_tiles, batch_heads, group, heads, 1, seq_q, BLOCK_M // 64, CAUSAL)
+    batch, head, kv_head, off_m = tile_coordinates(order, tile)
     ll.store(out_ptr + 2 * tile, batch * heads + head)
     ll.store(out_ptr + 2 * tile + 1, off_m)
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from weft.kernels.attention import Config, default_config, flash_attention
+from weft.kernels.attention import PingpongConfig, default_config, flash_attention
 
 from .attention_torch import random_attention_inputs, torch_attention
 
@@ -53,7 +53,7 @@ def test_gpu_attention_matches_torch(batch, heads, kv_heads, seq_q, seq_k, head_
     (1, 6, 2, 1000, 777),     # a partial last query tile: its pair's rows past seq_q
     (1, 2, 2, 200, 4099)])    # one pair a head, seq_q < seq_k
 def test_gpu_clusters_match_single_ctas(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout):
-    """Pairs of CTAs sharing K/V by multicast (Config.cluster=2): bitwise the result of
+    """Pairs of CTAs sharing K/V by multicast (PingpongConfig.cluster=2): bitwise the result of
     CTAs that load their own (each tile's arithmetic is the same), and right."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(seq_q + seq_k + head_dim)
@@ -99,7 +99,7 @@ def test_gpu_persistent_ctas_match_one_cta_per_tile(head_dim, q_buffers, causal)
                                                            (64, 500, 1050, False), (128, 300, 1090, False)])
 def test_gpu_half_key_tiles(head_dim, seq_q, seq_k, causal):
     """Last key tiles whose second half no row of the warpgroup sees, taken as GEMMs of
-    half the keys (Config.half_tiles; the default for causal head_dim 64 and 128, and
+    half the keys (PingpongConfig.half_tiles; the default for causal head_dim 64 and 128, and
     non-causal here where seq_k % 128 is at most 64): right with it and without."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(seq_k)
@@ -166,7 +166,7 @@ def test_gpu_four_consumer_warpgroups(batch, heads, kv_heads, seq_q, seq_k):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim, share", [(64, 0.25), (64, 0.5), (128, 0.25)])
 def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
-    """Part of the softmax's exps by FMA polynomials (Config.exp2_fma_share): still within
+    """Part of the softmax's exps by FMA polynomials (PingpongConfig.exp2_fma_share): still within
     the bf16 tolerance of the float32 reference, and not bitwise the exp unit's result."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(head_dim + causal)
@@ -187,7 +187,7 @@ def test_gpu_exps_on_the_fma_pipe(head_dim, share, causal):
 def test_gpu_conditional_rescale(head_dim, causal, dtype_name):
     """Rows whose max jumps far past 2^8 at a key tile in the middle (only their warps
     rescale O) beside rows whose max barely moves (whose warps skip it), with
-    Config.conditional_rescale, without, and with Config.lazy_max: all right."""
+    PingpongConfig.conditional_rescale, without, and with PingpongConfig.lazy_max: all right."""
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device="cuda").manual_seed(head_dim * 3 + causal)
@@ -259,9 +259,11 @@ def test_gpu_strided_views_and_errors():
         flash_attention(q.float(), k.float(), v.float())
 
 
-ONE_TILE_CONFIGS = {  # several CTAs an SM of one consumer warpgroup (Config.ctas_per_sm)
-    64: Config(head_dim=64, block_n=64, stages=3, consumers=1, consumer_regs=136, replicated=True, ctas_per_sm=3),
-    128: Config(head_dim=128, block_n=64, stages=2, consumers=1, consumer_regs=232, replicated=True, ctas_per_sm=2),
+ONE_TILE_CONFIGS = {  # several CTAs an SM of one consumer warpgroup (PingpongConfig.ctas_per_sm)
+    64: PingpongConfig(head_dim=64, block_n=64, stages=3, consumers=1, consumer_regs=136, replicated=True,
+                       ctas_per_sm=3),
+    128: PingpongConfig(head_dim=128, block_n=64, stages=2, consumers=1, consumer_regs=232, replicated=True,
+                        ctas_per_sm=2),
 }
 
 
@@ -271,7 +273,7 @@ ONE_TILE_CONFIGS = {  # several CTAs an SM of one consumer warpgroup (Config.cta
                                                               (2, 8, 8, 1, 64)])
 def test_gpu_one_key_tile_several_ctas_an_sm(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal):
     """A single key tile, run by several CTAs an SM of one consumer warpgroup each
-    (Config.ctas_per_sm, launched with maxnreg; the default at head_dim 64 and 128 up to
+    (PingpongConfig.ctas_per_sm, launched with maxnreg; the default at head_dim 64 and 128 up to
     64 keys): right against float32 torch, and bitwise the result of one such CTA an SM
     (the same arithmetic per tile)."""
     torch = pytest.importorskip("torch")

@@ -16,7 +16,7 @@ from .fake_gpu import fake_gpu  # noqa: E402
 from weft.kernels import _launch  # noqa: E402
 from weft.kernels.attention import flash_attention, host as attention_host  # noqa: E402
 from weft.kernels.attention import reference_attention  # noqa: E402
-from weft.kernels.attention.config import Config as AttentionConfig  # noqa: E402
+from weft.kernels.attention import PingpongConfig, SimpleConfig  # noqa: E402
 from weft.kernels.matmul import host as matmul_host, matmul  # noqa: E402
 from weft.kernels.matmul.config import Config as MatmulConfig  # noqa: E402
 from weft.runtime import tensor_descriptor  # noqa: E402
@@ -133,7 +133,7 @@ def test_attention_repeats_the_long_ways_launch_when_any_fact_changes():
     q2, k2, v2 = _qkv(seed=1)  # same shapes, new addresses
     wide = _qkv(h=4, hk=2)  # q/k/v as views of every other head: new strides
     qs, ks, vs = (x[:, ::2] for x in wide)
-    simple = AttentionConfig(head_dim=64, variant="simple", block_n=64)
+    simple = SimpleConfig(head_dim=64, block_n=64)
     calls = [
         (q, k, v, {}),
         (q2, k2, v2, {}),
@@ -198,7 +198,7 @@ def test_signature_names_every_fact_of_the_launch(monkeypatch):
             key(q, k, v, False, 0.5, False, "bhsd", None),
             key(q, k, v, False, None, True, "bhsd", None),
             key(q, k, v, False, None, False, "bshd", None),
-            key(q, k, v, False, None, False, "bhsd", AttentionConfig(head_dim=64)),
+            key(q, k, v, False, None, False, "bhsd", PingpongConfig(head_dim=64)),
         ]
         assert None not in changed and len({base, *changed}) == len(changed) + 1
         monkeypatch.setenv("WEFT_EMULATE", "1")

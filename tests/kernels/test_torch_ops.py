@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from weft.kernels import _launch  # noqa: E402
-from weft.kernels.attention import flash_attention, reference_attention  # noqa: E402
+from weft.kernels.attention import PingpongConfig, SimpleConfig, flash_attention, reference_attention  # noqa: E402
 from weft.kernels.matmul import matmul  # noqa: E402
 from weft.kernels.matmul.config import Config as MatmulConfig  # noqa: E402
 
@@ -119,7 +119,11 @@ def test_a_config_crosses_the_operator_by_value():
     from weft.kernels import torch_ops
 
     config = MatmulConfig(block_k=64, stages=2, variant="pipelined")
-    assert torch_ops._config(MatmulConfig, torch_ops.config_text(config)) == config
+    assert torch_ops._config((MatmulConfig,), torch_ops.config_text(config)) == config
+    for attention in (PingpongConfig(head_dim=64, lazy_max=False), SimpleConfig(head_dim=64)):
+        # One attention config type per kernel variant: the text says which.
+        back = torch_ops._config(torch_ops.ATTENTION_CONFIGS, torch_ops.config_text(attention))
+        assert back == attention and type(back) is type(attention)
     a = _leaf((16, 64))
     eye = torch.eye(64, dtype=BF16)
     c = matmul(a, eye, config=config)

@@ -243,10 +243,10 @@ def test_vector_add_refuses_an_out_of_another_shape():
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("scale", [-0.125, -1.0, 0.0, 0.3])
 def test_attention_for_any_finite_scale(scale, causal, variant):
-    from weft.kernels.attention import Config
+    from weft.kernels.attention import SimpleConfig
 
     q, k, v = (_values(s, np.float16) for s in ((1, 2, 20, 64), (1, 1, 24, 64), (1, 1, 24, 64)))
-    config = Config(head_dim=64, variant="simple") if variant == "simple" else None
+    config = SimpleConfig(head_dim=64) if variant == "simple" else None
     out, lse = flash_attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True, config=config)
     want, want_lse = reference_attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=4e-3, atol=4e-3)

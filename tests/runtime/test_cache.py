@@ -280,7 +280,7 @@ def test_key_of_the_attention_kernel_on_a_disk_hit_is_cheap():
     from weft.compiler.frontend import build_kernel
     from weft.compiler.frontend_expr import record_resolved_globals
     from weft.kernels.attention import default_config
-    from weft.kernels.attention.config import claim_ahead, lazy_max, rescale_above
+    from weft.kernels.attention.pingpong_config import claim_ahead, lazy_max, rescale_above
     from weft.kernels.attention.kernels import flash_attention_fa3
     from weft.runtime import dependencies
 
