@@ -7,6 +7,7 @@ runtime/host_arrays.py.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import sys
@@ -178,7 +179,7 @@ def keep_prepared_call(key, call: PreparedCall) -> None:
     made during capture live in the graph's memory pool, which torch hands out again
     once the graph is done with it (torch.compile's CUDA graph trees refuse such tensors
     kept alive). Calls under capture take the long way."""
-    if capturing_cuda_graph():
+    if not may_keep_tensors():
         return
     entries = _CALLS.entries
     entries[key] = call
@@ -200,6 +201,30 @@ def capturing_cuda_graph() -> bool:
     """Whether torch (when loaded) is capturing a CUDA graph on the current stream."""
     torch = sys.modules.get("torch")
     return torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+_KEEPING_NO_TENSORS = threading.local()
+
+
+@contextlib.contextmanager
+def keeping_no_tensors():
+    """Calls inside keep no tensor in weft's caches (prepared calls, split-K scratch). The
+    torch operators run their calls so: under torch.compile's mode="reduce-overhead", CUDA
+    graph trees run a graph's first calls without capture but with every allocation in the
+    graph's memory pool, and refuse to replay while a tensor of that pool is kept alive
+    outside the graph's outputs; capture itself cannot be seen there."""
+    depth = getattr(_KEEPING_NO_TENSORS, "depth", 0)
+    _KEEPING_NO_TENSORS.depth = depth + 1
+    try:
+        yield
+    finally:
+        _KEEPING_NO_TENSORS.depth = depth
+
+
+def may_keep_tensors() -> bool:
+    """Whether this call may keep tensors in weft's caches: not under CUDA-graph capture
+    (they would live in the graph's memory pool) nor inside `keeping_no_tensors`."""
+    return not getattr(_KEEPING_NO_TENSORS, "depth", 0) and not capturing_cuda_graph()
 
 
 def tensor_facts(x):

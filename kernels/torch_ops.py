@@ -30,7 +30,7 @@ import json
 
 import torch
 
-from ._launch import OPERATOR, torch_route
+from ._launch import OPERATOR, keeping_no_tensors, torch_route
 from .attention import host as attention_host
 from .attention.config import SimpleConfig
 from .attention.pingpong_config import PingpongConfig
@@ -67,7 +67,8 @@ def _config(kinds: tuple, text: str | None):
 @torch.library.custom_op("weft::matmul", mutates_args=())
 def matmul_op(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None,
               config: str | None = None) -> torch.Tensor:
-    return matmul_host.host_matmul(a, b, out_dtype, config=_config((MatmulConfig,), config))
+    with keeping_no_tensors():
+        return matmul_host.host_matmul(a, b, out_dtype, config=_config((MatmulConfig,), config))
 
 
 @matmul_op.register_fake
@@ -126,8 +127,9 @@ def matmul(a, b, out_dtype=None, config=None, route=OPERATOR):
 def flash_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                        softmax_scale: float | None = None, layout: str = "bhsd",
                        config: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return attention_host.host_flash_attention(q, k, v, causal, softmax_scale, True, layout,
-                                               config=_config(ATTENTION_CONFIGS, config))
+    with keeping_no_tensors():
+        return attention_host.host_flash_attention(q, k, v, causal, softmax_scale, True, layout,
+                                                   config=_config(ATTENTION_CONFIGS, config))
 
 
 @flash_attention_op.register_fake
@@ -159,7 +161,8 @@ def flash_attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
                                 lse: torch.Tensor, dout: torch.Tensor, causal: bool = False,
                                 softmax_scale: float | None = None,
                                 layout: str = "bhsd") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _host_attention_backward(q, k, v, out, lse, dout, causal, softmax_scale, layout)
+    with keeping_no_tensors():
+        return _host_attention_backward(q, k, v, out, lse, dout, causal, softmax_scale, layout)
 
 
 @flash_attention_backward_op.register_fake

@@ -10,7 +10,7 @@ from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
 from .._launch import (PreparedCall, capturing_cuda_graph, descriptor_binding, gpu_signature, keep_prepared_call,
-                       prepared_call, tensor_facts, torch_ops, torch_route)
+                       may_keep_tensors, prepared_call, tensor_facts, torch_ops, torch_route)
 from .config import Config, configs_for
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
@@ -151,11 +151,12 @@ def _split_scratch(a, m: int, n: int, tiles: int) -> tuple:
     launch. On the GPU, one pair per (device, current stream, shape), made once and
     kept: every launch leaves them zeroed (split_k.py) and launches on one stream run in
     turn, so repeated calls and prepared calls need no memsets, and no pair is freed
-    while a graph may still use it. Under CUDA-graph capture, and on the emulator, a new
-    zeroed pair per call: a pair made during capture lives in the graph's memory pool,
-    which torch hands to other tensors once the graph no longer needs it (and which
-    torch.compile's CUDA graph trees refuse to see kept alive)."""
-    if not (is_torch(a) and a.is_cuda) or capturing_cuda_graph():
+    while a graph may still use it. Where no tensor may be kept (`may_keep_tensors`: under
+    CUDA-graph capture, or through the torch operators), and on the emulator, a new zeroed
+    pair per call: a pair made in a graph's memory pool would be handed to other tensors
+    once the graph no longer needs it (and torch.compile's CUDA graph trees refuse to see
+    it kept alive)."""
+    if not (is_torch(a) and a.is_cuda) or not may_keep_tensors():
         return new_array(a, (m, n), "float32", zero=True), new_array(a, (tiles,), "int32", zero=True)
     from ...runtime.launcher import _torch_stream_getter
 

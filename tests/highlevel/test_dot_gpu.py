@@ -36,4 +36,11 @@ def test_tf32_and_fp8():
     assert ((out.double() - exact).abs() <= 2e-3 * (a.abs().double() @ b.abs().double()) + 1e-6).all()
     a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
     out8 = examples.matmul(a8, b8, block=(128, 128, 64), num_warps=8)
-    torch.testing.assert_close(out8, a8.float() @ b8.float(), rtol=1e-3, atol=1e-2)
+    # Hopper's fp8 wgmma adds its products into the fp32 accumulator keeping fewer mantissa
+    # bits than fp32 (about 14, DeepSeek-V3's report measured): the error grows like a
+    # rounding of each step's partial sum, so the bound scales with sum |a||b|. A wrong
+    # element is off by far more; the emulator, which adds exactly, is held to fp32 in
+    # test_dot.py.
+    exact8 = a8.double() @ b8.double()
+    bound8 = 2.0 ** -10 * (a8.abs().double() @ b8.abs().double()) + 1e-6
+    assert ((out8.double() - exact8).abs() <= bound8).all()

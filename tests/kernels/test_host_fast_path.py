@@ -337,3 +337,28 @@ def test_no_prepared_call_is_kept_during_cuda_graph_capture():
         patch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
         matmul(a, b, config=MATMUL_CONFIG)
         assert len(_launch._CALLS.entries) == 1
+
+
+def test_calls_through_the_torch_operators_keep_no_tensors():
+    """torch.compile(mode="reduce-overhead") runs a graph's first calls outside capture with
+    every allocation in the graph's memory pool, and refuses pool tensors kept alive: calls
+    through the weft operators keep no prepared call and no split-K scratch, while the same
+    eager calls do."""
+    torch_ops = pytest.importorskip("weft.kernels.torch_ops")
+    from weft.kernels.matmul.config import configs_for
+
+    q, k, v = _qkv()
+    a, b = torch.randn(16, 4096).to(BF16), torch.randn(4096, 64).to(BF16)  # decode, long K: split-K
+    config = next(c for c in configs_for(16, 16, 16, 64, 4096, sm_count=132) if c.split_k > 1)
+    with fake_gpu(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", lambda: True)
+        patch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+        _launch.clear_prepared_calls()
+        matmul_host._SCRATCH.clear()
+        for _ in range(2):
+            torch.ops.weft.matmul(a, b, None, torch_ops.config_text(config))
+            torch.ops.weft.flash_attention(q, k, v)
+        assert not _launch._CALLS.entries and not matmul_host._SCRATCH
+        matmul(a, b, config=config)
+        flash_attention(q, k, v)
+        assert len(_launch._CALLS.entries) == 2 and matmul_host._SCRATCH
