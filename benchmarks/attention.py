@@ -357,7 +357,7 @@ def main(argv=None) -> int:
                              "do_bench times")
     parser.add_argument("--dq", default="atomics,tma",
                         help="--backward: weft once per dQ accumulation listed (atomics, tma), in the same run")
-    parser.add_argument("--walk", default="plain,pipelined",
+    parser.add_argument("--walk", default="plain",
                         help="--backward: and once per walk listed (plain, pipelined)")
     args = parser.parse_args(argv)
     if args.backward:

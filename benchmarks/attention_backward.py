@@ -17,9 +17,10 @@ seq 1k..16k, head_dim 64, 128, 256), causal and not.
 Variants of weft's kernel are systems of their own, timed in the same run: "weft:f=v+g=w"
 is head_dim's default BackwardConfig with fields f and g changed (dq_reduce and pipelined
 pick the default config for that dQ accumulation and walk: at head_dim 256 "tma" takes one
-Q/dO slot, so it does not pipeline there; the pipelined walk takes three where they fit). `--dq atomics,tma --walk plain,pipelined` (the defaults) put one
-such system in weft's place for each dQ accumulation and walk: weft (atomics, plain),
-weft:dq_reduce=tma, weft:pipelined=True and weft:dq_reduce=tma+pipelined=True.
+Q/dO slot, so it does not pipeline there; the pipelined walk takes three where they fit).
+`--dq atomics,tma --walk plain` (the defaults) put one such system in weft's place for each
+dQ accumulation and walk listed: weft (the default, dQ by TMA reduce-add, plain walk) and
+weft:dq_reduce=atomics; `--walk plain,pipelined` adds the pipelined walks.
 """
 
 from __future__ import annotations
@@ -144,8 +145,9 @@ def _weft_with(name: str, q, k, v, out, lse, do, causal: bool, scale: float):
                 fields[key] = ast.literal_eval(value)
             except (ValueError, SyntaxError):
                 fields[key] = value
-        config = default_backward_config(q.shape[-1], fields.pop("dq_reduce", "atomics"),
-                                         fields.pop("pipelined", False))
+        default = default_backward_config(q.shape[-1])
+        config = default_backward_config(q.shape[-1], fields.pop("dq_reduce", default.dq_reduce),
+                                         fields.pop("pipelined", default.pipelined))
         config = dataclasses.replace(config, **fields)
     except Exception as error:
         return f"{name}: " + _reason(error)
@@ -268,8 +270,11 @@ def _variant(dq_reduce: str, walk: str) -> str:
     """The system name of weft's default config with this dQ accumulation and walk."""
     if walk not in ("plain", "pipelined"):
         raise SystemExit(f"--walk takes plain and pipelined, got {walk!r}")
-    fields = ([f"dq_reduce={dq_reduce}"] if dq_reduce != "atomics" else []) + \
-        (["pipelined=True"] if walk == "pipelined" else [])
+    from weft.kernels.attention.backward_host import default_backward_config
+
+    default = default_backward_config(128)
+    fields = ([f"dq_reduce={dq_reduce}"] if dq_reduce != default.dq_reduce else []) + \
+        ([f"pipelined={walk == 'pipelined'}"] if (walk == "pipelined") != default.pipelined else [])
     return "weft:" + "+".join(fields) if fields else "weft"
 
 
