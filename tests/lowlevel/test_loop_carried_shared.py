@@ -146,7 +146,7 @@ def test_a_view_carried_through_a_while_loop(n):
     np.testing.assert_allclose(out, _doubled(x.astype(np.float64), n), rtol=1e-6)
 
 
-@pytest.mark.parametrize("n", [0, 1])
+@pytest.mark.parametrize("n", [0, 5])  # not 1: a launch specializes n == 1 to a constant
 def test_a_view_chosen_by_an_if(n):
     x = _input(30 + n)
     out = np.zeros_like(x)
