@@ -1,5 +1,6 @@
 """Shared-memory descriptors and views carried through runtime control flow, as Gluon
-carries them: a double buffer advanced by index, two buffers swapped each iteration, a view
+carries them: a double buffer advanced by index, two buffers swapped each iteration (by
+name and as an aggregate's fields), a view
 carried through a while loop and chosen by an if. What comes out is still a descriptor
 (`.load`, `.slice`, `.permute` work on it); the emulator runs it against numpy and the
 backend compiles it for sm_90a. A view whose addressing would change on the way (another
@@ -54,6 +55,32 @@ def swapped_descriptors(x_ptr, out_ptr, n, R: ll.constexpr, C: ll.constexpr):
         front, back = back, front
     ll.barrier()
     ll.store(out_ptr + rows[:, None] * C + cols[None, :], front.load(BLOCKED))
+
+
+@ll.aggregate
+class PingPong:
+    """The two buffers of swapped_descriptors, carried as one piece of kernel state."""
+    front: ll.shared_memory_descriptor
+    back: ll.shared_memory_descriptor
+
+    @ll.jit
+    def swapped(self):
+        return PingPong(self.back, self.front)
+
+
+@ll.jit
+def swapped_in_an_aggregate(x_ptr, out_ptr, n, R: ll.constexpr, C: ll.constexpr):
+    rows = ll.arange(0, R, ll.SliceLayout(1, BLOCKED))
+    cols = ll.arange(0, C, ll.SliceLayout(0, BLOCKED))
+    state = PingPong(ll.allocate_shared_memory(ll.float32, [R, C], ROW_MAJOR),
+                     ll.allocate_shared_memory(ll.float32, [R, C], ROW_MAJOR))
+    state.front.store(ll.load(x_ptr + rows[:, None] * C + cols[None, :]))
+    for i in range(n):
+        ll.barrier()
+        state.back.store(state.front.load(BLOCKED) * 3.0 - 1.0)
+        state = state.swapped()
+    ll.barrier()
+    ll.store(out_ptr + rows[:, None] * C + cols[None, :], state.front.load(BLOCKED))
 
 
 @ll.jit
@@ -127,11 +154,12 @@ def test_a_double_buffer_advanced_by_index_stays_a_descriptor(n):
     np.testing.assert_allclose(out[R * C:].reshape(C, R), expected.T, rtol=1e-6)
 
 
+@pytest.mark.parametrize("kernel", [swapped_descriptors, swapped_in_an_aggregate])
 @pytest.mark.parametrize("n", [0, 3])
-def test_descriptors_swapped_each_iteration(n):
+def test_descriptors_swapped_each_iteration(kernel, n):
     x = _input(10 + n)
     out = np.zeros_like(x)
-    swapped_descriptors[(1,)](x, out, n, R=R, C=C)
+    kernel[(1,)](x, out, n, R=R, C=C)
     expected = x.astype(np.float64)
     for _ in range(n):
         expected = expected * 3 - 1
@@ -154,7 +182,8 @@ def test_a_view_chosen_by_an_if(n):
     np.testing.assert_array_equal(out, -x if n > 0 else x)
 
 
-@pytest.mark.parametrize("kernel", [double_buffer_by_index, swapped_descriptors, while_carried, chosen_by_if])
+@pytest.mark.parametrize("kernel", [double_buffer_by_index, swapped_descriptors, swapped_in_an_aggregate,
+                                    while_carried, chosen_by_if])
 def test_carried_views_compile_for_sm90a(kernel):
     compiled = kernel.compile(SIGNATURE, {"R": R, "C": C}, num_warps=4)
     assert f".visible .entry {kernel.__name__}" in compiled.asm["ptx"]
