@@ -386,11 +386,11 @@ class KernelBuilder(ExpressionVisitor):
 
     def merged_type(self, name: str, a: Any, b: Any) -> Type:
         dynamic = [v for v in (a, b) if isinstance(v, DynamicValue)]
-        if len(dynamic) == 2 and a.type != b.type:
+        if len(dynamic) == 2 and _ir_type(a) != _ir_type(b):
             raise self.builder.error(
                 f"'{name}' has different types in the two branches of this if",
-                expected=f"one type in both branches: {type_text(a.type)}",
-                found=f"{type_text(b.type)} in the else branch",
+                expected=f"one type in both branches: {type_text(_ir_type(a))}",
+                found=f"{type_text(_ir_type(b))} in the else branch",
                 suggestion="convert one of them (x.to(...), ll.convert_layout) before the end "
                            "of its branch")
         for value in (a, b):
@@ -400,19 +400,19 @@ class KernelBuilder(ExpressionVisitor):
                     f"of a runtime if ({a!r} and {b!r})",
                     suggestion="only numbers and tensors can be chosen at run time")
         if dynamic:
-            return dynamic[0].type
+            return _ir_type(dynamic[0])
         types_ = {number_type(a), number_type(b)}
         return fp32 if fp32 in types_ else max(types_, key=lambda t: t.bits)
 
     def as_handle(self, name: str, value: Any, type_: Type) -> ir.Value:
         """`value` as an IR value of `type_` in the current block (numbers become constants)."""
         if isinstance(value, DynamicValue):
-            if value.type != type_:
+            if _ir_type(value) != type_:
                 loc = self.assigned_at.get(_root(name), self.builder.loc)
                 raise CompilationError(
                     f"loop-carried variable '{name}' changes type inside the loop",
                     loc, expected=f"{type_text(type_)} (its type before the loop)",
-                    found=f"{type_text(value.type)} at the end of the loop body",
+                    found=f"{type_text(_ir_type(value))} at the end of the loop body",
                     suggestion="keep the type fixed: convert with .to(...) or ll.convert_layout "
                                "before assigning, or initialise it with the final type")
             return value.handle
@@ -496,7 +496,7 @@ class KernelBuilder(ExpressionVisitor):
         index's type."""
         old = before[name]
         if isinstance(old, DynamicValue):
-            fits, held = old.type == iv_probe.type, type_text(old.type)
+            fits, held = _ir_type(old) == iv_probe.type, type_text(_ir_type(old))
         else:
             fits, held = isinstance(old, int) and not isinstance(old, bool), repr(old)
         if not fits:
@@ -638,16 +638,16 @@ class KernelBuilder(ExpressionVisitor):
 
     def carried_type(self, name: str, old: Any, new: Any) -> Type:
         if isinstance(old, DynamicValue):
-            if isinstance(new, DynamicValue) and new.type != old.type:
-                self.as_handle(name, new, old.type)  # raises the type-change error
-            return old.type
+            if isinstance(new, DynamicValue) and _ir_type(new) != _ir_type(old):
+                self.as_handle(name, new, _ir_type(old))  # raises the type-change error
+            return _ir_type(old)
         if number_type(old) is None:
             raise self.builder.error(
                 f"'{name}' holds the compile-time value {old!r} and is reassigned inside a "
                 f"runtime loop", suggestion="only numbers and tensors can change from one "
                                             "iteration to the next")
         if isinstance(new, DynamicValue):
-            return new.type  # a number before the loop adopts the body's type
+            return _ir_type(new)  # a number before the loop adopts the body's type
         types_ = {number_type(old), number_type(new)}
         if None in types_:
             raise self.builder.error(f"'{name}' becomes {new!r} inside a runtime loop")
@@ -697,6 +697,14 @@ class KernelBuilder(ExpressionVisitor):
 def _root(key: str) -> str:
     """The variable a carried key belongs to ('state' for 'state.acc')."""
     return split_key(key)[0] if key[:1].isidentifier() else key
+
+
+def _ir_type(value: DynamicValue) -> Type:
+    """The IR type of a runtime value. A language may show user code another view of it
+    (a shared buffer's `.type` is Gluon's, holding the user's layout object); values carried
+    through control flow are rebuilt from the IR type, so the wrapper the language gives them
+    back is the one they had."""
+    return value.handle.type
 
 
 def _element(type_: Type):

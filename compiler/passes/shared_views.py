@@ -2,8 +2,10 @@
 
 A shared view's element at coordinates c sits at element offset `addressing(c) XOR xor`
 from the view's base. Both are fixed by the ops that made the view (allocate_shared_memory, index,
-slice, permute, reinterpret) and kept by loops, branches, partitions and waits (the
-backend refuses a carried view whose addressing changes); only the base address is a
+slice, permute, reinterpret) and kept by loops, branches, partitions and waits: a view
+carried through a loop or out of an if must keep its addressing on every path (the
+backend gives it one base-address phi), and the trace refuses one that does not, at the
+line that made the other view; only the base address is a
 run-time value (a dynamic index moves it). Planning reads the static part here, so a
 plan over a view's addressing (wgmma descriptors) is decided before any code exists;
 the backend and the emulator derive the same addressing by the same rules
@@ -17,6 +19,7 @@ from typing import Union
 
 from ...layouts import LayoutError, LinearLayout
 from ...layouts.rules import shared_addressing, shared_index_addressing, shared_slice_addressing
+from ..errors import CompilationError, Loc
 from ..ir import (AllocateSharedMemory, Block, Condition, For, If, Op, SharedIndex, SharedPermute, SharedReinterpret,
                   SharedSlice, Value, WarpSpecialize, WarpgroupMmaWait, While, Yield)
 
@@ -37,14 +40,35 @@ Traced = Union[StaticView, str]
 def trace_shared_views(block: Block) -> dict[Value, Traced]:
     """Every shared value defined or carried in `block` (and its regions)."""
     views: dict[Value, Traced] = {}
-    _trace_block(block, views)
+    _trace_block(block, views, {})
     return views
 
 
-def _carry(views: dict[Value, Traced], targets, sources) -> None:
+def _carry(views: dict[Value, Traced], targets, sources, made: dict[Value, Loc]) -> None:
     for target, source in zip(targets, sources):
         if source in views:
             views[target] = views[source]
+            made[target] = made.get(source)
+
+
+def _check_carried(op: Op, targets, sources, others, views: dict[Value, Traced],
+                   made: dict[Value, Loc], where: str) -> None:
+    """Each view in `others` (what the body or the else branch yields) addresses its
+    elements as the one in `sources` (what the loop starts with, or the then branch) does."""
+    for target, source, other in zip(targets, sources, others):
+        first, second = views.get(source), views.get(other)
+        if isinstance(first, StaticView) and isinstance(second, StaticView) and first != second:
+            name = f"'{target.hint}'" if target.hint else "a shared view"
+            first_line = made[source].line if made.get(source) else op.loc.line
+            raise CompilationError(
+                f"{name} is carried {where} (line {op.loc.line}) as views that address "
+                f"their elements differently: another slice window, permutation, or layout",
+                made.get(other) or op.loc,
+                expected="one addressing on every path: the same view op of the same buffer "
+                         "(an index may differ: `bufs.index(i % 2)`)",
+                found=f"the view made at line {first_line} and the one made here",
+                suggestion="carry the index (or the multi-buffered allocation) and make the "
+                           "view where it is used")
 
 
 def _terminator_values(block: Block, kind) -> tuple[Value, ...]:
@@ -52,43 +76,54 @@ def _terminator_values(block: Block, kind) -> tuple[Value, ...]:
     return last.values if isinstance(last, kind) else ()
 
 
-def _trace_block(block: Block, views: dict[Value, Traced]) -> None:
+def _trace_block(block: Block, views: dict[Value, Traced], made: dict[Value, Loc]) -> None:
+    """`made`: the line that made each traced view (a carried one keeps its source's)."""
     for op in block.ops:
-        _trace_op(op, views)
+        _trace_op(op, views, made)
 
 
-def _trace_op(op: Op, views: dict[Value, Traced]) -> None:
+def _trace_op(op: Op, views: dict[Value, Traced], made: dict[Value, Loc]) -> None:
     if isinstance(op, AllocateSharedMemory):
         views[op.result] = _root(op.result.type.layout)
+        made[op.result] = op.loc
     elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute, SharedReinterpret)):
         parent = views.get(op.buffer)
         if parent is not None:
             views[op.result] = parent if isinstance(parent, str) else _view_of(op, parent)
+            made[op.result] = op.loc
     elif isinstance(op, WarpgroupMmaWait):
-        _carry(views, op.results, op.deps)
+        _carry(views, op.results, op.deps, made)
     elif isinstance(op, For):
-        _carry(views, op.body.args[1:], op.inits)
-        _trace_block(op.body, views)
-        _carry(views, op.results, op.inits)
+        _carry(views, op.body.args[1:], op.inits, made)
+        _trace_block(op.body, views, made)
+        _check_carried(op, op.results, op.inits, _terminator_values(op.body, Yield), views, made,
+                       "through this loop")
+        _carry(views, op.results, op.inits, made)
     elif isinstance(op, While):
-        _carry(views, op.before.args, op.inits)
-        _trace_block(op.before, views)
+        _carry(views, op.before.args, op.inits, made)
+        _trace_block(op.before, views, made)
         carried = _terminator_values(op.before, Condition)
-        _carry(views, op.after.args, carried)
-        _trace_block(op.after, views)
-        _carry(views, op.results, carried)
+        _check_carried(op, op.results, op.inits, carried, views, made, "through this loop")
+        _carry(views, op.after.args, carried, made)
+        _trace_block(op.after, views, made)
+        _check_carried(op, op.results, op.inits, _terminator_values(op.after, Yield), views, made,
+                       "through this loop")
+        _carry(views, op.results, carried, made)
     elif isinstance(op, If):
-        _trace_block(op.then_body, views)
-        _trace_block(op.else_body, views)
-        _carry(views, op.results, _terminator_values(op.then_body, Yield))
+        _trace_block(op.then_body, views, made)
+        _trace_block(op.else_body, views, made)
+        then_values = _terminator_values(op.then_body, Yield)
+        _check_carried(op, op.results, then_values, _terminator_values(op.else_body, Yield), views,
+                       made, "out of this if")
+        _carry(views, op.results, then_values, made)
     elif isinstance(op, WarpSpecialize):
         for region in (op.default, *op.workers):
-            _carry(views, region.args, op.captures)
-            _trace_block(region, views)
-        _carry(views, op.results, _terminator_values(op.default, Yield))
+            _carry(views, region.args, op.captures, made)
+            _trace_block(region, views, made)
+        _carry(views, op.results, _terminator_values(op.default, Yield), made)
     else:
         for region in op.nested_blocks():
-            _trace_block(region, views)
+            _trace_block(region, views, made)
 
 
 def _root(layout: LinearLayout) -> Traced:
