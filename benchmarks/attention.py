@@ -71,12 +71,15 @@ def save_json(data, out_path: str | None) -> None:
 
 
 def print_failures(results) -> None:
-    """One line per system and reason it was not timed for, with one shape of those."""
+    """One line per system and reason it was not timed for (or not by one method: "graph"
+    or "eager"), with one shape of those."""
     reasons = {}
     for row in results["rows"]:
         for name in results["systems"]:
-            if "failure" in row[name]:
-                reasons.setdefault((name, row[name]["failure"]), []).append(_label(row))
+            for key in ("failure", "graph_failure", "eager_failure"):
+                if key in row[name]:
+                    what = f"{name} ({key.split('_')[0]})" if key != "failure" else name
+                    reasons.setdefault((what, row[name][key]), []).append(_label(row))
     for (name, reason), where in reasons.items():
         print(f"{name} not timed on {len(where)} shape(s), e.g. {where[0]}: {reason}")
 

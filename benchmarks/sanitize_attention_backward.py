@@ -37,6 +37,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dq", choices=("atomics", "tma"), default="atomics", help="dQ accumulation")
     parser.add_argument("--pipelined", action="store_true", help="the software-pipelined walk")
+    parser.add_argument("--cases", help="comma-separated indices of the cases to run (racecheck is slow)")
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)
@@ -44,6 +45,8 @@ def main(argv=None) -> int:
     # (heads, kv_heads, seq_q, seq_k, head_dim, causal): small enough for the sanitizers
     cases = [(2, 1, 130, 200, 64, True), (2, 2, 64, 64, 64, False), (2, 1, 100, 77, 128, False),
              (2, 2, 96, 160, 128, True), (2, 1, 70, 70, 256, True)]
+    if args.cases:
+        cases = [cases[int(i)] for i in args.cases.split(",")]
     for heads, kv_heads, seq_q, seq_k, head_dim, causal in cases:
         q = torch.randn(1, heads, seq_q, head_dim, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(1, kv_heads, seq_k, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
