@@ -3,29 +3,36 @@
 
 accelerate_dots leaves each loop iteration loading its operands into registers and storing
 them to one buffer per operand. For a `for` loop with num_stages = S >= 2 (from
-`tl.range(num_stages=)`) whose operand loads read through loop-carried pointers that advance
-by a loop-invariant step, this pass makes
+`tl.range(num_stages=)`) and a constant positive step, whose operand loads read through
+loop-carried pointers advanced by a loop-invariant offset, this pass makes
 
-    ring = allocate_shared_memory [S, ...]         (in place of the one buffer)
-    for j in 0 .. S-2:                             (prologue: iterations 0 .. S-2, masked off
-        async_copy ring[j] <- p + j * delta            past the trip count, so nothing is read)
+    ring = allocate_shared_memory [S, ...]       (in place of the one buffer)
+    for j in 0 .. S-2:                           (prologue: iterations 0 .. S-2)
+        if lower + j * step < upper:
+            async_copy ring[j] <- p + j * delta
         async_copy_commit_group
-    for iv ...  (slot, ahead):                     (slot = i % S; ahead = pointer of i + S - 1)
-        async_copy_wait_group S-2                  (this thread's copies of iteration i landed)
-        view = shared_index ring, slot             (insert_barriers: every thread's, too)
-        fence_async_shared; warpgroup_mma view ...; warpgroup_mma_wait 0
-        async_copy ring[(slot + S-1) % S] <- ahead (iteration i + S - 1: the slot iteration
-        async_copy_commit_group                     i - 1 read, which every warp has finished)
-    async_copy_wait_group 0                        (nothing in flight once the loop is left)
+    for iv ... (slot, ahead):                    (slot = i % S; ahead = pointers of i + S - 1)
+        async_copy_wait_group S-2                (this thread's copies of iteration i landed;
+        view = shared_index ring, slot            insert_barriers adds the barrier after which
+        fence_async_shared                        every thread's have)
+        warpgroup_mma view ...
+        if iv + (S-1) * step < upper:            (while the wgmma runs: iteration i + S - 1,
+            async_copy ring[(slot + S-1) % S] <- ahead     into the slot iteration i - 1 read,
+        async_copy_commit_group                   which every warp finished before the barrier)
+        warpgroup_mma_wait 0
 
-Masked-off elements are zero-filled by cp.async, as a load's zero `other` would fill them;
-each copy's mask is the load's, computed for its own iteration, and-ed with "this iteration
-exists". A loop whose loads cannot be moved (a non-zero `other`, a pointer that is not a
-loop-carried pointer advanced by a loop-invariant offset, a mask that reads other carried
-values, a loaded tile used for more than the store) is left as accelerate_dots made it.
+Copies are issued only for iterations that exist, so none is in flight after the loop
+(each thread's last wait retired the last real one: the groups after it are empty), and
+a short loop (trip count below S - 1, or 0) reads nothing past its end. The commit is
+unconditional: wait_group counts groups, empty or not. Masked-off elements are zero-filled
+by cp.async, as a load's zero `other` would fill them; each copy's mask is the load's,
+computed again for the copy's own iteration.
 
-Each iteration still waits for its own wgmma (pending=0): overlapping the wgmma with the
-next iteration is the next step.
+A loop whose loads cannot be moved (a non-zero `other`, a pointer that is not a
+loop-carried pointer advanced by a loop-invariant offset, a mask that reads carried values
+other than the induction variable, a loaded tile used for more than the store, a runtime
+step) is left as accelerate_dots made it. Each iteration still waits for its own wgmma
+(pending=0): keeping one wgmma in flight across iterations is the next step.
 """
 
 from __future__ import annotations
@@ -256,6 +263,7 @@ class LoopPipeliner:
         last_read = max(position for position, op in enumerate(body.ops)
                         if id(op) not in dropped and any(value in buffers for value in op.uses()))
         views: dict[Value, Value] = {}
+        next_ahead = ahead  # replaced where the copies are issued, before the yield
         out = Emitter(loop.loc)
         for position, op in enumerate(body.ops):
             if position == first_store:
