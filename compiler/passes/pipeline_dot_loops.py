@@ -2,9 +2,10 @@
 `num_stages` buffers, issued num_stages - 1 iterations ahead.
 
 accelerate_dots leaves each loop iteration loading its operands into registers and storing
-them to one buffer per operand. For a `for` loop with num_stages = S >= 2 (from
-`tl.range(num_stages=)`) and a constant positive step, whose operand loads read through
-loop-carried pointers advanced by a loop-invariant offset, this pass makes
+them to one buffer per operand. For a `for` loop with num_stages = S from 2 to
+MAX_STAGES (from `tl.range(num_stages=)`, else the launch's `num_stages=`) and a constant
+positive step, whose operand loads read through loop-carried pointers advanced by a
+loop-invariant offset, this pass makes
 
     ring = allocate_shared_memory [S, ...]       (in place of the one buffer)
     for j in 0 .. S-2:                           (prologue: iterations 0 .. S-2)
@@ -48,6 +49,9 @@ from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, As
 from ..types import SharedType, i1, i32
 
 NAME = "pipeline_dot_loops"
+
+# The loop waits with wait_group(S - 2); wait counts stay within the 0-7 that lowlevel's wait_group takes.
+MAX_STAGES = 9
 
 # Ops without side effects, safe to compute again for another iteration.
 PURE_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Where, Cast, Bitcast, AddPtr, ExpandDims, Broadcast,
@@ -303,11 +307,14 @@ def _definitions(block: Block) -> dict:
     return defs
 
 
-def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value]) -> Optional[LoopPipeliner]:
-    """The LoopPipeliner of `loop`, or None when it is left as it is."""
+def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
+              launch_stages: Optional[int]) -> Optional[LoopPipeliner]:
+    """The LoopPipeliner of `loop`, or None when it is left as it is. Its stages: what
+    tl.range(num_stages=) asked, else the launch's num_stages."""
     stages = loop.schedule.num_stages if loop.schedule is not None else None
+    stages = launch_stages if stages is None else stages
     step = outer.get(loop.step)
-    if stages is None or stages < 2 or not isinstance(step, Constant) or step.value <= 0:
+    if stages is None or not 2 <= stages <= MAX_STAGES or not isinstance(step, Constant) or step.value <= 0:
         return None
     defs = _definitions(loop.body)
     defs["outer"] = outer
@@ -346,7 +353,7 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
         ops: list[Op] = []
         for op in region.ops:
             op = op.map_regions(block)
-            pipeliner = plan_loop(op, outer, uses, rings) if isinstance(op, For) else None
+            pipeliner = plan_loop(op, outer, uses, rings, kernel.num_stages) if isinstance(op, For) else None
             ops.extend(pipeliner.rewrite() if pipeliner is not None else (op,))
         return Block(region.args, tuple(ops))
 

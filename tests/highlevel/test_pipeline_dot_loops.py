@@ -57,13 +57,15 @@ def prepared(block, stages: int, num_warps: int = 4, dtype: str = "fp16", b_othe
     return pipeline.prepare_for_emulator(tile)
 
 
-def run_matmul(kernel, block, m: int, n: int, k: int, dtype: str = "fp16"):
-    """The emulated product of random [m, k] @ [k, n] inputs, checked against float64."""
+def run_matmul(kernel, block, m: int, n: int, k: int, dtype: str = "fp16", flat_grid: bool = False):
+    """The emulated product of random [m, k] @ [k, n] inputs, checked against float64
+    (`flat_grid`: one program id over all tiles, as examples.matmul_kernel takes)."""
     host = {"fp16": np.float16, "fp32": np.float32}[dtype]
     a = (RNG.standard_normal((m, k)) * 2).astype(host)
     b = (RNG.standard_normal((k, n)) * 2).astype(host)
     c = np.full((m, n), np.nan, np.float32)
     grid = (-(-m // block[0]), -(-n // block[1]))
+    grid = (grid[0] * grid[1],) if flat_grid else grid
     emulate(kernel, grid, [a, b, c, m, n, k, k, 1, n, 1, n, 1])
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     tolerance = 1e-5 if dtype == "fp16" else 2e-3  # fp32 runs as tf32
@@ -155,3 +157,18 @@ def test_the_hopper_tile_assembles_without_spills():
                         "wgmma.mma_async"):
         assert instruction in ptx, instruction
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+
+
+def test_the_launch_option_pipelines_loops_without_tl_range():
+    """examples.matmul_kernel's plain `range` K loop, launched with num_stages=3."""
+    from weft.highlevel import examples
+    from weft.highlevel.jit import compile_kernel
+
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+                 **{name: "i32" for name in STRIDES}}
+    constexprs = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, ACTIVATION="", ACC_IN_DOT=True)
+    options = {"num_warps": 4, "target": "emulator"}
+    assert copies(compile_kernel(examples.matmul_kernel, signature, constexprs, {}, options)) == 0
+    kernel = compile_kernel(examples.matmul_kernel, signature, constexprs, {}, {**options, "num_stages": 3})
+    assert copies(kernel) == 6
+    run_matmul(kernel, (64, 64, 32), 100, 70, 90, flat_grid=True)
