@@ -314,7 +314,8 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
     stages = loop.schedule.num_stages if loop.schedule is not None else None
     stages = launch_stages if stages is None else stages
     step = outer.get(loop.step)
-    if stages is None or not 2 <= stages <= MAX_STAGES or not isinstance(step, Constant) or step.value <= 0:
+    if stages is None or not 2 <= stages <= MAX_STAGES or not isinstance(step, Constant) or step.value <= 0 \
+            or loop.body.args[0].type != i32:
         return None
     defs = _definitions(loop.body)
     defs["outer"] = outer

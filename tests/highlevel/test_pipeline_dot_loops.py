@@ -16,7 +16,7 @@ from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.backend import ptxas
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import AsyncCopyGlobalToShared, AsyncCopyWaitGroup, Load, WarpgroupMma
+from weft.compiler.ir import AsyncCopyGlobalToShared, AsyncCopyWaitGroup, Load, MmaV2, WarpgroupMma
 from weft.runtime.emulator import emulate
 
 DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
@@ -87,6 +87,13 @@ def test_pipelined_matmul_matches_numpy(stages, k):
     assert not any(isinstance(op, Load) for op in kernel.walk())
     assert [op.pending for op in kernel.walk() if isinstance(op, AsyncCopyWaitGroup)] == [stages - 2]
     run_matmul(kernel, block, 70, 100, k)
+
+
+def test_tiles_on_mma_sync_are_pipelined_too():
+    block = (32, 128, 64)  # too few rows for wgmma: mma.sync reads the ring's slot
+    kernel = prepared(block, 3)
+    assert copies(kernel) == 6 and any(isinstance(op, MmaV2) for op in kernel.walk())
+    run_matmul(kernel, block, 50, 130, 100)
 
 
 def test_one_stage_and_no_schedule_leave_the_loop_alone():
