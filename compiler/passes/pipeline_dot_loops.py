@@ -84,7 +84,22 @@ class Uses:
         return all(any(reader is op for op in ops) for reader in self.readers[value])
 
 
-def _slice(value: Value, defs: dict[Value, Op], allowed: tuple[Value, ...]) -> Optional[list[Op]]:
+class Definitions:
+    """Which op defines each value: `body`'s own ops first, then the kernel's (`outer`)."""
+
+    def __init__(self, body: Block, outer: dict[Value, Op]):
+        self.body, self.outer = body, outer
+        self.inside = {value: op for op in body.ops for value in op.defines()}
+
+    def get(self, value: Value) -> Optional[Op]:
+        """The body's op defining `value` (None for values from outside the body)."""
+        return self.inside.get(value)
+
+    def anywhere(self, value: Value) -> Optional[Op]:
+        return self.inside.get(value) or self.outer.get(value)
+
+
+def _slice(value: Value, defs: Definitions, allowed: tuple[Value, ...]) -> Optional[list[Op]]:
     """The pure body ops computing `value`, in program order, or None when it reads a body
     argument outside `allowed` or an op with effects. Values from outside the body are free."""
     needed: dict[int, Op] = {}
@@ -93,7 +108,7 @@ def _slice(value: Value, defs: dict[Value, Op], allowed: tuple[Value, ...]) -> O
         current = pending.pop()
         op = defs.get(current)
         if op is None:
-            if current in defs.get("args", ()) and current not in allowed:
+            if current in defs.body.args and current not in allowed:
                 return None
             continue
         if id(op) in needed:
@@ -102,13 +117,13 @@ def _slice(value: Value, defs: dict[Value, Op], allowed: tuple[Value, ...]) -> O
             return None
         needed[id(op)] = op
         pending.extend(op.uses())
-    order = {id(op): index for index, op in enumerate(defs["ops"])}
+    order = {id(op): index for index, op in enumerate(defs.body.ops)}
     return sorted(needed.values(), key=lambda op: order[id(op)])
 
 
-def _is_zero(value: Optional[Value], defs: dict) -> bool:
+def _is_zero(value: Optional[Value], defs: Definitions) -> bool:
     while value is not None:
-        op = defs.get(value) or defs["outer"].get(value)
+        op = defs.anywhere(value)
         if isinstance(op, (ConvertLayout, Splat)):
             value = op.operand
             continue
@@ -116,7 +131,7 @@ def _is_zero(value: Optional[Value], defs: dict) -> bool:
     return True
 
 
-def match_operand(loop: For, store: SharedStore, defs: dict, uses: Uses) -> Optional[StagedOperand]:
+def match_operand(loop: For, store: SharedStore, defs: Definitions, uses: Uses) -> Optional[StagedOperand]:
     """The StagedOperand of `store`'s value, or None when it cannot be pipelined."""
     body = loop.body
     dropped = [store]
@@ -131,7 +146,7 @@ def match_operand(loop: For, store: SharedStore, defs: dict, uses: Uses) -> Opti
     load = op
     pointer = load.pointer
     if isinstance(defs.get(pointer), ConvertLayout):
-        pointer = defs[pointer].operand
+        pointer = defs.get(pointer).operand
     if pointer not in body.args[1:]:
         return None
     carried = body.args.index(pointer)
@@ -299,14 +314,6 @@ class LoopPipeliner:
         return out.ops + [loop]
 
 
-def _definitions(block: Block) -> dict:
-    defs: dict = {"ops": block.ops, "args": block.args}
-    for op in block.ops:
-        for value in op.defines():
-            defs[value] = op
-    return defs
-
-
 def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
               launch_stages: Optional[int]) -> Optional[LoopPipeliner]:
     """The LoopPipeliner of `loop`, or None when it is left as it is. Its stages: what
@@ -317,8 +324,7 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
     if stages is None or not 2 <= stages <= MAX_STAGES or not isinstance(step, Constant) or step.value <= 0 \
             or loop.body.args[0].type != i32:
         return None
-    defs = _definitions(loop.body)
-    defs["outer"] = outer
+    defs = Definitions(loop.body, outer)
     stores = [op for op in loop.body.ops if isinstance(op, SharedStore)]
     operands = []
     for store in stores:
