@@ -3,6 +3,7 @@ passes (`compiler.pipeline.TILE_PASSES`) to the `layout` IR the lowlevel pipelin
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.compiled import Param
@@ -19,10 +20,19 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     kernel = build_kernel(jit_fn, signature, constexprs, options.get("num_warps", 4), specialization,
                           language="highlevel", cluster=check_cluster(jit_fn.__name__, options.get("cluster")),
                           max_registers=check_maxnreg(jit_fn.__name__, options.get("maxnreg")))
+    if options.get("num_stages") is not None:
+        kernel = dataclasses.replace(kernel, num_stages=check_num_stages(jit_fn.__name__, options["num_stages"]))
     if options.get("target") == "emulator":
         return pipeline.prepare_for_emulator(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())
     return pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
+
+
+def check_num_stages(name: str, num_stages: Any) -> int:
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 0:
+        raise ValueError(f"kernel '{name}': num_stages must be an int >= 0 (0 or 1: no pipelining), "
+                         f"got {num_stages!r}")
+    return num_stages
 
 
 def jit(fn: Optional[Callable] = None, *, emulate_fn: Optional[Callable] = None,

@@ -52,6 +52,9 @@ class Kernel:
     # len(hidden_params) params, which the kernel reads as `desc.shape[dim]` and the
     # launcher fills from that descriptor argument (compiled.Param.hidden).
     hidden_params: tuple[tuple[str, str, int], ...] = ()
+    # The launch option num_stages (highlevel): the stages a dot loop without
+    # tl.range(num_stages=) is pipelined over (None or below 2: not pipelined).
+    num_stages: Optional[int] = None
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

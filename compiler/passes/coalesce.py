@@ -27,7 +27,7 @@ from typing import Callable, Optional, Sequence
 from ...layouts import BlockedLayout, DistributedLayout, LinearLayout, standard
 from ...layouts import rules as layout_rules
 from ..hardware import LANES, MAX_ACCESS_BITS
-from ..ir import Block, ConvertLayout, Kernel, Load, Op, Store, Value
+from ..ir import AsyncCopyGlobalToShared, Block, ConvertLayout, Kernel, Load, Op, Store, Value
 from ..types import TensorType
 from .axis_analysis import AxisInfo, analyze_axes
 from .rewrite import rewrite_kernel
@@ -207,7 +207,8 @@ def strip_anchors(kernel: Kernel) -> tuple[Kernel, dict[int, Placement]]:
             changes.update({f.name: strip(getattr(op, f.name)) for f in dataclasses.fields(op)
                             if isinstance(getattr(op, f.name), Block)})
             anchor = None
-            if isinstance(op, (Load, Store)) and isinstance(op.pointer.type, TensorType) and \
+            accesses = (Load, Store, AsyncCopyGlobalToShared)  # cp.async: placed by pipeline_dot_loops
+            if isinstance(op, accesses) and isinstance(op.pointer.type, TensorType) and \
                     op.pointer.type.layout is not None:
                 anchor = Placement(op.pointer.type.layout, op.pointer.type.encoding)
             result = getattr(op, "result", None)

@@ -1,6 +1,7 @@
 """propagate_layouts: give every tensor a layout, with as few conversions as possible.
 
-The anchors are the global accesses `coalesce` placed and the accumulators of the dots
+The anchors are the global accesses `coalesce` placed (and the cp.async copies that
+`pipeline_dot_loops` made of some, in the same layouts) and the accumulators of the dots
 `accelerate_dots` placed (their conversions are removed first). From them:
 
 1. Forward propagation, to a fixpoint: an op whose operands have layouts gets a result
@@ -34,10 +35,10 @@ from typing import Callable, Optional
 from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice_layout
 from ...layouts import rules as layout_rules
 from ..errors import UNKNOWN_LOC, CompilationError
-from ..ir import (ATOMICS, AddPtr, Arange, AxisHint, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant,
-                  ConvertLayout, ExpandDims, Fma, For, If, Kernel, Load, MmaV2, NumPrograms, Op, Permute, ProgramId,
-                  Reduce, ReplicaIndex, Reshape, SharedStore, Splat, Store, Unary, Value, WarpgroupMma,
-                  WarpgroupMmaWait, Where, While)
+from ..ir import (ATOMICS, AddPtr, Arange, AsyncCopyGlobalToShared, AxisHint, Binary, Bitcast, Block, Broadcast, Cast,
+                  Compare, Constant, ConvertLayout, ExpandDims, Fma, For, If, Kernel, Load, MmaV2, NumPrograms, Op,
+                  Permute, ProgramId, Reduce, ReplicaIndex, Reshape, SharedStore, Splat, Store, Unary, Value,
+                  WarpgroupMma, WarpgroupMmaWait, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
 
@@ -146,7 +147,7 @@ def _atomic_forward(op: Op, operands, ctx) -> Optional[Decision]:
 LAYOUT_RULES.backward(*ATOMICS)(_elementwise_backward)
 
 
-@LAYOUT_RULES.forward(Load, Store)
+@LAYOUT_RULES.forward(Load, Store, AsyncCopyGlobalToShared)
 def _access_forward(op: Op, operands, ctx) -> Optional[Decision]:
     """A load in its anchor. A store too, unless the value stored descends from a larger
     access (a reduction's result, say): then the store takes the value's layout, since
@@ -162,7 +163,7 @@ def _access_forward(op: Op, operands, ctx) -> Optional[Decision]:
                     tuple(anchor if _tensor(v) else None for v in op.uses()))
 
 
-@LAYOUT_RULES.backward(Load, Store)
+@LAYOUT_RULES.backward(Load, Store, AsyncCopyGlobalToShared)
 def _access_backward(op: Op, result: Placement, ctx) -> Decision:
     return _access_forward(op, (), ctx) if id(op) in ctx.anchors else _elementwise_backward(op, result, ctx)
 

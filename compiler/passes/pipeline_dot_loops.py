@@ -1,0 +1,380 @@
+"""pipeline_dot_loops: the operand loads of a dot loop become cp.async copies into rings of
+`num_stages` buffers, issued num_stages - 1 iterations ahead.
+
+accelerate_dots leaves each loop iteration loading its operands into registers and storing
+them to one buffer per operand. For a `for` loop with num_stages = S from 2 to
+MAX_STAGES (from `tl.range(num_stages=)`, else the launch's `num_stages=`) and a constant
+positive step, whose operand loads read through loop-carried pointers advanced by a
+loop-invariant offset, this pass makes
+
+    ring = allocate_shared_memory [S, ...]       (in place of the one buffer)
+    for j in 0 .. S-2:                           (prologue: iterations 0 .. S-2)
+        if lower + j * step < upper:
+            async_copy ring[j] <- p + j * delta
+        async_copy_commit_group
+    for iv ... (slot, ahead):                    (slot = i % S; ahead = pointers of i + S - 1)
+        async_copy_wait_group S-2                (this thread's copies of iteration i landed;
+        view = shared_index ring, slot            insert_barriers adds the barrier after which
+        fence_async_shared                        every thread's have)
+        warpgroup_mma view ...
+        if iv + (S-1) * step < upper:            (while the wgmma runs: iteration i + S - 1,
+            async_copy ring[(slot + S-1) % S] <- ahead     into the slot iteration i - 1 read,
+        async_copy_commit_group                   which every warp finished before the barrier)
+        warpgroup_mma_wait 0
+
+Copies are issued only for iterations that exist, so none is in flight after the loop
+(each thread's last wait retired the last real one: the groups after it are empty), and
+a short loop (trip count below S - 1, or 0) reads nothing past its end. The commit is
+unconditional: wait_group counts groups, empty or not. Masked-off elements are zero-filled
+by cp.async, as a load's zero `other` would fill them; each copy's mask is the load's,
+computed again for the copy's own iteration.
+
+A loop whose loads cannot be moved (a non-zero `other`, a pointer that is not a
+loop-carried pointer advanced by a loop-invariant offset, a mask that reads carried values
+other than the induction variable, a loaded tile used for more than the store, a runtime
+step) is left as accelerate_dots made it. Each iteration still waits for its own wgmma
+(pending=0): keeping one wgmma in flight across iterations is the next step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Optional
+
+from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, AsyncCopyGlobalToShared,
+                  AsyncCopyWaitGroup, AxisHint, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant,
+                  ConvertLayout, ExpandDims, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reshape,
+                  SharedIndex, SharedStore, Splat, Unary, Value, Where, Yield)
+from ..types import SharedType, i1, i32
+
+NAME = "pipeline_dot_loops"
+
+# The loop waits with wait_group(S - 2); wait counts stay within the 0-7 that lowlevel's wait_group takes.
+MAX_STAGES = 9
+
+# Ops without side effects, safe to compute again for another iteration.
+PURE_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Where, Cast, Bitcast, AddPtr, ExpandDims, Broadcast,
+            Reshape, Permute, AxisHint, ConvertLayout, ProgramId, NumPrograms)
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedOperand:
+    """One operand load of a loop and what pipelining it needs."""
+
+    store: SharedStore
+    load: Load
+    dropped: tuple[Op, ...]     # the load, and the conversion between it and the store
+    carried: int                # index in the body's args of the pointer the load reads
+    delta: Value                # the loop-invariant offset that pointer advances by
+    delta_ops: tuple[Op, ...]   # the body's ops computing `delta` (to compute it before the loop)
+    mask_ops: tuple[Op, ...]    # the body's ops computing the load's mask (from iv)
+
+
+class Uses:
+    """Every op that reads each value, over the whole kernel."""
+
+    def __init__(self, kernel: Kernel):
+        self.readers: dict[Value, list[Op]] = defaultdict(list)
+        for op in kernel.walk():
+            for value in op.uses():
+                self.readers[value].append(op)
+
+    def only_by(self, value: Value, ops) -> bool:
+        return all(any(reader is op for op in ops) for reader in self.readers[value])
+
+
+class Definitions:
+    """Which op defines each value: `body`'s own ops first, then the kernel's (`outer`)."""
+
+    def __init__(self, body: Block, outer: dict[Value, Op]):
+        self.body, self.outer = body, outer
+        self.inside = {value: op for op in body.ops for value in op.defines()}
+
+    def get(self, value: Value) -> Optional[Op]:
+        """The body's op defining `value` (None for values from outside the body)."""
+        return self.inside.get(value)
+
+    def anywhere(self, value: Value) -> Optional[Op]:
+        return self.inside.get(value) or self.outer.get(value)
+
+
+def _slice(value: Value, defs: Definitions, allowed: tuple[Value, ...]) -> Optional[list[Op]]:
+    """The pure body ops computing `value`, in program order, or None when it reads a body
+    argument outside `allowed` or an op with effects. Values from outside the body are free."""
+    needed: dict[int, Op] = {}
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        op = defs.get(current)
+        if op is None:
+            if current in defs.body.args and current not in allowed:
+                return None
+            continue
+        if id(op) in needed:
+            continue
+        if not isinstance(op, PURE_OPS):
+            return None
+        needed[id(op)] = op
+        pending.extend(op.uses())
+    order = {id(op): index for index, op in enumerate(defs.body.ops)}
+    return sorted(needed.values(), key=lambda op: order[id(op)])
+
+
+def _is_zero(value: Optional[Value], defs: Definitions) -> bool:
+    while value is not None:
+        op = defs.anywhere(value)
+        if isinstance(op, (ConvertLayout, Splat)):
+            value = op.operand
+            continue
+        return isinstance(op, Constant) and op.value == 0
+    return True
+
+
+def match_operand(loop: For, store: SharedStore, defs: Definitions, uses: Uses) -> Optional[StagedOperand]:
+    """The StagedOperand of `store`'s value, or None when it cannot be pipelined."""
+    body = loop.body
+    dropped = [store]
+    value = store.value
+    op = defs.get(value)
+    if isinstance(op, ConvertLayout) and uses.only_by(value, (store,)):
+        dropped.append(op)
+        value = op.operand
+        op = defs.get(value)
+    if not isinstance(op, Load) or not uses.only_by(value, dropped) or not _is_zero(op.other, defs):
+        return None
+    load = op
+    pointer = load.pointer
+    if isinstance(defs.get(pointer), ConvertLayout):
+        pointer = defs.get(pointer).operand
+    if pointer not in body.args[1:]:
+        return None
+    carried = body.args.index(pointer)
+    advanced = defs.get(body.ops[-1].values[carried - 1])
+    if not (isinstance(advanced, AddPtr) and advanced.pointer is pointer):
+        return None
+    delta_ops = _slice(advanced.offset, defs, ())
+    mask_ops = () if load.mask is None else _slice(load.mask, defs, body.args[:1])
+    if delta_ops is None or mask_ops is None:
+        return None
+    dropped.append(load)
+    return StagedOperand(store, load, tuple(dropped), carried, advanced.offset, tuple(delta_ops), tuple(mask_ops))
+
+
+def clone(ops, mapping: dict[Value, Value]) -> list[Op]:
+    """`ops` again with fresh results, reading `mapping`'s values in place of its keys."""
+    out = []
+    for op in ops:
+        changes = {}
+        for field in dataclasses.fields(op):
+            item = getattr(op, field.name)
+            if field.name == "result":
+                fresh = Value(item.type, item.hint)
+                mapping[item] = fresh
+                changes["result"] = fresh
+            elif isinstance(item, Value):
+                changes[field.name] = mapping.get(item, item)
+        out.append(dataclasses.replace(op, **changes))
+    return out
+
+
+def substitute(op: Op, mapping: dict[Value, Value]) -> Op:
+    """`op` reading `mapping`'s values in place of its keys (its results kept)."""
+    changes = {}
+    for field in dataclasses.fields(op):
+        item = getattr(op, field.name)
+        if field.name in ("result", "results"):
+            continue
+        if isinstance(item, Value) and item in mapping:
+            changes[field.name] = mapping[item]
+        elif isinstance(item, tuple) and any(isinstance(v, Value) and v in mapping for v in item):
+            changes[field.name] = tuple(mapping.get(v, v) for v in item)
+    return dataclasses.replace(op, **changes) if changes else op
+
+
+class Emitter:
+    """Ops appended to a list, each returning its result."""
+
+    def __init__(self, loc):
+        self.ops: list[Op] = []
+        self.loc = loc
+
+    def emit(self, op_class, type_, hint: str = "", **fields) -> Value:
+        value = Value(type_, hint)
+        self.ops.append(op_class(result=value, loc=self.loc, **fields))
+        return value
+
+    def int(self, number: int) -> Value:
+        return self.emit(Constant, i32, value=number)
+
+    def binary(self, kind: str, lhs: Value, rhs: Value, hint: str = "") -> Value:
+        return self.emit(Binary, lhs.type, hint, kind=kind, lhs=lhs, rhs=rhs)
+
+
+class LoopPipeliner:
+    """The rewrite of one loop, once its operands matched."""
+
+    def __init__(self, loop: For, stages: int, operands: list[StagedOperand], step: int,
+                 rings: dict[Value, Value]):
+        self.loop, self.stages, self.operands, self.step = loop, stages, operands, step
+        self.rings = rings
+
+    def issue(self, out: Emitter, iv: Value, slot: Value, pointers, deltas) -> tuple[Value, ...]:
+        """The copies of the iteration at `iv` into ring slot `slot`, from `pointers`, and
+        their commit group; the copies only where that iteration exists (the group, empty or
+        not, always: wait_group counts groups). Returns the pointers advanced by `deltas`."""
+        copies = Emitter(self.loop.loc)
+        advanced = []
+        for operand, pointer, delta in zip(self.operands, pointers, deltas):
+            self.copy(copies, operand, slot, pointer, iv)
+            advanced.append(out.emit(AddPtr, pointer.type, pointer.hint, pointer=pointer, offset=delta))
+        exists = out.emit(Compare, i1, predicate="lt", lhs=iv, rhs=self.loop.upper)
+        out.ops.append(If(results=(), condition=exists, then_body=Block((), tuple(copies.ops) + (Yield(loc=out.loc),)),
+                          else_body=Block((), (Yield(loc=out.loc),)), loc=out.loc))
+        out.ops.append(AsyncCopyCommitGroup(loc=self.loop.loc))
+        return tuple(advanced)
+
+    def copy(self, out: Emitter, operand: StagedOperand, slot: Value, pointer: Value, iv: Value) -> None:
+        """Operand's copy for the iteration at `iv` from `pointer` into ring slot `slot`."""
+        load, buffer = operand.load, operand.store.buffer
+        view = out.emit(SharedIndex, buffer.type, buffer.hint, buffer=self.rings[buffer], index=slot)
+        mask = None
+        if load.mask is not None:
+            mapping = {self.loop.body.args[0]: iv}
+            out.ops.extend(clone(operand.mask_ops, mapping))
+            mask = mapping.get(load.mask, load.mask)
+        if pointer.type != load.pointer.type:
+            pointer = out.emit(ConvertLayout, load.pointer.type, operand=pointer)
+        out.ops.append(AsyncCopyGlobalToShared(buffer=view, pointer=pointer, mask=mask, loc=load.loc))
+
+    def deltas(self, out: Emitter) -> list[Value]:
+        """Each operand's pointer step, computed again at this point."""
+        found = []
+        for operand in self.operands:
+            mapping: dict[Value, Value] = {}
+            out.ops.extend(clone(operand.delta_ops, mapping))
+            found.append(mapping.get(operand.delta, operand.delta))
+        return found
+
+    def prologue(self, out: Emitter) -> tuple[Value, ...]:
+        """Copies of iterations 0 .. S-2; returns the pointers of iteration S-1."""
+        loop = self.loop
+        deltas = self.deltas(out)
+        pointers = tuple(loop.inits[operand.carried - 1] for operand in self.operands)
+        for j in range(self.stages - 1):
+            iv = loop.lower if j == 0 else out.binary("add", loop.lower, out.int(j * self.step))
+            pointers = self.issue(out, iv, out.int(j), pointers, deltas)
+        return pointers
+
+    def body(self) -> Block:
+        """The loop body: wait for this iteration's copies, run the dot from this
+        iteration's slot, and while the wgmma runs issue the copies S - 1 iterations on
+        into the slot the last iteration read (every warp passed this iteration's barrier
+        before its wgmma, so the last one's reads are done)."""
+        loop, stages = self.loop, self.stages
+        body = loop.body
+        iv = body.args[0]
+        slot = Value(i32, "slot")
+        ahead = tuple(Value(body.args[operand.carried].type, "ahead") for operand in self.operands)
+        buffers = [operand.store.buffer for operand in self.operands]
+        dropped = {id(op) for operand in self.operands for op in operand.dropped}
+        first_store = min(body.ops.index(operand.store) for operand in self.operands)
+        last_read = max(position for position, op in enumerate(body.ops)
+                        if id(op) not in dropped and any(value in buffers for value in op.uses()))
+        views: dict[Value, Value] = {}
+        next_ahead = ahead  # replaced where the copies are issued, before the yield
+        out = Emitter(loop.loc)
+        for position, op in enumerate(body.ops):
+            if position == first_store:
+                out.ops.append(AsyncCopyWaitGroup(pending=stages - 2, loc=loop.loc))
+                for buffer in buffers:
+                    views[buffer] = out.emit(SharedIndex, buffer.type, buffer.hint, buffer=self.rings[buffer],
+                                             index=slot)
+            if id(op) in dropped:
+                continue
+            if isinstance(op, Yield):
+                next_slot = out.binary("mod", out.binary("add", slot, out.int(1)), out.int(stages), "slot")
+                out.ops.append(Yield(values=op.values + (next_slot,) + next_ahead, loc=op.loc))
+                continue
+            out.ops.append(substitute(op, views))
+            if position == last_read:
+                lead = stages - 1
+                ahead_iv = out.binary("add", iv, out.int(lead * self.step))
+                free_slot = out.binary("mod", out.binary("add", slot, out.int(lead)), out.int(stages))
+                next_ahead = self.issue(out, ahead_iv, free_slot, ahead, self.deltas(out))
+        return Block(body.args + (slot,) + ahead, tuple(out.ops))
+
+    def rewrite(self) -> list[Op]:
+        out = Emitter(self.loop.loc)
+        ahead = self.prologue(out)
+        body = self.body()
+        extra = tuple(Value(arg.type, arg.hint) for arg in body.args[len(self.loop.body.args):])
+        loop = dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0),) + ahead,
+                                   results=self.loop.results + extra)
+        return out.ops + [loop]
+
+
+def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
+              launch_stages: Optional[int]) -> Optional[LoopPipeliner]:
+    """The LoopPipeliner of `loop`, or None when it is left as it is. Its stages: what
+    tl.range(num_stages=) asked, else the launch's num_stages."""
+    stages = loop.schedule.num_stages if loop.schedule is not None else None
+    stages = launch_stages if stages is None else stages
+    step = outer.get(loop.step)
+    if stages is None or not 2 <= stages <= MAX_STAGES or not isinstance(step, Constant) or step.value <= 0 \
+            or loop.body.args[0].type != i32:
+        return None
+    defs = Definitions(loop.body, outer)
+    stores = [op for op in loop.body.ops if isinstance(op, SharedStore)]
+    operands = []
+    for store in stores:
+        allocation = outer.get(store.buffer)
+        if not isinstance(allocation, AllocateSharedMemory) or allocation.init is not None \
+                or not uses.only_by(store.buffer, loop.body.ops):
+            return None
+        operand = match_operand(loop, store, defs, uses)
+        if operand is None:
+            return None
+        operands.append(operand)
+    if not operands or len({id(operand.store.buffer) for operand in operands}) != len(operands):
+        return None
+    for operand in operands:
+        buffer = operand.store.buffer
+        buffer_type: SharedType = buffer.type
+        shape = (stages,) + buffer_type.shape
+        rings[buffer] = Value(SharedType(shape, buffer_type.element, buffer_type.encoding.to_linear(shape),
+                                         buffer_type.encoding), buffer.hint)
+    return LoopPipeliner(loop, stages, operands, step.value, rings)
+
+
+def pipeline_dot_loops(kernel: Kernel) -> Kernel:
+    """Every dot loop that can be pipelined, pipelined (see the module docstring)."""
+    uses = Uses(kernel)
+    rings: dict[Value, Value] = {}
+    outer: dict = {}
+    for op in kernel.walk():
+        for value in op.defines():
+            outer[value] = op
+
+    def block(region: Block) -> Block:
+        ops: list[Op] = []
+        for op in region.ops:
+            op = op.map_regions(block)
+            pipeliner = plan_loop(op, outer, uses, rings, kernel.num_stages) if isinstance(op, For) else None
+            ops.extend(pipeliner.rewrite() if pipeliner is not None else (op,))
+        return Block(region.args, tuple(ops))
+
+    body = block(kernel.body)
+    if not rings:
+        return kernel
+
+    def ring_allocations(region: Block) -> Block:
+        ops = []
+        for op in region.ops:
+            op = op.map_regions(ring_allocations)
+            if isinstance(op, AllocateSharedMemory) and op.result in rings:
+                op = dataclasses.replace(op, result=rings[op.result])
+            ops.append(op)
+        return Block(region.args, tuple(ops))
+
+    return kernel.with_body(ring_allocations(body))
