@@ -222,9 +222,10 @@ def transpose(x, tile: int = 64, num_warps: int = 4):
 
 
 def matmul(a, b, activation: str = "", block=(64, 64, 32), num_warps: int = 4, group_m: int = 8,
-           acc_in_dot: bool = True, out_dtype: str = "float32"):
+           acc_in_dot: bool = True, out_dtype: str = "float32", num_stages: int | None = None):
     """activation(a @ b) for 2-D arrays (fp16, bf16, fp32, fp8 or int8; int8 gives int32),
-    `block` = (BLOCK_M, BLOCK_N, BLOCK_K); `activation` "" or "leaky_relu"."""
+    `block` = (BLOCK_M, BLOCK_N, BLOCK_K); `activation` "" or "leaky_relu"; `num_stages`
+    K steps in flight (the K loop pipelined by cp.async), None: not pipelined."""
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise ValueError(f"matmul: shapes do not chain: {tuple(a.shape)} @ {tuple(b.shape)}")
@@ -235,5 +236,5 @@ def matmul(a, b, activation: str = "", block=(64, 64, 32), num_warps: int = 4, g
     (am, ak), (bk, bn), (cm, cn) = element_strides(a), element_strides(b), element_strides(out)
     matmul_kernel[grid](a, b, out, m, n, k, am, ak, bk, bn, cm, cn, BLOCK_M=block_m, BLOCK_N=block_n,
                         BLOCK_K=block_k, GROUP_M=group_m, ACTIVATION=activation, ACC_IN_DOT=acc_in_dot,
-                        num_warps=num_warps)
+                        num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}))
     return out

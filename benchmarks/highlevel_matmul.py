@@ -1,0 +1,75 @@
+"""weft.highlevel's tutorial-style matmul (highlevel/examples.py: pointer loads, tl.dot, the
+K loop pipelined by cp.async) beside Triton 3.6's tutorial matmul and cuBLAS, one run.
+
+    python -m benchmarks.highlevel_matmul [--out results.json]
+
+Every system is checked against float32 torch first, then timed by CUDA-graph replay in
+interleaved rounds (benchmarks/matmul.py's method); TFLOP/s and the ratio to cuBLAS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1000, 3000, 5000)]
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): Triton's Hopper tutorial configs
+CONFIGS = [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 64, 4, 4)]
+
+
+def run(quick: bool = False) -> list[dict]:
+    import torch
+
+    from benchmarks.matmul import _measure
+    from weft.highlevel import examples
+
+    torch.manual_seed(0)
+    rows = []
+    for m, n, k in SHAPES[:1] if quick else SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        ref = a.float() @ b.float()
+        systems = {"cublas": lambda: torch.matmul(a, b)}
+        try:
+            from benchmarks import triton_matmul
+
+            systems["triton"] = lambda: triton_matmul.matmul(a, b)
+        except ImportError:
+            pass
+        for bm, bn, bk, warps, stages in CONFIGS:
+            systems[f"weft.hl {bm}x{bn}x{bk} w{warps} s{stages}"] = (
+                lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: examples.matmul(
+                    a, b, block=(bm, bn, bk), num_warps=warps, num_stages=stages, out_dtype="float16"))
+        row = {"shape": [m, n, k], "dtype": "float16"}
+        _measure(torch, row, "cublas", systems, ref, 2 * m * n * k)
+        rows.append(row)
+        print(row["shape"], {name: round(cell.get("tflops", 0)) for name, cell in row.items()
+                             if isinstance(cell, dict)}, file=sys.stderr, flush=True)
+    return rows
+
+
+def print_table(rows) -> None:
+    print("TFLOP/s by CUDA-graph replay (ratio to cuBLAS); ERR = raised or wrong")
+    for row in rows:
+        cells = [f"{name} {cell['tflops']:.0f} ({cell.get('ratio', 1):.2f})" if "tflops" in cell
+                 else f"{name} ERR: {cell.get('failure', cell.get('error'))}"[:160]
+                 for name, cell in row.items() if isinstance(cell, dict)]
+        print("x".join(map(str, row["shape"])), " | ".join(cells))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="4096^3 only")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    rows = run(args.quick)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
