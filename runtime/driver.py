@@ -177,6 +177,20 @@ def set_current(device: int):
     return ctx
 
 
+def make_address_context_current(address: int) -> None:
+    """Make the primary context of the device holding `address` current on this thread when
+    none is. A thread that only ever ran CUDA runtime calls (torch's autograd threads, which
+    call cudaSetDevice only when the device differs from the runtime's default) has no
+    current driver context, and driver calls such as cuTensorMapEncodeTiled then fail with
+    CUDA_ERROR_INVALID_CONTEXT."""
+    if current_context() is not None:
+        return
+    d = cuda()
+    device = check(d.cuPointerGetAttribute(d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address),
+                   f"cuPointerGetAttribute(DEVICE_ORDINAL, {address:#x})")
+    set_current(int(device))
+
+
 def current_device() -> int:
     """The device of this thread's current context; device 0's primary when none."""
     ctx = current_context()

@@ -300,6 +300,7 @@ def _encoded(dtype_name: str, address: int, shape: tuple, strides: tuple, block_
     """The encoding, cached: the 128 bytes depend only on these values (not on the
     tensor object), and a matmul in a loop builds the same descriptors every call."""
     driver.init()
+    driver.make_address_context_current(address)
     d = driver.cuda()
     rank = len(shape)
     dims = [d.cuuint64_t(s) for s in reversed(shape)]

@@ -56,6 +56,29 @@ def test_matmul_gradients_match_float32_torch(m, n, k):
     assert _rel_err(a.grad, da) < 2e-2 and _rel_err(b.grad, db) < 2e-2
 
 
+def test_a_thread_without_a_driver_context_runs_weft():
+    """A thread that has made only CUDA runtime calls has no current driver context (torch's
+    autograd threads run a matmul's backward so); weft's first driver call there (encoding
+    a new tensor map) once failed with CUDA_ERROR_INVALID_CONTEXT."""
+    import threading
+
+    a, b = (torch.randn(shape, device="cuda").to(BF16) for shape in ((272, 136), (136, 200)))  # new maps
+    results = []
+
+    def run():
+        try:
+            results.append(matmul(a, b))
+        except Exception as error:  # reported in the main thread
+            results.append(error)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    (out,) = results
+    assert not isinstance(out, Exception), out
+    assert _rel_err(out, a.float() @ b.float()) < 1e-2
+
+
 @pytest.mark.parametrize("b, h, hk, s, sk, d, causal, layout", [
     (2, 8, 8, 1024, 1024, 128, True, "bhsd"),
     (1, 8, 2, 1000, 1100, 64, True, "bhsd"),  # GQA, tails, seq_q != seq_k
