@@ -29,10 +29,11 @@ kv head's group (GQA/MQA: dK and dV sum over the group in registers, no atomics)
   the next block's P and dS (`scores_free`). dK and dV stay in fp32 registers for the
   whole walk and are stored at the end (dK scaled by softmax_scale).
 
-Two variants (BackwardConfig): DQ_TMA, where each consumer writes its dQ chunk into its
-own fp32 box in shared memory and one thread adds the box into the accumulator by TMA
-reduce-add (`reduce_dq_chunks`; rows past seq_q are clipped by the descriptor), instead of
-every thread's atomics; and PIPELINED, the software-pipelined walk of backward_pipeline.py.
+Two variants (BackwardConfig): DQ_TMA (the host's default), where each consumer writes its
+dQ chunk into its own fp32 box in shared memory and one thread adds the box into the
+accumulator by TMA reduce-add (`reduce_dq_chunks`; rows past seq_q are clipped by the
+descriptor), instead of every thread's atomics; and PIPELINED, the software-pipelined walk
+of backward_pipeline.py.
 
 Head_dim 256 runs as two launches of 128 columns each (FIRST_COLUMN), each computing S
 and dP again.
