@@ -1,11 +1,14 @@
 """Dot loops with `tl.range(num_stages=)` pipelined by cp.async into rings of buffers
 (compiler/passes/pipeline_dot_loops.py), run on the CPU emulator, whose race checks see
-every cp.async byte in flight until its wait_group, against numpy float64: num_stages 2-4,
-K loops shorter than the prologue (0, 1, 2 iterations), tails in M, N and K, a hypothesis
-property over tiles, stages, warps and tails; loops the pass leaves alone still run right;
-and the 128x128x64 tile through ptxas without spills."""
+every cp.async byte in flight until its wait_group and every wgmma operand read until its
+warpgroup_mma_wait, against numpy float64: num_stages 2-4, K loops shorter than the
+prologue (0, 1, 2 iterations), tails in M, N and K, a hypothesis property over tiles,
+stages, warps and tails; one wgmma in flight across iterations, and the race the emulator
+reports when a refill goes into the slot that wgmma reads; loops the pass leaves alone
+still run right; and the 128x128x64 tile through ptxas without spills."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -16,8 +19,11 @@ from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.backend import ptxas
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import AsyncCopyGlobalToShared, AsyncCopyWaitGroup, Load, MmaV2, WarpgroupMma
+from weft.compiler.ir import (AsyncCopyGlobalToShared, AsyncCopyWaitGroup, For, Load, MmaV2, WarpgroupMma,
+                              WarpgroupMmaWait)
+from weft.compiler.passes import pipeline_dot_loops
 from weft.runtime.emulator import emulate
+from weft.runtime.emulator.errors import EmulationError
 
 DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 RNG = np.random.default_rng(41)
@@ -86,7 +92,29 @@ def test_pipelined_matmul_matches_numpy(stages, k):
     assert copies(kernel) == 2 * stages
     assert not any(isinstance(op, Load) for op in kernel.walk())
     assert [op.pending for op in kernel.walk() if isinstance(op, AsyncCopyWaitGroup)] == [stages - 2]
+    assert wgmma_waits(kernel) == ([1], [0])
     run_matmul(kernel, block, 70, 100, k)
+
+
+def wgmma_waits(kernel) -> tuple[list[int], list[int]]:
+    """The pending counts of the warpgroup_mma_waits in the K loop, and of those after it."""
+    top = kernel.body.ops
+    loop = next(op for op in top if isinstance(op, For))
+    after = top[top.index(loop) + 1:]
+    return ([op.pending for op in loop.body.walk() if isinstance(op, WarpgroupMmaWait)],
+            [op.pending for op in after if isinstance(op, WarpgroupMmaWait)])
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_a_refill_of_the_slot_the_wgmma_in_flight_reads_is_a_race(stages, monkeypatch):
+    """The emulator checks the slot arithmetic: copies into this iteration's own slot,
+    which its wgmma (left in flight by the wait(1)) still reads, are reported."""
+    monkeypatch.setattr(pipeline_dot_loops.LoopPipeliner, "refill_slot", lambda self, out, slot: slot)
+    block = (64, 64, 32)
+    kernel = prepared(block, stages)
+    assert wgmma_waits(kernel) == ([1], [0])
+    with pytest.raises(EmulationError, match=r"race \(WAR\).*wgmma"):
+        run_matmul(kernel, block, 64, 64, 32 * stages)
 
 
 def test_tiles_on_mma_sync_are_pipelined_too():
@@ -163,6 +191,10 @@ def test_the_hopper_tile_assembles_without_spills():
     for instruction in ("cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group 1",
                         "wgmma.mma_async"):
         assert instruction in ptx, instruction
+    # One wgmma group left in flight in the loop (after its mma_async), none after it.
+    mma, waits = ptx.index("wgmma.mma_async"), re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)
+    assert waits == ["1", "0"], waits
+    assert ptx.index("wgmma.wait_group.sync.aligned 1") > mma
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
 
 
