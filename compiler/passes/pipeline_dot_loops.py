@@ -26,10 +26,11 @@ loop-invariant offset, this pass makes
 
 One wgmma stays in flight across the back edge, so the tensor cores never wait for the
 issue of the next. The slot refilled in iteration i is (i - 1) % S = (i + S - 1) % S, the
-one iteration i's wgmma does not read and iteration i - 1's, retired by the wait(1), did;
-that holds for S = 2 too (the copies of i + 1 go into the slot i - 1 read), so every S
-keeps one wgmma in flight. The accumulator leaves the loop still in flight: the wait(0)
-after the loop is the value the rest of the kernel reads.
+one iteration i's wgmma does not read and iteration i - 1's, retired by the wait(1), did.
+The accumulator leaves the loop still in flight: the wait(0) after the loop is the value
+the rest of the kernel reads. With S = 2 the same arithmetic is safe, but ptxas
+serializes that loop's wgmmas ("non wgmma instructions defining accumulator registers"),
+so S = 2 keeps the wait(0) form below.
 
 Copies are issued only for iterations that exist, so none is in flight after the loop
 (each thread's last wait retired the last real one: the groups after it are empty), and
@@ -41,9 +42,9 @@ computed again for the copy's own iteration.
 A loop whose loads cannot be moved (a non-zero `other`, a pointer that is not a
 loop-carried pointer advanced by a loop-invariant offset, a mask that reads carried values
 other than the induction variable, a loaded tile used for more than the store, a runtime
-step) is left as accelerate_dots made it. A loop whose body runs anything but one async
-wgmma reading the rings, waited for and converted straight into the yield (an
-accumulator read in the loop, mma.sync, several dots), keeps its wait(0) in each
+step) is left as accelerate_dots made it. A loop of 2 stages, or whose body runs anything
+but one async wgmma reading the rings, waited for and converted straight into the yield
+(an accumulator read in the loop, mma.sync, several dots), keeps its wait(0) in each
 iteration and issues the copies before it, while the wgmma runs.
 """
 
@@ -329,7 +330,7 @@ class LoopPipeliner:
         first_store = min(body.ops.index(operand.store) for operand in self.operands)
         last_read = max(position for position, op in enumerate(body.ops)
                         if id(op) not in dropped and any(value in buffers for value in op.uses()))
-        self.deferred = deferred_wait(body, last_read, self.uses)
+        self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
         views: dict[Value, Value] = {}
         next_ahead = ahead  # replaced where the copies are issued, before the yield
         out = Emitter(loop.loc)

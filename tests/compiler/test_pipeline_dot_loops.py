@@ -66,7 +66,11 @@ def test_rings_prologue_and_wait_counts():
         assert sum(isinstance(op, AsyncCopyCommitGroup) for op in prologue) == stages - 1
         waits = [op.pending for op in loop.body.walk() if isinstance(op, AsyncCopyWaitGroup)]
         assert waits == [stages - 2]
-        assert [op.pending for op in loop.body.walk() if isinstance(op, WarpgroupMmaWait)] == [1]
+        in_loop = [op.pending for op in loop.body.walk() if isinstance(op, WarpgroupMmaWait)]
+        if stages == 2:  # keeps its wait(0) in the loop (see the pass)
+            assert in_loop == [0]
+            continue
+        assert in_loop == [1]
         # After the loop: wait(0) on its accumulator, and the store reads what that wait returns.
         after = top[top.index(loop) + 1:]
         (final,) = [op for op in after if isinstance(op, WarpgroupMmaWait)]

@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.backend import ptxas
+from weft.compiler.errors import CompilationError
 from weft.compiler.frontend import build_kernel
+from weft.compiler.hardware import SHARED_LIMIT
 from weft.compiler.ir import (AsyncCopyGlobalToShared, AsyncCopyWaitGroup, For, Load, MmaV2, WarpgroupMma,
                               WarpgroupMmaWait)
 from weft.compiler.passes import pipeline_dot_loops
@@ -92,7 +94,8 @@ def test_pipelined_matmul_matches_numpy(stages, k):
     assert copies(kernel) == 2 * stages
     assert not any(isinstance(op, Load) for op in kernel.walk())
     assert [op.pending for op in kernel.walk() if isinstance(op, AsyncCopyWaitGroup)] == [stages - 2]
-    assert wgmma_waits(kernel) == ([1], [0])
+    # One wgmma left in flight across iterations from 3 stages on (2 keep wait(0): see the pass).
+    assert wgmma_waits(kernel) == (([1], [0]) if stages >= 3 else ([0], []))
     run_matmul(kernel, block, 70, 100, k)
 
 
@@ -105,7 +108,7 @@ def wgmma_waits(kernel) -> tuple[list[int], list[int]]:
             [op.pending for op in after if isinstance(op, WarpgroupMmaWait)])
 
 
-@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("stages", [3, 4])
 def test_a_refill_of_the_slot_the_wgmma_in_flight_reads_is_a_race(stages, monkeypatch):
     """The emulator checks the slot arithmetic: copies into this iteration's own slot,
     which its wgmma (left in flight by the wait(1)) still reads, are reported."""
@@ -172,6 +175,11 @@ def test_pipelined_matmul_property(block, stages, num_warps, dtype, k_blocks, re
     with numpy."""
     if block[0] == 64 and num_warps == 8:
         block = (128,) + block[1:]  # 8 warps stack two warpgroups along M
+    ring_bytes = stages * (block[0] + block[1]) * block[2] * {"fp16": 2, "fp32": 4}[dtype]
+    if ring_bytes > SHARED_LIMIT:  # 128x128x64 fp32 in 4 stages: refused, as Triton would
+        with pytest.raises(CompilationError, match="bytes of shared memory"):
+            prepared(block, stages, num_warps, dtype)
+        return
     kernel = prepared(block, stages, num_warps, dtype)
     assert copies(kernel) == 2 * stages
     m, n = (max(1, b - r) for b, r in zip(block[:2], remainders))
@@ -196,6 +204,8 @@ def test_the_hopper_tile_assembles_without_spills():
     assert waits == ["1", "0"], waits
     assert ptx.index("wgmma.wait_group.sync.aligned 1") > mma
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+    # The accumulator in flight across the back edge does not make ptxas serialize the wgmmas.
+    assert not compiled.metadata["performance_warnings"], compiled.metadata["performance_warnings"]
 
 
 def test_the_launch_option_pipelines_loops_without_tl_range():
