@@ -226,13 +226,20 @@ class Emitter:
 @dataclasses.dataclass(frozen=True)
 class DeferredWait:
     """The wgmma wait a loop can leave to its next iteration: the body's `wait` (pending=0)
-    of the async wgmma at `wgmma` (an index in the body's ops, right before the wait),
-    whose result reaches the yield's value `carried` (an index in its values) directly or
-    through one ConvertLayout, and nothing else."""
+    of the async wgmma right before it, whose result reaches the yield's value `carried`
+    (an index in its values), and whose accumulator is that value's body argument, each
+    directly or through one ConvertLayout, read by nothing else."""
 
-    wgmma: int
     wait: WarpgroupMmaWait
     carried: int
+
+
+def _through_convert(value: Value, uses: Uses) -> tuple[Value, list[Op]]:
+    """`value`, or the result of the one ConvertLayout that alone reads it; and its readers."""
+    readers = uses.readers[value]
+    if len(readers) == 1 and isinstance(readers[0], ConvertLayout):
+        value = readers[0].result
+    return value, uses.readers[value]
 
 
 def deferred_wait(body: Block, last_read: int, uses: Uses) -> Optional[DeferredWait]:
@@ -244,17 +251,17 @@ def deferred_wait(body: Block, last_read: int, uses: Uses) -> Optional[DeferredW
     if not (isinstance(wgmma, WarpgroupMma) and wgmma.is_async and isinstance(wait, WarpgroupMmaWait)
             and wait.pending == 0 and wait.deps == (wgmma.result,) and uses.only_by(wgmma.result, (wait,))):
         return None
-    if sum(isinstance(op, (WarpgroupMma, WarpgroupMmaWait)) for op in ops) != 2:
+    if sum(isinstance(op, (WarpgroupMma, WarpgroupMmaWait)) for op in body.walk()) != 2:
         return None
-    value = wait.results[0]
-    readers = uses.readers[value]
-    if len(readers) == 1 and isinstance(readers[0], ConvertLayout):
-        value = readers[0].result
-        readers = uses.readers[value]
+    value, readers = _through_convert(wait.results[0], uses)
     yield_ = ops[-1]
     if readers != [yield_] or list(yield_.values).count(value) != 1:
         return None
-    return DeferredWait(last_read, wait, yield_.values.index(value))
+    carried = yield_.values.index(value)
+    value, readers = _through_convert(body.args[1 + carried], uses)
+    if readers != [wgmma] or wgmma.acc is not value:
+        return None
+    return DeferredWait(wait, carried)
 
 
 class LoopPipeliner:

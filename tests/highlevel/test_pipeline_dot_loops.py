@@ -163,6 +163,36 @@ def test_pointers_computed_from_the_induction_variable_are_left_alone():
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-3)
 
 
+@tl.jit
+def decayed_matmul(a_ptr, b_ptr, c_ptr, K, BLOCK: tl.constexpr):
+    """acc = 0.5 * acc + a_k @ b_k over the K blocks: the loop reads its accumulator."""
+    offs = tl.arange(0, BLOCK)
+    a_ptrs = a_ptr + offs[:, None] * K + offs[None, :]
+    b_ptrs = b_ptr + offs[:, None] * BLOCK + offs[None, :]
+    acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+    for k in tl.range(0, K, BLOCK, num_stages=3):
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc * 0.5)
+        a_ptrs += BLOCK
+        b_ptrs += BLOCK * BLOCK
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
+
+
+def test_an_accumulator_read_in_the_loop_keeps_each_wgmma_waited_for():
+    """The scaling reads the accumulator's registers, which a wgmma in flight still owns:
+    the loop keeps wait(0) in each iteration, and is still pipelined and right."""
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32"}
+    kernel = pipeline.prepare_for_emulator(build_kernel(decayed_matmul, signature, {"BLOCK": 64}, 4, {},
+                                                        language="highlevel"))
+    assert copies(kernel) == 6 and wgmma_waits(kernel) == ([0], [])
+    a, b = RNG.standard_normal((64, 192)).astype(np.float16), RNG.standard_normal((192, 64)).astype(np.float16)
+    c = np.zeros((64, 64), np.float32)
+    emulate(kernel, (1,), [a, b, c, 192])
+    expected = np.zeros((64, 64))
+    for k in range(0, 192, 64):
+        expected = 0.5 * expected + a[:, k:k + 64].astype(np.float64) @ b[k:k + 64].astype(np.float64)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-3)
+
+
 TILES = [(64, 64, 32), (64, 32, 16), (128, 64, 32), (64, 128, 64), (128, 128, 16)]
 
 
