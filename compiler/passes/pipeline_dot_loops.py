@@ -16,11 +16,21 @@ loop-invariant offset, this pass makes
         async_copy_wait_group S-2                (this thread's copies of iteration i landed;
         view = shared_index ring, slot            insert_barriers adds the barrier after which
         fence_async_shared                        every thread's have)
-        warpgroup_mma view ...
-        if iv + (S-1) * step < upper:            (while the wgmma runs: iteration i + S - 1,
-            async_copy ring[(slot + S-1) % S] <- ahead     into the slot iteration i - 1 read,
-        async_copy_commit_group                   which every warp finished before the barrier)
-        warpgroup_mma_wait 0
+        acc = warpgroup_mma view ..., acc
+        acc = warpgroup_mma_wait 1 acc           (iteration i - 1's wgmma retired, i's runs on)
+        if iv + (S-1) * step < upper:            (iteration i + S - 1, into the slot iteration
+            async_copy ring[(slot + S-1) % S] <- ahead     i - 1 read: its wgmma just retired;
+        async_copy_commit_group                   insert_barriers adds the barrier after which
+                                                  it has in every warpgroup)
+    acc = warpgroup_mma_wait 0 acc               (after the loop: the last wgmma retired)
+
+One wgmma stays in flight across the back edge, so the tensor cores never wait for the
+issue of the next. The slot refilled in iteration i is (i - 1) % S = (i + S - 1) % S, the
+one iteration i's wgmma does not read and iteration i - 1's, retired by the wait(1), did.
+The accumulator leaves the loop still in flight: the wait(0) after the loop is the value
+the rest of the kernel reads. With S = 2 the same arithmetic is safe, but ptxas
+serializes that loop's wgmmas ("non wgmma instructions defining accumulator registers"),
+so S = 2 keeps the wait(0) form below.
 
 Copies are issued only for iterations that exist, so none is in flight after the loop
 (each thread's last wait retired the last real one: the groups after it are empty), and
@@ -32,8 +42,10 @@ computed again for the copy's own iteration.
 A loop whose loads cannot be moved (a non-zero `other`, a pointer that is not a
 loop-carried pointer advanced by a loop-invariant offset, a mask that reads carried values
 other than the induction variable, a loaded tile used for more than the store, a runtime
-step) is left as accelerate_dots made it. Each iteration still waits for its own wgmma
-(pending=0): keeping one wgmma in flight across iterations is the next step.
+step) is left as accelerate_dots made it. A loop of 2 stages, or whose body runs anything
+but one async wgmma reading the rings, waited for and converted straight into the yield
+(an accumulator read in the loop, mma.sync, several dots), keeps its wait(0) in each
+iteration and issues the copies before it, while the wgmma runs.
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ from typing import Optional
 from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, AsyncCopyGlobalToShared,
                   AsyncCopyWaitGroup, AxisHint, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant,
                   ConvertLayout, ExpandDims, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reshape,
-                  SharedIndex, SharedStore, Splat, Unary, Value, Where, Yield)
+                  SharedIndex, SharedStore, Splat, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, Yield)
 from ..types import SharedType, i1, i32
 
 NAME = "pipeline_dot_loops"
@@ -211,13 +223,55 @@ class Emitter:
         return self.emit(Binary, lhs.type, hint, kind=kind, lhs=lhs, rhs=rhs)
 
 
+@dataclasses.dataclass(frozen=True)
+class DeferredWait:
+    """The wgmma wait a loop can leave to its next iteration: the body's `wait` (pending=0)
+    of the async wgmma right before it, whose result reaches the yield's value `carried`
+    (an index in its values), and whose accumulator is that value's body argument, each
+    directly or through one ConvertLayout, read by nothing else."""
+
+    wait: WarpgroupMmaWait
+    carried: int
+
+
+def _through_convert(value: Value, uses: Uses) -> tuple[Value, list[Op]]:
+    """`value`, or the result of the one ConvertLayout that alone reads it; and its readers."""
+    readers = uses.readers[value]
+    if len(readers) == 1 and isinstance(readers[0], ConvertLayout):
+        value = readers[0].result
+    return value, uses.readers[value]
+
+
+def deferred_wait(body: Block, last_read: int, uses: Uses) -> Optional[DeferredWait]:
+    """The DeferredWait of a body whose last read of the rings is at `last_read`, or None
+    when its accumulator is read in the loop or its wgmma is not alone (see the module
+    docstring)."""
+    ops = body.ops
+    wgmma, wait = ops[last_read], ops[last_read + 1] if last_read + 1 < len(ops) else None
+    if not (isinstance(wgmma, WarpgroupMma) and wgmma.is_async and isinstance(wait, WarpgroupMmaWait)
+            and wait.pending == 0 and wait.deps == (wgmma.result,) and uses.only_by(wgmma.result, (wait,))):
+        return None
+    if sum(isinstance(op, (WarpgroupMma, WarpgroupMmaWait)) for op in body.walk()) != 2:
+        return None
+    value, readers = _through_convert(wait.results[0], uses)
+    yield_ = ops[-1]
+    if readers != [yield_] or list(yield_.values).count(value) != 1:
+        return None
+    carried = yield_.values.index(value)
+    value, readers = _through_convert(body.args[1 + carried], uses)
+    if readers != [wgmma] or wgmma.acc is not value:
+        return None
+    return DeferredWait(wait, carried)
+
+
 class LoopPipeliner:
     """The rewrite of one loop, once its operands matched."""
 
     def __init__(self, loop: For, stages: int, operands: list[StagedOperand], step: int,
-                 rings: dict[Value, Value]):
+                 rings: dict[Value, Value], uses: Uses):
         self.loop, self.stages, self.operands, self.step = loop, stages, operands, step
-        self.rings = rings
+        self.rings, self.uses = rings, uses
+        self.deferred: Optional[DeferredWait] = None  # set by body()
 
     def issue(self, out: Emitter, iv: Value, slot: Value, pointers, deltas) -> tuple[Value, ...]:
         """The copies of the iteration at `iv` into ring slot `slot`, from `pointers`, and
@@ -269,8 +323,10 @@ class LoopPipeliner:
     def body(self) -> Block:
         """The loop body: wait for this iteration's copies, run the dot from this
         iteration's slot, and while the wgmma runs issue the copies S - 1 iterations on
-        into the slot the last iteration read (every warp passed this iteration's barrier
-        before its wgmma, so the last one's reads are done)."""
+        into the slot the last iteration read: after wait(1) retired the last iteration's
+        wgmma where the wait can be deferred (`self.deferred`), else before this
+        iteration's wait(0) (every warp passed this iteration's barrier after its wait(0)
+        of the last one)."""
         loop, stages = self.loop, self.stages
         body = loop.body
         iv = body.args[0]
@@ -281,10 +337,13 @@ class LoopPipeliner:
         first_store = min(body.ops.index(operand.store) for operand in self.operands)
         last_read = max(position for position, op in enumerate(body.ops)
                         if id(op) not in dropped and any(value in buffers for value in op.uses()))
+        self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
         views: dict[Value, Value] = {}
         next_ahead = ahead  # replaced where the copies are issued, before the yield
         out = Emitter(loop.loc)
         for position, op in enumerate(body.ops):
+            if self.deferred is not None and op is self.deferred.wait:
+                continue  # issued with pending=1 right after the wgmma, below
             if position == first_store:
                 out.ops.append(AsyncCopyWaitGroup(pending=stages - 2, loc=loop.loc))
                 for buffer in buffers:
@@ -297,21 +356,40 @@ class LoopPipeliner:
                 out.ops.append(Yield(values=op.values + (next_slot,) + next_ahead, loc=op.loc))
                 continue
             out.ops.append(substitute(op, views))
+            if self.deferred is not None and position == last_read:
+                out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
             if position == last_read:
                 lead = stages - 1
                 ahead_iv = out.binary("add", iv, out.int(lead * self.step))
-                free_slot = out.binary("mod", out.binary("add", slot, out.int(lead)), out.int(stages))
-                next_ahead = self.issue(out, ahead_iv, free_slot, ahead, self.deltas(out))
+                next_ahead = self.issue(out, ahead_iv, self.refill_slot(out, slot), ahead, self.deltas(out))
         return Block(body.args + (slot,) + ahead, tuple(out.ops))
 
-    def rewrite(self) -> list[Op]:
+    def refill_slot(self, out: Emitter, slot: Value) -> Value:
+        """The slot iteration i (reading `slot` = i % S) fills for iteration i + S - 1: the
+        one iteration i - 1 read, (i - 1) % S = (slot + S - 1) % S."""
+        return out.binary("mod", out.binary("add", slot, out.int(self.stages - 1)), out.int(self.stages))
+
+    def rewrite(self) -> tuple[list[Op], dict[Value, Value]]:
+        """The ops in place of the loop, and the values the ops after it read in place of
+        the loop's results (the accumulator after its last wgmma's wait)."""
         out = Emitter(self.loop.loc)
         ahead = self.prologue(out)
         body = self.body()
         extra = tuple(Value(arg.type, arg.hint) for arg in body.args[len(self.loop.body.args):])
         loop = dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0),) + ahead,
                                    results=self.loop.results + extra)
-        return out.ops + [loop]
+        ops, replaced = out.ops + [loop], {}
+        if self.deferred is not None:
+            after = Emitter(self.loop.loc)
+            result = self.loop.results[self.deferred.carried]
+            placed = self.deferred.wait.results[0].type
+            in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
+            waited = Value(placed, result.hint)
+            after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
+                                              loc=self.deferred.wait.loc))
+            replaced[result] = after.emit(ConvertLayout, result.type, result.hint, operand=waited)
+            ops += after.ops
+        return ops, replaced
 
 
 def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
@@ -344,7 +422,7 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
         shape = (stages,) + buffer_type.shape
         rings[buffer] = Value(SharedType(shape, buffer_type.element, buffer_type.encoding.to_linear(shape),
                                          buffer_type.encoding), buffer.hint)
-    return LoopPipeliner(loop, stages, operands, step.value, rings)
+    return LoopPipeliner(loop, stages, operands, step.value, rings, uses)
 
 
 def pipeline_dot_loops(kernel: Kernel) -> Kernel:
@@ -356,12 +434,19 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
         for value in op.defines():
             outer[value] = op
 
+    replaced: dict[Value, Value] = {}  # loop results read after their wait, by everything after the loop
+
     def block(region: Block) -> Block:
         ops: list[Op] = []
         for op in region.ops:
-            op = op.map_regions(block)
+            op = substitute(op, replaced).map_regions(block)
             pipeliner = plan_loop(op, outer, uses, rings, kernel.num_stages) if isinstance(op, For) else None
-            ops.extend(pipeliner.rewrite() if pipeliner is not None else (op,))
+            if pipeliner is None:
+                ops.append(op)
+                continue
+            rewritten, waited = pipeliner.rewrite()
+            ops.extend(rewritten)
+            replaced.update(waited)
         return Block(region.args, tuple(ops))
 
     body = block(kernel.body)

@@ -1,13 +1,16 @@
 """pipeline_dot_loops: a dot loop with tl.range(num_stages=3) gets rings of 3 buffers, a
 prologue of 2 commit groups (each copy only where its iteration exists), a wait_group(1)
-before the dot, and the copies of iteration i + 2 into slot (slot + 2) % 3 while the wgmma
-runs. The golden text is `print_kernel` output after the pass; WEFT_ACCEPT=1 rewrites it.
+before the dot, a warpgroup_mma_wait(1) after it (the last iteration's wgmma retired, this
+one's in flight), then the copies of iteration i + 2 into slot (slot + 2) % 3, the slot the
+retired wgmma read; a warpgroup_mma_wait(0) after the loop gives the accumulator the store
+reads. The golden text is `print_kernel` output after the pass; WEFT_ACCEPT=1 rewrites it.
 """
 
 from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import AllocateSharedMemory, AsyncCopyCommitGroup, AsyncCopyWaitGroup, For
+from weft.compiler.ir import (AllocateSharedMemory, AsyncCopyCommitGroup, AsyncCopyWaitGroup, ConvertLayout,
+                              For, Store, WarpgroupMmaWait)
 from weft.compiler.passes.pipeline_dot_loops import pipeline_dot_loops
 from weft.compiler.printer import print_kernel
 from weft.compiler.verifier import verify
@@ -63,6 +66,22 @@ def test_rings_prologue_and_wait_counts():
         assert sum(isinstance(op, AsyncCopyCommitGroup) for op in prologue) == stages - 1
         waits = [op.pending for op in loop.body.walk() if isinstance(op, AsyncCopyWaitGroup)]
         assert waits == [stages - 2]
+        in_loop = [op.pending for op in loop.body.walk() if isinstance(op, WarpgroupMmaWait)]
+        if stages == 2:  # keeps its wait(0) in the loop (see the pass)
+            assert in_loop == [0]
+            continue
+        assert in_loop == [1]
+        # After the loop: wait(0) on its accumulator, and the store reads what that wait returns.
+        after = top[top.index(loop) + 1:]
+        (final,) = [op for op in after if isinstance(op, WarpgroupMmaWait)]
+        (reader,) = [op for op in after if loop.results[2] in op.uses()]
+        assert isinstance(reader, ConvertLayout) and final.deps == (reader.result,) and final.pending == 0
+        (store,) = [op for op in after if isinstance(op, Store)]
+        converts = {op.result: op.operand for op in after if isinstance(op, ConvertLayout)}
+        value = store.value
+        while value in converts:
+            value = converts[value]
+        assert (value,) == final.results
 
 
 def test_without_num_stages_the_loop_is_unchanged():
@@ -177,37 +196,37 @@ kernel @staged_matmul(%a_ptr: *fp16, %b_ptr: *fp16, %c_ptr: *fp32, %K: i32) num_
     fence_async_shared
     %88 = convert_layout %acc_72 : tensor<64x64xfp32, #L6>
     %acc_89 = warpgroup_mma [is_async=True] %a_smem_86, %b_smem_87, %88 : tensor<64x64xfp32, #L6>
-    %90 = constant [value=64] : i32
-    %91 = binary [kind=add] %k, %90 : i32
-    %92 = constant [value=2] : i32
-    %93 = binary [kind=add] %slot_73, %92 : i32
-    %94 = constant [value=3] : i32
-    %95 = binary [kind=mod] %93, %94 : i32
-    %96 = constant [value=32] : tensor<64x32xi32>
-    %97 = constant [value=2048] : tensor<32x64xi32>
-    %ahead_98 = add_ptr %ahead_74, %96 : tensor<64x32x*fp16>
-    %ahead_99 = add_ptr %ahead_75, %97 : tensor<32x64x*fp16>
-    %100 = compare [predicate=lt] %91, %K : i1
-    if %100 {
-      %a_smem_101 = shared_index %a_smem, %95 : shared<64x32xfp16, #L2>
-      %102 = expand_dims [axis=0] %offs_k : tensor<1x32xi32>
-      %103 = binary [kind=sub] %K, %91 : i32
-      %104 = splat %103 : tensor<1x32xi32>
-      %105 = compare [predicate=lt] %102, %104 : tensor<1x32xi1>
-      %106 = broadcast %105 : tensor<64x32xi1>
-      %107 = convert_layout %106 : tensor<64x32xi1, #L3>
-      %108 = convert_layout %ahead_74 : tensor<64x32x*fp16, #L3>
-      async_copy_global_to_shared %a_smem_101, %108, %107
-      %b_smem_109 = shared_index %b_smem, %95 : shared<32x64xfp16, #L4>
-      %110 = convert_layout %ahead_75 : tensor<32x64x*fp16, #L5>
-      async_copy_global_to_shared %b_smem_109, %110
+    %acc_90 = warpgroup_mma_wait [pending=1] %acc_89 : tensor<64x64xfp32, #L6>
+    %91 = constant [value=64] : i32
+    %92 = binary [kind=add] %k, %91 : i32
+    %93 = constant [value=2] : i32
+    %94 = binary [kind=add] %slot_73, %93 : i32
+    %95 = constant [value=3] : i32
+    %96 = binary [kind=mod] %94, %95 : i32
+    %97 = constant [value=32] : tensor<64x32xi32>
+    %98 = constant [value=2048] : tensor<32x64xi32>
+    %ahead_99 = add_ptr %ahead_74, %97 : tensor<64x32x*fp16>
+    %ahead_100 = add_ptr %ahead_75, %98 : tensor<32x64x*fp16>
+    %101 = compare [predicate=lt] %92, %K : i1
+    if %101 {
+      %a_smem_102 = shared_index %a_smem, %96 : shared<64x32xfp16, #L2>
+      %103 = expand_dims [axis=0] %offs_k : tensor<1x32xi32>
+      %104 = binary [kind=sub] %K, %92 : i32
+      %105 = splat %104 : tensor<1x32xi32>
+      %106 = compare [predicate=lt] %103, %105 : tensor<1x32xi1>
+      %107 = broadcast %106 : tensor<64x32xi1>
+      %108 = convert_layout %107 : tensor<64x32xi1, #L3>
+      %109 = convert_layout %ahead_74 : tensor<64x32x*fp16, #L3>
+      async_copy_global_to_shared %a_smem_102, %109, %108
+      %b_smem_110 = shared_index %b_smem, %96 : shared<32x64xfp16, #L4>
+      %111 = convert_layout %ahead_75 : tensor<32x64x*fp16, #L5>
+      async_copy_global_to_shared %b_smem_110, %111
       yield
     } {
       yield
     }
     async_copy_commit_group
-    %acc_111 = warpgroup_mma_wait [pending=0] %acc_89 : tensor<64x64xfp32, #L6>
-    %acc_112 = convert_layout %acc_111 : tensor<64x64xfp32>
+    %acc_112 = convert_layout %acc_90 : tensor<64x64xfp32>
     %113 = constant [value=32] : tensor<64x32xi32>
     %a_ptrs_114 = add_ptr %a_ptrs_70, %113 : tensor<64x32x*fp16>
     %115 = constant [value=2048] : tensor<32x64xi32>
@@ -216,19 +235,22 @@ kernel @staged_matmul(%a_ptr: *fp16, %b_ptr: *fp16, %c_ptr: *fp32, %K: i32) num_
     %118 = binary [kind=add] %slot_73, %117 : i32
     %119 = constant [value=3] : i32
     %slot_120 = binary [kind=mod] %118, %119 : i32
-    yield %a_ptrs_114, %b_ptrs_116, %acc_112, %slot_120, %ahead_98, %ahead_99
+    yield %a_ptrs_114, %b_ptrs_116, %acc_112, %slot_120, %ahead_99, %ahead_100
   }
-  %121 = expand_dims [axis=1] %offs_m : tensor<64x1xi32>
-  %122 = constant [value=64] : tensor<64x1xi32>
-  %123 = binary [kind=mul] %121, %122 : tensor<64x1xi32>
-  %124 = splat %c_ptr : tensor<64x1x*fp32>
-  %125 = add_ptr %124, %123 : tensor<64x1x*fp32>
-  %126 = expand_dims [axis=0] %offs_n : tensor<1x64xi32>
-  %127 = broadcast %125 : tensor<64x64x*fp32>
-  %128 = broadcast %126 : tensor<64x64xi32>
-  %129 = add_ptr %127, %128 : tensor<64x64x*fp32>
-  %130 = convert_layout %129 : tensor<64x64x*fp32, #L7>
-  %131 = convert_layout %acc_65 : tensor<64x64xfp32, #L7>
-  store %130, %131
+  %acc_121 = convert_layout %acc_65 : tensor<64x64xfp32, #L6>
+  %acc_122 = warpgroup_mma_wait [pending=0] %acc_121 : tensor<64x64xfp32, #L6>
+  %acc_123 = convert_layout %acc_122 : tensor<64x64xfp32>
+  %124 = expand_dims [axis=1] %offs_m : tensor<64x1xi32>
+  %125 = constant [value=64] : tensor<64x1xi32>
+  %126 = binary [kind=mul] %124, %125 : tensor<64x1xi32>
+  %127 = splat %c_ptr : tensor<64x1x*fp32>
+  %128 = add_ptr %127, %126 : tensor<64x1x*fp32>
+  %129 = expand_dims [axis=0] %offs_n : tensor<1x64xi32>
+  %130 = broadcast %128 : tensor<64x64x*fp32>
+  %131 = broadcast %129 : tensor<64x64xi32>
+  %132 = add_ptr %130, %131 : tensor<64x64x*fp32>
+  %133 = convert_layout %132 : tensor<64x64x*fp32, #L7>
+  %134 = convert_layout %acc_123 : tensor<64x64xfp32, #L7>
+  store %133, %134
 }
 """

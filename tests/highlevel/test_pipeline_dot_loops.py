@@ -1,11 +1,14 @@
 """Dot loops with `tl.range(num_stages=)` pipelined by cp.async into rings of buffers
 (compiler/passes/pipeline_dot_loops.py), run on the CPU emulator, whose race checks see
-every cp.async byte in flight until its wait_group, against numpy float64: num_stages 2-4,
-K loops shorter than the prologue (0, 1, 2 iterations), tails in M, N and K, a hypothesis
-property over tiles, stages, warps and tails; loops the pass leaves alone still run right;
-and the 128x128x64 tile through ptxas without spills."""
+every cp.async byte in flight until its wait_group and every wgmma operand read until its
+warpgroup_mma_wait, against numpy float64: num_stages 2-4, K loops shorter than the
+prologue (0, 1, 2 iterations), tails in M, N and K, a hypothesis property over tiles,
+stages, warps and tails; one wgmma in flight across iterations, and the race the emulator
+reports when a refill goes into the slot that wgmma reads; loops the pass leaves alone
+still run right; and the 128x128x64 tile through ptxas without spills."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -15,9 +18,14 @@ from hypothesis import strategies as st
 from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.backend import ptxas
+from weft.compiler.errors import CompilationError
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import AsyncCopyGlobalToShared, AsyncCopyWaitGroup, Load, MmaV2, WarpgroupMma
+from weft.compiler.hardware import SHARED_LIMIT
+from weft.compiler.ir import (AsyncCopyGlobalToShared, AsyncCopyWaitGroup, For, Load, MmaV2, WarpgroupMma,
+                              WarpgroupMmaWait)
+from weft.compiler.passes import pipeline_dot_loops
 from weft.runtime.emulator import emulate
+from weft.runtime.emulator.errors import EmulationError
 
 DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 RNG = np.random.default_rng(41)
@@ -86,7 +94,30 @@ def test_pipelined_matmul_matches_numpy(stages, k):
     assert copies(kernel) == 2 * stages
     assert not any(isinstance(op, Load) for op in kernel.walk())
     assert [op.pending for op in kernel.walk() if isinstance(op, AsyncCopyWaitGroup)] == [stages - 2]
+    # One wgmma left in flight across iterations from 3 stages on (2 keep wait(0): see the pass).
+    assert wgmma_waits(kernel) == (([1], [0]) if stages >= 3 else ([0], []))
     run_matmul(kernel, block, 70, 100, k)
+
+
+def wgmma_waits(kernel) -> tuple[list[int], list[int]]:
+    """The pending counts of the warpgroup_mma_waits in the K loop, and of those after it."""
+    top = kernel.body.ops
+    loop = next(op for op in top if isinstance(op, For))
+    after = top[top.index(loop) + 1:]
+    return ([op.pending for op in loop.body.walk() if isinstance(op, WarpgroupMmaWait)],
+            [op.pending for op in after if isinstance(op, WarpgroupMmaWait)])
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_a_refill_of_the_slot_the_wgmma_in_flight_reads_is_a_race(stages, monkeypatch):
+    """The emulator checks the slot arithmetic: copies into this iteration's own slot,
+    which its wgmma (left in flight by the wait(1)) still reads, are reported."""
+    monkeypatch.setattr(pipeline_dot_loops.LoopPipeliner, "refill_slot", lambda self, out, slot: slot)
+    block = (64, 64, 32)
+    kernel = prepared(block, stages)
+    assert wgmma_waits(kernel) == ([1], [0])
+    with pytest.raises(EmulationError, match=r"race \(WAR\).*wgmma"):
+        run_matmul(kernel, block, 64, 64, 32 * stages)
 
 
 def test_tiles_on_mma_sync_are_pipelined_too():
@@ -132,6 +163,36 @@ def test_pointers_computed_from_the_induction_variable_are_left_alone():
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3, atol=1e-3)
 
 
+@tl.jit
+def decayed_matmul(a_ptr, b_ptr, c_ptr, K, BLOCK: tl.constexpr):
+    """acc = 0.5 * acc + a_k @ b_k over the K blocks: the loop reads its accumulator."""
+    offs = tl.arange(0, BLOCK)
+    a_ptrs = a_ptr + offs[:, None] * K + offs[None, :]
+    b_ptrs = b_ptr + offs[:, None] * BLOCK + offs[None, :]
+    acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
+    for k in tl.range(0, K, BLOCK, num_stages=3):
+        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc * 0.5)
+        a_ptrs += BLOCK
+        b_ptrs += BLOCK * BLOCK
+    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
+
+
+def test_an_accumulator_read_in_the_loop_keeps_each_wgmma_waited_for():
+    """The scaling reads the accumulator's registers, which a wgmma in flight still owns:
+    the loop keeps wait(0) in each iteration, and is still pipelined and right."""
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32"}
+    kernel = pipeline.prepare_for_emulator(build_kernel(decayed_matmul, signature, {"BLOCK": 64}, 4, {},
+                                                        language="highlevel"))
+    assert copies(kernel) == 6 and wgmma_waits(kernel) == ([0], [])
+    a, b = RNG.standard_normal((64, 192)).astype(np.float16), RNG.standard_normal((192, 64)).astype(np.float16)
+    c = np.zeros((64, 64), np.float32)
+    emulate(kernel, (1,), [a, b, c, 192])
+    expected = np.zeros((64, 64))
+    for k in range(0, 192, 64):
+        expected = 0.5 * expected + a[:, k:k + 64].astype(np.float64) @ b[k:k + 64].astype(np.float64)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-3)
+
+
 TILES = [(64, 64, 32), (64, 32, 16), (128, 64, 32), (64, 128, 64), (128, 128, 16)]
 
 
@@ -144,6 +205,11 @@ def test_pipelined_matmul_property(block, stages, num_warps, dtype, k_blocks, re
     with numpy."""
     if block[0] == 64 and num_warps == 8:
         block = (128,) + block[1:]  # 8 warps stack two warpgroups along M
+    ring_bytes = stages * (block[0] + block[1]) * block[2] * {"fp16": 2, "fp32": 4}[dtype]
+    if ring_bytes > SHARED_LIMIT:  # 128x128x64 fp32 in 4 stages: refused, as Triton would
+        with pytest.raises(CompilationError, match="bytes of shared memory"):
+            prepared(block, stages, num_warps, dtype)
+        return
     kernel = prepared(block, stages, num_warps, dtype)
     assert copies(kernel) == 2 * stages
     m, n = (max(1, b - r) for b, r in zip(block[:2], remainders))
@@ -163,7 +229,13 @@ def test_the_hopper_tile_assembles_without_spills():
     for instruction in ("cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group 1",
                         "wgmma.mma_async"):
         assert instruction in ptx, instruction
+    # One wgmma group left in flight in the loop (after its mma_async), none after it.
+    mma, waits = ptx.index("wgmma.mma_async"), re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)
+    assert waits == ["1", "0"], waits
+    assert ptx.index("wgmma.wait_group.sync.aligned 1") > mma
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+    # The accumulator in flight across the back edge does not make ptxas serialize the wgmmas.
+    assert not compiled.metadata["performance_warnings"], compiled.metadata["performance_warnings"]
 
 
 def test_the_launch_option_pipelines_loops_without_tl_range():
