@@ -54,7 +54,8 @@ def fake_driver(monkeypatch):
 
     fake = types.SimpleNamespace(**{name: getattr(real, name) for name in dir(real)
                                     if name.startswith(("CU", "cuuint"))},
-                                 cuTensorMapEncodeTiled=encode)
+                                 cuTensorMapEncodeTiled=encode,
+                                 cuCtxGetCurrent=lambda: (0, 1))  # a context is current
     monkeypatch.setattr(driver, "cuda", lambda: fake)
     monkeypatch.setattr(driver, "init", lambda: None)
     return types.SimpleNamespace(calls=calls, driver=real)
@@ -183,6 +184,23 @@ def test_misaligned_element_strides_are_refused():
 
 
 # ----------------------------------------------------------------------------- encoding
+
+def test_a_thread_without_a_context_gets_the_tensors_devices_context(fake_driver, monkeypatch):
+    """torch's autograd threads have no current driver context; encoding there failed with
+    CUDA_ERROR_INVALID_CONTEXT. The primary context of the device holding the tensor (asked
+    of the driver by address) is made current first; a thread with a context keeps it."""
+    fake, d = driver.cuda(), fake_driver.driver
+    asked, made_current = [], []
+    fake.cuCtxGetCurrent = lambda: (0, 0)
+    fake.cuPointerGetAttribute = lambda attribute, address: asked.append((attribute, address)) or (0, 3)
+    monkeypatch.setattr(driver, "set_current", made_current.append)
+    TensorDescriptor.from_tensor(FakeCudaTensor((64, 64), strides=(128, 2), device=3), [64, 64])
+    assert asked == [(d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, 0x7F00_0000_0000)]
+    assert made_current == [3] and len(fake_driver.calls) == 1
+    fake.cuCtxGetCurrent = lambda: (0, 1)
+    TensorDescriptor.from_tensor(FakeCudaTensor((64, 32), strides=(64, 2), device=3), [64, 32])
+    assert made_current == [3] and len(fake_driver.calls) == 2
+
 
 def test_encoder_call_reverses_dims_and_packs_128_bytes(fake_driver):
     d = fake_driver.driver
