@@ -122,23 +122,25 @@ def lower_async_bulk_copy_global_to_shared(ctx: Lowering, op: AsyncBulkCopyGloba
                                          barrier_address(ctx, op.barrier), issuer(ctx, op.pred)])
 
 
-@lowers(TmaAsyncCopySharedToGlobal)
-def lower_tma_async_copy_shared_to_global(ctx: Lowering, op: TmaAsyncCopySharedToGlobal) -> None:
+def _box_from_shared(ctx: Lowering, op: Op, instruction) -> None:
+    """A shared box sent to global memory strip by strip (`instruction`: ptx_asm.tma_store
+    or tma_reduce_add), in one bulk group for the box: store_wait counts boxes."""
     descriptor, type_ = _descriptor(ctx, op)
     strips = _strips(ctx, type_, _box_address(ctx, op, type_), _coordinates(ctx, op))
-    for j, (source, coords) in enumerate(strips):  # one bulk group for the box: store_wait counts boxes
-        ctx.inline_asm(ptx_asm.tma_store(type_.rank, commit=j == len(strips) - 1),
+    for j, (source, coords) in enumerate(strips):
+        ctx.inline_asm(instruction(type_.rank, commit=j == len(strips) - 1),
                        [descriptor, source, *coords, elected(ctx)])
+
+
+@lowers(TmaAsyncCopySharedToGlobal)
+def lower_tma_async_copy_shared_to_global(ctx: Lowering, op: TmaAsyncCopySharedToGlobal) -> None:
+    _box_from_shared(ctx, op, ptx_asm.tma_store)
 
 
 @lowers(TmaAsyncReduceAdd)
 def lower_tma_async_reduce_add(ctx: Lowering, op: TmaAsyncReduceAdd) -> None:
-    """As a TMA store, with cp.reduce.async.bulk.tensor's add: one bulk group a box."""
-    descriptor, type_ = _descriptor(ctx, op)
-    strips = _strips(ctx, type_, _box_address(ctx, op, type_), _coordinates(ctx, op))
-    for j, (source, coords) in enumerate(strips):
-        ctx.inline_asm(ptx_asm.tma_reduce_add(type_.rank, commit=j == len(strips) - 1),
-                       [descriptor, source, *coords, elected(ctx)])
+    """As a TMA store, with cp.reduce.async.bulk.tensor's add."""
+    _box_from_shared(ctx, op, ptx_asm.tma_reduce_add)
 
 
 @lowers(TmaStoreWait)

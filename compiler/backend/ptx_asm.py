@@ -318,12 +318,7 @@ def tma_store(rank: int, commit: bool = True) -> tuple[str, str]:
     cp.async.bulk.tensor: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk-tensor
     cp.async.bulk.commit_group: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-bulk-commit-group
     """
-    coords = ", ".join(f"${2 + i}" for i in range(rank))
-    guard = f"@${2 + rank} "
-    text = f"{guard}cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{coords}}}], [$1];"
-    if commit:
-        text += f"\n\t{guard}cp.async.bulk.commit_group;"
-    return text, ",".join(["l", "r"] + ["r"] * rank + ["b"])
+    return _shared_box_to_global("cp.async.bulk.tensor", rank, commit)
 
 
 def tma_reduce_add(rank: int, commit: bool = True) -> tuple[str, str]:
@@ -334,9 +329,17 @@ def tma_reduce_add(rank: int, commit: bool = True) -> tuple[str, str]:
     innermost first), the predicate.
     cp.reduce.async.bulk.tensor: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-reduce-async-bulk-tensor
     """
+    return _shared_box_to_global("cp.reduce.async.bulk.tensor", rank, commit, ".add")
+
+
+def _shared_box_to_global(instruction: str, rank: int, commit: bool, operation: str = "") -> tuple[str, str]:
+    """A store-direction bulk tensor instruction (`operation`: its reduction, if any) from
+    the shared box $1 to the box of descriptor $0 at coordinates $2.. under the predicate
+    after them, then (`commit`) this thread's bulk group closed."""
     coords = ", ".join(f"${2 + i}" for i in range(rank))
     guard = f"@${2 + rank} "
-    text = (f"{guard}cp.reduce.async.bulk.tensor.{rank}d.global.shared::cta.add.tile.bulk_group "
+    tile = ".tile" if operation else ""
+    text = (f"{guard}{instruction}.{rank}d.global.shared::cta{operation}{tile}.bulk_group "
             f"[$0, {{{coords}}}], [$1];")
     if commit:
         text += f"\n\t{guard}cp.async.bulk.commit_group;"
