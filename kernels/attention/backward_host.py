@@ -13,12 +13,14 @@ import numpy as np
 from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
 from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
+from .backward_keys import flash_attention_backward_keys_kernel
 from .config import HEAD_DIMS
 from .host import (_as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready,
                    reference_probabilities)
 
 
 DQ_REDUCES = ("atomics", "tma")
+SPLITS = ("columns", "keys")
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,10 @@ class BackwardConfig:
     setmaxnreg budgets, and how dQ's fp32 accumulator in global memory is added to
     (`dq_reduce`): "atomics" (each thread's elements) or "tma" (each consumer's fp32 box
     through shared memory, by TMA reduce-add), and whether the walk is software-pipelined
-    (backward_pipeline.py: two Q/dO slots held at a time, so stages >= 2)."""
+    (backward_pipeline.py: two Q/dO slots held at a time, so stages >= 2). `split` is what
+    the consumer warpgroups divide: "columns" (backward.py) or "keys" (backward_keys.py:
+    each owns 64 keys of the block, BLOCK_N = 64 * consumers, and all head_dim columns of
+    their dK and dV; one launch, not pipelined; see keys_split_config)."""
 
     head_dim: int
     block_m: int = 64
@@ -43,15 +48,20 @@ class BackwardConfig:
     ctas_per_sm: int = 1
     dq_reduce: str = "atomics"
     pipelined: bool = False
+    split: str = "columns"
 
     def __post_init__(self):
+        if self.split not in SPLITS:
+            raise ValueError(f"BackwardConfig.split must be one of {SPLITS}, got {self.split!r}")
+        if self.split == "keys":
+            self._check_keys_split()
+        elif (self.block_m, self.block_n) != (64, 64):
+            raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
+                             f"{self.block_m} and {self.block_n}")
         if self.dq_reduce not in DQ_REDUCES:
             raise ValueError(f"BackwardConfig.dq_reduce must be one of {DQ_REDUCES}, got {self.dq_reduce!r}")
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"BackwardConfig.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
-        if (self.block_m, self.block_n) != (64, 64):
-            raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
-                             f"{self.block_m} and {self.block_n}")
         if self.consumers not in (1, 2) or self.launches not in (1, 2) \
                 or self.head_dim % (64 * self.consumers * self.launches):
             raise ValueError(f"BackwardConfig: consumers and launches must be 1 or 2 and leave each consumer a "
@@ -72,11 +82,24 @@ class BackwardConfig:
                              f"Q/dO slots, P, dS{boxes}) pass the {limit} a CTA has at {self.ctas_per_sm} CTA(s) "
                              f"an SM; use fewer stages")
 
+    def _check_keys_split(self):
+        """split="keys": 64 keys and every column of dK and dV a consumer (fp32 registers,
+        so head_dim 128 at most), dQ in whole DQ_CHUNKs a consumer, one launch."""
+        if self.head_dim > 128 or self.head_dim % (DQ_CHUNK * self.consumers):
+            raise ValueError(f"BackwardConfig(split='keys'): each consumer holds all of head_dim's columns of dK "
+                             f"and dV and {DQ_CHUNK} of dQ's: head_dim 128 with one or two consumers, or 64 "
+                             f"with one, got head_dim {self.head_dim} and {self.consumers} consumer(s)")
+        if (self.block_m, self.block_n) != (64, 64 * self.consumers) or self.launches != 1 or self.pipelined:
+            raise ValueError(f"BackwardConfig(split='keys'): block_m 64, block_n 64 a consumer "
+                             f"({64 * self.consumers}), one launch and the plain walk, got block_m {self.block_m}, "
+                             f"block_n {self.block_n}, launches {self.launches}, pipelined {self.pipelined}")
+
     @property
     def shared_bytes(self) -> int:
         """The main kernel's shared buffers (2-byte q dtype), with room for its mbarriers."""
+        scores = 1 if self.split == "keys" else 2  # P goes through shared memory too, or only dS
         tiles = 2 * (2 * self.block_n * self.head_dim + 2 * self.stages * self.block_m * self.head_dim
-                     + 2 * self.block_m * self.block_n)
+                     + scores * self.block_m * self.block_n)
         dq_boxes = 4 * self.consumers * self.block_m * DQ_CHUNK if self.dq_reduce == "tma" else 0
         return tiles + dq_boxes + 128
 
@@ -96,8 +119,20 @@ class BackwardConfig:
 
     @property
     def columns(self) -> int:
-        """Columns of dK, dV and dQ each consumer warpgroup holds."""
+        """Columns of dK, dV and dQ each consumer warpgroup holds (split="keys": of dQ;
+        each holds all of dK's and dV's)."""
         return self.head_dim // (self.consumers * self.launches)
+
+
+def keys_split_config(head_dim: int, dq_reduce: str = "tma", stages: int = 2) -> BackwardConfig:
+    """The split="keys" config of head_dim (64 or 128): two consumers of 64 keys each at
+    128 (BLOCK_N = 128); at 64 one consumer of 64 keys (dQ's 64 columns are one chunk),
+    two CTAs an SM as head_dim 64's default."""
+    if head_dim == 64:
+        return BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2, stages=stages, dq_reduce=dq_reduce,
+                              split="keys")
+    return BackwardConfig(head_dim=head_dim, block_n=128, consumers=2, stages=stages, dq_reduce=dq_reduce,
+                          split="keys")
 
 
 def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bool = False) -> BackwardConfig:
@@ -126,8 +161,18 @@ def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bo
         return dataclasses.replace(config, pipelined=True)
 
 
+def backward_kernel(config: BackwardConfig):
+    """The main kernel that runs a config: backward.py's, or backward_keys.py's."""
+    return flash_attention_backward_keys_kernel if config.split == "keys" else flash_attention_backward_kernel
+
+
 def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -> dict:
     """The main kernel's compile-time arguments for a config's launch-th launch."""
+    if config.split == "keys":
+        return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim,
+                    STAGES=config.stages, CONSUMERS=config.consumers, CAUSAL=causal,
+                    PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
+                    COLUMNS=config.columns, **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}))
     return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
@@ -199,8 +244,9 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     dq_target = dq_accum if chosen.dq_reduce == "atomics" else _dq_boxes(dq_accum, chosen.block_m)
     dkv_strides = _as_bhsd(dk, layout)[1][:3]
     grid = (-(-seq_k // chosen.block_n), batch * kv_heads)
+    kernel = backward_kernel(chosen)
     for launch in range(chosen.launches):
-        flash_attention_backward_kernel[grid](
+        kernel[grid](
             *descs, lse, delta, dq_target, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
             **backward_constexprs(chosen, bool(causal), launch), num_warps=4, **chosen.launch_options())
     convert_dq[row_grid](dq_accum, dq, softmax_scale, seq_q, heads, *_as_bhsd(dq, layout)[1][:3],

@@ -1,0 +1,66 @@
+"""kernels/attention backward with the key block split between the consumer warpgroups
+(BackwardConfig split="keys", backward_keys.py) on the CPU emulator, race detection on:
+dq, dk and dv against float64 numpy gradients across causal masks, GQA/MQA, tails of
+neither block size, seq_q != seq_k, both dQ accumulations; its config's errors; and its
+kernel through ptxas for sm_90a with no spills (needs ptxas, not a GPU)."""
+
+import numpy as np
+import pytest
+
+from weft.compiler.backend import ptxas
+from weft.kernels.attention.backward_host import (BackwardConfig, backward_constexprs, backward_kernel,
+                                                  keys_split_config)
+
+from .test_attention_backward import _check, _inputs
+
+needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+
+
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, dq_reduce", [
+    (1, 2, 1, 100, 200, 128, True, "bhsd", "tma"),    # GQA, seq_q < seq_k, diagonal blocks, a cut key block
+    (2, 2, 2, 150, 70, 128, False, "bshd", "tma"),    # seq_q > seq_k: one key block cut at 70, three query blocks
+    (1, 3, 1, 130, 90, 128, True, "bhsd", "atomics"),  # MQA of three heads, rows that see no key
+    (1, 2, 2, 70, 100, 64, True, "bshd", "tma"),      # head_dim 64: one consumer of 64 keys
+])
+def test_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, dq_reduce):
+    """Each consumer's S^T, dP^T from its 64 keys, P^T and dS^T as register operands of
+    dV and dK, every key's dS through shared memory for dQ (the emulator checks the dS
+    buffer and the ring slots are read before they are rewritten)."""
+    config = keys_split_config(head_dim, dq_reduce)
+    _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=21), causal, layout=layout,
+           config=config)
+
+
+def test_keys_split_configs_that_cannot_hold_their_keys_are_refused():
+    with pytest.raises(ValueError, match=r"head_dim 128 with one or two consumers, or 64 with one"):
+        BackwardConfig(head_dim=256, block_n=128, consumers=2, split="keys")
+    with pytest.raises(ValueError, match=r"head_dim 128 with one or two consumers, or 64 with one"):
+        BackwardConfig(head_dim=64, block_n=128, consumers=2, split="keys")
+    with pytest.raises(ValueError, match=r"block_n 64 a consumer \(128\)"):
+        BackwardConfig(head_dim=128, consumers=2, split="keys")
+    with pytest.raises(ValueError, match="split must be one of"):
+        BackwardConfig(head_dim=128, split="rows")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_keys_split_assembles_without_spills(head_dim, causal):
+    """Two consumers of 64 keys x 128 columns of fp32 dK and dV (128 registers a thread)
+    beside S^T, dP^T and their 16-bit operands, in 240 registers: no spills."""
+    config = keys_split_config(head_dim)
+    box = lambda rows: f"tensordesc<bf16[1,1,{rows},64]>"  # noqa: E731
+    signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
+                 "do_desc": box(config.block_m), "lse_ptr": "*fp32", "delta_ptr": "*fp32",
+                 "dq_ptr": "tensordesc<fp32[1,1,64,64],swizzle=128>", "dk_ptr": "*bf16", "dv_ptr": "*bf16",
+                 "dkv_stride_b": "i32", "dkv_stride_h": "i32", "dkv_stride_s": "i32", "softmax_scale": "fp32",
+                 "seq_q": "i32", "seq_k": "i32", "heads": "i32", "kv_group": "i32"}
+    compiled = backward_kernel(config).compile(signature=signature, constexprs=backward_constexprs(config, causal),
+                                               num_warps=4, **config.launch_options())
+    ptx = compiled.asm["ptx"]
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor.4d", "setmaxnreg.inc", "ex2.approx",
+                        "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"):
+        assert instruction in ptx, instruction
+    meta = compiled.metadata
+    assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
+    assert meta["total_warps"] == 4 * config.consumers + 4
