@@ -79,13 +79,11 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
     if MASKED:
         pt = masked_transposed(state, pt, m, key0 + first_key, T_LAYOUT)
     dtype: ll.constexpr = state.q_desc.dtype
-    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
-    # dV's GEMM waits for dP^T: issued before, its 16-bit P^T operand would be held
-    # beside fp32 P^T, dP^T and delta, past 240 registers.
-    dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
-    dst = (pt * (dpt - delta[None, :])).to(dtype)
     dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)), do, dv,
                           is_async=True)
+    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+    dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
+    dst = (pt * (dpt - delta[None, :])).to(dtype)
     dk = ll.warpgroup_mma(ll.convert_layout(dst, ll.DotOperandLayout(0, D_LAYOUT, 2)), q, dk, is_async=True)
     # [BLOCK_N, BLOCK_M]: dS^T, each warpgroup's keys a band of rows. Unhoisted as K and V
     # are: dQ's eight A descriptors (16 registers) were otherwise held through the walk.
