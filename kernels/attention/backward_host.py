@@ -63,7 +63,7 @@ class BackwardConfig:
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"BackwardConfig.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
         if self.consumers not in (1, 2) or self.launches not in (1, 2) \
-                or self.head_dim % (64 * self.consumers * self.launches):
+                or (self.split == "columns" and self.head_dim % (64 * self.consumers * self.launches)):
             raise ValueError(f"BackwardConfig: consumers and launches must be 1 or 2 and leave each consumer a "
                              f"multiple of 64 of head_dim {self.head_dim}'s columns, got {self.consumers} and "
                              f"{self.launches}")
@@ -83,16 +83,19 @@ class BackwardConfig:
                              f"an SM; use fewer stages")
 
     def _check_keys_split(self):
-        """split="keys": 64 keys and every column of dK and dV a consumer (fp32 registers,
-        so head_dim 128 at most), dQ in whole DQ_CHUNKs a consumer, one launch."""
-        if self.head_dim > 128 or self.head_dim % (DQ_CHUNK * self.consumers):
-            raise ValueError(f"BackwardConfig(split='keys'): each consumer holds all of head_dim's columns of dK "
-                             f"and dV and {DQ_CHUNK} of dQ's: head_dim 128 with one or two consumers, or 64 "
-                             f"with one, got head_dim {self.head_dim} and {self.consumers} consumer(s)")
-        if (self.block_m, self.block_n) != (64, 64 * self.consumers) or self.launches != 1 or self.pipelined:
-            raise ValueError(f"BackwardConfig(split='keys'): block_m 64, block_n 64 a consumer "
-                             f"({64 * self.consumers}), one launch and the plain walk, got block_m {self.block_m}, "
-                             f"block_n {self.block_n}, launches {self.launches}, pipelined {self.pipelined}")
+        """split="keys": bands of 64 keys, each shared by consumers that split its dK and
+        dV columns (fp32 registers: 128 columns a consumer at most), one launch."""
+        bands = self.block_n // 64
+        if self.block_m != 64 or self.block_n not in (64, 128) or self.consumers % bands or self.launches != 1 \
+                or self.pipelined:
+            raise ValueError(f"BackwardConfig(split='keys'): block_m 64, block_n 64 or 128 (a band of 64 keys a "
+                             f"consumer, or several), one launch and the plain walk, got block_m {self.block_m}, "
+                             f"block_n {self.block_n}, {self.consumers} consumer(s), launches {self.launches}, "
+                             f"pipelined {self.pipelined}")
+        if self.columns not in (64, 128):
+            raise ValueError(f"BackwardConfig(split='keys'): each consumer would hold {self.columns} columns of "
+                             f"dK and dV (fp32 registers); it takes 64 or 128: give each band of keys more "
+                             f"consumers (past 128) or fewer (under 64)")
 
     @property
     def shared_bytes(self) -> int:
@@ -119,20 +122,22 @@ class BackwardConfig:
 
     @property
     def columns(self) -> int:
-        """Columns of dK, dV and dQ each consumer warpgroup holds (split="keys": of dQ;
-        each holds all of dK's and dV's)."""
+        """Columns of dK, dV and dQ each consumer warpgroup holds (split="keys": of dK
+        and dV, for its band of 64 keys)."""
+        if self.split == "keys":
+            return self.head_dim * (self.block_n // 64) // self.consumers
         return self.head_dim // (self.consumers * self.launches)
 
 
-def keys_split_config(head_dim: int, dq_reduce: str = "tma", stages: int = 2) -> BackwardConfig:
-    """The split="keys" config of head_dim (64 or 128): two consumers of 64 keys each at
-    128 (BLOCK_N = 128); at 64 one consumer of 64 keys (dQ's 64 columns are one chunk),
-    two CTAs an SM as head_dim 64's default."""
-    if head_dim == 64:
-        return BackwardConfig(head_dim=64, consumer_regs=224, ctas_per_sm=2, stages=stages, dq_reduce=dq_reduce,
-                              split="keys")
-    return BackwardConfig(head_dim=head_dim, block_n=128, consumers=2, stages=stages, dq_reduce=dq_reduce,
-                          split="keys")
+def keys_split_config(head_dim: int, dq_reduce: str = "tma") -> BackwardConfig:
+    """head_dim's split="keys" config: two consumers, each a band of 64 keys with all its
+    columns at 64 and 128 (BLOCK_N = 128: S^T and dP^T computed once per CTA); at 256 both
+    on one band of 64 keys, 128 columns each (each computes the band's S^T and dP^T, one
+    launch), one Q/dO slot where dQ's boxes take the room of a second."""
+    if head_dim == 256:
+        return BackwardConfig(head_dim=256, block_n=64, consumers=2, stages=1 if dq_reduce == "tma" else 2,
+                              dq_reduce=dq_reduce, split="keys")
+    return BackwardConfig(head_dim=head_dim, block_n=128, consumers=2, dq_reduce=dq_reduce, split="keys")
 
 
 def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bool = False) -> BackwardConfig:

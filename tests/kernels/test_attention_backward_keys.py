@@ -4,7 +4,6 @@ dq, dk and dv against float64 numpy gradients across causal masks, GQA/MQA, tail
 neither block size, seq_q != seq_k, both dQ accumulations; its config's errors; and its
 kernel through ptxas for sm_90a with no spills (needs ptxas, not a GPU)."""
 
-import numpy as np
 import pytest
 
 from weft.compiler.backend import ptxas
@@ -17,37 +16,39 @@ needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not f
 
 
 @pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, dq_reduce", [
-    (1, 2, 1, 100, 200, 128, True, "bhsd", "tma"),    # GQA, seq_q < seq_k, diagonal blocks, a cut key block
-    (2, 2, 2, 150, 70, 128, False, "bshd", "tma"),    # seq_q > seq_k: one key block cut at 70, three query blocks
+    (1, 2, 1, 100, 200, 128, True, "bhsd", "tma"),     # GQA, seq_q < seq_k, diagonal blocks, a cut key block
+    (2, 2, 2, 150, 70, 128, False, "bshd", "tma"),     # seq_q > seq_k: one key block cut at 70, three query blocks
     (1, 3, 1, 130, 90, 128, True, "bhsd", "atomics"),  # MQA of three heads, rows that see no key
-    (1, 2, 2, 70, 100, 64, True, "bshd", "tma"),      # head_dim 64: one consumer of 64 keys
+    (1, 2, 1, 70, 150, 64, True, "bshd", "tma"),       # head_dim 64: dQ by the consumers in turn
+    (1, 2, 1, 100, 70, 256, True, "bhsd", "tma"),      # head_dim 256: two consumers on one band, one slot
 ])
 def test_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, dq_reduce):
-    """Each consumer's S^T, dP^T from its 64 keys, P^T and dS^T as register operands of
-    dV and dK, every key's dS through shared memory for dQ (the emulator checks the dS
-    buffer and the ring slots are read before they are rewritten)."""
+    """Each band of 64 keys: S^T and dP^T, P^T and dS^T as register operands of dV and
+    dK, every key's dS through shared memory for dQ (the emulator checks the dS buffer and
+    the ring slots are read before they are rewritten)."""
     config = keys_split_config(head_dim, dq_reduce)
     _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=21), causal, layout=layout,
            config=config)
 
 
 def test_keys_split_configs_that_cannot_hold_their_keys_are_refused():
-    with pytest.raises(ValueError, match=r"head_dim 128 with one or two consumers, or 64 with one"):
+    with pytest.raises(ValueError, match=r"would hold 256 columns of dK and dV .* it takes 64 or 128"):
         BackwardConfig(head_dim=256, block_n=128, consumers=2, split="keys")
-    with pytest.raises(ValueError, match=r"head_dim 128 with one or two consumers, or 64 with one"):
-        BackwardConfig(head_dim=64, block_n=128, consumers=2, split="keys")
-    with pytest.raises(ValueError, match=r"block_n 64 a consumer \(128\)"):
-        BackwardConfig(head_dim=128, consumers=2, split="keys")
+    with pytest.raises(ValueError, match=r"would hold 32 columns"):
+        BackwardConfig(head_dim=64, consumers=2, split="keys")
+    with pytest.raises(ValueError, match=r"one launch and the plain walk, got .* launches 2"):
+        BackwardConfig(head_dim=256, consumers=2, launches=2, split="keys")
     with pytest.raises(ValueError, match="split must be one of"):
         BackwardConfig(head_dim=128, split="rows")
+    assert keys_split_config(256, "tma").stages == 1  # dQ's boxes take the second slot's room
 
 
 @needs_ptxas
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("causal", [False, True])
-def test_keys_split_assembles_without_spills(head_dim, causal):
-    """Two consumers of 64 keys x 128 columns of fp32 dK and dV (128 registers a thread)
-    beside S^T, dP^T and their 16-bit operands, in 240 registers: no spills."""
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_keys_split_assembles_without_spills(head_dim, causal=True):  # causal: masked and unmasked steps
+    """Consumers of 64 keys x 128 columns of fp32 dK and dV (128 registers a thread, 64 at
+    head_dim 64) beside S^T, dP^T and their 16-bit operands, in 240 registers: no spills
+    (descriptors of buffers at fixed addresses unhoisted: dS^T, a one-slot ring)."""
     config = keys_split_config(head_dim)
     box = lambda rows: f"tensordesc<bf16[1,1,{rows},64]>"  # noqa: E731
     signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
