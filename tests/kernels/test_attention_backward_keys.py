@@ -2,15 +2,21 @@
 (BackwardConfig split="keys", backward_keys.py) on the CPU emulator, race detection on:
 dq, dk and dv against float64 numpy gradients across causal masks, GQA/MQA, tails of
 neither block size, seq_q != seq_k, both dQ accumulations; its config's errors; and its
-kernel through ptxas for sm_90a with no spills (needs ptxas, not a GPU)."""
+kernel through ptxas for sm_90a with no spills (needs ptxas, not a GPU); and (marked gpu)
+its gradients on the GPU against float32 torch autograd."""
+
+import math
 
 import pytest
 
 from weft.compiler.backend import ptxas
+from weft.kernels.attention import flash_attention, flash_attention_backward
 from weft.kernels.attention.backward_host import (BackwardConfig, backward_constexprs, backward_kernel,
                                                   keys_split_config)
 
+from .attention_torch import random_attention_inputs, torch_gradients
 from .test_attention_backward import _check, _inputs
+from .test_attention_backward_gpu import GPU_CASES
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
@@ -65,3 +71,32 @@ def test_keys_split_assembles_without_spills(head_dim, causal=True):  # causal: 
     meta = compiled.metadata
     assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
     assert meta["total_warps"] == 4 * config.consumers + 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, layout", GPU_CASES)
+@pytest.mark.parametrize("dq_reduce", ["tma", "atomics"])
+def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name,
+                                   dq_reduce):
+    """keys_split_config on the GPU against float32 torch autograd, as the default config
+    is checked (test_attention_backward_gpu.py's cases and tolerances)."""
+    if dq_reduce == "atomics" and dtype_name == "float16":
+        pytest.skip("dQ by atomics runs in bf16 only")
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
+    q, k, v, do = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, dtype, gen,
+                                          with_output_grad=True)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
+                                     config=keys_split_config(head_dim, dq_reduce))
+    refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
+    for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
+        assert got.shape == like.shape and got.dtype == dtype, name
+        assert torch.isfinite(got).all(), name
+        error = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+        assert error <= 2e-2, (name, error)
+        worst = (got.float() - ref).abs().max().item()
+        assert worst <= 5e-2 * max(ref.abs().max().item(), 1e-6), (name, worst)
