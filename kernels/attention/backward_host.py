@@ -145,6 +145,10 @@ def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bo
     two launches at 256. 128 columns (fp32 dK and dV in 128 registers a thread) beside S,
     dP and the step's addresses leave ptxas too few of 240 registers (it spills), so the
     warpgroups and launches split the columns, each computing S and dP for all of them.
+    keys_split_config is the other layout (backward_keys.py, FA3's): the warpgroups split
+    the keys and hold all 128 columns, in 240 registers without spills, because P^T and
+    dS^T stay in the registers S^T and dP^T came in and no descriptor of a fixed buffer is
+    held through the walk.
     `dq_reduce` and `pipelined` pick dQ's accumulation and the walk (BackwardConfig). dQ goes
     by TMA reduce-add by default: on an H100 it ran the backward 1.6-2.5x faster than
     per-element atomics at every head_dim (docs/attention-journal.md), even at head_dim 256,
