@@ -20,7 +20,10 @@ pick the default config for that dQ accumulation and walk: at head_dim 256 "tma"
 Q/dO slot, so it does not pipeline there; the pipelined walk takes three where they fit).
 `--dq atomics,tma --walk plain` (the defaults) put one such system in weft's place for each
 dQ accumulation and walk listed: weft (the default, dQ by TMA reduce-add, plain walk) and
-weft:dq_reduce=atomics; `--walk plain,pipelined` adds the pipelined walks.
+weft:dq_reduce=atomics; `--walk plain,pipelined` adds the pipelined walks. "weft:split=keys"
+is head_dim's keys_split_config (backward_keys.py: the consumers split the key block) with
+the default dQ accumulation, refused at head_dim 256: `--dq tma --systems
+weft,weft:split=keys,cudnn,flash` times it beside the default, cuDNN and flash.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ def _weft_with(name: str, q, k, v, out, lse, do, causal: bool, scale: float):
     no Python literal is taken as a string); a reason where the config is refused."""
     try:
         from weft.kernels.attention import flash_attention_backward
-        from weft.kernels.attention.backward_host import default_backward_config
+        from weft.kernels.attention.backward_host import default_backward_config, keys_split_config
 
         fields = {}
         for item in name[len("weft:"):].split("+"):
@@ -146,8 +149,11 @@ def _weft_with(name: str, q, k, v, out, lse, do, causal: bool, scale: float):
             except (ValueError, SyntaxError):
                 fields[key] = value
         default = default_backward_config(q.shape[-1])
-        config = default_backward_config(q.shape[-1], fields.pop("dq_reduce", default.dq_reduce),
-                                         fields.pop("pipelined", default.pipelined))
+        dq_reduce = fields.pop("dq_reduce", default.dq_reduce)
+        if fields.pop("split", default.split) == "keys":
+            config = keys_split_config(q.shape[-1], dq_reduce)
+        else:
+            config = default_backward_config(q.shape[-1], dq_reduce, fields.pop("pipelined", default.pipelined))
         config = dataclasses.replace(config, **fields)
     except Exception as error:
         return f"{name}: " + _reason(error)

@@ -13,12 +13,14 @@ import numpy as np
 from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
 from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
+from .backward_keys import flash_attention_backward_keys_kernel
 from .config import HEAD_DIMS
 from .host import (_as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready,
                    reference_probabilities)
 
 
 DQ_REDUCES = ("atomics", "tma")
+SPLITS = ("columns", "keys")
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,10 @@ class BackwardConfig:
     setmaxnreg budgets, and how dQ's fp32 accumulator in global memory is added to
     (`dq_reduce`): "atomics" (each thread's elements) or "tma" (each consumer's fp32 box
     through shared memory, by TMA reduce-add), and whether the walk is software-pipelined
-    (backward_pipeline.py: two Q/dO slots held at a time, so stages >= 2)."""
+    (backward_pipeline.py: two Q/dO slots held at a time, so stages >= 2). `split` is what
+    the consumer warpgroups divide: "columns" (backward.py) or "keys" (backward_keys.py:
+    each owns 64 keys of the block, BLOCK_N = 64 * consumers, and all head_dim columns of
+    their dK and dV; one launch, not pipelined; see keys_split_config)."""
 
     head_dim: int
     block_m: int = 64
@@ -43,17 +48,22 @@ class BackwardConfig:
     ctas_per_sm: int = 1
     dq_reduce: str = "atomics"
     pipelined: bool = False
+    split: str = "columns"
 
     def __post_init__(self):
+        if self.split not in SPLITS:
+            raise ValueError(f"BackwardConfig.split must be one of {SPLITS}, got {self.split!r}")
+        if self.split == "keys":
+            self._check_keys_split()
+        elif (self.block_m, self.block_n) != (64, 64):
+            raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
+                             f"{self.block_m} and {self.block_n}")
         if self.dq_reduce not in DQ_REDUCES:
             raise ValueError(f"BackwardConfig.dq_reduce must be one of {DQ_REDUCES}, got {self.dq_reduce!r}")
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"BackwardConfig.head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
-        if (self.block_m, self.block_n) != (64, 64):
-            raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
-                             f"{self.block_m} and {self.block_n}")
         if self.consumers not in (1, 2) or self.launches not in (1, 2) \
-                or self.head_dim % (64 * self.consumers * self.launches):
+                or (self.split == "columns" and self.head_dim % (64 * self.consumers * self.launches)):
             raise ValueError(f"BackwardConfig: consumers and launches must be 1 or 2 and leave each consumer a "
                              f"multiple of 64 of head_dim {self.head_dim}'s columns, got {self.consumers} and "
                              f"{self.launches}")
@@ -72,11 +82,27 @@ class BackwardConfig:
                              f"Q/dO slots, P, dS{boxes}) pass the {limit} a CTA has at {self.ctas_per_sm} CTA(s) "
                              f"an SM; use fewer stages")
 
+    def _check_keys_split(self):
+        """split="keys": bands of 64 keys, each shared by consumers that split its dK and
+        dV columns (fp32 registers: 128 columns a consumer at most), one launch."""
+        bands = self.block_n // 64
+        if self.block_m != 64 or self.block_n not in (64, 128) or self.consumers % bands or self.launches != 1 \
+                or self.pipelined:
+            raise ValueError(f"BackwardConfig(split='keys'): block_m 64, block_n 64 or 128 (a band of 64 keys a "
+                             f"consumer, or several), one launch and the plain walk, got block_m {self.block_m}, "
+                             f"block_n {self.block_n}, {self.consumers} consumer(s), launches {self.launches}, "
+                             f"pipelined {self.pipelined}")
+        if self.columns not in (64, 128):
+            raise ValueError(f"BackwardConfig(split='keys'): each consumer would hold {self.columns} columns of "
+                             f"dK and dV (fp32 registers); it takes 64 or 128: give each band of keys more "
+                             f"consumers (past 128) or fewer (under 64)")
+
     @property
     def shared_bytes(self) -> int:
         """The main kernel's shared buffers (2-byte q dtype), with room for its mbarriers."""
+        scores = 1 if self.split == "keys" else 2  # P goes through shared memory too, or only dS
         tiles = 2 * (2 * self.block_n * self.head_dim + 2 * self.stages * self.block_m * self.head_dim
-                     + 2 * self.block_m * self.block_n)
+                     + scores * self.block_m * self.block_n)
         dq_boxes = 4 * self.consumers * self.block_m * DQ_CHUNK if self.dq_reduce == "tma" else 0
         return tiles + dq_boxes + 128
 
@@ -96,8 +122,22 @@ class BackwardConfig:
 
     @property
     def columns(self) -> int:
-        """Columns of dK, dV and dQ each consumer warpgroup holds."""
+        """Columns of dK, dV and dQ each consumer warpgroup holds (split="keys": of dK
+        and dV, for its band of 64 keys)."""
+        if self.split == "keys":
+            return self.head_dim * (self.block_n // 64) // self.consumers
         return self.head_dim // (self.consumers * self.launches)
+
+
+def keys_split_config(head_dim: int, dq_reduce: str = "tma") -> BackwardConfig:
+    """head_dim's split="keys" config: two consumers, each a band of 64 keys with all its
+    columns at 64 and 128 (BLOCK_N = 128: S^T and dP^T computed once per CTA); at 256 both
+    on one band of 64 keys, 128 columns each (each computes the band's S^T and dP^T, one
+    launch), one Q/dO slot where dQ's boxes take the room of a second."""
+    if head_dim == 256:
+        return BackwardConfig(head_dim=256, block_n=64, consumers=2, stages=1 if dq_reduce == "tma" else 2,
+                              dq_reduce=dq_reduce, split="keys")
+    return BackwardConfig(head_dim=head_dim, block_n=128, consumers=2, dq_reduce=dq_reduce, split="keys")
 
 
 def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bool = False) -> BackwardConfig:
@@ -105,6 +145,10 @@ def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bo
     two launches at 256. 128 columns (fp32 dK and dV in 128 registers a thread) beside S,
     dP and the step's addresses leave ptxas too few of 240 registers (it spills), so the
     warpgroups and launches split the columns, each computing S and dP for all of them.
+    keys_split_config is the other layout (backward_keys.py, FA3's): the warpgroups split
+    the keys and hold all 128 columns, in 240 registers without spills, because P^T and
+    dS^T stay in the registers S^T and dP^T came in and no descriptor of a fixed buffer is
+    held through the walk.
     `dq_reduce` and `pipelined` pick dQ's accumulation and the walk (BackwardConfig). dQ goes
     by TMA reduce-add by default: on an H100 it ran the backward 1.6-2.5x faster than
     per-element atomics at every head_dim (docs/attention-journal.md), even at head_dim 256,
@@ -126,8 +170,18 @@ def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bo
         return dataclasses.replace(config, pipelined=True)
 
 
+def backward_kernel(config: BackwardConfig):
+    """The main kernel that runs a config: backward.py's, or backward_keys.py's."""
+    return flash_attention_backward_keys_kernel if config.split == "keys" else flash_attention_backward_kernel
+
+
 def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -> dict:
     """The main kernel's compile-time arguments for a config's launch-th launch."""
+    if config.split == "keys":
+        return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim,
+                    STAGES=config.stages, CONSUMERS=config.consumers, CAUSAL=causal,
+                    PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
+                    COLUMNS=config.columns, **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}))
     return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
@@ -199,8 +253,9 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     dq_target = dq_accum if chosen.dq_reduce == "atomics" else _dq_boxes(dq_accum, chosen.block_m)
     dkv_strides = _as_bhsd(dk, layout)[1][:3]
     grid = (-(-seq_k // chosen.block_n), batch * kv_heads)
+    kernel = backward_kernel(chosen)
     for launch in range(chosen.launches):
-        flash_attention_backward_kernel[grid](
+        kernel[grid](
             *descs, lse, delta, dq_target, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
             **backward_constexprs(chosen, bool(causal), launch), num_warps=4, **chosen.launch_options())
     convert_dq[row_grid](dq_accum, dq, softmax_scale, seq_q, heads, *_as_bhsd(dq, layout)[1][:3],

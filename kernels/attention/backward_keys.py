@@ -1,0 +1,253 @@
+"""The flash-attention backward with the key block split between the consumer warpgroups
+(BackwardConfig.split == "keys"): FA3's Hopper layout at head_dim 128.
+
+backward.py's kernel gives each consumer warpgroup a share of head_dim's COLUMNS of dK and
+dV, so each needs P and dS for every key of the block: they go through shared memory
+(both computed once between the warpgroups, each taking half the keys at wgmma N = 32),
+and at head_dim 256 a second launch computes S and dP again. Here the BLOCK_N keys come
+in bands of KEYS = 64 (one wgmma M), each band shared by CONSUMERS / bands warpgroups
+that split its dK and dV in COLUMNS each (fp32 registers, for the whole walk): at head_dim
+64 and 128 two bands of one warpgroup each (all its columns: 2 x 64 registers a thread
+at 128), at 256 one band of two warpgroups (128 columns each, one launch). For each
+query block each warpgroup computes, for its band only, the transposed scores (the
+swapped operands):
+
+    S^T = K Q^T,  dP^T = V dO^T          [KEYS, BLOCK_M], K and V A operands in shared memory
+    P^T = exp2(S^T scale log2(e) - L log2(e)),  dS^T = P^T (dP^T - delta)   (L, delta by column)
+    dV += P^T dO,  dK += dS^T Q          P^T, dS^T A operands from registers (the accumulator's
+                                         layout is the operand's: no data moves)
+
+so P never goes through shared memory (at 256 both warpgroups of the band compute its
+S^T and dP^T: a fifth more GEMM work than one, in place of a second launch). dQ = dS K
+needs every key's dS: the first warpgroup of each band writes its dS^T rows into one
+shared [BLOCK_N, BLOCK_M] buffer, and once all bands are in (`scores_ready`) each
+warpgroup computes dQ for HEAD_DIM / CONSUMERS columns over all BLOCK_N keys (dS the
+buffer read transposed, an MN-major A operand; K's columns the B operand), or at head_dim
+64 (one chunk of dQ for two warpgroups) the warpgroups take turns step by step, and adds
+it into global memory as backward.py does (TMA reduce-add from its fp32 box, or atomics).
+At head_dim 128 the dQ traffic per key is half of backward.py's (a box a warpgroup per 128
+keys, not per 64).
+
+The producer, the walk over query blocks and the dQ additions are backward.py's.
+"""
+
+from __future__ import annotations
+
+from ... import lowlevel as ll
+from ...lowlevel import mbarrier, tma
+from .backward import DQ_CHUNK, BackwardState, add_dq_chunks, part, producer, query_blocks, reduce_dq_chunks, unhoisted
+from .kernels import LOG2E
+from .rings import ring_phase, ring_slot
+from .steps import accumulator_layout
+
+KEYS = 64  # of the block, a consumer warpgroup's: one wgmma M of S^T
+
+
+@ll.jit
+def masked_transposed(state, pt, m, first_key, T_LAYOUT: ll.constexpr):
+    """P^T of query block m ([keys, queries] from first_key on) with 0 where a query does
+    not see a key: past seq_k, or (causal) right of the query's diagonal."""
+    keys = first_key + ll.arange(0, pt.shape[0], ll.SliceLayout(1, T_LAYOUT))
+    rows = m * state.BLOCK_M + ll.arange(0, state.BLOCK_M, ll.SliceLayout(0, T_LAYOUT))
+    visible = keys[:, None] < state.seq_k
+    if state.CAUSAL:
+        visible = visible & (keys[:, None] <= rows[None, :] + (state.seq_k - state.seq_q))
+    return ll.where(visible, pt, 0.0)
+
+
+@ll.constexpr_function
+def key_groups(block_n):
+    """Bands of 64 keys (one wgmma M) of a BLOCK_N block: one a consumer warpgroup."""
+    return block_n // KEYS
+
+
+@ll.jit
+def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASKED: ll.constexpr):
+    """Query block m (of head bh, at ring position `step`) for warpgroup WG: its keys'
+    contributions to its columns of dK and dV (returned) and its share of dQ (added into
+    global memory)."""
+    BLOCK_M: ll.constexpr = state.BLOCK_M
+    COLUMN_GROUPS: ll.constexpr = state.CONSUMERS // key_groups(state.BLOCK_N)
+    T_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_M)  # [KEYS, BLOCK_M]: S^T, P^T, dP^T, dS^T
+    D_LAYOUT: ll.constexpr = accumulator_layout(state.COLUMNS)  # [KEYS, COLUMNS]: dK, dV
+    COL: ll.constexpr = ll.SliceLayout(0, T_LAYOUT)
+    slot = ring_slot(step, state.STAGES)
+    rows = m * BLOCK_M + ll.arange(0, BLOCK_M, COL)
+    inside = rows < state.seq_q
+    mbarrier.wait(state.ready.index(slot), ring_phase(step, state.STAGES))
+    k = unhoisted(state.k_smem, m, state.heads)  # [BLOCK_N, HEAD_DIM]
+    v = unhoisted(state.v_smem, m, state.heads)
+    # [BLOCK_M, HEAD_DIM]. A one-slot ring's slot is 0 in every step: unhoisted as K is
+    # (its descriptors, 80 registers at head_dim 256, were otherwise held through the walk).
+    if state.STAGES == 1:
+        slot = (m * state.heads) >> 31
+    q = state.q_ring.index(slot).index(0).index(0)
+    do = state.do_ring.index(slot).index(0).index(0)
+    first_key: ll.constexpr = (WG // COLUMN_GROUPS) * KEYS
+    c0: ll.constexpr = (WG % COLUMN_GROUPS) * state.COLUMNS
+    st = ll.warpgroup_mma(part(k, first_key, KEYS, 0), q.permute((1, 0)),
+                          ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
+    dpt = ll.warpgroup_mma(part(v, first_key, KEYS, 0), do.permute((1, 0)),
+                           ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
+    # L (log2 units) of the block's query rows, by column, loaded while S^T is computed
+    # (16 registers a thread, held only until P^T); rows past seq_q get +inf: P = 0.
+    lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+    st = ll.warpgroup_mma_wait(1, deps=[st])
+    pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
+    if MASKED:
+        pt = masked_transposed(state, pt, m, key0 + first_key, T_LAYOUT)
+    dtype: ll.constexpr = state.q_desc.dtype
+    dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)),
+                          part(do, c0, state.COLUMNS, 1), dv, is_async=True)
+    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+    dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
+    dst = (pt * (dpt - delta[None, :])).to(dtype)
+    dk = ll.warpgroup_mma(ll.convert_layout(dst, ll.DotOperandLayout(0, D_LAYOUT, 2)),
+                          part(q, c0, state.COLUMNS, 1), dk, is_async=True)
+    # [BLOCK_N, BLOCK_M]: dS^T, each band of keys written by its first warpgroup. Unhoisted
+    # as K and V are: dQ's A descriptors (two registers each) were otherwise held through
+    # the walk.
+    ds_buf = state.ds_smem.index((m * state.heads) >> 31)
+    if state.CONSUMERS > 1:  # every consumer has read the last step's dS
+        mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # a fresh barrier counts as passed
+    if WG % COLUMN_GROUPS == 0:
+        part(ds_buf, first_key, KEYS, 0).store(dst)
+        ll.fence_async_shared()
+    if state.CONSUMERS > 1:  # and every band of dS is written
+        mbarrier.arrive(state.scores_ready)
+        mbarrier.wait(state.scores_ready, ring_phase(step, 1))
+    ds = ds_buf.permute((1, 0))  # [BLOCK_M, BLOCK_N], MN-major
+    CHUNKS: ll.constexpr = state.HEAD_DIM // DQ_CHUNK
+    if CHUNKS >= state.CONSUMERS:  # WG's own DQ_COLUMNS of dQ, the first chunk beside dV and dK
+        DQ_COLUMNS: ll.constexpr = state.HEAD_DIM // state.CONSUMERS
+        q0: ll.constexpr = WG * DQ_COLUMNS
+        dq = ll.warpgroup_mma(ds, k.slice(q0, DQ_CHUNK, 1),
+                              ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, accumulator_layout(DQ_CHUNK)),
+                              use_acc=False, is_async=True)
+        dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
+        mbarrier.arrive(state.empty.index(slot))  # Q and dO are read
+        # dS is read once dQ's last chunk is computed: the first, or (head_dim 256) the
+        # second, whose GEMM runs between the first chunk's addition and its own.
+        if DQ_COLUMNS == DQ_CHUNK:
+            mbarrier.arrive(state.scores_free)
+        add_dq(state, dq, ds, k, m, bh, q0, DQ_COLUMNS, WG)
+        if DQ_COLUMNS > DQ_CHUNK:
+            mbarrier.arrive(state.scores_free)
+    else:  # fewer chunks than consumers (head_dim 64, two): the whole of dQ, consumers in turn
+        dv, dk = ll.warpgroup_mma_wait(0, deps=[dv, dk])
+        mbarrier.arrive(state.empty.index(slot))
+        if ring_slot(step, state.CONSUMERS) == WG:
+            dq = ll.warpgroup_mma(ds, k, ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, accumulator_layout(DQ_CHUNK)),
+                                  use_acc=False, is_async=True)
+            dq = ll.warpgroup_mma_wait(0, deps=[dq])
+            mbarrier.arrive(state.scores_free)
+            add_dq(state, dq, ds, k, m, bh, 0, DQ_CHUNK, WG)
+        else:
+            mbarrier.arrive(state.scores_free)
+    return dk, dv
+
+
+@ll.jit
+def add_dq(state, dq, ds, k, m, bh, q0: ll.constexpr, DQ_COLUMNS: ll.constexpr, WG: ll.constexpr):
+    """dQ[m's rows, q0:q0 + DQ_COLUMNS] += dS K (dq its first chunk) as backward.py adds
+    it, in a loop of its own so that its addresses are made there, not held through the
+    step."""
+    for _ in ll.range(0, 1, rematerialize=True):
+        if state.DQ_TMA:
+            reduce_dq_chunks(state, dq, ds, k, m, bh, q0, DQ_COLUMNS, WG)
+        else:
+            add_dq_chunks(state, dq, ds, k, m, bh, q0, DQ_COLUMNS)
+
+
+@ll.jit
+def keys_consumer(state, WG: ll.constexpr):
+    """Warpgroup WG's keys and columns of dK and dV over the CTA's walk, then their store."""
+    batch, kv_head, key0, first, unmasked, end = query_blocks(state)
+    COLUMN_GROUPS: ll.constexpr = state.CONSUMERS // key_groups(state.BLOCK_N)
+    D_LAYOUT: ll.constexpr = accumulator_layout(state.COLUMNS)
+    qk_scale = state.softmax_scale * LOG2E
+    dk = ll.zeros([KEYS, state.COLUMNS], ll.float32, D_LAYOUT)
+    dv = ll.zeros([KEYS, state.COLUMNS], ll.float32, D_LAYOUT)
+    mbarrier.wait(state.kv_ready, 0)
+    per_head = end - first
+    for g in range(0, state.kv_group):
+        bh = batch * state.heads + kv_head * state.kv_group + g
+        for m in ll.range(first, unmasked, rematerialize=True):
+            dk, dv = keys_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale, WG, True)
+        for m in ll.range(unmasked, end, rematerialize=True):
+            dk, dv = keys_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale, WG, False)
+    keys = key0 + (WG // COLUMN_GROUPS) * KEYS + ll.arange(0, KEYS, ll.SliceLayout(1, D_LAYOUT))
+    cols = (WG % COLUMN_GROUPS) * state.COLUMNS + ll.arange(0, state.COLUMNS, ll.SliceLayout(0, D_LAYOUT))
+    sb, sh, ss = state.dkv_strides
+    offsets = batch * sb + kv_head * sh + keys[:, None] * ss + cols[None, :]
+    inside = keys[:, None] < state.seq_k
+    ll.store(state.dk_ptr + offsets, (dk * state.softmax_scale).to(state.dk_ptr.dtype.element_ty), mask=inside)
+    ll.store(state.dv_ptr + offsets, dv.to(state.dv_ptr.dtype.element_ty), mask=inside)
+    if state.DQ_TMA:
+        tma.store_wait(0)  # dQ's last box is read before the CTA's shared memory goes
+
+
+@ll.jit
+def keys_consumer_0(state):
+    keys_consumer(state, 0)
+
+
+@ll.jit
+def keys_consumer_1(state):
+    keys_consumer(state, 1)
+
+
+@ll.jit
+def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
+                                         dv_ptr, dkv_stride_b, dkv_stride_h, dkv_stride_s, softmax_scale, seq_q,
+                                         seq_k, heads, kv_group, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
+                                         HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CONSUMERS: ll.constexpr,
+                                         CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
+                                         CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr,
+                                         DQ_TMA: ll.constexpr = False):
+    """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads)):
+    BLOCK_N / 64 bands of keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that
+    split its dK and dV in COLUMNS each."""
+    BANDS: ll.constexpr = key_groups(BLOCK_N)
+    ll.static_assert(CONSUMERS % BANDS == 0 and COLUMNS * CONSUMERS == HEAD_DIM * BANDS,
+                     "each band of 64 keys is split in COLUMNS between the same number of consumers")
+    dtype: ll.constexpr = q_desc.dtype
+    k_smem = ll.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = ll.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_ring = ll.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
+    # dS^T, [keys, queries]: 64 query columns, one 128-byte swizzle row of 16-bit elements.
+    ds_smem = ll.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 16))
+    dq_smem = None
+    if DQ_TMA:
+        dq_smem = ll.allocate_shared_memory(ll.float32, [CONSUMERS, 1, 1, BLOCK_M, DQ_CHUNK], dq_ptr.layout)
+    scores_ready = mbarrier.allocate_mbarrier()
+    scores_free = mbarrier.allocate_mbarrier()
+    mbarrier.init(scores_ready, count=CONSUMERS)
+    mbarrier.init(scores_free, count=CONSUMERS)
+    kv_ready = mbarrier.allocate_mbarrier()
+    ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    mbarrier.init(kv_ready, count=1)
+    for s in ll.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=CONSUMERS)
+    state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, None, ds_smem,
+                          scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
+                          dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
+                          kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, 0, CAUSAL, DQ_TMA,
+                          False)
+    if CONSUMERS == 1:
+        ll.warp_specialize((state,), producer, (state,), [keys_consumer_0], worker_num_warps=[4],
+                           worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
+    else:
+        ll.static_assert(CONSUMERS == 2, "one or two consumer warpgroups")
+        ll.warp_specialize((state,), producer, (state,), [keys_consumer_0, keys_consumer_1],
+                           worker_num_warps=[4, 4], worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS],
+                           default_num_regs=PRODUCER_REGS)
+    mbarrier.invalidate(kv_ready)
+    mbarrier.invalidate(scores_ready)
+    mbarrier.invalidate(scores_free)
+    for s in ll.static_range(STAGES):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
