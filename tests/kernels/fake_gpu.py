@@ -109,6 +109,7 @@ def fake_gpu(address_in_place: bool = True, record: bool = True):
         patch(torch.Tensor, "get_device", lambda self: 0 if self.device.type == "cpu" else -1)
         patch(driver, "init", lambda: None)
         patch(driver, "current_device", lambda: 0)
+        patch(driver, "make_address_context_current", lambda address: None)  # the fake device is always current
         patch(driver, "device_properties", lambda device=0: props)
         patch(driver, "max_active_ctas", lambda function, threads, shared: 1)
         patch(driver, "max_active_clusters", lambda function, threads, shared, cluster: H100_SMS // cluster[0])
