@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from ...compiler.hardware import SHARED_LIMIT
 
 VARIANTS = ("warp_specialized", "pipelined")
+SPLIT_REDUCES = ("atomic", "tma")  # how split-K parts add up: split_k.py, split_k_tma.py
 MAX_SPLIT_K = 32
 MIN_PART_STEPS = 4   # K steps a split-K part keeps at least: its ring must fill before it drains
 DECODE_ROWS = 64     # M up to one warpgroup's wgmma rows: the decode class
@@ -24,6 +25,8 @@ class Config:
     variant: str = "warp_specialized"
     producer_regs: int = 40      # setmaxnreg budget of the TMA producer partition
     split_k: int = 1             # parts each tile's K range is cut into (split_k.py)
+    split_reduce: str = "atomic"  # split-K parts add by per-element atomics, or by TMA
+                                  # reduce-add of whole tiles and a converting launch
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -41,6 +44,10 @@ class Config:
             raise ValueError(f"Config.stages must be 2..8, got {self.stages}")
         if self.group_m < 1:
             raise ValueError(f"Config.group_m must be positive, got {self.group_m}")
+        if self.split_reduce not in SPLIT_REDUCES:
+            raise ValueError(f"Config.split_reduce must be one of {SPLIT_REDUCES}, got {self.split_reduce!r}")
+        if self.split_reduce == "tma" and self.split_k == 1:
+            raise ValueError("Config.split_reduce='tma' adds split-K parts; it needs split_k > 1")
         if not 1 <= self.split_k <= MAX_SPLIT_K:
             raise ValueError(f"Config.split_k must be 1..{MAX_SPLIT_K}, got {self.split_k}")
         if self.split_k > 1 and self.variant != "warp_specialized":
@@ -64,7 +71,10 @@ class Config:
 
 
 def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
-    """The ring (A and B slots), the output tile and the barriers."""
+    """The ring (A and B slots), the output tile (fp32 partial tiles, where TMA adds the
+    split-K parts) and the barriers."""
+    if config.split_reduce == "tma":
+        out_bits = 32
     stage = (config.block_m + config.block_n) * config.block_k * in_bits // 8
     out = config.block_m * config.block_n * out_bits // 8
     return config.stages * stage + out + 16 * config.stages
