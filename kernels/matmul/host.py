@@ -150,8 +150,9 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
     workspace = _split_scratch(a, m, stride, None)[0]
     ws_desc = TensorDescriptor.from_tensor(workspace[:, :n], [config.block_m, min(32, config.block_n)],
                                            ll.NVMMASharedLayout(128, 32))
-    total = m * stride
-    then = (finish_split, (-(-total // FINISH_BLOCK),), (workspace, whole_c, total), dict(num_warps=FINISH_WARPS))
+    total = m * stride  # rows of 16 bytes: a multiple of 4
+    then = (finish_split, (-(-total // FINISH_BLOCK),), (workspace, whole_c, total // 4),
+            dict(num_warps=FINISH_WARPS))
     return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
             dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), None, then, (workspace,))
 

@@ -91,12 +91,14 @@ def reduce_add_split_k_matmul(a_desc, b_desc, ws_desc, M, N, K,
 
 
 @ll.jit
-def finish_split(ws_ptr, c_ptr, total):
-    """c[i] = workspace[i] in c's dtype and workspace[i] = 0, for the `total` elements
+def finish_split(ws_ptr, c_ptr, quads):
+    """c[i] = workspace[i] in c's dtype and workspace[i] = 0, for the 4 x `quads` elements
     of two arrays of the same rows and row stride (C's padding columns included: the
-    workspace's are zero); grid cdiv(total, FINISH_BLOCK)."""
+    workspace's are zero); grid cdiv(4 x quads, FINISH_BLOCK). Counting in quads (rows
+    are whole 16-byte units) tells the compiler the mask holds for 4 elements at a time,
+    so each thread moves 16 bytes of fp32 per access."""
     offsets = ll.program_id(0) * FINISH_BLOCK + ll.arange(0, FINISH_BLOCK, FINISH_LAYOUT)
-    inside = offsets < total
+    inside = offsets < quads * 4
     sums = ll.load(ws_ptr + offsets, mask=inside, other=0.0, cache_modifier=".cg")
     ll.store(c_ptr + offsets, sums.to(c_ptr.dtype.element_ty), mask=inside)
     ll.store(ws_ptr + offsets, ll.zeros([FINISH_BLOCK], ll.float32, FINISH_LAYOUT), mask=inside)
