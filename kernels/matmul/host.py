@@ -258,7 +258,7 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
     back-to-back launches queued behind a short GPU sleep (so the events time the GPU
     work, not the host's launch rate), then cached for the process. Under
     torch.use_deterministic_algorithms(True) no candidate splits K: split-K parts add
-    into their tile with fp32 atomics, in arrival order, so the last bits of C can differ
+    into their tile with fp32 atomics or TMA adds, in arrival order, so the last bits of C can differ
     from call to call."""
     import torch
 
@@ -268,7 +268,7 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
         return _TUNED[key]
     candidates = configs_for(in_bits, out_bits, m, n, k, _sm_count(a))
     if deterministic:
-        candidates = list(dict.fromkeys(replace(config, split_k=1) for config in candidates))
+        candidates = unsplit(candidates)
     best, best_time = None, float("inf")
     for config in candidates:
         run = _launcher(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
@@ -286,6 +286,11 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
             best, best_time = config, elapsed
     _TUNED[key] = best
     return best
+
+
+def unsplit(candidates: list[Config]) -> list[Config]:
+    """`candidates` with K unsplit (torch's deterministic mode), duplicates dropped."""
+    return list(dict.fromkeys(replace(config, split_k=1, split_reduce="atomic") for config in candidates))
 
 
 def matmul(a, b, out_dtype=None, *, config: Config | None = None):

@@ -205,6 +205,14 @@ def test_narrow_decode_adds_wide_reduce_add_tiles(layout_n):
     assert not any(c.split_reduce == "tma" for c in configs_for(16, 16, 16, 11008, 4096, H100_SMS))
 
 
+def test_deterministic_mode_unsplits_reduce_add_candidates():
+    from weft.kernels.matmul.host import unsplit
+
+    candidates = unsplit(configs_for(16, 16, 1, 4096, 4096, H100_SMS))
+    assert all(c.split_k == 1 and c.split_reduce == "atomic" for c in candidates)
+    assert [(c.block_n, c.stages) for c in candidates] == [(128, 8), (64, 8), (256, 4)]
+
+
 def test_reduce_add_configs_say_what_is_wrong():
     with pytest.raises(ValueError, match="split_reduce must be one of"):
         Config(split_k=2, block_n=128, split_reduce="tree")
