@@ -95,10 +95,10 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       bytes in flight, and K split so that the units (tiles x parts) fill whole waves
       of SMs (`split_for`; up to 4 waves: the partial tiles are a few rows, so more
       parts cost little).
-      Where 64x128 tiles cannot fill half the SMs (a short N: each part streams a few
-      K steps of a narrow strip of B), also TMA-reduced split-K candidates (split_k_tma.py)
-      of 64x128 and 64x256 tiles: the wider tile reads longer runs of each B row, and a
-      part's add is one bulk copy, not an atomic per element.
+      Where 64x128 tiles are too few to fill the SMs unsplit (the first candidate splits
+      K), also TMA-reduced split-K candidates (split_k_tma.py) of 64x128 and 64x256
+      tiles: the wider tile reads longer runs of each B row, and a part's add is one
+      bulk copy, not an atomic per element.
     - few tiles (128x128 tiles cannot fill half the SMs: small M x N, usually long K):
       too few CTAs. 128x128 tiles (or 64x128) with K split to fill one wave of SMs (each
       part adds a whole fp32 tile into the workspace, so no more parts than that). For
@@ -145,7 +145,7 @@ def _decode(m: int, n: int, k_steps: int, sm_count: int, block_k: int, in_bits: 
     candidates = [Config(64, block_n, block_k, 8, num_warps=4, group_m=1,
                          split_k=split_for(_tiles(m, n, 64, block_n), k_steps, sm_count, 4))
                   for block_n in (128, 64)]
-    if 2 * _tiles(m, n, 64, 128) <= sm_count:
+    if candidates[0].split_k > 1:
         for block_n in (128, 256):
             parts = split_for(_tiles(m, n, 64, block_n), k_steps, sm_count, 4)
             if parts > 1:

@@ -192,17 +192,16 @@ def test_one_to_two_waves_of_tiles_get_shapes_that_fill_them():
             assert tiles / (-(-tiles // H100_SMS) * H100_SMS) >= FILL
 
 
-@pytest.mark.parametrize("layout_n", [4096, 4097])
-def test_narrow_decode_adds_wide_reduce_add_tiles(layout_n):
-    """Decode whose 64x128 tiles cannot fill half the SMs: 64x128 and 64x256 tiles split
-    by TMA reduce-add, the units filling the SMs."""
-    candidates = configs_for(16, 16, 1, layout_n, 4096, H100_SMS)
+@pytest.mark.parametrize("m, n", [(1, 4096), (1, 4097), (16, 11008)])
+def test_split_decode_adds_wide_reduce_add_tiles(m, n):
+    """Decode whose 64x128 tiles are too few for the SMs unsplit: 64x128 and 64x256 tiles
+    split by TMA reduce-add too, the units filling the SMs."""
+    candidates = configs_for(16, 16, m, n, 4096, H100_SMS)
     tma = [c for c in candidates if c.split_reduce == "tma"]
     assert sorted(c.block_n for c in tma) == [128, 256] and all(c.block_m == 64 for c in tma)
     for c in tma:
-        units = -(-layout_n // c.block_n) * c.split_k
+        units = -(-n // c.block_n) * c.split_k
         assert units > H100_SMS * 0.9 and shared_bytes(c, 16, 16) <= SHARED_LIMIT
-    assert not any(c.split_reduce == "tma" for c in configs_for(16, 16, 16, 11008, 4096, H100_SMS))
 
 
 def test_deterministic_mode_unsplits_reduce_add_candidates():
