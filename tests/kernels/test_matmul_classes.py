@@ -295,3 +295,22 @@ def test_gpu_every_class_candidate_matches_torch(m, n, k, k_major):
                 assert got.dtype == dtype and got.shape == ref.shape
                 error = (got.float() - ref).abs().max().item()
                 assert error <= 1e-2 * scale, (config, attempt, error / scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 11008, 4096), (512, 512, 32768)])
+def test_gpu_fp8_reduce_add_candidates_match_torch(m, n, k):
+    """fp8 (K-major B, bf16 out) through every TMA-reduced candidate of the class."""
+    torch = pytest.importorskip("torch")
+    from weft.runtime import driver
+
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    a = (torch.randn(m, k, device="cuda", generator=gen) * 0.5).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda", generator=gen) * 0.5).to(torch.float8_e4m3fn).t()
+    ref = a.float() @ b.float()
+    configs = [c for c in configs_for(8, 16, m, n, k, driver.device_properties(0).sm_count) if c.split_reduce == "tma"]
+    assert configs
+    for config in configs:
+        for attempt in range(2):
+            got = matmul(a, b, torch.bfloat16, config=config)
+            assert (got.float() - ref).abs().max().item() <= 1e-2 * ref.abs().max().item(), (config, attempt)
