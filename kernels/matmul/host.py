@@ -107,6 +107,8 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
         b_desc = TensorDescriptor.from_tensor(b.T, [config.block_n, config.block_k], swizzled_in)
     else:
         b_desc = TensorDescriptor.from_tensor(b, [config.block_k, min(row, config.block_n)], swizzled_in)
+    if c is None:  # C is written by another launch (TMA-reduced split-K)
+        return a_desc, b_desc, None
     c_desc = TensorDescriptor.from_tensor(c, [config.block_m, min(1024 // out_bits, config.block_n)],
                                           ll.NVMMASharedLayout(128, out_bits))
     return a_desc, b_desc, c_desc
@@ -120,11 +122,12 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
     is then None). scratch: the zeroed arrays a split-K launch adds into (its fp32
     workspace and, for atomics, per-tile arrival counters, `_split_scratch`), () for the
     others."""
-    a_desc, b_desc, c_desc = _descriptors(a, b, c, k_major, config, in_bits, out_bits)
+    reduce_add = config.split_k > 1 and config.split_reduce == "tma"
+    a_desc, b_desc, c_desc = _descriptors(a, b, None if reduce_add else c, k_major, config, in_bits, out_bits)
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
                   NUM_WARPS=config.num_warps, num_warps=config.num_warps)
-    if config.split_k > 1 and config.split_reduce == "tma":
+    if reduce_add:
         return _reduce_add_call(a, b_desc, a_desc, c, m, n, k, config, programs, common)
     if config.split_k > 1:
         scratch = _split_scratch(a, m, n, _tiles(m, n, config))
