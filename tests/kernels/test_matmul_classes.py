@@ -42,33 +42,33 @@ def _check(out, a, b, tol):
 # ------------------------------------------------------------------ emulator
 @pytest.mark.parametrize("m, n, k, config, k_major", [
     (70, 36, 1100, _tma(64, 64, 2, 6), True),               # tails in M, N, K; parts of 3 steps, one empty
-    (129, 72, 900, _tma(128, 64, 3, 5, group_m=8), False),   # two tile rows, the second of one row
+    (129, 72, 500, _tma(128, 64, 3, 3, group_m=8), False),   # two tile rows, the second of one row
     (1, 200, 700, _tma(64, 256, 2, 3), False),               # decode, a 256-wide tile past N
     (3, 136, 650, _tma(64, 128, 3, 4), True),                # decode, K-major B
 ])
 def test_emulated_reduce_add_split_k_matches_numpy(m, n, k, config, k_major):
     a, b = _fp16_operands(m, n, k, k_major)
-    for out_dtype, tol in ((np.float32, 1e-3), (None, 2e-3)):
-        out = matmul(a, b, out_dtype, config=config)
-        assert out.dtype == (out_dtype or np.float16)
-        _check(out, a, b, tol)
+    out_dtype, tol = (np.float32, 1e-3) if k_major else (None, 2e-3)
+    out = matmul(a, b, out_dtype, config=config)
+    assert out.dtype == (out_dtype or np.float16)
+    _check(out, a, b, tol)
 
 
 def test_emulated_bf16_reduce_add_split_k_matches_numpy():
     """bf16 (numpy has none) through CPU torch tensors, B in both layouts."""
     torch = pytest.importorskip("torch")
     g = torch.Generator().manual_seed(3)
-    a = torch.randn(20, 600, generator=g).to(torch.bfloat16)
-    for b in (torch.randn(72, 600, generator=g).to(torch.bfloat16).T,
-              torch.randn(600, 72, generator=g).to(torch.bfloat16)):
-        got = matmul(a, b, config=_tma(64, 64, 3, 4))
-        assert got.dtype == torch.bfloat16
-        _check(got, a, b, 1e-2)
-        _check(matmul(a, b, torch.float32, config=_tma(64, 128, 3, 3)), a, b, 1e-4)
+    a = torch.randn(20, 300, generator=g).to(torch.bfloat16)
+    k_major = torch.randn(72, 300, generator=g).to(torch.bfloat16).T
+    got = matmul(a, k_major, config=_tma(64, 64, 3, 4))
+    assert got.dtype == torch.bfloat16
+    _check(got, a, k_major, 1e-2)
+    row_major = torch.randn(300, 72, generator=g).to(torch.bfloat16)
+    _check(matmul(a, row_major, torch.float32, config=_tma(64, 128, 3, 3)), a, row_major, 1e-4)
 
 
-@settings(max_examples=6)
-@given(m=st.integers(1, 140), n=st.integers(1, 140), k=st.integers(1, 700),
+@settings(max_examples=5)
+@given(m=st.integers(1, 140), n=st.integers(1, 140), k=st.integers(1, 500),
        config=st.sampled_from([_tma(64, 64, 2, 3), _tma(64, 128, 3, 5), _tma(128, 64, 2, 2, group_m=8)]),
        k_major=st.booleans(), seed=st.integers(0, 2**16))
 def test_emulated_reduce_add_split_k_on_any_small_shape(m, n, k, config, k_major, seed):
