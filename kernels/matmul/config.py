@@ -76,11 +76,18 @@ class Config:
 def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
     """The ring (A and B slots), the output tile (fp32 partial tiles, where TMA adds the
     split-K parts) and the barriers."""
-    if config.split_reduce == "tma":
-        out_bits = 32
     stage = (config.block_m + config.block_n) * config.block_k * in_bits // 8
     out = config.block_m * config.block_n * out_bits // 8
+    if config.split_k > 1 and config.split_reduce == "tma":
+        out = config.block_m * staged_columns(config.block_m, config.block_n) * 4
     return config.stages * stage + out + 16 * config.stages
+
+
+def staged_columns(block_m: int, block_n: int) -> int:
+    """Columns of the fp32 partial tile a TMA-reduced split-K unit stages in shared memory
+    at a time: the whole tile, or half of a 128x256 one (128 KiB whole would leave room
+    for 2 ring stages; in halves, 64 KiB and 3)."""
+    return block_n // 2 if block_m * block_n > 128 * 128 else block_n
 
 
 def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None = None,
@@ -104,14 +111,15 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       part adds a whole fp32 tile into the workspace, so no more parts than that). For
       long K (K >= LONG_K x max(M, N): parts long enough that their adds all come at
       once), also 128x128 tiles whose parts add by TMA reduce-add, filling one wave and,
-      where more parts fill the SMs better, up to 4 waves.
+      where more parts fill the SMs better, up to 4 waves, and 128x256 tiles so split
+      (their partial tiles added in two halves: split_k_tma.py).
     - everything else: the sweep of docs/performance-journal.md: 128x256 tiles with 3
       stages and 16-row groups lead at 4096^3 and 8192^3; the others win on shapes where
       256-wide tiles leave SMs idle or the output tile crowds out stages. Where 128x128
       tiles make under two waves (e.g. 1000x3000: 192 tiles on 132 SMs, a second wave
       45% full), also a split-K 128x128 candidate whose units fill up to 3 waves, with
-      atomic and with TMA adds (the autotuner weighs their workspace traffic against the
-      idle SMs they save), and where neither 128x256 nor 128x128 tiles fill FILL of their
+      atomic and with TMA adds, and a TMA-reduced 128x256 one (the autotuner weighs
+      their workspace traffic against the idle SMs they save), and where neither 128x256 nor 128x128 tiles fill FILL of their
       waves, the unsplit tile shapes of `WAVE_FILLING_TILES` that do.
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
@@ -129,6 +137,8 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
         if parts > 1:
             candidates.append(Config(128, 128, block_k, 5, group_m=8, split_k=parts))
             candidates.append(Config(128, 128, block_k, 5, group_m=8, split_k=parts, split_reduce="tma"))
+        candidates += [_deepest(c, in_bits, out_bits) for c in _wide_reduce_add(m, n, -(-k // block_k), sm_count,
+                                                                                  block_k, 3)]
         if max(_efficiency(_tiles(m, n, 128, b), sm_count) for b in (256, 128)) < FILL:
             candidates += [_deepest(Config(block_m, block_n, block_k, 8, num_warps=block_m // 16, group_m=8),
                                     in_bits, out_bits) for block_m, block_n in WAVE_FILLING_TILES
@@ -139,6 +149,13 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
 # Narrower unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part
 # empty: more tiles, so the last wave is fuller.
 WAVE_FILLING_TILES = ((128, 64), (64, 128))
+
+
+def _wide_reduce_add(m: int, n: int, k_steps: int, sm_count: int, block_k: int, max_waves: int) -> list[Config]:
+    """128x256 tiles (the large problems' leader) split by TMA reduce-add over at most
+    `max_waves` waves, where splitting fills the SMs better: [] or one candidate."""
+    parts = split_for(_tiles(m, n, 128, 256), k_steps, sm_count, max_waves)
+    return [Config(128, 256, block_k, 3, group_m=8, split_k=parts, split_reduce="tma")] if parts > 1 else []
 
 
 def _decode(m: int, n: int, k_steps: int, sm_count: int, block_k: int, in_bits: int, out_bits: int) -> list[Config]:
@@ -164,6 +181,7 @@ def _few_tiles(m: int, n: int, k: int, k_steps: int, sm_count: int, block_k: int
         for parts in dict.fromkeys((split_for(tiles, k_steps, sm_count), split_for(tiles, k_steps, sm_count, 4))):
             if parts > 1:
                 candidates.append(Config(128, 128, block_k, 8, group_m=8, split_k=parts, split_reduce="tma"))
+        candidates += _wide_reduce_add(m, n, k_steps, sm_count, block_k, 4)
     return [_deepest(c, in_bits, out_bits) for c in candidates]
 
 

@@ -11,7 +11,7 @@ from ...runtime.host_arrays import (check_arrays, contiguous, data_address, elem
                                     new_array)
 from .._launch import (PreparedCall, capturing_cuda_graph, descriptor_binding, gpu_signature, keep_prepared_call,
                        may_keep_tensors, pointer_binding, prepared_call, tensor_facts, torch_ops, torch_route)
-from .config import Config, configs_for
+from .config import Config, configs_for, staged_columns
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
 from .split_k_tma import FINISH_BLOCK, FINISH_WARPS, finish_split, reduce_add_split_k_matmul
@@ -157,7 +157,8 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
     then = (finish_split, (-(-total // FINISH_BLOCK),), (workspace, whole_c, total // 4),
             dict(num_warps=FINISH_WARPS))
     return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
-            dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), None, then, (workspace,))
+            dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
+                 STAGED_N=staged_columns(config.block_m, config.block_n)), None, then, (workspace,))
 
 
 def _whole_rows(c, stride: int):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import allocate_operands, allocate_slot_barriers, b_operand, invalidate_slot_barriers, tile_origin
+from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, tile_origin
 from .split_k import split_producer, unit_range
 
 # finish_split's blocks: 4 contiguous fp32 a thread (16-byte loads), 4 warps.
@@ -46,28 +46,43 @@ def reducing_consumer(ws_desc, a_ring, b_ring, ws_smem, ready, empty, M, N, K,
                       BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                       STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
                       SPLIT_K: ll.constexpr, NUM_WARPS: ll.constexpr):
-    """Multiply each unit's K range and add the partial tile into the workspace."""
-    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
+    """Multiply each unit's K range and add the partial tile into the workspace: in one
+    piece, or (ws_smem narrower than the tile: 128x256 tiles, whose fp32 tile would
+    leave room for 2 stages) as two column halves, each its own accumulator and wgmma."""
+    PIECE: ll.constexpr = ws_smem.shape[1]
+    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
     k_steps = ll.cdiv(K, BLOCK_K)
     units = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N) * SPLIT_K
     consumed = 0
     for unit in range(ll.program_id(0), units, ll.num_programs(0)):
         tile, begin, end = unit_range(unit, k_steps, SPLIT_K)
         off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = ll.zeros([BLOCK_M, BLOCK_N], ll.float32, acc_layout)
+        acc = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
+        if PIECE < BLOCK_N:
+            right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
         previous = 0
         for k in range(begin, end):
             slot = consumed % STAGES
             mbarrier.wait(ready.index(slot), (consumed // STAGES) & 1)
-            acc = ll.warpgroup_mma(a_ring.index(slot), b_operand(b_ring.index(slot), B_K_MAJOR),
-                                   acc, is_async=True)
-            acc = ll.warpgroup_mma_wait(1, deps=[acc])
+            b = b_operand(b_ring.index(slot), B_K_MAJOR)
+            if PIECE < BLOCK_N:
+                acc = ll.warpgroup_mma(a_ring.index(slot), b.slice(0, PIECE, 1), acc, is_async=True)
+                right = ll.warpgroup_mma(a_ring.index(slot), b.slice(PIECE, PIECE, 1), right, is_async=True)
+                acc, right = ll.warpgroup_mma_wait(2, deps=[acc, right])
+            else:
+                acc = ll.warpgroup_mma(a_ring.index(slot), b, acc, is_async=True)
+                acc = ll.warpgroup_mma_wait(1, deps=[acc])
             mbarrier.arrive(empty.index(previous), pred=k > begin)
             previous = slot
             consumed += 1
-        acc = ll.warpgroup_mma_wait(0, deps=[acc])
+        if PIECE < BLOCK_N:
+            acc, right = ll.warpgroup_mma_wait(0, deps=[acc, right])
+        else:
+            acc = ll.warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(empty.index(previous), pred=end > begin)
-        add_tile(ws_desc, ws_smem, acc, off_m, off_n, BLOCK_N)
+        add_tile(ws_desc, ws_smem, acc, off_m, off_n, PIECE)
+        if PIECE < BLOCK_N:
+            add_tile(ws_desc, ws_smem, right, off_m, off_n + PIECE, PIECE)
     tma.store_wait(0)  # the last add has read ws_smem before the CTA's shared memory goes
 
 
@@ -75,11 +90,16 @@ def reducing_consumer(ws_desc, a_ring, b_ring, ws_smem, ready, empty, M, N, K,
 def reduce_add_split_k_matmul(a_desc, b_desc, ws_desc, M, N, K,
                               BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                               STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
-                              NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr, SPLIT_K: ll.constexpr):
+                              NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr, SPLIT_K: ll.constexpr,
+                              STAGED_N: ll.constexpr):
     """workspace[M, N] += A @ B, each tile's K range in SPLIT_K units (ws_desc: fp32 boxes
-    of [BLOCK_M, 128 bytes of columns])."""
-    a_ring, b_ring, ws_smem = allocate_operands(a_desc, b_desc, ws_desc, BLOCK_M, BLOCK_N, BLOCK_K,
-                                                STAGES, B_K_MAJOR)
+    of [BLOCK_M, 128 bytes of columns]), STAGED_N columns of a partial tile at a time
+    (config.staged_columns: BLOCK_N or half of it)."""
+    dtype: ll.constexpr = a_desc.dtype
+    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
+    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
+    ws_smem = ll.allocate_shared_memory(ll.float32, [BLOCK_M, STAGED_N], ws_desc.layout)
     ready, empty = allocate_slot_barriers(STAGES)
     ll.warp_specialize(
         (ws_desc, a_ring, b_ring, ws_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,

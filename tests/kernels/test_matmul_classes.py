@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from weft.compiler.backend import ptxas
 from weft.kernels.matmul import Config, configs_for, matmul, reference_matmul
-from weft.kernels.matmul.config import FILL, SHARED_LIMIT, WAVE_FILLING_TILES, _deepest, shared_bytes
+from weft.kernels.matmul.config import FILL, SHARED_LIMIT, WAVE_FILLING_TILES, _deepest, shared_bytes, staged_columns
 
 RNG = np.random.default_rng(41)
 H100_SMS = 132
@@ -42,6 +42,7 @@ def _check(out, a, b, tol):
 # ------------------------------------------------------------------ emulator
 @pytest.mark.parametrize("m, n, k, config, k_major", [
     (70, 36, 1100, _tma(64, 64, 2, 6), True),               # tails in M, N, K; parts of 3 steps, one empty
+    (130, 300, 300, _tma(128, 256, 2, 2, group_m=8), True),  # a 128x256 tile, added in two halves
     (129, 72, 500, _tma(128, 64, 3, 3, group_m=8), False),   # two tile rows, the second of one row
     (1, 200, 700, _tma(64, 256, 2, 3), False),               # decode, a 256-wide tile past N
     (3, 136, 650, _tma(64, 128, 3, 4), True),                # decode, K-major B
@@ -167,13 +168,14 @@ def test_long_k_adds_reduce_add_candidates_that_fill_the_sms(m, n, k):
     candidates = configs_for(16, 16, m, n, k, H100_SMS)
     assert [c.split_reduce for c in candidates[:2]] == ["atomic", "atomic"]
     tma = [c for c in candidates if c.split_reduce == "tma"]
-    assert tma and all(c.block_m == c.block_n == 128 and c.split_k > 1 for c in tma)
+    assert tma and all(c.block_m == 128 and c.split_k > 1 for c in tma)
+    assert tma[-1].block_n == 256 and tma[-1].stages == 3  # the wide tile, added in halves
     for c in tma:
-        units = -(-m // 128) * -(-n // 128) * c.split_k
+        units = -(-m // 128) * -(-n // c.block_n) * c.split_k
         assert units <= 4 * H100_SMS and units / (-(-units // H100_SMS) * H100_SMS) > 0.7
         assert shared_bytes(c, 16, 16) <= SHARED_LIMIT
     if (m, n) == (768, 1024):  # 48 tiles: 2 parts fill 73% of one wave, 11 fill 4 waves whole
-        assert sorted(c.split_k for c in tma) == [2, 11]
+        assert [c.split_k for c in tma] == [2, 11, 11]
 
 
 def test_one_to_two_waves_of_tiles_get_shapes_that_fill_them():
@@ -182,6 +184,7 @@ def test_one_to_two_waves_of_tiles_get_shapes_that_fill_them():
     candidates = configs_for(16, 16, 1000, 3000, 5000, H100_SMS)
     assert candidates[:6] == _large(64) + [_old(128, 128, 64, 5, group_m=8, split_k=2)]
     assert Config(128, 128, 64, 5, group_m=8, split_k=2, split_reduce="tma") in candidates
+    assert Config(128, 256, 64, 3, group_m=8, split_k=4, split_reduce="tma") in candidates  # 384 units
     shapes = {(c.block_m, c.block_n) for c in candidates if c.split_k == 1}
     assert {(128, 64), (64, 128)} <= shapes
     # The rule follows the SM count: on 96 SMs 192 tiles are two full waves.
@@ -226,6 +229,7 @@ def test_reduce_add_configs_say_what_is_wrong():
 TMA_VARIANTS = [
     ("bf16", _tma(64, 128, 8, 4), False), ("bf16", _tma(64, 256, 8, 8), False), ("bf16", _tma(64, 256, 8, 8), True),
     ("fp16", _tma(128, 128, 8, 8, group_m=8), True), ("bf16", _tma(128, 128, 8, 2, group_m=8), False),
+    ("bf16", _tma(128, 256, 3, 4, group_m=8), False), ("bf16", _tma(128, 256, 3, 4, group_m=8), True),
     ("fp8e4m3", Config(64, 128, 128, 8, num_warps=4, group_m=1, split_k=4, split_reduce="tma"), True),
 ]
 
@@ -244,7 +248,8 @@ def test_reduce_add_variants_assemble_without_spills(in_type, config, k_major):
                  "M": "i32", "N": "i32", "K": "i32"}
     constexprs = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                       STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
-                      NUM_WARPS=config.num_warps, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k)
+                      NUM_WARPS=config.num_warps, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
+                      STAGED_N=staged_columns(config.block_m, config.block_n))
     compiled = reduce_add_split_k_matmul.compile(signature=signature, constexprs=constexprs,
                                                  num_warps=config.num_warps)
     ptx = compiled.asm["ptx"]
