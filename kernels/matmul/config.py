@@ -119,8 +119,9 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       tiles make under two waves (e.g. 1000x3000: 192 tiles on 132 SMs, a second wave
       45% full), also a split-K 128x128 candidate whose units fill up to 3 waves, with
       atomic and with TMA adds, and a TMA-reduced 128x256 one (the autotuner weighs
-      their workspace traffic against the idle SMs they save), and where neither 128x256 nor 128x128 tiles fill FILL of their
-      waves, the unsplit tile shapes of `WAVE_FILLING_TILES` that do.
+      their workspace traffic against the idle SMs they save); and where neither
+      128x256 nor 128x128 tiles fill FILL of their waves, the unsplit tile shapes of
+      `WAVE_FILLING_TILES` that do.
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
     if m is not None and sm_count is not None:
