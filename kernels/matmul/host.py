@@ -215,8 +215,9 @@ class _LaunchSequence:
 
 def _split_scratch(a, m: int, n: int, tiles: int | None) -> tuple:
     """The zeroed fp32 workspace [m, n] and int32 arrival counters [tiles] of a split-K
-    launch (the workspace alone where tiles is None: TMA-reduced split-K). On the GPU, one pair per (device, current stream, shape), made once and
-    kept: every launch leaves them zeroed (split_k.py) and launches on one stream run in
+    launch (the workspace alone where tiles is None: TMA-reduced split-K). On the GPU,
+    one pair per (device, current stream, shape), made once and kept: every launch
+    leaves them zeroed (split_k.py; split_k_tma.py's finish_split) and launches on one stream run in
     turn, so repeated calls and prepared calls need no memsets, and no pair is freed
     while a graph may still use it. Where no tensor may be kept (`may_keep_tensors`: under
     CUDA-graph capture, or through the torch operators), and on the emulator, a new zeroed
