@@ -4,6 +4,7 @@ fp32 torch reference before it is timed.
 
     python -m benchmarks.matmul [--quick] [--out results.json]
     python -m benchmarks.matmul --shapes classes   # decode, long K, odd sizes, LLM (matmul_classes.py)
+    python -m benchmarks.matmul --shapes classes --configs [--only "long K"]   # every candidate too
 
 TFLOP/s = 2 M N K / time, the time of the GPU work measured by CUDA-graph replay for every
 system alike; weft's host time per call (descriptors, checks, launch) is reported beside.
@@ -143,12 +144,16 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", choices=("squares", "classes"), default="squares",
                         help="squares: every variant at 4096^3 and 8192^3; classes: the shape classes "
                              "real models use, weft (autotuned) beside cuBLAS")
+    parser.add_argument("--configs", action="store_true",
+                        help="with --shapes classes: also time every candidate config of each shape "
+                             "(configs_for), each forced, interleaved with cuBLAS and the autotuned pick")
+    parser.add_argument("--only", help="with --shapes classes: one class (decode, 'long K', odd, LLM, square)")
     args = parser.parse_args(argv)
     if args.shapes == "classes":
         from benchmarks import matmul_classes
 
         matmul_classes.print_header()
-        results = matmul_classes.run_classes()
+        results = matmul_classes.run_classes(configs=args.configs, only=args.only)
     else:
         results = run(args.quick)
         print_table(results)

@@ -3,6 +3,11 @@ one run: decode (M <= 64), long K with small M x N, sizes that are multiples of 
 LLM projections (11008, 14336), and the squares 4096^3 and 8192^3.
 
     python3 -m benchmarks.matmul --shapes classes [--out results.json]
+    python3 -m benchmarks.matmul --shapes classes --configs [--only "long K"]
+
+`--configs` times, beside cuBLAS and weft's autotuned pick, every candidate that
+kernels/matmul/config.py `configs_for` gives the shape (each forced with `config=`), so
+that a class's default can be chosen from measurements; `--only` keeps one class.
 
 Per shape, each system's output is checked against a float32 torch reference, then both
 are timed in interleaved rounds (the clock drifts with temperature; neither system gets
@@ -64,20 +69,38 @@ def _median(samples):
     return samples[len(samples) // 2]
 
 
-def run_classes(dtype_name: str = "bfloat16") -> list[dict]:
+def config_label(config) -> str:
+    """A candidate config in a few characters: tile, stages, warps, group, split."""
+    label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.stages} w{config.num_warps} g{config.group_m}"
+    if config.variant != "warp_specialized":
+        label += f" {config.variant}"
+    if config.split_k > 1:
+        label += f" split{config.split_k} {config.split_reduce}"
+    return label
+
+
+def run_classes(dtype_name: str = "bfloat16", configs: bool = False, only: str | None = None) -> list[dict]:
     import torch
 
-    from weft.kernels.matmul import matmul
+    from weft.kernels.matmul import configs_for, matmul
+    from weft.runtime import driver
 
     dtype = getattr(torch, dtype_name)
+    bits = torch.finfo(dtype).bits
+    sms = driver.device_properties(torch.cuda.current_device()).sm_count
     gen = torch.Generator(device="cuda").manual_seed(0)
     results = []
     for shape_class, m, n, k, layout in SHAPES:
+        if only is not None and shape_class != only:
+            continue
         a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
         b = (torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t() if layout == "nk" else
              torch.randn(k, n, device="cuda", dtype=dtype, generator=gen))
         ref = a.float() @ b.float()
         systems = {"cublas": lambda: torch.matmul(a, b), "weft": lambda: matmul(a, b)}
+        if configs:
+            for config in configs_for(bits, bits, m, n, k, sms):
+                systems[f"weft {config_label(config)}"] = lambda config=config: matmul(a, b, config=config)
         row = dict(shape_class=shape_class, shape=[m, n, k], layout=layout, dtype=dtype_name)
         timed = {}
         for name, fn in systems.items():
@@ -100,12 +123,30 @@ def run_classes(dtype_name: str = "bfloat16") -> list[dict]:
         for name in timed:
             row[name].update({f"{how}_us": 1e3 * _median(s) for how, s in samples[name].items()})
             row[name]["tflops"] = 2 * m * n * k / (row[name]["bench_us"] * 1e-6) / 1e12
+        for name in timed:
+            if "cublas" in timed and name != "cublas":
+                for how in ("graph", "bench"):
+                    row[name][f"ratio_{how}"] = row["cublas"][f"{how}_us"] / row[name][f"{how}_us"]
         if "cublas" in timed and "weft" in timed:
             for how in ("graph", "bench"):
-                row[f"ratio_{how}"] = row["cublas"][f"{how}_us"] / row["weft"][f"{how}_us"]
+                row[f"ratio_{how}"] = row["weft"][f"ratio_{how}"]
         results.append(row)
         print_row(row, flush=True)
+        if configs:
+            print_candidates(row, flush=True)
     return results
+
+
+def print_candidates(row: dict, flush: bool = False) -> None:
+    """One line per forced candidate of `row`, fastest by graph time first."""
+    entries = [(name, entry) for name, entry in row.items() if isinstance(entry, dict) and name.startswith("weft ")]
+    entries.sort(key=lambda item: item[1].get("graph_us", float("inf")))
+    for name, entry in entries:
+        if "graph_us" not in entry:
+            print(f"{'':>30} {name[5:]:<44} FAILED {entry.get('failure', '')[:100]}", flush=flush)
+            continue
+        print(f"{'':>30} {name[5:]:<44} {entry['graph_us']:8.1f}us {entry['ratio_graph']:6.3f}  "
+              f"{entry['bench_us']:8.1f}us {entry['ratio_bench']:6.3f}  {entry['error']:8.1e}", flush=flush)
 
 
 def print_header() -> None:

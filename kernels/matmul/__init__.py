@@ -2,10 +2,10 @@
 
 torch CUDA tensors run on the GPU (the config autotuned once per problem shape among
 the candidates of its shape class, config.configs_for: decode, few tiles, large; few
-tiles split K across CTAs, split_k.py); numpy arrays or CPU torch tensors run the same
+tiles split K across CTAs, split_k.py and split_k_tma.py); numpy arrays or CPU torch tensors run the same
 kernels on the CPU emulator. Any M, N, K: TMA reads zeros past the edges; operands
 whose rows do not start on 16 bytes are copied into rows that do. Split-K adds its
-parts with fp32 atomics, so its last bits can vary between calls; under
+parts with fp32 atomics or TMA bulk reduce-add, so its last bits can vary between calls; under
 torch.use_deterministic_algorithms(True) the autotuner picks no split-K config.
 
     from weft.kernels.matmul import matmul

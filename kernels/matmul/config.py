@@ -8,9 +8,12 @@ from dataclasses import dataclass, replace
 from ...compiler.hardware import SHARED_LIMIT
 
 VARIANTS = ("warp_specialized", "pipelined")
+SPLIT_REDUCES = ("atomic", "tma")  # how split-K parts add up: split_k.py, split_k_tma.py
 MAX_SPLIT_K = 32
 MIN_PART_STEPS = 4   # K steps a split-K part keeps at least: its ring must fill before it drains
 DECODE_ROWS = 64     # M up to one warpgroup's wgmma rows: the decode class
+LONG_K = 4           # K at least this many times max(M, N): the long-K class
+FILL = 0.9           # wave efficiency under which tile shapes that fill the waves join
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,8 @@ class Config:
     variant: str = "warp_specialized"
     producer_regs: int = 40      # setmaxnreg budget of the TMA producer partition
     split_k: int = 1             # parts each tile's K range is cut into (split_k.py)
+    split_reduce: str = "atomic"  # split-K parts add by per-element atomics, or by TMA
+                                  # reduce-add of whole tiles and a converting launch
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -41,15 +46,20 @@ class Config:
             raise ValueError(f"Config.stages must be 2..8, got {self.stages}")
         if self.group_m < 1:
             raise ValueError(f"Config.group_m must be positive, got {self.group_m}")
+        if self.split_reduce not in SPLIT_REDUCES:
+            raise ValueError(f"Config.split_reduce must be one of {SPLIT_REDUCES}, got {self.split_reduce!r}")
+        if self.split_reduce == "tma" and self.split_k == 1:
+            raise ValueError("Config.split_reduce='tma' adds split-K parts; it needs split_k > 1")
         if not 1 <= self.split_k <= MAX_SPLIT_K:
             raise ValueError(f"Config.split_k must be 1..{MAX_SPLIT_K}, got {self.split_k}")
         if self.split_k > 1 and self.variant != "warp_specialized":
             raise ValueError(f"Config.split_k={self.split_k} needs variant='warp_specialized' "
                              f"(only that kernel has a split-K form), got {self.variant!r}")
-        if self.split_k > 1 and self.block_n > 128:
-            raise ValueError(f"Config.split_k > 1 takes block_n <= 128: each thread holds block_n / 2 "
-                             f"accumulators beside their workspace addresses, and {self.block_n} / 2 "
-                             f"of each would spill; got block_n={self.block_n}")
+        if self.split_k > 1 and self.split_reduce == "atomic" and self.block_n > 128:
+            raise ValueError(f"Config.split_k > 1 with atomic adds takes block_n <= 128: each thread "
+                             f"holds block_n / 2 accumulators beside their workspace addresses, and "
+                             f"{self.block_n} / 2 of each would spill; got block_n={self.block_n} "
+                             f"(split_reduce='tma' takes 256)")
 
     def check_fits(self, in_bits: int, out_bits: int) -> None:
         needed = shared_bytes(self, in_bits, out_bits)
@@ -64,10 +74,20 @@ class Config:
 
 
 def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
-    """The ring (A and B slots), the output tile and the barriers."""
+    """The ring (A and B slots), the output tile (fp32 partial tiles, where TMA adds the
+    split-K parts) and the barriers."""
     stage = (config.block_m + config.block_n) * config.block_k * in_bits // 8
     out = config.block_m * config.block_n * out_bits // 8
+    if config.split_k > 1 and config.split_reduce == "tma":
+        out = config.block_m * staged_columns(config.block_m, config.block_n) * 4
     return config.stages * stage + out + 16 * config.stages
+
+
+def staged_columns(block_m: int, block_n: int) -> int:
+    """Columns of the fp32 partial tile a TMA-reduced split-K unit stages in shared memory
+    at a time: the whole tile, or half of a 128x256 one (128 KiB whole would leave room
+    for 2 ring stages; in halves, 64 KiB and 3)."""
+    return block_n // 2 if block_m * block_n > 128 * 128 else block_n
 
 
 def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None = None,
@@ -82,27 +102,34 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       bytes in flight, and K split so that the units (tiles x parts) fill whole waves
       of SMs (`split_for`; up to 4 waves: the partial tiles are a few rows, so more
       parts cost little).
+      Where 64x128 tiles are too few to fill the SMs unsplit (the first candidate splits
+      K), also TMA-reduced split-K candidates (split_k_tma.py) of 64x128 and 64x256
+      tiles: the wider tile reads longer runs of each B row, and a part's add is one
+      bulk copy, not an atomic per element.
     - few tiles (128x128 tiles cannot fill half the SMs: small M x N, usually long K):
       too few CTAs. 128x128 tiles (or 64x128) with K split to fill one wave of SMs (each
-      part adds a whole fp32 tile into the workspace, so no more parts than that).
+      part adds a whole fp32 tile into the workspace, so no more parts than that). For
+      long K (K >= LONG_K x max(M, N): parts long enough that their adds all come at
+      once), also 128x128 tiles whose parts add by TMA reduce-add, filling one wave and,
+      where more parts fill the SMs better, up to 4 waves, and 128x256 tiles so split
+      (their partial tiles added in two halves: split_k_tma.py).
     - everything else: the sweep of docs/performance-journal.md: 128x256 tiles with 3
       stages and 16-row groups lead at 4096^3 and 8192^3; the others win on shapes where
       256-wide tiles leave SMs idle or the output tile crowds out stages. Where 128x128
       tiles make under two waves (e.g. 1000x3000: 192 tiles on 132 SMs, a second wave
-      45% full), also a split-K 128x128 candidate whose units fill up to 3 waves: the
-      autotuner weighs its workspace traffic against the idle SMs it saves.
+      45% full), also a split-K 128x128 candidate whose units fill up to 3 waves, with
+      atomic and with TMA adds, and a TMA-reduced 128x256 one (the autotuner weighs
+      their workspace traffic against the idle SMs they save); and where neither
+      128x256 nor 128x128 tiles fill FILL of their waves, the unsplit tile shapes of
+      `WAVE_FILLING_TILES` that do.
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
     if m is not None and sm_count is not None:
         k_steps = -(-k // block_k)
         if m <= DECODE_ROWS:
-            return [_deepest(Config(64, block_n, block_k, 8, num_warps=4, group_m=1,
-                                    split_k=split_for(_tiles(m, n, 64, block_n), k_steps, sm_count, 4)),
-                             in_bits, out_bits) for block_n in (128, 64)]
+            return _decode(m, n, k_steps, sm_count, block_k, in_bits, out_bits)
         if 2 * _tiles(m, n, 128, 128) <= sm_count:
-            return [_deepest(Config(block_m, 128, block_k, 8, num_warps=block_m // 16, group_m=8,
-                                    split_k=split_for(_tiles(m, n, block_m, 128), k_steps, sm_count)),
-                             in_bits, out_bits) for block_m in (128, 64)]
+            return _few_tiles(m, n, k, k_steps, sm_count, block_k, in_bits, out_bits)
     candidates = [Config(128, 256, block_k, 3), Config(128, 256, block_k, 3, variant="pipelined"),
                   Config(128, 256, block_k, 2), Config(128, 128, block_k, 5, group_m=8),
                   Config(128, 128, block_k, 4, group_m=8)]
@@ -110,7 +137,53 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
         parts = split_for(_tiles(m, n, 128, 128), -(-k // block_k), sm_count, 3)
         if parts > 1:
             candidates.append(Config(128, 128, block_k, 5, group_m=8, split_k=parts))
+            candidates.append(Config(128, 128, block_k, 5, group_m=8, split_k=parts, split_reduce="tma"))
+        candidates += [_deepest(c, in_bits, out_bits) for c in _wide_reduce_add(m, n, -(-k // block_k), sm_count,
+                                                                                  block_k, 3)]
+        if max(_efficiency(_tiles(m, n, 128, b), sm_count) for b in (256, 128)) < FILL:
+            candidates += [_deepest(Config(block_m, block_n, block_k, 8, num_warps=block_m // 16, group_m=8),
+                                    in_bits, out_bits) for block_m, block_n in WAVE_FILLING_TILES
+                           if _efficiency(_tiles(m, n, block_m, block_n), sm_count) >= FILL]
     return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
+
+
+# Narrower unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part
+# empty: more tiles, so the last wave is fuller.
+WAVE_FILLING_TILES = ((128, 64), (64, 128))
+
+
+def _wide_reduce_add(m: int, n: int, k_steps: int, sm_count: int, block_k: int, max_waves: int) -> list[Config]:
+    """128x256 tiles (the large problems' leader) split by TMA reduce-add over at most
+    `max_waves` waves, where splitting fills the SMs better: [] or one candidate."""
+    parts = split_for(_tiles(m, n, 128, 256), k_steps, sm_count, max_waves)
+    return [Config(128, 256, block_k, 3, group_m=8, split_k=parts, split_reduce="tma")] if parts > 1 else []
+
+
+def _decode(m: int, n: int, k_steps: int, sm_count: int, block_k: int, in_bits: int, out_bits: int) -> list[Config]:
+    candidates = [Config(64, block_n, block_k, 8, num_warps=4, group_m=1,
+                         split_k=split_for(_tiles(m, n, 64, block_n), k_steps, sm_count, 4))
+                  for block_n in (128, 64)]
+    if candidates[0].split_k > 1:
+        for block_n in (128, 256):
+            parts = split_for(_tiles(m, n, 64, block_n), k_steps, sm_count, 4)
+            if parts > 1:
+                candidates.append(Config(64, block_n, block_k, 8, num_warps=4, group_m=1, split_k=parts,
+                                         split_reduce="tma"))
+    return [_deepest(c, in_bits, out_bits) for c in candidates]
+
+
+def _few_tiles(m: int, n: int, k: int, k_steps: int, sm_count: int, block_k: int, in_bits: int,
+               out_bits: int) -> list[Config]:
+    candidates = [Config(block_m, 128, block_k, 8, num_warps=block_m // 16, group_m=8,
+                         split_k=split_for(_tiles(m, n, block_m, 128), k_steps, sm_count))
+                  for block_m in (128, 64)]
+    if k >= LONG_K * max(m, n):
+        tiles = _tiles(m, n, 128, 128)
+        for parts in dict.fromkeys((split_for(tiles, k_steps, sm_count), split_for(tiles, k_steps, sm_count, 4))):
+            if parts > 1:
+                candidates.append(Config(128, 128, block_k, 8, group_m=8, split_k=parts, split_reduce="tma"))
+        candidates += _wide_reduce_add(m, n, k_steps, sm_count, block_k, 4)
+    return [_deepest(c, in_bits, out_bits) for c in candidates]
 
 
 def split_for(tiles: int, k_steps: int, sm_count: int, max_waves: int = 1) -> int:
@@ -119,13 +192,17 @@ def split_for(tiles: int, k_steps: int, sm_count: int, max_waves: int = 1) -> in
     of ceil(units / SMs) waves) among part counts giving at most `max_waves` waves,
     each part at least MIN_PART_STEPS K steps. 1 where splitting gains nothing."""
     def efficiency(parts):
-        units = tiles * parts
-        return units / (-(-units // sm_count) * sm_count)
+        return _efficiency(tiles * parts, sm_count)
 
     limit = max(1, min(k_steps // MIN_PART_STEPS, MAX_SPLIT_K))
     allowed = [p for p in range(1, limit + 1) if p == 1 or -(-tiles * p // sm_count) <= max_waves]
     best = max(map(efficiency, allowed))
     return next(p for p in allowed if efficiency(p) >= best - 0.02)
+
+
+def _efficiency(units: int, sm_count: int) -> float:
+    """units / the SM slots of the waves they take."""
+    return units / (-(-units // sm_count) * sm_count)
 
 
 def _tiles(m: int, n: int, block_m: int, block_n: int) -> int:

@@ -10,10 +10,11 @@ from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
 from .._launch import (PreparedCall, capturing_cuda_graph, descriptor_binding, gpu_signature, keep_prepared_call,
-                       may_keep_tensors, prepared_call, tensor_facts, torch_ops, torch_route)
-from .config import Config, configs_for
+                       may_keep_tensors, pointer_binding, prepared_call, tensor_facts, torch_ops, torch_route)
+from .config import Config, configs_for, staged_columns
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
+from .split_k_tma import FINISH_BLOCK, FINISH_WARPS, finish_split, reduce_add_split_k_matmul
 
 _INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
 _OUTPUT_BITS = {"fp16": 16, "bf16": 16, "fp32": 32}
@@ -106,6 +107,8 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
         b_desc = TensorDescriptor.from_tensor(b.T, [config.block_n, config.block_k], swizzled_in)
     else:
         b_desc = TensorDescriptor.from_tensor(b, [config.block_k, min(row, config.block_n)], swizzled_in)
+    if c is None:  # C is written by another launch (TMA-reduced split-K)
+        return a_desc, b_desc, None
     c_desc = TensorDescriptor.from_tensor(c, [config.block_m, min(1024 // out_bits, config.block_n)],
                                           ll.NVMMASharedLayout(128, out_bits))
     return a_desc, b_desc, c_desc
@@ -113,23 +116,56 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
 
 def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, programs: int,
                  in_bits: int, out_bits: int) -> tuple:
-    """(kernel, grid, args, kwargs, c's descriptor, scratch) of the launch of `config` on
-    these operands; scratch: the zeroed arrays a split-K launch adds into (its fp32
-    workspace [m, n] and per-tile arrival counters, `_split_scratch`), () for the others."""
-    a_desc, b_desc, c_desc = _descriptors(a, b, c, k_major, config, in_bits, out_bits)
+    """(kernel, grid, args, kwargs, c's descriptor, then, scratch) of the launch of
+    `config` on these operands. then: None, or the (kernel, grid, args, kwargs) of a
+    second launch that writes C (a TMA-reduced split-K's `finish_split`; c's descriptor
+    is then None). scratch: the zeroed arrays a split-K launch adds into (its fp32
+    workspace and, for atomics, per-tile arrival counters, `_split_scratch`), () for the
+    others."""
+    reduce_add = config.split_k > 1 and config.split_reduce == "tma"
+    a_desc, b_desc, c_desc = _descriptors(a, b, None if reduce_add else c, k_major, config, in_bits, out_bits)
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
                   NUM_WARPS=config.num_warps, num_warps=config.num_warps)
+    if reduce_add:
+        return _reduce_add_call(a, b_desc, a_desc, c, m, n, k, config, programs, common)
     if config.split_k > 1:
         scratch = _split_scratch(a, m, n, _tiles(m, n, config))
         return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
-                dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), c_desc, scratch)
+                dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), c_desc, None, scratch)
     if config.variant == "warp_specialized":
         kernel = warp_specialized_matmul
         common["PRODUCER_REGS"] = config.producer_regs
     else:
         kernel = pipelined_matmul
-    return kernel, (programs,), (a_desc, b_desc, c_desc, m, n, k), common, c_desc, ()
+    return kernel, (programs,), (a_desc, b_desc, c_desc, m, n, k), common, c_desc, None, ()
+
+
+def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Config, programs: int,
+                     common: dict) -> tuple:
+    """`_kernel_call` of a split-K config whose parts add by TMA reduce-add: the split
+    launch adds into a zeroed fp32 workspace with C's row stride, then `finish_split`
+    converts its whole rows (C's padding columns too) into C and zeroes them."""
+    from ...runtime.tensor_descriptor import TensorDescriptor
+
+    stride = element_strides(c)[0]
+    whole_c = _whole_rows(c, stride)
+    workspace = _split_scratch(a, m, stride, None)[0]
+    ws_desc = TensorDescriptor.from_tensor(workspace[:, :n], [config.block_m, min(32, config.block_n)],
+                                           ll.NVMMASharedLayout(128, 32))
+    total = m * stride  # rows of 16 bytes: a multiple of 4
+    then = (finish_split, (-(-total // FINISH_BLOCK),), (workspace, whole_c, total // 4),
+            dict(num_warps=FINISH_WARPS))
+    return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
+            dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
+                 STAGED_N=staged_columns(config.block_m, config.block_n)), None, then, (workspace,))
+
+
+def _whole_rows(c, stride: int):
+    """C's [m, n] view widened to its allocation's whole rows [m, stride]."""
+    if is_torch(c):
+        return c.as_strided((c.shape[0], stride), (stride, 1))
+    return np.lib.stride_tricks.as_strided(c, (c.shape[0], stride), (stride * c.itemsize, c.itemsize))
 
 
 def _launcher(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, programs: int,
@@ -137,35 +173,70 @@ def _launcher(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config, pr
     """A function that launches the kernel of `config` on these operands: the launch
     packed once (kernel.prepare), so that a few microseconds of host time each let
     back-to-back launches queue faster than even decode-sized kernels run."""
-    kernel, grid, args, kwargs, _, _ = _kernel_call(a, b, c, m, n, k, k_major, config, programs,
-                                                    in_bits, out_bits)
-    launch = kernel.prepare(grid, *args, **kwargs)
+    call = _kernel_call(a, b, c, m, n, k, k_major, config, programs, in_bits, out_bits)
+    launch = _prepared_launches(call)
     if launch is None:  # WEFT_EMULATE: the launch runs on the CPU
-        bound = kernel[grid]
-        return lambda: bound(*args, **kwargs)
+        return lambda: _run(call)
     return launch
 
 
-def _split_scratch(a, m: int, n: int, tiles: int) -> tuple:
+def _launches(call: tuple) -> list:
+    """The (kernel, grid, args, kwargs) of a `_kernel_call`'s launches, in order."""
+    return [call[:4]] + ([call[5]] if call[5] is not None else [])
+
+
+def _run(call: tuple) -> None:
+    for kernel, grid, args, kwargs in _launches(call):
+        kernel[grid](*args, **kwargs)
+
+
+def _prepared_launches(call: tuple):
+    """One prepared launch of `call`, or a `_LaunchSequence` of its two; None where the
+    launches run on the emulator (WEFT_EMULATE)."""
+    launches = [kernel.prepare(grid, *args, **kwargs) for kernel, grid, args, kwargs in _launches(call)]
+    if launches[0] is None:
+        return None
+    return launches[0] if len(launches) == 1 else _LaunchSequence(launches)
+
+
+class _LaunchSequence:
+    """Prepared launches run back to back on the first one's stream, as one launch for
+    PreparedCall (`config.hStream`, call)."""
+
+    __slots__ = ("launches", "config")
+
+    def __init__(self, launches):
+        self.launches, self.config = tuple(launches), launches[0].config
+
+    def __call__(self):
+        for launch in self.launches:
+            launch()
+
+
+def _split_scratch(a, m: int, n: int, tiles: int | None) -> tuple:
     """The zeroed fp32 workspace [m, n] and int32 arrival counters [tiles] of a split-K
-    launch. On the GPU, one pair per (device, current stream, shape), made once and
-    kept: every launch leaves them zeroed (split_k.py) and launches on one stream run in
+    launch (the workspace alone where tiles is None: TMA-reduced split-K). On the GPU,
+    one pair per (device, current stream, shape), made once and kept: every launch
+    leaves them zeroed (split_k.py; split_k_tma.py's finish_split) and launches on one stream run in
     turn, so repeated calls and prepared calls need no memsets, and no pair is freed
     while a graph may still use it. Where no tensor may be kept (`may_keep_tensors`: under
     CUDA-graph capture, or through the torch operators), and on the emulator, a new zeroed
     pair per call: a pair made in a graph's memory pool would be handed to other tensors
     once the graph no longer needs it (and torch.compile's CUDA graph trees refuse to see
     it kept alive)."""
+    def fresh():
+        workspace = new_array(a, (m, n), "float32", zero=True)
+        return (workspace,) if tiles is None else (workspace, new_array(a, (tiles,), "int32", zero=True))
+
     if not (is_torch(a) and a.is_cuda) or not may_keep_tensors():
-        return new_array(a, (m, n), "float32", zero=True), new_array(a, (tiles,), "int32", zero=True)
+        return fresh()
     from ...runtime.launcher import _torch_stream_getter
 
     device = a.device.index or 0
     key = (device, _torch_stream_getter()(device), m, n, tiles)
     scratch = _SCRATCH.get(key)
     if scratch is None:
-        scratch = _SCRATCH[key] = (new_array(a, (m, n), "float32", zero=True),
-                                   new_array(a, (tiles,), "int32", zero=True))
+        scratch = _SCRATCH[key] = fresh()
     return scratch
 
 
@@ -192,7 +263,7 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
     back-to-back launches queued behind a short GPU sleep (so the events time the GPU
     work, not the host's launch rate), then cached for the process. Under
     torch.use_deterministic_algorithms(True) no candidate splits K: split-K parts add
-    into their tile with fp32 atomics, in arrival order, so the last bits of C can differ
+    into their tile with fp32 atomics or TMA adds, in arrival order, so the last bits of C can differ
     from call to call."""
     import torch
 
@@ -202,7 +273,7 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
         return _TUNED[key]
     candidates = configs_for(in_bits, out_bits, m, n, k, _sm_count(a))
     if deterministic:
-        candidates = list(dict.fromkeys(replace(config, split_k=1) for config in candidates))
+        candidates = unsplit(candidates)
     best, best_time = None, float("inf")
     for config in candidates:
         run = _launcher(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
@@ -220,6 +291,11 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
             best, best_time = config, elapsed
     _TUNED[key] = best
     return best
+
+
+def unsplit(candidates: list[Config]) -> list[Config]:
+    """`candidates` with K unsplit (torch's deterministic mode), duplicates dropped."""
+    return list(dict.fromkeys(replace(config, split_k=1, split_reduce="atomic") for config in candidates))
 
 
 def matmul(a, b, out_dtype=None, *, config: Config | None = None):
@@ -291,8 +367,7 @@ def host_matmul(a, b, out_dtype=None, *, config: Config | None = None):
         else:
             config = Config(block_k=1024 // in_bits, stages=3 if out_bits < 32 else 2)
     call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
-    kernel, grid, args, kwargs = call[:4]
-    kernel[grid](*args, **kwargs)
+    _run(call)
     if signature is not None:
         # Operands the kernel does not read in place (copies: a K-major b that was not
         # copied comes back as a new view of the same memory) are staged.
@@ -317,15 +392,17 @@ def _call_signature(a, b, out_dtype, config):
 
 
 def _prepare(signature, call: tuple, c, padded_n: int, staged: tuple) -> None:
-    kernel, grid, args, kwargs, c_desc, _ = call
-    launch = kernel.prepare(grid, *args, **kwargs)
+    launch = _prepared_launches(call)
     if launch is None:  # WEFT_EMULATE: the launch runs on the CPU
         return
     m, n = c.shape
     # Strides (padded_n, 1): C's rows start on 16 bytes, as in the first call's C.
     outputs = [((m, n), (padded_n, 1), c.dtype, c.device)]
     # A split-K launch keeps pointing at its stream's scratch, which it leaves zeroed.
-    prepared = PreparedCall(launch, outputs, [[descriptor_binding(launch, "c_desc", c_desc)]], [], _only)
+    c_desc = call[4]
+    bind = descriptor_binding(launch, "c_desc", c_desc) if c_desc is not None else \
+        pointer_binding(launch.launches[-1], "c_ptr")
+    prepared = PreparedCall(launch, outputs, [[bind]], [], _only)
     keep_prepared_call(signature, _StagedCall(prepared, staged) if staged else prepared)
 
 

@@ -47,7 +47,8 @@ def test_split_for_decisions():
 
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 11008, 4096), (64, 14336, 4096), (16, 4096, 14336)])
 def test_decode_shapes_get_one_warpgroup_tiles(m, n, k):
-    candidates = configs_for(16, 16, m, n, k, H100_SMS)
+    """(The TMA-reduced 64x256 candidates of narrow N: test_matmul_classes.py.)"""
+    candidates = [c for c in configs_for(16, 16, m, n, k, H100_SMS) if c.split_reduce == "atomic"]
     assert candidates and all(c.block_m == 64 and c.num_warps == 4 and c.block_n <= 128 for c in candidates)
     for c in candidates:
         assert shared_bytes(c, 16, 16) <= SHARED_LIMIT and c.stages >= 6
@@ -59,7 +60,8 @@ def test_decode_shapes_get_one_warpgroup_tiles(m, n, k):
 
 @pytest.mark.parametrize("m, n, k", [(512, 512, 32768), (1024, 1024, 65536), (768, 768, 32768)])
 def test_few_tile_shapes_split_k_within_one_wave(m, n, k):
-    candidates = configs_for(16, 16, m, n, k, H100_SMS)
+    """Atomic adds; long K's TMA-reduced candidates: test_matmul_classes.py."""
+    candidates = [c for c in configs_for(16, 16, m, n, k, H100_SMS) if c.split_reduce == "atomic"]
     assert candidates[0].block_m == 128 and candidates[0].split_k > 1
     for c in candidates:
         units = -(-m // c.block_m) * -(-n // c.block_n) * c.split_k
@@ -78,8 +80,8 @@ def test_under_two_waves_of_tiles_adds_a_split_k_candidate(m, n, k, parts):
     """192 (86) 128x128 tiles on 132 SMs leave a second wave 45% (the only wave 65%)
     full; 2 (3) parts per tile fill 3 (2) waves to 97%."""
     candidates = configs_for(16, 16, m, n, k, H100_SMS)
-    assert candidates[:-1] == configs_for(16, 16)
-    assert candidates[-1] == Config(128, 128, 64, 5, group_m=8, split_k=parts)
+    assert candidates[:6] == configs_for(16, 16) + [Config(128, 128, 64, 5, group_m=8, split_k=parts)]
+    assert candidates[6] == Config(128, 128, 64, 5, group_m=8, split_k=parts, split_reduce="tma")
 
 
 def test_split_k_configs_say_what_is_wrong():
