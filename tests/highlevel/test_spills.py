@@ -14,7 +14,10 @@ import weft.highlevel as tl
 from weft.compiler.backend import ptxas
 from weft.compiler.frontend import build_kernel
 from weft.compiler.passes.axis_analysis import analyze_axes
-from weft.compiler.ir import Binary
+from weft.compiler.ir import Binary, Dot, WarpgroupMma
+from weft.compiler.passes.accelerate_dots import accelerate_dots
+from weft.compiler.passes.coalesce import coalesce
+from weft.compiler.passes.fold_dot_add import fold_dot_add
 from weft.highlevel.jit import compile_kernel
 from weft.runtime.emulator import emulate
 
@@ -33,9 +36,10 @@ def _leaky(x):
 @tl.jit
 def wrapped_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                   LEAKY: tl.constexpr):
+                   LEAKY: tl.constexpr, PLUS: tl.constexpr):
     """fp16 c = leaky(a @ b): grouped tile order, rows and columns wrapped by `%` instead of
-    masked, K masked by what is left, the accumulator passed to tl.dot, pointers carried."""
+    masked, K masked by what is left, the accumulator passed to tl.dot (PLUS: `acc +=
+    tl.dot(a, b)`, as the grouped GEMM tutorial writes it), pointers carried."""
     pid = tl.program_id(axis=0)
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     per_group = GROUP_M * tiles_n
@@ -52,7 +56,10 @@ def wrapped_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
     for step in range(0, tl.cdiv(K, BLOCK_K)):
         a = tl.load(a_ptrs, mask=ks[None, :] < K - step * BLOCK_K, other=0.0)
         b = tl.load(b_ptrs, mask=ks[:, None] < K - step * BLOCK_K, other=0.0)
-        acc = tl.dot(a, b, acc)
+        if PLUS:
+            acc += tl.dot(a, b)
+        else:
+            acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if LEAKY:
@@ -72,8 +79,8 @@ def launch_specialization(aligned: bool = True) -> dict:
     return spec
 
 
-def wrapped_constexprs(block, leaky: bool = True) -> dict:
-    return dict(BLOCK_M=block[0], BLOCK_N=block[1], BLOCK_K=block[2], GROUP_M=8, LEAKY=leaky)
+def wrapped_constexprs(block, leaky: bool = True, plus: bool = False) -> dict:
+    return dict(BLOCK_M=block[0], BLOCK_N=block[1], BLOCK_K=block[2], GROUP_M=8, LEAKY=leaky, PLUS=plus)
 
 
 # The tutorial's Hopper configs (BLOCK_M, BLOCK_N, BLOCK_K), num_warps, num_stages.
@@ -81,9 +88,10 @@ TUTORIAL_CONFIGS = [((128, 256, 64), 8, 3), ((64, 256, 32), 4, 4), ((128, 128, 3
 
 
 @needs_ptxas
+@pytest.mark.parametrize("plus", [False, True])
 @pytest.mark.parametrize("block, num_warps, num_stages", TUTORIAL_CONFIGS)
-def test_the_wrapped_offsets_matmul_assembles_without_spills(block, num_warps, num_stages):
-    compiled = wrapped_matmul.compile(signature=SIGNATURE, constexprs=wrapped_constexprs(block),
+def test_the_wrapped_offsets_matmul_assembles_without_spills(block, num_warps, num_stages, plus):
+    compiled = wrapped_matmul.compile(signature=SIGNATURE, constexprs=wrapped_constexprs(block, plus=plus),
                                       num_warps=num_warps, num_stages=num_stages,
                                       specialization=launch_specialization())
     ptx = compiled.asm["ptx"]
@@ -110,12 +118,13 @@ def test_wrapped_offsets_keep_their_contiguity():
     assert [facts[v].contiguity for v in wraps] == [(1,), (1,)]  # M may be odd: any row may wrap
 
 
-@pytest.mark.parametrize("m, n, k, aligned", [(96, 80, 112, True), (70, 50, 45, False), (32, 48, 0, True)])
-def test_the_wrapped_offsets_matmul_matches_numpy(m, n, k, aligned):
+@pytest.mark.parametrize("m, n, k, aligned, plus", [(96, 80, 112, True, False), (70, 50, 45, False, False),
+                                                    (32, 48, 0, True, False), (70, 50, 45, False, True)])
+def test_the_wrapped_offsets_matmul_matches_numpy(m, n, k, aligned, plus):
     """Pipelined (3 stages) on the emulator, with its race checks: the wrapped rows read
     real rows, the masked K tail reads zeros, the stores are masked."""
     block = (64, 64, 32)
-    kernel = compile_kernel(wrapped_matmul, SIGNATURE, wrapped_constexprs(block),
+    kernel = compile_kernel(wrapped_matmul, SIGNATURE, wrapped_constexprs(block, plus=plus),
                             launch_specialization(aligned),
                             {"num_warps": 4, "num_stages": 3, "target": "emulator"})
     a = RNG.standard_normal((m, k)).astype(np.float16)
@@ -126,3 +135,21 @@ def test_the_wrapped_offsets_matmul_matches_numpy(m, n, k, aligned):
     want = a.astype(np.float64) @ b.astype(np.float64)
     want = np.where(want >= 0, want, 0.01 * want)
     np.testing.assert_allclose(c.astype(np.float64), want, atol=2e-2, rtol=2e-3)
+
+
+def test_acc_plus_dot_accumulates_in_the_dot():
+    """`acc += tl.dot(a, b)` is one dot accumulating into acc: no second accumulator tile
+    and no add of the two (compiler/passes/fold_dot_add.py)."""
+    kernel = build_kernel(wrapped_matmul, SIGNATURE, wrapped_constexprs((64, 64, 32), plus=True), 4,
+                          launch_specialization(), language="highlevel")
+    dots = [op for op in kernel.walk() if isinstance(op, Dot)]
+    assert len(dots) == 1 and dots[0].acc is None
+    folded = fold_dot_add(kernel)
+    dots = [op for op in folded.walk() if isinstance(op, Dot)]
+    assert len(dots) == 1 and dots[0].acc is not None
+    assert not [op for op in folded.walk() if isinstance(op, Binary) and op.kind == "add"
+                and op.result.type == dots[0].result.type]
+    accelerated = accelerate_dots(coalesce(kernel))
+    wgmmas = [op for op in accelerated.walk() if isinstance(op, WarpgroupMma)]
+    assert len(wgmmas) == 1 and not [op for op in accelerated.walk() if isinstance(op, Binary) and op.kind == "add"
+                                    and getattr(op.result.type, "shape", ()) == (64, 64)]
