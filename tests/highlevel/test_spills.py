@@ -17,7 +17,6 @@ from weft.compiler.passes.axis_analysis import analyze_axes
 from weft.compiler.ir import Binary, Dot, WarpgroupMma
 from weft.compiler.passes.accelerate_dots import accelerate_dots
 from weft.compiler.passes.coalesce import coalesce
-from weft.compiler.passes.fold_dot_add import fold_dot_add
 from weft.highlevel.jit import compile_kernel
 from weft.runtime.emulator import emulate
 
@@ -140,6 +139,8 @@ def test_the_wrapped_offsets_matmul_matches_numpy(m, n, k, aligned, plus):
 def test_acc_plus_dot_accumulates_in_the_dot():
     """`acc += tl.dot(a, b)` is one dot accumulating into acc: no second accumulator tile
     and no add of the two (compiler/passes/fold_dot_add.py)."""
+    from weft.compiler.passes.fold_dot_add import fold_dot_add
+
     kernel = build_kernel(wrapped_matmul, SIGNATURE, wrapped_constexprs((64, 64, 32), plus=True), 4,
                           launch_specialization(), language="highlevel")
     dots = [op for op in kernel.walk() if isinstance(op, Dot)]
