@@ -49,6 +49,7 @@ from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast,
                   WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
+from .fold_dot_add import fold_dot_add
 
 NAME = "accelerate_dots"
 
@@ -318,6 +319,7 @@ def multiply_and_sum(dot: Dot) -> list[Op]:
 def accelerate_dots(kernel: Kernel) -> Kernel:
     """Every `dot` of a `tile` kernel replaced (see the module docstring); the shared
     buffers of the dots inside a loop are allocated before the kernel-level op holding it."""
+    kernel = fold_dot_add(kernel)  # `acc += tl.dot(a, b)`: the wgmma accumulates into acc
     acceleration = DotAcceleration(kernel.num_warps)
     ops: list[Op] = []
     for op in kernel.body.ops:

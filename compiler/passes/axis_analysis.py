@@ -200,6 +200,8 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
                 tuple(min(x * y, MAX_DIVISIBILITY) for x, y in zip(a.divisibility, b.divisibility)),
                 tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy)),
             )
+        if op.kind == "mod" and element_of(result.type).is_int:
+            return _remainder(a, b, _shape(result))
         if op.kind in ("and", "or"):
             return AxisInfo(tuple(1 for _ in a.contiguity), tuple(1 for _ in a.contiguity),
                             tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy)))
@@ -220,6 +222,29 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
                         tuple(gcd(x, y) for x, y in zip(a.divisibility, b.divisibility)),
                         tuple(gcd(gcd(x, y), z) for x, y, z in zip(a.constancy, b.constancy, c.constancy)))
     return _unknown(result)
+
+
+def _remainder(a: AxisInfo, b: AxisInfo, shape: tuple[int, ...]) -> AxisInfo:
+    """`a % b` (the tutorials' `(pid_m * BLOCK_M + arange) % M` wrap of out-of-range rows).
+
+    Along a dim where `a` runs +1 over the whole dim and `b` is one value there, a group of
+    g = gcd(contiguity, divisibility of a, divisibility of b) elements starts at a multiple of
+    g, and every multiple of b is a multiple of g, so no group crosses a wrap: the result
+    runs +1 over g and starts at a multiple of g. The offsets this serves are never negative
+    (a negative multiple of b would restart its group at 0); Triton's axis facts make the
+    same assumption, so ported kernels vectorise as they do there."""
+    contiguity, divisibility, constancy = [], [], []
+    for d, size in enumerate(shape):
+        b_constant = b.constancy[d] == size
+        if a.contiguity[d] == size and b_constant:
+            contiguity.append(gcd(a.contiguity[d], gcd(a.divisibility[d], b.divisibility[d])))
+        else:
+            contiguity.append(1)
+        divisibility.append(gcd(a.divisibility[d], b.divisibility[d]) if b.constancy[d] > 1 else 1)
+        constancy.append(size if b.value == 1 else gcd(a.constancy[d], b.constancy[d]))
+    known = a.value is not None and b.value is not None and a.value >= 0 and b.value > 0
+    value = a.value % b.value if known else None
+    return AxisInfo(tuple(contiguity), tuple(divisibility), tuple(constancy), value)
 
 
 def _hinted(op: AxisHint, result: Value, info: AxisInfo, scalar_div) -> AxisInfo:

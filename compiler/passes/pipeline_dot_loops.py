@@ -42,7 +42,10 @@ computed again for the copy's own iteration.
 A loop whose loads cannot be moved (a non-zero `other`, a pointer that is not a
 loop-carried pointer advanced by a loop-invariant offset, a mask that reads carried values
 other than the induction variable, a loaded tile used for more than the store, a runtime
-step) is left as accelerate_dots made it. A loop of 2 stages, or whose body runs anything
+step) is left as accelerate_dots made it. Pointers and masks computed afresh each
+iteration from the induction variable and carried values that advance without side effects
+(the flattened persistent matmul) are copied from a second copy of those values kept
+S - 1 iterations ahead: see pipeline_carried_state. A loop of 2 stages, or whose body runs anything
 but one async wgmma reading the rings, waited for and converted straight into the yield
 (an accumulator read in the loop, mma.sync, several dots), keeps its wait(0) in each
 iteration and issues the copies before it, while the wgmma runs.
@@ -51,6 +54,7 @@ iteration and issues the copies before it, while the wgmma runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import defaultdict
 from typing import Optional
 
@@ -59,6 +63,7 @@ from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, As
                   ConvertLayout, ExpandDims, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reshape,
                   SharedIndex, SharedStore, Splat, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, Yield)
 from ..types import SharedType, i1, i32
+from .pipeline_carried_state import StatePipeliner, match_recomputed, match_state
 
 NAME = "pipeline_dot_loops"
 
@@ -273,6 +278,11 @@ class LoopPipeliner:
         self.rings, self.uses = rings, uses
         self.deferred: Optional[DeferredWait] = None  # set by body()
 
+    def ahead_args(self) -> tuple[Value, ...]:
+        """The body's new args: each operand's pointer S - 1 iterations ahead."""
+        body = self.loop.body
+        return tuple(Value(body.args[operand.carried].type, "ahead") for operand in self.operands)
+
     def issue(self, out: Emitter, iv: Value, slot: Value, pointers, deltas) -> tuple[Value, ...]:
         """The copies of the iteration at `iv` into ring slot `slot`, from `pointers`, and
         their commit group; the copies only where that iteration exists (the group, empty or
@@ -331,7 +341,7 @@ class LoopPipeliner:
         body = loop.body
         iv = body.args[0]
         slot = Value(i32, "slot")
-        ahead = tuple(Value(body.args[operand.carried].type, "ahead") for operand in self.operands)
+        ahead = self.ahead_args()
         buffers = [operand.store.buffer for operand in self.operands]
         dropped = {id(op) for operand in self.operands for op in operand.dropped}
         first_store = min(body.ops.index(operand.store) for operand in self.operands)
@@ -392,6 +402,15 @@ class LoopPipeliner:
         return ops, replaced
 
 
+class StateLoopPipeliner(StatePipeliner, LoopPipeliner):
+    """The rewrite of a loop whose operands are computed from carried state
+    (pipeline_carried_state): its prologue, copies and ahead values are the state's."""
+
+    def __init__(self, state, *args):
+        super().__init__(*args)
+        self.state = state
+
+
 def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
               launch_stages: Optional[int]) -> Optional[LoopPipeliner]:
     """The LoopPipeliner of `loop`, or None when it is left as it is. Its stages: what
@@ -410,10 +429,14 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
         if not isinstance(allocation, AllocateSharedMemory) or allocation.init is not None \
                 or not uses.only_by(store.buffer, loop.body.ops):
             return None
-        operand = match_operand(loop, store, defs, uses)
-        if operand is None:
+        operands.append(match_operand(loop, store, defs, uses))
+    pipeliner = LoopPipeliner
+    if None in operands:  # pointers computed afresh each iteration: from carried state?
+        operands = [match_recomputed(store, defs, uses) for store in stores]
+        state = None if None in operands else match_state(loop, [operand.load for operand in operands])
+        if state is None:
             return None
-        operands.append(operand)
+        pipeliner = functools.partial(StateLoopPipeliner, state)
     if not operands or len({id(operand.store.buffer) for operand in operands}) != len(operands):
         return None
     for operand in operands:
@@ -422,7 +445,7 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
         shape = (stages,) + buffer_type.shape
         rings[buffer] = Value(SharedType(shape, buffer_type.element, buffer_type.encoding.to_linear(shape),
                                          buffer_type.encoding), buffer.hint)
-    return LoopPipeliner(loop, stages, operands, step.value, rings, uses)
+    return pipeliner(loop, stages, operands, step.value, rings, uses)
 
 
 def pipeline_dot_loops(kernel: Kernel) -> Kernel:
