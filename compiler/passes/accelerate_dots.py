@@ -45,7 +45,7 @@ from typing import Optional
 from ...layouts import DotOperandLayout, LayoutError, NVMMADistributedLayout, NVMMASharedLayout
 from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot,
-                  ExpandDims, FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedStore, Value, WarpgroupMma,
+                  ExpandDims, FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedLoad, SharedStore, Value, WarpgroupMma,
                   WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
@@ -168,8 +168,9 @@ def _error(dot: Dot, why: str, num_warps: int) -> CompilationError:
 class DotAcceleration:
     """The rewrite of one kernel: dots replaced, their buffers collected for hoisting."""
 
-    def __init__(self, num_warps: int):
+    def __init__(self, num_warps: int, box_reads: Optional[dict] = None):
         self.num_warps = num_warps
+        self.box_reads = box_reads or {}
 
     def block(self, block: Block, hoisted: list[Op]) -> Block:
         ops: list[Op] = []
@@ -199,7 +200,7 @@ class DotAcceleration:
 
     def wgmma(self, dot: Dot, choice: WgmmaChoice, hoisted: list[Op]) -> list[Op]:
         ops: list[Op] = []
-        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops)
+        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops, self.box_reads)
         ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
         product = Value(placed, dot.result.hint)
@@ -226,7 +227,7 @@ class DotAcceleration:
 
     def mma_v2(self, dot: Dot, choice: MmaV2Choice, hoisted: list[Op]) -> list[Op]:
         ops: list[Op] = []
-        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops)
+        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops, self.box_reads)
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
         product = Value(placed, dot.result.hint)
         ops.append(MmaV2(result=product, a=buffers[0], b=buffers[1], acc=anchored, a_layout=choice.a_layout,
@@ -236,11 +237,16 @@ class DotAcceleration:
 
 
 def stage_operands(dot: Dot, a_shared: NVMMASharedLayout, b_shared: NVMMASharedLayout, hoisted: list[Op],
-                   ops: list[Op]) -> list[Value]:
-    """One buffer per operand (its allocation hoisted), and the operand stored into it."""
+                   ops: list[Op], box_reads: Optional[dict] = None) -> list[Value]:
+    """One buffer per operand (its allocation hoisted), and the operand stored into it;
+    an operand read from a TMA box already in the layout wanted is read from that box."""
     buffers = []
     for operand, shared, name in ((dot.a, a_shared, "a_smem"), (dot.b, b_shared, "b_smem")):
         shape, element = operand.type.shape, operand.type.element
+        box = (box_reads or {}).get(operand)
+        if box is not None and box.type.layout == shared.to_linear(shape):
+            buffers.append(box)
+            continue
         buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
         hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
         ops.append(SharedStore(buffer=buffer, value=operand, loc=dot.loc))
@@ -318,7 +324,7 @@ def multiply_and_sum(dot: Dot) -> list[Op]:
 def accelerate_dots(kernel: Kernel) -> Kernel:
     """Every `dot` of a `tile` kernel replaced (see the module docstring); the shared
     buffers of the dots inside a loop are allocated before the kernel-level op holding it."""
-    acceleration = DotAcceleration(kernel.num_warps)
+    acceleration = DotAcceleration(kernel.num_warps, tensor_descriptor_reads(kernel))
     ops: list[Op] = []
     for op in kernel.body.ops:
         hoisted: list[Op] = []
@@ -327,3 +333,12 @@ def accelerate_dots(kernel: Kernel) -> Kernel:
         ops.extend(hoisted)
         ops.extend(replaced)
     return kernel.with_body(Block(kernel.body.args, tuple(ops)))
+
+
+def tensor_descriptor_reads(kernel: Kernel) -> dict[Value, Value]:
+    """The tiles that `desc.load` read from the box TMA wrote (a shared load converted to
+    a tile without layout; highlevel/tensor_descriptor.py), each with that box's buffer:
+    a dot reads such an operand from the box itself when its layout is the one wanted."""
+    read_from = {op.result: op.buffer for op in kernel.walk() if isinstance(op, SharedLoad)}
+    return {op.result: read_from[op.operand] for op in kernel.walk()
+            if isinstance(op, ConvertLayout) and op.operand in read_from and op.result.type.layout is None}
