@@ -404,6 +404,9 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
         return None
     defs = Definitions(loop.body, outer)
     stores = [op for op in loop.body.ops if isinstance(op, SharedStore)]
+    if not stores:  # operands that desc.load brought by TMA: rings filled by TMA
+        from .pipeline_tma_loops import plan_tma_loop
+        return plan_tma_loop(loop, stages, step.value, defs, uses)
     operands = []
     for store in stores:
         allocation = outer.get(store.buffer)
@@ -435,6 +438,7 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
             outer[value] = op
 
     replaced: dict[Value, Value] = {}  # loop results read after their wait, by everything after the loop
+    pipelined = []
 
     def block(region: Block) -> Block:
         ops: list[Op] = []
@@ -445,12 +449,13 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
                 ops.append(op)
                 continue
             rewritten, waited = pipeliner.rewrite()
+            pipelined.append(op)
             ops.extend(rewritten)
             replaced.update(waited)
         return Block(region.args, tuple(ops))
 
     body = block(kernel.body)
-    if not rings:
+    if not pipelined:
         return kernel
 
     def ring_allocations(region: Block) -> Block:
