@@ -16,7 +16,8 @@ import dataclasses
 from typing import Any, Optional
 
 from .tensor_descriptor import TensorDescriptor as EncodedDescriptor
-from .tensor_descriptor import TensorDescriptorError, _shape_and_strides
+from ..compiler.hardware import TMA_MAX_BOX
+from .tensor_descriptor import TensorDescriptorError, _check_global, _shape_and_strides, _tensor_facts
 
 PADDINGS = ("zero",)
 
@@ -38,7 +39,17 @@ class TensorDescriptor:
             raise TensorDescriptorError(
                 f"TensorDescriptor: padding={self.padding!r} is not supported; weft's TMA loads "
                 "fill out-of-bounds elements with zeros (padding='zero')")
-        self.encoded()  # a box or tensor TMA cannot move is reported here, where it was built
+        # What TMA needs of the tensor is checked here, where it was built; the box only as
+        # far as Triton does (a tuner's hook may still replace a placeholder box such as
+        # [1, 1]): the rest of TMA's rules for it are checked when a launch encodes it.
+        address, _, itemsize, _ = _tensor_facts(self.base)
+        _check_global(address, tuple(self.shape), tuple(self.strides), tuple(self.block_shape), itemsize)
+        for dim, size in enumerate(self.block_shape):
+            if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= TMA_MAX_BOX \
+                    or size & (size - 1):
+                raise TensorDescriptorError(
+                    f"TensorDescriptor: block_shape[{dim}] = {size!r} must be a power of two from 1 to "
+                    f"{TMA_MAX_BOX} (the TMA box limit); block_shape {list(self.block_shape)}")
 
     @staticmethod
     def from_tensor(tensor: Any, block_shape: list, padding: str = "zero") -> "TensorDescriptor":

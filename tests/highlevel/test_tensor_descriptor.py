@@ -121,14 +121,17 @@ def test_the_descriptor_reports_triton_fields_in_the_kernel():
     assert out.tolist() == [37, 50, 64, 8032]
 
 
-def test_bad_boxes_are_refused_where_the_descriptor_is_built():
+def test_bad_boxes_are_refused_where_the_descriptor_is_built_or_launched():
     x = torch.zeros((64, 64), dtype=torch.float16)
     with pytest.raises(TensorDescriptorError, match="TMA box limit"):
         TensorDescriptor.from_tensor(x, [512, 64])
-    with pytest.raises(TensorDescriptorError, match="16 bytes|swizzle row|inner"):
-        TensorDescriptor.from_tensor(x, [64, 4])
     with pytest.raises(TensorDescriptorError, match="padding"):
         TensorDescriptor.from_tensor(x, [64, 64], padding="nan")
+    with pytest.raises(TensorDescriptorError, match="16-byte aligned"):
+        TensorDescriptor(x[:, 1:], [64, 63], [64, 1], [8, 8])  # a base TMA cannot address
+    narrow = TensorDescriptor.from_tensor(x, [64, 4])  # a placeholder box is fine until the launch
+    with pytest.raises(TensorDescriptorError, match="16 bytes|swizzle row|inner"):
+        scale_copy[(1, 1)](narrow, narrow, BM=64, BN=4)
 
 
 def test_an_autotune_hook_may_set_the_block_shape_before_the_launch():
