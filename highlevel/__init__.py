@@ -42,7 +42,7 @@ from .random import (pair_uniform_to_normal, philox, rand, rand4x, randint, rand
                      uint_to_uniform_float)
 from .tensor import Tensor
 from .tensor_descriptor import TensorDescriptor as tensor_descriptor
-from .tensor_descriptor import load_tensor_descriptor, make_tensor_descriptor, store_tensor_descriptor
+from .tensor_descriptor import load_tensor_descriptor, make_tensor_descriptor, set_allocator, store_tensor_descriptor
 from . import tools
 from .unsupported import unsupported_name_error
 
@@ -83,7 +83,7 @@ __all__ = [
     "interleave",
     "philox", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x", "uint_to_uniform_float",
     "pair_uniform_to_normal", "associative_scan", "cumsum", "cumprod", "make_block_ptr", "advance",
-    "make_tensor_descriptor", "load_tensor_descriptor", "store_tensor_descriptor",
+    "make_tensor_descriptor", "load_tensor_descriptor", "store_tensor_descriptor", "set_allocator",
     "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi", "dot",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types

@@ -240,3 +240,15 @@ def _host_expression(value: Any, what: str) -> tuple:
                                  "on the host and pass it")
 
     return walk(value.handle)
+
+
+_ALLOCATOR: list = []
+
+
+def set_allocator(allocator) -> None:
+    """Triton's `triton.set_allocator(fn)`: the global scratch Triton builds in-kernel tensor
+    maps in. weft builds them on the host at launch (make_tensor_descriptor), so it needs no
+    scratch; the function is kept (for code that reads it back) and never called."""
+    if not callable(allocator):
+        raise TypeError(f"set_allocator takes a function of (size, alignment, stream), found {allocator!r}")
+    _ALLOCATOR[:] = [allocator]

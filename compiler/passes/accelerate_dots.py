@@ -45,10 +45,11 @@ from typing import Optional
 from ...layouts import DotOperandLayout, LayoutError, NVMMADistributedLayout, NVMMASharedLayout
 from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot,
-                  ExpandDims, FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedLoad, SharedStore, Value, WarpgroupMma,
+                  ExpandDims, FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedStore, Value, WarpgroupMma,
                   WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
+from .tma_operands import box_operand, tensor_descriptor_reads
 
 NAME = "accelerate_dots"
 
@@ -200,7 +201,7 @@ class DotAcceleration:
 
     def wgmma(self, dot: Dot, choice: WgmmaChoice, hoisted: list[Op]) -> list[Op]:
         ops: list[Op] = []
-        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops, self.box_reads)
+        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops, self.box_reads, wgmma=True)
         ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
         product = Value(placed, dot.result.hint)
@@ -237,14 +238,15 @@ class DotAcceleration:
 
 
 def stage_operands(dot: Dot, a_shared: NVMMASharedLayout, b_shared: NVMMASharedLayout, hoisted: list[Op],
-                   ops: list[Op], box_reads: Optional[dict] = None) -> list[Value]:
+                   ops: list[Op], box_reads: Optional[dict] = None, wgmma: bool = False) -> list[Value]:
     """One buffer per operand (its allocation hoisted), and the operand stored into it;
-    an operand read from a TMA box already in the layout wanted is read from that box."""
+    an operand TMA brought in a layout the instruction reads is read where it landed
+    (tma_operands.py)."""
     buffers = []
-    for operand, shared, name in ((dot.a, a_shared, "a_smem"), (dot.b, b_shared, "b_smem")):
+    for index, (operand, shared, name) in enumerate(((dot.a, a_shared, "a_smem"), (dot.b, b_shared, "b_smem"))):
         shape, element = operand.type.shape, operand.type.element
-        box = (box_reads or {}).get(operand)
-        if box is not None and box.type.layout == shared.to_linear(shape):
+        box = box_operand(dot, index, shared, box_reads or {}, ops, wgmma)
+        if box is not None:
             buffers.append(box)
             continue
         buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
@@ -334,11 +336,3 @@ def accelerate_dots(kernel: Kernel) -> Kernel:
         ops.extend(replaced)
     return kernel.with_body(Block(kernel.body.args, tuple(ops)))
 
-
-def tensor_descriptor_reads(kernel: Kernel) -> dict[Value, Value]:
-    """The tiles that `desc.load` read from the box TMA wrote (a shared load converted to
-    a tile without layout; highlevel/tensor_descriptor.py), each with that box's buffer:
-    a dot reads such an operand from the box itself when its layout is the one wanted."""
-    read_from = {op.result: op.buffer for op in kernel.walk() if isinstance(op, SharedLoad)}
-    return {op.result: read_from[op.operand] for op in kernel.walk()
-            if isinstance(op, ConvertLayout) and op.operand in read_from and op.result.type.layout is None}

@@ -42,8 +42,9 @@ from typing import Optional
 
 from ...layouts import MBarrierLayout
 from ..ir import (AllocateSharedMemory, Binary, Block, Cast, Compare, ConvertLayout, FenceAsyncShared, For,
-                  MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, SharedIndex, SharedLoad, SharedStore,
-                  TmaAsyncCopyGlobalToShared, Value, WarpgroupMma, WarpgroupMmaWait, Yield)
+                  MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Permute, SharedIndex, SharedLoad,
+                  SharedPermute, SharedStore, TmaAsyncCopyGlobalToShared, Value, WarpgroupMma, WarpgroupMmaWait,
+                  Yield)
 from ..types import SharedType, i1, i32, i64
 
 
@@ -58,17 +59,23 @@ class TmaOperand:
     coord_ops: tuple[Op, ...]     # the body's ops computing the copy's coordinates (from iv)
 
 
-def match_tma_operand(buffer: Value, defs, uses) -> Optional[TmaOperand]:
-    """The TmaOperand of a wgmma operand `buffer`, or None when it is not a box TMA fills
-    in the body as desc.load does."""
+def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
+    """The TmaOperand of the wgmma operand `operand` (a box, or a permuted view of one),
+    or None when it is not a box TMA fills in the body as desc.load does."""
     from .pipeline_dot_loops import _slice
 
     body = defs.body
+    view = defs.get(operand)
+    buffer = view.buffer if isinstance(view, SharedPermute) else operand
     if not isinstance(defs.get(buffer), AllocateSharedMemory) or defs.get(buffer).init is not None:
         return None
-    copies = [op for op in uses.readers[buffer] if isinstance(op, TmaAsyncCopyGlobalToShared)]
-    if len(copies) != 1 or copies[0].pred is not None or copies[0].multicast is not None:
-        return None
+    readers = uses.readers[buffer]
+    copies = [op for op in readers if isinstance(op, TmaAsyncCopyGlobalToShared)]
+    reads = [op for op in readers if isinstance(op, SharedLoad)]
+    others = [op for op in readers if not isinstance(op, (TmaAsyncCopyGlobalToShared, SharedLoad))]
+    if len(copies) != 1 or copies[0].pred is not None or copies[0].multicast is not None or \
+            len(others) != 1 or (isinstance(view, SharedPermute) and others[0] is not view):
+        return None  # the box must be filled once and read only by the wgmma (or its view)
     copy = copies[0]
     bar = copy.barrier
     if not isinstance(defs.get(bar), AllocateSharedMemory):
@@ -80,10 +87,8 @@ def match_tma_operand(buffer: Value, defs, uses) -> Optional[TmaOperand]:
             or expects[0].pred is not None \
             or sum(isinstance(op, (MBarrierInit, MBarrierInvalidate)) for op in bar_ops) != 2:
         return None
-    reads = [op for op in uses.readers[buffer] if isinstance(op, SharedLoad)]
-    unused = [op for op in body.ops if isinstance(op, ConvertLayout) and any(op.operand is r.result for r in reads)]
-    if any(uses.readers[op.result] for op in unused) or \
-            any(uses.readers[r.result] != [c for c in unused if c.operand is r.result] for r in reads):
+    unused = _unused_reads(reads, uses)
+    if unused is None:
         return None  # the box is read into registers too: keep it as it is
     coord_ops = []
     for coord in copy.coords:
@@ -93,10 +98,28 @@ def match_tma_operand(buffer: Value, defs, uses) -> Optional[TmaOperand]:
         coord_ops += [op for op in ops if all(op is not other for other in coord_ops)]
     order = {id(op): i for i, op in enumerate(body.ops)}
     coord_ops.sort(key=lambda op: order[id(op)])
-    dropped = [defs.get(buffer), defs.get(bar), *bar_ops, copy, *reads, *unused]
+    dropped = [defs.get(buffer), defs.get(bar), *bar_ops, copy, *unused]
     if any(id(op) not in order for op in dropped):
         return None  # something of it sits in a nested region
     return TmaOperand(buffer, copy, expects[0].nbytes, tuple(dropped), tuple(coord_ops))
+
+
+# What desc.load's unused register read may pass through before nothing reads it.
+_PURE_READS = (SharedLoad, ConvertLayout, Permute)
+
+
+def _unused_reads(reads: list[Op], uses) -> Optional[list[Op]]:
+    """The register reads of a box and every op computing from them, when nothing but such
+    ops reads them (the dot reads the box instead); None when something uses the values."""
+    found, pending = [], list(reads)
+    while pending:
+        op = pending.pop()
+        if not isinstance(op, _PURE_READS):
+            return None
+        if all(op is not seen for seen in found):
+            found.append(op)
+            pending.extend(uses.readers[op.result])
+    return found
 
 
 class TmaLoopPipeliner:
@@ -157,8 +180,9 @@ class TmaLoopPipeliner:
         dropped = {id(op) for operand in self.operands for op in operand.dropped}
         first = min(i for i, op in enumerate(body.ops) if id(op) in dropped)
         buffers = [operand.buffer for operand in self.operands]
-        last_read = max(i for i, op in enumerate(body.ops)
-                        if id(op) not in dropped and any(v in buffers for v in op.uses()))
+        buffers += [op.result for op in body.ops if isinstance(op, SharedPermute) and op.buffer in buffers]
+        last_read = max(i for i, op in enumerate(body.ops) if id(op) not in dropped and
+                        not isinstance(op, SharedPermute) and any(v in buffers for v in op.uses()))
         self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
         # With no generic-proxy store in the body, its fences guarded only the boxes.
         unfenced = not any(isinstance(op, SharedStore) for op in body.walk())

@@ -18,8 +18,8 @@ from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.backend import ptxas
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import (Barrier, For, MBarrierWait, SharedLoad, TmaAsyncCopyGlobalToShared, WarpgroupMma,
-                              WarpgroupMmaWait)
+from weft.compiler.ir import (Barrier, For, MBarrierWait, SharedLoad, SharedPermute, SharedStore,
+                              TmaAsyncCopyGlobalToShared, WarpgroupMma, WarpgroupMmaWait)
 from weft.highlevel.tools.tensor_descriptor import TensorDescriptor
 from weft.runtime.emulator import emulate
 
@@ -54,6 +54,18 @@ def made_ringed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOC
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
         acc = tl.dot(a_desc.load([m, k * BLOCK_K]), b_desc.load([k * BLOCK_K, n]), acc)
+    c_desc.store([m, n], acc.to(c_desc.dtype))
+
+
+@tl.jit
+def ringed_matmul_bt(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
+    """C = A @ B.T with B stored [N, K] (tutorial 09's descriptor kernels)."""
+    m = tl.program_id(0) * BLOCK_M
+    n = tl.program_id(1) * BLOCK_N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+        acc = tl.dot(a_desc.load([m, k]), b_desc.load([n, k]).T, acc)
     c_desc.store([m, n], acc.to(c_desc.dtype))
 
 
@@ -197,3 +209,20 @@ def test_the_hopper_tiles_assemble_without_spills(block, num_warps, stages):
         assert instruction in ptx, instruction
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
     assert not compiled.metadata["performance_warnings"], compiled.metadata["performance_warnings"]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp8e4m3"])
+def test_a_transposed_box_is_read_through_a_permuted_view_of_the_ring(dtype):
+    block, m, n, k = (64, 64, 64), 100, 80, 200
+    constexprs = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, STAGES=3)
+    sig = {"a_desc": f"tensordesc<{dtype}[64,64]>", "b_desc": f"tensordesc<{dtype}[64,64]>",
+           "c_desc": "tensordesc<fp16[64,64]>", "K": "i32"}
+    kernel = pipeline.prepare_for_emulator(build_kernel(ringed_matmul_bt, sig, constexprs, 4, {}, language="highlevel"))
+    body = loop_of(kernel).body.ops
+    (mma,) = [op for op in body if isinstance(op, WarpgroupMma)]
+    permuted = {op.result for op in body if isinstance(op, SharedPermute)}
+    assert mma.b in permuted and not any(isinstance(op, SharedStore) for op in body)
+    a, b = random(m, k, dtype), random(n, k, dtype)
+    c = torch.zeros((m, n), dtype=torch.float16)
+    emulate(kernel, (2, 2), (described(a, [64, 64]), described(b, [64, 64]), described(c, [64, 64]), k))
+    check_product(c, a, b.T)
