@@ -191,7 +191,7 @@ def make_tensor_descriptor(base: Any, shape: Sequence[Any], strides: Sequence[An
     if stride_exprs[-1] != ("const", 1):
         raise b.error(f"{what}: the innermost stride must be the constant 1 (TMA moves contiguous rows), "
                       f"found {strides[-1]!r}", suggestion="describe the tensor with its contiguous dim last")
-    key = (base_name, made.FIELD, made.recipe_text(shape_exprs, stride_exprs))
+    key = (base_name, made.FIELD, made.recipe_text(shape_exprs, stride_exprs, type_.block_shape))
     if key not in b.hidden_params:
         b.hidden_params[key] = ir.Value(type_, f"{base_name}_desc{len(b.hidden_params)}")
     i32_shape = tuple(ll_sem.to_value(v, i32) if not ll_sem.is_value(v) else v for v in shape)

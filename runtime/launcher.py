@@ -79,7 +79,8 @@ class Launcher:
         # from that descriptor's encoded tensor map (tensor_descriptor.EncodedTensorMap).
         self._hidden = tuple((passed.index(p.hidden[0]), p.hidden[1], p.hidden[2]) for p in params if p.hidden)
         # Tensor maps the kernel makes from its arguments (made_tensor_descriptor.py).
-        self._made = {p.hidden[2]: p.type for p in params if p.hidden and p.hidden[1] == made.FIELD}
+        self._made = {(passed.index(p.hidden[0]), p.hidden[2]): p.type
+                      for p in params if p.hidden and p.hidden[1] == made.FIELD}
         self._passed_names = passed
         self._passed = len(passed)
         self._packers = arguments.make_packers(self.name, self.param_names, self.param_types)
@@ -244,7 +245,7 @@ class Launcher:
 
     def _made_tensor_map(self, values: list, base: int, recipe: str) -> bytes:
         lookup = dict(zip(self._passed_names, values)).__getitem__
-        return made.encoded_tensor_map(values[base], recipe, self._made[recipe], lookup)
+        return made.encoded_tensor_map(values[base], recipe, self._made[base, recipe], lookup)
 
     def _retry(self, code: int, device: int, config, function, params_address) -> None:
         """A launch failed: if the wrong (or no) context was current, launch again in

@@ -6,8 +6,8 @@ constant, or a sum, difference or product of those, the tensor map depends on th
 arguments alone: the kernel takes it as a hidden parameter (compiled.Param.hidden =
 (base parameter, FIELD, recipe)) and the launcher encodes it from the arguments, as it
 fills `desc.shape` reads from a descriptor argument. The recipe is the text of
-((shape expressions), (stride expressions)); an expression is ("param", name),
-("const", value) or (op, lhs, rhs) with op "add", "sub" or "mul".
+((shape expressions), (stride expressions), block_shape); an expression is ("param",
+name), ("const", value) or (op, lhs, rhs) with op "add", "sub" or "mul".
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ OPERATIONS: dict[str, Callable[[int, int], int]] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
 
 
-def recipe_text(shape: tuple, strides: tuple) -> str:
-    return repr((tuple(shape), tuple(strides)))
+def recipe_text(shape: tuple, strides: tuple, block_shape: tuple) -> str:
+    return repr((tuple(shape), tuple(strides), tuple(block_shape)))
 
 
 @functools.lru_cache(maxsize=256)
-def parse_recipe(text: str) -> tuple[tuple, tuple]:
-    shape, strides = ast.literal_eval(text)
-    return shape, strides
+def parse_recipe(text: str) -> tuple[tuple, tuple, tuple]:
+    shape, strides, block_shape = ast.literal_eval(text)
+    return shape, strides, block_shape
 
 
 def evaluate(expression: tuple, lookup: Callable[[str], Any]) -> int:
@@ -45,7 +45,7 @@ def evaluate(expression: tuple, lookup: Callable[[str], Any]) -> int:
 
 def shape_and_strides(recipe: str, lookup: Callable[[str], Any]) -> tuple[tuple, tuple]:
     """The global shape and strides (elements) the recipe gives for these arguments."""
-    shape, strides = parse_recipe(recipe)
+    shape, strides, _ = parse_recipe(recipe)
     return tuple(evaluate(e, lookup) for e in shape), tuple(evaluate(e, lookup) for e in strides)
 
 

@@ -78,3 +78,32 @@ def test_what_cannot_be_built_on_the_host_is_refused_at_its_line(tmp_path, body,
     with pytest.raises(CompilationError, match=message) as error:
         _build(namespace["kernel"], {"x_ptr": "*fp16", "n_ptr": "*i32", "n": "i32"})
     assert error.value.loc.line == 6
+
+
+def test_the_launcher_encodes_each_made_map_from_the_launch_arguments(monkeypatch):
+    from weft.runtime import tensor_descriptor
+    from weft.runtime.launcher import Launcher
+
+    encoded = []
+    monkeypatch.setattr(tensor_descriptor, "_encoded", lambda *args: encoded.append(args) or bytes(128))
+    compiled = made_matmul.compile(signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32",
+                                              "N": "i32", "K": "i32"},
+                                   constexprs=dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32), num_warps=4)
+    values = Launcher(compiled)._with_hidden([0x1000, 0x2000, 0x3000, 300, 200, 96])
+    assert len(values) == 9 and values[6:] == [bytes(128)] * 3
+    # (element, address, shape, strides, copy box, swizzle, itemsize) per map, in parameter order
+    assert [e[1:4] for e in encoded] == [(0x1000, (300, 96), (96, 1)), (0x2000, (96, 200), (200, 1)),
+                                         (0x3000, (300, 200), (200, 1))]
+    assert [e[4] for e in encoded] == [(128, 32), (32, 64), (128, 64)]
+
+
+def test_one_base_may_be_described_with_two_boxes():
+    @tl.jit
+    def two_boxes(x_ptr, n):
+        wide = tl.make_tensor_descriptor(x_ptr, [n, n], [n, 1], [16, 64])
+        tall = tl.make_tensor_descriptor(x_ptr, [n, n], [n, 1], [64, 16])
+        wide.store([0, 0], tl.reshape(tall.load([0, 0]), (16, 64)))
+
+    kernel = _build(two_boxes, {"x_ptr": "*fp16", "n": "i32"})
+    boxes = [p.type.block_shape for p in kernel.params[2:]]
+    assert boxes == [(16, 64), (64, 16)]
