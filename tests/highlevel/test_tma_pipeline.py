@@ -213,7 +213,7 @@ def test_the_hopper_tiles_assemble_without_spills(block, num_warps, stages):
 
 @pytest.mark.parametrize("dtype", ["fp16", "fp8e4m3"])
 def test_a_transposed_box_is_read_through_a_permuted_view_of_the_ring(dtype):
-    block, m, n, k = (64, 64, 64), 100, 80, 200
+    m, n, k = 100, 80, 200
     constexprs = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, STAGES=3)
     sig = {"a_desc": f"tensordesc<{dtype}[64,64]>", "b_desc": f"tensordesc<{dtype}[64,64]>",
            "c_desc": "tensordesc<fp16[64,64]>", "K": "i32"}
