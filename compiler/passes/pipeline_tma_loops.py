@@ -25,7 +25,11 @@ With num_stages = S this becomes (coords(iv) recomputed for the iteration each c
     acc = warpgroup_mma_wait 0 acc; mbarrier_invalidate bars[s] for every s
 
 Every thread waits on the slot's mbarrier itself, so the boxes need no CTA barrier to
-be seen (the cp.async rings do: each thread waits only for its own copies). The wait
+be seen (the cp.async rings do: each thread waits only for its own copies). One CTA
+barrier per step remains, before the refill (insert_barriers places it): the wait(1)
+retires the last iteration's wgmma only in the waiting thread, and another warp may still
+be reading the slot; taking it away needs a per-slot "empty" mbarrier that the readers
+arrive on and the issuing thread waits for, which insert_barriers does not yet follow. The wait
 scheme is the cp.async rings' (pipeline_dot_loops): one wgmma in flight across the back
 edge where the loop allows it, else the wait(0) stays in the body and the copies go out
 before it. Copies are issued only for iterations that exist, so no box lands after the
