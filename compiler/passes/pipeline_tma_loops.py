@@ -214,9 +214,13 @@ class TmaLoopPipeliner:
                 if self.deferred is not None:
                     out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
                 ahead = out.binary("add", iv, out.int((stages - 1) * self.step))
-                refill = out.binary("mod", out.binary("add", slot, out.int(stages - 1)), out.int(stages))
-                self.issue(out, ahead, refill)
+                self.issue(out, ahead, self.refill_slot(out, slot))
         return Block(body.args + (slot, phase), tuple(out.ops))
+
+    def refill_slot(self, out, slot: Value) -> Value:
+        """The slot iteration i (reading `slot`) fills for iteration i + S - 1: the one
+        iteration i - 1 read, (slot + S - 1) % S."""
+        return out.binary("mod", out.binary("add", slot, out.int(self.stages - 1)), out.int(self.stages))
 
     def rewrite(self) -> tuple[list[Op], dict[Value, Value]]:
         from .pipeline_dot_loops import Emitter

@@ -4,8 +4,9 @@ CPU emulator, whose race checks see every TMA box in flight until its mbarrier w
 every wgmma operand read until its wait, and whose deadlock check sees a phase never
 completed, against numpy float64: 2-4 stages, K loops shorter than the prologue, tails,
 fp16 / bf16 / fp8, host and in-kernel descriptors, TMA completions in shuffled orders; a
-hypothesis property over tiles, stages, warps and tails; the loop's IR; and the Hopper
-tiles through ptxas without spills."""
+hypothesis property over tiles, stages, warps and tails; the races the emulator reports
+when the ring refills the slot being read or waits on the wrong phase; the loop's IR; and
+the Hopper tiles through ptxas without spills."""
 
 import os
 
@@ -20,7 +21,10 @@ from weft.compiler.backend import ptxas
 from weft.compiler.frontend import build_kernel
 from weft.compiler.ir import (Barrier, For, MBarrierWait, SharedLoad, SharedPermute, SharedStore,
                               TmaAsyncCopyGlobalToShared, WarpgroupMma, WarpgroupMmaWait)
+from weft.compiler.ir import Binary
+from weft.compiler.passes import pipeline_tma_loops
 from weft.highlevel.tools.tensor_descriptor import TensorDescriptor
+from weft.runtime.emulator.errors import EmulationError
 from weft.runtime.emulator import emulate
 
 torch = pytest.importorskip("torch")  # bf16 and fp8 host arrays
@@ -228,3 +232,15 @@ def test_a_transposed_box_is_read_through_a_permuted_view_of_the_ring(dtype):
     c = torch.zeros((m, n), dtype=torch.float16)
     emulate(kernel, (2, 2), (described(a, [64, 64]), described(b, [64, 64]), described(c, [64, 64]), k))
     check_product(c, a, b.T)
+
+
+@pytest.mark.parametrize("wrong", ["slot read now", "phase never flips"])
+def test_the_emulator_catches_a_ring_that_refills_or_waits_wrongly(monkeypatch, wrong):
+    if wrong == "slot read now":  # the refill lands in the slot this iteration's wgmma still reads
+        monkeypatch.setattr(pipeline_tma_loops.TmaLoopPipeliner, "refill_slot", lambda self, out, slot: slot)
+    else:  # every wait is for phase 0: the second round of a slot passes before its box landed
+        monkeypatch.setattr(pipeline_tma_loops, "Binary", lambda **fields: Binary(**{
+            **fields, "kind": "and" if fields.get("kind") == "xor" else fields["kind"]}))
+    block = (64, 64, 32)
+    with pytest.raises(EmulationError, match="shared-memory race"):
+        run(prepared(block, 3), block, 64, 64, 256, "fp16")
