@@ -15,6 +15,8 @@ from weft.compiler.ir import SharedLoad, SharedStore, TmaAsyncCopyGlobalToShared
 from weft.highlevel.tools.tensor_descriptor import TensorDescriptor
 from weft.runtime.tensor_descriptor import TensorDescriptorError
 
+from ._compile import ptx_through_ptxas
+
 torch = pytest.importorskip("torch")  # bf16 and fp8 host arrays
 
 RNG = np.random.default_rng(4040)
@@ -151,3 +153,14 @@ def test_store_of_another_type_says_to_convert():
     with pytest.raises(CompilationError, match=r"value.to\(tl.fp16\)") as error:
         _layout_kernel(wrong_type, {"desc": "tensordesc<fp16[16,64]>"}, {})
     assert "desc.store" in str(error.value) and error.value.loc.line > 0
+
+
+@pytest.mark.parametrize("kernel, signature, constexprs", [
+    (scale_copy, {"in_desc": "tensordesc<fp16[16,64]>", "out_desc": "tensordesc<fp16[16,64]>"}, dict(BM=16, BN=64)),
+    (descriptor_matmul, {"a_desc": "tensordesc<bf16[128,64]>", "b_desc": "tensordesc<bf16[64,128]>",
+                         "c_desc": "tensordesc<bf16[128,128]>", "K": "i32"},
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64)),
+])
+def test_descriptor_kernels_compile_to_tma_without_spills(kernel, signature, constexprs):
+    ptx = ptx_through_ptxas(kernel, signature, constexprs, num_warps=4)
+    assert "cp.async.bulk.tensor" in ptx and "mbarrier.try_wait.parity" in ptx
