@@ -338,6 +338,9 @@ class LoopPipeliner:
         last_read = max(position for position, op in enumerate(body.ops)
                         if id(op) not in dropped and any(value in buffers for value in op.uses()))
         self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
+        if self.deferred is not None and any(isinstance(v.type, SharedType) and v not in buffers
+                                             for v in body.ops[last_read].uses()):
+            self.deferred = None  # it also reads a buffer refilled every iteration (a desc.load's TMA box)
         views: dict[Value, Value] = {}
         next_ahead = ahead  # replaced where the copies are issued, before the yield
         out = Emitter(loop.loc)

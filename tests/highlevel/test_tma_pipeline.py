@@ -244,3 +244,25 @@ def test_the_emulator_catches_a_ring_that_refills_or_waits_wrongly(monkeypatch, 
     block = (64, 64, 32)
     with pytest.raises(EmulationError, match="shared-memory race"):
         run(prepared(block, 3), block, 64, 64, 256, "fp16")
+
+
+@tl.jit
+def mixed_matmul(a_desc, b_ptr, c_ptr, K, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 STAGES: tl.constexpr):
+    """A from a descriptor, B through pointers: B gets the cp.async ring, A's box is loaded each step."""
+    m = tl.program_id(0) * BLOCK_M
+    offs_k, offs_n = tl.arange(0, BLOCK_K), tl.arange(0, BLOCK_N)
+    b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+        acc = tl.dot(a_desc.load([m, k]), tl.load(b_ptrs), acc)
+        b_ptrs += BLOCK_K * N
+    tl.store(c_ptr + (m + tl.arange(0, BLOCK_M))[:, None] * BLOCK_N + offs_n[None, :], acc.to(tl.float16))
+
+
+def test_a_box_loaded_each_step_keeps_the_cp_async_ring_from_leaving_its_wgmma_in_flight():
+    m, n, k = 128, 64, 256
+    a, b = random(m, k, "fp16"), random(k, n, "fp16").contiguous()
+    c = torch.zeros((m, n), dtype=torch.float16)
+    mixed_matmul[(2,)](described(a, [64, 32]), b, c, k, n, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, STAGES=3)
+    check_product(c, a, b)
