@@ -95,11 +95,14 @@ def signature(dtype: str, block, out: str = "fp16") -> dict:
             "c_desc": f"tensordesc<{out}[{bm},{bn}]>", "K": "i32"}
 
 
-def prepared(block, stages: int, num_warps: int = 4, dtype: str = "fp16"):
-    """ringed_matmul at the `layout` stage the emulator runs."""
+def prepared(block, stages: int, num_warps: int = 4, dtype: str = "fp16", b_transposed: bool = False):
+    """ringed_matmul (or ringed_matmul_bt) at the `layout` stage the emulator runs."""
     constexprs = dict(BLOCK_M=block[0], BLOCK_N=block[1], BLOCK_K=block[2], STAGES=stages)
     out = "bf16" if dtype == "bf16" else "fp16"
-    kernel = build_kernel(ringed_matmul, signature(dtype, block, out), constexprs, num_warps, {},
+    sig = signature(dtype, block, out)
+    if b_transposed:
+        sig["b_desc"] = f"tensordesc<{dtype}[{block[1]},{block[2]}]>"
+    kernel = build_kernel(ringed_matmul_bt if b_transposed else ringed_matmul, sig, constexprs, num_warps, {},
                           language="highlevel")
     return pipeline.prepare_for_emulator(kernel)
 
@@ -171,21 +174,28 @@ TILES = [(64, 64, 32), (128, 64, 64), (64, 128, 16), (64, 32, 64)]
 @settings(max_examples=200 if DEEP else 6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(block=st.sampled_from(TILES), stages=st.integers(2, 4), num_warps=st.sampled_from([4, 8]),
        k_blocks=st.integers(0, 5), remainders=st.tuples(*(st.integers(0, 15) for _ in range(3))),
-       shuffle=st.sampled_from([None, 7]))
-def test_ringed_matmul_property(monkeypatch, block, stages, num_warps, k_blocks, remainders, shuffle):
-    """Any tile, stage count, warp count, tails and TMA completion order: the emulator
-    (races, deadlocks) agrees with numpy."""
+       shuffle=st.sampled_from([None, 7]), b_transposed=st.booleans())
+def test_ringed_matmul_property(monkeypatch, block, stages, num_warps, k_blocks, remainders, shuffle, b_transposed):
+    """Any tile, stage count, warp count, tails, TMA completion order and B stored [K, N]
+    or [N, K]: the emulator (races, deadlocks) agrees with numpy."""
     if num_warps == 8:
         block = (128,) + block[1:]  # 8 warps stack two warpgroups along M
     if shuffle is None:
         monkeypatch.delenv("WEFT_EMULATE_SHUFFLE", raising=False)
     else:
         monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
-    kernel = prepared(block, stages, num_warps)
+    kernel = prepared(block, stages, num_warps, b_transposed=b_transposed)
     assert sum(isinstance(op, TmaAsyncCopyGlobalToShared) for op in kernel.walk()) == 2 * stages
     m, n = (max(1, b - r) for b, r in zip(block[:2], remainders))
     k = max(0, k_blocks * block[2] - 16 * (remainders[2] % 2))
-    run(kernel, block, m, n, k, "fp16")
+    if not b_transposed:
+        run(kernel, block, m, n, k, "fp16")
+        return
+    a, b = random(m, k or 1, "fp16")[:, :k], random(n, k or 1, "fp16")[:, :k]
+    c = torch.zeros((m, -(-n // 16) * 16), dtype=torch.float16)[:, :n]
+    emulate(kernel, (-(-m // block[0]), -(-n // block[1])),
+            (described(a, block[::2]), described(b, block[1:]), described(c, block[:2]), k))
+    check_product(c, a, b.T)
 
 
 def test_the_loop_waits_on_its_slot_and_keeps_one_wgmma_in_flight():
