@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 # Parameter kinds as Triton spells them in signatures: "*fp32" is a pointer to fp32,
 # "i32" a 32-bit integer, "fp32" a float. Scalars go to the kernel by value; pointers as
@@ -19,11 +19,13 @@ class Param:
     `hidden`: for a parameter the caller does not pass, (descriptor parameter, field,
     dim) it is read from at launch: a kernel that reads `desc.shape[d]` (or
     `desc.strides[d]`) of a tensor descriptor argument takes it as an extra scalar after
-    the caller's parameters, filled in by the launcher and the emulator."""
+    the caller's parameters, filled in by the launcher and the emulator. A tensor map the
+    kernel makes from its arguments is (base pointer parameter, "tensor_map", recipe)
+    (runtime/made_tensor_descriptor.py)."""
 
     name: str
     type: str  # a signature string: "*fp32", "i32", "fp32", ...
-    hidden: Optional[tuple[str, str, int]] = None
+    hidden: Optional[tuple[str, str, Union[int, str]]] = None
 
     @property
     def is_pointer(self) -> bool:
@@ -72,5 +74,14 @@ def hidden_params(kernel) -> tuple[Param, ...]:
     they follow the caller's parameters."""
     count = len(kernel.hidden_params)
     values = kernel.params[len(kernel.params) - count:] if count else ()
-    return tuple(Param(value.hint, str(value.type), source)
+    return tuple(Param(value.hint, _signature(value.type), source)
                  for value, source in zip(values, kernel.hidden_params))
+
+
+def _signature(type_) -> str:
+    """A hidden parameter's signature string (a tensor map a kernel makes is a descriptor)."""
+    from .types import TensorDescriptorType, tensor_descriptor_signature, tensor_descriptor_swizzle
+
+    if isinstance(type_, TensorDescriptorType):
+        return tensor_descriptor_signature(type_.element, type_.block_shape, tensor_descriptor_swizzle(type_))
+    return str(type_)

@@ -18,7 +18,8 @@ written for Triton's `tl` in the supported subset ports by changing the imports
 """
 
 from ..compiler.builder import constexpr_function, register_language, static_range
-from ..compiler.types import ScalarType
+from ..compiler.types import ScalarType, SharedType, TensorDescriptorType
+from ..lowlevel.shared import SharedMemoryDescriptor
 from ..lowlevel.dtypes import (bf16, bfloat16, float8e4nv, float8e5, float16, float32, float64, fp8e4m3,
                                fp8e5m2, fp16, fp32, fp64, i1, i8, i16, i32, i64, int1, int8, int16, int32,
                                int64, pointer_type, u8, u16, u32, u64, uint8, uint16, uint32, uint64)
@@ -40,6 +41,9 @@ from .math import umulhi
 from .random import (pair_uniform_to_normal, philox, rand, rand4x, randint, randint4x, randn, randn4x,
                      uint_to_uniform_float)
 from .tensor import Tensor
+from .tensor_descriptor import TensorDescriptor as tensor_descriptor
+from .tensor_descriptor import load_tensor_descriptor, make_tensor_descriptor, set_allocator, store_tensor_descriptor
+from . import tools
 from .unsupported import unsupported_name_error
 
 dtype = ScalarType
@@ -47,7 +51,12 @@ tensor = Tensor
 
 
 def _wrap(value):
-    """How highlevel kernels see IR values: as tile tensors."""
+    """How highlevel kernels see IR values: as tile tensors, descriptors as descriptors
+    (shared buffers only appear inside the ops that stage through them)."""
+    if isinstance(value.type, TensorDescriptorType):
+        return tensor_descriptor(value)
+    if isinstance(value.type, SharedType):
+        return SharedMemoryDescriptor(value)
     return Tensor(value)
 
 
@@ -64,7 +73,7 @@ __all__ = [
     # kernels and compile-time helpers
     "jit", "autotune", "Config", "heuristics", "constexpr", "constexpr_function", "static_range", "range",
     # values
-    "Tensor", "tensor", "dtype", "pointer_type",
+    "Tensor", "tensor", "tensor_descriptor", "dtype", "pointer_type", "tools",
     # ops
     "program_id", "num_programs", "arange", "full", "zeros", "zeros_like", "load", "store", "where",
     "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor", "atomic_xchg", "atomic_cas",
@@ -74,6 +83,7 @@ __all__ = [
     "interleave",
     "philox", "randint", "randint4x", "rand", "rand4x", "randn", "randn4x", "uint_to_uniform_float",
     "pair_uniform_to_normal", "associative_scan", "cumsum", "cumprod", "make_block_ptr", "advance",
+    "make_tensor_descriptor", "load_tensor_descriptor", "store_tensor_descriptor", "set_allocator",
     "multiple_of", "max_contiguous", "max_constancy", "assume", "math", "umulhi", "dot",
     "device_print", "device_assert", "static_assert", "static_print", "debug_barrier",
     # element types

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 _LOWLEVEL_MMA = "write the matmul in weft.lowlevel with ll.warpgroup_mma (Hopper wgmma)"
 _POINTERS = "index with pointer arithmetic (tl.arange offsets and masks) in the shape you need"
-_TMA = ("use pointer arithmetic here, or weft.lowlevel's TMA (ll.tma.async_copy_global_to_shared "
-        "with a descriptor from ll.TensorDescriptor.from_tensor on the host)")
 _SPECIALIZED = ("weft specialises each launch on which integer arguments are divisible by 16 "
                 "and which pointers are 16-byte aligned; the hint is not needed")
 _REDUCTIONS = "use tl.sum, tl.max, tl.min, tl.argmax or tl.argmin"
@@ -26,10 +24,6 @@ TRITON_ONLY_NAMES: dict[str, str] = {
     "gather": "tl.load from the gathered addresses",
     "cast": "x.to(dtype)",
     # memory and pointers
-    "make_tensor_descriptor": _TMA,
-    "load_tensor_descriptor": _TMA,
-    "store_tensor_descriptor": _TMA,
-    "tensor_descriptor": _TMA,
     # compiler hints
     # reductions, scans and sorts
     "reduce": _REDUCTIONS,

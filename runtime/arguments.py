@@ -265,6 +265,11 @@ def _read_tensor_descriptor(desc):
     return desc.launch_key, desc.tensor_map
 
 
+def _read_triton_tensor_descriptor(desc):
+    """Triton's host descriptor, encoded at launch (runtime/host_tensor_descriptor.py)."""
+    return _read_tensor_descriptor(desc.encoded())
+
+
 def on_torch_stream(key: tuple) -> bool:
     """True when an argument's memory belongs to torch on a CUDA device: the launch then
     goes to torch's current stream."""
@@ -293,8 +298,11 @@ def canonical_descriptor_type(text: str) -> str:
 def _reader_for(cls) -> Callable:
     """Choose (once per type) how to read arguments of type `cls`."""
     from .tensor_descriptor import TensorDescriptor  # it imports this module
+    from .host_tensor_descriptor import TensorDescriptor as TritonTensorDescriptor
     if issubclass(cls, TensorDescriptor):
         return _read_tensor_descriptor
+    if issubclass(cls, TritonTensorDescriptor):
+        return _read_triton_tensor_descriptor
     if issubclass(cls, bool):
         return _read_bool
     if issubclass(cls, int):

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 
 from ..compiler.compiled import CompiledKernel
 from ..compiler.hardware import STATIC_SHARED_LIMIT
+from . import made_tensor_descriptor as made
 from . import arguments, driver
 from .arguments import LaunchError
 
@@ -77,6 +78,10 @@ class Launcher:
         # Hidden parameters (desc.shape reads): (passed parameter, field, dim) each, read
         # from that descriptor's encoded tensor map (tensor_descriptor.EncodedTensorMap).
         self._hidden = tuple((passed.index(p.hidden[0]), p.hidden[1], p.hidden[2]) for p in params if p.hidden)
+        # Tensor maps the kernel makes from its arguments (made_tensor_descriptor.py).
+        self._made = {(passed.index(p.hidden[0]), p.hidden[2]): p.type
+                      for p in params if p.hidden and p.hidden[1] == made.FIELD}
+        self._passed_names = passed
         self._passed = len(passed)
         self._packers = arguments.make_packers(self.name, self.param_names, self.param_types)
         self._nargs = len(self.arg_names)
@@ -233,7 +238,14 @@ class Launcher:
     def _with_hidden(self, values: list) -> list:
         """`values` followed by the hidden parameters' (a descriptor's global shape or
         strides, which its encoded tensor map carries)."""
+        if self._made:
+            return [*values, *(self._made_tensor_map(values, i, dim) if field == made.FIELD
+                               else getattr(values[i], field)[dim] for i, field, dim in self._hidden)]
         return [*values, *(getattr(values[i], field)[dim] for i, field, dim in self._hidden)]
+
+    def _made_tensor_map(self, values: list, base: int, recipe: str) -> bytes:
+        lookup = dict(zip(self._passed_names, values)).__getitem__
+        return made.encoded_tensor_map(values[base], recipe, self._made[base, recipe], lookup)
 
     def _retry(self, code: int, device: int, config, function, params_address) -> None:
         """A launch failed: if the wrong (or no) context was current, launch again in

@@ -50,6 +50,7 @@ from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast,
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
 from .fold_dot_add import fold_dot_add
+from .tma_operands import box_operand, tensor_descriptor_reads
 
 NAME = "accelerate_dots"
 
@@ -169,8 +170,9 @@ def _error(dot: Dot, why: str, num_warps: int) -> CompilationError:
 class DotAcceleration:
     """The rewrite of one kernel: dots replaced, their buffers collected for hoisting."""
 
-    def __init__(self, num_warps: int):
+    def __init__(self, num_warps: int, box_reads: Optional[dict] = None):
         self.num_warps = num_warps
+        self.box_reads = box_reads or {}
 
     def block(self, block: Block, hoisted: list[Op]) -> Block:
         ops: list[Op] = []
@@ -200,7 +202,7 @@ class DotAcceleration:
 
     def wgmma(self, dot: Dot, choice: WgmmaChoice, hoisted: list[Op]) -> list[Op]:
         ops: list[Op] = []
-        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops)
+        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops, self.box_reads, wgmma=True)
         ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
         product = Value(placed, dot.result.hint)
@@ -227,7 +229,7 @@ class DotAcceleration:
 
     def mma_v2(self, dot: Dot, choice: MmaV2Choice, hoisted: list[Op]) -> list[Op]:
         ops: list[Op] = []
-        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops)
+        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops, self.box_reads)
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
         product = Value(placed, dot.result.hint)
         ops.append(MmaV2(result=product, a=buffers[0], b=buffers[1], acc=anchored, a_layout=choice.a_layout,
@@ -237,11 +239,17 @@ class DotAcceleration:
 
 
 def stage_operands(dot: Dot, a_shared: NVMMASharedLayout, b_shared: NVMMASharedLayout, hoisted: list[Op],
-                   ops: list[Op]) -> list[Value]:
-    """One buffer per operand (its allocation hoisted), and the operand stored into it."""
+                   ops: list[Op], box_reads: Optional[dict] = None, wgmma: bool = False) -> list[Value]:
+    """One buffer per operand (its allocation hoisted), and the operand stored into it;
+    an operand TMA brought in a layout the instruction reads is read where it landed
+    (tma_operands.py)."""
     buffers = []
-    for operand, shared, name in ((dot.a, a_shared, "a_smem"), (dot.b, b_shared, "b_smem")):
+    for index, (operand, shared, name) in enumerate(((dot.a, a_shared, "a_smem"), (dot.b, b_shared, "b_smem"))):
         shape, element = operand.type.shape, operand.type.element
+        box = box_operand(dot, index, shared, box_reads or {}, ops, wgmma)
+        if box is not None:
+            buffers.append(box)
+            continue
         buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
         hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
         ops.append(SharedStore(buffer=buffer, value=operand, loc=dot.loc))
@@ -320,7 +328,7 @@ def accelerate_dots(kernel: Kernel) -> Kernel:
     """Every `dot` of a `tile` kernel replaced (see the module docstring); the shared
     buffers of the dots inside a loop are allocated before the kernel-level op holding it."""
     kernel = fold_dot_add(kernel)  # `acc += tl.dot(a, b)`: the wgmma accumulates into acc
-    acceleration = DotAcceleration(kernel.num_warps)
+    acceleration = DotAcceleration(kernel.num_warps, tensor_descriptor_reads(kernel))
     ops: list[Op] = []
     for op in kernel.body.ops:
         hoisted: list[Op] = []
@@ -329,3 +337,4 @@ def accelerate_dots(kernel: Kernel) -> Kernel:
         ops.extend(hoisted)
         ops.extend(replaced)
     return kernel.with_body(Block(kernel.body.args, tuple(ops)))
+

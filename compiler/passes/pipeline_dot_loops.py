@@ -348,6 +348,9 @@ class LoopPipeliner:
         last_read = max(position for position, op in enumerate(body.ops)
                         if id(op) not in dropped and any(value in buffers for value in op.uses()))
         self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
+        if self.deferred is not None and any(isinstance(v.type, SharedType) and v not in buffers
+                                             for v in body.ops[last_read].uses()):
+            self.deferred = None  # it also reads a buffer refilled every iteration (a desc.load's TMA box)
         views: dict[Value, Value] = {}
         next_ahead = ahead  # replaced where the copies are issued, before the yield
         out = Emitter(loop.loc)
@@ -423,6 +426,9 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
         return None
     defs = Definitions(loop.body, outer)
     stores = [op for op in loop.body.ops if isinstance(op, SharedStore)]
+    if not stores:  # operands that desc.load brought by TMA: rings filled by TMA
+        from .pipeline_tma_loops import plan_tma_loop
+        return plan_tma_loop(loop, stages, step.value, defs, uses)
     operands = []
     for store in stores:
         allocation = outer.get(store.buffer)
@@ -458,6 +464,7 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
             outer[value] = op
 
     replaced: dict[Value, Value] = {}  # loop results read after their wait, by everything after the loop
+    pipelined = []
 
     def block(region: Block) -> Block:
         ops: list[Op] = []
@@ -468,12 +475,13 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
                 ops.append(op)
                 continue
             rewritten, waited = pipeliner.rewrite()
+            pipelined.append(op)
             ops.extend(rewritten)
             replaced.update(waited)
         return Block(region.args, tuple(ops))
 
     body = block(kernel.body)
-    if not rings:
+    if not pipelined:
         return kernel
 
     def ring_allocations(region: Block) -> Block:

@@ -37,7 +37,7 @@ from ...layouts import rules as layout_rules
 from ..errors import UNKNOWN_LOC, CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, AsyncCopyGlobalToShared, AxisHint, Binary, Bitcast, Block, Broadcast, Cast,
                   Compare, Constant, ConvertLayout, ExpandDims, Fma, For, If, Kernel, Load, MmaV2, NumPrograms, Op,
-                  Permute, ProgramId, Reduce, ReplicaIndex, Reshape, SharedStore, Splat, Store, Unary, Value,
+                  Permute, ProgramId, Reduce, ReplicaIndex, Reshape, SharedLoad, SharedStore, Splat, Store, Unary, Value,
                   WarpgroupMma, WarpgroupMmaWait, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
@@ -51,7 +51,7 @@ CHEAP = SOURCES + ELEMENTWISE + DERIVED
 # Ops redone from converted operands when that moves no more elements than converting the
 # result (and always, for the derived ones: their operands are never larger).
 REDONE = DERIVED + ELEMENTWISE
-PURE = CHEAP + (Reduce, ConvertLayout, Load, ProgramId, NumPrograms, ReplicaIndex)
+PURE = CHEAP + (Reduce, ConvertLayout, Load, SharedLoad, ProgramId, NumPrograms, ReplicaIndex)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,6 +294,13 @@ def _wgmma_wait_backward(op: WarpgroupMmaWait, result: Placement, ctx) -> Decisi
 def _shared_store_forward(op: SharedStore, operands, ctx) -> Optional[Decision]:
     """A value is stored from whatever layout it has (the buffer's layout addresses it)."""
     return Decision(None, operands)
+
+
+@LAYOUT_RULES.forward(SharedLoad)
+def _shared_load_forward(op: SharedLoad, operands, ctx) -> Optional[Decision]:
+    """A read of a buffer (a tensor descriptor's box) in the registers its op chose."""
+    anchor = ctx.anchors.get(id(op))
+    return None if anchor is None else Decision(anchor, (None,))
 
 
 # ------------------------------------------------------------------ the analysis

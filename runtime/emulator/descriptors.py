@@ -16,6 +16,7 @@ import numpy as np
 
 from ...compiler.types import TensorDescriptorType, tensor_descriptor_swizzle
 from .dtypes import element_bytes
+from .. import made_tensor_descriptor as made
 from .errors import EmulationError
 from .memory import GlobalMemory
 
@@ -98,8 +99,12 @@ def hidden_arguments(kernel, args) -> tuple:
     from its descriptor arguments; ir.Kernel.hidden_params), to follow `args`."""
     position = {p.hint: i for i, p in enumerate(kernel.params)}
     values = []
-    for name, field, dim in kernel.hidden_params:
+    hidden_types = kernel.params[len(kernel.params) - len(kernel.hidden_params):]
+    for (name, field, dim), param in zip(kernel.hidden_params, hidden_types):
         arg = args[position[name]]
+        if field == made.FIELD:  # a tensor map the kernel makes from its arguments
+            values.append(made.host_descriptor(arg, dim, param.type.block_shape, lambda n: args[position[n]]))
+            continue
         if not hasattr(arg, field):
             raise EmulationError(f"argument `{name}` is a {type(arg).__name__}; the kernel reads its "
                                  f"`.{field}` as a tensor descriptor's (ll.TensorDescriptor.from_tensor)")

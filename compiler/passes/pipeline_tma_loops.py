@@ -1,0 +1,264 @@
+"""pipeline_dot_loops, for dot loops whose operands are `desc.load`s: rings filled by TMA.
+
+After accelerate_dots, a loop iteration of such a loop loads each operand box the way
+`desc.load` wrote it (highlevel/tensor_descriptor.py), and its wgmma reads the boxes:
+
+    box = allocate_shared_memory; bar = allocate_shared_memory (an mbarrier)
+    mbarrier_init bar; mbarrier_expect bar, bytes; tma_copy desc, coords(iv) -> box on bar
+    mbarrier_wait bar, 0; [shared_load box: unused]; fence; mbarrier_invalidate bar
+    ...
+    acc = warpgroup_mma box_a, box_b, acc; acc = warpgroup_mma_wait 0 acc
+
+With num_stages = S this becomes (coords(iv) recomputed for the iteration each copy is for)
+
+    ring_a, ring_b = allocate_shared_memory [S, ...];  bars = allocate_shared_memory [S, 1]
+    mbarrier_init bars[s] for every s
+    for j in 0 .. S-2:                                  (prologue; pred: iteration j exists)
+        mbarrier_expect bars[j], bytes of all boxes; tma_copy -> ring[j] on bars[j]
+    for iv ... (slot, phase):
+        mbarrier_wait bars[slot], phase                 (this iteration's boxes landed)
+        acc = warpgroup_mma ring_a[slot], ring_b[slot], acc
+        acc = warpgroup_mma_wait 1 acc                  (iteration i - 1's wgmma retired)
+        mbarrier_expect / tma_copy for iteration i + S - 1 into slot (slot + S - 1) % S,
+            the one iteration i - 1 read, on its barrier  (pred: that iteration exists)
+        slot = (slot + 1) % S; phase ^= (slot == 0)
+    acc = warpgroup_mma_wait 0 acc; mbarrier_invalidate bars[s] for every s
+
+Every thread waits on the slot's mbarrier itself, so the boxes need no CTA barrier to
+be seen (the cp.async rings do: each thread waits only for its own copies). One CTA
+barrier per step remains, before the refill (insert_barriers places it): the wait(1)
+retires the last iteration's wgmma only in the waiting thread, and another warp may still
+be reading the slot; taking it away needs a per-slot "empty" mbarrier that the readers
+arrive on and the issuing thread waits for, which insert_barriers does not yet follow. The wait
+scheme is the cp.async rings' (pipeline_dot_loops): one wgmma in flight across the back
+edge where the loop allows it, else the wait(0) stays in the body and the copies go out
+before it. Copies are issued only for iterations that exist, so no box lands after the
+loop and the barriers can be retired.
+
+A loop is taken when its body's only wgmma reads boxes that TMA fills in this form with
+coordinates computed from the induction variable and loop-invariant values alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from ...layouts import MBarrierLayout
+from ..ir import (AllocateSharedMemory, Binary, Block, Cast, Compare, ConvertLayout, FenceAsyncShared, For,
+                  MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Permute, SharedIndex, SharedLoad,
+                  SharedPermute, SharedStore, TmaAsyncCopyGlobalToShared, Value, WarpgroupMma, WarpgroupMmaWait,
+                  Yield)
+from ..types import SharedType, i1, i32, i64
+
+
+@dataclasses.dataclass(frozen=True)
+class TmaOperand:
+    """One wgmma operand box that TMA fills in the loop body."""
+
+    buffer: Value                 # the box the wgmma reads
+    copy: TmaAsyncCopyGlobalToShared
+    nbytes: int                   # what the box's expect-tx counts
+    dropped: tuple[Op, ...]       # the body ops made for the box, replaced by the ring
+    coord_ops: tuple[Op, ...]     # the body's ops computing the copy's coordinates (from iv)
+
+
+def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
+    """The TmaOperand of the wgmma operand `operand` (a box, or a permuted view of one),
+    or None when it is not a box TMA fills in the body as desc.load does."""
+    from .pipeline_dot_loops import _slice
+
+    body = defs.body
+    view = defs.get(operand)
+    buffer = view.buffer if isinstance(view, SharedPermute) else operand
+    if not isinstance(defs.get(buffer), AllocateSharedMemory) or defs.get(buffer).init is not None:
+        return None
+    readers = uses.readers[buffer]
+    copies = [op for op in readers if isinstance(op, TmaAsyncCopyGlobalToShared)]
+    reads = [op for op in readers if isinstance(op, SharedLoad)]
+    others = [op for op in readers if not isinstance(op, (TmaAsyncCopyGlobalToShared, SharedLoad))]
+    if len(copies) != 1 or copies[0].pred is not None or copies[0].multicast is not None or \
+            len(others) != 1 or (isinstance(view, SharedPermute) and others[0] is not view):
+        return None  # the box must be filled once and read only by the wgmma (or its view)
+    copy = copies[0]
+    bar = copy.barrier
+    if not isinstance(defs.get(bar), AllocateSharedMemory):
+        return None
+    bar_ops = uses.readers[bar]
+    expects = [op for op in bar_ops if isinstance(op, MBarrierExpect)]
+    waits = [op for op in bar_ops if isinstance(op, MBarrierWait)]
+    if len(bar_ops) != 5 or len(expects) != 1 or len(waits) != 1 or not isinstance(expects[0].nbytes, int) \
+            or expects[0].pred is not None \
+            or sum(isinstance(op, (MBarrierInit, MBarrierInvalidate)) for op in bar_ops) != 2:
+        return None
+    unused = _unused_reads(reads, uses)
+    if unused is None:
+        return None  # the box is read into registers too: keep it as it is
+    coord_ops = []
+    for coord in copy.coords:
+        ops = _slice(coord, defs, body.args[:1])
+        if ops is None:
+            return None
+        coord_ops += [op for op in ops if all(op is not other for other in coord_ops)]
+    order = {id(op): i for i, op in enumerate(body.ops)}
+    coord_ops.sort(key=lambda op: order[id(op)])
+    dropped = [defs.get(buffer), defs.get(bar), *bar_ops, copy, *unused]
+    if any(id(op) not in order for op in dropped):
+        return None  # something of it sits in a nested region
+    return TmaOperand(buffer, copy, expects[0].nbytes, tuple(dropped), tuple(coord_ops))
+
+
+# What desc.load's unused register read may pass through before nothing reads it.
+_PURE_READS = (SharedLoad, ConvertLayout, Permute)
+
+
+def _unused_reads(reads: list[Op], uses) -> Optional[list[Op]]:
+    """The register reads of a box and every op computing from them, when nothing but such
+    ops reads them (the dot reads the box instead); None when something uses the values."""
+    found, pending = [], list(reads)
+    while pending:
+        op = pending.pop()
+        if not isinstance(op, _PURE_READS):
+            return None
+        if all(op is not seen for seen in found):
+            found.append(op)
+            pending.extend(uses.readers[op.result])
+    return found
+
+
+class TmaLoopPipeliner:
+    """The rewrite of one loop whose wgmma operands are TMA boxes."""
+
+    def __init__(self, loop: For, stages: int, step: int, operands: list[TmaOperand], uses):
+        self.loop, self.stages, self.step, self.operands, self.uses = loop, stages, step, operands, uses
+        self.nbytes = sum(operand.nbytes for operand in operands)
+        self.deferred = None
+
+    def allocations(self, out) -> None:
+        """The rings and their barriers, before the loop, the barriers initialised."""
+        self.rings = {}
+        for operand in self.operands:
+            box: SharedType = operand.buffer.type
+            shape = (self.stages,) + box.shape
+            self.rings[operand.buffer] = out.emit(AllocateSharedMemory, SharedType(
+                shape, box.element, box.encoding.to_linear(shape), box.encoding), operand.buffer.hint)
+        barrier = MBarrierLayout(rank=1)
+        shape = (self.stages, 1)
+        self.bars = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier), "bars")
+        self.bar_type = SharedType((1,), i64, barrier.to_linear((1,)), barrier)
+        for s in range(self.stages):
+            out.ops.append(MBarrierInit(barrier=self.bar(out, out.int(s)), count=1, loc=self.loop.loc))
+
+    def bar(self, out, slot: Value) -> Value:
+        return out.emit(SharedIndex, self.bar_type, "bar", buffer=self.bars, index=slot)
+
+    def issue(self, out, iv: Value, slot: Value) -> None:
+        """The boxes of the iteration at `iv` into ring slot `slot`, if that iteration exists."""
+        from .pipeline_dot_loops import clone
+
+        exists = out.emit(Compare, i1, predicate="lt", lhs=iv, rhs=self.loop.upper)
+        bar = self.bar(out, slot)
+        out.ops.append(MBarrierExpect(barrier=bar, nbytes=self.nbytes, pred=exists, loc=self.loop.loc))
+        for operand in self.operands:
+            mapping = {self.loop.body.args[0]: iv}
+            out.ops.extend(clone(operand.coord_ops, mapping))
+            view = out.emit(SharedIndex, operand.buffer.type, operand.buffer.hint,
+                            buffer=self.rings[operand.buffer], index=slot)
+            out.ops.append(dataclasses.replace(operand.copy, coords=tuple(mapping.get(c, c) for c in operand.copy.coords),
+                                               barrier=bar, buffer=view, pred=exists))
+
+    def prologue(self, out) -> None:
+        loop = self.loop
+        self.allocations(out)
+        for j in range(self.stages - 1):
+            iv = loop.lower if j == 0 else out.binary("add", loop.lower, out.int(j * self.step))
+            self.issue(out, iv, out.int(j))
+
+    def body(self) -> Block:
+        from .pipeline_dot_loops import Emitter, deferred_wait, substitute
+
+        loop, stages = self.loop, self.stages
+        body = loop.body
+        iv = body.args[0]
+        slot, phase = Value(i32, "slot"), Value(i32, "phase")
+        dropped = {id(op) for operand in self.operands for op in operand.dropped}
+        first = min(i for i, op in enumerate(body.ops) if id(op) in dropped)
+        buffers = [operand.buffer for operand in self.operands]
+        buffers += [op.result for op in body.ops if isinstance(op, SharedPermute) and op.buffer in buffers]
+        last_read = max(i for i, op in enumerate(body.ops) if id(op) not in dropped and
+                        not isinstance(op, SharedPermute) and any(v in buffers for v in op.uses()))
+        self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
+        # With no generic-proxy store in the body, its fences guarded only the boxes.
+        unfenced = not any(isinstance(op, SharedStore) for op in body.walk())
+        views: dict[Value, Value] = {}
+        out = Emitter(loop.loc)
+        for position, op in enumerate(body.ops):
+            if self.deferred is not None and op is self.deferred.wait:
+                continue
+            if position == first:
+                out.ops.append(MBarrierWait(barrier=self.bar(out, slot), phase=phase, loc=loop.loc))
+                for operand in self.operands:
+                    views[operand.buffer] = out.emit(SharedIndex, operand.buffer.type, operand.buffer.hint,
+                                                     buffer=self.rings[operand.buffer], index=slot)
+            if id(op) in dropped or (unfenced and isinstance(op, FenceAsyncShared) and position < last_read):
+                continue  # no generic-proxy access of the boxes is left to fence
+            if isinstance(op, Yield):
+                next_slot = out.binary("mod", out.binary("add", slot, out.int(1)), out.int(stages), "slot")
+                wrapped = out.emit(Cast, i32, operand=out.emit(Compare, i1, predicate="eq", lhs=next_slot,
+                                                                rhs=out.int(0)))
+                next_phase = out.emit(Binary, i32, "phase", kind="xor", lhs=phase, rhs=wrapped)
+                out.ops.append(Yield(values=op.values + (next_slot, next_phase), loc=op.loc))
+                continue
+            out.ops.append(substitute(op, views))
+            if position == last_read:
+                if self.deferred is not None:
+                    out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
+                ahead = out.binary("add", iv, out.int((stages - 1) * self.step))
+                self.issue(out, ahead, self.refill_slot(out, slot))
+        return Block(body.args + (slot, phase), tuple(out.ops))
+
+    def refill_slot(self, out, slot: Value) -> Value:
+        """The slot iteration i (reading `slot`) fills for iteration i + S - 1: the one
+        iteration i - 1 read, (slot + S - 1) % S."""
+        return out.binary("mod", out.binary("add", slot, out.int(self.stages - 1)), out.int(self.stages))
+
+    def rewrite(self) -> tuple[list[Op], dict[Value, Value]]:
+        from .pipeline_dot_loops import Emitter
+
+        out = Emitter(self.loop.loc)
+        self.prologue(out)
+        body = self.body()
+        extra = (Value(i32, "slot"), Value(i32, "phase"))
+        loop = dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0), out.int(0)),
+                                   results=self.loop.results + extra)
+        ops, replaced = out.ops + [loop], {}
+        after = Emitter(self.loop.loc)
+        if self.deferred is not None:
+            result = self.loop.results[self.deferred.carried]
+            placed = self.deferred.wait.results[0].type
+            in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
+            waited = Value(placed, result.hint)
+            after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
+                                              loc=self.deferred.wait.loc))
+            replaced[result] = after.emit(ConvertLayout, result.type, result.hint, operand=waited)
+        for s in range(self.stages):
+            after.ops.append(MBarrierInvalidate(barrier=self.bar(after, after.int(s)), loc=self.loop.loc))
+        return ops + after.ops, replaced
+
+
+def plan_tma_loop(loop: For, stages: int, step: int, defs, uses) -> Optional[TmaLoopPipeliner]:
+    """The TmaLoopPipeliner of `loop` (stages and step already checked), or None."""
+    wgmmas = [op for op in loop.body.walk() if isinstance(op, WarpgroupMma)]
+    if len(wgmmas) != 1 or all(op is not wgmmas[0] for op in loop.body.ops):
+        return None
+    operands = []
+    for buffer in (wgmmas[0].a, wgmmas[0].b):
+        if not isinstance(buffer.type, SharedType):
+            continue
+        operand = match_tma_operand(buffer, defs, uses)
+        if operand is None:
+            return None
+        operands.append(operand)
+    if not operands:
+        return None
+    return TmaLoopPipeliner(loop, stages, step, operands, uses)
