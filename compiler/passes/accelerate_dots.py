@@ -42,11 +42,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ...layouts import DotOperandLayout, LayoutError, NVMMADistributedLayout, NVMMASharedLayout
+from ...layouts import (DotOperandLayout, LayoutError, LinearLayout, LinearSharedLayout, NVMMADistributedLayout,
+                       NVMMASharedLayout)
+from ...layouts import rules as layout_rules
 from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot,
-                  ExpandDims, FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedStore, Value, WarpgroupMma,
-                  WarpgroupMmaWait)
+                  ExpandDims, FenceAsyncShared, Kernel, Load, MmaV2, Op, Permute, Reduce, SharedPermute, SharedStore,
+                  Value, WarpgroupMma, WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
 
@@ -168,8 +170,10 @@ def _error(dot: Dot, why: str, num_warps: int) -> CompilationError:
 class DotAcceleration:
     """The rewrite of one kernel: dots replaced, their buffers collected for hoisting."""
 
-    def __init__(self, num_warps: int):
+    def __init__(self, num_warps: int, definitions: dict[Value, Op], top_level: set[Value]):
         self.num_warps = num_warps
+        self.definitions = definitions  # the op defining each value, over the whole kernel
+        self.top_level = top_level      # values defined outside every region (stored once, before it)
 
     def block(self, block: Block, hoisted: list[Op]) -> Block:
         ops: list[Op] = []
@@ -199,16 +203,46 @@ class DotAcceleration:
 
     def wgmma(self, dot: Dot, choice: WgmmaChoice, hoisted: list[Op]) -> list[Op]:
         ops: list[Op] = []
-        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops)
+        a_source = operand_source(dot.a, 0, self.definitions)
+        if dot.a.type.element.bits == 16 and not a_source.loaded:
+            # A computed in registers (P of attention) stays there: propagate_layouts places it
+            # in the wgmma A fragment, register-local from a 16-bit tile in a wgmma accumulator.
+            a = dot.a
+        else:
+            a = self.stage(dot, a_source, "a_smem", hoisted, ops)
+        b = self.stage(dot, operand_source(dot.b, 1, self.definitions), "b_smem", hoisted, ops)
         ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
         product = Value(placed, dot.result.hint)
-        ops.append(WarpgroupMma(result=product, a=buffers[0], b=buffers[1], acc=anchored, is_async=True,
-                                loc=dot.loc))
+        ops.append(WarpgroupMma(result=product, a=a, b=b, acc=anchored, is_async=True, loc=dot.loc))
         waited = Value(placed, dot.result.hint)
         ops.append(WarpgroupMmaWait(results=(waited,), deps=(product,), pending=0, loc=dot.loc))
         ops.append(ConvertLayout(result=dot.result, operand=waited, loc=dot.loc))
         return ops
+
+    def stage(self, dot: Dot, source: "OperandSource", name: str, hoisted: list[Op], ops: list[Op]) -> Value:
+        """The operand's wgmma view: `source.value` stored to a buffer in the layout it was
+        loaded in where wgmma reads that (16-bit types), else K-major; the store runs once
+        before the loops when the value is defined outside them; a folded transpose is a
+        permuted view of the buffer (a transposed descriptor, no data moved)."""
+        value = source.value
+        shape, element = value.type.shape, value.type.element
+        if element.bits == 16 and source.contiguous_dim is not None:
+            dim0_contiguous = source.contiguous_dim == 0
+        else:
+            # wgmma reads 8- and 32-bit operands K-major only (PTX ISA 9.7.15.5.1: "imm-trans"
+            # is for 16-bit types); 16-bit tiles computed in registers keep A K-major, B N-major.
+            dim0_contiguous = element.bits != 16 and source.k_dim == 0
+        shared = NVMMASharedLayout.get_default_for(shape, element.bits, transposed=dim0_contiguous)
+        buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
+        hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
+        store = SharedStore(buffer=buffer, value=value, loc=dot.loc)
+        (hoisted if value in self.top_level else ops).append(store)
+        if not source.permuted:
+            return buffer
+        view = Value(transposed_view_type(buffer.type, shared), name)
+        ops.append(SharedPermute(result=view, buffer=buffer, order=(1, 0), loc=dot.loc))
+        return view
 
     def tf32x3(self, dot: Dot, hoisted: list[Op]) -> list[Op]:
         """Triton's tf32x3: each fp32 operand split into a tf32 head and the tf32 of what
@@ -246,6 +280,64 @@ def stage_operands(dot: Dot, a_shared: NVMMASharedLayout, b_shared: NVMMASharedL
         ops.append(SharedStore(buffer=buffer, value=operand, loc=dot.loc))
         buffers.append(buffer)
     return buffers
+
+
+@dataclasses.dataclass(frozen=True)
+class OperandSource:
+    """What a wgmma operand is staged from: `value`, the tile stored to shared memory (the
+    operand itself, or the tile it is the transpose of: `permuted`), whether it is a global
+    load (`loaded`, through layout conversions), the dim of `value` that load reads
+    contiguously (None when unknown), and the dim of `value` that is the dot's K."""
+
+    value: Value
+    permuted: bool
+    loaded: bool
+    contiguous_dim: Optional[int]
+    k_dim: int
+
+
+def _loaded_layout(value: Value, definitions: dict[Value, Op]) -> Optional[LinearLayout]:
+    """The register layout of the global load `value` is (through layout conversions), or
+    None when `value` is computed."""
+    op = definitions.get(value)
+    while isinstance(op, ConvertLayout):
+        op = definitions.get(op.operand)
+    if isinstance(op, Load) and op.result.type.layout is not None:
+        return op.result.type.layout
+    return None
+
+
+def fastest_dim(layout: LinearLayout) -> Optional[int]:
+    """The dim a thread's consecutive registers (else a warp's consecutive lanes) step along."""
+    names = [f"dim{i}" for i in range(len(layout.out_dims))]
+    ordered = layout.transpose_outs(names)
+    for in_dim in ("register", "lane"):
+        for basis in ordered.bases.get(in_dim, ()):
+            if any(basis):
+                return next(d for d, v in enumerate(basis) if v)
+    return None
+
+
+def operand_source(operand: Value, index: int, definitions: dict[Value, Op]) -> OperandSource:
+    """The OperandSource of operand `index` (0: A [M, K], 1: B [K, N]): `tl.trans` of a
+    loaded tile is folded (the tile is stored as loaded and read transposed)."""
+    k_dim = 1 - index
+    op = definitions.get(operand)
+    if isinstance(op, Permute) and op.order == (1, 0):
+        layout = _loaded_layout(op.operand, definitions)
+        if layout is not None:
+            return OperandSource(op.operand, True, True, fastest_dim(layout), 1 - k_dim)
+    layout = _loaded_layout(operand, definitions)
+    return OperandSource(operand, False, layout is not None, None if layout is None else fastest_dim(layout), k_dim)
+
+
+def transposed_view_type(buffer: SharedType, shared: NVMMASharedLayout) -> SharedType:
+    """The type of `buffer` seen with its two dims swapped (as lowlevel's `permute((1, 0))`)."""
+    layout = layout_rules.permute_layout(buffer.layout.transpose_outs(["dim0", "dim1"]), (1, 0))
+    shape = buffer.shape[::-1]
+    flipped = NVMMASharedLayout(shared.swizzle_byte_width, shared.element_bitwidth, 2, not shared.transposed)
+    encoding = flipped if flipped.to_linear(shape) == layout else LinearSharedLayout.from_linear(layout)
+    return SharedType(shape, buffer.element, layout, encoding)
 
 
 def anchor_accumulator(dot: Dot, encoding: NVMMADistributedLayout, ops: list[Op]) -> tuple[Value, TensorType]:
@@ -318,7 +410,9 @@ def multiply_and_sum(dot: Dot) -> list[Op]:
 def accelerate_dots(kernel: Kernel) -> Kernel:
     """Every `dot` of a `tile` kernel replaced (see the module docstring); the shared
     buffers of the dots inside a loop are allocated before the kernel-level op holding it."""
-    acceleration = DotAcceleration(kernel.num_warps)
+    definitions = {value: op for op in kernel.walk() for value in op.defines()}
+    top_level = set(kernel.body.args) | {value for op in kernel.body.ops for value in op.defines()}
+    acceleration = DotAcceleration(kernel.num_warps, definitions, top_level)
     ops: list[Op] = []
     for op in kernel.body.ops:
         hoisted: list[Op] = []
