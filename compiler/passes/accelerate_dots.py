@@ -174,6 +174,7 @@ class DotAcceleration:
         self.num_warps = num_warps
         self.definitions = definitions  # the op defining each value, over the whole kernel
         self.top_level = top_level      # values defined outside every region (stored once, before it)
+        self.folded: set[Value] = set()  # transposes read through permuted views instead
 
     def block(self, block: Block, hoisted: list[Op]) -> Block:
         ops: list[Op] = []
@@ -240,6 +241,7 @@ class DotAcceleration:
         (hoisted if value in self.top_level else ops).append(store)
         if not source.permuted:
             return buffer
+        self.folded.add(dot.a if name == "a_smem" else dot.b)
         view = Value(transposed_view_type(buffer.type, shared), name)
         ops.append(SharedPermute(result=view, buffer=buffer, order=(1, 0), loc=dot.loc))
         return view
@@ -420,4 +422,14 @@ def accelerate_dots(kernel: Kernel) -> Kernel:
         replaced = acceleration.dot(op, hoisted) if isinstance(op, Dot) else [op]
         ops.extend(hoisted)
         ops.extend(replaced)
-    return kernel.with_body(Block(kernel.body.args, tuple(ops)))
+    body = Block(kernel.body.args, tuple(ops))
+    used = {value for op in body.walk() for value in op.uses()}
+    return kernel.with_body(drop_transposes(body, acceleration.folded - used))
+
+
+def drop_transposes(block: Block, unused: set[Value]) -> Block:
+    """`block` without the transposes in `unused` (folded into views, read by nothing else),
+    so that the pipelining pass sees each loaded tile read by its store alone."""
+    ops = tuple(op.map_regions(lambda region: drop_transposes(region, unused)) for op in block.ops
+                if not (isinstance(op, Permute) and op.result in unused))
+    return Block(block.args, ops)
