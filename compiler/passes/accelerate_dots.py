@@ -175,6 +175,7 @@ class DotAcceleration:
         self.definitions = definitions  # the op defining each value, over the whole kernel
         self.top_level = top_level      # values defined outside every region (stored once, before it)
         self.folded: set[Value] = set()  # transposes read through permuted views instead
+        self.stored_once: dict[tuple[Value, NVMMASharedLayout], Value] = {}  # buffers of top-level tiles
 
     def block(self, block: Block, hoisted: list[Op]) -> Block:
         ops: list[Op] = []
@@ -235,10 +236,18 @@ class DotAcceleration:
             # is for 16-bit types); 16-bit tiles computed in registers keep A K-major, B N-major.
             dim0_contiguous = element.bits != 16 and source.k_dim == 0
         shared = NVMMASharedLayout.get_default_for(shape, element.bits, transposed=dim0_contiguous)
-        buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
-        hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
-        store = SharedStore(buffer=buffer, value=value, loc=dot.loc)
-        (hoisted if value in self.top_level else ops).append(store)
+        buffer = self.stored_once.get((value, shared))
+        if buffer is None:
+            buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
+            hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
+            store = SharedStore(buffer=buffer, value=value, loc=dot.loc)
+            if value in self.top_level:
+                # Written once, before the loops: later dots of the same tile read it too (Q of
+                # attention's two causal loops), so the tile need not stay in registers.
+                hoisted.append(store)
+                self.stored_once[(value, shared)] = buffer
+            else:
+                ops.append(store)
         if not source.permuted:
             return buffer
         self.folded.add(dot.a if name == "a_smem" else dot.b)
