@@ -64,8 +64,9 @@ def operands(m, n, k, dtype, form):
     return a, b, a_arg, a_strides, b.t().contiguous()
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("dtype,stages", [("fp16", None), ("bf16", 3), ("fp8e4m3", None), ("fp32", 3)])
+@pytest.mark.parametrize("form,dtype,stages", [(form, "fp16", None) for form in FORMS] + [
+    ("trans", "bf16", 3), ("trans_a", "bf16", 3), ("k_major_b", "bf16", 4), ("trans", "fp8e4m3", None),
+    ("trans_a", "fp8e4m3", 3), ("k_major_b", "fp8e4m3", None), ("dot_T", "fp32", 3), ("trans_a", "fp32", None)])
 def test_transposed_operands_match_numpy(form, dtype, stages):
     block_k = 64 if dtype == "fp8e4m3" else 32
     m, n, k = 100, 72, 2 * block_k + 8  # tails in every dim
