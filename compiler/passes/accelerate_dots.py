@@ -18,9 +18,17 @@ with these choices, made from the tile and num_warps alone:
 - instruction N: the widest (at most 256) that one warp column's share of N allows; K
   per instruction 32 bytes (k16 for 16-bit inputs, k32 for fp8, k8 for tf32);
 - shared layouts: NVMMASharedLayout.get_default_for, the widest swizzle (128, 64 or 32
-  bytes) a row of the tile allows. A is stored K-major (K contiguous, as it is loaded);
-  B is stored N-major for 16-bit types, which wgmma reads transposed, and K-major for
-  fp8 and tf32, which wgmma reads K-major only (the store then transposes in registers).
+  bytes) a row of the tile allows. A loaded 16-bit tile is stored with the dim its load
+  reads contiguously contiguous (a K-major B, an M-major A: wgmma reads either through
+  its descriptor's major-ness); `tl.trans` of a loaded tile is stored as loaded and read
+  through a `shared_permute` view; fp8 and tf32 operands are stored K-major, the only
+  way wgmma reads them (the store then transposes a tile loaded otherwise). A 16-bit
+  tile computed in registers is stored with A K-major and B N-major;
+- register A: a 16-bit A that is not a load (P of attention) is not staged: wgmma reads
+  it from registers, in the A fragment of the accumulator, where propagate_layouts puts
+  it (register-local from a wgmma accumulator whose warpgroups hold whole rows);
+- operands defined outside every loop are stored once, before the kernel-level op that
+  holds the dot, into one buffer that every later dot of the same tile reads.
 
 The accumulator gets the wgmma layout: converted into it before the wgmma, and out of it
 after the wait (as `coalesce` anchors accesses), so `propagate_layouts` takes the
