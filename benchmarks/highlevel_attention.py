@@ -17,6 +17,7 @@ when OUT is set.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import inspect
 import json
@@ -28,10 +29,12 @@ from benchmarks.attention import TOLERANCE, _reason, _time, _versions, forward_f
 from benchmarks.matmul import ROUNDS, _error
 
 SHAPES = [(4, 32, 4096, 64), (4, 16, 4096, 128)]
-# (BLOCK_M, BLOCK_N, num_warps, num_stages): the tutorial's Hopper configs.
-CONFIGS = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)]
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) per head_dim: the tutorial's Hopper configs
+# (4 warps hold a 128 x 128 fp32 accumulator only with spills).
+CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128, 64, 8, 3), (128, 128, 8, 3)]}
 
 
+@functools.cache
 def triton_attention_kernel():
     """attention_example.attention_kernel compiled by Triton: its source (and its helper's)
     in a module that imports triton.language as tl, the decorators spelled triton.jit."""
@@ -52,7 +55,7 @@ def triton_attention_kernel():
     return module.attention_kernel
 
 
-def find_systems(torch, causal: bool) -> dict:
+def find_systems(torch, causal: bool, head_dim: int) -> dict:
     """name -> fn(q, k, v, scale), or a string saying why it is unavailable."""
     from weft.highlevel import attention_example
 
@@ -61,7 +64,7 @@ def find_systems(torch, causal: bool) -> dict:
         triton_kernel = triton_attention_kernel()
     except Exception as error:
         triton_kernel = "Triton unavailable: " + _reason(error)
-    for block_m, block_n, warps, stages in CONFIGS:
+    for block_m, block_n, warps, stages in CONFIGS[head_dim]:
         config = f"{block_m}x{block_n} w{warps} s{stages}"
         for name, kernel in (("weft.hl", None), ("triton", triton_kernel)):
             if isinstance(kernel, str):
@@ -156,7 +159,7 @@ def run(quick: bool = False, out_path: str | None = None) -> dict:
             scale = head_dim ** -0.5
             ref = reference(q, k, v, causal, scale)
             row = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "causal": causal}
-            row.update(measure_all(torch, find_systems(torch, causal), q, k, v, scale, ref,
+            row.update(measure_all(torch, find_systems(torch, causal, head_dim), q, k, v, scale, ref,
                                    forward_flops(batch, heads, seq, head_dim, causal)))
             for kind in ("graph", "do_bench"):
                 mine = best(row, "weft.hl", kind)
