@@ -18,9 +18,17 @@ with these choices, made from the tile and num_warps alone:
 - instruction N: the widest (at most 256) that one warp column's share of N allows; K
   per instruction 32 bytes (k16 for 16-bit inputs, k32 for fp8, k8 for tf32);
 - shared layouts: NVMMASharedLayout.get_default_for, the widest swizzle (128, 64 or 32
-  bytes) a row of the tile allows. A is stored K-major (K contiguous, as it is loaded);
-  B is stored N-major for 16-bit types, which wgmma reads transposed, and K-major for
-  fp8 and tf32, which wgmma reads K-major only (the store then transposes in registers).
+  bytes) a row of the tile allows. A loaded 16-bit tile is stored with the dim its load
+  reads contiguously contiguous (a K-major B, an M-major A: wgmma reads either through
+  its descriptor's major-ness); `tl.trans` of a loaded tile is stored as loaded and read
+  through a `shared_permute` view; fp8 and tf32 operands are stored K-major, the only
+  way wgmma reads them (the store then transposes a tile loaded otherwise). A 16-bit
+  tile computed in registers is stored with A K-major and B N-major;
+- register A: a 16-bit A that is not a load (P of attention) is not staged: wgmma reads
+  it from registers, in the A fragment of the accumulator, where propagate_layouts puts
+  it (register-local from a wgmma accumulator whose warpgroups hold whole rows);
+- operands defined outside every loop are stored once, before the kernel-level op that
+  holds the dot, into one buffer that every later dot of the same tile reads.
 
 The accumulator gets the wgmma layout: converted into it before the wgmma, and out of it
 after the wait (as `coalesce` anchors accesses), so `propagate_layouts` takes the
@@ -42,11 +50,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ...layouts import DotOperandLayout, LayoutError, NVMMADistributedLayout, NVMMASharedLayout
+from ...layouts import (DotOperandLayout, LayoutError, LinearLayout, LinearSharedLayout, NVMMADistributedLayout,
+                       NVMMASharedLayout)
+from ...layouts import rules as layout_rules
 from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot,
-                  ExpandDims, FenceAsyncShared, Kernel, MmaV2, Op, Reduce, SharedStore, Value, WarpgroupMma,
-                  WarpgroupMmaWait)
+                  ExpandDims, FenceAsyncShared, Kernel, Load, MmaV2, Op, Permute, Reduce, SharedPermute, SharedStore,
+                  Value, WarpgroupMma, WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
 from .fold_dot_add import fold_dot_add
@@ -170,9 +180,14 @@ def _error(dot: Dot, why: str, num_warps: int) -> CompilationError:
 class DotAcceleration:
     """The rewrite of one kernel: dots replaced, their buffers collected for hoisting."""
 
-    def __init__(self, num_warps: int, box_reads: Optional[dict] = None):
+    def __init__(self, num_warps: int, definitions: dict[Value, Op], top_level: set[Value],
+                 box_reads: Optional[dict] = None):
         self.num_warps = num_warps
-        self.box_reads = box_reads or {}
+        self.definitions = definitions  # the op defining each value, over the whole kernel
+        self.top_level = top_level      # values defined outside every region (stored once, before it)
+        self.box_reads = box_reads or {}  # tiles TMA brought into shared memory (tma_operands.py)
+        self.folded: set[Value] = set()  # transposes read through permuted views instead
+        self.stored_once: dict[tuple[Value, NVMMASharedLayout], Value] = {}  # buffers of top-level tiles
 
     def block(self, block: Block, hoisted: list[Op]) -> Block:
         ops: list[Op] = []
@@ -202,16 +217,59 @@ class DotAcceleration:
 
     def wgmma(self, dot: Dot, choice: WgmmaChoice, hoisted: list[Op]) -> list[Op]:
         ops: list[Op] = []
-        buffers = stage_operands(dot, choice.a_shared, choice.b_shared, hoisted, ops, self.box_reads, wgmma=True)
+        a = box_operand(dot, 0, choice.a_shared, self.box_reads, ops, wgmma=True)
+        if a is None:
+            a_source = operand_source(dot.a, 0, self.definitions)
+            if dot.a.type.element.bits == 16 and not a_source.loaded:
+                # A computed in registers (P of attention) stays there: propagate_layouts places it
+                # in the wgmma A fragment, register-local from a 16-bit tile in a wgmma accumulator.
+                a = dot.a
+            else:
+                a = self.stage(dot, a_source, "a_smem", hoisted, ops)
+        b = box_operand(dot, 1, choice.b_shared, self.box_reads, ops, wgmma=True)
+        if b is None:
+            b = self.stage(dot, operand_source(dot.b, 1, self.definitions), "b_smem", hoisted, ops)
         ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
         product = Value(placed, dot.result.hint)
-        ops.append(WarpgroupMma(result=product, a=buffers[0], b=buffers[1], acc=anchored, is_async=True,
-                                loc=dot.loc))
+        ops.append(WarpgroupMma(result=product, a=a, b=b, acc=anchored, is_async=True, loc=dot.loc))
         waited = Value(placed, dot.result.hint)
         ops.append(WarpgroupMmaWait(results=(waited,), deps=(product,), pending=0, loc=dot.loc))
         ops.append(ConvertLayout(result=dot.result, operand=waited, loc=dot.loc))
         return ops
+
+    def stage(self, dot: Dot, source: "OperandSource", name: str, hoisted: list[Op], ops: list[Op]) -> Value:
+        """The operand's wgmma view: `source.value` stored to a buffer in the layout it was
+        loaded in where wgmma reads that (16-bit types), else K-major; the store runs once
+        before the loops when the value is defined outside them; a folded transpose is a
+        permuted view of the buffer (a transposed descriptor, no data moved)."""
+        value = source.value
+        shape, element = value.type.shape, value.type.element
+        if element.bits == 16 and source.contiguous_dim is not None:
+            dim0_contiguous = source.contiguous_dim == 0
+        else:
+            # wgmma reads 8- and 32-bit operands K-major only (PTX ISA 9.7.15.5.1: "imm-trans"
+            # is for 16-bit types); 16-bit tiles computed in registers keep A K-major, B N-major.
+            dim0_contiguous = element.bits != 16 and source.k_dim == 0
+        shared = NVMMASharedLayout.get_default_for(shape, element.bits, transposed=dim0_contiguous)
+        buffer = self.stored_once.get((value, shared))
+        if buffer is None:
+            buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
+            hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
+            store = SharedStore(buffer=buffer, value=value, loc=dot.loc)
+            if value in self.top_level:
+                # Written once, before the loops: later dots of the same tile read it too (Q of
+                # attention's two causal loops), so the tile need not stay in registers.
+                hoisted.append(store)
+                self.stored_once[(value, shared)] = buffer
+            else:
+                ops.append(store)
+        if not source.permuted:
+            return buffer
+        self.folded.add(dot.a if name == "a_smem" else dot.b)
+        view = Value(transposed_view_type(buffer.type, shared), name)
+        ops.append(SharedPermute(result=view, buffer=buffer, order=(1, 0), loc=dot.loc))
+        return view
 
     def tf32x3(self, dot: Dot, hoisted: list[Op]) -> list[Op]:
         """Triton's tf32x3: each fp32 operand split into a tf32 head and the tf32 of what
@@ -255,6 +313,64 @@ def stage_operands(dot: Dot, a_shared: NVMMASharedLayout, b_shared: NVMMASharedL
         ops.append(SharedStore(buffer=buffer, value=operand, loc=dot.loc))
         buffers.append(buffer)
     return buffers
+
+
+@dataclasses.dataclass(frozen=True)
+class OperandSource:
+    """What a wgmma operand is staged from: `value`, the tile stored to shared memory (the
+    operand itself, or the tile it is the transpose of: `permuted`), whether it is a global
+    load (`loaded`, through layout conversions), the dim of `value` that load reads
+    contiguously (None when unknown), and the dim of `value` that is the dot's K."""
+
+    value: Value
+    permuted: bool
+    loaded: bool
+    contiguous_dim: Optional[int]
+    k_dim: int
+
+
+def _loaded_layout(value: Value, definitions: dict[Value, Op]) -> Optional[LinearLayout]:
+    """The register layout of the global load `value` is (through layout conversions), or
+    None when `value` is computed."""
+    op = definitions.get(value)
+    while isinstance(op, ConvertLayout):
+        op = definitions.get(op.operand)
+    if isinstance(op, Load) and op.result.type.layout is not None:
+        return op.result.type.layout
+    return None
+
+
+def fastest_dim(layout: LinearLayout) -> Optional[int]:
+    """The dim a thread's consecutive registers (else a warp's consecutive lanes) step along."""
+    names = [f"dim{i}" for i in range(len(layout.out_dims))]
+    ordered = layout.transpose_outs(names)
+    for in_dim in ("register", "lane"):
+        for basis in ordered.bases.get(in_dim, ()):
+            if any(basis):
+                return next(d for d, v in enumerate(basis) if v)
+    return None
+
+
+def operand_source(operand: Value, index: int, definitions: dict[Value, Op]) -> OperandSource:
+    """The OperandSource of operand `index` (0: A [M, K], 1: B [K, N]): `tl.trans` of a
+    loaded tile is folded (the tile is stored as loaded and read transposed)."""
+    k_dim = 1 - index
+    op = definitions.get(operand)
+    if isinstance(op, Permute) and op.order == (1, 0):
+        layout = _loaded_layout(op.operand, definitions)
+        if layout is not None:
+            return OperandSource(op.operand, True, True, fastest_dim(layout), 1 - k_dim)
+    layout = _loaded_layout(operand, definitions)
+    return OperandSource(operand, False, layout is not None, None if layout is None else fastest_dim(layout), k_dim)
+
+
+def transposed_view_type(buffer: SharedType, shared: NVMMASharedLayout) -> SharedType:
+    """The type of `buffer` seen with its two dims swapped (as lowlevel's `permute((1, 0))`)."""
+    layout = layout_rules.permute_layout(buffer.layout.transpose_outs(["dim0", "dim1"]), (1, 0))
+    shape = buffer.shape[::-1]
+    flipped = NVMMASharedLayout(shared.swizzle_byte_width, shared.element_bitwidth, 2, not shared.transposed)
+    encoding = flipped if flipped.to_linear(shape) == layout else LinearSharedLayout.from_linear(layout)
+    return SharedType(shape, buffer.element, layout, encoding)
 
 
 def anchor_accumulator(dot: Dot, encoding: NVMMADistributedLayout, ops: list[Op]) -> tuple[Value, TensorType]:
@@ -328,7 +444,9 @@ def accelerate_dots(kernel: Kernel) -> Kernel:
     """Every `dot` of a `tile` kernel replaced (see the module docstring); the shared
     buffers of the dots inside a loop are allocated before the kernel-level op holding it."""
     kernel = fold_dot_add(kernel)  # `acc += tl.dot(a, b)`: the wgmma accumulates into acc
-    acceleration = DotAcceleration(kernel.num_warps, tensor_descriptor_reads(kernel))
+    definitions = {value: op for op in kernel.walk() for value in op.defines()}
+    top_level = set(kernel.body.args) | {value for op in kernel.body.ops for value in op.defines()}
+    acceleration = DotAcceleration(kernel.num_warps, definitions, top_level, tensor_descriptor_reads(kernel))
     ops: list[Op] = []
     for op in kernel.body.ops:
         hoisted: list[Op] = []
@@ -336,5 +454,14 @@ def accelerate_dots(kernel: Kernel) -> Kernel:
         replaced = acceleration.dot(op, hoisted) if isinstance(op, Dot) else [op]
         ops.extend(hoisted)
         ops.extend(replaced)
-    return kernel.with_body(Block(kernel.body.args, tuple(ops)))
+    body = Block(kernel.body.args, tuple(ops))
+    used = {value for op in body.walk() for value in op.uses()}
+    return kernel.with_body(drop_transposes(body, acceleration.folded - used))
 
+
+def drop_transposes(block: Block, unused: set[Value]) -> Block:
+    """`block` without the transposes in `unused` (folded into views, read by nothing else),
+    so that the pipelining pass sees each loaded tile read by its store alone."""
+    ops = tuple(op.map_regions(lambda region: drop_transposes(region, unused)) for op in block.ops
+                if not (isinstance(op, Permute) and op.result in unused))
+    return Block(block.args, ops)

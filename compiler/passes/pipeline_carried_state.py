@@ -164,13 +164,14 @@ class StatePipeliner:
         state = tuple(loop.inits[i - 1] for i in self.state.indices)
         for j in range(self.stages - 1):
             iv = loop.lower if j == 0 else out.binary("add", loop.lower, out.int(j * self.step))
-            state = self.issue(out, iv, out.int(j), state, ())
+            state = self.issue(out, iv, out.int(j), state, (), {}, j)
         return state
 
-    def issue(self, out, iv: Value, slot: Value, state, deltas) -> tuple[Value, ...]:
+    def issue(self, out, iv: Value, slot: Value, state, deltas, carried=None, steps: int = 0) -> tuple[Value, ...]:
         """The copies of the iteration at `iv` (whose carried state is `state`) into ring
         slot `slot` where that iteration exists, their commit group, and the next
-        iteration's state."""
+        iteration's state (LoopPipeliner.issue's `carried` and `steps` are for computed
+        addresses, which this state replaces)."""
         body = self.loop.body
         mapping = {body.args[0]: iv, **{body.args[i]: v for i, v in zip(self.state.indices, state)}}
         out.ops.extend(clone_deep(self.state.ops, mapping))

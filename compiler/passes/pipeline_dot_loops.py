@@ -39,16 +39,23 @@ unconditional: wait_group counts groups, empty or not. Masked-off elements are z
 by cp.async, as a load's zero `other` would fill them; each copy's mask is the load's,
 computed again for the copy's own iteration.
 
-A loop whose loads cannot be moved (a non-zero `other`, a pointer that is not a
-loop-carried pointer advanced by a loop-invariant offset, a mask that reads carried values
-other than the induction variable, a loaded tile used for more than the store, a runtime
-step) is left as accelerate_dots made it. Pointers and masks computed afresh each
-iteration from the induction variable and carried values that advance without side effects
-(the flattened persistent matmul) are copied from a second copy of those values kept
-S - 1 iterations ahead: see pipeline_carried_state. A loop of 2 stages, or whose body runs anything
+A load may also read an address computed in the body (`ComputedAddress`): from the
+induction variable, values from outside the loop, and carried values the body advances by a
+loop-invariant step (block pointers' offsets after `tl.advance`, integer counters, pointers).
+Its copy for iteration i + j computes the pointer and mask again with the induction variable
+of that iteration and each advanced value stepped j times; nothing more is carried.
+Pointers and masks computed afresh each iteration from carried values that advance without
+side effects but by no loop-invariant step (the flattened persistent matmul's tile change)
+are copied from a second copy of those values kept S - 1 iterations ahead: see
+pipeline_carried_state.
+
+A loop whose loads cannot be moved (a non-zero `other`, an address that reads a carried
+value the body changes otherwise, a loaded tile used for more than the store, a runtime
+step) is left as accelerate_dots made it. A loop of 2 stages, or whose body runs anything
 but one async wgmma reading the rings, waited for and converted straight into the yield
-(an accumulator read in the loop, mma.sync, several dots), keeps its wait(0) in each
-iteration and issues the copies before it, while the wgmma runs.
+(an accumulator read in the loop, mma.sync, several dots: attention's two dots with the
+accumulator rescaled between them), keeps its wait(0) in each iteration and issues the
+copies before it, while the last wgmma runs.
 """
 
 from __future__ import annotations
@@ -77,15 +84,39 @@ PURE_OPS = (Constant, Splat, Arange, Binary, Unary, Compare, Where, Cast, Bitcas
 
 @dataclasses.dataclass(frozen=True)
 class StagedOperand:
-    """One operand load of a loop and what pipelining it needs."""
+    """One operand load of a loop and what pipelining it needs: a load through a
+    loop-carried pointer (`carried`), or through an address computed in the body
+    (`computed`, then `carried` is None)."""
 
     store: SharedStore
     load: Load
     dropped: tuple[Op, ...]     # the load, and the conversion between it and the store
-    carried: int                # index in the body's args of the pointer the load reads
-    delta: Value                # the loop-invariant offset that pointer advances by
+    carried: Optional[int]      # index in the body's args of the pointer the load reads
+    delta: Optional[Value]      # the loop-invariant offset that pointer advances by
     delta_ops: tuple[Op, ...]   # the body's ops computing `delta` (to compute it before the loop)
     mask_ops: tuple[Op, ...]    # the body's ops computing the load's mask (from iv)
+    computed: Optional["ComputedAddress"] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Advance:
+    """A loop-carried value the body advances by a loop-invariant `delta` each iteration
+    (an integer add, or add_ptr: block-pointer offsets, pointers), or keeps (delta None)."""
+
+    index: int                  # in the body's args
+    delta: Optional[Value]
+    delta_ops: tuple[Op, ...]   # the body's ops computing `delta`
+    is_pointer: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputedAddress:
+    """A load's pointer and mask computed in the body from the induction variable, values
+    from outside and carried values that advance by loop-invariant steps (`advances`): the
+    copy for iteration i + j computes them again with each advanced value stepped j times."""
+
+    ops: tuple[Op, ...]         # the body's ops computing the pointer and the mask, in order
+    advances: tuple[Advance, ...]
 
 
 class Uses:
@@ -165,7 +196,11 @@ def match_operand(loop: For, store: SharedStore, defs: Definitions, uses: Uses) 
     if isinstance(defs.get(pointer), ConvertLayout):
         pointer = defs.get(pointer).operand
     if pointer not in body.args[1:]:
-        return None
+        computed = match_computed_address(loop, load, defs)
+        if computed is None:
+            return None
+        dropped.append(load)
+        return StagedOperand(store, load, tuple(dropped), None, None, (), (), computed)
     carried = body.args.index(pointer)
     advanced = defs.get(body.ops[-1].values[carried - 1])
     if not (isinstance(advanced, AddPtr) and advanced.pointer is pointer):
@@ -176,6 +211,44 @@ def match_operand(loop: For, store: SharedStore, defs: Definitions, uses: Uses) 
         return None
     dropped.append(load)
     return StagedOperand(store, load, tuple(dropped), carried, advanced.offset, tuple(delta_ops), tuple(mask_ops))
+
+
+def match_advance(loop: For, index: int, defs: Definitions) -> Optional[Advance]:
+    """The Advance of body arg `index`, or None when the body changes it otherwise."""
+    arg = loop.body.args[index]
+    yielded = loop.body.ops[-1].values[index - 1]
+    if yielded is arg:
+        return Advance(index, None, (), False)
+    op = defs.get(yielded)
+    if isinstance(op, AddPtr) and op.pointer is arg:
+        delta, is_pointer = op.offset, True
+    elif isinstance(op, Binary) and op.kind == "add" and arg in (op.lhs, op.rhs) and op.lhs is not op.rhs:
+        delta, is_pointer = (op.rhs if op.lhs is arg else op.lhs), False
+    else:
+        return None
+    delta_ops = _slice(delta, defs, ())
+    return None if delta_ops is None else Advance(index, delta, tuple(delta_ops), is_pointer)
+
+
+def match_computed_address(loop: For, load: Load, defs: Definitions) -> Optional[ComputedAddress]:
+    """The ComputedAddress of `load`, or None when its pointer or mask reads a carried value
+    that does not advance by a loop-invariant step."""
+    body = loop.body
+    pointer_reads = _slice(load.pointer, defs, body.args)
+    mask_reads = [] if load.mask is None else _slice(load.mask, defs, body.args)
+    if pointer_reads is None or mask_reads is None:
+        return None
+    order = {id(op): position for position, op in enumerate(body.ops)}
+    ops = sorted({id(op): op for op in pointer_reads + mask_reads}.values(), key=lambda op: order[id(op)])
+    read_args = {value for op in ops for value in op.uses() if value in body.args[1:]}
+    read_args |= {value for value in (load.pointer, load.mask) if value in body.args[1:]}
+    advances = []
+    for arg in read_args:
+        advance = match_advance(loop, body.args.index(arg), defs)
+        if advance is None:
+            return None
+        advances.append(advance)
+    return ComputedAddress(tuple(ops), tuple(sorted(advances, key=lambda a: a.index)))
 
 
 def clone(ops, mapping: dict[Value, Value]) -> list[Op]:
@@ -279,17 +352,26 @@ class LoopPipeliner:
         self.deferred: Optional[DeferredWait] = None  # set by body()
 
     def ahead_args(self) -> tuple[Value, ...]:
-        """The body's new args: each operand's pointer S - 1 iterations ahead."""
+        """The body's new args: each carried-pointer operand's pointer S - 1 iterations ahead."""
         body = self.loop.body
-        return tuple(Value(body.args[operand.carried].type, "ahead") for operand in self.operands)
+        return tuple(Value(body.args[operand.carried].type, "ahead") for operand in self.operands
+                     if operand.computed is None)
 
-    def issue(self, out: Emitter, iv: Value, slot: Value, pointers, deltas) -> tuple[Value, ...]:
-        """The copies of the iteration at `iv` into ring slot `slot`, from `pointers`, and
-        their commit group; the copies only where that iteration exists (the group, empty or
-        not, always: wait_group counts groups). Returns the pointers advanced by `deltas`."""
+    def issue(self, out: Emitter, iv: Value, slot: Value, pointers, deltas, carried: dict[int, Value],
+              steps: int) -> tuple[Value, ...]:
+        """The copies of the iteration at `iv` into ring slot `slot`, from `pointers` (the
+        carried-pointer operands'), and their commit group; the copies only where that
+        iteration exists (the group, empty or not, always: wait_group counts groups).
+        Computed addresses read the carried values `carried` stepped `steps` times. Returns
+        the pointers advanced by `deltas`."""
         copies = Emitter(self.loop.loc)
         advanced = []
-        for operand, pointer, delta in zip(self.operands, pointers, deltas):
+        pointers, deltas = iter(pointers), iter(deltas)
+        for operand in self.operands:
+            if operand.computed is not None:
+                self.copy_computed(copies, operand, slot, iv, carried, steps)
+                continue
+            pointer, delta = next(pointers), next(deltas)
             self.copy(copies, operand, slot, pointer, iv)
             advanced.append(out.emit(AddPtr, pointer.type, pointer.hint, pointer=pointer, offset=delta))
         exists = out.emit(Compare, i1, predicate="lt", lhs=iv, rhs=self.loop.upper)
@@ -311,10 +393,37 @@ class LoopPipeliner:
             pointer = out.emit(ConvertLayout, load.pointer.type, operand=pointer)
         out.ops.append(AsyncCopyGlobalToShared(buffer=view, pointer=pointer, mask=mask, loc=load.loc))
 
+    def copy_computed(self, out: Emitter, operand: StagedOperand, slot: Value, iv: Value,
+                      carried: dict[int, Value], steps: int) -> None:
+        """Operand's copy for the iteration at `iv`, its address computed again from the
+        carried values `carried` (body arg index -> value) each stepped `steps` times."""
+        body = self.loop.body
+        mapping = {body.args[0]: iv}
+        for advance in operand.computed.advances:
+            value = carried[advance.index]
+            if advance.delta is not None and steps:
+                delta_at: dict[Value, Value] = {}
+                out.ops.extend(clone(advance.delta_ops, delta_at))
+                delta = delta_at.get(advance.delta, advance.delta)
+                if steps > 1:
+                    count = out.emit(Constant, delta.type, value=steps)
+                    delta = out.binary("mul", delta, count)
+                value = (out.emit(AddPtr, value.type, value.hint, pointer=value, offset=delta) if advance.is_pointer
+                         else out.binary("add", value, delta, value.hint))
+            mapping[body.args[advance.index]] = value
+        out.ops.extend(clone(operand.computed.ops, mapping))
+        load, buffer = operand.load, operand.store.buffer
+        view = out.emit(SharedIndex, buffer.type, buffer.hint, buffer=self.rings[buffer], index=slot)
+        mask = None if load.mask is None else mapping.get(load.mask, load.mask)
+        out.ops.append(AsyncCopyGlobalToShared(buffer=view, pointer=mapping.get(load.pointer, load.pointer), mask=mask,
+                                               loc=load.loc))
+
     def deltas(self, out: Emitter) -> list[Value]:
-        """Each operand's pointer step, computed again at this point."""
+        """Each carried-pointer operand's pointer step, computed again at this point."""
         found = []
         for operand in self.operands:
+            if operand.computed is not None:
+                continue
             mapping: dict[Value, Value] = {}
             out.ops.extend(clone(operand.delta_ops, mapping))
             found.append(mapping.get(operand.delta, operand.delta))
@@ -324,10 +433,11 @@ class LoopPipeliner:
         """Copies of iterations 0 .. S-2; returns the pointers of iteration S-1."""
         loop = self.loop
         deltas = self.deltas(out)
-        pointers = tuple(loop.inits[operand.carried - 1] for operand in self.operands)
+        pointers = tuple(loop.inits[operand.carried - 1] for operand in self.operands if operand.computed is None)
+        initial = {index: loop.inits[index - 1] for index in range(1, len(loop.body.args))}
         for j in range(self.stages - 1):
             iv = loop.lower if j == 0 else out.binary("add", loop.lower, out.int(j * self.step))
-            pointers = self.issue(out, iv, out.int(j), pointers, deltas)
+            pointers = self.issue(out, iv, out.int(j), pointers, deltas, initial, j)
         return pointers
 
     def body(self) -> Block:
@@ -374,7 +484,9 @@ class LoopPipeliner:
             if position == last_read:
                 lead = stages - 1
                 ahead_iv = out.binary("add", iv, out.int(lead * self.step))
-                next_ahead = self.issue(out, ahead_iv, self.refill_slot(out, slot), ahead, self.deltas(out))
+                current = {index: body.args[index] for index in range(1, len(body.args))}
+                next_ahead = self.issue(out, ahead_iv, self.refill_slot(out, slot), ahead, self.deltas(out),
+                                        current, lead)
         return Block(body.args + (slot,) + ahead, tuple(out.ops))
 
     def refill_slot(self, out: Emitter, slot: Value) -> Value:

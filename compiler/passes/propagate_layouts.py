@@ -32,7 +32,8 @@ import dataclasses
 from collections import defaultdict
 from typing import Callable, Optional
 
-from ...layouts import LayoutError, LinearDistributedLayout, LinearLayout, slice_layout
+from ...layouts import (DotOperandLayout, LayoutError, LinearDistributedLayout, LinearLayout, NVMMADistributedLayout,
+                       slice_layout)
 from ...layouts import rules as layout_rules
 from ..errors import UNKNOWN_LOC, CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, AsyncCopyGlobalToShared, AxisHint, Binary, Bitcast, Block, Broadcast, Cast,
@@ -274,9 +275,22 @@ def _reshape_backward(op: Reshape, result: Placement, ctx) -> Decision:
 
 @LAYOUT_RULES.forward(WarpgroupMma, MmaV2)
 def _mma_forward(op: Op, operands, ctx) -> Optional[Decision]:
-    """The accumulator layout accelerate_dots chose: the anchor, for acc and result."""
+    """The accumulator layout accelerate_dots chose: the anchor, for acc and result; a
+    wgmma's register A arrives in the A fragment of that accumulator."""
     anchor = ctx.anchors[id(op)]
-    return Decision(anchor, tuple(anchor if _tensor(v) else None for v in op.uses()))
+    operands = []
+    for value in op.uses():
+        if isinstance(op, WarpgroupMma) and value is op.a and _tensor(value):
+            operands.append(register_a_placement(value.type, anchor.encoding))
+        else:
+            operands.append(anchor if _tensor(value) else None)
+    return Decision(anchor, tuple(operands))
+
+
+def register_a_placement(type_: TensorType, acc: NVMMADistributedLayout) -> Placement:
+    """wgmma's register A fragment for an accumulator in `acc` (PTX ISA 9.7.15.5.1.1)."""
+    encoding = DotOperandLayout(0, acc, 32 // type_.element.bits)
+    return Placement(encoding.to_linear(type_.shape), encoding)
 
 
 @LAYOUT_RULES.forward(WarpgroupMmaWait)

@@ -235,3 +235,116 @@ def test_a_tile_too_large_for_the_fallback_says_what_to_change():
     assert "cannot run on the tensor cores" in error.message and "input_precision='ieee'" in error.message
     assert "tf32" in error.render()
     assert error.loc.line > 0 and "tl.dot(" in error.render()
+
+
+@tl.jit
+def tile_attention_step(q_ptr, k_ptr, v_ptr, o_ptr, N, BLOCK: tl.constexpr):
+    """acc += (q @ k_j^T).to(fp16) @ v_j over key blocks j: Q stored once before the loop,
+    k_j stored as loaded and read through a transposed view, P from registers."""
+    offs = tl.arange(0, BLOCK)
+    q = tl.load(q_ptr + offs[:, None] * BLOCK + offs[None, :])
+    acc = tl.zeros([BLOCK, BLOCK], tl.float32)
+    for n in range(0, N, BLOCK):
+        k = tl.load(k_ptr + (n + offs[:, None]) * BLOCK + offs[None, :])
+        v = tl.load(v_ptr + (n + offs[:, None]) * BLOCK + offs[None, :])
+        acc = tl.dot(tl.dot(q, tl.trans(k)).to(tl.float16), v, acc)
+    tl.store(o_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
+
+
+def test_golden_register_a_and_a_transposed_view():
+    signature = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp32", "N": "i32"}
+    specialization = {name: "divisible_by_16" for name in signature}
+    kernel = build_kernel(tile_attention_step, signature, {"BLOCK": 64}, 4, specialization, language="highlevel")
+    for name, run in pipeline.TILE_PASSES:
+        kernel = verify(run(kernel))
+        if name == "accelerate_dots":
+            break
+    check_golden(print_kernel(kernel), "TILE_ATTENTION_STEP_64")
+TILE_ATTENTION_STEP_64 = """\
+#L0 = {register=[(0,1), (0,2), (0,4), (16,0), (32,0)] lane=[(0,8), (0,16), (0,32), (1,0), (2,0)] warp=[(4,0), (8,0)]} -> [64x64]
+#L1 = {offset=[(0,1), (0,2), (0,4), (0,8), (0,16), (0,32), (1,8), (2,16), (4,32), (8,0), (16,0), (32,0)]} -> [64x64]
+#L2 = {offset=[(1,0), (2,0), (4,0), (8,0), (16,0), (32,0), (8,1), (16,2), (32,4), (0,8), (0,16), (0,32)]} -> [64x64]
+#L3 = {register=[(0,1), (8,0), (0,8), (0,16), (0,32)] lane=[(0,2), (0,4), (1,0), (2,0), (4,0)] warp=[(16,0), (32,0)]} -> [64x64]
+#L4 = {register=[(0,1), (0,2), (8,0), (16,0), (32,0)] lane=[(0,4), (0,8), (0,16), (0,32), (1,0)] warp=[(2,0), (4,0)]} -> [64x64]
+kernel @tile_attention_step(%q_ptr: *fp16, %k_ptr: *fp16, %v_ptr: *fp16, %o_ptr: *fp32, %N: i32) num_warps=4 {
+  %offs = arange [start=0 end=64] : tensor<64xi32>
+  %6 = expand_dims [axis=1] %offs : tensor<64x1xi32>
+  %7 = constant [value=64] : tensor<64x1xi32>
+  %8 = binary [kind=mul] %6, %7 : tensor<64x1xi32>
+  %9 = splat %q_ptr : tensor<64x1x*fp16>
+  %10 = add_ptr %9, %8 : tensor<64x1x*fp16>
+  %11 = expand_dims [axis=0] %offs : tensor<1x64xi32>
+  %12 = broadcast %10 : tensor<64x64x*fp16>
+  %13 = broadcast %11 : tensor<64x64xi32>
+  %14 = add_ptr %12, %13 : tensor<64x64x*fp16>
+  %15 = convert_layout %14 : tensor<64x64x*fp16, #L0>
+  %16 = load %15 : tensor<64x64xfp16, #L0>
+  %q = convert_layout %16 : tensor<64x64xfp16>
+  %acc = constant [value=0.0] : tensor<64x64xfp32>
+  %19 = constant [value=0] : i32
+  %20 = constant [value=64] : i32
+  %a_smem = allocate_shared_memory : shared<64x64xfp16, #L1>
+  shared_store %a_smem, %q
+  %b_smem = allocate_shared_memory : shared<64x64xfp16, #L1>
+  %b_smem_23 = allocate_shared_memory : shared<64x64xfp16, #L1>
+  %acc_24 = for %19, %N, %20, %acc : tensor<64x64xfp32> {
+    ^(%n: i32, %acc_26: tensor<64x64xfp32>)
+    %27 = expand_dims [axis=1] %offs : tensor<64x1xi32>
+    %28 = splat %n : tensor<64x1xi32>
+    %29 = binary [kind=add] %28, %27 : tensor<64x1xi32>
+    %30 = constant [value=64] : tensor<64x1xi32>
+    %31 = binary [kind=mul] %29, %30 : tensor<64x1xi32>
+    %32 = splat %k_ptr : tensor<64x1x*fp16>
+    %33 = add_ptr %32, %31 : tensor<64x1x*fp16>
+    %34 = expand_dims [axis=0] %offs : tensor<1x64xi32>
+    %35 = broadcast %33 : tensor<64x64x*fp16>
+    %36 = broadcast %34 : tensor<64x64xi32>
+    %37 = add_ptr %35, %36 : tensor<64x64x*fp16>
+    %38 = convert_layout %37 : tensor<64x64x*fp16, #L0>
+    %39 = load %38 : tensor<64x64xfp16, #L0>
+    %k = convert_layout %39 : tensor<64x64xfp16>
+    %41 = expand_dims [axis=1] %offs : tensor<64x1xi32>
+    %42 = splat %n : tensor<64x1xi32>
+    %43 = binary [kind=add] %42, %41 : tensor<64x1xi32>
+    %44 = constant [value=64] : tensor<64x1xi32>
+    %45 = binary [kind=mul] %43, %44 : tensor<64x1xi32>
+    %46 = splat %v_ptr : tensor<64x1x*fp16>
+    %47 = add_ptr %46, %45 : tensor<64x1x*fp16>
+    %48 = expand_dims [axis=0] %offs : tensor<1x64xi32>
+    %49 = broadcast %47 : tensor<64x64x*fp16>
+    %50 = broadcast %48 : tensor<64x64xi32>
+    %51 = add_ptr %49, %50 : tensor<64x64x*fp16>
+    %52 = convert_layout %51 : tensor<64x64x*fp16, #L0>
+    %53 = load %52 : tensor<64x64xfp16, #L0>
+    %v = convert_layout %53 : tensor<64x64xfp16>
+    shared_store %b_smem, %k
+    %b_smem_55 = shared_permute [order=(1, 0)] %b_smem : shared<64x64xfp16, #L2>
+    fence_async_shared
+    %56 = constant [value=0.0] : tensor<64x64xfp32>
+    %57 = convert_layout %56 : tensor<64x64xfp32, #L3>
+    %58 = warpgroup_mma [is_async=True] %a_smem, %b_smem_55, %57 : tensor<64x64xfp32, #L3>
+    %59 = warpgroup_mma_wait [pending=0] %58 : tensor<64x64xfp32, #L3>
+    %60 = convert_layout %59 : tensor<64x64xfp32>
+    %61 = cast %60 : tensor<64x64xfp16>
+    shared_store %b_smem_23, %v
+    fence_async_shared
+    %62 = convert_layout %acc_26 : tensor<64x64xfp32, #L3>
+    %acc_63 = warpgroup_mma [is_async=True] %61, %b_smem_23, %62 : tensor<64x64xfp32, #L3>
+    %acc_64 = warpgroup_mma_wait [pending=0] %acc_63 : tensor<64x64xfp32, #L3>
+    %acc_65 = convert_layout %acc_64 : tensor<64x64xfp32>
+    yield %acc_65
+  }
+  %66 = expand_dims [axis=1] %offs : tensor<64x1xi32>
+  %67 = constant [value=64] : tensor<64x1xi32>
+  %68 = binary [kind=mul] %66, %67 : tensor<64x1xi32>
+  %69 = splat %o_ptr : tensor<64x1x*fp32>
+  %70 = add_ptr %69, %68 : tensor<64x1x*fp32>
+  %71 = expand_dims [axis=0] %offs : tensor<1x64xi32>
+  %72 = broadcast %70 : tensor<64x64x*fp32>
+  %73 = broadcast %71 : tensor<64x64xi32>
+  %74 = add_ptr %72, %73 : tensor<64x64x*fp32>
+  %75 = convert_layout %74 : tensor<64x64x*fp32, #L4>
+  %76 = convert_layout %acc_24 : tensor<64x64xfp32, #L4>
+  store %75, %76
+}
+"""

@@ -142,7 +142,8 @@ def test_a_nonzero_other_leaves_the_loop_unpipelined_and_right():
 
 @tl.jit
 def recomputed_pointers(a_ptr, b_ptr, c_ptr, K, BLOCK: tl.constexpr):
-    """A K loop whose pointers are computed from k, not carried: copied from k + S - 1."""
+    """A K loop whose pointers are computed from k, not carried: each copy computes its
+    iteration's addresses again."""
     offs = tl.arange(0, BLOCK)
     acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
     for k in tl.range(0, K, BLOCK, num_stages=3):

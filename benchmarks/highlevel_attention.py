@@ -1,0 +1,217 @@
+"""The tutorial-style attention forward (weft/highlevel/attention_example.py) compiled by
+weft.highlevel and, from the same source, by Triton, beside weft.lowlevel's flash_attention
+and torch SDPA on cuDNN, one run.
+
+    python -m benchmarks.highlevel_attention [--quick] [--out results.json]
+
+fp16 [batch 4, heads 32 (head_dim 64) or 16 (head_dim 128), seq 4096], causal and not.
+Every system is checked against float32 torch (benchmarks/attention.reference) before it
+is timed; then the right ones are timed by CUDA-graph replay (attention._time, do_bench's
+window) and by triton.testing.do_bench on the eager call, in ROUNDS interleaved rounds
+(medians). Both compilers run the same configs (BLOCK_M x BLOCK_N, warps, stages), each
+named in the table. Triton is imported lazily: without it its columns say why, and the
+do_bench times are left out. The JSON goes to --out, or to $OUT/highlevel_attention.json
+when OUT is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import tempfile
+
+from benchmarks.attention import TOLERANCE, _reason, _time, _versions, forward_flops, reference
+from benchmarks.matmul import ROUNDS, _error
+
+SHAPES = [(4, 32, 4096, 64), (4, 16, 4096, 128)]
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) per head_dim: the tutorial's Hopper configs
+# (4 warps hold a 128 x 128 fp32 accumulator only with spills).
+CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128, 64, 8, 3), (128, 128, 8, 3)]}
+
+
+@functools.cache
+def triton_attention_kernel():
+    """attention_example.attention_kernel compiled by Triton: its source (and its helper's)
+    in a module that imports triton.language as tl, the decorators spelled triton.jit."""
+    from weft.highlevel import attention_example
+
+    if importlib.util.find_spec("triton") is None:
+        raise ImportError("no module named 'triton'")
+
+    parts = ["import triton\nimport triton.language as tl\n"]
+    for kernel in (attention_example._attention_blocks, attention_example.attention_kernel):
+        parts.append(inspect.getsource(kernel.fn).replace("@tl.jit", "@triton.jit", 1))
+    path = os.path.join(tempfile.mkdtemp(prefix="weft_tutorial_attention_"), "tutorial_attention.py")
+    with open(path, "w") as f:
+        f.write("\n\n".join(parts))
+    spec = importlib.util.spec_from_file_location("tutorial_attention", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.attention_kernel
+
+
+def find_systems(torch, causal: bool, head_dim: int) -> dict:
+    """name -> fn(q, k, v, scale), or a string saying why it is unavailable."""
+    from weft.highlevel import attention_example
+
+    found = {}
+    try:
+        triton_kernel = triton_attention_kernel()
+    except Exception as error:
+        triton_kernel = "Triton unavailable: " + _reason(error)
+    for block_m, block_n, warps, stages in CONFIGS[head_dim]:
+        config = f"{block_m}x{block_n} w{warps} s{stages}"
+        for name, kernel in (("weft.hl", None), ("triton", triton_kernel)):
+            if isinstance(kernel, str):
+                found[f"{name} {config}"] = kernel
+                continue
+            found[f"{name} {config}"] = (
+                lambda q, k, v, scale, kernel=kernel, block=(block_m, block_n), warps=warps, stages=stages:
+                attention_example.attention(q, k, v, causal, scale, block=block, num_warps=warps,
+                                            num_stages=stages, kernel=kernel)[0])
+    try:
+        from weft.kernels.attention import flash_attention
+
+        found["weft.ll"] = lambda q, k, v, scale: flash_attention(q, k, v, causal=causal, softmax_scale=scale)
+    except Exception as error:
+        found["weft.ll"] = "weft.kernels.attention unavailable: " + _reason(error)
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def cudnn(q, k, v, scale):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+        found["cudnn"] = cudnn
+    except Exception as error:
+        found["cudnn"] = "torch.nn.attention unavailable: " + _reason(error)
+    return found
+
+
+def _do_bench_ms(fn) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def measure_all(torch, systems: dict, q, k, v, scale, ref, flops) -> dict:
+    """name -> entry: every system checked against `ref`, then the right ones timed by graph
+    replay and by do_bench in ROUNDS interleaved rounds (the medians, as TFLOP/s)."""
+    entries = {}
+    for name, system in systems.items():
+        if isinstance(system, str):
+            entries[name] = {"failure": system}
+            continue
+        try:
+            out = system(q, k, v, scale)
+            torch.cuda.synchronize()
+            entries[name] = {"error": _error(out, ref)}
+            del out
+        except Exception as error:
+            entries[name] = {"failure": _reason(error)}
+            continue
+        if not entries[name]["error"] <= TOLERANCE:
+            entries[name]["failure"] = f"wrong result: error {entries[name]['error']:.2e} > {TOLERANCE}"
+    timers = {"graph": lambda fn: _time(torch, fn) * 1e3, "do_bench": _do_bench_ms}
+    samples = {name: {kind: [] for kind in timers} for name, entry in entries.items() if "failure" not in entry}
+    for _ in range(ROUNDS):
+        for name, times in samples.items():
+            call = lambda fn=systems[name]: fn(q, k, v, scale)  # noqa: E731
+            for kind, timer in timers.items():
+                if times[kind] is None:
+                    continue
+                try:
+                    times[kind].append(timer(call))
+                except Exception as error:
+                    entries[name][f"{kind}_failure"] = _reason(error)
+                    times[kind] = None
+    for name, times in samples.items():
+        for kind, values in times.items():
+            if values:
+                median = sorted(values)[len(values) // 2]
+                entries[name][f"{kind}_ms"] = median
+                entries[name][f"{kind}_tflops"] = flops / (median * 1e-3) / 1e12
+    return entries
+
+
+def best(row: dict, prefix: str, kind: str = "graph") -> float | None:
+    """The best TFLOP/s among the row's systems named `prefix ...` (or exactly `prefix`)."""
+    values = [cell[f"{kind}_tflops"] for name, cell in row.items()
+              if isinstance(cell, dict) and (name == prefix or name.startswith(prefix + " "))
+              and f"{kind}_tflops" in cell]
+    return max(values) if values else None
+
+
+def run(quick: bool = False, out_path: str | None = None) -> dict:
+    import torch
+
+    torch.manual_seed(0)
+    results = {**_versions(torch), "tolerance": TOLERANCE, "dtype": "float16", "rows": []}
+    for batch, heads, seq, head_dim in SHAPES[:1] if quick else SHAPES:
+        for causal in (False, True):
+            q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.float16)
+                       for _ in range(3))
+            scale = head_dim ** -0.5
+            ref = reference(q, k, v, causal, scale)
+            row = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "causal": causal}
+            row.update(measure_all(torch, find_systems(torch, causal, head_dim), q, k, v, scale, ref,
+                                   forward_flops(batch, heads, seq, head_dim, causal)))
+            for kind in ("graph", "do_bench"):
+                mine = best(row, "weft.hl", kind)
+                for other in ("triton", "weft.ll", "cudnn"):
+                    theirs = best(row, other, kind)
+                    if mine and theirs:
+                        row[f"hl_over_{other}_{kind}"] = mine / theirs
+            del q, k, v, ref
+            results["rows"].append(row)
+            print(_label(row), {name: round(cell.get("graph_tflops", 0)) for name, cell in row.items()
+                                if isinstance(cell, dict)}, file=sys.stderr, flush=True)
+            if out_path:
+                with open(out_path, "w") as f:
+                    json.dump(results, f, indent=1)
+    return results
+
+
+def _label(row) -> str:
+    return f"b{row['batch']} h{row['heads']} s{row['seq']} d{row['head_dim']} {'causal' if row['causal'] else 'full'}"
+
+
+def print_table(results) -> None:
+    print(f"{results['device']}  torch {results['torch']}  cuDNN {results['cudnn']}  Triton {results['triton']}  "
+          f"{results['date']}")
+    print("TFLOP/s, fp16: CUDA-graph replay / do_bench (eager); ERR = raised, unavailable or wrong")
+    for row in results["rows"]:
+        print(_label(row))
+        for name, cell in row.items():
+            if not isinstance(cell, dict):
+                continue
+            if "graph_tflops" in cell:
+                eager = f"{cell['do_bench_tflops']:.0f}" if "do_bench_tflops" in cell else "-"
+                print(f"  {name:<26}{cell['graph_tflops']:>7.0f} /{eager:>5}   (error {cell['error']:.1e})")
+            else:
+                print(f"  {name:<26}    ERR  {cell.get('failure', '')[:140]}")
+        ratios = [f"{key[len('hl_over_'):]} {row[key]:.2f}" for key in row if key.startswith("hl_over_")]
+        print("  best weft.hl over: " + (", ".join(ratios) if ratios else "-"))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="head_dim 64 only")
+    parser.add_argument("--out", help="write the results as JSON here (after every shape)")
+    args = parser.parse_args(argv)
+    out_path = args.out or (os.path.join(os.environ["OUT"], "highlevel_attention.json") if os.environ.get("OUT")
+                            else None)
+    results = run(args.quick, out_path)
+    print_table(results)
+    short = any("graph_tflops" not in cell for row in results["rows"] for name, cell in row.items()
+                if isinstance(cell, dict) and name.startswith("weft.hl"))
+    return 1 if short else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

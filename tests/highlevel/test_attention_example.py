@@ -1,0 +1,92 @@
+"""The tutorial-style attention forward of highlevel/attention_example.py: on the CPU
+emulator (race and deadlock checks on) against numpy float64, causal and not, with tails,
+head_dim 64 and 128, pipelined or not; its layout IR (K and V staged by cp.async from
+the block pointers, P fed to the second wgmma from registers, K^T read through a
+K-major descriptor with no register transpose); and its cubins at the Hopper configs
+through ptxas without spills."""
+
+import numpy as np
+import pytest
+
+from weft.compiler.ir import (AsyncCopyGlobalToShared, ConvertLayout, Permute, SharedStore, WarpgroupMma,
+                              is_tensor)
+from weft.highlevel import attention_example
+from weft.highlevel.jit import compile_kernel
+
+from ._compile import HAS_PTXAS
+
+RNG = np.random.default_rng(43)
+
+
+def reference(q, k, v, causal: bool, sm_scale: float):
+    """(out, log2-sum-exp2 of the scaled scores) in float64."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    scores = q @ k.transpose(0, 1, 3, 2) * sm_scale
+    if causal:
+        n = scores.shape[-1]
+        scores = np.where(np.tril(np.ones((n, n), bool)), scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    weights = np.exp(scores - top)
+    total = weights.sum(-1, keepdims=True)
+    lse = (top + np.log(total))[..., 0] / np.log(2)
+    return weights / total @ v, lse
+
+
+# (n_ctx, head_dim, causal, (BLOCK_M, BLOCK_N), num_warps, num_stages): tails where n_ctx is
+# not a multiple of the blocks.
+CASES = [(128, 64, False, (64, 64), 4, None), (200, 64, True, (128, 64), 8, 3), (96, 128, False, (64, 32), 4, 2),
+         (130, 128, True, (128, 128), 8, 3), (192, 64, True, (64, 32), 4, 4)]
+
+
+@pytest.mark.parametrize("n_ctx,head_dim,causal,block,num_warps,stages", CASES)
+def test_attention_matches_numpy(n_ctx, head_dim, causal, block, num_warps, stages):
+    q, k, v = ((0.5 * RNG.standard_normal((1, 2, n_ctx, head_dim))).astype(np.float16) for _ in range(3))
+    out, lse = attention_example.attention(q, k, v, causal, block=block, num_warps=num_warps, num_stages=stages)
+    expected, expected_lse = reference(q, k, v, causal, head_dim ** -0.5)
+    # fp16 P and V in fp32 sums; the output is rounded to fp16 (2^-11 of values below 4).
+    np.testing.assert_allclose(out.astype(np.float64), expected, atol=2e-3, rtol=0)
+    np.testing.assert_allclose(lse, expected_lse, atol=1e-4, rtol=1e-5)
+
+
+SIGNATURE = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "Out": "*fp16", "Lse": "*fp32", "sm_scale": "fp32",
+             **{f"stride_{t}{d}": "i32" for t, dims in (("q", "zhmd"), ("k", "zhnd"), ("v", "zhnd"), ("o", "zhmd"))
+                for d in dims}, "H": "i32", "n_ctx": "i32"}
+SPECIALIZATION = {**{name: "divisible_by_16" for name in SIGNATURE if name.startswith("stride") or name.isupper()},
+                  "n_ctx": "divisible_by_16", "stride_qd": "equal_to_1", "stride_kd": "equal_to_1",
+                  "stride_vd": "equal_to_1", "stride_od": "equal_to_1"}
+
+
+def constexprs(head_dim, block, causal):
+    return dict(HEAD_DIM=head_dim, BLOCK_M=block[0], BLOCK_N=block[1], CAUSAL=causal, EVEN=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_k_and_v_are_staged_by_cp_async_and_p_stays_in_registers(causal):
+    kernel = compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(64, (128, 64), causal),
+                            SPECIALIZATION, {"num_warps": 8, "target": "emulator", "num_stages": 3})
+    ops = list(kernel.walk())
+    loops = 2 if causal else 1
+    # Per loop: K and V for iterations 0 and 1 before it, and for i + 2 in it.
+    assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in ops) == 6 * loops
+    stores = [op for op in ops if isinstance(op, SharedStore)]
+    assert len(stores) == 1  # Q, once, before the loops
+    wgmmas = [op for op in ops if isinstance(op, WarpgroupMma)]
+    assert [is_tensor(op.a) for op in wgmmas] == [False, True] * loops
+    # K^T is read as loaded: no register permute, no conversion of a 16-bit tile.
+    assert not any(isinstance(op, Permute) for op in ops)
+    assert not any(isinstance(op, ConvertLayout) and op.result.type.element.name == "fp16" for op in ops)
+    k_ring = wgmmas[0].b.type.layout.bases["offset"][0]
+    assert k_ring == (1, 0)  # HEAD_DIM (the dot's K) contiguous: a K-major B descriptor
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="ptxas not installed")
+@pytest.mark.parametrize("head_dim,block,causal", [(64, (128, 64), True), (64, (128, 128), True),
+                                                   (128, (128, 64), True), (128, (128, 128), True),
+                                                   (128, (128, 128), False)])
+def test_the_hopper_configs_assemble_without_spills(head_dim, block, causal):
+    """The causal kernel (two loops) needs the most registers; 128x128 at head_dim 128 the most of all."""
+    compiled = attention_example.attention_kernel.compile(signature=SIGNATURE,
+                                                          constexprs=constexprs(head_dim, block, causal),
+                                                          num_warps=8, num_stages=3, specialization=SPECIALIZATION)
+    assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+    assert "cp.async" in compiled.asm["ptx"]
