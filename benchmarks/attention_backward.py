@@ -1,7 +1,7 @@
 """Attention backward on the GPU: weft's flash_attention_backward beside torch SDPA's backward
-with the cuDNN backend and with the flash backend (FlashAttention-2), in one run
-(`python -m benchmarks.attention --backward`). benchmarks/triton_attention.py has no
-backward: it is listed, not timed. Each system's dq, dk and dv are checked against a
+with the cuDNN backend, with the flash backend (FlashAttention-2) and the Triton tutorial's
+backward (benchmarks/triton_attention_backward.py), in one run
+(`python -m benchmarks.attention --backward`). Each system's dq, dk and dv are checked against a
 float32 torch reference before they are timed.
 
 TFLOP/s = 2.5 x the forward's 4 B H Sq Sk D (x 0.5 causal; ../shared/BENCHMARKS.md), bf16
@@ -15,15 +15,15 @@ Shapes: the FA3 grid from 1k tokens (batch * seq = 16k tokens, heads * head_dim 
 seq 1k..16k, head_dim 64, 128, 256), causal and not.
 
 Variants of weft's kernel are systems of their own, timed in the same run: "weft:f=v+g=w"
-is head_dim's default BackwardConfig with fields f and g changed (dq_reduce and pipelined
-pick the default config for that dQ accumulation and walk: at head_dim 256 "tma" takes one
-Q/dO slot, so it does not pipeline there; the pipelined walk takes three where they fit).
+is head_dim's default BackwardConfig with fields f and g changed. dq_reduce, split and
+pipelined pick the config: split "keys" (the default, keys_split_config) or "columns"
+(columns_split_config, the only layout with a pipelined walk, which pipelined=True picks;
+at head_dim 256 "tma" takes one Q/dO slot, so it does not pipeline there).
 `--dq atomics,tma --walk plain` (the defaults) put one such system in weft's place for each
 dQ accumulation and walk listed: weft (the default, dQ by TMA reduce-add, plain walk) and
-weft:dq_reduce=atomics; `--walk plain,pipelined` adds the pipelined walks. "weft:split=keys"
-is head_dim's keys_split_config (backward_keys.py: the consumers split the key block) with
-the default dQ accumulation, refused at head_dim 256: `--dq tma --systems
-weft,weft:split=keys,cudnn,flash` times it beside the default, cuDNN and flash.
+weft:dq_reduce=atomics; `--walk plain,pipelined` adds the pipelined walks. `--dq tma
+--systems weft,weft:split=columns,cudnn,flash,triton` times the two layouts beside cuDNN,
+flash and the Triton tutorial.
 """
 
 from __future__ import annotations
@@ -125,7 +125,13 @@ def find_systems(torch, wanted, q, k, v, do, causal: bool, scale: float) -> dict
         found["flash"] = sdpa_backward(SDPBackend.FLASH_ATTENTION)
     except Exception as error:
         found["cudnn"] = found["flash"] = "torch.nn.attention unavailable: " + _reason(error)
-    found["triton"] = "benchmarks/triton_attention.py has no backward"
+    try:
+        from benchmarks.triton_attention_backward import attention_backward as triton_backward
+
+        out_lse = flash_attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+        found["triton"] = lambda: triton_backward(q, k, v, *out_lse, do, causal=causal, softmax_scale=scale)
+    except Exception as error:
+        found["triton"] = "the tutorial's Triton backward unavailable: " + _reason(error)
     for name in wanted:
         if name.startswith("weft:"):
             found[name] = found["weft"] if isinstance(found["weft"], str) else \
@@ -139,7 +145,8 @@ def _weft_with(name: str, q, k, v, out, lse, do, causal: bool, scale: float):
     no Python literal is taken as a string); a reason where the config is refused."""
     try:
         from weft.kernels.attention import flash_attention_backward
-        from weft.kernels.attention.backward_host import default_backward_config, keys_split_config
+        from weft.kernels.attention.backward_host import (columns_split_config, default_backward_config,
+                                                          keys_split_config)
 
         fields = {}
         for item in name[len("weft:"):].split("+"):
@@ -150,10 +157,11 @@ def _weft_with(name: str, q, k, v, out, lse, do, causal: bool, scale: float):
                 fields[key] = value
         default = default_backward_config(q.shape[-1])
         dq_reduce = fields.pop("dq_reduce", default.dq_reduce)
-        if fields.pop("split", default.split) == "keys":
+        split, pipelined = fields.pop("split", default.split), fields.pop("pipelined", default.pipelined)
+        if split == "keys" and not pipelined:
             config = keys_split_config(q.shape[-1], dq_reduce)
         else:
-            config = default_backward_config(q.shape[-1], dq_reduce, fields.pop("pipelined", default.pipelined))
+            config = columns_split_config(q.shape[-1], dq_reduce, pipelined)
         config = dataclasses.replace(config, **fields)
     except Exception as error:
         return f"{name}: " + _reason(error)
