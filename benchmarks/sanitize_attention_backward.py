@@ -5,7 +5,7 @@ on the GPU machine, e.g.
     compute-sanitizer --tool racecheck python3 -m benchmarks.sanitize_attention_backward [--dq tma] [--pipelined]
 
 `--dq` and `--pipelined` pick the backward variant (default_backward_config's arguments);
-`--split keys` runs keys_split_config (backward_keys.py) with that dQ accumulation.
+`--split columns` runs columns_split_config (backward.py) with that dQ accumulation.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ def main(argv=None) -> int:
     import torch
 
     from weft.kernels.attention import flash_attention, flash_attention_backward
-    from weft.kernels.attention.backward_host import default_backward_config, keys_split_config
+    from weft.kernels.attention.backward_host import columns_split_config, default_backward_config
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dq", choices=("atomics", "tma"), default="atomics", help="dQ accumulation")
     parser.add_argument("--pipelined", action="store_true", help="the software-pipelined walk")
-    parser.add_argument("--split", choices=("columns", "keys"), default="columns",
+    parser.add_argument("--split", choices=("columns", "keys"), default="keys",
                         help="what the consumer warpgroups split (BackwardConfig.split)")
     parser.add_argument("--cases", help="comma-separated indices of the cases to run (racecheck is slow)")
     args = parser.parse_args(argv)
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
         do = torch.randn_like(q)
         out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
         try:
-            config = keys_split_config(head_dim, args.dq) if args.split == "keys" else \
+            config = columns_split_config(head_dim, args.dq, args.pipelined) if args.split == "columns" else \
                 default_backward_config(head_dim, args.dq, args.pipelined)
         except ValueError as error:  # e.g. head_dim 256 has no pipelined walk with dQ by TMA
             print(f"d={head_dim}: no such variant ({error})")

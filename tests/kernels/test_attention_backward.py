@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from weft.kernels.attention import flash_attention, flash_attention_backward, reference_attention
-from weft.kernels.attention.backward_host import BackwardConfig, default_backward_config, reference_attention_backward
+from weft.kernels.attention.backward_host import BackwardConfig, columns_split_config, reference_attention_backward
 
 TOLERANCE = 1e-2  # max |grad - ref| / max |ref|, fp16 inputs and P, dS rounded to fp16
 
@@ -61,7 +61,7 @@ def test_gradients_with_dq_added_by_tma(batch, heads, kv_heads, seq_q, seq_k, he
     """dq_reduce="tma": each consumer's dQ goes through its fp32 box in shared memory and
     is added into the accumulator by TMA reduce-add (the emulator checks that the box is
     read before it is rewritten)."""
-    config = default_backward_config(head_dim, "tma")
+    config = columns_split_config(head_dim, "tma")
     _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=11), causal, layout=layout,
            config=config)
 
@@ -81,7 +81,7 @@ def test_gradients_with_a_pipelined_walk(batch, heads, kv_heads, seq_q, seq_k, h
     """pipelined=True: each step's gradient GEMMs are those of the block before, the
     last block's after the walk (the emulator checks the slots and P/dS buffers are read
     before they are refilled)."""
-    config = default_backward_config(head_dim, dq_reduce, pipelined=True)
+    config = columns_split_config(head_dim, dq_reduce, pipelined=True)
     assert config.stages == 3  # room for a third Q/dO slot at 64 and 128
     _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=12), causal, layout=layout,
            config=config)

@@ -10,7 +10,7 @@ import pytest
 from weft.compiler.backend import ptxas
 from weft.kernels.attention import flash_attention, flash_attention_backward
 from weft.kernels.attention.backward import flash_attention_backward_kernel
-from weft.kernels.attention.backward_host import backward_constexprs, default_backward_config
+from weft.kernels.attention.backward_host import backward_constexprs, columns_split_config
 
 from .attention_torch import random_attention_inputs, torch_gradients
 
@@ -24,9 +24,9 @@ def _variant_config(head_dim: int, dtype_name: str, dq_reduce: str, pipelined: b
     and head_dim 256's one-slot ring with dQ by TMA cannot pipeline."""
     if (dq_reduce, pipelined) != VARIANTS[0] and dtype_name in ("float16", "fp16"):
         pytest.skip("variants run in bf16 only")
-    if pipelined and default_backward_config(head_dim, dq_reduce).stages < 2:
+    if pipelined and columns_split_config(head_dim, dq_reduce).stages < 2:
         pytest.skip("the pipelined walk needs two Q/dO slots")
-    return default_backward_config(head_dim, dq_reduce, pipelined)
+    return columns_split_config(head_dim, dq_reduce, pipelined)
 
 
 GPU_CASES = [
@@ -107,7 +107,7 @@ def _compile(head_dim: int, dtype: str, causal: bool, launch: int, dq_reduce: st
 @pytest.mark.parametrize("launch", [0, 1])
 @pytest.mark.parametrize("dq_reduce, pipelined", VARIANTS)
 def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch, dq_reduce, pipelined):
-    if launch >= default_backward_config(head_dim).launches:
+    if launch >= columns_split_config(head_dim).launches:
         pytest.skip(f"head_dim {head_dim} takes one launch")
     if (dq_reduce, pipelined) != VARIANTS[0] and not causal:  # both compile masked and unmasked steps
         pytest.skip("variants assemble causal only")
@@ -124,4 +124,4 @@ def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype
     meta = compiled.metadata
     assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
     assert meta["performance_warnings"] == []
-    assert meta["total_warps"] == 4 * default_backward_config(head_dim).consumers + 4
+    assert meta["total_warps"] == 4 * columns_split_config(head_dim).consumers + 4

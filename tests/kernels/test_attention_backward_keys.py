@@ -12,7 +12,7 @@ import pytest
 from weft.compiler.backend import ptxas
 from weft.kernels.attention import flash_attention, flash_attention_backward
 from weft.kernels.attention.backward_host import (BackwardConfig, backward_constexprs, backward_kernel,
-                                                  keys_split_config)
+                                                  default_backward_config, keys_split_config)
 
 from .attention_torch import random_attention_inputs, torch_gradients
 from .test_attention_backward import _check, _inputs
@@ -47,6 +47,13 @@ def test_keys_split_configs_that_cannot_hold_their_keys_are_refused():
     with pytest.raises(ValueError, match="split must be one of"):
         BackwardConfig(head_dim=128, split="rows")
     assert keys_split_config(256, "tma").stages == 1  # dQ's boxes take the second slot's room
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_the_default_is_the_keys_split_and_a_pipelined_walk_the_columns_split(head_dim):
+    assert default_backward_config(head_dim) == keys_split_config(head_dim)
+    assert default_backward_config(head_dim, "atomics") == keys_split_config(head_dim, "atomics")
+    assert default_backward_config(head_dim, "atomics", pipelined=True).split == "columns"
 
 
 @needs_ptxas
