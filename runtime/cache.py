@@ -16,12 +16,17 @@ Two levels, as the key cannot know before the frontend runs which globals a kern
 Entry format (`<cache_dir>/<key[:2]>/<key>.weft`), chosen so entries can be inspected
 with a text editor and loading one never executes code (unlike pickle):
 
-    weft-cache 2\\n
-    <sha256 hex of the payload>\\n
-    <payload: UTF-8 JSON {"dependencies": [[module, name, fingerprint], ...],
-                          "kernel": the CompiledKernel}>
+    weft-cache 3\n
+    <sha256 hex of the rest>\n
+    <byte length of the JSON>\n
+    <UTF-8 JSON {"dependencies": [[module, name, fingerprint], ...],
+                 "kernel": the CompiledKernel}>
+    <blobs: the long strings and bytes, raw, one after another>
 
-In the JSON, bytes (the cubin) are {"__bytes__": base64}, tuples {"__tuple__": [...]},
+A string or bytes value of at least BLOB_MIN bytes (the IR, PTX and cubin) is stored as a
+blob and named in the JSON as {"__blob__": [offset, length, "str" or "bytes"]}: parsing
+a megabyte of LLVM IR as a JSON string took longer than everything else a warm hit does.
+In the JSON, shorter bytes are {"__bytes__": base64}, tuples {"__tuple__": [...]},
 and dicts whose keys are not plain strings {"__dict__": [[key, value], ...]}, so an entry
 round-trips exactly. Writes go to a temporary file in the same directory and are moved
 into place with `os.replace`, so readers see the old entry, the new one, or none; an entry
@@ -37,7 +42,6 @@ import base64
 import dataclasses
 import functools
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -51,7 +55,8 @@ from ..compiler import config
 from ..compiler.compiled import CompiledKernel, Param
 from . import dependencies
 
-FORMAT = "weft-cache 2"
+FORMAT = "weft-cache 3"
+BLOB_MIN = 4096
 _log = logging.getLogger("weft.cache")
 
 
@@ -145,22 +150,54 @@ def make_key(kernel: str, constexprs: Mapping[str, Any], specialization: Any,
 
 # ----------------------------------------------------------------------------- encoding
 
-def _encode(value: Any, where: str) -> Any:
+class _Blobs:
+    """The long strings and bytes of one entry, kept raw after its JSON."""
+
+    def __init__(self, data: bytes = b""):
+        self.data, self.parts, self.size = data, [], 0
+
+    def put(self, value) -> dict:
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        self.parts.append(raw)
+        self.size += len(raw)
+        return {"__blob__": [self.size - len(raw), len(raw), "str" if isinstance(value, str) else "bytes"]}
+
+    def get(self, start: int, length: int, kind: str):
+        raw = self.data[start:start + length]
+        if len(raw) != length:
+            raise ValueError("a blob runs past the end of the entry")
+        return raw.decode() if kind == "str" else raw
+
+
+def _encode(value: Any, where: str, blobs: Optional[_Blobs] = None) -> Any:
+    if blobs is not None and isinstance(value, (str, bytes, bytearray)) and len(value) >= BLOB_MIN:
+        return blobs.put(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (bytes, bytearray)):
         return {"__bytes__": base64.b64encode(bytes(value)).decode()}
     if isinstance(value, tuple):
-        return {"__tuple__": [_encode(v, where) for v in value]}
+        return {"__tuple__": [_encode(v, where, blobs) for v in value]}
     if isinstance(value, list):
-        return [_encode(v, where) for v in value]
+        return [_encode(v, where, blobs) for v in value]
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in value):
-            return {k: _encode(v, f"{where}.{k}") for k, v in value.items()}
-        return {"__dict__": [[_encode(k, where), _encode(v, where)]
+            return {k: _encode(v, f"{where}.{k}", blobs) for k, v in value.items()}
+        return {"__dict__": [[_encode(k, where, blobs), _encode(v, where, blobs)]
                              for k, v in value.items()]}
     raise CacheError(f"cannot cache {where}: {type(value).__qualname__} is not JSON-like "
                      "(use str, int, float, bool, None, bytes, tuple, list or dict)")
+
+
+def _resolve_blobs(value: Any, blobs: _Blobs) -> Any:
+    """`value` with each {"__blob__": ...} replaced by the string or bytes it names."""
+    if isinstance(value, list):
+        return [_resolve_blobs(v, blobs) for v in value]
+    if isinstance(value, dict):
+        if "__blob__" in value:
+            return blobs.get(*value["__blob__"])
+        return {k: _resolve_blobs(v, blobs) for k, v in value.items()}
+    return value
 
 
 def _decode(value: Any) -> Any:
@@ -182,31 +219,36 @@ def _hashable(value: Any) -> Any:
 
 
 def encode_kernel(compiled: CompiledKernel, dependencies: Sequence[Sequence[str]] = ()) -> bytes:
-    """The file contents (header + checksum + JSON payload) for one kernel and the
+    """The file contents (header, checksum, JSON, blobs) for one kernel and the
     (module, name, fingerprint) dependencies it was compiled against. Every dataclass field
     is stored, so fields added to CompiledKernel later are kept too."""
+    blobs = _Blobs()
     document = {}
     for field in dataclasses.fields(CompiledKernel):
         value = getattr(compiled, field.name)
         if field.name == "params":
             value = [[p.name, p.type] + ([list(p.hidden)] if p.hidden else []) for p in value]
-        document[field.name] = _encode(value, field.name)
+        document[field.name] = _encode(value, field.name, blobs)
     entry = {"dependencies": [list(d) for d in dependencies], "kernel": document}
     payload = json.dumps(entry, sort_keys=True).encode()
-    return f"{FORMAT}\n{hashlib.sha256(payload).hexdigest()}\n".encode() + payload
+    body = f"{len(payload)}\n".encode() + payload + b"".join(blobs.parts)
+    return f"{FORMAT}\n{hashlib.sha256(body).hexdigest()}\n".encode() + body
 
 
 def decode_entry(data: bytes) -> tuple[list, dict]:
-    """(dependencies, kernel document) of `encode_kernel`'s output; ValueError when it is
-    truncated or altered."""
+    """(dependencies, kernel document, blobs in place) of `encode_kernel`'s output;
+    ValueError when it is truncated or altered."""
     header, _, rest = data.partition(b"\n")
-    digest, _, payload = rest.partition(b"\n")
+    digest, _, body = rest.partition(b"\n")
     if header.decode(errors="replace") != FORMAT:
         raise ValueError(f"not a {FORMAT!r} entry")
-    if hashlib.sha256(payload).hexdigest().encode() != digest:
+    if hashlib.sha256(body).hexdigest().encode() != digest:
         raise ValueError("checksum mismatch (truncated or corrupt entry)")
-    entry = json.loads(payload)
-    return entry["dependencies"], entry["kernel"]
+    length, _, rest = body.partition(b"\n")
+    payload_length = int(length)
+    entry = json.loads(rest[:payload_length])
+    document = _resolve_blobs(entry["kernel"], _Blobs(rest[payload_length:]))
+    return entry["dependencies"], document
 
 
 def kernel_from_document(document: dict) -> CompiledKernel:

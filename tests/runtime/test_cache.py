@@ -58,8 +58,9 @@ def _kernel(make_vadd):
         cluster=(2, 1, 1))
 
 
-def test_round_trip_is_exact(cache_dir, make_vadd):
-    kernel = _kernel(make_vadd)
+@pytest.mark.parametrize("blobs", [False, True])
+def test_round_trip_is_exact(cache_dir, make_vadd, blobs):
+    kernel = (_long_kernel if blobs else _kernel)(make_vadd)
     key = _key()
     path = cache.put(key, kernel)
     assert path == cache_dir / key[:2] / f"{key}.weft"
@@ -68,16 +69,28 @@ def test_round_trip_is_exact(cache_dir, make_vadd):
     assert os.listdir(path.parent) == [path.name]  # no temporary files left behind
 
 
+def _long_kernel(make_vadd):
+    """A kernel whose PTX and cubin are long enough to be stored as blobs."""
+    return make_vadd(asm={"source": "def vadd(...)", "ptx": "// ptx line\n" * 1000,
+                          "cubin": bytes(range(256)) * 40}, metadata={"registers": 12})
+
+
 def test_entries_are_readable_text(cache_dir, make_vadd):
-    path = cache.put(_key(), _kernel(make_vadd))
-    head = path.read_bytes().split(b"\n", 2)
-    assert head[0] == b"weft-cache 2" and len(head[1]) == 64
-    assert b'"name": "vadd"' in head[2]
+    kernel = _long_kernel(make_vadd)
+    path = cache.put(_key(), kernel)
+    head = path.read_bytes().split(b"\n", 3)
+    assert head[0] == b"weft-cache 3" and len(head[1]) == 64
+    json_text, blobs = head[3][:int(head[2])], head[3][int(head[2]):]
+    assert b'"name": "vadd"' in json_text
+    # The PTX is long: it follows the JSON as plain text, which names where it lies.
+    assert b'"__blob__"' in json_text
+    assert kernel.asm["ptx"].encode() in blobs and kernel.asm["ptx"].encode() not in json_text
+    assert cache.decode_kernel(path.read_bytes()) == kernel
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "header"])
 def test_corrupt_entry_is_a_miss_and_is_removed(cache_dir, make_vadd, damage):
-    kernel = _kernel(make_vadd)
+    kernel = _long_kernel(make_vadd)
     key = _key()
     path = cache.put(key, kernel)
     data = bytearray(path.read_bytes())
