@@ -179,18 +179,22 @@ class TmaLoopPipeliner:
     def empty(self, out, slot: Value) -> Value:
         return out.emit(SharedIndex, self.bar_type, "empty", buffer=self.empties, index=slot)
 
-    def release_and_acquire(self, out, iv: Value, slot: Value, phase: Value, refill: Value) -> None:
-        """Iteration i - 1's slot (`refill`), whose wgmma has retired: every warp hands it
-        back on its empty barrier (when iteration i - 1 exists), and the elected thread waits
-        for that before refilling it. The phase is iteration i - 1's: `phase`, flipped when
-        iteration i opens a round of the ring (slot 0). In iteration 0 the wait is for parity
-        1, which a fresh barrier passes (the slot it refills was never filled)."""
-        loc = self.loop.loc
+    def release(self, out, iv: Value, previous: Value) -> None:
+        """Iteration i - 1's slot (`previous`), whose wgmma has retired: every warp hands it
+        back on its empty barrier (when iteration i - 1 exists)."""
         started = out.emit(Compare, i1, predicate="ne", lhs=iv, rhs=self.loop.lower)
-        out.ops.append(MBarrierArrive(barrier=self.empty(out, refill), pred=started, per_warp=True, loc=loc))
+        out.ops.append(MBarrierArrive(barrier=self.empty(out, previous), pred=started, per_warp=True,
+                                      loc=self.loop.loc))
+
+    def acquire(self, out, slot: Value, phase: Value, refill: Value) -> None:
+        """The elected thread waits for the release of `refill` (iteration i - 1's slot).
+        The phase is iteration i - 1's: `phase`, flipped when iteration i opens a round of
+        the ring (slot 0). In iteration 0 the wait is for parity 1, which a fresh barrier
+        passes (the slot it refills was never filled)."""
         opens = out.emit(Cast, i32, operand=out.emit(Compare, i1, predicate="eq", lhs=slot, rhs=out.int(0)))
         released = out.emit(Binary, i32, "released", kind="xor", lhs=phase, rhs=opens)
-        out.ops.append(MBarrierWait(barrier=self.empty(out, refill), phase=released, elected=True, loc=loc))
+        out.ops.append(MBarrierWait(barrier=self.empty(out, refill), phase=released, elected=True,
+                                    loc=self.loop.loc))
 
     def issue(self, out, iv: Value, slot: Value) -> None:
         """The boxes of the iteration at `iv` into ring slot `slot`, if that iteration exists."""
@@ -253,11 +257,17 @@ class TmaLoopPipeliner:
             if position == last_read:
                 if self.deferred is not None:
                     out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
-                ahead = out.binary("add", iv, out.int((stages - 1) * self.step))
-                refill = self.refill_slot(out, slot)
-                self.release_and_acquire(out, iv, slot, phase, refill)
-                self.issue(out, ahead, refill)
+                self.after_reads(out, iv, slot, phase)
         return Block(body.args + (slot, phase), tuple(out.ops))
+
+    def after_reads(self, out, iv: Value, slot: Value, phase: Value) -> None:
+        """After the iteration's last read of its slot (and wait): release the previous
+        iteration's slot and refill it for iteration i + S - 1."""
+        ahead = out.binary("add", iv, out.int((self.stages - 1) * self.step))
+        refill = self.refill_slot(out, slot)
+        self.release(out, iv, refill)
+        self.acquire(out, slot, phase, refill)
+        self.issue(out, ahead, refill)
 
     def refill_slot(self, out, slot: Value) -> Value:
         """The slot iteration i (reading `slot`) fills for iteration i + S - 1: the one
@@ -269,24 +279,35 @@ class TmaLoopPipeliner:
 
         out = Emitter(self.loop.loc)
         self.prologue(out)
+        loop = self.ringed_loop(out)
+        after = Emitter(self.loop.loc)
+        replaced = self.drain(after)
+        self.retire_barriers(after)
+        return out.ops + [loop] + after.ops, replaced
+
+    def ringed_loop(self, out) -> For:
+        """The loop reading its slots (body()), slot and phase carried from 0."""
         body = self.body()
         extra = (Value(i32, "slot"), Value(i32, "phase"))
-        loop = dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0), out.int(0)),
+        return dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0), out.int(0)),
                                    results=self.loop.results + extra)
-        ops, replaced = out.ops + [loop], {}
-        after = Emitter(self.loop.loc)
-        if self.deferred is not None:
-            result = self.loop.results[self.deferred.carried]
-            placed = self.deferred.wait.results[0].type
-            in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
-            waited = Value(placed, result.hint)
-            after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
-                                              loc=self.deferred.wait.loc))
-            replaced[result] = after.emit(ConvertLayout, result.type, result.hint, operand=waited)
+
+    def drain(self, after) -> dict[Value, Value]:
+        """After the loop: the wait for the wgmma left in flight; the loop results it replaces."""
+        if self.deferred is None:
+            return {}
+        result = self.loop.results[self.deferred.carried]
+        placed = self.deferred.wait.results[0].type
+        in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
+        waited = Value(placed, result.hint)
+        after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
+                                          loc=self.deferred.wait.loc))
+        return {result: after.emit(ConvertLayout, result.type, result.hint, operand=waited)}
+
+    def retire_barriers(self, after) -> None:
         for s in range(self.stages):
             after.ops.append(MBarrierInvalidate(barrier=self.bar(after, after.int(s)), loc=self.loop.loc))
             after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
-        return ops + after.ops, replaced
 
 
 def plan_tma_loop(loop: For, stages: int, step: int, defs, uses) -> Optional[TmaLoopPipeliner]:
@@ -304,4 +325,6 @@ def plan_tma_loop(loop: For, stages: int, step: int, defs, uses) -> Optional[Tma
         operands.append(operand)
     if not operands:
         return None
-    return TmaLoopPipeliner(loop, stages, step, operands, uses)
+    pipeliner = TmaLoopPipeliner(loop, stages, step, operands, uses)
+    from .pipeline_tma_warp_specialize import plan_warp_specialized
+    return plan_warp_specialized(pipeliner, defs, uses) or pipeliner
