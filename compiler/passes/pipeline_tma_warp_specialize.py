@@ -12,13 +12,14 @@ lowlevel `warp_specialize`:
             mbarrier_wait bars[slot], phase
             acc = warpgroup_mma ring_a[slot], ring_b[slot], acc; acc = warpgroup_mma_wait 1 acc
             mbarrier_arrive per_warp empties[(slot + S - 1) % S]   (pred: iteration i - 1 exists)
-        acc = warpgroup_mma_wait 0 acc; yield the loop's results
+        acc = warpgroup_mma_wait 0 acc
+        the code after the loop (the epilogue; warp_specialize_epilogues moves it here)
     } worker (1 warp: the producer) {
         for iv ... (slot, phase):
             mbarrier_wait empties[slot], phase ^ 1          (iteration i - S released the slot)
             mbarrier_expect bars[slot], bytes; tma_copy coords(iv) -> ring[slot] on bars[slot]
     } idle workers (2 + 1 warps: the rest of the producer's warpgroup)
-    mbarrier_invalidate bars[s], empties[s]; the code after the loop (the epilogue)
+    mbarrier_invalidate bars[s], empties[s]
 
 Decisions and why:
 - One producer warp: one thread issues every TMA copy and expect; more warps would only
@@ -34,9 +35,14 @@ Decisions and why:
   wgmma (or, where the loop keeps no wgmma in flight, after the previous iteration's
   wait(0)): the same per-warp arrivals as the one-partition ring, empties initialised for
   num_warps of them. The last iteration's slot is never released: no refill waits for it.
-- Only loops at the top level of the kernel are split: the backend gives back a
-  warp_specialize's results only there (the worker warps leave after it, so the epilogue
-  runs on the consumer warps alone). A loop body that reads tensors made before the loop
+- The barriers are retired after the partitions join: the producer's last copies name
+  their full barrier after its expect released what it did, so no wait of the
+  consumers orders that access before an invalidate of theirs.
+- The epilogue goes into the consumer partition (`warp_specialize_epilogues`, right after
+  this pass) rather than taking the accumulator out as a result: a result lives across
+  the partitions' join in every warp, the producer's 40-register warps included, and
+  ptxas spills it. So only loops at the top level of the kernel are split, and one per
+  kernel (partitions do not nest). A loop body that reads tensors made before the loop
   gets them made again inside the consumer partition when they are constants; anything
   else keeps the one-partition ring (a captured tensor would have to be laid out over the
   producer's warps too).
@@ -47,8 +53,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from ..errors import CompilationError
 from ..hardware import REGISTER_FILE, WARPS_PER_WARPGROUP
-from ..ir import Binary, Block, Cast, Compare, Constant, For, MBarrierWait, Op, Value, WarpSpecialize, Yield
+from ..ir import (Binary, Block, Cast, Compare, Constant, For, Kernel, MBarrierInvalidate, MBarrierWait, Op,
+                  SharedIndex, Value, WarpSpecialize, Yield)
+from .pipeline_carried_state import clone_deep
 from ..types import TensorType, i1, i32
 from .pipeline_tma_loops import TmaLoopPipeliner
 
@@ -125,8 +134,6 @@ class WarpSpecializedTmaLoop(TmaLoopPipeliner):
 
     def remade_tensors(self, ops: list[Op]) -> list[Op]:
         """`ops` preceded by the constant tensors they read from outside (see the module docstring)."""
-        from .pipeline_carried_state import clone_deep
-
         remade, mapping = [], {}
         for value in free_values(ops):
             if isinstance(value.type, TensorType):
@@ -159,8 +166,6 @@ def free_values(ops: list[Op], bound=()) -> tuple[Value, ...]:
 
 def captured_block(ops: list[Op], captures: tuple[Value, ...]) -> Block:
     """`ops` as a partition block whose args stand for `captures`."""
-    from .pipeline_carried_state import clone_deep
-
     args = tuple(Value(v.type, v.hint) for v in captures)
     return Block(args, tuple(clone_deep(ops, dict(zip(captures, args)))))
 
@@ -183,3 +188,56 @@ def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses) -> Optional[W
     split = WarpSpecializedTmaLoop(loop, pipeliner.stages, pipeliner.step, pipeliner.operands, pipeliner.uses)
     split.outer_constants = constants
     return split
+
+
+def warp_specialize_epilogues(kernel: Kernel) -> Kernel:
+    """The code after a warp-specialized loop moved into its consumer partition, which
+    yields nothing then (see the module docstring). Tensors it reads from before the
+    loop are made again inside when they are pure functions of scalars; a second
+    warp-specialized loop after the first is refused."""
+    from .pipeline_dot_loops import Definitions, _slice
+
+    ops = list(kernel.body.ops)
+    splits = [i for i, op in enumerate(ops) if isinstance(op, WarpSpecialize) and op.results]
+    if not splits:
+        return kernel
+    at = splits[0]
+    split, rest = ops[at], ops[at + 1:]
+    retired = 0  # the barriers' invalidation stays after the join (see the module docstring)
+    while retired < len(rest) and isinstance(rest[retired], (Constant, SharedIndex, MBarrierInvalidate)):
+        retired += 1
+    retire, rest = rest[:retired], rest[retired:]
+    later = [op for op in rest for inner in [op, *(x for r in op.nested_blocks() for x in r.walk())]
+             if isinstance(inner, WarpSpecialize)]
+    if later:
+        raise CompilationError("only one loop of a kernel can be warp-specialized (warp_specialize=True)",
+                               later[0].loc, suggestion="drop warp_specialize=True from all loops but one")
+    defs = Definitions(kernel.body, {})
+    remade: list[Op] = []
+    for value in free_values(rest):
+        if isinstance(value.type, TensorType) and value not in split.results:
+            pure = _slice(value, defs, kernel.body.args)
+            if pure is None:
+                raise CompilationError("the code after a warp-specialized loop reads a tensor computed "
+                                       "from memory before the loop", split.loc,
+                                       suggestion="compute it after the loop, or drop warp_specialize=True")
+            remade += [op for op in pure if all(op is not seen for seen in remade)]
+    order = {id(op): i for i, op in enumerate(ops)}
+    remade.sort(key=lambda op: order[id(op)])
+    *consumer_ops, yielded = split.default.ops
+    mapping = dict(zip(split.results, yielded.values))
+    mapping.update(zip(split.captures, split.default.args))
+    moved = clone_deep(remade + rest, mapping)
+    inside = list(consumer_ops) + moved + [Yield(loc=yielded.loc)]
+    args = set(split.default.args)
+    fresh = tuple(v for v in free_values(inside) if v not in args)
+    captures = split.captures + fresh
+
+    def widened(block: Block, block_ops) -> Block:
+        extra = tuple(Value(v.type, v.hint) for v in fresh)
+        return Block(block.args + extra, tuple(clone_deep(block_ops, dict(zip(fresh, extra)))))
+
+    default = widened(split.default, inside)
+    workers = tuple(widened(worker, list(worker.ops)) for worker in split.workers)
+    split = dataclasses.replace(split, results=(), captures=captures, default=default, workers=workers)
+    return kernel.with_body(Block(kernel.body.args, tuple(ops[:at]) + (split,) + tuple(retire)))
