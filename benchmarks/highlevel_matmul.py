@@ -1,5 +1,7 @@
 """weft.highlevel's tutorial-style matmul (highlevel/examples.py: pointer loads, tl.dot, the
-K loop pipelined by cp.async) beside Triton 3.6's tutorial matmul and cuBLAS, one run.
+K loop pipelined by cp.async) and a descriptor matmul (`desc.load`: the K loop staged by TMA
+into rings, with and without `warp_specialize=True`) beside Triton 3.6's tutorial matmul and
+cuBLAS, one run.
 
     python -m benchmarks.highlevel_matmul [--out results.json]
 
@@ -13,9 +15,46 @@ import argparse
 import json
 import sys
 
+from weft import highlevel as tl
+
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1000, 3000, 5000)]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): Triton's Hopper tutorial configs
 CONFIGS = [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 64, 4, 4)]
+
+
+@tl.jit
+def descriptor_matmul_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, STAGES: tl.constexpr,
+                             WARP_SPECIALIZE: tl.constexpr):
+    """C = A @ B by tensor descriptors, tiles in grouped order (tutorial 03's L2 swizzle)."""
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = pid // per_group * GROUP_M
+    rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    m = (first_m + (pid % per_group) % rows) * BLOCK_M
+    n = (pid % per_group) // rows * BLOCK_N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES, warp_specialize=WARP_SPECIALIZE):
+        acc = tl.dot(a_desc.load([m, k]), b_desc.load([k, n]), acc)
+    c_desc.store([m, n], acc.to(c_desc.dtype))
+
+
+def descriptor_matmul(a, b, block, num_warps: int, num_stages: int, warp_specialize: bool):
+    """a @ b (fp16, torch) by descriptor_matmul_kernel."""
+    import torch
+
+    from weft.highlevel.tools.tensor_descriptor import TensorDescriptor
+
+    (m, k), (_, n) = a.shape, b.shape
+    bm, bn, bk = block
+    c = torch.empty((m, n), device=a.device, dtype=a.dtype)
+    descs = [TensorDescriptor.from_tensor(t, list(box)) for t, box in ((a, (bm, bk)), (b, (bk, bn)), (c, (bm, bn)))]
+    grid = (-(-m // bm) * -(-n // bn),)
+    descriptor_matmul_kernel[grid](*descs, m, n, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                                   STAGES=num_stages, WARP_SPECIALIZE=warp_specialize, num_warps=num_warps)
+    return c
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -41,6 +80,10 @@ def run(quick: bool = False) -> list[dict]:
             systems[f"weft.hl {bm}x{bn}x{bk} w{warps} s{stages}"] = (
                 lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: examples.matmul(
                     a, b, block=(bm, bn, bk), num_warps=warps, num_stages=stages, out_dtype="float16"))
+            for specialized in (False, True):
+                name = f"weft.hl desc{' ws' if specialized else ''} {bm}x{bn}x{bk} w{warps} s{stages}"
+                systems[name] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, ws=specialized:
+                                 descriptor_matmul(a, b, (bm, bn, bk), warps, stages, ws))
         row = {"shape": [m, n, k], "dtype": "float16"}
         _measure(torch, row, "cublas", systems, ref, 2 * m * n * k)
         rows.append(row)

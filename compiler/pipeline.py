@@ -27,6 +27,7 @@ from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.insert_barriers import insert_barriers
 from .passes.lower_tiles import lower_tiles
 from .passes.pipeline_dot_loops import pipeline_dot_loops
+from .passes.pipeline_tma_warp_specialize import warp_specialize_epilogues
 from .passes.plan_data_movement import plan_data_movement
 from .passes.propagate_layouts import propagate_layouts
 from .passes.vectorize_memory import vectorize_memory
@@ -40,6 +41,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("coalesce", coalesce),                        # axis facts pick each global access's layout
     ("accelerate_dots", accelerate_dots),          # before propagation: a wgmma's accumulator is an anchor
     ("pipeline_dot_loops", pipeline_dot_loops),    # the dots' operand stores are known; copies take their layouts
+    ("warp_specialize_epilogues", warp_specialize_epilogues),  # a split loop's epilogue joins its consumers
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
 )

@@ -87,7 +87,12 @@ def _warp_sync(ctx: Lowering) -> None:
 @lowers(MBarrierWait)
 def lower_mbarrier_wait(ctx: Lowering, op: MBarrierWait) -> None:
     parity = ctx.builder.and_(as_i32(ctx, ctx.scalar(op.phase)), ir.Constant(T.I32, 1))
-    ctx.inline_asm(ptx_asm.mbarrier_wait(), [barrier_address(ctx, op.barrier), parity])
+    address = barrier_address(ctx, op.barrier)
+    if not op.elected:
+        ctx.inline_asm(ptx_asm.mbarrier_wait(), [address, parity])
+        return
+    with ctx.builder.if_then(elected(ctx)):  # the other threads go on
+        ctx.inline_asm(ptx_asm.mbarrier_wait(), [address, parity])
 
 
 @lowers(MBarrierInvalidate)

@@ -71,11 +71,15 @@ class MBarrierArrive(Op):
 @dataclass(frozen=True, kw_only=True)
 class MBarrierWait(Op):
     """Every thread waits until the phase of parity `phase & 1` of `barrier` has
-    completed (mbarrier.try_wait.parity in a loop). `phase` is an i32 scalar."""
+    completed (mbarrier.try_wait.parity in a loop). `phase` is an i32 scalar.
+    `elected`: only the partition's elected thread (thread 0, the one that issues TMA and
+    mbarrier ops) waits and the others go on: its next issue (a ring slot's refill) is
+    ordered after the phase's arrivals without holding the other warps back."""
 
     NAME = "mbarrier_wait"
     barrier: Value
     phase: Value
+    elected: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

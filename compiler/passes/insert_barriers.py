@@ -28,9 +28,15 @@ refills its buffer) comes a third iteration on. Groups older than the newest N+1
 is the largest count any wait of their kind leaves in flight, are merged into one: every
 wait retires them together, so the merge loses nothing and the walk ends.
 
-Two refinements keep barriers out of hot loops:
+Three refinements keep barriers out of hot loops:
 - ops that one elected thread issues (mbarrier init/arrive/invalidate, TMA) never
   conflict with each other: it is the same thread;
+- an arrival from every warp on an mbarrier (per warp or per thread) releases what they
+  did so far, and an elected wait on that barrier orders the elected thread after it:
+  what was released no longer conflicts with that thread's issues (a ring's "empty"
+  barrier frees the slot for its TMA refill). The barriers are told apart by buffer (a
+  slot view counts as its whole ring of barriers), so the pass trusts the phases: it is
+  the pipeliner's job to wait for the phase that the arrivals it means complete;
 - a hazard between something before a loop and an op inside it gets one barrier before
   the loop, not one per iteration.
 
@@ -88,7 +94,7 @@ class _Pending:
     and async accesses still in flight, which no barrier settles until their wait."""
 
     def __init__(self, depths: dict[str, int], reads=(), writes=(), solo_reads=(), solo_writes=(), groups=None,
-                 uncommitted=()):
+                 uncommitted=(), solo_settled=(), released=None):
         self.depths = depths  # per async kind, the groups kept apart (_group_depths)
         self.reads: set[ByteRange] = set(reads)
         self.writes: set[ByteRange] = set(writes)
@@ -97,21 +103,28 @@ class _Pending:
         # Per async kind, the groups in flight, oldest first.
         self.groups: dict[str, tuple[_Group, ...]] = dict(groups or {kind: () for kind in ASYNC_KINDS})
         self.uncommitted: _Group = frozenset(uncommitted)  # cp.async copies in no group yet
+        # Of reads/writes, those the elected thread is ordered after (an elected mbarrier
+        # wait); and per barrier, those its all-warp arrivals released.
+        self.solo_settled: set[_Effect] = set(solo_settled)
+        self.released: dict[ByteRange, frozenset[_Effect]] = dict(released or {})
 
     def copy(self) -> "_Pending":
         return _Pending(self.depths, self.reads, self.writes, self.solo_reads, self.solo_writes, self.groups,
-                        self.uncommitted)
+                        self.uncommitted, self.solo_settled, self.released)
 
     def union(self, other: "_Pending") -> "_Pending":
         groups = {kind: _align_newest(self.groups[kind], other.groups[kind]) for kind in ASYNC_KINDS}
+        released = {bar: self.released[bar] & other.released[bar] for bar in self.released.keys() & other.released}
         return _Pending(self.depths, self.reads | other.reads, self.writes | other.writes,
                         self.solo_reads | other.solo_reads, self.solo_writes | other.solo_writes,
-                        groups, self.uncommitted | other.uncommitted)
+                        groups, self.uncommitted | other.uncommitted, self.solo_settled & other.solo_settled,
+                        released)
 
     def state(self) -> tuple:
         """Everything that decides where later barriers go, for the loop walk's fixpoint."""
         return (frozenset(self.reads), frozenset(self.writes), frozenset(self.solo_reads),
-                frozenset(self.solo_writes), tuple(self.groups[kind] for kind in ASYNC_KINDS), self.uncommitted)
+                frozenset(self.solo_writes), tuple(self.groups[kind] for kind in ASYNC_KINDS), self.uncommitted,
+                frozenset(self.solo_settled), frozenset(self.released.items()))
 
     def empty(self) -> bool:
         """Whether a barrier here would settle nothing."""
@@ -119,17 +132,22 @@ class _Pending:
 
     def clear(self) -> None:
         """What a barrier does: settles every access done so far; those in flight go on."""
-        for group in (self.reads, self.writes, self.solo_reads, self.solo_writes):
+        for group in (self.reads, self.writes, self.solo_reads, self.solo_writes, self.solo_settled):
             group.clear()
+        self.released.clear()
 
     def take(self, other: "_Pending") -> None:
         self.reads, self.writes = other.reads, other.writes
         self.solo_reads, self.solo_writes = other.solo_reads, other.solo_writes
         self.groups, self.uncommitted = dict(other.groups), other.uncommitted
+        self.solo_settled, self.released = set(other.solo_settled), dict(other.released)
 
     def conflicts(self, access: Access) -> bool:
-        writes = self.writes if access.solo else self.writes | self.solo_writes
-        reads = self.reads if access.solo else self.reads | self.solo_reads
+        if access.solo:
+            writes = {w for w in self.writes if ("write", w) not in self.solo_settled}
+            reads = {r for r in self.reads if ("read", r) not in self.solo_settled}
+        else:
+            writes, reads = self.writes | self.solo_writes, self.reads | self.solo_reads
         for r in access.reads:
             if any(r.overlaps(w) for w in writes):
                 return True
@@ -143,6 +161,11 @@ class _Pending:
             self.clear()
             self.reads.update(access.pending_reads)
             return
+        if access.releases is not None:
+            self.released[access.releases] = frozenset([("read", r) for r in self.reads] +
+                                                       [("write", w) for w in self.writes])
+        if access.settles_for_solo is not None:
+            self.solo_settled |= self.released.get(access.settles_for_solo, frozenset())
         if access.in_flight is not None:
             read = "solo_read" if access.solo else "read"
             started = frozenset([(read, r) for r in access.reads] + [("write", w) for w in access.writes])
@@ -163,8 +186,18 @@ class _Pending:
             self.solo_reads.update(access.reads)
             self.solo_writes.update(access.writes)
         else:
-            self.reads.update(access.reads)
-            self.writes.update(access.writes)
+            for r in access.reads:
+                self._add("read", r)
+            for w in access.writes:
+                self._add("write", w)
+
+    def _add(self, effect: str, byte_range: ByteRange) -> None:
+        """A read or write by every thread, done now: nothing released or settled covers it."""
+        (self.reads if effect == "read" else self.writes).add(byte_range)
+        self.solo_settled.discard((effect, byte_range))
+        for bar, released in self.released.items():
+            if (effect, byte_range) in released:
+                self.released[bar] = released - {(effect, byte_range)}
 
     def _start_group(self, kind: str, group: _Group) -> None:
         self.groups[kind] = _merge_oldest(self.groups[kind] + (group,), self.depths[kind])
@@ -175,10 +208,12 @@ class _Pending:
         groups = self.groups[kind]
         split = len(groups) - min(left_in_flight, len(groups))
         done, self.groups[kind] = groups[:split], groups[split:]
-        into = {"read": self.reads, "write": self.writes, "solo_read": self.solo_reads}
         for group in done:
             for effect, byte_range in group:
-                into[effect].add(byte_range)
+                if effect == "solo_read":
+                    self.solo_reads.add(byte_range)
+                else:
+                    self._add(effect, byte_range)
 
 
 def _touches(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int) -> bool:

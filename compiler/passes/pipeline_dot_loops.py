@@ -124,6 +124,7 @@ class Uses:
 
     def __init__(self, kernel: Kernel):
         self.readers: dict[Value, list[Op]] = defaultdict(list)
+        self.top_level = {value for op in kernel.body.ops for value in op.defines()}  # values of top-level ops
         for op in kernel.walk():
             for value in op.uses():
                 self.readers[value].append(op)

@@ -11,29 +11,46 @@ After accelerate_dots, a loop iteration of such a loop loads each operand box th
 
 With num_stages = S this becomes (coords(iv) recomputed for the iteration each copy is for)
 
-    ring_a, ring_b = allocate_shared_memory [S, ...];  bars = allocate_shared_memory [S, 1]
-    mbarrier_init bars[s] for every s
+    ring_a, ring_b = allocate_shared_memory [S, ...]
+    bars, empties = allocate_shared_memory [S, 1]        ("full" and "empty" per slot)
+    mbarrier_init bars[s] (count 1), empties[s] (count = warps) for every s
     for j in 0 .. S-2:                                  (prologue; pred: iteration j exists)
         mbarrier_expect bars[j], bytes of all boxes; tma_copy -> ring[j] on bars[j]
     for iv ... (slot, phase):
         mbarrier_wait bars[slot], phase                 (this iteration's boxes landed)
         acc = warpgroup_mma ring_a[slot], ring_b[slot], acc
         acc = warpgroup_mma_wait 1 acc                  (iteration i - 1's wgmma retired)
-        mbarrier_expect / tma_copy for iteration i + S - 1 into slot (slot + S - 1) % S,
-            the one iteration i - 1 read, on its barrier  (pred: that iteration exists)
+        r = (slot + S - 1) % S                          (the slot iteration i - 1 read)
+        mbarrier_arrive per_warp empties[r]             (pred: iteration i - 1 exists)
+        mbarrier_wait elected empties[r], phase ^ (slot == 0)
+        mbarrier_expect / tma_copy for iteration i + S - 1 into slot r on bars[r]
+            (pred: that iteration exists)
         slot = (slot + 1) % S; phase ^= (slot == 0)
-    acc = warpgroup_mma_wait 0 acc; mbarrier_invalidate bars[s] for every s
+    acc = warpgroup_mma_wait 0 acc; mbarrier_invalidate bars[s], empties[s] for every s
 
-Every thread waits on the slot's mbarrier itself, so the boxes need no CTA barrier to
-be seen (the cp.async rings do: each thread waits only for its own copies). One CTA
-barrier per step remains, before the refill (insert_barriers places it): the wait(1)
-retires the last iteration's wgmma only in the waiting thread, and another warp may still
-be reading the slot; taking it away needs a per-slot "empty" mbarrier that the readers
-arrive on and the issuing thread waits for, which insert_barriers does not yet follow. The wait
-scheme is the cp.async rings' (pipeline_dot_loops): one wgmma in flight across the back
-edge where the loop allows it, else the wait(0) stays in the body and the copies go out
-before it. Copies are issued only for iterations that exist, so no box lands after the
-loop and the barriers can be retired.
+Decisions and why:
+- Every thread waits on the full barrier itself, so the boxes need no CTA barrier to be
+  seen (the cp.async rings do: each thread waits only for its own copies).
+- The refill needs no CTA barrier either. The wait(1) retires iteration i - 1's wgmma only
+  in the thread that waits, and other warps may still be reading its slot; so each warp,
+  past its own wait, arrives on the slot's empty barrier (per warp: one arrival from lane
+  0 after a warp sync, count = the warps the accumulator spans, which all run the wgmma),
+  and only the elected thread, which issues the TMA, waits for the phase those arrivals
+  complete (an `elected` wait: the other warps go straight on to the next full barrier).
+  insert_barriers follows this pair (an all-warp arrival releases, an elected wait on
+  the same barriers settles for the issuing thread) and adds no barrier in the loop. The
+  empty phase is iteration i - 1's round of its slot: `phase`, flipped when iteration i
+  opens a round (slot 0). In iteration 0 nothing is released (the arrival is predicated
+  off) and the refilled slot, S - 1, was never filled: the wait is for parity 1, which a
+  fresh barrier passes.
+- The arrival is predicated rather than dropped from the first iteration so that the
+  loop body stays one block with no peeled copy.
+- The wait scheme is the cp.async rings' (pipeline_dot_loops): one wgmma in flight across
+  the back edge where the loop allows it, else the wait(0) stays in the body and the
+  copies go out before it (the empty barrier then releases the slot the previous
+  iteration's wait(0) retired).
+- Copies are issued only for iterations that exist, so no box lands after the loop and
+  both barrier sets can be retired.
 
 A loop is taken when its body's only wgmma reads boxes that TMA fills in this form with
 coordinates computed from the induction variable and loop-invariant values alone.
@@ -46,7 +63,8 @@ from typing import Optional
 
 from ...layouts import MBarrierLayout
 from ..ir import (AllocateSharedMemory, Binary, Block, Cast, Compare, ConvertLayout, FenceAsyncShared, For,
-                  MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Permute, SharedIndex, SharedLoad,
+                  MBarrierArrive, MBarrierExpect, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, Permute,
+                  SharedIndex, SharedLoad,
                   SharedPermute, SharedStore, TmaAsyncCopyGlobalToShared, Value, WarpgroupMma, WarpgroupMmaWait,
                   Yield)
 from ..types import SharedType, i1, i32, i64
@@ -133,6 +151,9 @@ class TmaLoopPipeliner:
         self.loop, self.stages, self.step, self.operands, self.uses = loop, stages, step, operands, uses
         self.nbytes = sum(operand.nbytes for operand in operands)
         self.deferred = None
+        (wgmma,) = [op for op in loop.body.ops if isinstance(op, WarpgroupMma)]
+        # Every warp of the kernel runs the wgmma (its accumulator spans them) and releases the slot.
+        self.readers = wgmma.result.type.layout.in_dim_size("warp")
 
     def allocations(self, out) -> None:
         """The rings and their barriers, before the loop, the barriers initialised."""
@@ -145,12 +166,35 @@ class TmaLoopPipeliner:
         barrier = MBarrierLayout(rank=1)
         shape = (self.stages, 1)
         self.bars = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier), "bars")
+        self.empties = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier),
+                                "empties")
         self.bar_type = SharedType((1,), i64, barrier.to_linear((1,)), barrier)
         for s in range(self.stages):
             out.ops.append(MBarrierInit(barrier=self.bar(out, out.int(s)), count=1, loc=self.loop.loc))
+            out.ops.append(MBarrierInit(barrier=self.empty(out, out.int(s)), count=self.readers, loc=self.loop.loc))
 
     def bar(self, out, slot: Value) -> Value:
         return out.emit(SharedIndex, self.bar_type, "bar", buffer=self.bars, index=slot)
+
+    def empty(self, out, slot: Value) -> Value:
+        return out.emit(SharedIndex, self.bar_type, "empty", buffer=self.empties, index=slot)
+
+    def release(self, out, iv: Value, previous: Value) -> None:
+        """Iteration i - 1's slot (`previous`), whose wgmma has retired: every warp hands it
+        back on its empty barrier (when iteration i - 1 exists)."""
+        started = out.emit(Compare, i1, predicate="ne", lhs=iv, rhs=self.loop.lower)
+        out.ops.append(MBarrierArrive(barrier=self.empty(out, previous), pred=started, per_warp=True,
+                                      loc=self.loop.loc))
+
+    def acquire(self, out, slot: Value, phase: Value, refill: Value) -> None:
+        """The elected thread waits for the release of `refill` (iteration i - 1's slot).
+        The phase is iteration i - 1's: `phase`, flipped when iteration i opens a round of
+        the ring (slot 0). In iteration 0 the wait is for parity 1, which a fresh barrier
+        passes (the slot it refills was never filled)."""
+        opens = out.emit(Cast, i32, operand=out.emit(Compare, i1, predicate="eq", lhs=slot, rhs=out.int(0)))
+        released = out.emit(Binary, i32, "released", kind="xor", lhs=phase, rhs=opens)
+        out.ops.append(MBarrierWait(barrier=self.empty(out, refill), phase=released, elected=True,
+                                    loc=self.loop.loc))
 
     def issue(self, out, iv: Value, slot: Value) -> None:
         """The boxes of the iteration at `iv` into ring slot `slot`, if that iteration exists."""
@@ -213,9 +257,17 @@ class TmaLoopPipeliner:
             if position == last_read:
                 if self.deferred is not None:
                     out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
-                ahead = out.binary("add", iv, out.int((stages - 1) * self.step))
-                self.issue(out, ahead, self.refill_slot(out, slot))
+                self.after_reads(out, iv, slot, phase)
         return Block(body.args + (slot, phase), tuple(out.ops))
+
+    def after_reads(self, out, iv: Value, slot: Value, phase: Value) -> None:
+        """After the iteration's last read of its slot (and wait): release the previous
+        iteration's slot and refill it for iteration i + S - 1."""
+        ahead = out.binary("add", iv, out.int((self.stages - 1) * self.step))
+        refill = self.refill_slot(out, slot)
+        self.release(out, iv, refill)
+        self.acquire(out, slot, phase, refill)
+        self.issue(out, ahead, refill)
 
     def refill_slot(self, out, slot: Value) -> Value:
         """The slot iteration i (reading `slot`) fills for iteration i + S - 1: the one
@@ -227,23 +279,35 @@ class TmaLoopPipeliner:
 
         out = Emitter(self.loop.loc)
         self.prologue(out)
+        loop = self.ringed_loop(out)
+        after = Emitter(self.loop.loc)
+        replaced = self.drain(after)
+        self.retire_barriers(after)
+        return out.ops + [loop] + after.ops, replaced
+
+    def ringed_loop(self, out) -> For:
+        """The loop reading its slots (body()), slot and phase carried from 0."""
         body = self.body()
         extra = (Value(i32, "slot"), Value(i32, "phase"))
-        loop = dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0), out.int(0)),
+        return dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0), out.int(0)),
                                    results=self.loop.results + extra)
-        ops, replaced = out.ops + [loop], {}
-        after = Emitter(self.loop.loc)
-        if self.deferred is not None:
-            result = self.loop.results[self.deferred.carried]
-            placed = self.deferred.wait.results[0].type
-            in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
-            waited = Value(placed, result.hint)
-            after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
-                                              loc=self.deferred.wait.loc))
-            replaced[result] = after.emit(ConvertLayout, result.type, result.hint, operand=waited)
+
+    def drain(self, after) -> dict[Value, Value]:
+        """After the loop: the wait for the wgmma left in flight; the loop results it replaces."""
+        if self.deferred is None:
+            return {}
+        result = self.loop.results[self.deferred.carried]
+        placed = self.deferred.wait.results[0].type
+        in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
+        waited = Value(placed, result.hint)
+        after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
+                                          loc=self.deferred.wait.loc))
+        return {result: after.emit(ConvertLayout, result.type, result.hint, operand=waited)}
+
+    def retire_barriers(self, after) -> None:
         for s in range(self.stages):
             after.ops.append(MBarrierInvalidate(barrier=self.bar(after, after.int(s)), loc=self.loop.loc))
-        return ops + after.ops, replaced
+            after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
 
 
 def plan_tma_loop(loop: For, stages: int, step: int, defs, uses) -> Optional[TmaLoopPipeliner]:
@@ -261,4 +325,6 @@ def plan_tma_loop(loop: For, stages: int, step: int, defs, uses) -> Optional[Tma
         operands.append(operand)
     if not operands:
         return None
-    return TmaLoopPipeliner(loop, stages, step, operands, uses)
+    pipeliner = TmaLoopPipeliner(loop, stages, step, operands, uses)
+    from .pipeline_tma_warp_specialize import plan_warp_specialized
+    return plan_warp_specialized(pipeliner, defs, uses) or pipeliner

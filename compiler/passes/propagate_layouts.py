@@ -39,7 +39,7 @@ from ..errors import UNKNOWN_LOC, CompilationError
 from ..ir import (ATOMICS, AddPtr, Arange, AsyncCopyGlobalToShared, AxisHint, Binary, Bitcast, Block, Broadcast, Cast,
                   Compare, Constant, ConvertLayout, ExpandDims, Fma, For, If, Kernel, Load, MmaV2, NumPrograms, Op,
                   Permute, ProgramId, Reduce, ReplicaIndex, Reshape, SharedLoad, SharedStore, Splat, Store, Unary, Value,
-                  WarpgroupMma, WarpgroupMmaWait, Where, While)
+                  WarpgroupMma, WarpgroupMmaWait, WarpSpecialize, Where, While)
 from ..types import TensorType
 from .coalesce import Placement, default_blocked, map_operands, normalized, strip_anchors
 
@@ -363,6 +363,8 @@ class Propagation:
                 self._carry(op.after.args, op.results, [], op.before.ops[-1], 1)
             elif isinstance(op, If) and op.results:
                 self._carry((), op.results, [], op.then_body.ops[-1], 0, op.else_body.ops[-1])
+            elif isinstance(op, WarpSpecialize) and op.results:  # the default partition's yield
+                self._carry((), op.results, [], op.default.ops[-1], 0)
             for region in op.nested_blocks():
                 self._scan(region)
 

@@ -50,6 +50,11 @@ class Access:
     `on_mbarrier`: a TMA or bulk load. Its writes must not overtake other threads' pending
     accesses (a barrier first), but every reader waits on the load's mbarrier itself, so
     nothing is left pending for a barrier to settle.
+
+    `releases`: an arrival from every warp (or thread) of the partition on this barrier,
+    after their accesses so far. `settles_for_solo`: an elected wait on this barrier: the
+    elected thread is ordered after every access released on it, so its next issue (a TMA
+    refill of a slot the warps read) needs no CTA barrier for them.
     """
 
     reads: tuple[ByteRange, ...] = ()
@@ -61,6 +66,8 @@ class Access:
     on_mbarrier: bool = False
     retires: Optional[tuple[str, int]] = None
     commits: bool = False
+    releases: Optional[ByteRange] = None
+    settles_for_solo: Optional[ByteRange] = None
 
 
 class BufferRanges:
@@ -114,8 +121,12 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
     # other threads may have touched or still read: a barrier must come first.
     if isinstance(op, (MBarrierInit, MBarrierInvalidate)):
         return Access(writes=(buffers.of(op.barrier),), solo=True)
+    if isinstance(op, MBarrierArrive) and (op.per_warp or op.per_thread) and op.cta is None:
+        return Access(reads=(buffers.of(op.barrier),), solo=True, releases=buffers.of(op.barrier))
     if isinstance(op, (MBarrierExpect, MBarrierArrive)):
         return Access(reads=(buffers.of(op.barrier),), solo=True)
+    if isinstance(op, MBarrierWait) and op.elected:
+        return Access(reads=(buffers.of(op.barrier),), solo=True, settles_for_solo=buffers.of(op.barrier))
     if isinstance(op, MBarrierWait):
         return Access(reads=(buffers.of(op.barrier),))
     if isinstance(op, (TmaAsyncCopyGlobalToShared, AsyncBulkCopyGlobalToShared)):

@@ -11,6 +11,8 @@ arrivals, the transaction count, completed phases, and the clock its arrivals re
 - A phase completes when pending arrivals reach 0 and the transaction count is 0; then
   pending arrivals reset to `count`. wait(phase) passes once the phase of parity
   `phase & 1` has completed: a fresh barrier counts as having completed phase -1.
+  An `elected` wait is the issuing thread's alone: only its warp is ordered after the
+  phase's arrivals, so another warp's access that the wait was meant to order is a race.
 - A TMA load lands (writes its box, completes its bytes) as late as possible: when every
   partition is blocked, oldest load first (`land_next`), or under WEFT_EMULATE_SHUFFLE in
   an order drawn from its seed: the hardware promises no order between loads, and those
@@ -339,7 +341,8 @@ def mbarrier_expect(cta, op: ir.MBarrierExpect) -> None:
 def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
     bar = live_barrier(cta, op, op.barrier)
     parity = int(cta[op.phase]) & 1
-    warps = partition_warps(cta)
+    # An elected wait orders only the issuing thread's warp (the others go on).
+    warps = np.array([cta.warp_base]) if op.elected else partition_warps(cta)
     touch(cta, bar.address, warps, op, write=False)
     if bar.completed % 2 == parity and cta.scheduler is None:
         # nothing else runs: the copies in flight land (`land_next`) until the phase completes

@@ -54,103 +54,131 @@ kernel @descriptor_dot_loop(%a_desc: tensordesc<64x32xfp16>, %b_desc: tensordesc
   %7 = allocate_shared_memory : shared<3x64x32xfp16, #L0>
   %8 = allocate_shared_memory : shared<3x32x64xfp16, #L1>
   %bars = allocate_shared_memory : shared<3x1xi64, #L2>
-  %10 = constant [value=0] : i32
-  %bar = shared_index %bars, %10 : shared<1xi64, #L3>
+  %empties = allocate_shared_memory : shared<3x1xi64, #L2>
+  %11 = constant [value=0] : i32
+  %bar = shared_index %bars, %11 : shared<1xi64, #L3>
   mbarrier_init [count=1] %bar
-  %12 = constant [value=1] : i32
-  %bar_13 = shared_index %bars, %12 : shared<1xi64, #L3>
-  mbarrier_init [count=1] %bar_13
-  %14 = constant [value=2] : i32
-  %bar_15 = shared_index %bars, %14 : shared<1xi64, #L3>
-  mbarrier_init [count=1] %bar_15
-  %16 = constant [value=0] : i32
-  %17 = compare [predicate=lt] %5, %K : i1
-  %bar_18 = shared_index %bars, %16 : shared<1xi64, #L3>
-  mbarrier_expect [nbytes=8192] %bar_18, %17
-  %19 = constant [value=0] : i32
-  %20 = shared_index %7, %16 : shared<64x32xfp16, #L4>
-  tma_async_copy_global_to_shared %a_desc, %19, %5, %bar_18, %20, %17
-  %21 = constant [value=0] : i32
-  %22 = shared_index %8, %16 : shared<32x64xfp16, #L5>
-  tma_async_copy_global_to_shared %b_desc, %5, %21, %bar_18, %22, %17
-  %23 = constant [value=32] : i32
-  %24 = binary [kind=add] %5, %23 : i32
-  %25 = constant [value=1] : i32
-  %26 = compare [predicate=lt] %24, %K : i1
-  %bar_27 = shared_index %bars, %25 : shared<1xi64, #L3>
-  mbarrier_expect [nbytes=8192] %bar_27, %26
+  %13 = constant [value=0] : i32
+  %empty = shared_index %empties, %13 : shared<1xi64, #L3>
+  mbarrier_init [count=4] %empty
+  %15 = constant [value=1] : i32
+  %bar_16 = shared_index %bars, %15 : shared<1xi64, #L3>
+  mbarrier_init [count=1] %bar_16
+  %17 = constant [value=1] : i32
+  %empty_18 = shared_index %empties, %17 : shared<1xi64, #L3>
+  mbarrier_init [count=4] %empty_18
+  %19 = constant [value=2] : i32
+  %bar_20 = shared_index %bars, %19 : shared<1xi64, #L3>
+  mbarrier_init [count=1] %bar_20
+  %21 = constant [value=2] : i32
+  %empty_22 = shared_index %empties, %21 : shared<1xi64, #L3>
+  mbarrier_init [count=4] %empty_22
+  %23 = constant [value=0] : i32
+  %24 = compare [predicate=lt] %5, %K : i1
+  %bar_25 = shared_index %bars, %23 : shared<1xi64, #L3>
+  mbarrier_expect [nbytes=8192] %bar_25, %24
+  %26 = constant [value=0] : i32
+  %27 = shared_index %7, %23 : shared<64x32xfp16, #L4>
+  tma_async_copy_global_to_shared %a_desc, %26, %5, %bar_25, %27, %24
   %28 = constant [value=0] : i32
-  %29 = shared_index %7, %25 : shared<64x32xfp16, #L4>
-  tma_async_copy_global_to_shared %a_desc, %28, %24, %bar_27, %29, %26
-  %30 = constant [value=0] : i32
-  %31 = shared_index %8, %25 : shared<32x64xfp16, #L5>
-  tma_async_copy_global_to_shared %b_desc, %24, %30, %bar_27, %31, %26
-  %32 = constant [value=0] : i32
-  %33 = constant [value=0] : i32
-  %acc_34, %slot, %phase = for [schedule={num_stages=3}] %5, %K, %6, %acc, %32, %33 : tensor<64x64xfp32>, i32, i32 {
-    ^(%k: i32, %acc_38: tensor<64x64xfp32>, %slot_39: i32, %phase_40: i32)
-    %bar_41 = shared_index %bars, %slot_39 : shared<1xi64, #L3>
-    mbarrier_wait %bar_41, %phase_40
-    %42 = shared_index %7, %slot_39 : shared<64x32xfp16, #L4>
-    %43 = shared_index %8, %slot_39 : shared<32x64xfp16, #L5>
-    %44 = constant [value=0] : i32
-    %45 = constant [value=0] : i32
-    %46 = constant [value=0] : i32
-    %47 = constant [value=0] : i32
-    %48 = convert_layout %acc_38 : tensor<64x64xfp32, #L6>
-    %acc_49 = warpgroup_mma [is_async=True] %42, %43, %48 : tensor<64x64xfp32, #L6>
-    %acc_50 = warpgroup_mma_wait [pending=1] %acc_49 : tensor<64x64xfp32, #L6>
-    %51 = constant [value=64] : i32
-    %52 = binary [kind=add] %k, %51 : i32
-    %53 = constant [value=2] : i32
-    %54 = binary [kind=add] %slot_39, %53 : i32
-    %55 = constant [value=3] : i32
-    %56 = binary [kind=mod] %54, %55 : i32
-    %57 = compare [predicate=lt] %52, %K : i1
-    %bar_58 = shared_index %bars, %56 : shared<1xi64, #L3>
-    mbarrier_expect [nbytes=8192] %bar_58, %57
-    %59 = constant [value=0] : i32
-    %60 = shared_index %7, %56 : shared<64x32xfp16, #L4>
-    tma_async_copy_global_to_shared %a_desc, %59, %52, %bar_58, %60, %57
-    %61 = constant [value=0] : i32
-    %62 = shared_index %8, %56 : shared<32x64xfp16, #L5>
-    tma_async_copy_global_to_shared %b_desc, %52, %61, %bar_58, %62, %57
-    %acc_63 = convert_layout %acc_50 : tensor<64x64xfp32>
-    %64 = constant [value=1] : i32
-    %65 = binary [kind=add] %slot_39, %64 : i32
-    %66 = constant [value=3] : i32
-    %slot_67 = binary [kind=mod] %65, %66 : i32
-    %68 = constant [value=0] : i32
-    %69 = compare [predicate=eq] %slot_67, %68 : i1
-    %70 = cast %69 : i32
-    %phase_71 = binary [kind=xor] %phase_40, %70 : i32
-    yield %acc_63, %slot_67, %phase_71
+  %29 = shared_index %8, %23 : shared<32x64xfp16, #L5>
+  tma_async_copy_global_to_shared %b_desc, %5, %28, %bar_25, %29, %24
+  %30 = constant [value=32] : i32
+  %31 = binary [kind=add] %5, %30 : i32
+  %32 = constant [value=1] : i32
+  %33 = compare [predicate=lt] %31, %K : i1
+  %bar_34 = shared_index %bars, %32 : shared<1xi64, #L3>
+  mbarrier_expect [nbytes=8192] %bar_34, %33
+  %35 = constant [value=0] : i32
+  %36 = shared_index %7, %32 : shared<64x32xfp16, #L4>
+  tma_async_copy_global_to_shared %a_desc, %35, %31, %bar_34, %36, %33
+  %37 = constant [value=0] : i32
+  %38 = shared_index %8, %32 : shared<32x64xfp16, #L5>
+  tma_async_copy_global_to_shared %b_desc, %31, %37, %bar_34, %38, %33
+  %39 = constant [value=0] : i32
+  %40 = constant [value=0] : i32
+  %acc_41, %slot, %phase = for [schedule={num_stages=3}] %5, %K, %6, %acc, %39, %40 : tensor<64x64xfp32>, i32, i32 {
+    ^(%k: i32, %acc_45: tensor<64x64xfp32>, %slot_46: i32, %phase_47: i32)
+    %bar_48 = shared_index %bars, %slot_46 : shared<1xi64, #L3>
+    mbarrier_wait %bar_48, %phase_47
+    %49 = shared_index %7, %slot_46 : shared<64x32xfp16, #L4>
+    %50 = shared_index %8, %slot_46 : shared<32x64xfp16, #L5>
+    %51 = constant [value=0] : i32
+    %52 = constant [value=0] : i32
+    %53 = constant [value=0] : i32
+    %54 = constant [value=0] : i32
+    %55 = convert_layout %acc_45 : tensor<64x64xfp32, #L6>
+    %acc_56 = warpgroup_mma [is_async=True] %49, %50, %55 : tensor<64x64xfp32, #L6>
+    %acc_57 = warpgroup_mma_wait [pending=1] %acc_56 : tensor<64x64xfp32, #L6>
+    %58 = constant [value=64] : i32
+    %59 = binary [kind=add] %k, %58 : i32
+    %60 = constant [value=2] : i32
+    %61 = binary [kind=add] %slot_46, %60 : i32
+    %62 = constant [value=3] : i32
+    %63 = binary [kind=mod] %61, %62 : i32
+    %64 = compare [predicate=ne] %k, %5 : i1
+    %empty_65 = shared_index %empties, %63 : shared<1xi64, #L3>
+    mbarrier_arrive [per_warp=True] %empty_65, %64
+    %66 = constant [value=0] : i32
+    %67 = compare [predicate=eq] %slot_46, %66 : i1
+    %68 = cast %67 : i32
+    %released = binary [kind=xor] %phase_47, %68 : i32
+    %empty_70 = shared_index %empties, %63 : shared<1xi64, #L3>
+    mbarrier_wait [elected=True] %empty_70, %released
+    %71 = compare [predicate=lt] %59, %K : i1
+    %bar_72 = shared_index %bars, %63 : shared<1xi64, #L3>
+    mbarrier_expect [nbytes=8192] %bar_72, %71
+    %73 = constant [value=0] : i32
+    %74 = shared_index %7, %63 : shared<64x32xfp16, #L4>
+    tma_async_copy_global_to_shared %a_desc, %73, %59, %bar_72, %74, %71
+    %75 = constant [value=0] : i32
+    %76 = shared_index %8, %63 : shared<32x64xfp16, #L5>
+    tma_async_copy_global_to_shared %b_desc, %59, %75, %bar_72, %76, %71
+    %acc_77 = convert_layout %acc_57 : tensor<64x64xfp32>
+    %78 = constant [value=1] : i32
+    %79 = binary [kind=add] %slot_46, %78 : i32
+    %80 = constant [value=3] : i32
+    %slot_81 = binary [kind=mod] %79, %80 : i32
+    %82 = constant [value=0] : i32
+    %83 = compare [predicate=eq] %slot_81, %82 : i1
+    %84 = cast %83 : i32
+    %phase_85 = binary [kind=xor] %phase_47, %84 : i32
+    yield %acc_77, %slot_81, %phase_85
   }
-  %acc_72 = convert_layout %acc_34 : tensor<64x64xfp32, #L6>
-  %acc_73 = warpgroup_mma_wait [pending=0] %acc_72 : tensor<64x64xfp32, #L6>
-  %acc_74 = convert_layout %acc_73 : tensor<64x64xfp32>
-  %75 = constant [value=0] : i32
-  %bar_76 = shared_index %bars, %75 : shared<1xi64, #L3>
-  mbarrier_invalidate %bar_76
-  %77 = constant [value=1] : i32
-  %bar_78 = shared_index %bars, %77 : shared<1xi64, #L3>
-  mbarrier_invalidate %bar_78
-  %79 = constant [value=2] : i32
-  %bar_80 = shared_index %bars, %79 : shared<1xi64, #L3>
-  mbarrier_invalidate %bar_80
-  %81 = arange [start=0 end=64] : tensor<64xi32>
-  %82 = expand_dims [axis=1] %81 : tensor<64x1xi32>
-  %83 = constant [value=64] : tensor<64x1xi32>
-  %84 = binary [kind=mul] %82, %83 : tensor<64x1xi32>
-  %85 = splat %c_ptr : tensor<64x1x*fp32>
-  %86 = add_ptr %85, %84 : tensor<64x1x*fp32>
-  %87 = arange [start=0 end=64] : tensor<64xi32>
-  %88 = expand_dims [axis=0] %87 : tensor<1x64xi32>
-  %89 = broadcast %86 : tensor<64x64x*fp32>
-  %90 = broadcast %88 : tensor<64x64xi32>
-  %91 = add_ptr %89, %90 : tensor<64x64x*fp32>
-  %92 = convert_layout %91 : tensor<64x64x*fp32, #L7>
-  %93 = convert_layout %acc_74 : tensor<64x64xfp32, #L7>
-  store %92, %93
+  %acc_86 = convert_layout %acc_41 : tensor<64x64xfp32, #L6>
+  %acc_87 = warpgroup_mma_wait [pending=0] %acc_86 : tensor<64x64xfp32, #L6>
+  %acc_88 = convert_layout %acc_87 : tensor<64x64xfp32>
+  %89 = constant [value=0] : i32
+  %bar_90 = shared_index %bars, %89 : shared<1xi64, #L3>
+  mbarrier_invalidate %bar_90
+  %91 = constant [value=0] : i32
+  %empty_92 = shared_index %empties, %91 : shared<1xi64, #L3>
+  mbarrier_invalidate %empty_92
+  %93 = constant [value=1] : i32
+  %bar_94 = shared_index %bars, %93 : shared<1xi64, #L3>
+  mbarrier_invalidate %bar_94
+  %95 = constant [value=1] : i32
+  %empty_96 = shared_index %empties, %95 : shared<1xi64, #L3>
+  mbarrier_invalidate %empty_96
+  %97 = constant [value=2] : i32
+  %bar_98 = shared_index %bars, %97 : shared<1xi64, #L3>
+  mbarrier_invalidate %bar_98
+  %99 = constant [value=2] : i32
+  %empty_100 = shared_index %empties, %99 : shared<1xi64, #L3>
+  mbarrier_invalidate %empty_100
+  %101 = arange [start=0 end=64] : tensor<64xi32>
+  %102 = expand_dims [axis=1] %101 : tensor<64x1xi32>
+  %103 = constant [value=64] : tensor<64x1xi32>
+  %104 = binary [kind=mul] %102, %103 : tensor<64x1xi32>
+  %105 = splat %c_ptr : tensor<64x1x*fp32>
+  %106 = add_ptr %105, %104 : tensor<64x1x*fp32>
+  %107 = arange [start=0 end=64] : tensor<64xi32>
+  %108 = expand_dims [axis=0] %107 : tensor<1x64xi32>
+  %109 = broadcast %106 : tensor<64x64x*fp32>
+  %110 = broadcast %108 : tensor<64x64xi32>
+  %111 = add_ptr %109, %110 : tensor<64x64x*fp32>
+  %112 = convert_layout %111 : tensor<64x64x*fp32, #L7>
+  %113 = convert_layout %acc_88 : tensor<64x64xfp32, #L7>
+  store %112, %113
 }
 """

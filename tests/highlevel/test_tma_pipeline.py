@@ -5,8 +5,10 @@ every wgmma operand read until its wait, and whose deadlock check sees a phase n
 completed, against numpy float64: 2-4 stages, K loops shorter than the prologue, tails,
 fp16 / bf16 / fp8, host and in-kernel descriptors, TMA completions in shuffled orders; a
 hypothesis property over tiles, stages, warps and tails; the races the emulator reports
-when the ring refills the slot being read or waits on the wrong phase; the loop's IR; and
-the Hopper tiles through ptxas without spills."""
+when the ring refills the slot being read, waits on the wrong phase or refills without
+waiting for the slot's empty barrier (and the deadlock when that wait's phase is wrong);
+the loop's IR, with no CTA barrier in it; and the Hopper tiles through ptxas without
+spills."""
 
 import os
 
@@ -19,7 +21,7 @@ from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.backend import ptxas
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import (Barrier, For, MBarrierWait, SharedLoad, SharedPermute, SharedStore,
+from weft.compiler.ir import (Barrier, For, MBarrierArrive, MBarrierWait, SharedLoad, SharedPermute, SharedStore,
                               TmaAsyncCopyGlobalToShared, WarpgroupMma, WarpgroupMmaWait)
 from weft.compiler.ir import Binary
 from weft.compiler.passes import pipeline_tma_loops
@@ -201,16 +203,19 @@ def test_ringed_matmul_property(monkeypatch, block, stages, num_warps, k_blocks,
 def test_the_loop_waits_on_its_slot_and_keeps_one_wgmma_in_flight():
     loop = loop_of(prepared((64, 64, 32), 3))
     body = loop.body.ops
-    kinds = [type(op).__name__ for op in body if isinstance(op, (MBarrierWait, WarpgroupMma, WarpgroupMmaWait,
-                                                                 TmaAsyncCopyGlobalToShared, SharedLoad))]
-    assert kinds == ["MBarrierWait", "WarpgroupMma", "WarpgroupMmaWait", "TmaAsyncCopyGlobalToShared",
-                     "TmaAsyncCopyGlobalToShared"]
+    kinds = [type(op).__name__ for op in body if isinstance(op, (MBarrierWait, MBarrierArrive, WarpgroupMma,
+                                                                 WarpgroupMmaWait, TmaAsyncCopyGlobalToShared,
+                                                                 SharedLoad))]
+    assert kinds == ["MBarrierWait", "WarpgroupMma", "WarpgroupMmaWait", "MBarrierArrive", "MBarrierWait",
+                     "TmaAsyncCopyGlobalToShared", "TmaAsyncCopyGlobalToShared"]
     (wait,) = [op for op in body if isinstance(op, WarpgroupMmaWait)]
     assert wait.pending == 1
-    # The boxes need no CTA barrier to be seen: only the refill waits for the other warps' wgmma reads.
-    barriers = [i for i, op in enumerate(body) if isinstance(op, Barrier)]
-    refills = [i for i, op in enumerate(body) if isinstance(op, TmaAsyncCopyGlobalToShared)]
-    assert len(barriers) == 1 and body.index(wait) < barriers[0] < refills[0]
+    full, empty = [op for op in body if isinstance(op, MBarrierWait)]
+    (arrive,) = [op for op in body if isinstance(op, MBarrierArrive)]
+    assert not full.elected and empty.elected and arrive.per_warp and arrive.barrier is not full.barrier
+    # The boxes need no CTA barrier to be seen, and the refill none for the other warps'
+    # wgmma reads: they release the slot on its empty barrier, which the issuer waits on.
+    assert not any(isinstance(op, Barrier) for op in loop.body.walk())
 
 
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
@@ -244,13 +249,20 @@ def test_a_transposed_box_is_read_through_a_permuted_view_of_the_ring(dtype):
     check_product(c, a, b.T)
 
 
-@pytest.mark.parametrize("wrong", ["slot read now", "phase never flips"])
+@pytest.mark.parametrize("wrong", ["slot read now", "phase never flips", "release phase never flips"])
 def test_the_emulator_catches_a_ring_that_refills_or_waits_wrongly(monkeypatch, wrong):
     if wrong == "slot read now":  # the refill lands in the slot this iteration's wgmma still reads
         monkeypatch.setattr(pipeline_tma_loops.TmaLoopPipeliner, "refill_slot", lambda self, out, slot: slot)
+    elif wrong == "release phase never flips":  # the first refill waits for a release that never comes
+        monkeypatch.setattr(pipeline_tma_loops, "Binary", lambda **fields: Binary(**{
+            **fields, "kind": "and" if fields["result"].hint == "released" else fields["kind"]}))
+        block = (64, 64, 32)
+        with pytest.raises(EmulationError, match="deadlock"):
+            run(prepared(block, 3), block, 64, 64, 256, "fp16")
+        return
     else:  # every wait is for phase 0: the second round of a slot passes before its box landed
         monkeypatch.setattr(pipeline_tma_loops, "Binary", lambda **fields: Binary(**{
-            **fields, "kind": "and" if fields.get("kind") == "xor" else fields["kind"]}))
+            **fields, "kind": "and" if fields["result"].hint == "phase" else fields["kind"]}))
     block = (64, 64, 32)
     with pytest.raises(EmulationError, match="shared-memory race"):
         run(prepared(block, 3), block, 64, 64, 256, "fp16")
@@ -276,3 +288,22 @@ def test_a_box_loaded_each_step_keeps_the_cp_async_ring_from_leaving_its_wgmma_i
     c = torch.zeros((m, n), dtype=torch.float16)
     mixed_matmul[(2,)](described(a, [64, 32]), b, c, k, n, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, STAGES=3)
     check_product(c, a, b)
+
+
+def without_elected_waits(block):
+    """`block` with every elected mbarrier wait (the refill's wait for the slot's release) dropped."""
+    ops = [op.map_regions(without_elected_waits) for op in block.ops
+           if not (isinstance(op, MBarrierWait) and op.elected)]
+    return type(block)(block.args, tuple(ops))
+
+
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_the_emulator_catches_a_refill_that_does_not_wait_for_the_slot_release(num_warps):
+    """The refill overwrites the slot the previous iteration's wgmma read; the arrive alone
+    orders nothing: without the issuer's wait on the empty barrier, and with no CTA barrier
+    in the loop, other warps' reads race with the TMA write."""
+    block = (64 * (num_warps // 4), 64, 32)
+    kernel = prepared(block, 3, num_warps)
+    kernel = kernel.with_body(without_elected_waits(kernel.body))
+    with pytest.raises(EmulationError, match="shared-memory race"):
+        run(kernel, block, block[0], 64, 256, "fp16")
