@@ -49,6 +49,7 @@ def llvm_version() -> str:
 
 LIBDEVICE_PREFIX = "__nv_"
 _CALLS_LIBDEVICE = re.compile(r'^declare [^@\n]*@"?' + LIBDEVICE_PREFIX, re.MULTILINE)
+_UNFUSABLE = re.compile(r"= (fmul|fadd|fsub) (?!contract)")
 # Override (behaviour 4) so the flag wins over any other value when modules are linked.
 _REFLECT_FLAGS = '''!llvm.module.flags = !{!0}
 !0 = !{i32 4, !"nvvm-reflect-ftz", i32 1}
@@ -86,7 +87,12 @@ def _libdevice_subset(names: frozenset) -> bytes:
     dead_code = llvm.create_new_module_pass_manager()
     dead_code.add_global_dead_code_eliminate_pass()
     dead_code.run(library, _pass_builder())
-    return library.as_bitcode()
+    # Triton's target machine allows FP contraction everywhere (AllowFPOpFusion = Fast),
+    # so libdevice's plain multiplies and adds may fuse into FMAs and print as mul.f32,
+    # not mul.rn.f32. weft's own arithmetic carries `contract` flags; giving libdevice's
+    # the same flag reproduces Triton's instructions.
+    text = _UNFUSABLE.sub(r"= \1 contract ", str(library))
+    return llvm.parse_assembly(text).as_bitcode()
 
 
 def link_libdevice(module: "llvm.ModuleRef") -> None:
