@@ -10,10 +10,8 @@ fp32), so the checks accept `.b32` or `.f32`.
 
 from __future__ import annotations
 
-import math
 import re
 
-import numpy as np
 import pytest
 
 from weft.compiler import ir
