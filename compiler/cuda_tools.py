@@ -12,6 +12,10 @@ copy shipped inside Triton's wheel (`triton/backends/nvidia/bin/ptxas`).
 cuobjdump (for `weft compile --dump sass`) comes from the `sass` extra: the
 `nvidia-cuda-cuobjdump` wheel, with `nvidia-cuda-nvdisasm`, which cuobjdump runs to
 disassemble; both put their tool in `nvidia/cu13/bin`.
+
+libdevice (NVIDIA's bitcode math library, linked where a kernel calls `__nv_*` math) comes
+from the same `nvidia-cuda-nvcc` wheel (`nvvm/libdevice/libdevice.10.bc`), else Triton's
+wheel, else a CUDA toolkit.
 """
 
 from __future__ import annotations
@@ -37,6 +41,15 @@ _WHEEL_PATHS = (
 
 # Relative to a site-packages directory: where the `sass` extra's wheel puts cuobjdump.
 _CUOBJDUMP_WHEEL_PATHS = ("nvidia/cu13/bin/cuobjdump",)
+
+
+# Relative to a site-packages directory, newest CUDA first.
+_LIBDEVICE_WHEEL_PATHS = (
+    "nvidia/cu13/nvvm/libdevice/libdevice.10.bc",
+    "nvidia/cuda_nvcc/nvvm/libdevice/libdevice.10.bc",
+    "triton/backends/nvidia/lib/libdevice.10.bc",
+)
+_LIBDEVICE_TOOLKIT_PATHS = ("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc",)
 
 
 class PtxasError(RuntimeError):
@@ -103,6 +116,16 @@ def find_cuobjdump() -> Optional[str]:
             path = os.path.join(directory, rel)
             if _is_executable(path):
                 return path
+    return None
+
+
+def find_libdevice() -> Optional[str]:
+    """libdevice.10.bc from the `nvidia-cuda-nvcc` wheel (or Triton's, or a CUDA toolkit),
+    or None."""
+    wheel_paths = [os.path.join(d, rel) for d in _site_dirs() for rel in _LIBDEVICE_WHEEL_PATHS]
+    for path in wheel_paths + list(_LIBDEVICE_TOOLKIT_PATHS):
+        if os.path.isfile(path):
+            return path
     return None
 
 

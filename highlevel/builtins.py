@@ -20,13 +20,22 @@ from . import semantic as sem
 
 # Ops that never see a layout: lowlevel's, as they are.
 program_id, num_programs = ll.program_id, ll.num_programs
-exp, exp2, log, log2, sqrt, rsqrt, erf = ll.exp, ll.exp2, ll.log, ll.log2, ll.sqrt, ll.rsqrt, ll.erf
+exp, exp2, log, log2, rsqrt, erf = ll.exp, ll.exp2, ll.log, ll.log2, ll.rsqrt, ll.erf
 sin, cos, floor, ceil, abs = ll.sin, ll.cos, ll.floor, ll.ceil, ll.abs
 device_print, device_assert, static_assert, static_print = (
     ll.device_print, ll.device_assert, ll.static_assert, ll.static_print)
 debug_barrier = ll.barrier
 
 
+@builtin
+def sqrt(x: Any):
+    """Elementwise square root as Triton's `tl.sqrt`: libdevice's sqrtf under Triton's
+    flush-to-zero flag, sqrt.approx.ftz.f32 (fp64: rounded to nearest). `tl.sqrt_rn`
+    rounds fp32 to nearest."""
+    return ll_sem.unary("sqrt_approx", x, "sqrt")
+
+
+@builtin
 def cdiv(x: Any, y: Any):
     """ceil(x / y) for non-negative ints, in kernels and on the host (`triton.cdiv`)."""
     if not ll_sem.is_value(x) and not ll_sem.is_value(y):

@@ -1,8 +1,15 @@
 """`tl.math`: Triton's math namespace, for the functions weft provides.
 
 The same ops as the top-level names (`tl.math.exp is tl.exp`), plus the few that Triton
-keeps here only: `umulhi`, `div_rn`, `fdiv` and `sqrt_rn`. weft's `/` on floats and
-`sqrt` already round to nearest (div.rn, sqrt.rn), so the `_rn` names are those ops.
+keeps here only: `umulhi`, `div_rn`, `fdiv` and `sqrt_rn`. weft's `/` on floats already
+rounds to nearest (div.rn), so `div_rn` is `/`; `sqrt` is Triton's approximate one
+(sqrt.approx.ftz.f32, what libdevice gives it), `sqrt_rn` rounds to nearest (sqrt.rn).
+
+Precision is Triton's: log, sin, cos, erf and pow (and the fp64 functions) are libdevice's,
+linked and inlined as Triton does (compiler/backend/lower_math.py lists which functions
+use the hardware's approximations instead). The CPU emulator computes them with numpy:
+within a few ulps of libdevice (tests/compiler/test_libdevice.py holds the bound), not
+bit for bit.
 """
 
 from __future__ import annotations
@@ -13,12 +20,11 @@ from ..compiler.builder import builtin
 from ..compiler.types import u32, u64
 from ..lowlevel import semantic as ll_sem
 from . import semantic as sem
+from ..lowlevel.builtins import sqrt as sqrt_rn
 from .builtins import abs, ceil, cos, erf, exp, exp2, floor, fma, log, log2, rsqrt, sin, sqrt
 
 __all__ = ["abs", "ceil", "cos", "div_rn", "erf", "exp", "exp2", "fdiv", "floor", "fma", "log", "log2",
            "rsqrt", "sin", "sqrt", "sqrt_rn", "umulhi"]
-
-sqrt_rn = sqrt
 
 
 @builtin

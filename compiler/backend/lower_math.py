@@ -1,25 +1,28 @@
-"""Lowering of unary math: hardware approximations where PTX has them, polynomials where
-it does not (there is no libdevice here).
+"""Lowering of unary math the way Triton lowers it: libdevice where Triton calls libdevice,
+hardware approximations where Triton uses those.
 
-fp32 accuracy (worst case over the fp32 range, against correctly rounded results):
-- exp(x) = ex2.approx(x * log2 e): about 2 ulp plus |x| * 2^-24 from the scaling (Triton's
-  lowering); exp2 = ex2.approx.ftz.f32 (2 ulp; results below 2^-126 flush to 0, as with
-  Triton's and CUDA's fast math: without .ftz, ptxas wraps every MUFU.EX2 in a compare
-  and two multiplies that keep denormal results); log = lg2.approx * ln 2, log2 = lg2.approx
-  (absolute error 2^-22 near 1, relative 2^-22 elsewhere);
-- sqrt is IEEE round-to-nearest (sqrt.rn.f32); rsqrt = rsqrt.approx.f32 (2 ulp);
-- sin/cos: reduction by 2*pi in two fp32 parts, then sin/cos.approx.f32 (absolute error
-  below 1e-6 for |x| < 1e5);
-- erf: the polynomials below (relative error below 2e-7, checked in the tests).
+libdevice (`__nv_*` calls; target.py links the functions called and inlines them, with
+Triton's flush-to-zero reflect flag, so the bits are Triton's):
+- fp32 log, sin, cos, erf, pow (`__nv_logf`, `__nv_sinf`, ... ; sin/cos reduce large
+  arguments exactly, by Payne-Hanek);
+- fp64 exp, exp2, log, log2, sin, cos, erf, rsqrt, pow (`__nv_exp`, ...).
+Hardware approximations (fp32; Triton's choices too, except where said):
+- exp(x) = ex2.approx(x * log2 e): about 2 ulp plus |x| * 2^-24 from the scaling; exp2 =
+  ex2.approx.ftz.f32 (2 ulp; results below 2^-126 flush to 0, as with Triton's and CUDA's
+  fast math: without .ftz, ptxas wraps every MUFU.EX2 in a compare and two multiplies that
+  keep denormal results); rsqrt = rsqrt.approx.f32 (2 ulp);
+- log2 = lg2.approx.f32 (absolute error 2^-22 near 1, relative 2^-22 elsewhere): weft's own
+  choice, where Triton calls `__nv_log2f`; kernels use it as one exp-unit op;
+- sqrt_approx (highlevel `tl.sqrt`) = sqrt.approx.ftz.f32, what Triton's `__nv_sqrtf`
+  becomes under its flush-to-zero flag; sqrt (lowlevel `sqrt`, `tl.sqrt_rn`) is IEEE
+  round-to-nearest (sqrt.rn).
 fp16/bf16 compute in fp32 and round once; neg/abs/floor/ceil/sqrt work on any float
-width. fp64 transcendental functions are refused: PTX has no fp64 approximations and
-there is no libdevice to link.
-ex2/lg2/sin/cos/rsqrt: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#floating-point-instructions
+width; fp64 sqrt is sqrt.rn.f64 (as libdevice's).
+ex2/lg2/sqrt/rsqrt: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#floating-point-instructions
+libdevice: https://docs.nvidia.com/cuda/libdevice-users-guide/
 """
 
 from __future__ import annotations
-
-import math
 
 from llvmlite import ir
 
@@ -31,20 +34,12 @@ from . import llvm_types as T
 from .context import Lowering, elementwise, lowers
 
 LOG2_E = 1.4426950408889634
-LN_2 = 0.6931471805599453
-TWO_PI_HI = 6.2831854820251465  # fp32(2 pi)
-TWO_PI_LO = -1.7484556000744883e-07  # 2 pi - TWO_PI_HI
-INV_TWO_PI = 0.15915494309189535
 
-# erf(x) = x * P(x^2) for |x| < 1 (fitted for relative error over [0, 1]).
-ERF_SMALL = (1.1283791065216064, -0.37612324953079224, 0.11280180513858795,
-             -0.026711322367191315, 0.004917562939226627, -0.0005631463136523962)
-# erf(|x|) = 1 - 2^Q(min(|x|, 4) - 2.5) for |x| >= 1: Q fits log2(erfc) on [1, 4]; erfc(4)
-# is below half an fp32 ulp of 1, so the clamp is exact in fp32.
-ERF_LARGE = (-11.262853622436523, -7.722285747528076, -1.361750602722168, -0.015665486454963684,
-             0.003123552305623889, -0.000606181682087481, 0.00011174385144840926,
-             -1.9190307284588926e-05, 2.308045850440976e-06)
-ERF_SPLIT, ERF_CLAMP, ERF_CENTER = 1.0, 4.0, 2.5
+# Triton's libdevice function for each unary kind, per width (fp16/bf16 go through fp32).
+LIBDEVICE_F32 = {"log": "__nv_logf", "sin": "__nv_sinf", "cos": "__nv_cosf", "erf": "__nv_erff"}
+LIBDEVICE_F64 = {"exp": "__nv_exp", "exp2": "__nv_exp2", "log": "__nv_log", "log2": "__nv_log2",
+                 "sin": "__nv_sin", "cos": "__nv_cos", "erf": "__nv_erf", "rsqrt": "__nv_rsqrt"}
+POW = {"float": "__nv_powf", "double": "__nv_pow"}
 
 _SUFFIX = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
 
@@ -77,59 +72,32 @@ def lg2(ctx: Lowering, x: ir.Value) -> ir.Value:
     return ctx.intrinsic("llvm.nvvm.lg2.approx.f", T.F32, [x])
 
 
-def erf_f32(ctx: Lowering, x: ir.Value) -> ir.Value:
-    b = ctx.builder
-    magnitude = ctx.intrinsic("llvm.fabs.f32", T.F32, [x])
-    small = b.fmul(x, horner(b, ctx, b.fmul(x, x), ERF_SMALL))
-    clamped = ctx.intrinsic("llvm.minnum.f32", T.F32, [magnitude, f32(ERF_CLAMP)])
-    q = horner(b, ctx, b.fsub(clamped, f32(ERF_CENTER)), ERF_LARGE)
-    large = ctx.intrinsic("llvm.copysign.f32", T.F32, [b.fsub(f32(1.0), ex2(ctx, q)), x])
-    result = b.select(b.fcmp_ordered("<", magnitude, f32(ERF_SPLIT)), small, large)
-    return b.select(b.fcmp_unordered("uno", x, x), x, result)  # NaN stays NaN
-
-
-def _reduce_angle(ctx: Lowering, x: ir.Value) -> ir.Value:
-    """x - k * 2 pi with k = rint(x / 2 pi), in two fp32 parts (Cody-Waite)."""
-    b = ctx.builder
-    k = ctx.intrinsic("llvm.rint.f32", T.F32, [b.fmul(x, f32(INV_TWO_PI))])
-    negative_k = b.fneg(k)
-    r = ctx.intrinsic("llvm.fma.f32", T.F32, [negative_k, f32(TWO_PI_HI), x])
-    return ctx.intrinsic("llvm.fma.f32", T.F32, [negative_k, f32(TWO_PI_LO), r])
+def libdevice(ctx: Lowering, name: str, args) -> ir.Value:
+    """A call of libdevice's `name` (linked and inlined by target.py)."""
+    return ctx.intrinsic(name, args[0].type, args)
 
 
 def float_pow(ctx: Lowering, x: ir.Value, y: ir.Value) -> ir.Value:
-    """x ** y = 2^(y log2 |x|), negative x allowed for integral y (sign (-1)^y), else NaN;
-    x ** 0 == 1 for every x. Computed in fp32."""
+    """x ** y by libdevice's pow (fp16/bf16 in fp32, rounded once)."""
     b = ctx.builder
-    original = x.type
-    if original != T.F32:
-        if original == T.F64:
-            raise CompilationError("fp64 pow needs libdevice, which weft does not link")
-        x, y = b.fpext(x, T.F32), b.fpext(y, T.F32)
-    magnitude = ctx.intrinsic("llvm.fabs.f32", T.F32, [x])
-    result = ex2(ctx, b.fmul(y, lg2(ctx, magnitude)))
-    integral = b.fcmp_ordered("==", ctx.intrinsic("llvm.trunc.f32", T.F32, [y]), y)
-    half = b.fmul(y, f32(0.5))
-    odd = b.and_(integral, b.fcmp_ordered("!=", ctx.intrinsic("llvm.trunc.f32", T.F32, [half]), half))
-    negative = b.fcmp_ordered("<", x, f32(0.0))
-    result = b.select(b.and_(negative, odd), b.fneg(result), result)
-    result = b.select(b.and_(negative, b.not_(integral)), f32(math.nan), result)
-    result = b.select(b.fcmp_ordered("==", y, f32(0.0)), f32(1.0), result)
-    return result if original == T.F32 else b.fptrunc(result, original)
+    name = POW.get(str(x.type))
+    if name is not None:
+        return libdevice(ctx, name, [x, y])
+    return b.fptrunc(libdevice(ctx, POW["float"], [b.fpext(x, T.F32), b.fpext(y, T.F32)]), x.type)
 
 
 def _f32_functions(ctx: Lowering):
     b = ctx.builder
-    return {
+    functions = {
         "exp": lambda x: ex2(ctx, b.fmul(x, f32(LOG2_E))),
         "exp2": lambda x: ex2(ctx, x),
-        "log": lambda x: b.fmul(lg2(ctx, x), f32(LN_2)),
         "log2": lambda x: lg2(ctx, x),
         "rsqrt": lambda x: ctx.intrinsic("llvm.nvvm.rsqrt.approx.f", T.F32, [x]),
-        "erf": lambda x: erf_f32(ctx, x),
-        "sin": lambda x: ctx.intrinsic("llvm.nvvm.sin.approx.f", T.F32, [_reduce_angle(ctx, x)]),
-        "cos": lambda x: ctx.intrinsic("llvm.nvvm.cos.approx.f", T.F32, [_reduce_angle(ctx, x)]),
+        "sqrt_approx": lambda x: ctx.intrinsic("llvm.nvvm.sqrt.approx.ftz.f", T.F32, [x]),
     }
+    for kind, name in LIBDEVICE_F32.items():
+        functions[kind] = lambda x, name=name: libdevice(ctx, name, [x])
+    return functions
 
 
 _ANY_WIDTH = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil", "abs": "llvm.fabs"}
@@ -139,16 +107,16 @@ def unary_float(ctx: Lowering, kind: str, x: ir.Value) -> ir.Value:
     b = ctx.builder
     if kind == "neg":
         return b.fneg(x)
-    if kind in _ANY_WIDTH:
-        return ctx.intrinsic(f"{_ANY_WIDTH[kind]}.{llvm_suffix(x.type)}", x.type, [x])
+    if kind in _ANY_WIDTH or (kind == "sqrt_approx" and x.type == T.F64):
+        intrinsic = _ANY_WIDTH.get(kind, "llvm.sqrt")
+        return ctx.intrinsic(f"{intrinsic}.{llvm_suffix(x.type)}", x.type, [x])
+    if x.type == T.F64 and kind in LIBDEVICE_F64:
+        return libdevice(ctx, LIBDEVICE_F64[kind], [x])
     function = _f32_functions(ctx).get(kind)
     if function is None:
         raise CompilationError(f"unary `{kind}` is not defined on floats")
     if x.type == T.F32:
         return function(x)
-    if x.type == T.F64:
-        raise CompilationError(f"fp64 `{kind}` needs libdevice, which weft does not link",
-                               suggestion="cast to fp32 first if its precision is enough")
     return b.fptrunc(function(b.fpext(x, T.F32)), x.type)
 
 

@@ -76,7 +76,8 @@ class Arange(Op):
 
 BINARY_KINDS = ("add", "sub", "mul", "div", "floordiv", "mod", "and", "or", "xor",
                 "shl", "shr", "max", "min", "pow")
-UNARY_KINDS = ("neg", "not", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "erf",
+# sqrt rounds to nearest (IEEE); sqrt_approx is Triton's `tl.sqrt` (sqrt.approx.ftz.f32).
+UNARY_KINDS = ("neg", "not", "exp", "exp2", "log", "log2", "sqrt", "sqrt_approx", "rsqrt", "abs", "erf",
                "sin", "cos", "floor", "ceil")
 COMPARE_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_KINDS = ("sum", "max", "min", "argmax", "argmin")

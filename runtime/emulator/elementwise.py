@@ -166,6 +166,7 @@ UNARY = {
     "log": _float_only(np.log),
     "log2": _float_only(np.log2),
     "sqrt": _float_only(np.sqrt),
+    "sqrt_approx": _float_only(np.sqrt),
     "rsqrt": _float_only(lambda x: np.reciprocal(np.sqrt(x))),
     "abs": lambda x, e: np.abs(x),
     "erf": _float_only(lambda x: _erf(x).astype(np.asarray(x).dtype)),
