@@ -103,6 +103,11 @@ def _numel(value: Value) -> int:
     return value.type.num_elements
 
 
+def _bits(value: Value) -> int:
+    """What converting `value` moves: a narrowing cast converted after it moves less."""
+    return value.type.num_elements * value.type.element.bits
+
+
 def describe(layout: LinearLayout, candidates) -> Placement:
     """`layout` with the first candidate description that gives exactly it, else a
     LinearDistributedLayout of it."""
@@ -412,7 +417,7 @@ class Propagation:
         return self._weight[value]
 
     def cost(self, value: Value, placement: Placement) -> int:
-        """Elements that move to have `value` in `placement`."""
+        """Bits that move to have `value` in `placement`."""
         return self._redo(value, placement)[1]
 
     def redo(self, value: Value, placement: Placement) -> Optional[Decision]:
@@ -422,7 +427,7 @@ class Propagation:
     def _redo(self, value: Value, placement: Placement) -> tuple[Optional[Decision], int]:
         key = (value, placement.layout)
         if key not in self._costs:
-            self._costs[key] = (None, _numel(value))  # a loop-carried cycle: convert
+            self._costs[key] = (None, _bits(value))  # a loop-carried cycle: convert
             if self.is_free(value) or self.placed.get(value) == placement:
                 self._costs[key] = (None, 0)
             op = self.producer.get(value)
@@ -430,7 +435,7 @@ class Propagation:
                 decision = self.rules.backward_rules[type(op)](op, placement, self)
                 moved = sum(self.cost(v, p) for v, p in zip(op.uses(), decision.operands)
                             if p is not None and _tensor(v))
-                if decision.result == placement and (isinstance(op, DERIVED) or moved <= _numel(value)):
+                if decision.result == placement and (isinstance(op, DERIVED) or moved <= _bits(value)):
                     self._costs[key] = (decision, moved)
         return self._costs[key]
 
