@@ -1,5 +1,7 @@
 """weft.highlevel's tutorial-style matmul (highlevel/examples.py: pointer loads, tl.dot, the
-K loop pipelined by cp.async) beside Triton 3.6's tutorial matmul and cuBLAS, one run.
+K loop pipelined by cp.async) beside Triton 3.6's tutorial matmul, the same source
+(examples.matmul_kernel) compiled by Triton at the same configs ("triton.src"), and cuBLAS,
+one run.
 
     python -m benchmarks.highlevel_matmul [--out results.json]
 
@@ -10,12 +12,49 @@ interleaved rounds (benchmarks/matmul.py's method); TFLOP/s and the ratio to cuB
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
+import inspect
 import json
+import os
 import sys
+import tempfile
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1000, 3000, 5000)]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): Triton's Hopper tutorial configs
 CONFIGS = [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 64, 4, 4)]
+
+
+@functools.cache
+def triton_same_source_kernel():
+    """examples.matmul_kernel compiled by Triton: its source in a module that imports
+    triton.language as tl, the decorator spelled triton.jit."""
+    from weft.highlevel import examples
+
+    if importlib.util.find_spec("triton") is None:
+        raise ImportError("no module named 'triton'")
+    source = inspect.getsource(examples.matmul_kernel.fn).replace("@tl.jit", "@triton.jit", 1)
+    path = os.path.join(tempfile.mkdtemp(prefix="weft_tutorial_matmul_"), "tutorial_matmul.py")
+    with open(path, "w") as f:
+        f.write("import triton\nimport triton.language as tl\n\n" + source)
+    spec = importlib.util.spec_from_file_location("tutorial_matmul", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.matmul_kernel
+
+
+def triton_same_source(torch, a, b, block, num_warps: int, num_stages: int):
+    """a @ b in fp16 by `triton_same_source_kernel`, launched as examples.matmul launches
+    weft's (GROUP_M 8, no activation, the accumulator in the dot)."""
+    (m, k), n = a.shape, b.shape[1]
+    out = torch.empty((m, n), device=a.device, dtype=torch.float16)
+    block_m, block_n, block_k = block
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    triton_same_source_kernel()[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                      out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n,
+                                      BLOCK_K=block_k, GROUP_M=8, ACTIVATION="", ACC_IN_DOT=True,
+                                      num_warps=num_warps, num_stages=num_stages)
+    return out
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -41,6 +80,14 @@ def run(quick: bool = False) -> list[dict]:
             systems[f"weft.hl {bm}x{bn}x{bk} w{warps} s{stages}"] = (
                 lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: examples.matmul(
                     a, b, block=(bm, bn, bk), num_warps=warps, num_stages=stages, out_dtype="float16"))
+        try:
+            triton_same_source_kernel()
+            for bm, bn, bk, warps, stages in CONFIGS:
+                systems[f"triton.src {bm}x{bn}x{bk} w{warps} s{stages}"] = (
+                    lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: triton_same_source(
+                        torch, a, b, (bm, bn, bk), warps, stages))
+        except ImportError:
+            pass
         row = {"shape": [m, n, k], "dtype": "float16"}
         _measure(torch, row, "cublas", systems, ref, 2 * m * n * k)
         rows.append(row)

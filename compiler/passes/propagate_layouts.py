@@ -22,8 +22,9 @@ The anchors are the global accesses `coalesce` placed (and the cp.async copies t
    in another layout is converted once, right after its definition, or its op is redone
    there from operands in that layout: always for broadcast, expand_dims, permute and
    reshape (their operands are never larger), and for elementwise ops when that moves no more
-   elements (the reduced column, not the tile it was broadcast to). Dead ops are
-   dropped at the end.
+   bits (the reduced column, not the tile it was broadcast to; a narrowing cast's result,
+   not its wider operand: an fp32 accumulator stored as fp16 converts at 16 bits). Dead
+   ops are dropped at the end.
 """
 
 from __future__ import annotations
