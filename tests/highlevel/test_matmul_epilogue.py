@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from weft.compiler import pipeline
-from weft.compiler.backend.lower_convert import _ldmatrix_quads
 from weft.compiler.frontend import build_kernel
 from weft.compiler.ir import ConvertLayout
 from weft.highlevel import examples
@@ -57,6 +56,8 @@ def test_ldmatrix_loads_every_word_the_round_trip_loads(block, num_warps):
     """Each iteration's words go by ldmatrix.x4, and the model of ldmatrix at the row
     addresses hands every lane of every warp the scratch elements the plan's load_map
     gives its registers."""
+    from weft.compiler.backend.lower_convert import _ldmatrix_quads
+
     (op,) = _epilogue_conversions(block, num_warps)
     plan = op.plan
     assert plan.load_vector == 2
