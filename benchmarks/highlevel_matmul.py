@@ -1,7 +1,8 @@
 """weft.highlevel's tutorial-style matmul (highlevel/examples.py: pointer loads, tl.dot, the
 K loop pipelined by cp.async) and a descriptor matmul (`desc.load`: the K loop staged by TMA
-into rings, with and without `warp_specialize=True`) beside Triton 3.6's tutorial matmul and
-cuBLAS, one run.
+into rings, with and without `warp_specialize=True`) beside Triton 3.6's tutorial matmul,
+the same two sources compiled by Triton at the same configs ("triton.src", "triton.desc"),
+and cuBLAS, one run.
 
     python -m benchmarks.highlevel_matmul [--out results.json]
 
@@ -12,8 +13,13 @@ interleaved rounds (benchmarks/matmul.py's method); TFLOP/s and the ratio to cuB
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
+import inspect
 import json
+import os
 import sys
+import tempfile
 
 from weft import highlevel as tl
 
@@ -41,20 +47,58 @@ def descriptor_matmul_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.conste
     c_desc.store([m, n], acc.to(c_desc.dtype))
 
 
-def descriptor_matmul(a, b, block, num_warps: int, num_stages: int, warp_specialize: bool):
-    """a @ b (fp16, torch) by descriptor_matmul_kernel."""
+def descriptor_matmul(a, b, block, num_warps: int, num_stages: int, warp_specialize: bool, triton: bool = False):
+    """a @ b (fp16, torch) by descriptor_matmul_kernel, compiled by weft.highlevel or (with
+    `triton`) by Triton from the same source, with that compiler's host descriptors."""
     import torch
 
-    from weft.highlevel.tools.tensor_descriptor import TensorDescriptor
+    if triton:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    else:
+        from weft.highlevel.tools.tensor_descriptor import TensorDescriptor
 
     (m, k), (_, n) = a.shape, b.shape
     bm, bn, bk = block
     c = torch.empty((m, n), device=a.device, dtype=a.dtype)
     descs = [TensorDescriptor.from_tensor(t, list(box)) for t, box in ((a, (bm, bk)), (b, (bk, bn)), (c, (bm, bn)))]
     grid = (-(-m // bm) * -(-n // bn),)
-    descriptor_matmul_kernel[grid](*descs, m, n, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
-                                   STAGES=num_stages, WARP_SPECIALIZE=warp_specialize, num_warps=num_warps)
+    kernel = triton_same_source_kernel(descriptor_matmul_kernel) if triton else descriptor_matmul_kernel
+    kernel[grid](*descs, m, n, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                 STAGES=num_stages, WARP_SPECIALIZE=warp_specialize, num_warps=num_warps)
     return c
+
+
+@functools.cache
+def triton_same_source_kernel(kernel=None):
+    """A weft.highlevel kernel (examples.matmul_kernel by default) compiled by Triton: its
+    source in a module that imports triton.language as tl, the decorator spelled triton.jit."""
+    from weft.highlevel import examples
+
+    kernel = examples.matmul_kernel if kernel is None else kernel
+    if importlib.util.find_spec("triton") is None:
+        raise ImportError("no module named 'triton'")
+    source = inspect.getsource(kernel.fn).replace("@tl.jit", "@triton.jit", 1)
+    path = os.path.join(tempfile.mkdtemp(prefix="weft_tutorial_matmul_"), "tutorial_matmul.py")
+    with open(path, "w") as f:
+        f.write("import triton\nimport triton.language as tl\n\n" + source)
+    spec = importlib.util.spec_from_file_location("tutorial_matmul", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, kernel.fn.__name__)
+
+
+def triton_same_source(torch, a, b, block, num_warps: int, num_stages: int):
+    """a @ b in fp16 by `triton_same_source_kernel`, launched as examples.matmul launches
+    weft's (GROUP_M 8, no activation, the accumulator in the dot)."""
+    (m, k), n = a.shape, b.shape[1]
+    out = torch.empty((m, n), device=a.device, dtype=torch.float16)
+    block_m, block_n, block_k = block
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    triton_same_source_kernel()[grid](a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                      out.stride(0), out.stride(1), BLOCK_M=block_m, BLOCK_N=block_n,
+                                      BLOCK_K=block_k, GROUP_M=8, ACTIVATION="", ACC_IN_DOT=True,
+                                      num_warps=num_warps, num_stages=num_stages)
+    return out
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -84,6 +128,18 @@ def run(quick: bool = False) -> list[dict]:
                 name = f"weft.hl desc{' ws' if specialized else ''} {bm}x{bn}x{bk} w{warps} s{stages}"
                 systems[name] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, ws=specialized:
                                  descriptor_matmul(a, b, (bm, bn, bk), warps, stages, ws))
+        try:
+            triton_same_source_kernel()
+            for bm, bn, bk, warps, stages in CONFIGS:
+                systems[f"triton.src {bm}x{bn}x{bk} w{warps} s{stages}"] = (
+                    lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: triton_same_source(
+                        torch, a, b, (bm, bn, bk), warps, stages))
+                for specialized in (False, True):
+                    name = f"triton.desc{' ws' if specialized else ''} {bm}x{bn}x{bk} w{warps} s{stages}"
+                    systems[name] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, ws=specialized:
+                                     descriptor_matmul(a, b, (bm, bn, bk), warps, stages, ws, triton=True))
+        except ImportError:
+            pass
         row = {"shape": [m, n, k], "dtype": "float16"}
         _measure(torch, row, "cublas", systems, ref, 2 * m * n * k)
         rows.append(row)

@@ -8,19 +8,25 @@ exactly what the tests checked:
   round has a lane XOR), packing sub-32-bit elements of several slots into one word;
 - SharedRoundTrip: per iteration, st.shared the src registers through `store_map`,
   bar.sync, ld.shared the dst registers through `load_map`; iterations are separated by a
-  bar.sync. The barrier before the first store and after the last load are the
+  bar.sync. 16-bit loads of one word each go four words an ldmatrix.x4 where the scratch
+  holds them as 8 x 8 matrices of 16-byte rows (the epilogue of a 16-bit wgmma result:
+  a quarter of the load instructions, the same wavefronts). The barrier before the first store and after the last load are the
   insert_barriers pass's job (it sees the scratch as written, synced, then read-pending).
 Finally every plan's `register_copies` fill the registers the dst layout duplicates.
 """
 
 from __future__ import annotations
 
+import itertools
+
 from llvmlite import ir
 
 from ...layouts.plans import NoOp, RegisterPermutation, SharedRoundTrip, WarpShuffle
 from ..errors import CompilationError
 from ..ir import ConvertLayout
+from ..mma import ldmatrix_addresses
 from . import llvm_types as T
+from . import ptx_asm
 from .context import Lowering, lowers
 from .indexing import element_pointer
 from .lower_shared import barrier
@@ -132,7 +138,16 @@ def _shared_round_trip(ctx: Lowering, plan: SharedRoundTrip, source, count: int,
             data = [to_bits(b, source[r]) for r in group]
             b.store(_vector(b, data, word), address(plan.store_map, group[0]), align=len(group) * bits // 8)
         barrier(ctx)
-        for group in plan.load_groups[iteration]:
+        groups = plan.load_groups[iteration]
+        matrices = _ldmatrix_quads(plan, groups) if bits == 16 and plan.load_vector == 2 else None
+        for words, addresses in matrices or ():
+            pointer = element_pointer(ctx, base, word, addresses, words[0][0])
+            loaded = ctx.inline_asm(ptx_asm.ldmatrix(len(words)), [b.ptrtoint(pointer, T.I32)], [T.I32] * len(words))
+            for w, pair in enumerate(words):
+                halves = b.bitcast(loaded[w], ir.VectorType(word, 2))
+                for i, register in enumerate(pair):
+                    result[register] = from_bits(b, b.extract_element(halves, ir.Constant(T.I32, i)), element_type)
+        for group in () if matrices else groups:
             width = len(group)
             loaded = b.load(address(plan.load_map, group[0]), typ=word if width == 1 else ir.VectorType(word, width),
                             align=width * bits // 8)
@@ -140,6 +155,32 @@ def _shared_round_trip(ctx: Lowering, plan: SharedRoundTrip, source, count: int,
                 item = loaded if width == 1 else b.extract_element(loaded, ir.Constant(T.I32, i))
                 result[register] = from_bits(b, item, element_type)
     return result
+
+
+def _ldmatrix_quads(plan: SharedRoundTrip, words) -> list | None:
+    """One iteration's loaded words (register pairs) as groups of four with the row
+    addresses of the ldmatrix.x4 that loads each (mma.ldmatrix_addresses), every word in
+    one group; None where two register bits do not step between the words of each group."""
+    offsets = plan.load_map.sublayout(plan.load_map.in_dim_names, ["offset"])
+    firsts = {pair[0]: tuple(pair) for pair in words}
+    bits = [1 << i for i in range(max(firsts).bit_length())]
+    for step0, step1 in itertools.combinations(bits, 2):
+        quads = []
+        for first in sorted(firsts):
+            if first & (step0 | step1):
+                continue
+            members = [first, first ^ step0, first ^ step1, first ^ step0 ^ step1]
+            if any(m not in firsts for m in members):
+                break
+            quad = tuple(firsts[m] for m in members)
+            addresses = ldmatrix_addresses(offsets, quad)
+            if addresses is None:
+                break
+            quads.append((quad, addresses))
+        else:
+            if 4 * len(quads) == len(firsts):
+                return quads
+    return None
 
 
 def _vector(b: ir.IRBuilder, items, word: ir.Type) -> ir.Value:

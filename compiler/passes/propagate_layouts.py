@@ -22,8 +22,9 @@ The anchors are the global accesses `coalesce` placed (and the cp.async copies t
    in another layout is converted once, right after its definition, or its op is redone
    there from operands in that layout: always for broadcast, expand_dims, permute and
    reshape (their operands are never larger), and for elementwise ops when that moves no more
-   elements (the reduced column, not the tile it was broadcast to). Dead ops are
-   dropped at the end.
+   bits (the reduced column, not the tile it was broadcast to; a narrowing cast's result,
+   not its wider operand: an fp32 accumulator stored as fp16 converts at 16 bits). Dead
+   ops are dropped at the end.
 """
 
 from __future__ import annotations
@@ -101,6 +102,11 @@ def _tensor(value: Value) -> bool:
 
 def _numel(value: Value) -> int:
     return value.type.num_elements
+
+
+def _bits(value: Value) -> int:
+    """What converting `value` moves: a narrowing cast converted after it moves less."""
+    return value.type.num_elements * value.type.element.bits
 
 
 def describe(layout: LinearLayout, candidates) -> Placement:
@@ -414,7 +420,7 @@ class Propagation:
         return self._weight[value]
 
     def cost(self, value: Value, placement: Placement) -> int:
-        """Elements that move to have `value` in `placement`."""
+        """Bits that move to have `value` in `placement`."""
         return self._redo(value, placement)[1]
 
     def redo(self, value: Value, placement: Placement) -> Optional[Decision]:
@@ -424,7 +430,7 @@ class Propagation:
     def _redo(self, value: Value, placement: Placement) -> tuple[Optional[Decision], int]:
         key = (value, placement.layout)
         if key not in self._costs:
-            self._costs[key] = (None, _numel(value))  # a loop-carried cycle: convert
+            self._costs[key] = (None, _bits(value))  # a loop-carried cycle: convert
             if self.is_free(value) or self.placed.get(value) == placement:
                 self._costs[key] = (None, 0)
             op = self.producer.get(value)
@@ -432,7 +438,7 @@ class Propagation:
                 decision = self.rules.backward_rules[type(op)](op, placement, self)
                 moved = sum(self.cost(v, p) for v, p in zip(op.uses(), decision.operands)
                             if p is not None and _tensor(v))
-                if decision.result == placement and (isinstance(op, DERIVED) or moved <= _numel(value)):
+                if decision.result == placement and (isinstance(op, DERIVED) or moved <= _bits(value)):
                     self._costs[key] = (decision, moved)
         return self._costs[key]
 
