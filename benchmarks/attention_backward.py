@@ -1,6 +1,7 @@
 """Attention backward on the GPU: weft's flash_attention_backward beside torch SDPA's backward
 with the cuDNN backend, with the flash backend (FlashAttention-2) and the Triton tutorial's
-backward (benchmarks/triton_attention_backward.py), in one run
+backward (benchmarks/triton_attention_backward.py), and as "weft.hl" that same tutorial
+source (highlevel/attention_backward_example.py) compiled by weft.highlevel, in one run
 (`python -m benchmarks.attention --backward`). Each system's dq, dk and dv are checked against a
 float32 torch reference before they are timed.
 
@@ -38,7 +39,7 @@ from benchmarks.attention import (CAUSAL_CHOICES, PEAK_TFLOPS, _label, _reason, 
 from benchmarks.matmul import ROUNDS, _error  # max |out - ref| / max |ref|
 
 TOLERANCE = 2e-2  # bf16 gradients: dS and P rounded to bf16 before their GEMMs
-SYSTEMS = ("weft", "cudnn", "flash", "triton")
+SYSTEMS = ("weft", "cudnn", "flash", "triton", "weft.hl")
 SEQS = (1024, 2048, 4096, 8192, 16384)
 
 
@@ -132,6 +133,13 @@ def find_systems(torch, wanted, q, k, v, do, causal: bool, scale: float) -> dict
         found["triton"] = lambda: triton_backward(q, k, v, *out_lse, do, causal=causal, softmax_scale=scale)
     except Exception as error:
         found["triton"] = "the tutorial's Triton backward unavailable: " + _reason(error)
+    try:
+        from weft.highlevel.attention_backward_example import attention_backward as highlevel_backward
+
+        out_lse = flash_attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+        found["weft.hl"] = lambda: highlevel_backward(q, k, v, *out_lse, do, causal=causal, softmax_scale=scale)
+    except Exception as error:
+        found["weft.hl"] = "the tutorial's backward by weft.highlevel unavailable: " + _reason(error)
     for name in wanted:
         if name.startswith("weft:"):
             found[name] = found["weft"] if isinstance(found["weft"], str) else \
