@@ -136,7 +136,8 @@ def attention_backward_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, dk_ptr, dv_pt
                                ROWS_Q // (KEYS_Q // SPLIT), ROWS_Q, KEYS_Q // SPLIT, HEAD_DIM, MASKED=True)
     dq = _query_block_grad(dq, q, do, lse, delta, k_ptr, v_ptr, queries, 0, key_end // KEYS_Q,
                            ROWS_Q, KEYS_Q, HEAD_DIM, MASKED=False)
-    tl.store(dq_ptr + queries[:, None] * HEAD_DIM + cols[None, :], (dq * 0.6931471805599453).to(dq_ptr.dtype.element_ty))
+    dq *= 0.6931471805599453  # ln(2): the scores were base-2 (a literal: the Triton copy has no globals)
+    tl.store(dq_ptr + queries[:, None] * HEAD_DIM + cols[None, :], dq.to(dq_ptr.dtype.element_ty))
 
 
 def attention_backward(q, k, v, out, lse, do, causal: bool = False, softmax_scale: float | None = None,
