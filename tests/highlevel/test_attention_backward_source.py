@@ -11,7 +11,8 @@ too.)"""
 import numpy as np
 import pytest
 
-from weft.compiler.ir import AsyncCopyGlobalToShared, For, Permute, SharedPermute, SharedStore
+from weft.compiler.ir import (AsyncCopyGlobalToShared, For, If, Permute, SharedPermute, SharedStore,
+                              WarpgroupMma)
 from weft.highlevel import attention_backward_example
 from weft.highlevel.jit import compile_kernel
 from weft.kernels.attention import reference_attention_backward
@@ -63,7 +64,8 @@ def constexprs(head_dim: int, causal: bool) -> dict:
 def test_every_loop_copies_its_tiles_once_by_cp_async(causal):
     """The dK/dV loops read Q^T and dO and their tl.trans, the dQ loops K^T and V^T and
     K^T's tl.trans: one ring per loaded tile, filled by cp.async 4 iterations ahead, the
-    transposes read through permuted views; K, V, Q and dO stored once, before the loops."""
+    transposes read through permuted views, the next refill issued after the last dot;
+    K, V, Q and dO stored once, before the loops."""
     kernel = compile_kernel(attention_backward_example.attention_backward_kernel, SIGNATURE,
                             constexprs(64, causal), SPECIALIZATION, {**LAUNCH, "target": "emulator"})
     loops = [op for op in kernel.body.ops if isinstance(op, For)]
@@ -73,6 +75,11 @@ def test_every_loop_copies_its_tiles_once_by_cp_async(causal):
         assert not any(isinstance(op, (SharedStore, Permute)) for op in body)
         assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in body) == 2  # two tiles, iteration i + 4
         assert sum(isinstance(op, SharedPermute) for op in body) == (2 if loops.index(loop) < len(loops) // 2 else 1)
+        # The refill is issued while the last wgmma, which reads a slot through a transposed view, runs.
+        ops = loop.body.ops
+        refill = next(i for i, op in enumerate(ops) if isinstance(op, If)
+                      and any(isinstance(inner, AsyncCopyGlobalToShared) for inner in op.then_body.walk()))
+        assert refill > max(i for i, op in enumerate(ops) if isinstance(op, WarpgroupMma))
     assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in kernel.walk()) == len(loops) * 2 * 5
     assert sum(isinstance(op, SharedStore) for op in kernel.walk()) == 4
 
