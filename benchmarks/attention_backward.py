@@ -247,6 +247,10 @@ def run(wanted=SYSTEMS, out_path: str | None = None, causal=(False, True), head_
                     key = f"{kind}_tflops"
                     if key in row.get(weft, {}) and key in row.get(other, {}):
                         row[f"{weft}_over_{other}_{kind}"] = row[weft][key] / row[other][key]
+        for kind in ("graph", "eager"):  # issue 40: the same source by weft.highlevel over Triton
+            key = f"{kind}_tflops"
+            if key in row.get("weft.hl", {}) and key in row.get("triton", {}):
+                row[f"weft.hl_over_triton_{kind}"] = row["weft.hl"][key] / row["triton"][key]
         del q, k, v, do, refs
         torch.cuda.empty_cache()
         results["rows"].append(row)
@@ -275,7 +279,8 @@ def print_table(results) -> None:
              for weft in wefts}
     print(f"{'shape':<26}" + "".join(f"{name:>{widths[name]}}" for name in systems)
           + "".join(f"{short[w] + '/cuDNN':>{max(13, len(short[w]) + 8)}}"
-                    f"{short[w] + '/flash':>{max(13, len(short[w]) + 8)}}" for w in wefts) + f"{'w/peak':>8}")
+                    f"{short[w] + '/flash':>{max(13, len(short[w]) + 8)}}" for w in wefts) + f"{'w/peak':>8}"
+          + (f"{'hl/triton':>13}" if {"weft.hl", "triton"} <= set(systems) else ""))
     for row in results["rows"]:
         ratios = ""
         for weft in wefts:
@@ -284,6 +289,9 @@ def print_table(results) -> None:
                 ratios += f"{'/'.join('-' if x is None else f'{x:.2f}' for x in pair):>{max(13, len(short[weft]) + 8)}}"
         weft = row.get("weft", {})
         peak = f"{weft['graph_tflops'] / PEAK_TFLOPS:>8.2f}" if "graph_tflops" in weft else f"{'-':>8}"
+        if {"weft.hl", "triton"} <= set(systems):
+            pair = [row.get(f"weft.hl_over_triton_{kind}") for kind in ("graph", "eager")]
+            peak += f"{'/'.join('-' if x is None else f'{x:.2f}' for x in pair):>13}"
         print(f"{_label(row):<26}" + "".join(f"{_cell(row[name]):>{widths[name]}}" for name in systems)
               + ratios + peak)
 
