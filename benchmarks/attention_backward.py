@@ -1,6 +1,7 @@
 """Attention backward on the GPU: weft's flash_attention_backward beside torch SDPA's backward
 with the cuDNN backend, with the flash backend (FlashAttention-2) and the Triton tutorial's
-backward (benchmarks/triton_attention_backward.py), in one run
+backward (benchmarks/triton_attention_backward.py), and as "weft.hl" that same tutorial
+source (highlevel/attention_backward_example.py) compiled by weft.highlevel, in one run
 (`python -m benchmarks.attention --backward`). Each system's dq, dk and dv are checked against a
 float32 torch reference before they are timed.
 
@@ -38,7 +39,7 @@ from benchmarks.attention import (CAUSAL_CHOICES, PEAK_TFLOPS, _label, _reason, 
 from benchmarks.matmul import ROUNDS, _error  # max |out - ref| / max |ref|
 
 TOLERANCE = 2e-2  # bf16 gradients: dS and P rounded to bf16 before their GEMMs
-SYSTEMS = ("weft", "cudnn", "flash", "triton")
+SYSTEMS = ("weft", "cudnn", "flash", "triton", "weft.hl")
 SEQS = (1024, 2048, 4096, 8192, 16384)
 
 
@@ -132,6 +133,13 @@ def find_systems(torch, wanted, q, k, v, do, causal: bool, scale: float) -> dict
         found["triton"] = lambda: triton_backward(q, k, v, *out_lse, do, causal=causal, softmax_scale=scale)
     except Exception as error:
         found["triton"] = "the tutorial's Triton backward unavailable: " + _reason(error)
+    try:
+        from weft.highlevel.attention_backward_example import attention_backward as highlevel_backward
+
+        out_lse = flash_attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+        found["weft.hl"] = lambda: highlevel_backward(q, k, v, *out_lse, do, causal=causal, softmax_scale=scale)
+    except Exception as error:
+        found["weft.hl"] = "the tutorial's backward by weft.highlevel unavailable: " + _reason(error)
     for name in wanted:
         if name.startswith("weft:"):
             found[name] = found["weft"] if isinstance(found["weft"], str) else \
@@ -239,6 +247,10 @@ def run(wanted=SYSTEMS, out_path: str | None = None, causal=(False, True), head_
                     key = f"{kind}_tflops"
                     if key in row.get(weft, {}) and key in row.get(other, {}):
                         row[f"{weft}_over_{other}_{kind}"] = row[weft][key] / row[other][key]
+        for kind in ("graph", "eager"):  # issue 40: the same source by weft.highlevel over Triton
+            key = f"{kind}_tflops"
+            if key in row.get("weft.hl", {}) and key in row.get("triton", {}):
+                row[f"weft.hl_over_triton_{kind}"] = row["weft.hl"][key] / row["triton"][key]
         del q, k, v, do, refs
         torch.cuda.empty_cache()
         results["rows"].append(row)
@@ -267,7 +279,8 @@ def print_table(results) -> None:
              for weft in wefts}
     print(f"{'shape':<26}" + "".join(f"{name:>{widths[name]}}" for name in systems)
           + "".join(f"{short[w] + '/cuDNN':>{max(13, len(short[w]) + 8)}}"
-                    f"{short[w] + '/flash':>{max(13, len(short[w]) + 8)}}" for w in wefts) + f"{'w/peak':>8}")
+                    f"{short[w] + '/flash':>{max(13, len(short[w]) + 8)}}" for w in wefts) + f"{'w/peak':>8}"
+          + (f"{'hl/triton':>13}" if {"weft.hl", "triton"} <= set(systems) else ""))
     for row in results["rows"]:
         ratios = ""
         for weft in wefts:
@@ -276,6 +289,9 @@ def print_table(results) -> None:
                 ratios += f"{'/'.join('-' if x is None else f'{x:.2f}' for x in pair):>{max(13, len(short[weft]) + 8)}}"
         weft = row.get("weft", {})
         peak = f"{weft['graph_tflops'] / PEAK_TFLOPS:>8.2f}" if "graph_tflops" in weft else f"{'-':>8}"
+        if {"weft.hl", "triton"} <= set(systems):
+            pair = [row.get(f"weft.hl_over_triton_{kind}") for kind in ("graph", "eager")]
+            peak += f"{'/'.join('-' if x is None else f'{x:.2f}' for x in pair):>13}"
         print(f"{_label(row):<26}" + "".join(f"{_cell(row[name]):>{widths[name]}}" for name in systems)
               + ratios + peak)
 

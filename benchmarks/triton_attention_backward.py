@@ -1,164 +1,45 @@
 """The Triton fused-attention tutorial's backward, as the backward benchmark's "triton"
-system (issue 41 asks for >= 1.5x of it).
-
-Written the way the tutorial writes it, so its speed is the tutorial's: a preprocess kernel
-(delta = rowsum(dO * O)), then one launch in which program i computes dK and dV for key
-block i (walking the query blocks) and dQ for query block i (walking the key blocks). K
-is pre-scaled by scale * log2(e) on the host, so P = exp2(Q K'^T - LSE * log2(e)); dQ
-is scaled back by ln(2) and dK by the softmax scale. The diagonal blocks of a causal
-mask are walked in half-size masked steps, the rest unmasked. The tutorial's blocks and
-launch: 32 x 128 for dK/dV, 128 x 32 for dQ, 4 warps, 5 stages.
-
-Its limits are the tutorial's: seq_q == seq_k, a multiple of 128, as many K/V heads as
-query heads; other inputs raise ValueError (the benchmark prints that as the reason).
+system (issue 41 asks for >= 1.5x of it): highlevel/attention_backward_example.py's
+kernels compiled by Triton, the same source the "weft.hl" system compiles with
+weft.highlevel (the example's docstring says what it computes and its limits, which are
+the tutorial's: other inputs raise ValueError, the benchmark prints that as the reason).
 Only imported on the GPU machine, where Triton is installed.
 """
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
-
-LOG2E = 1.4426950408889634
-LN2 = tl.constexpr(0.6931471805599453)  # a constexpr: jit functions read no other globals
-BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2 = 32, 128, 128, 32
-DIAGONAL_SPLIT = 2  # diagonal blocks are walked in steps this many times smaller
-PREPROCESS_ROWS = 128
+import functools
+import importlib.util
+import inspect
+import os
+import tempfile
 
 
-@triton.jit
-def _row_deltas(o_ptr, do_ptr, delta_ptr, seq, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    head = tl.program_id(1)
-    offsets = head * seq * HEAD_DIM + rows[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
-    o = tl.load(o_ptr + offsets).to(tl.float32)
-    do = tl.load(do_ptr + offsets).to(tl.float32)
-    tl.store(delta_ptr + head * seq + rows, tl.sum(o * do, axis=1))
+@functools.cache
+def triton_kernels():
+    """(row_deltas, attention_backward_kernel) of the example compiled by Triton: their
+    source (and their helpers') in a module that imports triton.language as tl, the
+    decorators spelled triton.jit."""
+    from weft.highlevel import attention_backward_example as example
 
-
-@triton.jit
-def _key_block_grads(dk, dv, q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, keys, first_query, steps,
-                     ROWS: tl.constexpr, KEYS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
-    """dK and dV of one key block over `steps` query blocks of ROWS from first_query."""
-    cols = tl.arange(0, HEAD_DIM)
-    queries = first_query + tl.arange(0, ROWS)
-    q_t_ptrs = q_ptr + queries[None, :] * HEAD_DIM + cols[:, None]
-    do_ptrs = do_ptr + queries[:, None] * HEAD_DIM + cols[None, :]
-    for _ in range(steps):
-        q_t = tl.load(q_t_ptrs)
-        lse = tl.load(lse_ptr + queries)
-        p_t = tl.math.exp2(tl.dot(k, q_t) - lse[None, :])
-        if MASKED:
-            p_t = tl.where(queries[None, :] >= keys[:, None], p_t, 0.0)
-        do = tl.load(do_ptrs)
-        dv += tl.dot(p_t.to(do.dtype), do)
-        delta = tl.load(delta_ptr + queries)
-        dp_t = tl.dot(v, tl.trans(do)).to(tl.float32)
-        ds_t = (p_t * (dp_t - delta[None, :])).to(do.dtype)
-        dk += tl.dot(ds_t, tl.trans(q_t))
-        queries += ROWS
-        q_t_ptrs += ROWS * HEAD_DIM
-        do_ptrs += ROWS * HEAD_DIM
-    return dk, dv
-
-
-@triton.jit
-def _query_block_grad(dq, q, do, lse, delta, k_ptr, v_ptr, queries, first_key, steps,
-                      ROWS: tl.constexpr, KEYS: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
-    """dQ of one query block over `steps` key blocks of KEYS from first_key."""
-    cols = tl.arange(0, HEAD_DIM)
-    keys = first_key + tl.arange(0, KEYS)
-    k_t_ptrs = k_ptr + keys[None, :] * HEAD_DIM + cols[:, None]
-    v_t_ptrs = v_ptr + keys[None, :] * HEAD_DIM + cols[:, None]
-    for _ in range(steps):
-        k_t = tl.load(k_t_ptrs)
-        v_t = tl.load(v_t_ptrs)
-        p = tl.math.exp2(tl.dot(q, k_t) - lse)
-        if MASKED:
-            p = tl.where(queries[:, None] >= keys[None, :], p, 0.0)
-        dp = tl.dot(do, v_t).to(tl.float32)
-        ds = (p * (dp - delta)).to(k_t.dtype)
-        dq += tl.dot(ds, tl.trans(k_t))
-        keys += KEYS
-        k_t_ptrs += KEYS * HEAD_DIM
-        v_t_ptrs += KEYS * HEAD_DIM
-    return dq
-
-
-@triton.jit
-def _attention_backward(q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seq, scale,
-                        HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, ROWS_KV: tl.constexpr,
-                        KEYS_KV: tl.constexpr, ROWS_Q: tl.constexpr, KEYS_Q: tl.constexpr, SPLIT: tl.constexpr):
-    block = tl.program_id(0)
-    head = tl.program_id(2)
-    base = head.to(tl.int64) * seq * HEAD_DIM
-    q_ptr += base
-    k_ptr += base
-    v_ptr += base
-    do_ptr += base
-    dq_ptr += base
-    dk_ptr += base
-    dv_ptr += base
-    lse_ptr += head * seq
-    delta_ptr += head * seq
-    cols = tl.arange(0, HEAD_DIM)
-
-    # dK and dV of key block `block`.
-    first_key = block * KEYS_KV
-    keys = first_key + tl.arange(0, KEYS_KV)
-    k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + cols[None, :])
-    v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + cols[None, :])
-    dk = tl.zeros([KEYS_KV, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([KEYS_KV, HEAD_DIM], dtype=tl.float32)
-    first_query = 0
-    if CAUSAL:
-        first_query = first_key
-        dk, dv = _key_block_grads(dk, dv, q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, keys, first_query,
-                                  KEYS_KV // (ROWS_KV // SPLIT), ROWS_KV // SPLIT, KEYS_KV, HEAD_DIM, MASKED=True)
-        first_query += KEYS_KV
-    dk, dv = _key_block_grads(dk, dv, q_ptr, do_ptr, lse_ptr, delta_ptr, k, v, keys, first_query,
-                              (seq - first_query) // ROWS_KV, ROWS_KV, KEYS_KV, HEAD_DIM, MASKED=False)
-    tl.store(dv_ptr + keys[:, None] * HEAD_DIM + cols[None, :], dv.to(dv_ptr.dtype.element_ty))
-    tl.store(dk_ptr + keys[:, None] * HEAD_DIM + cols[None, :], (dk * scale).to(dk_ptr.dtype.element_ty))
-
-    # dQ of query block `block`.
-    first_query = block * ROWS_Q
-    queries = first_query + tl.arange(0, ROWS_Q)
-    q = tl.load(q_ptr + queries[:, None] * HEAD_DIM + cols[None, :])
-    do = tl.load(do_ptr + queries[:, None] * HEAD_DIM + cols[None, :])
-    lse = tl.load(lse_ptr + queries)[:, None]
-    delta = tl.load(delta_ptr + queries)[:, None]
-    dq = tl.zeros([ROWS_Q, HEAD_DIM], dtype=tl.float32)
-    key_end = seq
-    if CAUSAL:
-        key_end = first_query
-        dq = _query_block_grad(dq, q, do, lse, delta, k_ptr, v_ptr, queries, first_query,
-                               ROWS_Q // (KEYS_Q // SPLIT), ROWS_Q, KEYS_Q // SPLIT, HEAD_DIM, MASKED=True)
-    dq = _query_block_grad(dq, q, do, lse, delta, k_ptr, v_ptr, queries, 0, key_end // KEYS_Q,
-                           ROWS_Q, KEYS_Q, HEAD_DIM, MASKED=False)
-    tl.store(dq_ptr + queries[:, None] * HEAD_DIM + cols[None, :], (dq * LN2).to(dq_ptr.dtype.element_ty))
+    if importlib.util.find_spec("triton") is None:
+        raise ImportError("no module named 'triton'")
+    parts = ["import triton\nimport triton.language as tl\n"]
+    for kernel in (example.row_deltas, example._key_block_grads, example._query_block_grad,
+                   example.attention_backward_kernel):
+        parts.append(inspect.getsource(kernel.fn).replace("@tl.jit", "@triton.jit", 1))
+    path = os.path.join(tempfile.mkdtemp(prefix="weft_tutorial_attention_backward_"), "tutorial_backward.py")
+    with open(path, "w") as f:
+        f.write("\n\n".join(parts))
+    spec = importlib.util.spec_from_file_location("tutorial_backward", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.row_deltas, module.attention_backward_kernel
 
 
 def attention_backward(q, k, v, out, lse, do, causal=False, softmax_scale=None):
-    """(dq, dk, dv) for [batch, heads, seq, head_dim] q, k, v, the forward's out and
-    natural-log lse [batch, heads, seq] (fp32), and dO."""
-    import torch
+    """(dq, dk, dv) by Triton for [batch, heads, seq, head_dim] q, k, v, the forward's out
+    and natural-log lse [batch, heads, seq] (fp32), and dO."""
+    from weft.highlevel.attention_backward_example import attention_backward as backward
 
-    batch, heads, seq, head_dim = q.shape
-    if k.shape != q.shape or v.shape != q.shape:
-        raise ValueError("the tutorial's backward needs q, k and v of one shape (no GQA, seq_q == seq_k)")
-    if seq % max(BLOCK_N1, BLOCK_M2) != 0:
-        raise ValueError(f"the tutorial's backward needs seq a multiple of {max(BLOCK_N1, BLOCK_M2)}")
-    scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
-    q, v, out, do = (x.contiguous() for x in (q, v, out, do))
-    k_scaled = k * (scale * LOG2E)
-    lse_base2 = (lse * LOG2E).contiguous()
-    delta = torch.empty_like(lse_base2)
-    _row_deltas[(seq // PREPROCESS_ROWS, batch * heads)](out, do, delta, seq, ROWS=PREPROCESS_ROWS,
-                                                         HEAD_DIM=head_dim)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k_scaled), torch.empty_like(v)
-    _attention_backward[(seq // BLOCK_N1, 1, batch * heads)](
-        q, k_scaled, v, do, dq, dk, dv, lse_base2, delta, seq, scale, HEAD_DIM=head_dim, CAUSAL=causal,
-        ROWS_KV=BLOCK_M1, KEYS_KV=BLOCK_N1, ROWS_Q=BLOCK_M2, KEYS_Q=BLOCK_N2, SPLIT=DIAGONAL_SPLIT,
-        num_warps=4, num_stages=5)
-    return dq, dk, dv
+    return backward(q, k, v, out, lse, do, causal, softmax_scale, kernels=triton_kernels())

@@ -28,7 +28,9 @@ with these choices, made from the tile and num_warps alone:
   it from registers, in the A fragment of the accumulator, where propagate_layouts puts
   it (register-local from a wgmma accumulator whose warpgroups hold whole rows);
 - operands defined outside every loop are stored once, before the kernel-level op that
-  holds the dot, into one buffer that every later dot of the same tile reads.
+  holds the dot, into one buffer that every later dot of the same tile reads; a tile
+  defined in a loop is stored once in its block, where the later dots of that block that
+  read it (or its `tl.trans`) in the same shared layout find it.
 
 The accumulator gets the wgmma layout: converted into it before the wgmma, and out of it
 after the wait (as `coalesce` anchors accesses), so `propagate_layouts` takes the
@@ -188,12 +190,15 @@ class DotAcceleration:
         self.box_reads = box_reads or {}  # tiles TMA brought into shared memory (tma_operands.py)
         self.folded: set[Value] = set()  # transposes read through permuted views instead
         self.stored_once: dict[tuple[Value, NVMMASharedLayout], Value] = {}  # buffers of top-level tiles
+        self.stored_here: dict[tuple[Value, NVMMASharedLayout], Value] = {}  # tiles stored in this block
 
     def block(self, block: Block, hoisted: list[Op]) -> Block:
+        enclosing, self.stored_here = self.stored_here, {}
         ops: list[Op] = []
         for op in block.ops:
             op = op.map_regions(lambda region: self.block(region, hoisted))
             ops.extend(self.dot(op, hoisted) if isinstance(op, Dot) else (op,))
+        self.stored_here = enclosing
         return Block(block.args, tuple(ops))
 
     def dot(self, dot: Dot, hoisted: list[Op]) -> list[Op]:
@@ -252,7 +257,7 @@ class DotAcceleration:
             # is for 16-bit types); 16-bit tiles computed in registers keep A K-major, B N-major.
             dim0_contiguous = element.bits != 16 and source.k_dim == 0
         shared = NVMMASharedLayout.get_default_for(shape, element.bits, transposed=dim0_contiguous)
-        buffer = self.stored_once.get((value, shared))
+        buffer = self.stored_once.get((value, shared)) or self.stored_here.get((value, shared))
         if buffer is None:
             buffer = Value(SharedType(shape, element, shared.to_linear(shape), shared), name)
             hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
@@ -263,7 +268,11 @@ class DotAcceleration:
                 hoisted.append(store)
                 self.stored_once[(value, shared)] = buffer
             else:
+                # Stored once per iteration: a later dot of the same block reads this buffer
+                # too (a tile and its tl.trans, as attention's backward reads Q^T and Q), so
+                # the loop's load feeds one store, which pipeline_dot_loops can make a copy.
                 ops.append(store)
+                self.stored_here[(value, shared)] = buffer
         if not source.permuted:
             return buffer
         self.folded.add(dot.a if name == "a_smem" else dot.b)

@@ -68,7 +68,8 @@ from typing import Optional
 from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, AsyncCopyGlobalToShared,
                   AsyncCopyWaitGroup, AxisHint, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant,
                   ConvertLayout, ExpandDims, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reshape,
-                  SharedIndex, SharedStore, Splat, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, Yield)
+                  SharedIndex, SharedPermute, SharedStore, Splat, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where,
+                  Yield)
 from ..types import SharedType, i1, i32
 from .pipeline_carried_state import StatePipeliner, match_recomputed, match_state
 
@@ -343,6 +344,16 @@ def deferred_wait(body: Block, last_read: int, uses: Uses) -> Optional[DeferredW
     return DeferredWait(wait, carried)
 
 
+def ring_views(body: Block, buffers: list[Value]) -> set[Value]:
+    """`buffers` and the body's transposed views of them (a folded `tl.trans`): the dot that
+    reads a view reads its ring slot, so the slot's refill waits until it is issued."""
+    views = set(buffers)
+    for op in body.ops:
+        if isinstance(op, SharedPermute) and op.buffer in views:
+            views.add(op.result)
+    return views
+
+
 class LoopPipeliner:
     """The rewrite of one loop, once its operands matched."""
 
@@ -456,10 +467,11 @@ class LoopPipeliner:
         buffers = [operand.store.buffer for operand in self.operands]
         dropped = {id(op) for operand in self.operands for op in operand.dropped}
         first_store = min(body.ops.index(operand.store) for operand in self.operands)
+        reading = ring_views(body, buffers)
         last_read = max(position for position, op in enumerate(body.ops)
-                        if id(op) not in dropped and any(value in buffers for value in op.uses()))
+                        if id(op) not in dropped and any(value in reading for value in op.uses()))
         self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
-        if self.deferred is not None and any(isinstance(v.type, SharedType) and v not in buffers
+        if self.deferred is not None and any(isinstance(v.type, SharedType) and v not in reading
                                              for v in body.ops[last_read].uses()):
             self.deferred = None  # it also reads a buffer refilled every iteration (a desc.load's TMA box)
         views: dict[Value, Value] = {}
