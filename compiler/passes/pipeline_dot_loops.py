@@ -71,6 +71,7 @@ from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, As
                   SharedIndex, SharedStore, Splat, Unary, Value, WarpgroupMma, WarpgroupMmaWait, Where, Yield)
 from ..types import SharedType, i1, i32
 from .pipeline_carried_state import StatePipeliner, match_recomputed, match_state
+from .pipeline_chained_dots import accumulator_wait, chained_wait, drop_repeated_fences
 
 NAME = "pipeline_dot_loops"
 
@@ -350,6 +351,7 @@ class LoopPipeliner:
         self.loop, self.stages, self.operands, self.step = loop, stages, operands, step
         self.rings, self.uses = rings, uses
         self.deferred: Optional[DeferredWait] = None  # set by body()
+        self.chained = None  # set by body(): a ChainedWait (pipeline_chained_dots)
 
     def ahead_args(self) -> tuple[Value, ...]:
         """The body's new args: each carried-pointer operand's pointer S - 1 iterations ahead."""
@@ -461,12 +463,17 @@ class LoopPipeliner:
         if self.deferred is not None and any(isinstance(v.type, SharedType) and v not in buffers
                                              for v in body.ops[last_read].uses()):
             self.deferred = None  # it also reads a buffer refilled every iteration (a desc.load's TMA box)
-        views: dict[Value, Value] = {}
+        if self.deferred is None and stages >= 3:
+            self.chained = chained_wait(body, last_read, self.uses)
+        views: dict[Value, Value] = {}  # also the values the body reads in place of the chained wait's
         next_ahead = ahead  # replaced where the copies are issued, before the yield
         out = Emitter(loop.loc)
         for position, op in enumerate(body.ops):
             if self.deferred is not None and op is self.deferred.wait:
                 continue  # issued with pending=1 right after the wgmma, below
+            if self.chained is not None and op is self.chained.wait:
+                views[op.results[0]] = op.deps[0]  # yielded in flight
+                continue
             if position == first_store:
                 out.ops.append(AsyncCopyWaitGroup(pending=stages - 2, loc=loop.loc))
                 for buffer in buffers:
@@ -479,6 +486,9 @@ class LoopPipeliner:
                 out.ops.append(Yield(values=op.values + (next_slot,) + next_ahead, loc=op.loc))
                 continue
             out.ops.append(substitute(op, views))
+            if self.chained is not None and op is self.chained.earlier:
+                arg = body.args[1 + self.chained.carried]
+                views[arg] = accumulator_wait(self.chained, arg, out.ops)
             if self.deferred is not None and position == last_read:
                 out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
             if position == last_read:
@@ -487,7 +497,7 @@ class LoopPipeliner:
                 current = {index: body.args[index] for index in range(1, len(body.args))}
                 next_ahead = self.issue(out, ahead_iv, self.refill_slot(out, slot), ahead, self.deltas(out),
                                         current, lead)
-        return Block(body.args + (slot,) + ahead, tuple(out.ops))
+        return Block(body.args + (slot,) + ahead, tuple(drop_repeated_fences(out.ops)))
 
     def refill_slot(self, out: Emitter, slot: Value) -> Value:
         """The slot iteration i (reading `slot` = i % S) fills for iteration i + S - 1: the
@@ -504,14 +514,15 @@ class LoopPipeliner:
         loop = dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0),) + ahead,
                                    results=self.loop.results + extra)
         ops, replaced = out.ops + [loop], {}
-        if self.deferred is not None:
+        in_flight_out = self.deferred or self.chained  # the accumulator leaves the loop in flight
+        if in_flight_out is not None:
             after = Emitter(self.loop.loc)
-            result = self.loop.results[self.deferred.carried]
-            placed = self.deferred.wait.results[0].type
+            result = self.loop.results[in_flight_out.carried]
+            placed = in_flight_out.wait.results[0].type
             in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
             waited = Value(placed, result.hint)
             after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
-                                              loc=self.deferred.wait.loc))
+                                              loc=in_flight_out.wait.loc))
             replaced[result] = after.emit(ConvertLayout, result.type, result.hint, operand=waited)
             ops += after.ops
         return ops, replaced
