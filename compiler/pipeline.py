@@ -26,6 +26,7 @@ from .passes.coalesce import coalesce
 from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.insert_barriers import insert_barriers
 from .passes.lower_tiles import lower_tiles
+from .passes.merge_wgmma_waits import merge_wgmma_waits
 from .passes.pipeline_dot_loops import pipeline_dot_loops
 from .passes.plan_data_movement import plan_data_movement
 from .passes.propagate_layouts import propagate_layouts
@@ -42,6 +43,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("pipeline_dot_loops", pipeline_dot_loops),    # the dots' operand stores are known; copies take their layouts
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
+    ("merge_wgmma_waits", merge_wgmma_waits),      # after lower_tiles: a wait of several deps needs no propagation
 )
 
 # The lowlevel passes, in order; one line each says why it sits where it does.

@@ -25,7 +25,7 @@ of iteration i - 1's slot comes after the wait that retired its last reader, as 
 `drop_repeated_fences` leaves one fence_async_shared per straight run of a body: a fence
 orders this thread's earlier generic-proxy writes of shared memory before later wgmma
 reads; a second one with no shared write between them orders nothing more (the rings'
-copies were all fenced after their wait_group).
+copies land at their wait_group, which the first fence follows).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ..ir import (AsyncCopyGlobalToShared, Block, ConvertLayout, FenceAsyncShared, Op, SharedStore, Value,
+from ..ir import (AsyncCopyGlobalToShared, AsyncCopyWaitGroup, Block, ConvertLayout, FenceAsyncShared, Op, SharedStore, Value,
                   WarpgroupMma, WarpgroupMmaWait)
 
 
@@ -98,8 +98,9 @@ def accumulator_wait(chained: ChainedWait, arg: Value, out: list[Op]) -> Value:
     return ready
 
 
-# Ops that write shared memory through the generic proxy, which a fence must order before wgmma reads.
-_SHARED_WRITES = (SharedStore, AsyncCopyGlobalToShared)
+# Ops after which this thread's generic-proxy writes of shared memory need a fence before a
+# wgmma reads them: stores, cp.async copies, and the wait_group at which its copies land.
+_SHARED_WRITES = (SharedStore, AsyncCopyGlobalToShared, AsyncCopyWaitGroup)
 
 
 def drop_repeated_fences(ops: list[Op]) -> list[Op]:
