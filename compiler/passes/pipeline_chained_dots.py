@@ -13,7 +13,8 @@ gives the rescale its registers:
     async_copy_wait_group; fence; barrier
     s = warpgroup_mma q, k_slot                   (issued while P V of i - 1 still runs)
     s = warpgroup_mma_wait 0 s                    (retires both)
-    acc = warpgroup_mma_wait 0 acc                (already retired: the registers, in order)
+    acc = warpgroup_mma_wait 0 acc                (already retired: the registers, in order;
+                                                   merge_wgmma_waits makes the two one wait)
     ... softmax, acc * alpha ...
     acc' = warpgroup_mma p, v_slot, acc           (no wait: yielded in flight)
     barrier; async_copy <- iteration i + S - 1    (into the slot iteration i - 1 read)

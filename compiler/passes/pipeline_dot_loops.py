@@ -51,11 +51,12 @@ pipeline_carried_state.
 
 A loop whose loads cannot be moved (a non-zero `other`, an address that reads a carried
 value the body changes otherwise, a loaded tile used for more than the store, a runtime
-step) is left as accelerate_dots made it. A loop of 2 stages, or whose body runs anything
-but one async wgmma reading the rings, waited for and converted straight into the yield
-(an accumulator read in the loop, mma.sync, several dots: attention's two dots with the
-accumulator rescaled between them), keeps its wait(0) in each iteration and issues the
-copies before it, while the last wgmma runs.
+step) is left as accelerate_dots made it. With 3 or more stages, a body whose last wgmma
+accumulates into a value it reads only after an earlier wait(0) (attention's two dots, the
+accumulator rescaled between them) leaves that wgmma in flight across the back edge, and
+the earlier wait retires it (pipeline_chained_dots). A loop of 2 stages, or another body
+(an accumulator read before any wait, mma.sync), keeps its wait(0) in each iteration and
+issues the copies before it, while the last wgmma runs.
 """
 
 from __future__ import annotations
