@@ -464,8 +464,9 @@ class LoopPipeliner:
         if self.deferred is not None and any(isinstance(v.type, SharedType) and v not in buffers
                                              for v in body.ops[last_read].uses()):
             self.deferred = None  # it also reads a buffer refilled every iteration (a desc.load's TMA box)
-        if self.deferred is None and stages >= 3:
-            self.chained = chained_wait(body, last_read, self.uses)
+        if self.deferred is None and stages >= 3 and all(
+                v in buffers for v in body.ops[last_read].uses() if isinstance(v.type, SharedType)):
+            self.chained = chained_wait(body, last_read, self.uses)  # left in flight, it reads only the rings
         views: dict[Value, Value] = {}  # also the values the body reads in place of the chained wait's
         next_ahead = ahead  # replaced where the copies are issued, before the yield
         out = Emitter(loop.loc)
