@@ -26,6 +26,7 @@ from .passes.coalesce import coalesce
 from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.insert_barriers import insert_barriers
 from .passes.lower_tiles import lower_tiles
+from .passes.merge_wgmma_waits import merge_wgmma_waits
 from .passes.pipeline_dot_loops import pipeline_dot_loops
 from .passes.pipeline_tma_warp_specialize import warp_specialize_epilogues
 from .passes.plan_data_movement import plan_data_movement
@@ -44,6 +45,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("warp_specialize_epilogues", warp_specialize_epilogues),  # a split loop's epilogue joins its consumers
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
+    ("merge_wgmma_waits", merge_wgmma_waits),      # after lower_tiles: a wait of several deps needs no propagation
 )
 
 # The lowlevel passes, in order; one line each says why it sits where it does.

@@ -51,11 +51,12 @@ pipeline_carried_state.
 
 A loop whose loads cannot be moved (a non-zero `other`, an address that reads a carried
 value the body changes otherwise, a loaded tile used for more than the store, a runtime
-step) is left as accelerate_dots made it. A loop of 2 stages, or whose body runs anything
-but one async wgmma reading the rings, waited for and converted straight into the yield
-(an accumulator read in the loop, mma.sync, several dots: attention's two dots with the
-accumulator rescaled between them), keeps its wait(0) in each iteration and issues the
-copies before it, while the last wgmma runs.
+step) is left as accelerate_dots made it. With 3 or more stages, a body whose last wgmma
+accumulates into a value it reads only after an earlier wait(0) (attention's two dots, the
+accumulator rescaled between them) leaves that wgmma in flight across the back edge, and
+the earlier wait retires it (pipeline_chained_dots). A loop of 2 stages, or another body
+(an accumulator read before any wait, mma.sync), keeps its wait(0) in each iteration and
+issues the copies before it, while the last wgmma runs.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, As
                   Yield)
 from ..types import SharedType, i1, i32
 from .pipeline_carried_state import StatePipeliner, match_recomputed, match_state
+from .pipeline_chained_dots import accumulator_wait, chained_wait, drop_repeated_fences
 
 NAME = "pipeline_dot_loops"
 
@@ -362,6 +364,7 @@ class LoopPipeliner:
         self.loop, self.stages, self.operands, self.step = loop, stages, operands, step
         self.rings, self.uses = rings, uses
         self.deferred: Optional[DeferredWait] = None  # set by body()
+        self.chained = None  # set by body(): a ChainedWait (pipeline_chained_dots)
 
     def ahead_args(self) -> tuple[Value, ...]:
         """The body's new args: each carried-pointer operand's pointer S - 1 iterations ahead."""
@@ -474,12 +477,18 @@ class LoopPipeliner:
         if self.deferred is not None and any(isinstance(v.type, SharedType) and v not in reading
                                              for v in body.ops[last_read].uses()):
             self.deferred = None  # it also reads a buffer refilled every iteration (a desc.load's TMA box)
-        views: dict[Value, Value] = {}
+        if self.deferred is None and stages >= 3 and all(
+                v in buffers for v in body.ops[last_read].uses() if isinstance(v.type, SharedType)):
+            self.chained = chained_wait(body, last_read, self.uses)  # left in flight, it reads only the rings
+        views: dict[Value, Value] = {}  # also the values the body reads in place of the chained wait's
         next_ahead = ahead  # replaced where the copies are issued, before the yield
         out = Emitter(loop.loc)
         for position, op in enumerate(body.ops):
             if self.deferred is not None and op is self.deferred.wait:
                 continue  # issued with pending=1 right after the wgmma, below
+            if self.chained is not None and op is self.chained.wait:
+                views[op.results[0]] = op.deps[0]  # yielded in flight
+                continue
             if position == first_store:
                 out.ops.append(AsyncCopyWaitGroup(pending=stages - 2, loc=loop.loc))
                 for buffer in buffers:
@@ -492,6 +501,9 @@ class LoopPipeliner:
                 out.ops.append(Yield(values=op.values + (next_slot,) + next_ahead, loc=op.loc))
                 continue
             out.ops.append(substitute(op, views))
+            if self.chained is not None and op is self.chained.earlier:
+                arg = body.args[1 + self.chained.carried]
+                views[arg] = accumulator_wait(self.chained, arg, out.ops)
             if self.deferred is not None and position == last_read:
                 out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
             if position == last_read:
@@ -500,7 +512,7 @@ class LoopPipeliner:
                 current = {index: body.args[index] for index in range(1, len(body.args))}
                 next_ahead = self.issue(out, ahead_iv, self.refill_slot(out, slot), ahead, self.deltas(out),
                                         current, lead)
-        return Block(body.args + (slot,) + ahead, tuple(out.ops))
+        return Block(body.args + (slot,) + ahead, tuple(drop_repeated_fences(out.ops)))
 
     def refill_slot(self, out: Emitter, slot: Value) -> Value:
         """The slot iteration i (reading `slot` = i % S) fills for iteration i + S - 1: the
@@ -517,14 +529,15 @@ class LoopPipeliner:
         loop = dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0),) + ahead,
                                    results=self.loop.results + extra)
         ops, replaced = out.ops + [loop], {}
-        if self.deferred is not None:
+        in_flight_out = self.deferred or self.chained  # the accumulator leaves the loop in flight
+        if in_flight_out is not None:
             after = Emitter(self.loop.loc)
-            result = self.loop.results[self.deferred.carried]
-            placed = self.deferred.wait.results[0].type
+            result = self.loop.results[in_flight_out.carried]
+            placed = in_flight_out.wait.results[0].type
             in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
             waited = Value(placed, result.hint)
             after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
-                                              loc=self.deferred.wait.loc))
+                                              loc=in_flight_out.wait.loc))
             replaced[result] = after.emit(ConvertLayout, result.type, result.hint, operand=waited)
             ops += after.ops
         return ops, replaced
