@@ -35,7 +35,6 @@ def sqrt(x: Any):
     return ll_sem.unary("sqrt_approx", x, "sqrt")
 
 
-@builtin
 def cdiv(x: Any, y: Any):
     """ceil(x / y) for non-negative ints, in kernels and on the host (`triton.cdiv`)."""
     if not ll_sem.is_value(x) and not ll_sem.is_value(y):
