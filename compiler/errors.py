@@ -22,6 +22,18 @@ class Loc:
 UNKNOWN_LOC = Loc()
 
 
+class CompilationWarning(UserWarning):
+    """Something the user asked for that the compiler did not do (the kernel stays right)."""
+
+
+def warn_at(loc: Loc, message: str, suggestion: str = "") -> None:
+    """A CompilationWarning shown at the user's line."""
+    import warnings
+
+    text = message + (f" ({suggestion})" if suggestion else "")
+    warnings.warn_explicit(text, CompilationWarning, loc.file, loc.line)
+
+
 class CompilationError(Exception):
     """An error in the user's kernel, shown at the user's line.
 

@@ -66,6 +66,7 @@ import functools
 from collections import defaultdict
 from typing import Optional
 
+from ..errors import warn_at
 from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, AsyncCopyGlobalToShared,
                   AsyncCopyWaitGroup, AxisHint, Binary, Bitcast, Block, Broadcast, Cast, Compare, Constant,
                   ConvertLayout, ExpandDims, For, If, Kernel, Load, NumPrograms, Op, Permute, ProgramId, Reshape,
@@ -609,6 +610,11 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
         for op in region.ops:
             op = substitute(op, replaced).map_regions(block)
             pipeliner = plan_loop(op, outer, uses, rings, kernel.num_stages) if isinstance(op, For) else None
+            if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize \
+                    and not getattr(pipeliner, "warp_specialized", False):
+                warn_at(op.loc, "warp_specialize=True is not applied to this loop: weft splits only a loop at the "
+                        "kernel's top level whose dots read desc.load boxes ringed by num_stages >= 2; it "
+                        "runs as one partition", "load the operands with tensor descriptors, or drop the flag")
             if pipeliner is None:
                 ops.append(op)
                 continue

@@ -77,6 +77,8 @@ def consumer_registers(num_warps: int) -> int:
 class WarpSpecializedTmaLoop(TmaLoopPipeliner):
     """The rewrite of a TMA ring loop into producer and consumer partitions."""
 
+    warp_specialized = True
+
     def after_reads(self, out, iv: Value, slot: Value, phase: Value) -> None:
         """The consumers only hand the previous iteration's slot back; the producer refills it."""
         self.release(out, iv, self.refill_slot(out, slot))
