@@ -10,8 +10,7 @@ from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.errors import CompilationWarning
 from weft.compiler.frontend import build_kernel
-
-from .test_warp_specialize_tma import prepared
+from weft.compiler.ir import WarpSpecialize
 
 
 @tl.jit
@@ -28,6 +27,15 @@ def pointer_matmul(a_ptr, b_ptr, c_ptr, K, BLOCK: tl.constexpr):
     tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
 
 
+@tl.jit
+def descriptor_matmul(a_desc, b_desc, c_desc, K, BLOCK: tl.constexpr):
+    """A descriptor K loop asking for warp specialization: weft splits it."""
+    acc = tl.zeros([BLOCK, BLOCK], tl.float32)
+    for k in tl.range(0, K, BLOCK, num_stages=3, warp_specialize=True):
+        acc = tl.dot(a_desc.load([0, k]), b_desc.load([k, 0]), acc)
+    c_desc.store([0, 0], acc.to(c_desc.dtype))
+
+
 def test_a_loop_it_does_not_split_warns_at_its_line():
     signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32"}
     with pytest.warns(CompilationWarning, match="warp_specialize=True is not applied") as caught:
@@ -39,6 +47,10 @@ def test_a_loop_it_does_not_split_warns_at_its_line():
 
 
 def test_a_loop_it_splits_compiles_without_a_warning():
+    box = "tensordesc<fp16[64,64]>"
+    signature = {"a_desc": box, "b_desc": box, "c_desc": box, "K": "i32"}
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompilationWarning)
-        prepared((64, 64, 32), 3)
+        kernel = pipeline.prepare_for_emulator(build_kernel(descriptor_matmul, signature, {"BLOCK": 64}, 4, {},
+                                                            language="highlevel"))
+    assert any(isinstance(op, WarpSpecialize) for op in kernel.walk())
