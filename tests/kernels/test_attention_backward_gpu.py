@@ -105,7 +105,10 @@ def _compile(head_dim: int, dtype: str, causal: bool, launch: int, dq_reduce: st
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("launch", [0, 1])
-@pytest.mark.parametrize("dq_reduce, pipelined", VARIANTS)
+# The columns split is no longer the default: its variants beyond dQ by TMA on the plain
+# walk assemble in the slow set (CI time).
+@pytest.mark.parametrize("dq_reduce, pipelined", [VARIANTS[0]] + [pytest.param(*v, marks=pytest.mark.slow)
+                                                                 for v in VARIANTS[1:]])
 def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype, launch, dq_reduce, pipelined):
     if launch >= columns_split_config(head_dim).launches:
         pytest.skip(f"head_dim {head_dim} takes one launch")
