@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
-import inspect
 import json
 import os
 import sys
-import tempfile
 
 from benchmarks.attention import TOLERANCE, _reason, _time, _versions, forward_flops, reference
 from benchmarks.matmul import ROUNDS, _error
+from benchmarks.same_source import triton_module
 
 SHAPES = [(4, 32, 4096, 64), (4, 16, 4096, 128)]
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) per head_dim: the tutorial's Hopper configs
@@ -36,23 +34,12 @@ CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128,
 
 @functools.cache
 def triton_attention_kernel():
-    """attention_example.attention_kernel compiled by Triton: its source (and its helper's)
-    in a module that imports triton.language as tl, the decorators spelled triton.jit."""
+    """attention_example.attention_kernel (and its helper) compiled by Triton from its own
+    source."""
     from weft.highlevel import attention_example
 
-    if importlib.util.find_spec("triton") is None:
-        raise ImportError("no module named 'triton'")
-
-    parts = ["import triton\nimport triton.language as tl\n"]
-    for kernel in (attention_example._attention_blocks, attention_example.attention_kernel):
-        parts.append(inspect.getsource(kernel.fn).replace("@tl.jit", "@triton.jit", 1))
-    path = os.path.join(tempfile.mkdtemp(prefix="weft_tutorial_attention_"), "tutorial_attention.py")
-    with open(path, "w") as f:
-        f.write("\n\n".join(parts))
-    spec = importlib.util.spec_from_file_location("tutorial_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.attention_kernel
+    return triton_module("tutorial_attention", attention_example._attention_blocks,
+                         attention_example.attention_kernel).attention_kernel
 
 
 def find_systems(torch, causal: bool, head_dim: int) -> dict:

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
-import inspect
 import json
-import os
 import sys
-import tempfile
 
+from benchmarks.same_source import triton_module
 from weft import highlevel as tl
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1000, 3000, 5000)]
@@ -70,21 +67,12 @@ def descriptor_matmul(a, b, block, num_warps: int, num_stages: int, warp_special
 
 @functools.cache
 def triton_same_source_kernel(kernel=None):
-    """A weft.highlevel kernel (examples.matmul_kernel by default) compiled by Triton: its
-    source in a module that imports triton.language as tl, the decorator spelled triton.jit."""
+    """A weft.highlevel kernel (examples.matmul_kernel by default) compiled by Triton from
+    its own source."""
     from weft.highlevel import examples
 
     kernel = examples.matmul_kernel if kernel is None else kernel
-    if importlib.util.find_spec("triton") is None:
-        raise ImportError("no module named 'triton'")
-    source = inspect.getsource(kernel.fn).replace("@tl.jit", "@triton.jit", 1)
-    path = os.path.join(tempfile.mkdtemp(prefix="weft_tutorial_matmul_"), "tutorial_matmul.py")
-    with open(path, "w") as f:
-        f.write("import triton\nimport triton.language as tl\n\n" + source)
-    spec = importlib.util.spec_from_file_location("tutorial_matmul", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, kernel.fn.__name__)
+    return getattr(triton_module("tutorial_matmul", kernel), kernel.fn.__name__)
 
 
 def triton_same_source(torch, a, b, block, num_warps: int, num_stages: int):

@@ -9,31 +9,18 @@ Only imported on the GPU machine, where Triton is installed.
 from __future__ import annotations
 
 import functools
-import importlib.util
-import inspect
-import os
-import tempfile
+
+from benchmarks.same_source import triton_module
 
 
 @functools.cache
 def triton_kernels():
-    """(row_deltas, attention_backward_kernel) of the example compiled by Triton: their
-    source (and their helpers') in a module that imports triton.language as tl, the
-    decorators spelled triton.jit."""
+    """(row_deltas, attention_backward_kernel) of the example compiled by Triton (with the
+    helpers they call), from the example's own source."""
     from weft.highlevel import attention_backward_example as example
 
-    if importlib.util.find_spec("triton") is None:
-        raise ImportError("no module named 'triton'")
-    parts = ["import triton\nimport triton.language as tl\n"]
-    for kernel in (example.row_deltas, example._key_block_grads, example._query_block_grad,
-                   example.attention_backward_kernel):
-        parts.append(inspect.getsource(kernel.fn).replace("@tl.jit", "@triton.jit", 1))
-    path = os.path.join(tempfile.mkdtemp(prefix="weft_tutorial_attention_backward_"), "tutorial_backward.py")
-    with open(path, "w") as f:
-        f.write("\n\n".join(parts))
-    spec = importlib.util.spec_from_file_location("tutorial_backward", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = triton_module("tutorial_backward", example.row_deltas, example._key_block_grads,
+                           example._query_block_grad, example.attention_backward_kernel)
     return module.row_deltas, module.attention_backward_kernel
 
 
