@@ -24,7 +24,7 @@ op-family modules imported below; copy it to add rules locally (`RuleTable.copy`
 
 from . import control, elementwise, global_memory, reduce, shape_ops, shared_memory  # noqa: F401  (register rules)
 from . import atomics  # noqa: F401  (register rules)
-from . import async_copy, mbarrier, mma_v2, partitions, tma, warpgroup_mma  # noqa: F401  (Hopper and MMA rules)
+from . import async_copy, mbarrier, mma_v2, partitions, tensormaps, tma, warpgroup_mma  # noqa: F401  (Hopper and MMA rules)
 from .dtypes import from_bf16, to_bf16
 from .errors import EmulationError
 from .interpreter import CTA, SharedRef, emulate

@@ -75,6 +75,8 @@ class GlobalMemory:
         # Host addresses of the elements that TMA reduce-adds of this launch add into
         # (emulator/tma.py): their sums land by the kernel's end only, so plain accesses race.
         self.reduced: Optional[np.ndarray] = None
+        # Tensor maps kernels wrote in global memory (emulator/tensormaps.py), by address.
+        self.tensor_maps: dict = {}
 
     def host_addresses(self, addresses, element, mask, loc, describe: Describe) -> np.ndarray:
         """The host memory addresses of the elements at `addresses` where `mask` holds (0
