@@ -274,7 +274,7 @@ def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
                              f"({', '.join(p.hint or '?' for p in passed)}), got {len(args)}")
     if kernel.hidden_params:
         from .descriptors import hidden_arguments
-        args = tuple(args) + hidden_arguments(kernel, args)
+        args = tuple(args) + hidden_arguments(kernel, args, grid)
     rules = rules or EMULATION_RULES
     stream = stream or sys.stdout
     memory = GlobalMemory()
