@@ -16,13 +16,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..compiler import ir
+from ..compiler.hardware import TENSOR_MAP_BYTES
 from ..compiler.types import PointerType, ScalarType, TensorDescriptorType
 from ..lowlevel import builtins as ll_builtins, tma
 from ..runtime import made_tensor_descriptor as made
 from ..lowlevel import semantic as ll_sem
 from . import semantic as sem
-
-TENSOR_MAP_BYTES = 128
 
 
 def device_tensor_map(base: Any, shape: Sequence[Any], strides: Sequence[Any], type_: TensorDescriptorType):

@@ -266,7 +266,7 @@ class WrittenTensorDescriptor(TensorDescriptorValue):
 @builtin
 def replace_tensor_map(slot: Any, template: Any, base: Any, shape: Sequence[Any], strides: Sequence[Any]):
     """Write a tensor map into the 128 bytes of global memory at the scalar pointer `slot`
-    (128-byte aligned, one per map in use at once; each program its own): `template`'s map
+    (64-byte aligned, one per map in use at once; each program its own): `template`'s map
     (a descriptor argument: element type, box, swizzle) over the tensor at `base` with
     `shape` and `strides` (elements, outermost first; the innermost stride 1). The base
     must be 16-byte aligned and the other strides multiples of 16 bytes.

@@ -17,6 +17,7 @@ import functools
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from ..compiler.hardware import TENSOR_MAP_BYTES
 from ..compiler.types import parse_tensor_descriptor_signature, tensor_descriptor_swizzle, tensor_descriptor_type
 
 FIELD = "tensor_map"
@@ -76,7 +77,6 @@ def encoded_tensor_map(address: int, recipe: str, param_type: str, lookup: Calla
 # WORKSPACE_FIELD, 0) with a 128-byte slot per site and program.
 TEMPLATE_FIELD = "tensor_map_template"
 WORKSPACE_FIELD = "tensor_map_workspace"
-TENSOR_MAP_BYTES = 128
 
 
 def workspace_bytes(sites: int, grid) -> int:

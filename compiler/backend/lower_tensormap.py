@@ -13,6 +13,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..errors import CompilationError
+from ..hardware import TENSOR_MAP_BYTES
 from ..ir import TensormapFence, TensormapReplace
 from ..types import TensorDescriptorType
 from . import llvm_types as T
@@ -20,7 +21,7 @@ from . import ptx_asm
 from .async_common import elected
 from .context import Lowering, lowers
 
-TENSOR_MAP_WORDS = 16  # 128 bytes, copied as 64-bit words
+TENSOR_MAP_WORDS = TENSOR_MAP_BYTES // 8  # copied as 64-bit words
 
 
 def _address(ctx: Lowering, value) -> ir.Value:

@@ -177,7 +177,7 @@ class TmaStoreWait(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class TensormapReplace(Op):
-    """Write a tensor map into the 128 bytes of global memory at `slot` (128-byte
+    """Write a tensor map into the 128 bytes of global memory at `slot` (64-byte
     aligned): `template`'s map (element type, box, swizzle) with its global address, dims
     and strides (elements, outermost first, the innermost 1) replaced by `address`,
     `shape` (i32) and `strides` (i64). `result` is the slot as a descriptor. One thread

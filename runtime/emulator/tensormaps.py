@@ -17,14 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...compiler import ir
+from ...compiler.hardware import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES, TMA_GLOBAL_ALIGN
 from ...compiler.types import ScalarType
 from .descriptors import EmulatedDescriptor
 from .dtypes import element_bytes
 from .errors import EmulationError
 from .rules import EMULATION_RULES as RULES
 
-TENSOR_MAP_BYTES = 128
-GLOBAL_ALIGNMENT = 16  # bytes: a map's base and its strides (cuTensorMapEncodeTiled)
 
 
 @dataclass
@@ -36,8 +35,8 @@ class WrittenTensorMap:
 
 def _slot(cta, op, value: ir.Value) -> int:
     slot = int(cta[value])
-    if slot % TENSOR_MAP_BYTES:
-        raise EmulationError(f"`{op.NAME}`: the tensor map slot at {slot:#x} is not {TENSOR_MAP_BYTES}-byte "
+    if slot % TENSOR_MAP_ALIGN:
+        raise EmulationError(f"`{op.NAME}`: the tensor map slot at {slot:#x} is not {TENSOR_MAP_ALIGN}-byte "
                              "aligned", op.loc)
     words = slot + np.arange(TENSOR_MAP_BYTES // 8, dtype=np.int64) * 8
     cta.memory.host_addresses(words, ScalarType("i64"), None, op.loc, lambda position: "tensor map slot")
@@ -55,12 +54,12 @@ def tensormap_replace(cta, op: ir.TensormapReplace) -> None:
     strides = tuple(int(cta[v]) for v in op.strides)
     size = element_bytes(template.type.element)
     problems = []
-    if address % GLOBAL_ALIGNMENT:
-        problems.append(f"its base {address:#x} is not {GLOBAL_ALIGNMENT}-byte aligned")
+    if address % TMA_GLOBAL_ALIGN:
+        problems.append(f"its base {address:#x} is not {TMA_GLOBAL_ALIGN}-byte aligned")
     if strides[-1] != 1:
         problems.append(f"its innermost stride is {strides[-1]}, not 1")
-    problems += [f"strides[{d}] = {s} elements ({s * size} bytes) is not a multiple of {GLOBAL_ALIGNMENT} bytes"
-                 for d, s in enumerate(strides[:-1]) if (s * size) % GLOBAL_ALIGNMENT or s <= 0]
+    problems += [f"strides[{d}] = {s} elements ({s * size} bytes) is not a multiple of {TMA_GLOBAL_ALIGN} bytes"
+                 for d, s in enumerate(strides[:-1]) if (s * size) % TMA_GLOBAL_ALIGN or s <= 0]
     problems += [f"shape[{d}] = {n} is not in [1, 2**32)" for d, n in enumerate(shape) if not 0 < n < 1 << 32]
     if problems:
         raise EmulationError(f"a tensor map of shape {list(shape)} and strides {list(strides)} (elements of "
