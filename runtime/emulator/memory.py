@@ -96,7 +96,12 @@ class GlobalMemory:
         raw, origin = _byte_span(array)
         size = element_bytes(element)
         self.buffers.append(Buffer(name, raw, origin, element, (len(raw) - origin) // size))
-        return np.int64((len(self.buffers)) << ADDRESS_SHIFT)
+        return self.base_address(len(self.buffers) - 1)
+
+    @staticmethod
+    def base_address(index: int) -> np.int64:
+        """The virtual address of buffer `index`'s element 0."""
+        return np.int64((index + 1) << ADDRESS_SHIFT)
 
     def _locate(self, addresses: np.ndarray, active: np.ndarray, element, what: str, loc,
                 describe: Describe) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ from ...compiler.types import ScalarType
 from .descriptors import EmulatedDescriptor
 from .dtypes import element_bytes
 from .errors import EmulationError
+from .memory import ADDRESS_SHIFT
 from .rules import EMULATION_RULES as RULES
 
 
@@ -53,6 +54,10 @@ def tensormap_replace(cta, op: ir.TensormapReplace) -> None:
     shape = tuple(int(cta[v]) for v in op.shape)
     strides = tuple(int(cta[v]) for v in op.strides)
     size = element_bytes(template.type.element)
+    if not _inside_a_buffer(cta.memory, address):
+        raise EmulationError(f"a tensor map over {address:#x}, which is inside no array of this launch; if it "
+                             "is a host address read from a table, launch inside emulator.reachable(arrays the "
+                             "table points into)", op.loc)
     problems = []
     if address % TMA_GLOBAL_ALIGN:
         problems.append(f"its base {address:#x} is not {TMA_GLOBAL_ALIGN}-byte aligned")
@@ -69,6 +74,14 @@ def tensormap_replace(cta, op: ir.TensormapReplace) -> None:
                                     template.type, template.swizzle)
     cta.memory.tensor_maps[slot] = WrittenTensorMap(descriptor, op.loc)
     cta.bind(op.result, np.int64(slot))
+
+
+def _inside_a_buffer(memory, address: int) -> bool:
+    index = ((address + (1 << (ADDRESS_SHIFT - 1))) >> ADDRESS_SHIFT) - 1
+    if not 0 <= index < len(memory.buffers):
+        return False
+    buffer = memory.buffers[index]
+    return 0 <= address - int(memory.base_address(index)) + buffer.origin < len(buffer.raw)
 
 
 @RULES.register(ir.TensormapFence)

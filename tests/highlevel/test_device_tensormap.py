@@ -2,7 +2,8 @@
 loaded on the device (Triton tutorial 08's grouped GEMM: one descriptor per group, made
 when the program reaches that group's tiles), on the emulator against numpy float64; the
 lowlevel ops under it (tma.replace_tensor_map, fence_tensor_map), and the emulator's
-report of a TMA read through a map that no fence published."""
+report of a TMA read through a map that no fence published. Operands found through a table
+of host addresses are reached on the emulator with `emulator.reachable(...)`."""
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from weft import highlevel as tl
 from weft import lowlevel as ll
 from weft.compiler.backend import ptxas
 from weft.lowlevel import mbarrier, tma
+from weft.runtime import emulator
 from weft.runtime.emulator import EmulationError
 from weft.runtime.made_tensor_descriptor import TEMPLATE_FIELD, WORKSPACE_FIELD
 
@@ -37,6 +39,37 @@ def grouped_matmul(a_ptr, b_ptr, c_ptr, group_offsets, group_sizes, group_count,
                                                [BLOCK_K, BLOCK_N])
             c_desc = tl.make_tensor_descriptor(c_ptr + tl.load(group_offsets + 3 * g + 2), [m, n], [n, 1],
                                                [BLOCK_M, BLOCK_N])
+            while tile >= first_tile and tile < first_tile + tiles:
+                row = (tile - first_tile) // tiles_n * BLOCK_M
+                col = (tile - first_tile) % tiles_n * BLOCK_N
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for kk in range(0, tl.cdiv(k, BLOCK_K)):
+                    acc += tl.dot(a_desc.load([row, kk * BLOCK_K]), b_desc.load([kk * BLOCK_K, col]))
+                c_desc.store([row, col], acc.to(tl.float16))
+                tile += NUM_PROGRAMS
+        first_tile += tiles
+
+
+@tl.jit
+def table_grouped_matmul(a_ptrs, b_ptrs, c_ptrs, group_sizes, group_count, NUM_PROGRAMS: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """As grouped_matmul, each group's operands found through tables of addresses
+    (Triton tutorial 08's TMA variant: int64 entries cast to pointers)."""
+    tile = tl.program_id(0)
+    first_tile = 0
+    for g in range(group_count):
+        m = tl.load(group_sizes + 3 * g)
+        n = tl.load(group_sizes + 3 * g + 1)
+        k = tl.load(group_sizes + 3 * g + 2)
+        tiles_n = tl.cdiv(n, BLOCK_N)
+        tiles = tl.cdiv(m, BLOCK_M) * tiles_n
+        if tile >= first_tile and tile < first_tile + tiles:
+            a = tl.load(a_ptrs + g).to(tl.pointer_type(tl.float16))
+            b = tl.load(b_ptrs + g).to(tl.pointer_type(tl.float16))
+            c = tl.load(c_ptrs + g).to(tl.pointer_type(tl.float16))
+            a_desc = tl.make_tensor_descriptor(a, [m, k], [k, 1], [BLOCK_M, BLOCK_K])
+            b_desc = tl.make_tensor_descriptor(b, [k, n], [n, 1], [BLOCK_K, BLOCK_N])
+            c_desc = tl.make_tensor_descriptor(c, [m, n], [n, 1], [BLOCK_M, BLOCK_N])
             while tile >= first_tile and tile < first_tile + tiles:
                 row = (tile - first_tile) // tiles_n * BLOCK_M
                 col = (tile - first_tile) % tiles_n * BLOCK_N
@@ -85,6 +118,19 @@ def test_grouped_matmul_with_device_made_descriptors_matches_numpy(programs):
     for got, a, b in zip(unpack(flat["c"], GROUPS), arrays["a"], arrays["b"]):
         want = a.astype(np.float64) @ b.astype(np.float64)
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+def test_pointers_from_a_table_of_host_addresses_reach_the_arrays_made_reachable():
+    rng = np.random.default_rng(5)
+    arrays, _, _, sizes = pack(GROUPS, rng)
+    tables = [np.array([x.ctypes.data for x in arrays[name]], np.int64) for name in "abc"]
+    with emulator.reachable(*arrays["a"], *arrays["b"], *arrays["c"]):
+        table_grouped_matmul[(4,)](*tables, sizes, len(GROUPS), NUM_PROGRAMS=4, **BLOCKS)
+    for got, a, b in zip(arrays["c"], arrays["a"], arrays["b"]):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
+    with pytest.raises(EmulationError, match=r"inside no array of this launch.*emulator.reachable"):
+        table_grouped_matmul[(4,)](*tables, sizes, len(GROUPS), NUM_PROGRAMS=4, **BLOCKS)
 
 
 def test_a_misaligned_device_base_is_reported_at_the_descriptor():
