@@ -215,3 +215,26 @@ def test_a_tma_read_through_an_unfenced_map_is_a_race():
     with pytest.raises(EmulationError, match="race: .*no tensormap fence") as error:
         _copy_first_box(fence=False)
     assert "tensor map written" in str(error.value)
+
+
+def test_the_launcher_keeps_one_workspace_per_device_and_grows_it(monkeypatch):
+    from weft.runtime import driver, tensor_descriptor
+    from weft.runtime.launcher import Launcher
+
+    allocations, freed, encoded = [], [], []
+    monkeypatch.setattr(driver, "allocate", lambda nbytes: allocations.append(nbytes) or 0x10000 * len(allocations))
+    monkeypatch.setattr(driver, "free", freed.append)
+    monkeypatch.setattr(tensor_descriptor, "_encoded", lambda *args: encoded.append(args) or bytes([len(encoded)]) * 128)
+    compiled = grouped_matmul.compile(signature=SIGNATURE, constexprs=dict(NUM_PROGRAMS=4, **BLOCKS),
+                                      num_warps=4, run_ptxas=False)
+    launcher = Launcher(compiled)
+    values = [0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 3]
+    first = launcher._with_hidden(values, 0, (5,))
+    assert first[:6] == values and first[6:9] == [bytes([i]) * 128 for i in (1, 2, 3)] and first[9] == 0x10000
+    assert allocations == [3 * 5 * 128]  # a slot per call site and program
+    # (element, address, shape, strides, copy box, swizzle, itemsize): the box as the tensor, over the workspace
+    assert [e[:4] for e in encoded] == [("fp16", 0x10000, (64, 32), (32, 1)), ("fp16", 0x10000, (32, 64), (64, 1)),
+                                        ("fp16", 0x10000, (64, 64), (64, 1))]
+    assert launcher._with_hidden(values, 0, (2, 2)) == first and len(encoded) == 3  # fits: kept, not re-encoded
+    grown = launcher._with_hidden(values, 0, (4, 4))
+    assert allocations == [3 * 5 * 128, 3 * 16 * 128] and freed == [0x10000] and grown[9] == 0x20000
