@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..compiler import ir
-from ..compiler.hardware import TENSOR_MAP_BYTES
+from ..compiler.hardware import TENSOR_MAP_BYTES, TMA_GLOBAL_ALIGN
 from ..compiler.types import PointerType, ScalarType, TensorDescriptorType
 from ..lowlevel import builtins as ll_builtins, tma
-from ..runtime import made_tensor_descriptor as made
 from ..lowlevel import semantic as ll_sem
+from ..runtime import made_tensor_descriptor as made
 from . import semantic as sem
 
 
@@ -37,11 +37,31 @@ def device_tensor_map(base: Any, shape: Sequence[Any], strides: Sequence[Any], t
     if workspace_key not in b.hidden_params:
         b.hidden_params[workspace_key] = ir.Value(PointerType(ScalarType("u8")), "tensor_map_workspace")
     workspace = b.wrap(b.hidden_params[workspace_key])
+    _check_alignment(base, strides, type_)
     program, programs = _linear_program()
     slot = workspace + (programs * site + program) * TENSOR_MAP_BYTES
     desc = tma.replace_tensor_map.__wrapped__(slot, tma.TensorDescriptorValue(template), base, shape, strides)
     tma.fence_tensor_map.__wrapped__(desc)
     return desc
+
+
+def _check_alignment(base: Any, strides: Sequence[Any], type_: TensorDescriptorType) -> None:
+    """The TMA unit faults on a map whose base is not 16-byte aligned or whose outer strides
+    are not multiples of 16 bytes: refuse constant strides now, and check the rest on the
+    device, where a failed check names this line (the emulator reports it there too)."""
+    b = sem.builder()
+    itemsize = type_.element.bits // 8
+    problem = (f"make_tensor_descriptor: the base must be {TMA_GLOBAL_ALIGN}-byte aligned and strides[:-1] "
+               f"multiples of {TMA_GLOBAL_ALIGN} bytes ({TMA_GLOBAL_ALIGN // itemsize} elements of {type_.element})")
+    i64 = ScalarType("i64")
+    aligned = ll_sem.cast(ll_sem.to_value(base), i64) % TMA_GLOBAL_ALIGN == 0
+    for d, stride in enumerate(strides[:-1]):
+        if isinstance(stride, int):
+            if stride * itemsize % TMA_GLOBAL_ALIGN:
+                raise b.error(f"{problem}; strides[{d}] is {stride}")
+            continue
+        aligned = aligned & (ll_sem.cast(stride, i64) * itemsize % TMA_GLOBAL_ALIGN == 0)
+    ll_builtins.device_assert.__wrapped__(aligned, problem)
 
 
 def _linear_program():

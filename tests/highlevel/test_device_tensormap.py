@@ -238,3 +238,15 @@ def test_the_launcher_keeps_one_workspace_per_device_and_grows_it(monkeypatch):
     assert launcher._with_hidden(values, 0, (2, 2)) == first and len(encoded) == 3  # fits: kept, not re-encoded
     grown = launcher._with_hidden(values, 0, (4, 4))
     assert allocations == [3 * 5 * 128, 3 * 16 * 128] and freed == [0x10000] and grown[9] == 0x20000
+
+
+def test_a_constant_stride_off_16_bytes_is_refused_at_its_line():
+    @tl.jit
+    def odd_pitch(x_ptrs, n):
+        x = tl.load(x_ptrs).to(tl.pointer_type(tl.float16))
+        desc = tl.make_tensor_descriptor(x, [n, n], [12, 1], [16, 64])
+        desc.store([0, 0], desc.load([0, 0]))
+
+    with pytest.raises(Exception, match=r"strides\[:-1\] multiples of 16 bytes.*strides\[0\] is 12") as error:
+        odd_pitch.compile(signature={"x_ptrs": "*i64", "n": "i32"}, num_warps=4, run_ptxas=False)
+    assert error.value.loc.line == odd_pitch.fn.__code__.co_firstlineno + 3
