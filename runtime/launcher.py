@@ -213,7 +213,7 @@ class Launcher:
         if self._select is not None:
             values = [values[i] for i in self._select]
         if self._hidden:
-            values = self._with_hidden(values, device, grid)
+            values = self._with_hidden(values, device, grid, handle)
         for holder, pack, value in zip(state.holders, self._packers, values):
             holder.value = value if pack is None else pack(value)
         err = state.launch(config, function, state.params_address, 0)[0]
@@ -235,21 +235,21 @@ class Launcher:
         if self._select is not None:
             values = [values[i] for i in self._select]
         if self._hidden:
-            values = self._with_hidden(values, device, grid)
+            values = self._with_hidden(values, device, grid, handle)
         return PreparedLaunch(self, self.function(device), device, grid, values, handle)
 
-    def _with_hidden(self, values: list, device: Optional[int] = None, grid=None) -> list:
+    def _with_hidden(self, values: list, device: Optional[int] = None, grid=None, stream: int = 0) -> list:
         """`values` followed by the hidden parameters' (a descriptor's global shape or
         strides, which its encoded tensor map carries)."""
         if self._workspace is not None:
-            return [*values, *self._workspace_values(values, device, grid)]
+            return [*values, *self._workspace_values(values, device, grid, stream)]
         if self._made:
             return [*values, *(self._made_tensor_map(values, i, dim) if field == made.FIELD
                                else getattr(values[i], field)[dim] for i, field, dim in self._hidden)]
         return [*values, *(getattr(values[i], field)[dim] for i, field, dim in self._hidden)]
 
-    def _workspace_values(self, values: list, device: int, grid) -> list:
-        workspace = self._workspace.address(device, grid)
+    def _workspace_values(self, values: list, device: int, grid, stream: int) -> list:
+        workspace = self._workspace.address(device, stream, grid)
         return [workspace if field == made.WORKSPACE_FIELD
                 else self._workspace.template(dim, workspace) if field == made.TEMPLATE_FIELD
                 else self._made_tensor_map(values, i, dim) if field == made.FIELD

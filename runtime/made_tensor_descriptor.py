@@ -112,24 +112,26 @@ def template_descriptor(param_type: str):
 
 class TensorMapWorkspace:
     """The launcher's workspace for a kernel's in-kernel tensor maps: one device buffer per
-    device, grown to the largest grid launched and kept (launches on one stream run in
-    order, so they may share it), and each site's template encoded once."""
+    device and stream (launches on one stream run in order, so they may share it; on two
+    streams they may overlap), grown to the largest grid launched and kept, and each site's
+    template encoded once. The first launch on a stream allocates, so it cannot be inside
+    a CUDA graph capture; a warm-up launch before capturing allocates it."""
 
     def __init__(self, template_types: tuple[str, ...]):
         self.template_types = template_types
-        self._buffers: dict[int, tuple[int, int]] = {}  # device -> (address, bytes)
+        self._buffers: dict[tuple[int, int], tuple[int, int]] = {}  # (device, stream) -> (address, bytes)
         self._templates: dict[tuple[int, int], bytes] = {}
 
-    def address(self, device: int, grid) -> int:
+    def address(self, device: int, stream: int, grid) -> int:
         from . import driver
 
         needed = workspace_bytes(len(self.template_types), grid)
-        address, size = self._buffers.get(device, (0, 0))
+        address, size = self._buffers.get((device, stream), (0, 0))
         if size < needed:
             if address:
-                driver.free(address)
+                driver.free(address)  # synchronizes: no launch still reads it
             address, size = driver.allocate(needed), needed
-            self._buffers[device] = (address, size)
+            self._buffers[device, stream] = (address, size)
         return address
 
     def template(self, site: int, address: int) -> bytes:

@@ -217,7 +217,7 @@ def test_a_tma_read_through_an_unfenced_map_is_a_race():
     assert "tensor map written" in str(error.value)
 
 
-def test_the_launcher_keeps_one_workspace_per_device_and_grows_it(monkeypatch):
+def test_the_launcher_keeps_one_workspace_per_device_and_stream_and_grows_it(monkeypatch):
     from weft.runtime import driver, tensor_descriptor
     from weft.runtime.launcher import Launcher
 
@@ -229,15 +229,17 @@ def test_the_launcher_keeps_one_workspace_per_device_and_grows_it(monkeypatch):
                                       num_warps=4, run_ptxas=False)
     launcher = Launcher(compiled)
     values = [0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 3]
-    first = launcher._with_hidden(values, 0, (5,))
+    first = launcher._with_hidden(values, 0, (5,), stream=0)
     assert first[:6] == values and first[6:9] == [bytes([i]) * 128 for i in (1, 2, 3)] and first[9] == 0x10000
     assert allocations == [3 * 5 * 128]  # a slot per call site and program
     # (element, address, shape, strides, copy box, swizzle, itemsize): the box as the tensor, over the workspace
     assert [e[:4] for e in encoded] == [("fp16", 0x10000, (64, 32), (32, 1)), ("fp16", 0x10000, (32, 64), (64, 1)),
                                         ("fp16", 0x10000, (64, 64), (64, 1))]
-    assert launcher._with_hidden(values, 0, (2, 2)) == first and len(encoded) == 3  # fits: kept, not re-encoded
-    grown = launcher._with_hidden(values, 0, (4, 4))
+    assert launcher._with_hidden(values, 0, (2, 2), stream=0) == first and len(encoded) == 3  # fits: kept
+    grown = launcher._with_hidden(values, 0, (4, 4), stream=0)
     assert allocations == [3 * 5 * 128, 3 * 16 * 128] and freed == [0x10000] and grown[9] == 0x20000
+    other_stream = launcher._with_hidden(values, 0, (1,), stream=7)  # may overlap: a workspace of its own
+    assert allocations[-1] == 3 * 128 and other_stream[9] == 0x30000 and other_stream[6:9] != grown[6:9]
 
 
 def test_a_constant_stride_off_16_bytes_is_refused_at_its_line():
