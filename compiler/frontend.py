@@ -599,6 +599,9 @@ class KernelBuilder(ExpressionVisitor):
                 probes[name] = self.builder.wrap(self.as_handle(name, before[name], number_type(before[name])))
         self.builder.pop_block()
         saved_scope = self.scope
+        # Hidden parameters made in the discarded walk are made again in the real one (a
+        # tensor map written in the loop takes its template parameter there).
+        saved_hidden = dict(self.builder.hidden_params)
         try:
             if test is not None:
                 self.builder.push_block(scratch)
@@ -617,6 +620,7 @@ class KernelBuilder(ExpressionVisitor):
             _, after = self.region(body, before, {**probes, **bindings}, ops=scratch)
         finally:
             self.scope = saved_scope
+            self.builder.hidden_params = saved_hidden
         result = []
         with self.builder.at(loc):
             for name, old in before.items():

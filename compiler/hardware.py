@@ -13,7 +13,7 @@ from ..layouts.standard import WARPS_PER_WARPGROUP  # the warps a wgmma or setma
 
 __all__ = ["LANES", "MAX_WARPS", "WARPS_PER_WARPGROUP", "REGISTER_FILE", "MAX_REGISTERS", "MIN_REGISTERS",
            "STATIC_SHARED_LIMIT", "SHARED_LIMIT", "SM_SHARED", "MAX_CLUSTER_CTAS", "MAX_GRID",
-           "MAX_ACCESS_BITS", "TMA_MAX_RANK", "TMA_MAX_BOX", "TENSOR_MAP_BYTES", "TENSOR_MAP_ALIGN", "TMA_MAX_GLOBAL_DIM",
+           "MAX_ACCESS_BITS", "TMA_MAX_RANK", "TMA_MAX_BOX", "TENSOR_MAP_BYTES", "TENSOR_MAP_ALIGN", "TMA_MAX_GLOBAL_DIM", "TMA_GLOBAL_ALIGN",
            "TMA_MAX_STRIDE_BYTES"]
 
 # Registers.
@@ -39,5 +39,6 @@ TMA_MAX_RANK = 5  # dimensions of a box
 TMA_MAX_BOX = 256  # elements along one dimension of a box
 TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64  # CUtensorMap's alignment (alignas(64) in cuda.h)
+TMA_GLOBAL_ALIGN = 16  # bytes: a tensor map's base address and strides (cuTensorMapEncodeTiled)
 TMA_MAX_GLOBAL_DIM = 2**32  # elements along one dimension of the described tensor
 TMA_MAX_STRIDE_BYTES = 2**40  # a global stride, exclusive

@@ -31,6 +31,7 @@ from ..lowlevel.tma import TensorDescriptorValue
 from ..runtime import made_tensor_descriptor as made
 from ..lowlevel import semantic as ll_sem
 from . import semantic as sem
+from .device_tensor_map import device_tensor_map
 
 # The widest access one thread makes to shared memory (ld.shared.v4.b32).
 VECTOR_BYTES = 16
@@ -160,16 +161,19 @@ class MadeTensorDescriptor(TensorDescriptor):
 @builtin
 def make_tensor_descriptor(base: Any, shape: Sequence[Any], strides: Sequence[Any], block_shape: Sequence[int],
                            padding_option: str = "zero"):
-    """A tensor descriptor of `base` (a pointer parameter of the kernel) with run-time
-    `shape` and `strides` (elements) and a compile-time `block_shape`.
+    """A tensor descriptor of the scalar pointer `base` with run-time `shape` and `strides`
+    (elements, the innermost stride 1) and a compile-time `block_shape`.
 
-    Its tensor map is built on the host at each launch (runtime/made_tensor_descriptor.py),
-    so `base` must be a pointer parameter and each shape and stride an int parameter, a
-    constant, or +, - and * of those; a value known only on the device (a pointer loaded
-    from a table) is refused."""
+    When `base` is a pointer parameter and each shape and stride an int parameter, a
+    constant, or +, - and * of those, the tensor map is built on the host at each launch
+    (runtime/made_tensor_descriptor.py). Otherwise (a pointer loaded from a table, a size
+    read from memory) the kernel writes it (device_tensor_map.py). Either way the base must
+    be 16-byte aligned and the outer strides multiples of 16 bytes."""
     b = sem.builder()
     what = "make_tensor_descriptor"
-    base_name = _pointer_parameter(base, what)
+    handle = getattr(base, "handle", None)
+    if not isinstance(getattr(handle, "type", None), PointerType) or sem.is_tensor(base):
+        raise b.error(f"{what} needs a scalar pointer as its base, found {sem.describe(base)}")
     element = base.type.pointee
     if padding_option != "zero":
         raise b.error(f"{what}: padding_option={padding_option!r} is not supported; TMA loads fill "
@@ -191,6 +195,10 @@ def make_tensor_descriptor(base: Any, shape: Sequence[Any], strides: Sequence[An
     if stride_exprs[-1] != ("const", 1):
         raise b.error(f"{what}: the innermost stride must be the constant 1 (TMA moves contiguous rows), "
                       f"found {strides[-1]!r}", suggestion="describe the tensor with its contiguous dim last")
+    base_name = handle.hint
+    if base_name is None or b.kernel_params.get(base_name) is not handle or None in shape_exprs + stride_exprs:
+        desc = device_tensor_map(base, shape, strides, type_)
+        return MadeTensorDescriptor(desc.handle, desc.shape, desc.strides)
     key = (base_name, made.FIELD, made.recipe_text(shape_exprs, stride_exprs, type_.block_shape))
     if key not in b.hidden_params:
         b.hidden_params[key] = ir.Value(type_, f"{base_name}_desc{len(b.hidden_params)}")
@@ -199,23 +207,9 @@ def make_tensor_descriptor(base: Any, shape: Sequence[Any], strides: Sequence[An
     return MadeTensorDescriptor(b.hidden_params[key], i32_shape, i64_strides)
 
 
-def _pointer_parameter(base: Any, what: str) -> str:
-    b = sem.builder()
-    handle = getattr(base, "handle", None)
-    name = getattr(handle, "hint", None)
-    if not isinstance(getattr(handle, "type", None), PointerType) or sem.is_tensor(base):
-        raise b.error(f"{what} needs a scalar pointer as its base, found {sem.describe(base)}")
-    if name is None or b.kernel_params.get(name) is not handle:
-        raise b.error(f"{what}: the base must be one of the kernel's pointer parameters, as it is passed "
-                      "(its tensor map is built on the host at launch); this pointer is computed in the kernel",
-                      suggestion="pass the tensor (or a view starting where the descriptor starts) as an argument, "
-                                 "or pass a TensorDescriptor built on the host")
-    return name
-
-
-def _host_expression(value: Any, what: str) -> tuple:
+def _host_expression(value: Any, what: str) -> tuple | None:
     """`value` as an expression of the kernel's int parameters and constants (made_tensor_descriptor
-    recipes), or an error saying it is known only on the device."""
+    recipes), or None when it is known only on the device."""
     b = sem.builder()
     if isinstance(value, int) and not isinstance(value, bool):
         return ("const", value)
@@ -224,7 +218,7 @@ def _host_expression(value: Any, what: str) -> tuple:
     definitions = {result: op for block in b._blocks for op in block for result in op.defines()}
     parameters = {v: n for n, v in b.kernel_params.items()}
 
-    def walk(handle) -> tuple:
+    def walk(handle) -> tuple | None:
         if handle in parameters:
             return ("param", parameters[handle])
         op = definitions.get(handle)
@@ -233,11 +227,9 @@ def _host_expression(value: Any, what: str) -> tuple:
         if isinstance(op, (ir.Cast, ir.AxisHint)):
             return walk(op.operand)
         if isinstance(op, ir.Binary) and op.kind in made.OPERATIONS:
-            return (op.kind, walk(op.lhs), walk(op.rhs))
-        raise b.error(f"{what} is computed in the kernel ({op.NAME if op else 'a value'} of run-time data); "
-                      "the tensor map is built on the host at launch, from the kernel's arguments",
-                      suggestion="use int parameters, constants and +, -, * of them, or build a TensorDescriptor "
-                                 "on the host and pass it")
+            lhs, rhs = walk(op.lhs), walk(op.rhs)
+            return None if lhs is None or rhs is None else (op.kind, lhs, rhs)
+        return None
 
     return walk(value.handle)
 
@@ -246,9 +238,9 @@ _ALLOCATOR: list = []
 
 
 def set_allocator(allocator) -> None:
-    """Triton's `triton.set_allocator(fn)`: the global scratch Triton builds in-kernel tensor
-    maps in. weft builds them on the host at launch (make_tensor_descriptor), so it needs no
-    scratch; the function is kept (for code that reads it back) and never called."""
+    """Triton's `triton.set_allocator(fn)`: the global scratch Triton writes in-kernel tensor
+    maps in. weft's launcher allocates that workspace itself (device_tensor_map.py), so the
+    function is kept (for code that calls it or reads it back) and never called."""
     if not callable(allocator):
         raise TypeError(f"set_allocator takes a function of (size, alignment, stream), found {allocator!r}")
     _ALLOCATOR[:] = [allocator]

@@ -6,6 +6,8 @@ a tensor descriptor, issued by one thread.
     tma.async_reduce_add(desc, [row, col], smem)                    # global box += smem
     tma.store_wait(0)                                               # before reusing smem
     tma.async_bulk_copy_global_to_shared(row_ptr, bar, smem, nbytes) # no descriptor
+    desc = tma.replace_tensor_map(slot_ptr, template, base, shape, strides)  # a map made
+    tma.fence_tensor_map(desc)                                      # in the kernel
 
 Coordinates are element offsets along the tensor's dims, outermost first. Box elements
 outside the tensor load as zero and are not stored, so tiles at the edges need no masks.
@@ -29,7 +31,7 @@ from .shared import SharedMemoryDescriptor
 
 __all__ = ["TensorDescriptorValue", "tensor_descriptor", "async_bulk_copy_global_to_shared", "async_copy_global_to_shared",
            "async_copy_shared_to_global", "store_wait",
-           "async_reduce_add"]
+           "async_reduce_add", "replace_tensor_map", "fence_tensor_map"]
 
 
 class TensorDescriptorValue(DynamicValue):
@@ -240,3 +242,74 @@ def async_reduce_add(desc: Any, coords: Sequence[Any], src: Any) -> None:
                       suggestion="accumulate in a float32 tensor and convert it afterwards")
     b.emit(ir.TmaAsyncReduceAdd(descriptor=desc.handle, coords=_coords(coords, type_.rank, what),
                                 buffer=_box_buffer(src, type_, what), loc=b.loc))
+
+
+class WrittenTensorDescriptor(TensorDescriptorValue):
+    """A descriptor whose tensor map the kernel wrote (replace_tensor_map): its `shape`
+    and `strides` are the values it was written with."""
+
+    __slots__ = ("_shape", "_strides")
+
+    def __init__(self, handle, shape: tuple, strides: tuple):
+        super().__init__(handle)
+        self._shape, self._strides = shape, strides
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def strides(self) -> tuple:
+        return self._strides
+
+
+@builtin
+def replace_tensor_map(slot: Any, template: Any, base: Any, shape: Sequence[Any], strides: Sequence[Any]):
+    """Write a tensor map into the 128 bytes of global memory at the scalar pointer `slot`
+    (64-byte aligned, one per map in use at once; each program its own): `template`'s map
+    (a descriptor argument: element type, box, swizzle) over the tensor at `base` with
+    `shape` and `strides` (elements, outermost first; the innermost stride 1). The base
+    must be 16-byte aligned and the other strides multiples of 16 bytes.
+
+    Returns a descriptor of the template's type; call fence_tensor_map(desc) before a TMA
+    copy uses it (tensormap.replace, PTX ISA)."""
+    b = sem.builder()
+    what = "tma.replace_tensor_map"
+    type_ = _descriptor(template, what)
+    slot_value, base_value = sem.to_value(slot), sem.to_value(base)
+    for name, value in (("slot", slot_value), ("base", base_value)):
+        if not isinstance(value.type, PointerType):
+            raise b.error(f"{what}: {name} must be a scalar pointer, found {sem.describe(value)}")
+    if base_value.type.pointee != type_.element:
+        raise b.error(f"{what}: base points to {base_value.type.pointee} but the template describes "
+                      f"{type_.element}", suggestion=f"cast it: base.to(tl.pointer_type(tl.{type_.element.name}))")
+    for name, values in (("shape", shape), ("strides", strides)):
+        if not isinstance(values, (list, tuple)) or len(values) != type_.rank:
+            raise b.error(f"{what}: {name} needs {type_.rank} values (one per dim of the box "
+                          f"{list(type_.block_shape)}), found {values!r}")
+    if isinstance(strides[-1], int) and strides[-1] != 1:
+        raise b.error(f"{what}: the innermost stride must be 1 (TMA moves contiguous rows), found {strides[-1]}")
+    shape_values = tuple(_scalar(v, ScalarType("i32"), f"{what} shape[{d}]") for d, v in enumerate(shape))
+    stride_values = tuple(_scalar(v, ScalarType("i64"), f"{what} strides[{d}]") for d, v in enumerate(strides))
+    result = b.create(ir.TensormapReplace, type_, slot=slot_value.handle, template=template.handle,
+                      address=base_value.handle, shape=tuple(v.handle for v in shape_values),
+                      strides=tuple(v.handle for v in stride_values))
+    return WrittenTensorDescriptor(result, shape_values, stride_values)
+
+
+def _scalar(x: Any, element: ScalarType, what: str):
+    value = sem.to_value(x, element)
+    if not isinstance(value.type, ScalarType) or not value.type.is_int:
+        raise sem.builder().error(f"{what} must be an int or an integer scalar, found {sem.describe(x)}")
+    return sem.cast(value, element)
+
+
+@builtin
+def fence_tensor_map(desc: Any) -> None:
+    """Publish a tensor map written by replace_tensor_map to the TMA unit (every thread
+    running this code meets here): without it a TMA copy may read the old map."""
+    b = sem.builder()
+    if not isinstance(desc, WrittenTensorDescriptor):
+        raise b.error(f"tma.fence_tensor_map needs a descriptor from tma.replace_tensor_map, "
+                      f"found {sem.describe(desc)}")
+    b.emit(ir.TensormapFence(descriptor=desc.handle, loc=b.loc))

@@ -81,6 +81,9 @@ class Launcher:
         # Tensor maps the kernel makes from its arguments (made_tensor_descriptor.py).
         self._made = {(passed.index(p.hidden[0]), p.hidden[2]): p.type
                       for p in params if p.hidden and p.hidden[1] == made.FIELD}
+        # Tensor maps the kernel writes itself: a workspace and a template per call site.
+        templates = tuple(p.type for p in params if p.hidden and p.hidden[1] == made.TEMPLATE_FIELD)
+        self._workspace = made.TensorMapWorkspace(templates) if templates else None
         self._passed_names = passed
         self._passed = len(passed)
         self._packers = arguments.make_packers(self.name, self.param_names, self.param_types)
@@ -210,7 +213,7 @@ class Launcher:
         if self._select is not None:
             values = [values[i] for i in self._select]
         if self._hidden:
-            values = self._with_hidden(values)
+            values = self._with_hidden(values, device, grid, handle)
         for holder, pack, value in zip(state.holders, self._packers, values):
             holder.value = value if pack is None else pack(value)
         err = state.launch(config, function, state.params_address, 0)[0]
@@ -232,16 +235,25 @@ class Launcher:
         if self._select is not None:
             values = [values[i] for i in self._select]
         if self._hidden:
-            values = self._with_hidden(values)
+            values = self._with_hidden(values, device, grid, handle)
         return PreparedLaunch(self, self.function(device), device, grid, values, handle)
 
-    def _with_hidden(self, values: list) -> list:
+    def _with_hidden(self, values: list, device: Optional[int] = None, grid=None, stream: int = 0) -> list:
         """`values` followed by the hidden parameters' (a descriptor's global shape or
         strides, which its encoded tensor map carries)."""
+        if self._workspace is not None:
+            return [*values, *self._workspace_values(values, device, grid, stream)]
         if self._made:
             return [*values, *(self._made_tensor_map(values, i, dim) if field == made.FIELD
                                else getattr(values[i], field)[dim] for i, field, dim in self._hidden)]
         return [*values, *(getattr(values[i], field)[dim] for i, field, dim in self._hidden)]
+
+    def _workspace_values(self, values: list, device: int, grid, stream: int) -> list:
+        workspace = self._workspace.address(device, stream, grid)
+        return [workspace if field == made.WORKSPACE_FIELD
+                else self._workspace.template(dim, workspace) if field == made.TEMPLATE_FIELD
+                else self._made_tensor_map(values, i, dim) if field == made.FIELD
+                else getattr(values[i], field)[dim] for i, field, dim in self._hidden]
 
     def _made_tensor_map(self, values: list, base: int, recipe: str) -> bytes:
         lookup = dict(zip(self._passed_names, values)).__getitem__

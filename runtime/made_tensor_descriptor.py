@@ -17,6 +17,7 @@ import functools
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from ..compiler.hardware import TENSOR_MAP_BYTES
 from ..compiler.types import parse_tensor_descriptor_signature, tensor_descriptor_swizzle, tensor_descriptor_type
 
 FIELD = "tensor_map"
@@ -68,3 +69,81 @@ def encoded_tensor_map(address: int, recipe: str, param_type: str, lookup: Calla
     td._check_global(int(address), shape, strides, tuple(block_shape), itemsize)
     return td._encoded(element.name, int(address), shape, strides,
                        td.tma_copy_box(block_shape, swizzle, element.bits), swizzle, itemsize)
+
+
+# Tensor maps the kernel writes itself (highlevel/device_tensor_map.py): each call site is
+# a template parameter (base parameter, TEMPLATE_FIELD, site), its map encoded from the
+# descriptor type alone, and the kernel takes one workspace pointer (base parameter,
+# WORKSPACE_FIELD, 0) with a 128-byte slot per site and program.
+TEMPLATE_FIELD = "tensor_map_template"
+WORKSPACE_FIELD = "tensor_map_workspace"
+
+
+def workspace_bytes(sites: int, grid) -> int:
+    grid = (grid,) if isinstance(grid, int) else tuple(grid)
+    programs = 1
+    for extent in grid:
+        programs *= int(extent)
+    return max(1, sites * programs) * TENSOR_MAP_BYTES
+
+
+def _template_geometry(param_type: str) -> tuple:
+    """(element, box, swizzle, shape, strides) of a template: the box as the tensor, rows
+    padded to 16 bytes; the kernel replaces the shape, strides and address."""
+    element, block_shape, swizzle = parse_tensor_descriptor_signature(param_type)
+    if swizzle is None:
+        swizzle = tensor_descriptor_swizzle(tensor_descriptor_type(element, block_shape))
+    itemsize = element.bits // 8
+    strides, step = [], 1
+    for d, extent in reversed(list(enumerate(block_shape))):
+        strides.insert(0, step)
+        step *= -(-extent * itemsize // 16) * 16 // itemsize if d == len(block_shape) - 1 else extent
+    return element, tuple(block_shape), swizzle, tuple(block_shape), tuple(strides)
+
+
+def template_descriptor(param_type: str):
+    """What the emulator binds for a template parameter (emulator/descriptors.bind_descriptor)."""
+    import numpy as np
+
+    element, block_shape, swizzle, shape, strides = _template_geometry(param_type)
+    base = np.zeros(shape[0] * strides[0] * element.bits // 8, np.uint8)
+    return SimpleNamespace(base=base, shape=shape, strides=strides, block_shape=block_shape, swizzle=swizzle)
+
+
+class TensorMapWorkspace:
+    """The launcher's workspace for a kernel's in-kernel tensor maps: one device buffer per
+    device and stream (launches on one stream run in order, so they may share it; on two
+    streams they may overlap), grown to the largest grid launched and kept, and each site's
+    template encoded once. The first launch on a stream allocates, so it cannot be inside
+    a CUDA graph capture; a warm-up launch before capturing allocates it."""
+
+    def __init__(self, template_types: tuple[str, ...]):
+        self.template_types = template_types
+        self._buffers: dict[tuple[int, int], tuple[int, int]] = {}  # (device, stream) -> (address, bytes)
+        self._templates: dict[tuple[int, int], bytes] = {}
+
+    def address(self, device: int, stream: int, grid) -> int:
+        from . import driver
+
+        needed = workspace_bytes(len(self.template_types), grid)
+        address, size = self._buffers.get((device, stream), (0, 0))
+        if size < needed:
+            if address:
+                driver.free(address)  # synchronizes: no launch still reads it
+            address, size = driver.allocate(needed), needed
+            self._buffers[device, stream] = (address, size)
+        return address
+
+    def template(self, site: int, address: int) -> bytes:
+        """Site `site`'s template map, encoded over the workspace (any mapped 16-byte
+        aligned address does: the kernel replaces it)."""
+        key = (site, address)
+        encoded = self._templates.get(key)
+        if encoded is None:
+            from . import tensor_descriptor as td
+
+            element, block_shape, swizzle, shape, strides = _template_geometry(self.template_types[site])
+            encoded = self._templates[key] = td._encoded(
+                element.name, address, shape, strides, td.tma_copy_box(block_shape, swizzle, element.bits),
+                swizzle, element.bits // 8)
+        return encoded

@@ -16,7 +16,7 @@ from ..ir import Kernel
 from . import (lower_atomic, lower_cast, lower_control, lower_convert, lower_debug, lower_elementwise,  # noqa: F401
                lower_math, lower_memory, lower_reduce, lower_shape, lower_shared)
 from . import lower_mma_v2, lower_warpgroup_mma  # noqa: F401
-from . import lower_async_copy, lower_mbarrier, lower_tma, lower_warp_specialize  # noqa: F401
+from . import lower_async_copy, lower_mbarrier, lower_tensormap, lower_tma, lower_warp_specialize  # noqa: F401
 from .context import DEFAULT_RULES, Lowering, SharedView, lowers
 from .lower_kernel import STATIC_SHARED_LIMIT, lower_to_llvm, static_shared_bytes, uses_dynamic_shared_memory
 from .target import emit_ptx, llvm_version, optimized_llir

@@ -354,6 +354,33 @@ def tma_store_wait(pending: int) -> tuple[str, str]:
     return f"cp.async.bulk.wait_group.read {pending};", ""
 
 
+def tensormap_replace(field: str, ordinal: int | None = None) -> tuple[str, str]:
+    """Replace one field of the 128-byte tensor map in global memory at $0 with $1:
+    `global_address` (b64), `global_dim` (b32, dim `ordinal`, innermost first) or
+    `global_stride` (b64 bytes, of dim `ordinal` + 1 innermost first: dim 0's is the
+    element size). Operands: the map ($0, global), the value ($1), the predicate ($2).
+    tensormap.replace: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-tensormap-replace
+    """
+    kind = "b32" if field == "global_dim" else "b64"
+    index = "" if ordinal is None else f" {ordinal},"
+    return (f"@$2 tensormap.replace.tile.{field}.global.b1024.{kind} [$0],{index} $1;",
+            f"l,{'r' if kind == 'b32' else 'l'},b")
+
+
+def tensormap_release() -> tuple[str, str]:
+    """Order this thread's writes of tensor maps (generic proxy) before later reads of them
+    by the TMA unit (tensormap proxy), at GPU scope. Operand: the predicate ($0).
+    fence.proxy.tensormap::generic: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-membar
+    """
+    return "@$0 fence.proxy.tensormap::generic.release.gpu;", "b"
+
+
+def tensormap_acquire() -> tuple[str, str]:
+    """Make the tensor map at $0 (global, 128 bytes), released by its writer, visible to
+    this thread's later TMA copies through it (the PTX ISA section as tensormap_release)."""
+    return "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l"
+
+
 # ------------------------------------------------------------------------ cp.async
 def async_copy(nbytes: int, predicated: bool) -> tuple[str, str]:
     """Copy `nbytes` (4, 8 or 16) from global to shared memory without registers; only

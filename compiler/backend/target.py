@@ -127,10 +127,19 @@ def optimize(llir: str) -> "llvm.ModuleRef":
     return module
 
 
+# tensormap.replace and the tensormap proxy fences came with PTX ISA 8.3; only kernels that
+# write tensor maps declare it, so every other kernel's PTX stays as it was.
+TENSORMAP_PTX_VERSION = ".version 8.3"
+
+
 def emit_ptx(llir: str) -> str:
-    """LLVM IR text -> PTX text for sm_90a (.version 8.0), after the O3 pipeline."""
+    """LLVM IR text -> PTX text for sm_90a (.version 8.0, or 8.3 with tensormap.replace),
+    after the O3 pipeline."""
     module = optimize(llir)
-    return _target_machine().emit_assembly(module)
+    ptx = _target_machine().emit_assembly(module)
+    if "tensormap.replace" in ptx:
+        ptx = re.sub(r"^\.version \d+\.\d+$", TENSORMAP_PTX_VERSION, ptx, count=1, flags=re.M)
+    return ptx
 
 
 def optimized_llir(llir: str) -> str:

@@ -176,6 +176,33 @@ class TmaStoreWait(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TensormapReplace(Op):
+    """Write a tensor map into the 128 bytes of global memory at `slot` (64-byte
+    aligned): `template`'s map (element type, box, swizzle) with its global address, dims
+    and strides (elements, outermost first, the innermost 1) replaced by `address`,
+    `shape` (i32) and `strides` (i64). `result` is the slot as a descriptor. One thread
+    writes (tensormap.replace); the TMA unit may read stale bytes until a TensormapFence."""
+
+    NAME = "tensormap_replace"
+    result: Value
+    slot: Value
+    template: Value
+    address: Value
+    shape: tuple[Value, ...]
+    strides: tuple[Value, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensormapFence(Op):
+    """Publish the tensor map at `descriptor` (a TensormapReplace result) to the TMA unit:
+    a release fence by the thread that wrote it, a barrier of the threads running the op,
+    then an acquire fence of the map's 128 bytes by each (fence.proxy.tensormap::generic)."""
+
+    NAME = "tensormap_fence"
+    descriptor: Value
+
+
+@dataclass(frozen=True, kw_only=True)
 class AsyncCopyGlobalToShared(Op):
     """cp.async: each thread copies its elements of the pointer tensor `pointer` (layout
     L) into the same coordinates of `buffer`; masked-off elements are zero-filled.

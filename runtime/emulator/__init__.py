@@ -24,12 +24,13 @@ op-family modules imported below; copy it to add rules locally (`RuleTable.copy`
 
 from . import control, elementwise, global_memory, reduce, shape_ops, shared_memory  # noqa: F401  (register rules)
 from . import atomics  # noqa: F401  (register rules)
-from . import async_copy, mbarrier, mma_v2, partitions, tma, warpgroup_mma  # noqa: F401  (Hopper and MMA rules)
+from . import async_copy, mbarrier, mma_v2, partitions, tensormaps, tma, warpgroup_mma  # noqa: F401  (Hopper and MMA rules)
 from .dtypes import from_bf16, to_bf16
 from .errors import EmulationError
+from .host_pointers import reachable
 from .interpreter import CTA, SharedRef, emulate
 from .registers import registers_to_tensor, tensor_to_registers
 from .rules import EMULATION_RULES, RuleTable
 
-__all__ = ["emulate", "EmulationError", "EMULATION_RULES", "RuleTable", "CTA", "SharedRef",
+__all__ = ["emulate", "reachable", "EmulationError", "EMULATION_RULES", "RuleTable", "CTA", "SharedRef",
            "tensor_to_registers", "registers_to_tensor", "to_bf16", "from_bf16"]

@@ -94,14 +94,23 @@ def bind_descriptor(arg, type_: TensorDescriptorType, name: str, memory: GlobalM
                               swizzle_of(type_) if swizzle is None else int(swizzle))
 
 
-def hidden_arguments(kernel, args) -> tuple:
+def hidden_arguments(kernel, args, grid) -> tuple:
     """The values of a kernel's hidden parameters (`desc.shape[d]`, `desc.strides[d]`, read
-    from its descriptor arguments; ir.Kernel.hidden_params), to follow `args`."""
+    from its descriptor arguments; the tensor map workspace and templates of maps the
+    kernel writes; ir.Kernel.hidden_params), to follow `args`."""
     position = {p.hint: i for i, p in enumerate(kernel.params)}
     values = []
     hidden_types = kernel.params[len(kernel.params) - len(kernel.hidden_params):]
     for (name, field, dim), param in zip(kernel.hidden_params, hidden_types):
         arg = args[position[name]]
+        if field == made.WORKSPACE_FIELD:
+            sites = sum(1 for key in kernel.hidden_params if key[1] == made.TEMPLATE_FIELD)
+            values.append(np.zeros(made.workspace_bytes(sites, grid), np.uint8))
+            continue
+        if field == made.TEMPLATE_FIELD:
+            from ...compiler.compiled import hidden_params
+            values.append(made.template_descriptor(hidden_params(kernel)[len(values)].type))
+            continue
         if field == made.FIELD:  # a tensor map the kernel makes from its arguments
             values.append(made.host_descriptor(arg, dim, param.type.block_shape, lambda n: args[position[n]]))
             continue

@@ -17,6 +17,7 @@ from ...compiler import ir
 from ...compiler.types import PointerType, ScalarType, element_of
 from .dtypes import bitcast, c_divide, c_remainder, cast, finish, is_float, storage_dtype
 from .errors import EmulationError
+from .host_pointers import to_virtual
 from .registers import axis_coordinate
 from .rules import EMULATION_RULES as RULES
 
@@ -242,7 +243,9 @@ def where(cta, op: ir.Where) -> None:
 def cast_rule(cta, op: ir.Cast) -> None:
     source, target = _element(op.operand), _element(op.result)
     x = cta[op.operand]
-    if isinstance(source, PointerType) or isinstance(target, PointerType):
+    if isinstance(target, PointerType) and not isinstance(source, PointerType):  # an int: maybe a host address
+        cta.bind(op.result, finish(target, to_virtual(cta.memory, x)))
+    elif isinstance(source, PointerType) or isinstance(target, PointerType):
         cta.bind(op.result, finish(target, np.asarray(x).astype(np.int64)))
     else:
         cta.bind(op.result, cast(x, source, target))

@@ -20,6 +20,7 @@ from ...compiler.types import PointerType, ScalarType, SharedType, TensorDescrip
 from ...layouts import LinearLayout
 from .dtypes import finish, storage_dtype
 from .errors import EmulationError
+from .host_pointers import reachable_arrays
 from .memory import GlobalMemory, SharedMemory
 from .registers import LANES, num_registers, thread_coordinates
 from .rules import EMULATION_RULES, RuleTable
@@ -274,7 +275,7 @@ def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
                              f"({', '.join(p.hint or '?' for p in passed)}), got {len(args)}")
     if kernel.hidden_params:
         from .descriptors import hidden_arguments
-        args = tuple(args) + hidden_arguments(kernel, args)
+        args = tuple(args) + hidden_arguments(kernel, args, grid)
     rules = rules or EMULATION_RULES
     stream = stream or sys.stdout
     memory = GlobalMemory()
@@ -292,6 +293,8 @@ def emulate(kernel: ir.Kernel, grid, args, *, rules: Optional[RuleTable] = None,
                                          lambda base: _host_array(base, name)))
         else:
             raise EmulationError(f"parameter `{name}` of type {param.type} is not supported")
+    for index, array in enumerate(reachable_arrays()):
+        memory.add(f"reachable[{index}]", _host_array(array, f"reachable[{index}]"), ScalarType("u8"))
     placements, shared_size = _place_unallocated(kernel)
     memo: dict = {}
     cluster = tuple(kernel.cluster)

@@ -75,6 +75,8 @@ class GlobalMemory:
         # Host addresses of the elements that TMA reduce-adds of this launch add into
         # (emulator/tma.py): their sums land by the kernel's end only, so plain accesses race.
         self.reduced: Optional[np.ndarray] = None
+        # Tensor maps kernels wrote in global memory (emulator/tensormaps.py), by address.
+        self.tensor_maps: dict = {}
 
     def host_addresses(self, addresses, element, mask, loc, describe: Describe) -> np.ndarray:
         """The host memory addresses of the elements at `addresses` where `mask` holds (0
@@ -94,7 +96,12 @@ class GlobalMemory:
         raw, origin = _byte_span(array)
         size = element_bytes(element)
         self.buffers.append(Buffer(name, raw, origin, element, (len(raw) - origin) // size))
-        return np.int64((len(self.buffers)) << ADDRESS_SHIFT)
+        return self.base_address(len(self.buffers) - 1)
+
+    @staticmethod
+    def base_address(index: int) -> np.int64:
+        """The virtual address of buffer `index`'s element 0."""
+        return np.int64((index + 1) << ADDRESS_SHIFT)
 
     def _locate(self, addresses: np.ndarray, active: np.ndarray, element, what: str, loc,
                 describe: Describe) -> tuple[np.ndarray, np.ndarray]:

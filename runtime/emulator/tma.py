@@ -28,6 +28,7 @@ from .errors import EmulationError
 from .interpreter import SharedRef
 from .mbarrier import TmaInFlight, live_barrier, touch
 from .rules import EMULATION_RULES as RULES
+from .tensormaps import published_tensor_map
 
 
 def _box_buffer(cta, op, desc: EmulatedDescriptor, ref) -> np.ndarray:
@@ -63,6 +64,8 @@ def _box_offsets(box) -> np.ndarray:
 
 def _descriptor(cta, op) -> EmulatedDescriptor:
     desc = cta[op.descriptor]
+    if isinstance(desc, (int, np.integer)):  # a tensor map the kernel wrote in global memory
+        desc = published_tensor_map(cta, int(desc), op)
     if not isinstance(desc, EmulatedDescriptor):
         raise EmulationError(f"`{op.NAME}` needs a tensor descriptor, found {desc!r}", op.loc)
     return desc
