@@ -1,6 +1,6 @@
 """weft.highlevel's tutorial-style matmul (highlevel/examples.py: pointer loads, tl.dot, the
 K loop pipelined by cp.async) and a descriptor matmul (`desc.load`: the K loop staged by TMA
-into rings; warp-specialized by weft's default, and with `warp_specialize=False`) beside
+into rings; at weft's default, `warp_specialize=False` and `=True`) beside
 Triton 3.6's tutorial matmul, the same two sources compiled by Triton at the same configs
 ("triton.src", "triton.desc", with and without `warp_specialize=True`), and cuBLAS; for
 fp8 (B K-major, fp16 out) beside torch._scaled_mm with unit scales. One run:
@@ -113,8 +113,9 @@ def triton_same_source(torch, a, b, block, num_warps: int, num_stages: int):
 
 DTYPES = ("float16", "bfloat16", "float8e4nv", "float8e5")  # Triton's names
 # Warp specialization of the descriptor loop: weft's default (None: the compiler's choice,
-# which splits this loop), off, and asked for; Triton is timed off and asked for.
-WEFT_SPLITS = {"": None, " nows": False}
+# which splits rings too large for two CTAs per SM), off, and asked for; Triton is timed
+# off and asked for.
+WEFT_SPLITS = {"": None, " nows": False, " ws": True}
 TRITON_SPLITS = {"": False, " ws": True}
 
 

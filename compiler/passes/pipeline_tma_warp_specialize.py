@@ -48,13 +48,17 @@ Decisions and why:
   gets them made again inside the consumer partition when they are constants; anything
   else keeps the one-partition ring (a captured tensor would have to be laid out over the
   producer's warps too).
-- By default (warp_specialize not given) the split is taken where it applies: on Hopper
-  the producer warp keeps the copies off the consumers' issue slots, worth more than
-  the warp it costs. Only where nothing can make it fail later: one candidate loop in
-  the kernel (a second split is an error, and which to pick is not obvious), an epilogue
-  that warp_specialize_epilogues can move, and no other loop asking for a split. Where
-  the default does not apply, nothing is said; an explicit request that cannot be
-  honoured still warns (pipeline_dot_loops).
+- By default (warp_specialize not given) the split is taken where it applies and costs
+  no occupancy: the producer warp keeps the copies off the consumers' issue slots, but
+  the setmaxnreg budgets give the CTA the whole register file, so a split kernel runs
+  one CTA per SM. So the default asks for a ring too large for two CTAs' shared memory
+  (DEFAULT_SPLIT_RING_BYTES), where the one-partition kernel runs one CTA per SM anyway:
+  the large tiles that reach the tensor cores' peak (128x256x64 fp16 in 3 stages,
+  128x128x64 in 4). And only where nothing can make it fail later: one candidate loop
+  in the kernel (a second split is an error, and which to pick is not obvious), an
+  epilogue that warp_specialize_epilogues can move, no other loop asking for a split.
+  Where the default does not apply, nothing is said; an explicit request that cannot
+  be honoured still warns (pipeline_dot_loops).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ import dataclasses
 from typing import Optional
 
 from ..errors import CompilationError
-from ..hardware import REGISTER_FILE, WARPS_PER_WARPGROUP
+from ..hardware import REGISTER_FILE, SM_SHARED, WARPS_PER_WARPGROUP
 from ..ir import (Binary, Block, Cast, Compare, Constant, For, Kernel, MBarrierInvalidate, MBarrierWait, Op,
                   SharedIndex, Value, WarpgroupMma, WarpSpecialize, Yield)
 from .pipeline_carried_state import clone_deep
@@ -74,6 +78,9 @@ PRODUCER_WARPS = 1
 PRODUCER_REGS = 40
 MAX_CONSUMER_REGS = 240
 IDLE_WARPS = (2, 1)  # the rest of the producer's warpgroup, as powers of two
+# The smallest ring split by default: more than half an SM's shared memory (each CTA's
+# 1 KB reserve included), so no second CTA would fit beside the one-partition kernel.
+DEFAULT_SPLIT_RING_BYTES = SM_SHARED // 2 - 1024 + 1
 
 
 def consumer_registers(num_warps: int) -> int:
@@ -193,7 +200,8 @@ def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses,
     (the one-partition ring stays)."""
     loop = pipeliner.loop
     asked = asked_split(loop)
-    if not (asked or asked is None and split_by_default):
+    ring_bytes = pipeliner.stages * sum(operand.nbytes for operand in pipeliner.operands)
+    if not (asked or asked is None and split_by_default and ring_bytes >= DEFAULT_SPLIT_RING_BYTES):
         return None
     if not loop.results or loop.results[0] not in uses.top_level or pipeliner.readers % WARPS_PER_WARPGROUP:
         return None

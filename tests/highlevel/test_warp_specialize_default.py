@@ -1,6 +1,8 @@
 """Warp specialization by default (pipeline_tma_warp_specialize.default_split_loop): the
 kernel's one top-level descriptor dot loop is split into producer and consumers when its
-tl.range says nothing about warp_specialize; `warp_specialize=False` keeps one partition;
+tl.range says nothing about warp_specialize and its ring is too large for two CTAs per SM
+(DEFAULT_SPLIT_RING_BYTES; lowered to 0 here so that small tiles, which the emulator runs
+quickly, are split too); `warp_specialize=False` keeps one partition;
 where the default cannot apply (two dot loops, a nested loop, pointer loads, an epilogue
 reading a tensor loaded before the loop) the kernel compiles as before, without a warning.
 The split kernels run on the CPU emulator (partitions interleaved, race and deadlock
@@ -21,6 +23,7 @@ from weft.compiler import pipeline
 from weft.compiler.errors import CompilationWarning
 from weft.compiler.frontend import build_kernel
 from weft.compiler.ir import TmaAsyncCopyGlobalToShared, WarpSpecialize
+from weft.compiler.passes import pipeline_tma_warp_specialize
 
 from weft.runtime.emulator import emulate
 
@@ -129,7 +132,19 @@ def is_split(kernel) -> bool:
     return any(isinstance(op, WarpSpecialize) for op in kernel.walk())
 
 
-def test_a_loop_that_says_nothing_is_split_and_one_that_says_false_is_not():
+@pytest.fixture
+def small_rings_split(monkeypatch):
+    monkeypatch.setattr(pipeline_tma_warp_specialize, "DEFAULT_SPLIT_RING_BYTES", 0)
+
+
+@pytest.mark.parametrize("block, num_warps, stages, split", [
+    ((128, 256, 64), 8, 3, True), ((128, 128, 64), 4, 4, True),  # one CTA per SM by shared memory anyway
+    ((128, 128, 64), 8, 3, False), ((64, 64, 32), 4, 3, False)])  # two or more fit: the split would cost them
+def test_the_default_splits_only_rings_that_leave_room_for_one_cta(block, num_warps, stages, split):
+    assert is_split(prepared(default_matmul, block, stages, num_warps)) == split
+
+
+def test_a_loop_that_says_nothing_is_split_and_one_that_says_false_is_not(small_rings_split):
     block = (64, 64, 32)
     split = prepared(default_matmul, block, 3)
     assert is_split(split)
@@ -140,13 +155,13 @@ def test_a_loop_that_says_nothing_is_split_and_one_that_says_false_is_not():
 
 
 @pytest.mark.parametrize("fn", [two_loops, persistent, loaded_before_the_loop])
-def test_where_the_default_cannot_apply_the_kernel_keeps_one_partition_silently(fn):
+def test_where_the_default_cannot_apply_the_kernel_keeps_one_partition_silently(small_rings_split, fn):
     kernel = prepared(fn, (64, 64, 32), 3)
     assert not is_split(kernel)
     assert any(isinstance(op, TmaAsyncCopyGlobalToShared) for op in kernel.walk())  # still ringed
 
 
-def test_a_pointer_loop_is_not_split_and_not_warned_about():
+def test_a_pointer_loop_is_not_split_and_not_warned_about(small_rings_split):
     signature_ = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32"}
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompilationWarning)
@@ -155,7 +170,7 @@ def test_a_pointer_loop_is_not_split_and_not_warned_about():
     assert not is_split(kernel)
 
 
-def test_the_epilogue_reading_a_box_from_before_the_loop_still_matches_numpy():
+def test_the_epilogue_reading_a_box_from_before_the_loop_still_matches_numpy(small_rings_split):
     block = (64, 64, 32)
     kernel = prepared(loaded_before_the_loop, block, 2)
     a, b = random(64, 96), random(96, 64)
@@ -172,8 +187,8 @@ TILES = [(64, 64, 32), (64, 128, 16), (64, 32, 64)]
 @given(block=st.sampled_from(TILES), stages=st.integers(2, 4), num_warps=st.sampled_from([4, 8]),
        k_blocks=st.integers(0, 5), remainders=st.tuples(*(st.integers(0, 15) for _ in range(3))),
        shuffle=st.sampled_from([None, 3]), plain_range=st.booleans())
-def test_default_split_matmul_property(monkeypatch, block, stages, num_warps, k_blocks, remainders, shuffle,
-                                       plain_range):
+def test_default_split_matmul_property(monkeypatch, small_rings_split, block, stages, num_warps, k_blocks,
+                                       remainders, shuffle, plain_range):
     """Any tile, stage count (from tl.range or from the launch), warp count, tails and TMA
     completion order: the default-split kernel is split, and the emulator (races,
     deadlocks, partitions interleaved) agrees with numpy."""
