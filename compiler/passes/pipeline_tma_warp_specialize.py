@@ -54,9 +54,9 @@ Decisions and why:
   one CTA per SM. So the default asks for a ring too large for two CTAs' shared memory
   (DEFAULT_SPLIT_RING_BYTES), where the one-partition kernel runs one CTA per SM anyway:
   the large tiles that reach the tensor cores' peak (128x256x64 fp16 in 3 stages,
-  128x128x64 in 4). And only where nothing can make it fail later: one candidate loop
-  in the kernel (a second split is an error, and which to pick is not obvious), an
-  epilogue that warp_specialize_epilogues can move, no other loop asking for a split.
+  128x128x64 in 4). And only where nothing can make it fail later: one top-level dot
+  loop in the kernel (a second split is an error, and which to pick is not obvious),
+  and an epilogue that warp_specialize_epilogues can move.
   Where the default does not apply, nothing is said; an explicit request that cannot
   be honoured still warns (pipeline_dot_loops).
 """
