@@ -24,7 +24,9 @@ class range(dynamic_range):
     keywords tell the pipelining passes what the user wants (Triton's `tl.range`):
 
     - num_stages: loads of the loop pipelined over this many stages (0 or 1: none);
-    - warp_specialize: producer and consumer warps split for this loop;
+    - warp_specialize: producer and consumer warps split for this loop (True), or kept
+      together (False); not given, weft splits the kernel's one descriptor dot loop where
+      it can (compiler/passes/pipeline_tma_warp_specialize.py);
     - flatten: the loop flattened with the loop nested in it;
     - loop_unroll_factor: the body unrolled this many times;
     - disallow_acc_multi_buffer: a dot's accumulator is not double-buffered.
@@ -32,11 +34,11 @@ class range(dynamic_range):
 
     def __init__(self, start, stop=None, step=None, num_stages: Optional[int] = None,
                  loop_unroll_factor: Optional[int] = None, disallow_acc_multi_buffer: bool = False,
-                 flatten: bool = False, warp_specialize: bool = False, disable_licm: bool = False):
+                 flatten: bool = False, warp_specialize: Optional[bool] = None, disable_licm: bool = False):
         super().__init__(start, stop, 1 if step is None else step)
         self.schedule = ir.LoopSchedule(
             num_stages=_count(num_stages, "num_stages", minimum=0),
-            warp_specialize=_flag(warp_specialize, "warp_specialize"),
+            warp_specialize=None if warp_specialize is None else _flag(warp_specialize, "warp_specialize"),
             flatten=_flag(flatten, "flatten"),
             loop_unroll_factor=_count(loop_unroll_factor, "loop_unroll_factor", minimum=1),
             disallow_acc_multi_buffer=_flag(disallow_acc_multi_buffer, "disallow_acc_multi_buffer"))

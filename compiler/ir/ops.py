@@ -608,7 +608,7 @@ class LoopSchedule:
     compiler decides."""
 
     num_stages: Optional[int] = None
-    warp_specialize: bool = False
+    warp_specialize: Optional[bool] = None
     flatten: bool = False
     loop_unroll_factor: Optional[int] = None
     disallow_acc_multi_buffer: bool = False

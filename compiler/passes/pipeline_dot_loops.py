@@ -554,9 +554,11 @@ class StateLoopPipeliner(StatePipeliner, LoopPipeliner):
 
 
 def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
-              launch_stages: Optional[int]) -> Optional[LoopPipeliner]:
+              launch_stages: Optional[int], split_by_default: bool = False) -> Optional[LoopPipeliner]:
     """The LoopPipeliner of `loop`, or None when it is left as it is. Its stages: what
-    tl.range(num_stages=) asked, else the launch's num_stages."""
+    tl.range(num_stages=) asked, else the launch's num_stages. `split_by_default`: the
+    kernel's one loop that is warp-specialized unless it says warp_specialize=False
+    (pipeline_tma_warp_specialize.default_split_loop)."""
     stages = loop.schedule.num_stages if loop.schedule is not None else None
     stages = launch_stages if stages is None else stages
     step = outer.get(loop.step)
@@ -567,7 +569,7 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
     stores = [op for op in loop.body.ops if isinstance(op, SharedStore)]
     if not stores:  # operands that desc.load brought by TMA: rings filled by TMA
         from .pipeline_tma_loops import plan_tma_loop
-        return plan_tma_loop(loop, stages, step.value, defs, uses)
+        return plan_tma_loop(loop, stages, step.value, defs, uses, split_by_default)
     operands = []
     for store in stores:
         allocation = outer.get(store.buffer)
@@ -604,13 +606,16 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
 
     replaced: dict[Value, Value] = {}  # loop results read after their wait, by everything after the loop
     pipelined = []
+    from .pipeline_tma_warp_specialize import default_split_loop
+    default_split = default_split_loop(kernel)  # the first result of the loop split unless it says not
 
     def block(region: Block) -> Block:
         ops: list[Op] = []
         for op in region.ops:
             op = substitute(op, replaced).map_regions(block)
-            pipeliner = plan_loop(op, outer, uses, rings, kernel.num_stages) if isinstance(op, For) else None
-            if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize \
+            pipeliner = plan_loop(op, outer, uses, rings, kernel.num_stages,
+                                  default_split in op.results[:1]) if isinstance(op, For) else None
+            if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize is True \
                     and not getattr(pipeliner, "warp_specialized", False):
                 warn_at(op.loc, "warp_specialize=True is not applied to this loop: weft splits only a loop at the "
                         "kernel's top level whose dots read desc.load boxes ringed by num_stages >= 2; it "

@@ -310,8 +310,10 @@ class TmaLoopPipeliner:
             after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
 
 
-def plan_tma_loop(loop: For, stages: int, step: int, defs, uses) -> Optional[TmaLoopPipeliner]:
-    """The TmaLoopPipeliner of `loop` (stages and step already checked), or None."""
+def plan_tma_loop(loop: For, stages: int, step: int, defs, uses,
+                  split_by_default: bool = False) -> Optional[TmaLoopPipeliner]:
+    """The TmaLoopPipeliner of `loop` (stages and step already checked), or None; split
+    into partitions where it asks or `split_by_default` (pipeline_tma_warp_specialize)."""
     wgmmas = [op for op in loop.body.walk() if isinstance(op, WarpgroupMma)]
     if len(wgmmas) != 1 or all(op is not wgmmas[0] for op in loop.body.ops):
         return None
@@ -327,4 +329,4 @@ def plan_tma_loop(loop: For, stages: int, step: int, defs, uses) -> Optional[Tma
         return None
     pipeliner = TmaLoopPipeliner(loop, stages, step, operands, uses)
     from .pipeline_tma_warp_specialize import plan_warp_specialized
-    return plan_warp_specialized(pipeliner, defs, uses) or pipeliner
+    return plan_warp_specialized(pipeliner, defs, uses, split_by_default) or pipeliner

@@ -1,6 +1,8 @@
-"""pipeline_dot_loops, for TMA ring loops written `tl.range(..., warp_specialize=True)`:
+"""pipeline_dot_loops, for TMA ring loops written `tl.range(..., warp_specialize=True)`
+and, by default, for the kernel's one top-level TMA ring dot loop (`default_split_loop`):
 a producer partition fills the ring while the kernel's warps only wait, multiply and
-release (the form of the lowlevel `warp_specialized_matmul`).
+release (the form of the lowlevel `warp_specialized_matmul`). `warp_specialize=False`
+keeps a loop in one partition.
 
 pipeline_tma_loops builds the ring; here its loop is split into the two halves of a
 lowlevel `warp_specialize`:
@@ -46,6 +48,17 @@ Decisions and why:
   gets them made again inside the consumer partition when they are constants; anything
   else keeps the one-partition ring (a captured tensor would have to be laid out over the
   producer's warps too).
+- By default (warp_specialize not given) the split is taken where it applies and costs
+  no occupancy: the producer warp keeps the copies off the consumers' issue slots, but
+  the setmaxnreg budgets give the CTA the whole register file, so a split kernel runs
+  one CTA per SM. So the default asks for a ring too large for two CTAs' shared memory
+  (DEFAULT_SPLIT_RING_BYTES), where the one-partition kernel runs one CTA per SM anyway:
+  the large tiles that reach the tensor cores' peak (128x256x64 fp16 in 3 stages,
+  128x128x64 in 4). And only where nothing can make it fail later: one top-level dot
+  loop in the kernel (a second split is an error, and which to pick is not obvious),
+  and an epilogue that warp_specialize_epilogues can move.
+  Where the default does not apply, nothing is said; an explicit request that cannot
+  be honoured still warns (pipeline_dot_loops).
 """
 
 from __future__ import annotations
@@ -54,9 +67,9 @@ import dataclasses
 from typing import Optional
 
 from ..errors import CompilationError
-from ..hardware import REGISTER_FILE, WARPS_PER_WARPGROUP
+from ..hardware import REGISTER_FILE, SM_SHARED, WARPS_PER_WARPGROUP
 from ..ir import (Binary, Block, Cast, Compare, Constant, For, Kernel, MBarrierInvalidate, MBarrierWait, Op,
-                  SharedIndex, Value, WarpSpecialize, Yield)
+                  SharedIndex, Value, WarpgroupMma, WarpSpecialize, Yield)
 from .pipeline_carried_state import clone_deep
 from ..types import TensorType, i1, i32
 from .pipeline_tma_loops import TmaLoopPipeliner
@@ -65,6 +78,9 @@ PRODUCER_WARPS = 1
 PRODUCER_REGS = 40
 MAX_CONSUMER_REGS = 240
 IDLE_WARPS = (2, 1)  # the rest of the producer's warpgroup, as powers of two
+# The smallest ring split by default: more than half an SM's shared memory (each CTA's
+# 1 KB reserve included), so no second CTA would fit beside the one-partition kernel.
+DEFAULT_SPLIT_RING_BYTES = SM_SHARED // 2 - 1024 + 1
 
 
 def consumer_registers(num_warps: int) -> int:
@@ -172,11 +188,20 @@ def captured_block(ops: list[Op], captures: tuple[Value, ...]) -> Block:
     return Block(args, tuple(clone_deep(ops, dict(zip(captures, args)))))
 
 
-def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses) -> Optional[WarpSpecializedTmaLoop]:
-    """The split of `pipeliner`'s loop, when it asked for one and can have it (see the
-    module docstring), else None (the one-partition ring stays)."""
+def asked_split(loop: For) -> Optional[bool]:
+    """What the loop's tl.range(warp_specialize=) said; None where it said nothing."""
+    return None if loop.schedule is None else loop.schedule.warp_specialize
+
+
+def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses,
+                          split_by_default: bool = False) -> Optional[WarpSpecializedTmaLoop]:
+    """The split of `pipeliner`'s loop, when it asked for one (or is the kernel's default
+    split and did not refuse it) and can have it (see the module docstring), else None
+    (the one-partition ring stays)."""
     loop = pipeliner.loop
-    if loop.schedule is None or not loop.schedule.warp_specialize:
+    asked = asked_split(loop)
+    ring_bytes = pipeliner.stages * sum(operand.nbytes for operand in pipeliner.operands)
+    if not (asked or asked is None and split_by_default and ring_bytes >= DEFAULT_SPLIT_RING_BYTES):
         return None
     if not loop.results or loop.results[0] not in uses.top_level or pipeliner.readers % WARPS_PER_WARPGROUP:
         return None
@@ -190,6 +215,31 @@ def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses) -> Optional[W
     split = WarpSpecializedTmaLoop(loop, pipeliner.stages, pipeliner.step, pipeliner.operands, pipeliner.uses)
     split.outer_constants = constants
     return split
+
+
+def default_split_loop(kernel: Kernel) -> Optional[Value]:
+    """The first result of the loop split by default (see the module docstring), or None:
+    the one top-level loop with a wgmma whose tl.range said nothing about
+    warp_specialize, when no other top-level loop has a wgmma and the code after it reads
+    only results of the loop, scalars, and tensors that are pure functions of scalars.
+    Whether its operands are TMA rings, pipeline_dot_loops finds out."""
+    from .pipeline_dot_loops import Definitions, _slice
+
+    ops = list(kernel.body.ops)
+    dot_loops = [i for i, op in enumerate(ops) if isinstance(op, For)
+                 and any(isinstance(inner, WarpgroupMma) for inner in op.body.walk())]
+    if len(dot_loops) != 1:
+        return None
+    at = dot_loops[0]
+    loop = ops[at]
+    if asked_split(loop) is not None or not loop.results:
+        return None
+    defs = Definitions(kernel.body, {})
+    for value in free_values(ops[at + 1:]):
+        if isinstance(value.type, TensorType) and value not in loop.results \
+                and _slice(value, defs, kernel.body.args) is None:
+            return None
+    return loop.results[0]
 
 
 def warp_specialize_epilogues(kernel: Kernel) -> Kernel:

@@ -1,5 +1,6 @@
 """pipeline_dot_loops on a loop whose dot operands are `desc.load`s (pipeline_tma_loops.py):
-the boxes become rings that TMA fills S - 1 iterations ahead, one mbarrier per slot.
+the boxes become rings that TMA fills S - 1 iterations ahead, one mbarrier per slot
+(warp_specialize=False: the one-partition ring; the split is test_pipeline_tma_warp_specialize.py).
 
 The golden text is `print_kernel` output after the pass; WEFT_ACCEPT=1 rewrites it.
 """
@@ -18,7 +19,7 @@ check_golden = golden_checker(__file__, globals())
 @tl.jit
 def descriptor_dot_loop(a_desc, b_desc, c_ptr, K, STAGES: tl.constexpr):
     acc = tl.zeros([64, 64], tl.float32)
-    for k in tl.range(0, K, 32, num_stages=STAGES):
+    for k in tl.range(0, K, 32, num_stages=STAGES, warp_specialize=False):
         acc = tl.dot(a_desc.load([0, k]), b_desc.load([k, 0]), acc)
     tl.store(c_ptr + tl.arange(0, 64)[:, None] * 64 + tl.arange(0, 64)[None, :], acc)
 

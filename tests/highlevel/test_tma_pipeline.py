@@ -1,5 +1,6 @@
 """Dot loops whose operands are `desc.load`s, pipelined with `num_stages` into rings that
-TMA fills (compiler/passes/pipeline_tma_loops.py, part of pipeline_dot_loops): run on the
+TMA fills (compiler/passes/pipeline_tma_loops.py, part of pipeline_dot_loops; the loops say
+warp_specialize=False, keeping one partition; the split is test_warp_specialize_tma.py): run on the
 CPU emulator, whose race checks see every TMA box in flight until its mbarrier wait and
 every wgmma operand read until its wait, and whose deadlock check sees a phase never
 completed, against numpy float64: 2-4 stages, K loops shorter than the prologue, tails,
@@ -43,7 +44,7 @@ def ringed_matmul(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.
     m = tl.program_id(0) * BLOCK_M
     n = tl.program_id(1) * BLOCK_N
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES, warp_specialize=False):
         acc = tl.dot(a_desc.load([m, k]), b_desc.load([k, n]), acc)
     c_desc.store([m, n], acc.to(c_desc.dtype))
 
@@ -58,7 +59,7 @@ def made_ringed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOC
     m = tl.program_id(0) * BLOCK_M
     n = tl.program_id(1) * BLOCK_N
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
+    for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES, warp_specialize=False):
         acc = tl.dot(a_desc.load([m, k * BLOCK_K]), b_desc.load([k * BLOCK_K, n]), acc)
     c_desc.store([m, n], acc.to(c_desc.dtype))
 
@@ -70,7 +71,7 @@ def ringed_matmul_bt(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: 
     m = tl.program_id(0) * BLOCK_M
     n = tl.program_id(1) * BLOCK_N
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES, warp_specialize=False):
         acc = tl.dot(a_desc.load([m, k]), b_desc.load([n, k]).T, acc)
     c_desc.store([m, n], acc.to(c_desc.dtype))
 
@@ -276,7 +277,7 @@ def mixed_matmul(a_desc, b_ptr, c_ptr, K, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.
     offs_k, offs_n = tl.arange(0, BLOCK_K), tl.arange(0, BLOCK_N)
     b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+    for k in tl.range(0, K, BLOCK_K, num_stages=STAGES, warp_specialize=False):
         acc = tl.dot(a_desc.load([m, k]), tl.load(b_ptrs), acc)
         b_ptrs += BLOCK_K * N
     tl.store(c_ptr + (m + tl.arange(0, BLOCK_M))[:, None] * BLOCK_N + offs_n[None, :], acc.to(tl.float16))
