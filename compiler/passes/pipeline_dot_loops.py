@@ -75,6 +75,7 @@ from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, As
 from ..types import SharedType, i1, i32
 from .pipeline_carried_state import StatePipeliner, match_recomputed, match_state
 from .pipeline_chained_dots import accumulator_wait, chained_wait, drop_repeated_fences
+from .pipeline_row_loads import plan_with_row_loads
 
 NAME = "pipeline_dot_loops"
 
@@ -609,7 +610,11 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
         ops: list[Op] = []
         for op in region.ops:
             op = substitute(op, replaced).map_regions(block)
-            pipeliner = plan_loop(op, outer, uses, rings, kernel.num_stages) if isinstance(op, For) else None
+            pipeliner = None
+            if isinstance(op, For):  # its row loads staged with the tiles where that pipelines it
+                op, pipeliner, allocations = plan_with_row_loads(
+                    op, outer, uses, lambda loop: plan_loop(loop, outer, uses, rings, kernel.num_stages))
+                ops.extend(allocations)
             if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize \
                     and not getattr(pipeliner, "warp_specialized", False):
                 warn_at(op.loc, "warp_specialize=True is not applied to this loop: weft splits only a loop at the "
