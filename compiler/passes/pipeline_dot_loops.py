@@ -57,6 +57,10 @@ accumulator rescaled between them) leaves that wgmma in flight across the back e
 the earlier wait retires it (pipeline_chained_dots). A loop of 2 stages, or another body
 (an accumulator read before any wait, mma.sync), keeps its wait(0) in each iteration and
 issues the copies before it, while the last wgmma runs.
+
+A loop's row loads (rank-1 loads read every iteration: attention backward's lse and delta)
+are first routed through buffers of their own (pipeline_row_loads), so they are copied
+into rings with the tiles; that is kept only where the loop is then pipelined.
 """
 
 from __future__ import annotations

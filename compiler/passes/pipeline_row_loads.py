@@ -56,6 +56,22 @@ def row_loads(loop: For, uses) -> list[tuple[Load, ConvertLayout]]:
     return found
 
 
+def unanchored(load: Load, loop: For) -> Load:
+    """`load` reading its pointer, mask and `other` from before coalesce's conversions:
+    its copies then take the layout of the values they are computed from (the queries a
+    causal mask also reads), in place of coalesce's, so no conversion of those values
+    comes with them. Copying a row costs a few 4-byte copies in any layout."""
+    defining = {op.result: op for op in loop.body.ops if isinstance(op, ConvertLayout)}
+
+    def raw(value):
+        convert = defining.get(value)
+        if convert is None or convert.operand.type.layout is not None:
+            return value
+        return convert.operand
+
+    return dataclasses.replace(load, pointer=raw(load.pointer), mask=raw(load.mask), other=raw(load.other))
+
+
 def stage_row_loads(loop: For, uses) -> Optional[StagedRows]:
     """`loop` with each row load stored to a buffer of its own and read back from it (in
     place of the conversion after the load), or None when it has none or no tile that
@@ -65,7 +81,8 @@ def stage_row_loads(loop: For, uses) -> Optional[StagedRows]:
     loads = row_loads(loop, uses)
     if not loads:
         return None
-    replaced = {id(convert): load for load, convert in loads}
+    staged = {id(load): unanchored(load, loop) for load, _ in loads}
+    replaced = {id(convert): staged[id(load)] for load, convert in loads}
     allocations, readers, ops = [], {}, []
     pending: dict[Value, SharedLoad] = {}  # reads placed right before their first reader
     for op in loop.body.ops:
@@ -74,7 +91,7 @@ def stage_row_loads(loop: For, uses) -> Optional[StagedRows]:
                 ops.append(pending.pop(value))
         load = replaced.get(id(op))
         if load is None:
-            ops.append(op)
+            ops.append(staged.get(id(op), op))
             continue
         type_: TensorType = load.result.type
         buffer = Value(SharedType(type_.shape, type_.element, ROW_LAYOUT.to_linear(type_.shape), ROW_LAYOUT),

@@ -158,112 +158,108 @@ def test_the_staged_loop_assembles_without_spills():
 
 
 GOLDEN_LOOP = """\
-  %acc_119, %queries_120, %q_t_ptrs_121, %slot, %ahead, %ahead_124 = for [schedule={num_stages=3}] %55, %54, %56, %acc, %queries, %q_t_ptrs, %118, %queries_111, %q_t_ptrs_113 : tensor<64x32xfp32>, tensor<32xi32>, tensor<32x32x*fp16>, i32, tensor<32xi32>, tensor<32x32x*fp16> {
-    ^(%_: i32, %acc_126: tensor<64x32xfp32>, %queries_127: tensor<32xi32>, %q_t_ptrs_128: tensor<32x32x*fp16>, %slot_129: i32, %ahead_130: tensor<32xi32>, %ahead_131: tensor<32x32x*fp16>)
-    %132 = expand_dims [axis=0] %queries_127 : tensor<1x32xi32>
-    %133 = splat %seq : tensor<1x32xi32>
-    %134 = compare [predicate=lt] %132, %133 : tensor<1x32xi1>
-    %135 = broadcast %134 : tensor<32x32xi1>
-    %136 = constant [value=0.0] : tensor<32x32xfp16>
-    %137 = convert_layout %q_t_ptrs_128 : tensor<32x32x*fp16, #L4>
-    %138 = convert_layout %135 : tensor<32x32xi1, #L4>
-    %139 = convert_layout %136 : tensor<32x32xfp16, #L4>
-    %140 = splat %lse_ptr : tensor<32x*fp32>
-    %141 = add_ptr %140, %queries_127 : tensor<32x*fp32>
-    %142 = splat %seq : tensor<32xi32>
-    %143 = compare [predicate=lt] %queries_127, %142 : tensor<32xi1>
-    %144 = constant [value=0.0] : tensor<32xfp32>
-    %145 = convert_layout %141 : tensor<32x*fp32, #L5>
-    %146 = convert_layout %143 : tensor<32xi1, #L5>
-    %147 = convert_layout %144 : tensor<32xfp32, #L5>
+  %acc_111, %queries_112, %q_t_ptrs_113, %slot, %ahead, %ahead_116 = for [schedule={num_stages=3}] %55, %54, %56, %acc, %queries, %q_t_ptrs, %110, %queries_103, %q_t_ptrs_105 : tensor<64x32xfp32>, tensor<32xi32>, tensor<32x32x*fp16>, i32, tensor<32xi32>, tensor<32x32x*fp16> {
+    ^(%_: i32, %acc_118: tensor<64x32xfp32>, %queries_119: tensor<32xi32>, %q_t_ptrs_120: tensor<32x32x*fp16>, %slot_121: i32, %ahead_122: tensor<32xi32>, %ahead_123: tensor<32x32x*fp16>)
+    %124 = expand_dims [axis=0] %queries_119 : tensor<1x32xi32>
+    %125 = splat %seq : tensor<1x32xi32>
+    %126 = compare [predicate=lt] %124, %125 : tensor<1x32xi1>
+    %127 = broadcast %126 : tensor<32x32xi1>
+    %128 = constant [value=0.0] : tensor<32x32xfp16>
+    %129 = convert_layout %q_t_ptrs_120 : tensor<32x32x*fp16, #L4>
+    %130 = convert_layout %127 : tensor<32x32xi1, #L4>
+    %131 = convert_layout %128 : tensor<32x32xfp16, #L4>
+    %132 = splat %lse_ptr : tensor<32x*fp32>
+    %133 = add_ptr %132, %queries_119 : tensor<32x*fp32>
+    %134 = splat %seq : tensor<32xi32>
+    %135 = compare [predicate=lt] %queries_119, %134 : tensor<32xi1>
+    %136 = constant [value=0.0] : tensor<32xfp32>
+    %137 = convert_layout %133 : tensor<32x*fp32, #L7>
+    %138 = convert_layout %135 : tensor<32xi1, #L7>
+    %139 = convert_layout %136 : tensor<32xfp32, #L7>
     async_copy_wait_group [pending=1]
-    %lse_smem_148 = shared_index %lse_smem, %slot_129 : shared<32xfp32, #L6>
-    %b_smem_149 = shared_index %b_smem, %slot_129 : shared<32x32xfp16, #L7>
-    %delta_smem_150 = shared_index %delta_smem, %slot_129 : shared<32xfp32, #L6>
+    %lse_smem_140 = shared_index %lse_smem, %slot_121 : shared<32xfp32, #L5>
+    %b_smem_141 = shared_index %b_smem, %slot_121 : shared<32x32xfp16, #L6>
+    %delta_smem_142 = shared_index %delta_smem, %slot_121 : shared<32xfp32, #L5>
     fence_async_shared
-    %151 = constant [value=0.0] : tensor<64x32xfp32>
-    %152 = convert_layout %151 : tensor<64x32xfp32, #L8>
-    %153 = warpgroup_mma [is_async=True] %a_smem, %b_smem_149, %152 : tensor<64x32xfp32, #L8>
-    %154 = warpgroup_mma_wait [pending=0] %153 : tensor<64x32xfp32, #L8>
-    %155 = convert_layout %154 : tensor<64x32xfp32>
-    %lse = shared_load %lse_smem_148 : tensor<32xfp32>
-    %157 = expand_dims [axis=0] %lse : tensor<1x32xfp32>
-    %158 = broadcast %157 : tensor<64x32xfp32>
-    %159 = binary [kind=sub] %155, %158 : tensor<64x32xfp32>
-    %p = unary [kind=exp2] %159 : tensor<64x32xfp32>
-    %161 = splat %delta_ptr : tensor<32x*fp32>
-    %162 = add_ptr %161, %queries_127 : tensor<32x*fp32>
-    %163 = splat %seq : tensor<32xi32>
-    %164 = compare [predicate=lt] %queries_127, %163 : tensor<32xi1>
-    %165 = constant [value=0.0] : tensor<32xfp32>
-    %166 = convert_layout %162 : tensor<32x*fp32, #L5>
-    %167 = convert_layout %164 : tensor<32xi1, #L5>
-    %168 = convert_layout %165 : tensor<32xfp32, #L5>
-    %169 = constant [value=0.0] : tensor<64x32xfp32>
-    %170 = convert_layout %169 : tensor<64x32xfp32, #L8>
-    %dp = warpgroup_mma [is_async=True] %a_smem_59, %b_smem_149, %170 : tensor<64x32xfp32, #L8>
-    %dp_172 = warpgroup_mma_wait [pending=0] %dp : tensor<64x32xfp32, #L8>
-    %dp_173 = convert_layout %dp_172 : tensor<64x32xfp32>
-    %delta = shared_load %delta_smem_150 : tensor<32xfp32>
-    %175 = expand_dims [axis=0] %delta : tensor<1x32xfp32>
-    %176 = broadcast %175 : tensor<64x32xfp32>
-    %177 = binary [kind=sub] %dp_173, %176 : tensor<64x32xfp32>
-    %178 = binary [kind=mul] %p, %177 : tensor<64x32xfp32>
-    %ds = cast %178 : tensor<64x32xfp16>
-    %b_smem_180 = shared_permute [order=(1, 0)] %b_smem_149 : shared<32x32xfp16, #L9>
-    %181 = convert_layout %acc_126 : tensor<64x32xfp32, #L8>
-    %acc_182 = warpgroup_mma [is_async=True] %ds, %b_smem_180, %181 : tensor<64x32xfp32, #L8>
-    %183 = constant [value=2] : i32
-    %184 = binary [kind=add] %_, %183 : i32
-    %185 = constant [value=2] : i32
-    %186 = binary [kind=add] %slot_129, %185 : i32
-    %187 = constant [value=3] : i32
-    %188 = binary [kind=mod] %186, %187 : i32
-    %189 = expand_dims [axis=0] %ahead_130 : tensor<1x32xi32>
-    %190 = splat %seq : tensor<1x32xi32>
-    %191 = compare [predicate=lt] %189, %190 : tensor<1x32xi1>
-    %192 = broadcast %191 : tensor<32x32xi1>
-    %193 = convert_layout %ahead_131 : tensor<32x32x*fp16, #L4>
-    %194 = convert_layout %192 : tensor<32x32xi1, #L4>
-    %195 = splat %lse_ptr : tensor<32x*fp32>
-    %196 = add_ptr %195, %ahead_130 : tensor<32x*fp32>
-    %197 = splat %seq : tensor<32xi32>
-    %198 = compare [predicate=lt] %ahead_130, %197 : tensor<32xi1>
-    %199 = convert_layout %196 : tensor<32x*fp32, #L5>
-    %200 = convert_layout %198 : tensor<32xi1, #L5>
-    %201 = splat %delta_ptr : tensor<32x*fp32>
-    %202 = add_ptr %201, %ahead_130 : tensor<32x*fp32>
-    %203 = splat %seq : tensor<32xi32>
-    %204 = compare [predicate=lt] %ahead_130, %203 : tensor<32xi1>
-    %205 = convert_layout %202 : tensor<32x*fp32, #L5>
-    %206 = convert_layout %204 : tensor<32xi1, #L5>
-    %207 = constant [value=32] : tensor<32xi32>
-    %queries_208 = binary [kind=add] %ahead_130, %207 : tensor<32xi32>
-    %209 = constant [value=1024] : tensor<32x32xi32>
-    %q_t_ptrs_210 = add_ptr %ahead_131, %209 : tensor<32x32x*fp16>
-    %lse_smem_211 = shared_index %lse_smem, %188 : shared<32xfp32, #L6>
-    %b_smem_212 = shared_index %b_smem, %188 : shared<32x32xfp16, #L7>
-    %delta_smem_213 = shared_index %delta_smem, %188 : shared<32xfp32, #L6>
-    %214 = compare [predicate=lt] %184, %54 : i1
-    if %214 {
-      async_copy_global_to_shared %lse_smem_211, %199, %200
-      async_copy_global_to_shared %b_smem_212, %193, %194
-      async_copy_global_to_shared %delta_smem_213, %205, %206
+    %143 = constant [value=0.0] : tensor<64x32xfp32>
+    %144 = convert_layout %143 : tensor<64x32xfp32, #L8>
+    %145 = warpgroup_mma [is_async=True] %a_smem, %b_smem_141, %144 : tensor<64x32xfp32, #L8>
+    %146 = warpgroup_mma_wait [pending=0] %145 : tensor<64x32xfp32, #L8>
+    %147 = convert_layout %146 : tensor<64x32xfp32>
+    %lse = shared_load %lse_smem_140 : tensor<32xfp32>
+    %149 = expand_dims [axis=0] %lse : tensor<1x32xfp32>
+    %150 = broadcast %149 : tensor<64x32xfp32>
+    %151 = binary [kind=sub] %147, %150 : tensor<64x32xfp32>
+    %p = unary [kind=exp2] %151 : tensor<64x32xfp32>
+    %153 = splat %delta_ptr : tensor<32x*fp32>
+    %154 = add_ptr %153, %queries_119 : tensor<32x*fp32>
+    %155 = splat %seq : tensor<32xi32>
+    %156 = compare [predicate=lt] %queries_119, %155 : tensor<32xi1>
+    %157 = constant [value=0.0] : tensor<32xfp32>
+    %158 = convert_layout %154 : tensor<32x*fp32, #L7>
+    %159 = convert_layout %156 : tensor<32xi1, #L7>
+    %160 = convert_layout %157 : tensor<32xfp32, #L7>
+    %161 = constant [value=0.0] : tensor<64x32xfp32>
+    %162 = convert_layout %161 : tensor<64x32xfp32, #L8>
+    %dp = warpgroup_mma [is_async=True] %a_smem_59, %b_smem_141, %162 : tensor<64x32xfp32, #L8>
+    %dp_164 = warpgroup_mma_wait [pending=0] %dp : tensor<64x32xfp32, #L8>
+    %dp_165 = convert_layout %dp_164 : tensor<64x32xfp32>
+    %delta = shared_load %delta_smem_142 : tensor<32xfp32>
+    %167 = expand_dims [axis=0] %delta : tensor<1x32xfp32>
+    %168 = broadcast %167 : tensor<64x32xfp32>
+    %169 = binary [kind=sub] %dp_165, %168 : tensor<64x32xfp32>
+    %170 = binary [kind=mul] %p, %169 : tensor<64x32xfp32>
+    %ds = cast %170 : tensor<64x32xfp16>
+    %b_smem_172 = shared_permute [order=(1, 0)] %b_smem_141 : shared<32x32xfp16, #L9>
+    %173 = convert_layout %acc_118 : tensor<64x32xfp32, #L8>
+    %acc_174 = warpgroup_mma [is_async=True] %ds, %b_smem_172, %173 : tensor<64x32xfp32, #L8>
+    %175 = constant [value=2] : i32
+    %176 = binary [kind=add] %_, %175 : i32
+    %177 = constant [value=2] : i32
+    %178 = binary [kind=add] %slot_121, %177 : i32
+    %179 = constant [value=3] : i32
+    %180 = binary [kind=mod] %178, %179 : i32
+    %181 = expand_dims [axis=0] %ahead_122 : tensor<1x32xi32>
+    %182 = splat %seq : tensor<1x32xi32>
+    %183 = compare [predicate=lt] %181, %182 : tensor<1x32xi1>
+    %184 = broadcast %183 : tensor<32x32xi1>
+    %185 = convert_layout %ahead_123 : tensor<32x32x*fp16, #L4>
+    %186 = convert_layout %184 : tensor<32x32xi1, #L4>
+    %187 = splat %lse_ptr : tensor<32x*fp32>
+    %188 = add_ptr %187, %ahead_122 : tensor<32x*fp32>
+    %189 = splat %seq : tensor<32xi32>
+    %190 = compare [predicate=lt] %ahead_122, %189 : tensor<32xi1>
+    %191 = splat %delta_ptr : tensor<32x*fp32>
+    %192 = add_ptr %191, %ahead_122 : tensor<32x*fp32>
+    %193 = splat %seq : tensor<32xi32>
+    %194 = compare [predicate=lt] %ahead_122, %193 : tensor<32xi1>
+    %195 = constant [value=32] : tensor<32xi32>
+    %queries_196 = binary [kind=add] %ahead_122, %195 : tensor<32xi32>
+    %197 = constant [value=1024] : tensor<32x32xi32>
+    %q_t_ptrs_198 = add_ptr %ahead_123, %197 : tensor<32x32x*fp16>
+    %lse_smem_199 = shared_index %lse_smem, %180 : shared<32xfp32, #L5>
+    %b_smem_200 = shared_index %b_smem, %180 : shared<32x32xfp16, #L6>
+    %delta_smem_201 = shared_index %delta_smem, %180 : shared<32xfp32, #L5>
+    %202 = compare [predicate=lt] %176, %54 : i1
+    if %202 {
+      async_copy_global_to_shared %lse_smem_199, %188, %190
+      async_copy_global_to_shared %b_smem_200, %185, %186
+      async_copy_global_to_shared %delta_smem_201, %192, %194
       yield
     } {
       yield
     }
     async_copy_commit_group
-    %acc_215 = warpgroup_mma_wait [pending=0] %acc_182 : tensor<64x32xfp32, #L8>
-    %acc_216 = convert_layout %acc_215 : tensor<64x32xfp32>
-    %217 = constant [value=32] : tensor<32xi32>
-    %queries_218 = binary [kind=add] %queries_127, %217 : tensor<32xi32>
-    %219 = constant [value=1024] : tensor<32x32xi32>
-    %q_t_ptrs_220 = add_ptr %q_t_ptrs_128, %219 : tensor<32x32x*fp16>
-    %221 = constant [value=1] : i32
-    %222 = binary [kind=add] %slot_129, %221 : i32
-    %223 = constant [value=3] : i32
-    %slot_224 = binary [kind=mod] %222, %223 : i32
-    yield %acc_216, %queries_218, %q_t_ptrs_220, %slot_224, %queries_208, %q_t_ptrs_210
+    %acc_203 = warpgroup_mma_wait [pending=0] %acc_174 : tensor<64x32xfp32, #L8>
+    %acc_204 = convert_layout %acc_203 : tensor<64x32xfp32>
+    %205 = constant [value=32] : tensor<32xi32>
+    %queries_206 = binary [kind=add] %queries_119, %205 : tensor<32xi32>
+    %207 = constant [value=1024] : tensor<32x32xi32>
+    %q_t_ptrs_208 = add_ptr %q_t_ptrs_120, %207 : tensor<32x32x*fp16>
+    %209 = constant [value=1] : i32
+    %210 = binary [kind=add] %slot_121, %209 : i32
+    %211 = constant [value=3] : i32
+    %slot_212 = binary [kind=mod] %210, %211 : i32
+    yield %acc_204, %queries_206, %q_t_ptrs_208, %slot_212, %queries_196, %q_t_ptrs_198
   }
 """
