@@ -15,6 +15,10 @@ are made once before.
 Shapes: the FA3 grid from 1k tokens (batch * seq = 16k tokens, heads * head_dim = 2048,
 seq 1k..16k, head_dim 64, 128, 256), causal and not.
 
+"weft.hl:stages=N+early=0" is weft.hl launched with num_stages=N (the tutorial's is 5: at
+head_dim 128 its rings keep one CTA per SM, 2 stages let two fit) and issue_dots_early off
+(compiler/passes/issue_dots_early.py); either field may be left out.
+
 Variants of weft's kernel are systems of their own, timed in the same run: "weft:f=v+g=w"
 is head_dim's default BackwardConfig with fields f and g changed. dq_reduce, split and
 pipelined pick the config: split "keys" (the default, keys_split_config) or "columns"
@@ -40,6 +44,7 @@ from benchmarks.matmul import ROUNDS, _error  # max |out - ref| / max |ref|
 
 TOLERANCE = 2e-2  # bf16 gradients: dS and P rounded to bf16 before their GEMMs
 SYSTEMS = ("weft", "cudnn", "flash", "triton", "weft.hl")
+HL_VARIANT = "weft.hl:"  # "weft.hl:stages=3+early=0": weft.hl with num_stages=3, issue_dots_early=False
 SEQS = (1024, 2048, 4096, 8192, 16384)
 
 
@@ -141,6 +146,10 @@ def find_systems(torch, wanted, q, k, v, do, causal: bool, scale: float) -> dict
     except Exception as error:
         found["weft.hl"] = "the tutorial's backward by weft.highlevel unavailable: " + _reason(error)
     for name in wanted:
+        if name.startswith(HL_VARIANT):  # the tutorial's backward by weft.highlevel with other options
+            found[name] = found["weft.hl"] if isinstance(found["weft.hl"], str) else \
+                (lambda options=_hl_options(name): highlevel_backward(q, k, v, *out_lse, do, causal=causal,
+                                                                       softmax_scale=scale, **options))
         if name.startswith("weft:"):
             found[name] = found["weft"] if isinstance(found["weft"], str) else \
                 _weft_with(name, q, k, v, out, lse, do, causal, scale)
@@ -308,12 +317,30 @@ def _variant(dq_reduce: str, walk: str) -> str:
     return "weft:" + "+".join(fields) if fields else "weft"
 
 
+def _hl_options(name: str):
+    """The attention_backward keywords of a "weft.hl:stages=N+early=0|1" system (either
+    field may be left out), or None when `name` is not one."""
+    if not name.startswith(HL_VARIANT):
+        return None
+    options = {}
+    for field in name[len(HL_VARIANT):].split("+"):
+        key, _, value = field.partition("=")
+        if key == "stages" and value.isdigit() and 2 <= int(value) <= 9:
+            options["num_stages"] = int(value)
+        elif key == "early" and value in ("0", "1"):
+            options["issue_dots_early"] = value == "1"
+        else:
+            return None
+    return options
+
+
 def main(args) -> int:
     """From benchmarks.attention's parsed arguments (--backward)."""
     wanted = [name for name in args.systems.split(",") if name]
-    if not wanted or {name for name in wanted if not name.startswith("weft:")} - set(SYSTEMS):
-        raise SystemExit(f"--backward --systems takes names from {','.join(SYSTEMS)} or weft:field=value, got "
-                         f"{args.systems!r}")
+    plain = {name for name in wanted if not name.startswith("weft:") and _hl_options(name) is None}
+    if not wanted or plain - set(SYSTEMS):
+        raise SystemExit(f"--backward --systems takes names from {','.join(SYSTEMS)}, weft:field=value or "
+                         f"{HL_VARIANT}stages=N+early=0|1 (N from 2 to 9), got {args.systems!r}")
     if "weft" in wanted:  # weft's place: one system a dQ accumulation and walk
         at = wanted.index("weft")
         wanted[at:at + 1] = [_variant(mode, walk) for walk in args.walk.split(",") if walk

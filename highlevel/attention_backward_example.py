@@ -141,11 +141,12 @@ def attention_backward_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, dk_ptr, dv_pt
 
 
 def attention_backward(q, k, v, out, lse, do, causal: bool = False, softmax_scale: float | None = None,
-                       num_warps: int = 4, num_stages: int | None = 5, kernels=None):
+                       num_warps: int = 4, num_stages: int | None = 5, kernels=None, issue_dots_early: bool = True):
     """(dq, dk, dv) for [batch, heads, seq, head_dim] q, k, v (fp16 or bf16; torch or numpy),
     the forward's out and natural-log lse [batch, heads, seq] (fp32), and dO. `kernels` is
     another compiler's launchable (row_deltas, attention_backward_kernel) pair (the
-    benchmark passes Triton's), else this module's."""
+    benchmark passes Triton's), else this module's. `issue_dots_early=False` launches
+    weft's kernel with that option (compiler/passes/issue_dots_early.py) off."""
     batch, heads, seq, head_dim = q.shape
     if k.shape != q.shape or v.shape != q.shape:
         raise ValueError("the tutorial's backward needs q, k and v of one shape (no GQA, seq_q == seq_k)")
@@ -172,6 +173,8 @@ def attention_backward(q, k, v, out, lse, do, causal: bool = False, softmax_scal
     deltas[(seq // PREPROCESS_ROWS, batch * heads)](out, do, delta, seq, ROWS=PREPROCESS_ROWS, HEAD_DIM=head_dim)
     dq, dk, dv = empty_like(q), empty_like(k_scaled), empty_like(v)
     options = {"num_warps": num_warps, **({} if num_stages is None else {"num_stages": num_stages})}
+    if not issue_dots_early:
+        options["issue_dots_early"] = False  # weft's own option: another compiler is never given it
     kernel[(seq // BLOCK_N1, 1, batch * heads)](
         q, k_scaled, v, do, dq, dk, dv, lse_base2, delta, seq, float(scale), HEAD_DIM=head_dim, CAUSAL=bool(causal),
         ROWS_KV=BLOCK_M1, KEYS_KV=BLOCK_N1, ROWS_Q=BLOCK_M2, KEYS_Q=BLOCK_N2, SPLIT=DIAGONAL_SPLIT, **options)

@@ -22,10 +22,19 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
                           max_registers=check_maxnreg(jit_fn.__name__, options.get("maxnreg")))
     if options.get("num_stages") is not None:
         kernel = dataclasses.replace(kernel, num_stages=check_num_stages(jit_fn.__name__, options["num_stages"]))
+    if options.get("issue_dots_early") is not None:
+        kernel = dataclasses.replace(kernel, issue_dots_early=check_issue_dots_early(jit_fn.__name__,
+                                                                                     options["issue_dots_early"]))
     if options.get("target") == "emulator":
         return pipeline.prepare_for_emulator(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())
     return pipeline.compile_tile_kernel(kernel, params, target=options.get("target", "sm_90a"))
+
+
+def check_issue_dots_early(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"kernel '{name}': issue_dots_early must be True or False, got {value!r}")
+    return value
 
 
 def check_num_stages(name: str, num_stages: Any) -> int:

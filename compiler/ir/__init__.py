@@ -55,6 +55,9 @@ class Kernel:
     # The launch option num_stages (highlevel): the stages a dot loop without
     # tl.range(num_stages=) is pipelined over (None or below 2: not pipelined).
     num_stages: Optional[int] = None
+    # The launch option issue_dots_early (highlevel): a loop's dot that does not read the
+    # one before it is issued right after it (compiler/passes/issue_dots_early.py).
+    issue_dots_early: bool = True
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

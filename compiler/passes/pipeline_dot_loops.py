@@ -57,6 +57,10 @@ accumulator rescaled between them) leaves that wgmma in flight across the back e
 the earlier wait retires it (pipeline_chained_dots). A loop of 2 stages, or another body
 (an accumulator read before any wait, mma.sync), keeps its wait(0) in each iteration and
 issues the copies before it, while the last wgmma runs.
+
+A loop's row loads (rank-1 loads read every iteration: attention backward's lse and delta)
+are first routed through buffers of their own (pipeline_row_loads), so they are copied
+into rings with the tiles; that is kept only where the loop is then pipelined.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ from ..ir import (AddPtr, AllocateSharedMemory, Arange, AsyncCopyCommitGroup, As
 from ..types import SharedType, i1, i32
 from .pipeline_carried_state import StatePipeliner, match_recomputed, match_state
 from .pipeline_chained_dots import accumulator_wait, chained_wait, drop_repeated_fences
+from .pipeline_row_loads import plan_with_row_loads
 
 NAME = "pipeline_dot_loops"
 
@@ -613,8 +618,12 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
         ops: list[Op] = []
         for op in region.ops:
             op = substitute(op, replaced).map_regions(block)
-            pipeliner = plan_loop(op, outer, uses, rings, kernel.num_stages,
-                                  default_split in op.results[:1]) if isinstance(op, For) else None
+            pipeliner = None
+            if isinstance(op, For):  # its row loads staged with the tiles where that pipelines it
+                split = default_split in op.results[:1]
+                op, pipeliner, allocations = plan_with_row_loads(
+                    op, outer, uses, lambda loop: plan_loop(loop, outer, uses, rings, kernel.num_stages, split))
+                ops.extend(allocations)
             if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize is True \
                     and not getattr(pipeliner, "warp_specialized", False):
                 warn_at(op.loc, "warp_specialize=True is not applied to this loop: weft splits only a loop at the "

@@ -323,6 +323,13 @@ def _shared_load_forward(op: SharedLoad, operands, ctx) -> Optional[Decision]:
     return None if anchor is None else Decision(anchor, (None,))
 
 
+@LAYOUT_RULES.backward(SharedLoad)
+def _shared_load_backward(op: SharedLoad, result: Placement, ctx) -> Decision:
+    """A read no op chose registers for (a row load's ring slot, pipeline_row_loads) reads
+    straight into the layout its reader needs."""
+    return Decision(result, (None,))
+
+
 # ------------------------------------------------------------------ the analysis
 @dataclasses.dataclass(eq=False)
 class Carried:

@@ -11,11 +11,12 @@ too.)"""
 import numpy as np
 import pytest
 
-from weft.compiler.ir import (AsyncCopyGlobalToShared, For, If, Permute, SharedPermute, SharedStore,
-                              WarpgroupMma)
+from weft.compiler.ir import (AsyncCopyGlobalToShared, ConvertLayout, For, If, Load, Permute, SharedLoad,
+                              SharedPermute, SharedStore, WarpgroupMma)
 from weft.highlevel import attention_backward_example
 from weft.highlevel.jit import compile_kernel
 from weft.kernels.attention import reference_attention_backward
+from weft.layouts.plans import SharedRoundTrip
 
 from ._compile import HAS_PTXAS
 
@@ -65,22 +66,29 @@ def test_every_loop_copies_its_tiles_once_by_cp_async(causal):
     """The dK/dV loops read Q^T and dO and their tl.trans, the dQ loops K^T and V^T and
     K^T's tl.trans: one ring per loaded tile, filled by cp.async 4 iterations ahead, the
     transposes read through permuted views, the next refill issued after the last dot;
-    K, V, Q and dO stored once, before the loops."""
+    K, V, Q and dO stored once, before the loops. The dK/dV loops' rows of lse and delta
+    are copied with the tiles and read from their slots (pipeline_row_loads): no load is
+    left in any loop, and no row goes through shared memory twice."""
     kernel = compile_kernel(attention_backward_example.attention_backward_kernel, SIGNATURE,
                             constexprs(64, causal), SPECIALIZATION, {**LAUNCH, "target": "emulator"})
     loops = [op for op in kernel.body.ops if isinstance(op, For)]
     assert len(loops) == (4 if causal else 2)
     for loop in loops:
         body = list(loop.body.walk())
-        assert not any(isinstance(op, (SharedStore, Permute)) for op in body)
-        assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in body) == 2  # two tiles, iteration i + 4
+        key_loop = loops.index(loop) < len(loops) // 2
+        assert not any(isinstance(op, (SharedStore, Permute, Load)) for op in body)
+        assert not any(isinstance(op, ConvertLayout) and isinstance(op.plan, SharedRoundTrip)
+                       and op.result.type.element.name == "fp32" for op in body)
+        # two tiles (and two rows in the dK/dV loops), iteration i + 4
+        assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in body) == (4 if key_loop else 2)
+        assert sum(isinstance(op, SharedLoad) for op in body) == (2 if key_loop else 0)
         assert sum(isinstance(op, SharedPermute) for op in body) == (2 if loops.index(loop) < len(loops) // 2 else 1)
         # The refill is issued while the last wgmma, which reads a slot through a transposed view, runs.
         ops = loop.body.ops
         refill = next(i for i, op in enumerate(ops) if isinstance(op, If)
                       and any(isinstance(inner, AsyncCopyGlobalToShared) for inner in op.then_body.walk()))
         assert refill > max(i for i, op in enumerate(ops) if isinstance(op, WarpgroupMma))
-    assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in kernel.walk()) == len(loops) * 2 * 5
+    assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in kernel.walk()) == len(loops) * 3 * 5
     assert sum(isinstance(op, SharedStore) for op in kernel.walk()) == 4
 
 
