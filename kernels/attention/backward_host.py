@@ -86,9 +86,9 @@ class BackwardConfig:
         """split="keys": bands of 64 keys, each shared by consumers that split its dK and
         dV columns (fp32 registers: 128 columns a consumer at most), one launch."""
         bands = self.block_n // 64
-        if self.block_m != 64 or self.block_n not in (64, 128) or self.consumers % bands or self.launches != 1 \
+        if self.block_m not in (64, 128) or self.block_n not in (64, 128) or self.consumers % bands or self.launches != 1 \
                 or self.pipelined:
-            raise ValueError(f"BackwardConfig(split='keys'): block_m 64, block_n 64 or 128 (a band of 64 keys a "
+            raise ValueError(f"BackwardConfig(split='keys'): block_m and block_n 64 or 128 (a band of 64 keys a "
                              f"consumer, or several), one launch and the plain walk, got block_m {self.block_m}, "
                              f"block_n {self.block_n}, {self.consumers} consumer(s), launches {self.launches}, "
                              f"pipelined {self.pipelined}")
@@ -129,15 +129,27 @@ class BackwardConfig:
         return self.head_dim // (self.consumers * self.launches)
 
 
+# head_dim -> the keys split's tiles (BackwardConfig fields) with dQ by TMA reduce-add: two
+# consumers, each a band of 64 keys with all its columns at 64 and 128 (BLOCK_N = 128: S^T
+# and dP^T computed once per CTA); at 256 both on one band of 64 keys, 128 columns each
+# (each computes the band's S^T and dP^T, one launch), one Q/dO slot where dQ's boxes take
+# the room of a second. benchmarks/sweep_attention_backward.py times the alternatives.
+KEYS_SPLIT_TILES = {
+    64: dict(block_n=128, consumers=2, stages=2),
+    128: dict(block_n=128, consumers=2, stages=2),
+    256: dict(block_n=64, consumers=2, stages=1),
+}
+
+
 def keys_split_config(head_dim: int, dq_reduce: str = "tma") -> BackwardConfig:
-    """head_dim's split="keys" config: two consumers, each a band of 64 keys with all its
-    columns at 64 and 128 (BLOCK_N = 128: S^T and dP^T computed once per CTA); at 256 both
-    on one band of 64 keys, 128 columns each (each computes the band's S^T and dP^T, one
-    launch), one Q/dO slot where dQ's boxes take the room of a second."""
-    if head_dim == 256:
-        return BackwardConfig(head_dim=256, block_n=64, consumers=2, stages=1 if dq_reduce == "tma" else 2,
-                              dq_reduce=dq_reduce, split="keys")
-    return BackwardConfig(head_dim=head_dim, block_n=128, consumers=2, dq_reduce=dq_reduce, split="keys")
+    """head_dim's split="keys" config (KEYS_SPLIT_TILES); with dQ by atomics, which need
+    no boxes in shared memory, a second Q/dO slot where the tiles have one."""
+    if head_dim not in KEYS_SPLIT_TILES:
+        raise ValueError(f"BackwardConfig.head_dim must be one of {HEAD_DIMS}, got {head_dim}")
+    config = BackwardConfig(head_dim=head_dim, dq_reduce=dq_reduce, split="keys", **KEYS_SPLIT_TILES[head_dim])
+    if dq_reduce == "atomics" and config.stages == 1:
+        return dataclasses.replace(config, stages=2)
+    return config
 
 
 def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bool = False) -> BackwardConfig:

@@ -1,0 +1,137 @@
+"""Configuration sweep for the flash-attention backward: weft under several BackwardConfigs
+per shape, beside torch SDPA's backward with the cuDNN backend, in one run, for choosing
+keys_split_config's defaults (KEYS_SPLIT_TILES in kernels/attention/backward_host.py).
+
+    python -m benchmarks.sweep_attention_backward [--head-dims 64 128 256] [--out sweep.json]
+
+Shapes: batch 4, seq 4096, heads * head_dim = 2048, for each head_dim causal and not, and
+one row at seq 1024 (batch 16: the same 16k tokens). Every candidate is checked against
+the float32 torch reference (attention_backward.reference_gradients) before it is timed;
+one that is refused, fails to compile or is wrong is recorded with the reason and the
+sweep goes on. Timing is attention_backward.measure_all's: ROUNDS interleaved rounds of
+CUDA-graph replay and do_bench on the eager call, the medians; TFLOP/s 2.5 x the
+forward's (x 0.5 causal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from benchmarks.attention import _reason, forward_flops, random_inputs, save_json
+
+# (batch, seq) of the rows; the seq-1024 row at head_dim 128 only (keeps the run short).
+ROWS = ((4, 4096),)
+SHORT_ROW = (16, 1024, 128)
+
+
+def candidates(head_dim: int):
+    """(label, BackwardConfig or a reason) for head_dim; "default" is what
+    flash_attention_backward picks. Labels name the fields changed from the default."""
+    from weft.kernels.attention.backward_host import columns_split_config, keys_split_config
+
+    default = keys_split_config(head_dim)
+    yield "default", default
+    options = {
+        64: [dict(stages=3), dict(stages=4)],
+        128: [dict(stages=3), dict(dq_reduce="atomics", stages=3)],
+        256: [dict(dq_reduce="atomics", stages=2)],
+    }[head_dim]
+    for option in options:
+        label = " ".join(f"{key}={value}" for key, value in option.items())
+        try:
+            yield label, dataclasses.replace(default, **option)
+        except ValueError as error:
+            yield label, _reason(error)
+    # The columns split (slower in earlier runs) once, where it has a pipelined walk.
+    if head_dim == 64:
+        yield "columns split pipelined", columns_split_config(head_dim, pipelined=True)
+
+
+def systems_for(torch, configs: dict, q, k, v, do, causal: bool, scale: float) -> dict:
+    """cudnn and "weft <label>" for each candidate: name -> a call returning (dq, dk, dv),
+    or a reason it cannot run."""
+    from benchmarks.attention_backward import find_systems
+    from weft.kernels.attention import flash_attention, flash_attention_backward
+
+    found = {"cudnn": find_systems(torch, ("cudnn",), q, k, v, do, causal, scale)["cudnn"]}
+    out, lse = flash_attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True)
+    for label, config in configs.items():
+        if isinstance(config, str):
+            found[f"weft {label}"] = config
+            continue
+        found[f"weft {label}"] = (lambda config=config: flash_attention_backward(
+            q, k, v, out, lse, do, causal=causal, softmax_scale=scale, config=config))
+    return found
+
+
+def shapes(head_dims):
+    """(batch, heads, seq, head_dim, causal) of every row."""
+    for head_dim in head_dims:
+        for batch, seq in ROWS:
+            for causal in (False, True):
+                yield batch, 2048 // head_dim, seq, head_dim, causal
+    batch, seq, head_dim = SHORT_ROW
+    if head_dim in head_dims:
+        yield batch, 2048 // head_dim, seq, head_dim, False
+
+
+def run(head_dims=(64, 128, 256), out_path: str | None = None) -> dict:
+    import torch
+
+    from benchmarks.attention import _versions
+    from benchmarks.attention_backward import measure_all, reference_gradients
+
+    torch.manual_seed(0)
+    results = {**_versions(torch), "rows": []}
+    for batch, heads, seq, head_dim, causal in shapes(head_dims):
+        configs = dict(candidates(head_dim))
+        q, k, v, do = random_inputs(torch, 4, batch, heads, seq, head_dim)
+        scale = head_dim ** -0.5
+        refs = reference_gradients(q, k, v, do, causal, scale)
+        flops = 2.5 * forward_flops(batch, heads, seq, head_dim, causal)
+        row = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "causal": causal,
+               "configs": {label: (config if isinstance(config, str) else dataclasses.asdict(config))
+                           for label, config in configs.items()}}
+        row["systems"] = measure_all(torch, systems_for(torch, configs, q, k, v, do, causal, scale), refs, flops)
+        del q, k, v, do, refs
+        torch.cuda.empty_cache()
+        results["rows"].append(row)
+        print_row(row)
+        save_json(results, out_path)
+    return results
+
+
+def _cell(entry: dict, cudnn: dict) -> str:
+    if "graph_tflops" not in entry:
+        failure = entry.get("failure", "?")
+        return "WRONG" if "wrong result" in failure else "ERR " + failure[:90]
+    cells = [f"{entry['graph_tflops']:5.0f} {entry.get('eager_tflops', float('nan')):5.0f}"]
+    for kind in ("graph", "eager"):
+        key = f"{kind}_tflops"
+        if key in entry and key in cudnn:
+            cells.append(f"{entry[key] / cudnn[key]:5.2f}x")
+    return "  ".join(cells)
+
+
+def print_row(row: dict) -> None:
+    """One line a system: TFLOP/s by graph and eager, and over cuDNN (graph, eager)."""
+    print(f"b{row['batch']} h{row['heads']} s{row['seq']} d{row['head_dim']} "
+          f"{'causal' if row['causal'] else 'full'}   (TFLOP/s graph eager; over cuDNN graph eager)", flush=True)
+    cudnn = row["systems"].get("cudnn", {})
+    for name, entry in row["systems"].items():
+        print(f"  {name:34s} {_cell(entry, cudnn)}", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    run(tuple(args.head_dims), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
