@@ -86,9 +86,9 @@ class BackwardConfig:
         """split="keys": bands of 64 keys, each shared by consumers that split its dK and
         dV columns (fp32 registers: 128 columns a consumer at most), one launch."""
         bands = self.block_n // 64
-        if self.block_m not in (64, 128) or self.block_n not in (64, 128) or self.consumers % bands or self.launches != 1 \
+        if self.block_m != 64 or self.block_n not in (64, 128) or self.consumers % bands or self.launches != 1 \
                 or self.pipelined:
-            raise ValueError(f"BackwardConfig(split='keys'): block_m and block_n 64 or 128 (a band of 64 keys a "
+            raise ValueError(f"BackwardConfig(split='keys'): block_m 64, block_n 64 or 128 (a band of 64 keys a "
                              f"consumer, or several), one launch and the plain walk, got block_m {self.block_m}, "
                              f"block_n {self.block_n}, {self.consumers} consumer(s), launches {self.launches}, "
                              f"pipelined {self.pipelined}")

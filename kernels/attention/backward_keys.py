@@ -97,22 +97,11 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
     if MASKED:
         pt = masked_transposed(state, pt, m, key0 + first_key, T_LAYOUT)
     dtype: ll.constexpr = state.q_desc.dtype
-    # dV's GEMM runs beside dS^T's arithmetic where registers allow: at BLOCK_M 128 its
-    # 16-bit P^T operand, held until the GEMM is done, beside fp32 P^T, dP^T and delta
-    # (64, 64 and 32 registers a thread) made ptxas spill, so it waits for dS^T there.
-    DV_EARLY: ll.constexpr = BLOCK_M == 64
-    if DV_EARLY:
-        dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)),
-                              part(do, c0, state.COLUMNS, 1), dv, is_async=True)
+    dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)),
+                          part(do, c0, state.COLUMNS, 1), dv, is_async=True)
     delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
-    if DV_EARLY:
-        dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
-    else:
-        dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
+    dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
     dst = (pt * (dpt - delta[None, :])).to(dtype)
-    if not DV_EARLY:
-        dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)),
-                              part(do, c0, state.COLUMNS, 1), dv, is_async=True)
     dk = ll.warpgroup_mma(ll.convert_layout(dst, ll.DotOperandLayout(0, D_LAYOUT, 2)),
                           part(q, c0, state.COLUMNS, 1), dk, is_async=True)
     # [BLOCK_N, BLOCK_M]: dS^T, each band of keys written by its first warpgroup. Unhoisted
