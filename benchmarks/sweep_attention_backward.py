@@ -36,7 +36,8 @@ def candidates(head_dim: int):
     options = {
         64: [dict(stages=3), dict(stages=4)],
         128: [dict(stages=3), dict(dq_reduce="atomics", stages=3)],
-        256: [dict(dq_reduce="atomics", stages=2)],
+        256: [dict(split_scores=True), dict(dq_reduce="atomics", stages=2),
+              dict(split_scores=True, dq_reduce="atomics", stages=2)],
     }[head_dim]
     for option in options:
         label = " ".join(f"{key}={value}" for key, value in option.items())
