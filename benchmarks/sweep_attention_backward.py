@@ -35,7 +35,8 @@ def candidates(head_dim: int):
     yield "default", default
     options = {
         64: [dict(stages=3), dict(stages=4)],
-        128: [dict(stages=3), dict(dq_reduce="atomics", stages=3)],
+        128: [dict(stages=3), dict(block_n=64, split_scores=True, stages=3),
+              dict(block_n=64, split_scores=True, stages=4)],
         256: [dict(split_scores=True), dict(dq_reduce="atomics", stages=2),
               dict(split_scores=True, dq_reduce="atomics", stages=2)],
     }[head_dim]

@@ -36,9 +36,9 @@ class BackwardConfig:
     the consumer warpgroups divide: "columns" (backward.py) or "keys" (backward_keys.py:
     each owns 64 keys of the block, BLOCK_N = 64 * consumers, and all head_dim columns of
     their dK and dV; one launch, not pipelined; see keys_split_config). `split_scores`
-    (split="keys", one band of 64 keys shared by two consumers: head_dim 256) has one
-    consumer compute the band's S^T and P^T and the other its dP^T and dS^T, P^T handed
-    over through shared memory, in place of both computing both."""
+    (split="keys", one band of 64 keys shared by two consumers: block_n 64, head_dim 128
+    or 256) has one consumer compute the band's S^T and P^T and the other its dP^T and
+    dS^T, P^T handed over through shared memory, in place of both computing both."""
 
     head_dim: int
     block_m: int = 64

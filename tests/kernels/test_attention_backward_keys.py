@@ -38,17 +38,19 @@ def test_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim,
            config=config)
 
 
-@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, causal, layout, dq_reduce", [
-    (1, 2, 1, 100, 70, True, "bhsd", "tma"),      # GQA, seq_q > seq_k, diagonal blocks, a cut key block
-    (1, 3, 1, 70, 150, True, "bshd", "atomics"),  # MQA, three key blocks, rows past the diagonal
-    (2, 1, 1, 130, 100, False, "bhsd", "tma"),    # two batches, three query blocks, the last cut
-])
-def test_split_scores_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, causal, layout, dq_reduce):
-    """split_scores at head_dim 256: one warpgroup's S^T and P^T, the other's dP^T and dS^T,
-    P^T handed over in shared memory (the emulator checks p_smem and dS^T are each read
-    before they are rewritten, and written before they are read)."""
-    config = dataclasses.replace(keys_split_config(256, dq_reduce), split_scores=True)
-    _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, 256, layout, seed=23), causal, layout=layout,
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, dq_reduce, stages", [
+    (1, 2, 1, 100, 70, 256, True, "bhsd", "tma", 1),      # GQA, seq_q > seq_k, diagonal blocks, cut keys
+    (1, 3, 1, 70, 150, 256, True, "bshd", "atomics", 2),  # MQA, three key blocks, rows past the diagonal
+    (2, 1, 1, 130, 100, 128, False, "bhsd", "tma", 3),    # head_dim 128: 64 columns a consumer, two
+])                                                         # batches, the last query block cut
+def test_split_scores_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout,
+                                              dq_reduce, stages):
+    """split_scores: one warpgroup's S^T and P^T, the other's dP^T and dS^T, P^T handed
+    over in shared memory (the emulator checks p_smem and dS^T are each read before they
+    are rewritten, and written before they are read)."""
+    config = BackwardConfig(head_dim=head_dim, block_n=64, consumers=2, stages=stages, dq_reduce=dq_reduce,
+                            split="keys", split_scores=True)
+    _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=23), causal, layout=layout,
            config=config)
 
 
@@ -113,8 +115,8 @@ def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_di
     is checked (test_attention_backward_gpu.py's cases and tolerances)."""
     if dq_reduce == "atomics" and dtype_name == "float16":
         pytest.skip("dQ by atomics runs in bf16 only")
-    if split_scores and head_dim != 256:
-        pytest.skip("split_scores: head_dim 256's one band of two consumers")
+    if split_scores and head_dim == 64:
+        pytest.skip("split_scores: a band of 64 keys shared by two consumers of 64 columns at least")
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
@@ -122,8 +124,7 @@ def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_di
                                           with_output_grad=True)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
     grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
-                                     config=dataclasses.replace(keys_split_config(head_dim, dq_reduce),
-                                                                split_scores=split_scores))
+                                     config=_with_split_scores(keys_split_config(head_dim, dq_reduce), split_scores))
     refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
     for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
         assert got.shape == like.shape and got.dtype == dtype, name
@@ -132,3 +133,8 @@ def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_di
         assert error <= 2e-2, (name, error)
         worst = (got.float() - ref).abs().max().item()
         assert worst <= 5e-2 * max(ref.abs().max().item(), 1e-6), (name, worst)
+
+
+def _with_split_scores(config, split_scores: bool):
+    """config, or with split_scores on one band of 64 keys (block_n 64, two consumers)."""
+    return dataclasses.replace(config, block_n=64, split_scores=True) if split_scores else config
