@@ -4,6 +4,9 @@ keys_split_config's defaults (KEYS_SPLIT_TILES in kernels/attention/backward_hos
 
     python -m benchmarks.sweep_attention_backward [--head-dims 64 128 256] [--out sweep.json]
 
+A candidate's label names the BackwardConfig fields it changes from keys_split_config's;
+making it the default is putting those fields in head_dim's line of KEYS_SPLIT_TILES.
+
 Shapes: batch 4, seq 4096, heads * head_dim = 2048, for each head_dim causal and not, and
 one row at seq 1024 (batch 16: the same 16k tokens). Every candidate is checked against
 the float32 torch reference (attention_backward.reference_gradients) before it is timed;
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 
 from benchmarks.attention import _reason, forward_flops, random_inputs, save_json
 
@@ -34,7 +38,10 @@ def candidates(head_dim: int):
     default = keys_split_config(head_dim)
     yield "default", default
     options = {
-        64: [dict(stages=3), dict(stages=4)],
+        # head_dim 64 also as one consumer of one band a CTA, two CTAs an SM: no barrier
+        # between consumers, one CTA's exponentials beside the other's GEMMs.
+        64: [dict(stages=3), dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2, stages=3),
+             dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2, stages=4)],
         128: [dict(stages=3), dict(block_n=64, split_scores=True, stages=3),
               dict(block_n=64, split_scores=True, stages=4)],
         256: [dict(split_scores=True), dict(dq_reduce="atomics", stages=2),
@@ -122,8 +129,9 @@ def print_row(row: dict) -> None:
     print(f"b{row['batch']} h{row['heads']} s{row['seq']} d{row['head_dim']} "
           f"{'causal' if row['causal'] else 'full'}   (TFLOP/s graph eager; over cuDNN graph eager)", flush=True)
     cudnn = row["systems"].get("cudnn", {})
+    width = max(len(name) for name in row["systems"])
     for name, entry in row["systems"].items():
-        print(f"  {name:34s} {_cell(entry, cudnn)}", flush=True)
+        print(f"  {name:{width}s}  {_cell(entry, cudnn)}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -131,7 +139,9 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
+    started = time.time()
     run(tuple(args.head_dims), args.out)
+    print(f"sweep took {time.time() - started:.0f} s", flush=True)
     return 0
 
 
