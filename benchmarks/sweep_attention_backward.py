@@ -114,7 +114,7 @@ def run(head_dims=(64, 128, 256), out_path: str | None = None) -> dict:
 
 def _cell(entry: dict, cudnn: dict) -> str:
     if "graph_tflops" not in entry:
-        failure = entry.get("failure", "?")
+        failure = entry.get("failure") or entry.get("graph_failure") or "not timed"
         return "WRONG" if "wrong result" in failure else "ERR " + failure[:90]
     cells = [f"{entry['graph_tflops']:5.0f} {entry.get('eager_tflops', float('nan')):5.0f}"]
     for kind in ("graph", "eager"):
