@@ -81,12 +81,16 @@ def test_the_default_is_the_keys_split_and_a_pipelined_walk_the_columns_split(he
 
 
 @needs_ptxas
-@pytest.mark.parametrize("head_dim, split_scores", [(64, False), (128, False), (256, False), (256, True)])
-def test_keys_split_assembles_without_spills(head_dim, split_scores, causal=True):  # causal: both steps
+@pytest.mark.parametrize("head_dim, fields", [
+    (64, {}), (128, {}), (256, {}), (256, dict(split_scores=True)), (128, dict(block_n=64, split_scores=True)),
+    (64, dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2, stages=3)),  # two CTAs an SM
+])
+def test_keys_split_assembles_without_spills(head_dim, fields, causal=True):  # causal: both kinds of step
     """Consumers of 64 keys x 128 columns of fp32 dK and dV (128 registers a thread, 64 at
-    head_dim 64) beside S^T, dP^T and their 16-bit operands, in 240 registers: no spills
-    (descriptors of buffers at fixed addresses unhoisted: dS^T, P^T, a one-slot ring)."""
-    config = dataclasses.replace(keys_split_config(head_dim), split_scores=split_scores)
+    head_dim 64) beside S^T, dP^T and their 16-bit operands, in 240 registers (224 where
+    two CTAs share an SM): no spills (descriptors of buffers at fixed addresses unhoisted:
+    dS^T, P^T, a one-slot ring)."""
+    config = dataclasses.replace(keys_split_config(head_dim), **fields)
     box = lambda rows: f"tensordesc<bf16[1,1,{rows},64]>"  # noqa: E731
     signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
                  "do_desc": box(config.block_m), "lse_ptr": "*fp32", "delta_ptr": "*fp32",
