@@ -71,6 +71,42 @@ def systems_for(torch, configs: dict, q, k, v, do, causal: bool, scale: float) -
     return found
 
 
+def row_kernels(torch, q, out, do, scale: float):
+    """The backward's launches around its main kernel, as flash_attention_backward makes
+    them: the row deltas (the preprocess), dQ's accumulator zeroed, dQ's conversion (the
+    postprocess); a call that runs the three."""
+    from weft.kernels.attention.backward import ROW_TILE_ROWS, convert_dq, row_deltas
+
+    batch, heads, seq, head_dim = q.shape
+    delta = torch.empty(batch, heads, seq, dtype=torch.float32, device=q.device)
+    accum = torch.empty(batch, heads, seq, head_dim, dtype=torch.float32, device=q.device)
+    dq = torch.empty_like(q)
+    grid = (-(-seq // ROW_TILE_ROWS), batch * heads)
+
+    def launch():
+        row_deltas[grid](out, do, delta, seq, heads, *out.stride()[:3], *do.stride()[:3], HEAD_DIM=head_dim,
+                         num_warps=4)
+        accum.zero_()
+        convert_dq[grid](accum, dq, scale, seq, heads, *dq.stride()[:3], HEAD_DIM=head_dim, num_warps=4)
+        return dq
+
+    return launch
+
+
+def time_row_kernels(torch, q, do, causal: bool, scale: float) -> dict:
+    """{"graph_ms", "eager_ms"} of row_kernels, or {"failure"}."""
+    from benchmarks.attention import _time
+    from benchmarks.attention_backward import _eager_ms
+    from weft.kernels.attention import flash_attention
+
+    try:
+        out = flash_attention(q, q, q, causal=causal, softmax_scale=scale)
+        launch = row_kernels(torch, q, out, do, scale)
+        return {"graph_ms": _time(torch, launch) * 1e3, "eager_ms": _eager_ms(launch)}
+    except Exception as error:
+        return {"failure": _reason(error)}
+
+
 def shapes(head_dims):
     """(batch, heads, seq, head_dim, causal) of every row."""
     for head_dim in head_dims:
@@ -100,6 +136,7 @@ def run(head_dims=(64, 128, 256), out_path: str | None = None) -> dict:
                "configs": {label: (config if isinstance(config, str) else dataclasses.asdict(config))
                            for label, config in configs.items()}}
         row["systems"] = measure_all(torch, systems_for(torch, configs, q, k, v, do, causal, scale), refs, flops)
+        row["row_kernels"] = time_row_kernels(torch, q, do, causal, scale)
         del q, k, v, do, refs
         torch.cuda.empty_cache()
         results["rows"].append(row)
@@ -129,6 +166,13 @@ def print_row(row: dict) -> None:
     width = max(len(name) for name in row["systems"])
     for name, entry in row["systems"].items():
         print(f"  {name:{width}s}  {_cell(entry, cudnn)}", flush=True)
+    rows, default = row.get("row_kernels", {}), row["systems"].get("weft default", {})
+    if "graph_ms" in rows and "graph_ms" in default:
+        print(f"  preprocess + dQ zeroing + postprocess: {rows['graph_ms'] * 1e3:.0f} us graph, "
+              f"{rows['eager_ms'] * 1e3:.0f} us eager: {rows['graph_ms'] / default['graph_ms']:.0%} of the "
+              f"default's graph time", flush=True)
+    elif "failure" in rows:
+        print(f"  preprocess + postprocess: {rows['failure']}", flush=True)
 
 
 def main(argv=None) -> int:
