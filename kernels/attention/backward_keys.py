@@ -18,7 +18,9 @@ swapped operands):
                                          layout is the operand's: no data moves)
 
 so P never goes through shared memory (at 256 both warpgroups of the band compute its
-S^T and dP^T: a fifth more GEMM work than one, in place of a second launch). dQ = dS K
+S^T and dP^T: two more GEMMs a step than the five needed, in place of a second launch; or,
+SPLIT_SCORES, one computes S^T and P^T and hands P^T over in shared memory, the other dP^T
+and dS^T: `split_band_gradients`). dQ = dS K
 needs every key's dS: the first warpgroup of each band writes its dS^T rows into one
 shared [BLOCK_N, BLOCK_M] buffer, and once all bands are in (`scores_ready`) each
 warpgroup computes dQ for HEAD_DIM / CONSUMERS columns over all BLOCK_N keys (dS the
