@@ -137,6 +137,7 @@ class BackwardState:
     CAUSAL: ll.constexpr
     DQ_TMA: ll.constexpr  # dQ added by TMA reduce-add from shared memory, not by atomics
     PIPELINED: ll.constexpr  # the walk of backward_pipeline.py
+    SPLIT_SCORES: ll.constexpr  # backward_keys.py: a band's two consumers compute S^T and dP^T, one each
 
 
 @ll.jit
@@ -423,7 +424,7 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL,
-                          DQ_TMA, PIPELINED)
+                          DQ_TMA, PIPELINED, False)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

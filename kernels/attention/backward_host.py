@@ -35,7 +35,10 @@ class BackwardConfig:
     (backward_pipeline.py: two Q/dO slots held at a time, so stages >= 2). `split` is what
     the consumer warpgroups divide: "columns" (backward.py) or "keys" (backward_keys.py:
     each owns 64 keys of the block, BLOCK_N = 64 * consumers, and all head_dim columns of
-    their dK and dV; one launch, not pipelined; see keys_split_config)."""
+    their dK and dV; one launch, not pipelined; see keys_split_config). `split_scores`
+    (split="keys", one band of 64 keys shared by two consumers: block_n 64, head_dim 128
+    or 256) has one consumer compute the band's S^T and P^T and the other its dP^T and
+    dS^T, P^T handed over through shared memory, in place of both computing both."""
 
     head_dim: int
     block_m: int = 64
@@ -49,12 +52,15 @@ class BackwardConfig:
     dq_reduce: str = "atomics"
     pipelined: bool = False
     split: str = "columns"
+    split_scores: bool = False
 
     def __post_init__(self):
         if self.split not in SPLITS:
             raise ValueError(f"BackwardConfig.split must be one of {SPLITS}, got {self.split!r}")
         if self.split == "keys":
             self._check_keys_split()
+        elif self.split_scores:
+            raise ValueError("BackwardConfig: split_scores is an option of split='keys'")
         elif (self.block_m, self.block_n) != (64, 64):
             raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
                              f"{self.block_m} and {self.block_n}")
@@ -92,6 +98,9 @@ class BackwardConfig:
                              f"consumer, or several), one launch and the plain walk, got block_m {self.block_m}, "
                              f"block_n {self.block_n}, {self.consumers} consumer(s), launches {self.launches}, "
                              f"pipelined {self.pipelined}")
+        if self.split_scores and (self.block_n, self.consumers) != (64, 2):
+            raise ValueError(f"BackwardConfig(split_scores=True): one band of 64 keys shared by two consumers "
+                             f"(block_n 64, consumers 2), got block_n {self.block_n}, {self.consumers} consumer(s)")
         if self.columns not in (64, 128):
             raise ValueError(f"BackwardConfig(split='keys'): each consumer would hold {self.columns} columns of "
                              f"dK and dV (fp32 registers); it takes 64 or 128: give each band of keys more "
@@ -104,7 +113,8 @@ class BackwardConfig:
         tiles = 2 * (2 * self.block_n * self.head_dim + 2 * self.stages * self.block_m * self.head_dim
                      + scores * self.block_m * self.block_n)
         dq_boxes = 4 * self.consumers * self.block_m * DQ_CHUNK if self.dq_reduce == "tma" else 0
-        return tiles + dq_boxes + 128
+        handed_p = 4 * self.block_n * self.block_m if self.split_scores else 0  # fp32 P^T
+        return tiles + dq_boxes + handed_p + 128
 
     @property
     def threads(self) -> int:
@@ -129,15 +139,27 @@ class BackwardConfig:
         return self.head_dim // (self.consumers * self.launches)
 
 
+# head_dim -> the keys split's tiles (BackwardConfig fields) with dQ by TMA reduce-add: two
+# consumers, each a band of 64 keys with all its columns at 64 and 128 (BLOCK_N = 128: S^T
+# and dP^T computed once per CTA); at 256 both on one band of 64 keys, 128 columns each
+# (each computes the band's S^T and dP^T, one launch), one Q/dO slot where dQ's boxes take
+# the room of a second. benchmarks/sweep_attention_backward.py times the alternatives.
+KEYS_SPLIT_TILES = {
+    64: dict(block_n=128, consumers=2, stages=2),
+    128: dict(block_n=128, consumers=2, stages=2),
+    256: dict(block_n=64, consumers=2, stages=1),
+}
+
+
 def keys_split_config(head_dim: int, dq_reduce: str = "tma") -> BackwardConfig:
-    """head_dim's split="keys" config: two consumers, each a band of 64 keys with all its
-    columns at 64 and 128 (BLOCK_N = 128: S^T and dP^T computed once per CTA); at 256 both
-    on one band of 64 keys, 128 columns each (each computes the band's S^T and dP^T, one
-    launch), one Q/dO slot where dQ's boxes take the room of a second."""
-    if head_dim == 256:
-        return BackwardConfig(head_dim=256, block_n=64, consumers=2, stages=1 if dq_reduce == "tma" else 2,
-                              dq_reduce=dq_reduce, split="keys")
-    return BackwardConfig(head_dim=head_dim, block_n=128, consumers=2, dq_reduce=dq_reduce, split="keys")
+    """head_dim's split="keys" config (KEYS_SPLIT_TILES); with dQ by atomics, which need
+    no boxes in shared memory, a second Q/dO slot where the tiles have one."""
+    if head_dim not in KEYS_SPLIT_TILES:
+        raise ValueError(f"BackwardConfig.head_dim must be one of {HEAD_DIMS}, got {head_dim}")
+    config = BackwardConfig(head_dim=head_dim, dq_reduce=dq_reduce, split="keys", **KEYS_SPLIT_TILES[head_dim])
+    if dq_reduce == "atomics" and config.stages == 1:
+        return dataclasses.replace(config, stages=2)
+    return config
 
 
 def default_backward_config(head_dim: int, dq_reduce: str = "tma", pipelined: bool = False) -> BackwardConfig:
@@ -191,7 +213,8 @@ def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -
         return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim,
                     STAGES=config.stages, CONSUMERS=config.consumers, CAUSAL=causal,
                     PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
-                    COLUMNS=config.columns, **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}))
+                    COLUMNS=config.columns, **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}),
+                    **(dict(SPLIT_SCORES=True) if config.split_scores else {}))
     return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,

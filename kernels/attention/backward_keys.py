@@ -18,7 +18,9 @@ swapped operands):
                                          layout is the operand's: no data moves)
 
 so P never goes through shared memory (at 256 both warpgroups of the band compute its
-S^T and dP^T: a fifth more GEMM work than one, in place of a second launch). dQ = dS K
+S^T and dP^T: two more GEMMs a step than the five needed, in place of a second launch; or,
+SPLIT_SCORES, one computes S^T and P^T and hands P^T over in shared memory, the other dP^T
+and dS^T: `split_band_gradients`). dQ = dS K
 needs every key's dS: the first warpgroup of each band writes its dS^T rows into one
 shared [BLOCK_N, BLOCK_M] buffer, and once all bands are in (`scores_ready`) each
 warpgroup computes dQ for HEAD_DIM / CONSUMERS columns over all BLOCK_N keys (dS the
@@ -67,13 +69,7 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
     contributions to its columns of dK and dV (returned) and its share of dQ (added into
     global memory)."""
     BLOCK_M: ll.constexpr = state.BLOCK_M
-    COLUMN_GROUPS: ll.constexpr = state.CONSUMERS // key_groups(state.BLOCK_N)
-    T_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_M)  # [KEYS, BLOCK_M]: S^T, P^T, dP^T, dS^T
-    D_LAYOUT: ll.constexpr = accumulator_layout(state.COLUMNS)  # [KEYS, COLUMNS]: dK, dV
-    COL: ll.constexpr = ll.SliceLayout(0, T_LAYOUT)
     slot = ring_slot(step, state.STAGES)
-    rows = m * BLOCK_M + ll.arange(0, BLOCK_M, COL)
-    inside = rows < state.seq_q
     mbarrier.wait(state.ready.index(slot), ring_phase(step, state.STAGES))
     k = unhoisted(state.k_smem, m, state.heads)  # [BLOCK_N, HEAD_DIM]
     v = unhoisted(state.v_smem, m, state.heads)
@@ -83,39 +79,14 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
         slot = (m * state.heads) >> 31
     q = state.q_ring.index(slot).index(0).index(0)
     do = state.do_ring.index(slot).index(0).index(0)
-    first_key: ll.constexpr = (WG // COLUMN_GROUPS) * KEYS
-    c0: ll.constexpr = (WG % COLUMN_GROUPS) * state.COLUMNS
-    st = ll.warpgroup_mma(part(k, first_key, KEYS, 0), q.permute((1, 0)),
-                          ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
-    dpt = ll.warpgroup_mma(part(v, first_key, KEYS, 0), do.permute((1, 0)),
-                           ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
-    # L (log2 units) of the block's query rows, by column, loaded while S^T is computed
-    # (16 registers a thread, held only until P^T); rows past seq_q get +inf: P = 0.
-    lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
-    st = ll.warpgroup_mma_wait(1, deps=[st])
-    pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
-    if MASKED:
-        pt = masked_transposed(state, pt, m, key0 + first_key, T_LAYOUT)
-    dtype: ll.constexpr = state.q_desc.dtype
-    dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)),
-                          part(do, c0, state.COLUMNS, 1), dv, is_async=True)
-    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
-    dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
-    dst = (pt * (dpt - delta[None, :])).to(dtype)
-    dk = ll.warpgroup_mma(ll.convert_layout(dst, ll.DotOperandLayout(0, D_LAYOUT, 2)),
-                          part(q, c0, state.COLUMNS, 1), dk, is_async=True)
-    # [BLOCK_N, BLOCK_M]: dS^T, each band of keys written by its first warpgroup. Unhoisted
-    # as K and V are: dQ's A descriptors (two registers each) were otherwise held through
-    # the walk.
+    # [BLOCK_N, BLOCK_M]: dS^T, each band of keys written by one of its warpgroups.
+    # Unhoisted as K and V are: dQ's A descriptors (two registers each) were otherwise
+    # held through the walk.
     ds_buf = state.ds_smem.index((m * state.heads) >> 31)
-    if state.CONSUMERS > 1:  # every consumer has read the last step's dS
-        mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # a fresh barrier counts as passed
-    if WG % COLUMN_GROUPS == 0:
-        part(ds_buf, first_key, KEYS, 0).store(dst)
-        ll.fence_async_shared()
-    if state.CONSUMERS > 1:  # and every band of dS is written
-        mbarrier.arrive(state.scores_ready)
-        mbarrier.wait(state.scores_ready, ring_phase(step, 1))
+    if state.SPLIT_SCORES:
+        dv, dk = split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG, MASKED)
+    else:
+        dv, dk = band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG, MASKED)
     ds = ds_buf.permute((1, 0))  # [BLOCK_M, BLOCK_N], MN-major
     CHUNKS: ll.constexpr = state.HEAD_DIM // DQ_CHUNK
     if CHUNKS >= state.CONSUMERS:  # WG's own DQ_COLUMNS of dQ, the first chunk beside dV and dK
@@ -145,6 +116,107 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
         else:
             mbarrier.arrive(state.scores_free)
     return dk, dv
+
+
+@ll.jit
+def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG: ll.constexpr,
+                   MASKED: ll.constexpr):
+    """Warpgroup WG's S^T and dP^T of its band of keys, P^T and dS^T from them, dV and dK
+    issued (async, returned) and dS^T in ds_buf once every band's is there (its band's
+    first warpgroup writes it)."""
+    BLOCK_M: ll.constexpr = state.BLOCK_M
+    COLUMN_GROUPS: ll.constexpr = state.CONSUMERS // key_groups(state.BLOCK_N)
+    T_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_M)  # [KEYS, BLOCK_M]: S^T, P^T, dP^T, dS^T
+    D_LAYOUT: ll.constexpr = accumulator_layout(state.COLUMNS)  # [KEYS, COLUMNS]: dK, dV
+    COL: ll.constexpr = ll.SliceLayout(0, T_LAYOUT)
+    rows = m * BLOCK_M + ll.arange(0, BLOCK_M, COL)
+    inside = rows < state.seq_q
+    first_key: ll.constexpr = (WG // COLUMN_GROUPS) * KEYS
+    c0: ll.constexpr = (WG % COLUMN_GROUPS) * state.COLUMNS
+    st = ll.warpgroup_mma(part(k, first_key, KEYS, 0), q.permute((1, 0)),
+                          ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
+    dpt = ll.warpgroup_mma(part(v, first_key, KEYS, 0), do.permute((1, 0)),
+                           ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
+    # L (log2 units) of the block's query rows, by column, loaded while S^T is computed
+    # (16 registers a thread, held only until P^T); rows past seq_q get +inf: P = 0.
+    lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+    st = ll.warpgroup_mma_wait(1, deps=[st])
+    pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
+    if MASKED:
+        pt = masked_transposed(state, pt, m, key0 + first_key, T_LAYOUT)
+    dtype: ll.constexpr = state.q_desc.dtype
+    dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)),
+                          part(do, c0, state.COLUMNS, 1), dv, is_async=True)
+    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+    dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
+    dst = (pt * (dpt - delta[None, :])).to(dtype)
+    dk = ll.warpgroup_mma(ll.convert_layout(dst, ll.DotOperandLayout(0, D_LAYOUT, 2)),
+                          part(q, c0, state.COLUMNS, 1), dk, is_async=True)
+    if state.CONSUMERS > 1:  # every consumer has read the last step's dS
+        mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # a fresh barrier counts as passed
+    if WG % COLUMN_GROUPS == 0:
+        part(ds_buf, first_key, KEYS, 0).store(dst)
+        ll.fence_async_shared()
+    if state.CONSUMERS > 1:  # and every band of dS is written
+        mbarrier.arrive(state.scores_ready)
+        mbarrier.wait(state.scores_ready, ring_phase(step, 1))
+    return dv, dk
+
+
+@ll.jit
+def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG: ll.constexpr,
+                         MASKED: ll.constexpr):
+    """band_gradients for one band shared by two warpgroups (SPLIT_SCORES) that split its
+    scores in place of each computing all of them: warpgroup 0 computes S^T and P^T and
+    hands fp32 P^T over in p_smem (`p_ready`, the second of the scores_ready pair),
+    warpgroup 1 dP^T and from it and P^T dS^T, into ds_buf (`scores_ready`). Each then
+    issues dV and dK for its columns: warpgroup 0 with dS^T from shared memory,
+    warpgroup 1 with P^T and dS^T from registers."""
+    BLOCK_M: ll.constexpr = state.BLOCK_M
+    T_LAYOUT: ll.constexpr = accumulator_layout(BLOCK_M)  # [KEYS, BLOCK_M]
+    D_LAYOUT: ll.constexpr = accumulator_layout(state.COLUMNS)  # [KEYS, COLUMNS]: dK, dV
+    A_OPERAND: ll.constexpr = ll.DotOperandLayout(0, D_LAYOUT, 2)
+    COL: ll.constexpr = ll.SliceLayout(0, T_LAYOUT)
+    rows = m * BLOCK_M + ll.arange(0, BLOCK_M, COL)
+    inside = rows < state.seq_q
+    c0: ll.constexpr = WG * state.COLUMNS
+    dtype: ll.constexpr = state.q_desc.dtype
+    scores_ready = state.scores_ready.index(0)
+    p_ready = state.scores_ready.index(1)
+    p_buf = state.p_smem.index((m * state.heads) >> 31)  # [KEYS, BLOCK_M] fp32
+    if WG == 0:
+        st = ll.warpgroup_mma(k, q.permute((1, 0)), ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT),
+                              use_acc=False, is_async=True)
+        lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+        st = ll.warpgroup_mma_wait(0, deps=[st])
+        pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
+        if MASKED:
+            pt = masked_transposed(state, pt, m, key0, T_LAYOUT)
+        mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # the last P^T and dS^T are read
+        p_buf.store(pt)
+        mbarrier.arrive(p_ready)
+        mbarrier.arrive(scores_ready)
+        dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), A_OPERAND), part(do, c0, state.COLUMNS, 1), dv,
+                              is_async=True)
+        mbarrier.wait(scores_ready, ring_phase(step, 1))  # and dS^T is written
+        dk = ll.warpgroup_mma(ds_buf, part(q, c0, state.COLUMNS, 1), dk, is_async=True)
+    else:
+        dpt = ll.warpgroup_mma(v, do.permute((1, 0)), ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT),
+                               use_acc=False, is_async=True)
+        delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+        dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
+        mbarrier.wait(p_ready, ring_phase(step, 1))
+        pt = p_buf.load(T_LAYOUT)
+        dst = (pt * (dpt - delta[None, :])).to(dtype)
+        mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # the last dS^T is read
+        ds_buf.store(dst)
+        ll.fence_async_shared()
+        mbarrier.arrive(scores_ready)
+        dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), A_OPERAND), part(do, c0, state.COLUMNS, 1), dv,
+                              is_async=True)
+        dk = ll.warpgroup_mma(ll.convert_layout(dst, A_OPERAND), part(q, c0, state.COLUMNS, 1), dk,
+                              is_async=True)
+    return dv, dk
 
 
 @ll.jit
@@ -204,7 +276,7 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                                          HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CONSUMERS: ll.constexpr,
                                          CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
                                          CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr,
-                                         DQ_TMA: ll.constexpr = False):
+                                         DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False):
     """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads)):
     BLOCK_N / 64 bands of keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that
     split its dK and dV in COLUMNS each."""
@@ -221,9 +293,18 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     dq_smem = None
     if DQ_TMA:
         dq_smem = ll.allocate_shared_memory(ll.float32, [CONSUMERS, 1, 1, BLOCK_M, DQ_CHUNK], dq_ptr.layout)
-    scores_ready = mbarrier.allocate_mbarrier()
+    p_smem = None
+    if SPLIT_SCORES:  # P^T handed from one warpgroup of the band to the other; then scores_ready
+        # is a pair: every consumer's scores are written, and P^T is
+        ll.static_assert(CONSUMERS == 2 and BANDS == 1, "SPLIT_SCORES: one band of keys, two consumers")
+        p_smem = ll.allocate_shared_memory(ll.float32, [1, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 32))
+        scores_ready = mbarrier.allocate_mbarrier(batch=2)
+        mbarrier.init(scores_ready.index(0), count=CONSUMERS)
+        mbarrier.init(scores_ready.index(1), count=1)
+    else:
+        scores_ready = mbarrier.allocate_mbarrier()
+        mbarrier.init(scores_ready, count=CONSUMERS)
     scores_free = mbarrier.allocate_mbarrier()
-    mbarrier.init(scores_ready, count=CONSUMERS)
     mbarrier.init(scores_free, count=CONSUMERS)
     kv_ready = mbarrier.allocate_mbarrier()
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
@@ -232,11 +313,11 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     for s in ll.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=CONSUMERS)
-    state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, None, ds_smem,
+    state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, p_smem, ds_smem,
                           scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
                           dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, 0, CAUSAL, DQ_TMA,
-                          False)
+                          False, SPLIT_SCORES)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [keys_consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
@@ -246,7 +327,11 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                            worker_num_warps=[4, 4], worker_num_regs=[CONSUMER_REGS, CONSUMER_REGS],
                            default_num_regs=PRODUCER_REGS)
     mbarrier.invalidate(kv_ready)
-    mbarrier.invalidate(scores_ready)
+    if SPLIT_SCORES:
+        mbarrier.invalidate(scores_ready.index(0))
+        mbarrier.invalidate(scores_ready.index(1))
+    else:
+        mbarrier.invalidate(scores_ready)
     mbarrier.invalidate(scores_free)
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))

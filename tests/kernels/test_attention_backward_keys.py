@@ -5,6 +5,7 @@ neither block size, seq_q != seq_k, both dQ accumulations; its config's errors; 
 kernel through ptxas for sm_90a with no spills (needs ptxas, not a GPU); and (marked gpu)
 its gradients on the GPU against float32 torch autograd."""
 
+import dataclasses
 import math
 
 import pytest
@@ -37,6 +38,29 @@ def test_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim,
            config=config)
 
 
+@pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, dq_reduce, stages", [
+    (1, 2, 1, 100, 70, 256, True, "bhsd", "tma", 1),      # GQA, seq_q > seq_k, diagonal blocks, cut keys
+    (1, 3, 1, 70, 150, 256, True, "bshd", "atomics", 2),  # MQA, three key blocks, rows past the diagonal
+    (2, 1, 1, 130, 100, 128, False, "bhsd", "tma", 3),    # head_dim 128: 64 columns a consumer, two
+])                                                         # batches, the last query block cut
+def test_split_scores_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout,
+                                              dq_reduce, stages):
+    """split_scores: one warpgroup's S^T and P^T, the other's dP^T and dS^T, P^T handed
+    over in shared memory (the emulator checks p_smem and dS^T are each read before they
+    are rewritten, and written before they are read)."""
+    config = BackwardConfig(head_dim=head_dim, block_n=64, consumers=2, stages=stages, dq_reduce=dq_reduce,
+                            split="keys", split_scores=True)
+    _check(*_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, seed=23), causal, layout=layout,
+           config=config)
+
+
+def test_split_scores_is_refused_where_a_band_has_one_consumer():
+    with pytest.raises(ValueError, match=r"split_scores=True\): one band of 64 keys shared by two consumers"):
+        dataclasses.replace(keys_split_config(128), split_scores=True)
+    with pytest.raises(ValueError, match="split_scores is an option of split='keys'"):
+        BackwardConfig(head_dim=256, consumers=2, launches=2, split_scores=True)
+
+
 def test_keys_split_configs_that_cannot_hold_their_keys_are_refused():
     with pytest.raises(ValueError, match=r"would hold 256 columns of dK and dV .* it takes 64 or 128"):
         BackwardConfig(head_dim=256, block_n=128, consumers=2, split="keys")
@@ -57,12 +81,16 @@ def test_the_default_is_the_keys_split_and_a_pipelined_walk_the_columns_split(he
 
 
 @needs_ptxas
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_keys_split_assembles_without_spills(head_dim, causal=True):  # causal: masked and unmasked steps
+@pytest.mark.parametrize("head_dim, fields", [
+    (64, {}), (128, {}), (256, {}), (256, dict(split_scores=True)), (128, dict(block_n=64, split_scores=True)),
+    (64, dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2, stages=3)),  # two CTAs an SM
+])
+def test_keys_split_assembles_without_spills(head_dim, fields, causal=True):  # causal: both kinds of step
     """Consumers of 64 keys x 128 columns of fp32 dK and dV (128 registers a thread, 64 at
-    head_dim 64) beside S^T, dP^T and their 16-bit operands, in 240 registers: no spills
-    (descriptors of buffers at fixed addresses unhoisted: dS^T, a one-slot ring)."""
-    config = keys_split_config(head_dim)
+    head_dim 64) beside S^T, dP^T and their 16-bit operands, in 240 registers (224 where
+    two CTAs share an SM): no spills (descriptors of buffers at fixed addresses unhoisted:
+    dS^T, P^T, a one-slot ring)."""
+    config = dataclasses.replace(keys_split_config(head_dim), **fields)
     box = lambda rows: f"tensordesc<bf16[1,1,{rows},64]>"  # noqa: E731
     signature = {"q_desc": box(config.block_m), "k_desc": box(config.block_n), "v_desc": box(config.block_n),
                  "do_desc": box(config.block_m), "lse_ptr": "*fp32", "delta_ptr": "*fp32",
@@ -84,13 +112,15 @@ def test_keys_split_assembles_without_spills(head_dim, causal=True):  # causal: 
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("batch, heads, kv_heads, seq_q, seq_k, head_dim, layout", GPU_CASES)
-@pytest.mark.parametrize("dq_reduce", ["tma", "atomics"])
+@pytest.mark.parametrize("dq_reduce, split_scores", [("tma", False), ("atomics", False), ("tma", True)])
 def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name,
-                                   dq_reduce):
+                                   dq_reduce, split_scores):
     """keys_split_config on the GPU against float32 torch autograd, as the default config
     is checked (test_attention_backward_gpu.py's cases and tolerances)."""
     if dq_reduce == "atomics" and dtype_name == "float16":
         pytest.skip("dQ by atomics runs in bf16 only")
+    if split_scores and head_dim == 64:
+        pytest.skip("split_scores: a band of 64 keys shared by two consumers of 64 columns at least")
     torch = pytest.importorskip("torch")
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
@@ -98,7 +128,7 @@ def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_di
                                           with_output_grad=True)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
     grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
-                                     config=keys_split_config(head_dim, dq_reduce))
+                                     config=_with_split_scores(keys_split_config(head_dim, dq_reduce), split_scores))
     refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
     for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
         assert got.shape == like.shape and got.dtype == dtype, name
@@ -107,3 +137,8 @@ def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_di
         assert error <= 2e-2, (name, error)
         worst = (got.float() - ref).abs().max().item()
         assert worst <= 5e-2 * max(ref.abs().max().item(), 1e-6), (name, worst)
+
+
+def _with_split_scores(config, split_scores: bool):
+    """config, or with split_scores on one band of 64 keys (block_n 64, two consumers)."""
+    return dataclasses.replace(config, block_n=64, split_scores=True) if split_scores else config
