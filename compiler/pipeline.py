@@ -25,6 +25,7 @@ from .passes.axis_analysis import format_axis_info
 from .passes.coalesce import coalesce
 from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.insert_barriers import insert_barriers
+from .passes.issue_dot_ahead import issue_dot_ahead
 from .passes.lower_tiles import lower_tiles
 from .passes.merge_wgmma_waits import merge_wgmma_waits
 from .passes.pipeline_dot_loops import pipeline_dot_loops
@@ -42,6 +43,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("coalesce", coalesce),                        # axis facts pick each global access's layout
     ("accelerate_dots", accelerate_dots),          # before propagation: a wgmma's accumulator is an anchor
     ("pipeline_dot_loops", pipeline_dot_loops),    # the dots' operand stores are known; copies take their layouts
+    ("issue_dot_ahead", issue_dot_ahead),          # on pipelined loops: the rings and the in-flight dot exist
     ("warp_specialize_epilogues", warp_specialize_epilogues),  # a split loop's epilogue joins its consumers
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
