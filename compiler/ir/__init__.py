@@ -55,8 +55,8 @@ class Kernel:
     # The launch option num_stages (highlevel): the stages a dot loop without
     # tl.range(num_stages=) is pipelined over (None or below 2: not pipelined).
     num_stages: Optional[int] = None
-    # The launch option dot_ahead (highlevel): True or False forces issue_dot_ahead's
-    # schedule on or off; None leaves it to the pass (on where registers allow).
+    # The launch option dot_ahead (highlevel): True asks for issue_dot_ahead's schedule
+    # (where registers allow); False or None leave it off.
     dot_ahead: Optional[bool] = None
 
     def walk(self) -> Iterator[Op]:

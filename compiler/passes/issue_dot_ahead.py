@@ -31,9 +31,11 @@ flight. The refill of slot (i - 1) % S still follows the wait that retired its l
 readers (S_{i-1} and P V of i - 1); s_next reads slot (i + 1) % S and P V of i reads
 i % S, both other slots when S >= 3. The last iteration's (and an empty loop's
 prologue's) S reads a slot no copy filled for it: its result is never read, and the wait
-after the loop retires it before anything after the loop reuses shared memory. Two S tiles
-are live at once, so the rewrite is the default only where they fit in registers
-(`fits_registers`); the launch option `dot_ahead=True/False` forces it either way.
+after the loop retires it before anything after the loop reuses shared memory. The rewrite runs
+only under the launch option `dot_ahead=True`: the S carried in flight must move from
+s_next's registers to s_i's at the back edge, a read of an in-flight accumulator that
+makes ptxas serialize every wgmma of the kernel (its C7515 advisory), and two S tiles must
+fit the registers (`fits_registers`).
 """
 
 from __future__ import annotations
@@ -177,9 +179,9 @@ def rewrite(loop: For, plan: AheadPlan) -> list[Op]:
 
 
 def issue_dot_ahead(kernel: Kernel) -> Kernel:
-    """Every loop of plan_ahead's form rewritten (see the module docstring), where
-    registers allow or the launch option `dot_ahead` asks for it."""
-    if kernel.dot_ahead is False:
+    """Every loop of plan_ahead's form rewritten (see the module docstring) where the
+    launch option `dot_ahead=True` asks for it and registers allow."""
+    if not kernel.dot_ahead:
         return kernel
     outer: dict = {}
     for op in kernel.walk():
@@ -192,7 +194,7 @@ def issue_dot_ahead(kernel: Kernel) -> Kernel:
         for op in region.ops:
             op = op.map_regions(block)
             plan = plan_ahead(op, outer) if isinstance(op, For) else None
-            if plan is not None and (kernel.dot_ahead or fits_registers(plan, op, kernel.num_warps)):
+            if plan is not None and fits_registers(plan, op, kernel.num_warps):
                 ops.extend(rewrite(op, plan))
                 changed.append(op)
                 continue

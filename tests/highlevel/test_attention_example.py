@@ -71,8 +71,7 @@ def test_k_and_v_are_staged_by_cp_async_and_p_stays_in_registers(causal):
     stores = [op for op in ops if isinstance(op, SharedStore)]
     assert len(stores) == 1  # Q, once, before the loops
     wgmmas = [op for op in ops if isinstance(op, WarpgroupMma)]
-    # Q K^T of the first block before the loop (issue_dot_ahead), then Q K^T and P V in it.
-    assert [is_tensor(op.a) for op in wgmmas] == [False, False, True] * loops
+    assert [is_tensor(op.a) for op in wgmmas] == [False, True] * loops
     # K^T is read as loaded: no register permute, no conversion of a 16-bit tile but the
     # output's (cast from the fp32 accumulator, then converted for the store).
     assert not any(isinstance(op, Permute) for op in ops)

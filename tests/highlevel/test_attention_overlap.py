@@ -3,7 +3,7 @@ before this block's softmax (attention's S = Q K^T one iteration ahead), carryin
 flight. Golden IR of the pass on a small two-dot loop; the emulator (races, in-flight
 reads, cp.async copies read before their wait) runs it and the attention example against
 numpy float64 over tiles, warps, stages, causal and tails, and flags the schedule with a
-wait count one too high; the default applies where registers allow and ptxas assembles
+wait count one too high; the option applies where registers allow and ptxas assembles
 the benchmark's tightest configs without spills."""
 
 import dataclasses
@@ -62,7 +62,7 @@ def make_chain():
 CHAIN_SIGNATURE = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "out_ptr": "*fp32", "N": "i32"}
 
 
-def until_ahead(stages=3, dot_ahead=None):
+def until_ahead(stages=3, dot_ahead=True):
     """The chain kernel after the tile passes up to issue_dot_ahead, verified after each."""
     kernel = build_kernel(make_chain(), CHAIN_SIGNATURE, dict(D=16, BLOCK_M=64, BLOCK_N=16, STAGES=stages), 4,
                           {name: "divisible_by_16" for name in CHAIN_SIGNATURE}, language="highlevel")
@@ -83,10 +83,10 @@ def chain_reference(q, k, v, block_n):
     return acc
 
 
-def run_chain(kernel, n, stages, **options):
+def run_chain(kernel, n, stages, dot_ahead=True):
     q, k, v = ((0.25 * RNG.standard_normal(shape)).astype(np.float16) for shape in ((64, 16), (n, 16), (n, 16)))
     out = np.zeros((64, 16), np.float32)
-    kernel[(1,)](q, k, v, out, n, D=16, BLOCK_M=64, BLOCK_N=16, STAGES=stages, num_warps=4, **options)
+    kernel[(1,)](q, k, v, out, n, D=16, BLOCK_M=64, BLOCK_N=16, STAGES=stages, num_warps=4, dot_ahead=dot_ahead)
     return out, chain_reference(q, k, v, 16)
 
 
@@ -177,19 +177,20 @@ def test_attention_ahead_on_the_emulator_property(config, stages, causal, blocks
     np.testing.assert_allclose(lse, expected_lse, atol=1e-4, rtol=1e-5)
 
 
-def ahead_loops(head_dim, block, num_warps, causal=False):
-    """How many of the example's loops issue_dot_ahead rewrote by default (each rewritten
-    one has a third wgmma, its first S before it)."""
+def ahead_loops(head_dim, block, num_warps, causal=False, **options):
+    """How many of the example's loops issue_dot_ahead rewrote (each rewritten one has a
+    third wgmma, its first S before it)."""
     kernel = compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(head_dim, block, causal),
-                            SPECIALIZATION, {"num_warps": num_warps, "target": "emulator", "num_stages": 3})
+                            SPECIALIZATION, {"num_warps": num_warps, "target": "emulator", "num_stages": 3, **options})
     loops = sum(isinstance(op, For) for op in kernel.body.ops)
     return sum(isinstance(op, WarpgroupMma) for op in kernel.walk()) - 2 * loops
 
 
-def test_on_by_default_where_the_tiles_fit_registers():
-    assert ahead_loops(64, (128, 64), 8, causal=True) == 2  # 2 x 32 + 32 accumulator registers a thread
-    assert ahead_loops(128, (128, 128), 8) == 1  # 2 x 64 + 64
-    assert ahead_loops(64, (128, 128), 4) == 0  # 2 x 128 + 64: more than a thread's budget
+def test_off_by_default_and_on_where_asked_and_the_tiles_fit_registers():
+    assert ahead_loops(64, (128, 64), 8) == 0
+    assert ahead_loops(64, (128, 64), 8, causal=True, dot_ahead=True) == 2  # 2 x 32 + 32 registers a thread
+    assert ahead_loops(128, (128, 128), 8, dot_ahead=True) == 1  # 2 x 64 + 64
+    assert ahead_loops(64, (128, 128), 4, dot_ahead=True) == 0  # 2 x 128 + 64: more than a thread's budget
 
 
 def test_dot_ahead_must_be_a_bool():
@@ -204,11 +205,11 @@ def test_dot_ahead_must_be_a_bool():
                                                                       (128, (128, 128), 8, 3, False)])
 def test_tightest_benchmark_configs_assemble_without_spills(head_dim, block, num_warps, stages, causal):
     """benchmarks/highlevel_attention.py's configs with the most accumulator registers a
-    thread, with the rewrite on by default: two S tiles in flight and no spills."""
+    thread, with dot_ahead=True: two S tiles in flight and no spills."""
     compiled = attention_example.attention_kernel.compile(signature=SIGNATURE,
                                                           constexprs=constexprs(head_dim, block, causal),
                                                           num_warps=num_warps, num_stages=stages,
-                                                          specialization=SPECIALIZATION)
+                                                          specialization=SPECIALIZATION, dot_ahead=True)
     assert compiled.asm["layout"].count("= warpgroup_mma ") == 3 * (2 if causal else 1)
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
 
