@@ -9,9 +9,10 @@ Every system is checked against float32 torch (benchmarks/attention.reference) b
 is timed; then the right ones are timed by CUDA-graph replay (attention._time, do_bench's
 window) and by triton.testing.do_bench on the eager call, in ROUNDS interleaved rounds
 (medians). Both compilers run the same configs (BLOCK_M x BLOCK_N, warps, stages), each
-named in the table. `weft.hl` runs weft's default schedule, `weft.hl.ahead` the same
-source with `dot_ahead=True` (issue_dot_ahead: the next block's Q K^T issued before this
-block's softmax). Triton is imported lazily: without it its columns say why, and the
+named in the table. `weft.hl` runs weft's default schedule (issue_dot_ahead: Q K^T of
+block j issued with P V of block j - 1, the softmax of j beside that P V, where the tiles
+fit the registers), `weft.hl.serial` the same source with `dot_ahead=False` (each block's
+dots in its own iteration, as Triton schedules them). Triton is imported lazily: without it its columns say why, and the
 do_bench times are left out. The JSON goes to --out, or to $OUT/highlevel_attention.json
 when OUT is set.
 """
@@ -55,7 +56,7 @@ def find_systems(torch, causal: bool, head_dim: int) -> dict:
         triton_kernel = "Triton unavailable: " + _reason(error)
     for block_m, block_n, warps, stages in CONFIGS[head_dim]:
         config = f"{block_m}x{block_n} w{warps} s{stages}"
-        for name, kernel, dot_ahead in (("weft.hl", None, None), ("weft.hl.ahead", None, True),
+        for name, kernel, dot_ahead in (("weft.hl", None, None), ("weft.hl.serial", None, False),
                                         ("triton", triton_kernel, None)):
             if isinstance(kernel, str):
                 found[f"{name} {config}"] = kernel
@@ -154,7 +155,7 @@ def run(quick: bool = False, out_path: str | None = None) -> dict:
                                    forward_flops(batch, heads, seq, head_dim, causal)))
             for kind in ("graph", "do_bench"):
                 mine = best(row, "weft.hl", kind)
-                for other in ("triton", "weft.ll", "cudnn", "weft.hl.ahead"):
+                for other in ("triton", "weft.ll", "cudnn", "weft.hl.serial"):
                     theirs = best(row, other, kind)
                     if mine and theirs:
                         row[f"hl_over_{other}_{kind}"] = mine / theirs

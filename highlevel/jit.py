@@ -39,7 +39,8 @@ def check_num_stages(name: str, num_stages: Any) -> int:
 
 def check_dot_ahead(name: str, dot_ahead: Any) -> bool:
     if not isinstance(dot_ahead, bool):
-        raise ValueError(f"kernel '{name}': dot_ahead must be True or False (or left out: off), got {dot_ahead!r}")
+        raise ValueError(f"kernel '{name}': dot_ahead must be True or False (or left out: on where registers "
+                         f"allow), got {dot_ahead!r}")
     return dot_ahead
 
 

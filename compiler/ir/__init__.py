@@ -55,8 +55,9 @@ class Kernel:
     # The launch option num_stages (highlevel): the stages a dot loop without
     # tl.range(num_stages=) is pipelined over (None or below 2: not pipelined).
     num_stages: Optional[int] = None
-    # The launch option dot_ahead (highlevel): True asks for issue_dot_ahead's schedule
-    # (where registers allow); False or None leave it off.
+    # The launch option dot_ahead (highlevel): False keeps attention-style loops out of
+    # issue_dot_ahead's schedule; True or None leave it to the pass (on where the tiles
+    # fit the registers).
     dot_ahead: Optional[bool] = None
 
     def walk(self) -> Iterator[Op]:

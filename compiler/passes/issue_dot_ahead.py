@@ -34,8 +34,9 @@ softmax cannot reuse its registers), and nothing is in flight across the back ed
 ptxas keeps the wgmmas asynchronous. The copies keep pipeline_dot_loops' counts: S - 1
 groups before the loop, one an iteration (block 0's in the peeled part). P V of j - 1
 reads V's slot (j - 1) % S, which the refill of the same iteration overwrites only after
-that dot's wait. Selected by the launch option `dot_ahead=True` (`Kernel.dot_ahead`),
-for loops whose tiles fit the registers (`fits_registers`).
+that dot's wait. On by default for loops whose tiles fit the registers
+(`fits_registers`); the launch option `dot_ahead=False` (`Kernel.dot_ahead`) keeps the
+loop as pipeline_dot_loops left it.
 """
 
 from __future__ import annotations
@@ -327,8 +328,8 @@ def rewrite(loop: For, split: Split) -> list[Op]:
 
 def issue_dot_ahead(kernel: Kernel) -> Kernel:
     """Every loop plan_split matches whose tiles fit the registers rewritten (see the
-    module docstring), under the launch option `dot_ahead=True`."""
-    if not kernel.dot_ahead:
+    module docstring), unless the launch option `dot_ahead=False` asks not to."""
+    if kernel.dot_ahead is False:
         return kernel
     changed = []
 

@@ -66,12 +66,14 @@ def test_k_and_v_are_staged_by_cp_async_and_p_stays_in_registers(causal):
                             SPECIALIZATION, {"num_warps": 8, "target": "emulator", "num_stages": 3})
     ops = list(kernel.walk())
     loops = 2 if causal else 1
-    # Per loop: K and V for iterations 0 and 1 before it, and for i + 2 in it.
-    assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in ops) == 6 * loops
+    # Per loop: K and V for iterations 0 and 1 before it, for 2 in block 0 (peeled before it
+    # by issue_dot_ahead), and for i + 2 in it.
+    assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in ops) == 8 * loops
     stores = [op for op in ops if isinstance(op, SharedStore)]
     assert len(stores) == 1  # Q, once, before the loops
     wgmmas = [op for op in ops if isinstance(op, WarpgroupMma)]
-    assert [is_tensor(op.a) for op in wgmmas] == [False, True] * loops
+    # issue_dot_ahead: block 0's Q K^T before the loop, Q K^T and P V in it, the last P V after.
+    assert [is_tensor(op.a) for op in wgmmas] == [False, False, True, True] * loops
     # K^T is read as loaded: no register permute, no conversion of a 16-bit tile but the
     # output's (cast from the fp32 accumulator, then converted for the store).
     assert not any(isinstance(op, Permute) for op in ops)

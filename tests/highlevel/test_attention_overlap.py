@@ -1,5 +1,6 @@
 """issue_dot_ahead: a pipelined loop of two chained dots issues Q K^T of block j with P V
-of block j - 1, so block j's softmax runs while that P V is in flight (dot_ahead=True).
+of block j - 1, so block j's softmax runs while that P V is in flight (by default where
+the tiles fit the registers; dot_ahead=False keeps the loop serial).
 Golden IR of the pass on a small two-dot loop; the emulator (races, in-flight reads,
 cp.async copies read before their wait) runs it and the attention example against numpy
 float64 over tiles, warps, stages, head_dim, causal and tails, and flags the schedule
@@ -204,10 +205,10 @@ def ahead_loops(causal, num_warps=8, **options):
     return (len(wgmmas(kernel.walk())) - 2 * loops) // 2
 
 
-def test_off_by_default_and_on_every_loop_when_asked_where_the_tiles_fit_registers():
-    assert ahead_loops(False) == 0
-    assert ahead_loops(True, dot_ahead=True) == 2  # 32 + 32 + 16 registers a thread
+def test_on_by_default_where_the_tiles_fit_registers_and_off_when_asked():
+    assert ahead_loops(True) == 2  # 32 + 32 + 16 registers a thread
     assert ahead_loops(True, num_warps=4, dot_ahead=True) == 0  # 64 + 64 + 32: past the budget
+    assert ahead_loops(False, dot_ahead=False) == 0
 
 
 def test_dot_ahead_must_be_a_bool():
