@@ -282,8 +282,8 @@ def rewrite(loop: For, split: Split) -> list[Op]:
     kept = [peeled.get(v, v) for v in yield_.values]
     kept[split.acc_index] = loop.inits[split.acc_index]
     zeros = [_zero(type_, loc) for type_ in operand_types]
-    first = tuple(Value(v.type, v.hint) for v in kept) + tuple(Value(t) for t in operand_types)
-    out.ops.append(If(results=first, condition=exists,
+    after_block_0 = tuple(Value(v.type, v.hint) for v in kept) + tuple(Value(t) for t in operand_types)
+    out.ops.append(If(results=after_block_0, condition=exists,
                       then_body=Block((), tuple(then.ops) + (Yield(values=tuple(kept) + operands, loc=loc),)),
                       else_body=Block((), tuple(zeros) + (Yield(values=tuple(loop.inits) + tuple(
                           zero.result for zero in zeros), loc=loc),)), loc=loc))
@@ -312,7 +312,7 @@ def rewrite(loop: For, split: Split) -> list[Op]:
     results[split.acc_index] = Value(acc_arg.type, acc_arg.hint)
     results += [Value(t) for t in operand_types]
     lower = out.emit(Binary, i32, kind="add", lhs=loop.lower, rhs=loop.step)
-    out.ops.append(dataclasses.replace(loop, lower=lower, inits=first, results=tuple(results),
+    out.ops.append(dataclasses.replace(loop, lower=lower, inits=after_block_0, results=tuple(results),
                                        body=Block(body.args + carried, tuple(new_body.ops))))
 
     # The last block's P V, where there was a block.
