@@ -9,7 +9,10 @@ Every system is checked against float32 torch (benchmarks/attention.reference) b
 is timed; then the right ones are timed by CUDA-graph replay (attention._time, do_bench's
 window) and by triton.testing.do_bench on the eager call, in ROUNDS interleaved rounds
 (medians). Both compilers run the same configs (BLOCK_M x BLOCK_N, warps, stages), each
-named in the table. Triton is imported lazily: without it its columns say why, and the
+named in the table. `weft.hl` runs weft's default schedule (each block's dots in its own
+iteration, as Triton schedules them), `weft.hl.ahead` the same source with `dot_ahead=True`
+(issue_dot_ahead: Q K^T of block j issued with P V of block j - 1, the softmax of j beside
+that P V, where the tiles fit the registers). Triton is imported lazily: without it its columns say why, and the
 do_bench times are left out. The JSON goes to --out, or to $OUT/highlevel_attention.json
 when OUT is set.
 """
@@ -53,14 +56,16 @@ def find_systems(torch, causal: bool, head_dim: int) -> dict:
         triton_kernel = "Triton unavailable: " + _reason(error)
     for block_m, block_n, warps, stages in CONFIGS[head_dim]:
         config = f"{block_m}x{block_n} w{warps} s{stages}"
-        for name, kernel in (("weft.hl", None), ("triton", triton_kernel)):
+        for name, kernel, dot_ahead in (("weft.hl", None, None), ("weft.hl.ahead", None, True),
+                                        ("triton", triton_kernel, None)):
             if isinstance(kernel, str):
                 found[f"{name} {config}"] = kernel
                 continue
             found[f"{name} {config}"] = (
-                lambda q, k, v, scale, kernel=kernel, block=(block_m, block_n), warps=warps, stages=stages:
-                attention_example.attention(q, k, v, causal, scale, block=block, num_warps=warps,
-                                            num_stages=stages, kernel=kernel)[0])
+                lambda q, k, v, scale, kernel=kernel, block=(block_m, block_n), warps=warps, stages=stages,
+                dot_ahead=dot_ahead: attention_example.attention(q, k, v, causal, scale, block=block, num_warps=warps,
+                                                                 num_stages=stages, kernel=kernel,
+                                                                 dot_ahead=dot_ahead)[0])
     try:
         from weft.kernels.attention import flash_attention
 
@@ -150,7 +155,7 @@ def run(quick: bool = False, out_path: str | None = None) -> dict:
                                    forward_flops(batch, heads, seq, head_dim, causal)))
             for kind in ("graph", "do_bench"):
                 mine = best(row, "weft.hl", kind)
-                for other in ("triton", "weft.ll", "cudnn"):
+                for other in ("triton", "weft.ll", "cudnn", "weft.hl.ahead"):
                     theirs = best(row, other, kind)
                     if mine and theirs:
                         row[f"hl_over_{other}_{kind}"] = mine / theirs
@@ -179,9 +184,9 @@ def print_table(results) -> None:
                 continue
             if "graph_tflops" in cell:
                 eager = f"{cell['do_bench_tflops']:.0f}" if "do_bench_tflops" in cell else "-"
-                print(f"  {name:<26}{cell['graph_tflops']:>7.0f} /{eager:>5}   (error {cell['error']:.1e})")
+                print(f"  {name:<30}{cell['graph_tflops']:>7.0f} /{eager:>5}   (error {cell['error']:.1e})")
             else:
-                print(f"  {name:<26}    ERR  {cell.get('failure', '')[:140]}")
+                print(f"  {name:<30}    ERR  {cell.get('failure', '')[:140]}")
         ratios = [f"{key[len('hl_over_'):]} {row[key]:.2f}" for key in row if key.startswith("hl_over_")]
         print("  best weft.hl over: " + (", ".join(ratios) if ratios else "-"))
 

@@ -25,6 +25,7 @@ from .passes.axis_analysis import format_axis_info
 from .passes.coalesce import coalesce
 from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.insert_barriers import insert_barriers
+from .passes.issue_dot_ahead import issue_dot_ahead
 from .passes.issue_dots_early import issue_dots_early
 from .passes.lower_tiles import lower_tiles
 from .passes.merge_wgmma_waits import merge_wgmma_waits
@@ -43,6 +44,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("coalesce", coalesce),                        # axis facts pick each global access's layout
     ("accelerate_dots", accelerate_dots),          # before propagation: a wgmma's accumulator is an anchor
     ("pipeline_dot_loops", pipeline_dot_loops),    # the dots' operand stores are known; copies take their layouts
+    ("issue_dot_ahead", issue_dot_ahead),          # on pipelined loops: the rings and the in-flight dot exist
     ("issue_dots_early", issue_dots_early),        # after the loops' waits are placed: moves a dot, lowers a wait
     ("warp_specialize_epilogues", warp_specialize_epilogues),  # a split loop's epilogue joins its consumers
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors

@@ -118,10 +118,11 @@ def attention_kernel(Q, K, V, Out, Lse, sm_scale,
 
 
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, block=(128, 64), num_warps: int = 8,
-              num_stages: int | None = None, kernel=None):
+              num_stages: int | None = None, kernel=None, dot_ahead: bool | None = None):
     """softmax(q k^T * sm_scale) v over [Z, H, n_ctx, HEAD_DIM] arrays (fp16 or bf16), and
     the rows' log2-sum-exp2; `kernel` another compiler's launchable attention_kernel (the
-    benchmark passes Triton's), else this module's."""
+    benchmark passes Triton's), else this module's; `dot_ahead` weft's launch option
+    (issue_dot_ahead: the next block's Q K^T issued before this block's softmax)."""
     z, h, n_ctx, head_dim = q.shape
     sm_scale = head_dim ** -0.5 if sm_scale is None else sm_scale
     block_m, block_n = block
@@ -138,7 +139,8 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, bloc
         out = np.empty_like(q)
         lse = np.empty((z, h, n_ctx), np.float32)
     grid = (-(-n_ctx // block_m), z * h)
-    options = {"num_warps": num_warps, **({} if num_stages is None else {"num_stages": num_stages})}
+    options = {"num_warps": num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
+               **({} if dot_ahead is None else {"dot_ahead": dot_ahead})}
     (kernel or attention_kernel)[grid](q, k, v, out, lse, float(sm_scale), *element_strides(q), *element_strides(k),
                                        *element_strides(v), *element_strides(out), h, n_ctx, HEAD_DIM=head_dim,
                                        BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),

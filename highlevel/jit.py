@@ -25,6 +25,8 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     if options.get("issue_dots_early") is not None:
         kernel = dataclasses.replace(kernel, issue_dots_early=check_issue_dots_early(jit_fn.__name__,
                                                                                      options["issue_dots_early"]))
+    if options.get("dot_ahead") is not None:
+        kernel = dataclasses.replace(kernel, dot_ahead=check_dot_ahead(jit_fn.__name__, options["dot_ahead"]))
     if options.get("target") == "emulator":
         return pipeline.prepare_for_emulator(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())
@@ -42,6 +44,12 @@ def check_num_stages(name: str, num_stages: Any) -> int:
         raise ValueError(f"kernel '{name}': num_stages must be an int >= 0 (0 or 1: no pipelining), "
                          f"got {num_stages!r}")
     return num_stages
+
+
+def check_dot_ahead(name: str, dot_ahead: Any) -> bool:
+    if not isinstance(dot_ahead, bool):
+        raise ValueError(f"kernel '{name}': dot_ahead must be True or False (or left out: off), got {dot_ahead!r}")
+    return dot_ahead
 
 
 def jit(fn: Optional[Callable] = None, *, emulate_fn: Optional[Callable] = None,

@@ -148,9 +148,12 @@ def loop_text(kernel) -> str:
     return "\n".join(lines[start:end + 1]) + "\n"
 
 
-def test_the_pass_sits_right_after_pipeline_dot_loops():
+def test_the_pass_follows_the_loop_schedulers():
+    """After pipeline_dot_loops has placed the loops' waits and issue_dot_ahead has
+    reordered attention loops, before the passes that lower them."""
     names = [name for name, _ in pipeline.TILE_PASSES]
-    assert names.index("issue_dots_early") == names.index("pipeline_dot_loops") + 1
+    assert names.index("issue_dots_early") == names.index("issue_dot_ahead") + 1
+    assert names.index("issue_dot_ahead") == names.index("pipeline_dot_loops") + 1
 
 
 def test_golden_loop_after_issue_dots_early():

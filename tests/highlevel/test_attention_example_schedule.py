@@ -30,8 +30,11 @@ DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 
 
 def prepared(head_dim=64, block=(128, 64), causal=False, num_warps=8, stages=3):
+    """The example at `layout`, Q K^T issued in its own iteration (issue_dot_ahead off:
+    test_attention_overlap.py checks that schedule)."""
     return compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(head_dim, block, causal),
-                          SPECIALIZATION, {"num_warps": num_warps, "target": "emulator", "num_stages": stages})
+                          SPECIALIZATION, {"num_warps": num_warps, "target": "emulator", "num_stages": stages,
+                                           "dot_ahead": False})
 
 
 def per_iteration(loop: For) -> dict:

@@ -88,8 +88,8 @@ SPECIALIZATION = {name: "divisible_by_16" for name in SIGNATURE}
 
 def test_the_second_dot_reads_p_from_registers_with_no_shared_buffer():
     constexprs = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, BLOCK_L=64)
-    kernel = compile_kernel(chained_dots, SIGNATURE, constexprs, SPECIALIZATION,
-                            {"num_warps": 8, "target": "emulator", "num_stages": 3})
+    kernel = compile_kernel(chained_dots, SIGNATURE, constexprs, SPECIALIZATION,  # one dot of each (no peeling)
+                            {"num_warps": 8, "target": "emulator", "num_stages": 3, "dot_ahead": False})
     ops = list(kernel.walk())
     first, second = [op for op in ops if isinstance(op, WarpgroupMma)]
     assert not is_tensor(first.a) and is_tensor(second.a)
@@ -109,7 +109,7 @@ REGISTER_A_WGMMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\
 def test_the_ptx_uses_the_register_a_form_of_wgmma():
     constexprs = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, BLOCK_L=64)
     ptx = ptx_through_ptxas(chained_dots, SIGNATURE, constexprs, num_warps=8, num_stages=3,
-                            specialization=SPECIALIZATION)
+                            specialization=SPECIALIZATION, dot_ahead=False)  # one P V dot in the code
     register_a = REGISTER_A_WGMMA.findall(ptx)
     assert len(register_a) == 64 // 16  # the second dot's 4 K steps, one m64 tile per warpgroup
     assert "cp.async" in ptx
