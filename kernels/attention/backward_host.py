@@ -141,13 +141,14 @@ class BackwardConfig:
 
 # head_dim -> the keys split's tiles (BackwardConfig fields) with dQ by TMA reduce-add: two
 # consumers, each a band of 64 keys with all its columns at 64 and 128 (BLOCK_N = 128: S^T
-# and dP^T computed once per CTA); at 256 both on one band of 64 keys, 128 columns each
-# (each computes the band's S^T and dP^T, one launch), one Q/dO slot where dQ's boxes take
+# and dP^T computed once per CTA); at 256 both on one band of 64 keys, 128 columns each,
+# with split_scores (one computes the band's S^T and P^T, the other dP^T and dS^T: five
+# GEMMs a step where each computing both took seven), one Q/dO slot where dQ's boxes take
 # the room of a second. benchmarks/sweep_attention_backward.py times the alternatives.
 KEYS_SPLIT_TILES = {
     64: dict(block_n=128, consumers=2, stages=2),
     128: dict(block_n=128, consumers=2, stages=2),
-    256: dict(block_n=64, consumers=2, stages=1),
+    256: dict(block_n=64, consumers=2, stages=1, split_scores=True),
 }
 
 
