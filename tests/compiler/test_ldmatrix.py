@@ -3,6 +3,8 @@
 gives every lane load exactly the elements each lane's mma.sync words hold; what
 ldmatrix cannot load is refused."""
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,8 @@ from weft import lowlevel as ll
 from weft.compiler.backend.indexing import addressing_of, offset_map
 from weft.compiler.mma import ldmatrix_addresses, plan_mma_v2
 from weft.layouts import LinearLayout
+
+DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 
 
 def _offsets(layout: LinearLayout, register: int, lane: int, warp: int) -> int:
@@ -50,7 +54,7 @@ def _operand_offsets(operand: str, m: int, n: int, k: int, warps: tuple[int, int
     return offset_map(tensor, addressing), plan
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30 if DEEP else 10, deadline=None)
 @given(operand=st.sampled_from(["a", "b"]), swizzle=st.sampled_from([0, 32, 64, 128]),
        m_tiles=st.integers(0, 2), n_tiles=st.integers(0, 3), k_tiles=st.integers(0, 3),
        warps=st.sampled_from([(1, 1), (2, 1), (4, 1), (2, 2), (1, 4)]), xor_rows=st.integers(0, 3))

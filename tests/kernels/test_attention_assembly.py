@@ -16,6 +16,9 @@ from weft.kernels.attention.simple import flash_attention_forward
 from weft.compiler.backend import ptxas
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+# The causal kernels differ from the full ones by the diagonal's masked step; each family
+# keeps its full kernels in the default suite and its causal ones in the slow set (CI time).
+CAUSAL_IN_SLOW_SET = pytest.param(True, marks=pytest.mark.slow)
 
 
 def _compile(config: ForwardConfig, dtype: str, causal: bool, write_lse: bool = True, o_buffer: bool = False,
@@ -72,7 +75,7 @@ def _check_assembly(compiled, config: ForwardConfig):
 @pytest.mark.parametrize("replicated", [False, True])
 # fp16 builds the same kernel as bf16 but for the element type: in the slow set (CI time).
 @pytest.mark.parametrize("dtype", ["bf16", pytest.param("fp16", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", [False, CAUSAL_IN_SLOW_SET])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replicated):
     """Both consumer layouts: a partition per warpgroup, and one replicated partition
@@ -100,7 +103,7 @@ def test_every_variant_assembles_without_spills(head_dim, causal, dtype, replica
 
 
 @needs_ptxas
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", [False, CAUSAL_IN_SLOW_SET])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_conditional_rescale_either_way_assembles_without_spills(head_dim, causal):
     """PingpongConfig.conditional_rescale the other way from its default for the head dim: on
@@ -117,7 +120,7 @@ def test_conditional_rescale_either_way_assembles_without_spills(head_dim, causa
 
 @needs_ptxas
 @pytest.mark.parametrize("spare_q", [False, True])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", [False, CAUSAL_IN_SLOW_SET])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_persistent_buffering_variants_assemble_without_spills(head_dim, causal, spare_q):
     """What persistent CTAs run: O through its own buffer for head_dim 64 and 128, and
@@ -150,7 +153,7 @@ def test_other_configs_assemble_without_spills(config):
 
 
 @needs_ptxas
-@pytest.mark.parametrize("head_dim", [128, 256])
+@pytest.mark.parametrize("head_dim", [pytest.param(128, marks=pytest.mark.slow), 256])  # 128: CI time
 def test_cluster_variants_assemble_without_spills(head_dim):
     """Two CTAs sharing K/V (PingpongConfig.cluster): each issues half of a tile's boxes as
     multicast loads, and its consumers release slots on both CTAs' barriers."""
