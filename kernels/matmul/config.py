@@ -13,6 +13,7 @@ MAX_SPLIT_K = 32
 MIN_PART_STEPS = 4   # K steps a split-K part keeps at least: its ring must fill before it drains
 DECODE_ROWS = 64     # M up to one warpgroup's wgmma rows: the decode class
 LONG_K = 4           # K at least this many times max(M, N): the long-K class
+BLOCK_NS = (8, 16, 32, 64, 128, 192, 256)  # wgmma widths whose tiles split into whole TMA boxes
 FILL = 0.9           # wave efficiency under which tile shapes that fill the waves join
 
 
@@ -38,14 +39,18 @@ class Config:
         if self.block_m != 16 * self.num_warps:
             raise ValueError(f"Config.block_m must be 16 x num_warps = {16 * self.num_warps} "
                              f"(each warp owns 16 rows of the wgmma tile), got {self.block_m}")
-        if self.block_n % 8 or not 8 <= self.block_n <= 256 or self.block_n & (self.block_n - 1):
-            raise ValueError(f"Config.block_n must be a power of two from 8 to 256, got {self.block_n}")
+        if self.block_n not in BLOCK_NS:
+            raise ValueError(f"Config.block_n must be one of {BLOCK_NS} (a power of two, or 192: three "
+                             f"128-byte swizzle columns of 16-bit elements), got {self.block_n}")
         if self.block_k not in (32, 64, 128, 256):
             raise ValueError(f"Config.block_k must be 32, 64, 128 or 256, got {self.block_k}")
         if not 2 <= self.stages <= 8:
             raise ValueError(f"Config.stages must be 2..8, got {self.stages}")
         if self.group_m < 1:
             raise ValueError(f"Config.group_m must be positive, got {self.group_m}")
+        if self.block_n == 192 and (self.split_k > 1 or self.variant != "warp_specialized"):
+            raise ValueError(f"Config.block_n=192 (two_piece.py) has only the warp-specialized unsplit "
+                             f"kernel: use split_k=1 and variant='warp_specialized', got {self}")
         if self.split_reduce not in SPLIT_REDUCES:
             raise ValueError(f"Config.split_reduce must be one of {SPLIT_REDUCES}, got {self.split_reduce!r}")
         if self.split_reduce == "tma" and self.split_k == 1:

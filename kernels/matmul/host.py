@@ -15,6 +15,7 @@ from .config import Config, configs_for, staged_columns
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
 from .split_k_tma import FINISH_BLOCK, FINISH_WARPS, finish_split, reduce_add_split_k_matmul
+from .two_piece import B_BOX_N, LEFT_N, RIGHT_N, two_piece_matmul
 
 _INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
 _OUTPUT_BITS = {"fp16": 16, "bf16": 16, "fp32": 32}
@@ -104,7 +105,9 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
     row = 1024 // in_bits  # elements in a 128-byte swizzle row
     a_desc = TensorDescriptor.from_tensor(a, [config.block_m, config.block_k], swizzled_in)
     if k_major:
-        b_desc = TensorDescriptor.from_tensor(b.T, [config.block_n, config.block_k], swizzled_in)
+        # Two-piece tiles take B^T in 64-row boxes, whole ones per piece (two_piece.py).
+        rows = B_BOX_N if config.block_n == LEFT_N + RIGHT_N else config.block_n
+        b_desc = TensorDescriptor.from_tensor(b.T, [rows, config.block_k], swizzled_in)
     else:
         b_desc = TensorDescriptor.from_tensor(b, [config.block_k, min(row, config.block_n)], swizzled_in)
     if c is None:  # C is written by another launch (TMA-reduced split-K)
@@ -134,7 +137,7 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
         return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
                 dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), c_desc, None, scratch)
     if config.variant == "warp_specialized":
-        kernel = warp_specialized_matmul
+        kernel = two_piece_matmul if config.block_n == LEFT_N + RIGHT_N else warp_specialized_matmul
         common["PRODUCER_REGS"] = config.producer_regs
     else:
         kernel = pipelined_matmul
