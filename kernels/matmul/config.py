@@ -126,7 +126,7 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       atomic and with TMA adds, and a TMA-reduced 128x256 one (the autotuner weighs
       their workspace traffic against the idle SMs they save); and where neither
       128x256 nor 128x128 tiles fill FILL of their waves, the unsplit tile shapes of
-      `WAVE_FILLING_TILES` that do.
+      `WAVE_FILLING_TILES` that do (128x192 first: whole waves of large tiles).
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
     if m is not None and sm_count is not None:
@@ -152,9 +152,10 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
     return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
 
 
-# Narrower unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part
-# empty: more tiles, so the last wave is fuller.
-WAVE_FILLING_TILES = ((128, 64), (64, 128))
+# Other unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part
+# empty: 128x192 (two_piece.py; 1000 x 3000 makes 128 of them, one wave on 132 SMs) and
+# narrower ones, whose more tiles fill the last wave better.
+WAVE_FILLING_TILES = ((128, 192), (128, 64), (64, 128))
 
 
 def _wide_reduce_add(m: int, n: int, k_steps: int, sm_count: int, block_k: int, max_waves: int) -> list[Config]:

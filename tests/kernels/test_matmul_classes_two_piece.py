@@ -1,7 +1,8 @@
 """kernels/matmul's 192-column tiles (two_piece.py: a 128- and a 64-wide accumulator per
 tile): on the CPU emulator against numpy float64 (tails in M, N and K, B [K, N] and
 [N, K], fp16 and bf16, fp16 and fp32 output), ptxas (no spills, two wgmmas per k16
-step), Config's checks, and on the GPU against float32 torch."""
+step), Config's checks, the chooser's rule (128x192 candidates where they fill the
+waves that 128x256 and 128x128 tiles leave part empty), and on the GPU against float32 torch."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weft.compiler.backend import ptxas
-from weft.kernels.matmul import Config, matmul, reference_matmul
+from weft.kernels.matmul import Config, configs_for, matmul, reference_matmul
 from weft.kernels.matmul.config import SHARED_LIMIT, _deepest, shared_bytes
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
@@ -81,6 +82,28 @@ def test_two_piece_stages_fit_shared_memory():
     assert _deepest(Config(128, 192, 64, 8, group_m=8), 16, 16).stages == 4
     assert _deepest(Config(128, 192, 64, 8, group_m=8), 16, 32).stages == 3
     assert shared_bytes(Config(128, 192, 64, 4), 16, 16) <= SHARED_LIMIT
+
+
+H100_SMS = 132
+
+
+@pytest.mark.parametrize("in_bits, out_bits, stages", [(16, 16, 4), (8, 16, 4), (16, 32, 3)])
+def test_shapes_whose_waves_128x192_tiles_fill_get_them(in_bits, out_bits, stages):
+    """1000 x 3000: 96 128x256 tiles and 192 128x128 ones fill 73% of their waves on 132
+    SMs, 128 128x192 tiles 97% of one: a candidate, as deep as shared memory allows."""
+    wide = [c for c in configs_for(in_bits, out_bits, 1000, 3000, 5000, H100_SMS) if c.block_n == 192]
+    assert wide == [Config(128, 192, 1024 // in_bits, stages, group_m=8)]
+    assert shared_bytes(wide[0], in_bits, out_bits) <= SHARED_LIMIT
+
+
+@pytest.mark.parametrize("m, n, sm_count", [
+    (4096, 4096, H100_SMS), (8192, 8192, H100_SMS),  # 128x256 tiles fill 97% of their waves
+    (4095, 4097, H100_SMS),                          # 128x128 tiles fill 8 waves exactly
+    (128, 11008, H100_SMS),                          # 58 128x192 tiles fill under half a wave
+    (1000, 3000, 96),                                # 192 128x128 tiles: two full waves on 96 SMs
+])
+def test_shapes_other_tiles_fill_get_no_128x192_candidate(m, n, sm_count):
+    assert not [c for c in configs_for(16, 16, m, n, 4096, sm_count) if c.block_n == 192]
 
 
 # ------------------------------------------------------------------ ptxas
