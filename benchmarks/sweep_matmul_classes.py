@@ -5,8 +5,8 @@ kernels/matmul/config.py's `configs_for` rules from measurements.
 
 Per shape: cuBLAS (torch.matmul), weft's autotuned pick ("weft") and every candidate, each
 forced with `config=`: those `configs_for` gives the shape, and the `extra_candidates`
-below (split counts over 1 to 8 waves of SMs, the other reduce, 128x192 tiles, stage
-and group counts). Each output is checked against a float32 torch reference first (a
+below (split counts over 1 to 4 waves of SMs, the other reduce, 128x192 tiles, gemv
+strips at M = 1, stage and group counts). Each output is checked against a float32 torch reference first (a
 wrong or failing candidate is reported and not timed); then all are timed in
 interleaved rounds, by CUDA-graph replays and by do_bench on the Python call
 (matmul_classes.py's `_graph_ms` and `_bench_ms`). ratio = cuBLAS time / the
@@ -33,7 +33,7 @@ ROUNDS = 2
 TOLERANCE = 2e-2  # max |error| / max |reference|, bf16 output
 
 
-def extra_candidates(m: int, n: int, k: int, sm_count: int, in_bits: int) -> list:
+def extra_candidates(m: int, n: int, k: int, sm_count: int, in_bits: int, b_k_major: bool) -> list:
     """Configs beside `configs_for`'s for an [m, k] x [k, n] problem: in its class, the
     neighbours of the chooser's picks (the most K parts within 1, 2 and 4 waves, the
     other way of adding parts, wider and narrower tiles, stages, groups)."""
@@ -50,6 +50,12 @@ def extra_candidates(m: int, n: int, k: int, sm_count: int, in_bits: int) -> lis
         return max(1, min(waves * sm_count // tiles, k_steps // MIN_PART_STEPS, MAX_SPLIT_K))
 
     extras = []
+    if m == 1:  # gemv: the other strip shapes, and K split in halves and doubles of configs_for's
+        strips = ((16, 512), (32, 512), (16, 1024)) if b_k_major else ((64, 128), (128, 64), (32, 256))
+        for strip_n, strip_k in strips:
+            for per_sm in (4, 8, 16):
+                parts = max(1, min(-(-per_sm * sm_count // -(-n // strip_n)), k // (2 * strip_k), MAX_SPLIT_K))
+                extras.append(Config(1, strip_n, strip_k, num_warps=4, group_m=1, variant="gemv", split_k=parts))
     if m <= DECODE_ROWS:
         for block_n in (64, 128, 256):
             for waves in (1, 2, 4):
@@ -83,12 +89,13 @@ def extra_candidates(m: int, n: int, k: int, sm_count: int, in_bits: int) -> lis
     return [_deepest(config, in_bits, 16) for config in extras]
 
 
-def candidates_for(m: int, n: int, k: int, sm_count: int, in_bits: int) -> list:
+def candidates_for(m: int, n: int, k: int, sm_count: int, in_bits: int, b_k_major: bool) -> list:
     """`configs_for`'s candidates, then the extras, without repeats."""
     from weft.kernels.matmul import configs_for
     from weft.kernels.matmul.config import SHARED_LIMIT, shared_bytes
 
-    configs = configs_for(in_bits, in_bits, m, n, k, sm_count) + extra_candidates(m, n, k, sm_count, in_bits)
+    configs = configs_for(in_bits, in_bits, m, n, k, sm_count, b_k_major=b_k_major) + \
+        extra_candidates(m, n, k, sm_count, in_bits, b_k_major)
     return [c for c in dict.fromkeys(configs) if shared_bytes(c, in_bits, in_bits) <= SHARED_LIMIT]
 
 
@@ -102,7 +109,7 @@ def sweep_shape(torch, shape_class: str, m: int, n: int, k: int, layout: str, sm
     scale = ref.abs().max().clamp_min(1e-6)
     configs = {}
     systems = {"cublas": lambda: torch.matmul(a, b), "weft": lambda: matmul(a, b)}
-    for config in candidates_for(m, n, k, sm_count, 16):
+    for config in candidates_for(m, n, k, sm_count, 16, layout == "nk"):
         name = f"weft {config_label(config)}"
         configs[name] = config
         systems[name] = lambda config=config: matmul(a, b, config=config)
