@@ -87,6 +87,36 @@ def test_split_gemv_leaves_its_workspace_zeroed():
         assert not workspace.any()
 
 
+@pytest.mark.parametrize("parts", [1, 3])
+def test_gemv_prepared_call_repeats_its_launches_on_a_new_c(parts):
+    """A repeated call repeats the recorded launches, C's pointer rebound: gemv's own
+    (unsplit), or gemv's into the kept workspace and finish_split's into C (split)."""
+    torch = pytest.importorskip("torch")
+    from weft.kernels.matmul import host
+    from weft.runtime import driver
+
+    from .fake_gpu import fake_gpu
+    from .test_host_fast_path import _Calls, _long_way_only, _normalized
+
+    a = torch.randn(1, 512).to(torch.bfloat16)
+    b = torch.randn(200, 512).to(torch.bfloat16).T
+    config = _gemv(16, 256, parts)
+    count = 1 if parts == 1 else 2
+    with fake_gpu() as fake, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(driver, "make_address_context_current", lambda address: None)
+        long_way = _Calls(patch, host)
+        matmul(a, b, config=config)
+        launches = len(fake.launches)
+        second = matmul(a, b, config=config)
+        repeated = fake.launches[-count:]
+        assert long_way.count == 1 and len(fake.launches) == launches + count
+        assert repeated[0]["grid"] == (-(-200 // 16), parts, 1)
+        with _long_way_only():
+            ref = matmul(a, b, config=config)
+        for i, launch in enumerate(repeated):
+            assert _normalized(fake, launch, (second,)) == _normalized(fake, fake.launches[i - count], (ref,))
+
+
 # ------------------------------------------------------------------ config and host checks
 def test_gemv_configs_say_what_is_wrong():
     with pytest.raises(ValueError, match="block_m must be 1"):
