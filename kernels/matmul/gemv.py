@@ -4,9 +4,11 @@ At M = 1 a matmul is a read of B at DRAM speed; wgmma tiles (64 rows at least) c
 63 rows of zeros and stage B through shared memory. Here each CTA reads a BLOCK_N-column
 strip of B straight into registers in 16-byte vectors (VEC elements a thread), multiplies
 by the A row and sums the products, for one K part of one row: grid (cdiv(N, BLOCK_N),
-SPLIT_K, M). One part (SPLIT_K = 1) writes C; more add their fp32 sums into a zeroed
-workspace with atomics, which split_k_tma.py's `finish_split` converts into C (zeroing
-it for the next launch), so that N / BLOCK_N x SPLIT_K CTAs fill the SMs.
+SPLIT_K, M). One part (SPLIT_K = 1) writes C. More (so that N / BLOCK_N x SPLIT_K CTAs
+keep enough loads in flight) add their fp32 sums into a zeroed workspace with atomics
+and count themselves in the strip's arrival counter, as split_k.py's units do: the
+last to arrive reads the sums back, writes them to C and leaves zeros behind, so one
+launch does it all and the next finds the workspace ready.
 
 B's tile follows its contiguous dimension so every load is a whole vector:
 - K-major B (B^T given as [N, K], as nn.Linear holds weights): [BLOCK_N, BLOCK_K], a warp
@@ -45,12 +47,13 @@ def gemv_tile_error(block_n: int, block_k: int, num_warps: int, vec: int, b_k_ma
 
 
 @ll.jit
-def gemv(a_ptr, b_ptr, c_ptr, N, K, stride_am, stride_b, stride_cm,
+def gemv(a_ptr, b_ptr, c_ptr, partial_ptr, arrivals_ptr, N, K, stride_am, stride_b, stride_cm,
          BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr, VEC: ll.constexpr, SPLIT_K: ll.constexpr,
          B_K_MAJOR: ll.constexpr, NUM_WARPS: ll.constexpr):
     """c[row, cols] (+)= A[row, K part] @ B[K part, cols]; stride_b: B's stride along its
-    non-contiguous dimension (N for K-major B, K for row-major). c is C (SPLIT_K = 1) or
-    the zeroed fp32 workspace the parts add into."""
+    non-contiguous dimension (N for K-major B, K for row-major). Split: partial_ptr is a
+    zeroed fp32 workspace of C's rows and row stride, arrivals_ptr zeroed int32 counters,
+    one per strip and row (neither is read unsplit)."""
     layout: ll.constexpr = gemv_layout(BLOCK_N, VEC, B_K_MAJOR, NUM_WARPS)
     col_layout: ll.constexpr = ll.SliceLayout(1 if B_K_MAJOR else 0, layout)
     k_layout: ll.constexpr = ll.SliceLayout(0 if B_K_MAJOR else 1, layout)
@@ -74,7 +77,17 @@ def gemv(a_ptr, b_ptr, c_ptr, N, K, stride_am, stride_b, stride_cm,
                         mask=(kk[:, None] < K) & (cols[None, :] < N), other=0.0)
             acc += b.to(ll.float32) * a[:, None]
     sums = ll.sum(acc, axis=1 if B_K_MAJOR else 0)
-    if SPLIT_K == 1:
-        ll.store(c_ptr + row * stride_cm + cols, sums.to(c_ptr.dtype.element_ty), mask=cols < N)
+    inside = cols < N
+    if SPLIT_K > 1:
+        at = partial_ptr + row * stride_cm + cols
+        ll.atomic_add(at, sums, mask=inside, sem="relaxed")
+        # Every thread's adds are issued before the CTA's one release below.
+        ll.barrier()
+        counter = arrivals_ptr + row * ll.num_programs(0) + ll.program_id(0)
+        if ll.atomic_add(counter, 1, sem="acq_rel") == SPLIT_K - 1:
+            total = ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
+            ll.store(at, ll.zeros([BLOCK_N], ll.float32, col_layout), mask=inside)
+            ll.atomic_xchg(counter, 0, sem="relaxed")
+            ll.store(c_ptr + row * stride_cm + cols, total.to(c_ptr.dtype.element_ty), mask=inside)
     else:
-        ll.atomic_add(c_ptr + row * stride_cm + cols, sums, mask=cols < N, sem="relaxed")
+        ll.store(c_ptr + row * stride_cm + cols, sums.to(c_ptr.dtype.element_ty), mask=inside)

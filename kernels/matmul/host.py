@@ -169,8 +169,8 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
 
 def _gemv_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config) -> tuple:
     """`_kernel_call` of a gemv config (gemv.py): grid (column strips, K parts, rows),
-    pointers in place of descriptors. Split, its parts add into a zeroed fp32 workspace
-    with C's row stride, which `finish_split` converts into C, as TMA-reduced split-K."""
+    pointers in place of descriptors; split, the parts add into the kept zeroed fp32
+    workspace (C's row stride) and count in its arrival counters (strips x rows)."""
     vec = 16 // a.element_size() if is_torch(a) else 16 // a.itemsize
     problem = gemv_tile_error(config.block_n, config.block_k, config.num_warps, vec, k_major)
     if problem is not None:
@@ -180,14 +180,11 @@ def _gemv_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config) -
     grid = (-(-n // config.block_n), config.split_k, m)
     kwargs = dict(BLOCK_N=config.block_n, BLOCK_K=config.block_k, VEC=vec, SPLIT_K=config.split_k,
                   B_K_MAJOR=k_major, NUM_WARPS=config.num_warps, num_warps=config.num_warps)
-    if config.split_k == 1:
-        return gemv, grid, (a, b, c, n, k, element_strides(a)[0], stride_b, stride_c), kwargs, None, None, ()
-    workspace = _split_scratch(a, m, stride_c, None)[0]
-    total = m * stride_c  # rows of 16 bytes: a multiple of 4
-    then = (finish_split, (-(-total // FINISH_BLOCK),), (workspace, _whole_rows(c, stride_c), total // 4),
-            dict(num_warps=FINISH_WARPS))
-    return (gemv, grid, (a, b, workspace, n, k, element_strides(a)[0], stride_b, stride_c), kwargs, None, then,
-            (workspace,))
+    # Unsplit, the workspace and counters are never read: a stands in (a is in the
+    # prepared call's signature, so a repeated launch still points at live memory).
+    scratch = _split_scratch(a, m, stride_c, grid[0] * m) if config.split_k > 1 else (a, a)
+    args = (a, b, c, *scratch, n, k, element_strides(a)[0], stride_b, stride_c)
+    return gemv, grid, args, kwargs, None, None, scratch if config.split_k > 1 else ()
 
 
 def _whole_rows(c, stride: int):
