@@ -6,12 +6,13 @@ kernels/matmul/config.py's `configs_for` rules from measurements.
 Per shape: cuBLAS (torch.matmul), weft's autotuned pick ("weft") and every candidate, each
 forced with `config=`: those `configs_for` gives the shape, and the `extra_candidates`
 below (split counts over 1 to 4 waves of SMs, the other reduce, 128x192 tiles, gemv
-strips at M = 1, stage and group counts). Each output is checked against a float32 torch reference first (a
-wrong or failing candidate is reported and not timed); then all are timed in
-interleaved rounds, by CUDA-graph replays and by do_bench on the Python call
-(matmul_classes.py's `_graph_ms` and `_bench_ms`), each system's best round kept. ratio = cuBLAS time / the
-candidate's (> 1: weft is faster). Shapes run hardest class first; past `--budget`
-seconds the remaining shapes are skipped (and say so), so the run stays bounded.
+strips at M = 1, stage and group counts). Each output is checked against a float32
+torch reference first (a wrong or failing candidate is reported and not timed); then
+all are timed in interleaved rounds, by CUDA-graph replays and by do_bench on the
+Python call (matmul_classes.py's `_graph_ms` and `_bench_ms`), each system's best
+round kept. ratio = cuBLAS time / the candidate's (> 1: weft is faster). Shapes run
+hardest class first; past `--budget` seconds the remaining shapes are skipped (and say
+so), so the run stays bounded.
 
 The JSON (`--out`) has one row per shape: every system's graph_us, bench_us, ratios,
 error and, for the candidates, the Config's fields; and the best candidate by each
