@@ -1,7 +1,10 @@
 """Sweep matmul configs on the shape classes of matmul_classes.py, beside cuBLAS, to choose
 kernels/matmul/config.py's `configs_for` rules from measurements.
 
-    python3 -m benchmarks.sweep_matmul_classes [--out sweep.json] [--only odd] [--budget 190]
+    python3 -m benchmarks.sweep_matmul_classes [--out sweep.json] [--only odd] [--budget 190] [--jobs 16]
+
+First `--jobs` processes compile every candidate at once (into the kernel cache), so that
+the timed pass spends its budget timing.
 
 Per shape: cuBLAS (torch.matmul), weft's autotuned pick ("weft") and every candidate, each
 forced with `config=`: those `configs_for` gives the shape, and the `extra_candidates`
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -100,6 +104,43 @@ def candidates_for(m: int, n: int, k: int, sm_count: int, in_bits: int, b_k_majo
     return [c for c in dict.fromkeys(configs) if shared_bytes(c, in_bits, in_bits) <= SHARED_LIMIT]
 
 
+_WARM_OPERANDS: dict = {}  # a warming worker's operands, per shape
+
+
+def _warm_one(task) -> None:
+    """Compile one candidate (into the disk cache) by running it once on zeros of its shape."""
+    import torch
+
+    from weft.kernels.matmul import matmul
+
+    m, n, k, layout, config = task
+    key = (m, n, k, layout)
+    if key not in _WARM_OPERANDS:
+        _WARM_OPERANDS.clear()
+        a = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
+        b = (torch.zeros(n, k, device="cuda", dtype=torch.bfloat16).t() if layout == "nk" else
+             torch.zeros(k, n, device="cuda", dtype=torch.bfloat16))
+        _WARM_OPERANDS[key] = a, b
+    try:
+        matmul(*_WARM_OPERANDS[key], config=config)
+        torch.cuda.synchronize()
+    except Exception:  # the timed pass reports it
+        pass
+
+
+def warm(shapes, sm_count: int, jobs: int) -> None:
+    """Compile every candidate of `shapes` in `jobs` processes at once (compiling is
+    single-threaded Python; the kernel cache's writes are atomic), so that the timed pass
+    finds them all in the cache."""
+    import multiprocessing
+
+    tasks = [(m, n, k, layout, config) for _, m, n, k, layout in shapes
+             for config in candidates_for(m, n, k, sm_count, 16, layout == "nk")]
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        for _ in pool.imap(_warm_one, tasks, chunksize=4):
+            pass
+
+
 def sweep_shape(torch, shape_class: str, m: int, n: int, k: int, layout: str, sm_count: int, gen) -> dict:
     from weft.kernels.matmul import matmul
 
@@ -172,6 +213,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--only", help="one class: " + ", ".join(CLASS_ORDER))
     parser.add_argument("--budget", type=float, default=190.0, help="seconds after which shapes are skipped")
+    parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
+                        help="processes that compile the candidates first (0: compile as they run)")
     args = parser.parse_args(argv)
 
     import torch
@@ -184,6 +227,12 @@ def main(argv=None) -> int:
     shapes = sorted((s for s in SHAPES if args.only in (None, s[0])), key=lambda s: CLASS_ORDER.index(s[0]))
     print(f"{torch.cuda.get_device_name()}, {sm_count} SMs; per system: graph time, ratio, do_bench time, ratio "
           f"(ratio = cuBLAS time / its time)")
+    if args.jobs > 0:
+        try:
+            warm(shapes, sm_count, args.jobs)
+            print(f"compiled the candidates in {args.jobs} processes: {time.monotonic() - started:.0f} s", flush=True)
+        except Exception as failure:  # the timed pass compiles what is missing
+            print(f"compiling ahead failed ({type(failure).__name__}: {failure}); compiling as they run", flush=True)
     rows = []
     for shape_class, m, n, k, layout in shapes:
         if time.monotonic() - started > args.budget:
