@@ -1,7 +1,7 @@
 """Sweep matmul configs on the shape classes of matmul_classes.py, beside cuBLAS, to choose
 kernels/matmul/config.py's `configs_for` rules from measurements.
 
-    python3 -m benchmarks.sweep_matmul_classes [--out sweep.json] [--only odd] [--budget 190] [--jobs 16]
+    python3 -m benchmarks.sweep_matmul_classes [--out sweep.json] [--only odd] [--budget 170] [--jobs 16]
 
 First `--jobs` processes compile every candidate at once (into the kernel cache), so that
 the timed pass spends its budget timing.
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="write the rows as JSON here")
     parser.add_argument("--only", help="one class: " + ", ".join(CLASS_ORDER))
-    parser.add_argument("--budget", type=float, default=190.0, help="seconds after which shapes are skipped")
+    parser.add_argument("--budget", type=float, default=170.0, help="seconds after which shapes are skipped")
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
                         help="processes that compile the candidates first (0: compile as they run)")
     args = parser.parse_args(argv)
