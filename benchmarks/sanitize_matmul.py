@@ -31,6 +31,26 @@ def main() -> int:
         ok = error < 1e-2
         failures += not ok
         print(f"{variant:>17} split_k={split_k} {str(dtype):>22} k_major={k_major}: max rel error {error:.2e} {'ok' if ok else 'WRONG'}")
+    # (config, B K-major, m, n, k): 128x192 tiles (two_piece.py) cut in both pieces; gemv
+    # unsplit and split (twice: the second call adds into the workspace the first left zeroed).
+    gemv = dict(num_warps=4, group_m=1, variant="gemv")
+    explicit = [(Config(128, 192, 64, 3, group_m=8), False, 200, 300, 264),
+                (Config(128, 192, 64, 3, group_m=8), True, 131, 150, 264),
+                (Config(1, 16, 256, **gemv), True, 1, 136, 1000), (Config(1, 64, 64, **gemv), False, 1, 136, 1000),
+                (Config(1, 16, 256, split_k=3, **gemv), True, 3, 136, 1000),
+                (Config(1, 16, 256, split_k=3, **gemv), True, 3, 136, 1000),
+                (Config(1, 64, 64, split_k=5, **gemv), False, 2, 136, 1000)]
+    for config, k_major, m, n, k in explicit:
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = (torch.randn(n, k, device="cuda").to(torch.bfloat16).t() if k_major else
+             torch.randn(k, n, device="cuda").to(torch.bfloat16))
+        out = matmul(a, b, config=config).float()
+        ref = a.float() @ b.float()
+        error = ((out - ref).abs().max() / ref.abs().max()).item()
+        ok = error < 1e-2
+        failures += not ok
+        print(f"{config.variant:>17} {config.block_m}x{config.block_n} split_k={config.split_k} k_major={k_major}: "
+              f"max rel error {error:.2e} {'ok' if ok else 'WRONG'}")
     torch.cuda.synchronize()
     return 1 if failures else 0
 

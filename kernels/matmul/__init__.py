@@ -1,8 +1,10 @@
 """`matmul(a, b, out_dtype=None)`: C = A @ B on Hopper tensor cores, written in weft.lowlevel.
 
 torch CUDA tensors run on the GPU (the config autotuned once per problem shape among
-the candidates of its shape class, config.configs_for: decode, few tiles, large; few
-tiles split K across CTAs, split_k.py and split_k_tma.py); numpy arrays or CPU torch tensors run the same
+the candidates of its shape class, config.configs_for: one row (gemv.py, no tensor
+cores), decode, few tiles, large; few tiles split K across CTAs, split_k.py and
+split_k_tma.py; 128x192 tiles, two_piece.py, where they fill the SMs' waves better than
+128x256 and 128x128 ones); numpy arrays or CPU torch tensors run the same
 kernels on the CPU emulator. Any M, N, K: TMA reads zeros past the edges; operands
 whose rows do not start on 16 bytes are copied into rows that do. Split-K adds its
 parts with fp32 atomics or TMA bulk reduce-add, so its last bits can vary between calls; under

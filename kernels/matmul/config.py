@@ -7,12 +7,13 @@ from dataclasses import dataclass, replace
 
 from ...compiler.hardware import SHARED_LIMIT
 
-VARIANTS = ("warp_specialized", "pipelined")
+VARIANTS = ("warp_specialized", "pipelined", "gemv")  # gemv: M = 1 without tensor cores (gemv.py)
 SPLIT_REDUCES = ("atomic", "tma")  # how split-K parts add up: split_k.py, split_k_tma.py
 MAX_SPLIT_K = 32
 MIN_PART_STEPS = 4   # K steps a split-K part keeps at least: its ring must fill before it drains
 DECODE_ROWS = 64     # M up to one warpgroup's wgmma rows: the decode class
 LONG_K = 4           # K at least this many times max(M, N): the long-K class
+BLOCK_NS = (8, 16, 32, 64, 128, 192, 256)  # wgmma widths whose tiles split into whole TMA boxes
 FILL = 0.9           # wave efficiency under which tile shapes that fill the waves join
 
 
@@ -35,17 +36,23 @@ class Config:
             raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.num_warps not in (4, 8):
             raise ValueError(f"Config.num_warps must be 4 or 8 (one or two warpgroups), got {self.num_warps}")
+        if self.variant == "gemv":
+            return self._check_gemv()
         if self.block_m != 16 * self.num_warps:
             raise ValueError(f"Config.block_m must be 16 x num_warps = {16 * self.num_warps} "
                              f"(each warp owns 16 rows of the wgmma tile), got {self.block_m}")
-        if self.block_n % 8 or not 8 <= self.block_n <= 256 or self.block_n & (self.block_n - 1):
-            raise ValueError(f"Config.block_n must be a power of two from 8 to 256, got {self.block_n}")
+        if self.block_n not in BLOCK_NS:
+            raise ValueError(f"Config.block_n must be one of {BLOCK_NS} (a power of two, or 192: three "
+                             f"128-byte swizzle columns of 16-bit elements), got {self.block_n}")
         if self.block_k not in (32, 64, 128, 256):
             raise ValueError(f"Config.block_k must be 32, 64, 128 or 256, got {self.block_k}")
         if not 2 <= self.stages <= 8:
             raise ValueError(f"Config.stages must be 2..8, got {self.stages}")
         if self.group_m < 1:
             raise ValueError(f"Config.group_m must be positive, got {self.group_m}")
+        if self.block_n == 192 and (self.split_k > 1 or self.variant != "warp_specialized"):
+            raise ValueError(f"Config.block_n=192 (two_piece.py) has only the warp-specialized unsplit "
+                             f"kernel: use split_k=1 and variant='warp_specialized', got {self}")
         if self.split_reduce not in SPLIT_REDUCES:
             raise ValueError(f"Config.split_reduce must be one of {SPLIT_REDUCES}, got {self.split_reduce!r}")
         if self.split_reduce == "tma" and self.split_k == 1:
@@ -61,7 +68,23 @@ class Config:
                              f"{self.block_n} / 2 of each would spill; got block_n={self.block_n} "
                              f"(split_reduce='tma' takes 256)")
 
+    def _check_gemv(self) -> None:
+        """A gemv config: one row a CTA, power-of-two strips, K parts added by atomics."""
+        if self.block_m != 1:
+            raise ValueError(f"Config(variant='gemv') computes one row of C a CTA: block_m must be 1, "
+                             f"got {self.block_m}")
+        if self.block_n not in (16, 32, 64, 128, 256) or self.block_k not in (64, 128, 256, 512, 1024):
+            raise ValueError(f"Config(variant='gemv') takes block_n 16..256 and block_k 64..1024, powers "
+                             f"of two; got block_n={self.block_n}, block_k={self.block_k}")
+        if not 1 <= self.split_k <= MAX_SPLIT_K or self.split_reduce != "atomic":
+            raise ValueError(f"Config(variant='gemv') takes split_k 1..{MAX_SPLIT_K} with "
+                             f"split_reduce='atomic', got {self.split_k}, {self.split_reduce!r}")
+
     def check_fits(self, in_bits: int, out_bits: int) -> None:
+        if self.variant == "gemv":
+            if in_bits != 16:
+                raise ValueError(f"Config(variant='gemv') takes 16-bit inputs, got {in_bits}-bit ones")
+            return
         needed = shared_bytes(self, in_bits, out_bits)
         if needed > SHARED_LIMIT:
             raise ValueError(f"{self} needs {needed} bytes of shared memory for {in_bits}-bit "
@@ -75,7 +98,9 @@ class Config:
 
 def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
     """The ring (A and B slots), the output tile (fp32 partial tiles, where TMA adds the
-    split-K parts) and the barriers."""
+    split-K parts) and the barriers. gemv keeps B in registers: only its cross-warp sums."""
+    if config.variant == "gemv":
+        return config.block_n * config.num_warps * 4
     stage = (config.block_m + config.block_n) * config.block_k * in_bits // 8
     out = config.block_m * config.block_n * out_bits // 8
     if config.split_k > 1 and config.split_reduce == "tma":
@@ -91,11 +116,14 @@ def staged_columns(block_m: int, block_n: int) -> int:
 
 
 def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None = None,
-                k: int | None = None, sm_count: int | None = None) -> list[Config]:
+                k: int | None = None, sm_count: int | None = None, b_k_major: bool | None = None) -> list[Config]:
     """The candidates the autotuner times for an [m, k] x [k, n] problem on `sm_count` SMs;
     all fit in shared memory. Without a shape: the large-problem candidates.
 
     Shape classes, by what limits them:
+    - one row (m = 1, 16-bit inputs, B's layout given by `b_k_major`): first the gemv
+      candidates (`_gemv`: B read straight into registers, no tensor cores), then the
+      decode ones.
     - decode (m <= 64): reading B from DRAM. One warpgroup's 64 rows (wgmma's minimum;
       the rows past m load as TMA zeros and cost no bandwidth, and the multiply is far
       under the memory time), 64 or 128 columns, as many stages as fit to keep the most
@@ -121,13 +149,14 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       atomic and with TMA adds, and a TMA-reduced 128x256 one (the autotuner weighs
       their workspace traffic against the idle SMs they save); and where neither
       128x256 nor 128x128 tiles fill FILL of their waves, the unsplit tile shapes of
-      `WAVE_FILLING_TILES` that do.
+      `WAVE_FILLING_TILES` that do (128x192 first: whole waves of large tiles).
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
     if m is not None and sm_count is not None:
         k_steps = -(-k // block_k)
         if m <= DECODE_ROWS:
-            return _decode(m, n, k_steps, sm_count, block_k, in_bits, out_bits)
+            one_row = _gemv(n, k, sm_count, b_k_major) if m == 1 and in_bits == 16 and b_k_major is not None else []
+            return one_row + _decode(m, n, k_steps, sm_count, block_k, in_bits, out_bits)
         if 2 * _tiles(m, n, 128, 128) <= sm_count:
             return _few_tiles(m, n, k, k_steps, sm_count, block_k, in_bits, out_bits)
     candidates = [Config(128, 256, block_k, 3), Config(128, 256, block_k, 3, variant="pipelined"),
@@ -147,9 +176,10 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
     return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
 
 
-# Narrower unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part
-# empty: more tiles, so the last wave is fuller.
-WAVE_FILLING_TILES = ((128, 64), (64, 128))
+# Other unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part
+# empty: 128x192 (two_piece.py; 1000 x 3000 makes 128 of them, one wave on 132 SMs) and
+# narrower ones, whose more tiles fill the last wave better.
+WAVE_FILLING_TILES = ((128, 192), (128, 64), (64, 128))
 
 
 def _wide_reduce_add(m: int, n: int, k_steps: int, sm_count: int, block_k: int, max_waves: int) -> list[Config]:
@@ -170,6 +200,28 @@ def _decode(m: int, n: int, k_steps: int, sm_count: int, block_k: int, in_bits: 
                 candidates.append(Config(64, block_n, block_k, 8, num_warps=4, group_m=1, split_k=parts,
                                          split_reduce="tma"))
     return [_deepest(c, in_bits, out_bits) for c in candidates]
+
+
+GEMV_CTAS_PER_SM = 8  # CTAs of gemv resident per SM: each keeps one K step's B loads in flight
+
+
+def _gemv(n: int, k: int, sm_count: int, b_k_major: bool) -> list[Config]:
+    """gemv candidates for one row: strips of B (16 columns by 512 (or 256) of K where B is
+    K-major, 64 columns by 128 of K where it is row-major; each a warp's whole 16-byte
+    vectors), K split so that about GEMV_CTAS_PER_SM CTAs per SM (or twice that) keep
+    loads in flight, each part at least two K steps; and unsplit where the strips alone
+    are two per SM (one launch: split parts add in a workspace a second launch converts)."""
+    shapes = ((16, 512), (16, 256)) if b_k_major else ((64, 128), (64, 64))
+    candidates = []
+    for (block_n, block_k), per_sm in zip(shapes, (GEMV_CTAS_PER_SM, 2 * GEMV_CTAS_PER_SM)):
+        strips = -(-n // block_n)
+        parts = -(-per_sm * sm_count // strips)
+        parts = max(1, min(parts, k // (2 * block_k), MAX_SPLIT_K))
+        candidates.append(Config(1, block_n, block_k, num_warps=4, group_m=1, variant="gemv", split_k=parts))
+    block_n, block_k = shapes[0]
+    if -(-n // block_n) >= 2 * sm_count:  # strips enough to fill the SMs in one launch, no workspace
+        candidates.append(Config(1, block_n, block_k, num_warps=4, group_m=1, variant="gemv"))
+    return list(dict.fromkeys(candidates))
 
 
 def _few_tiles(m: int, n: int, k: int, k_steps: int, sm_count: int, block_k: int, in_bits: int,

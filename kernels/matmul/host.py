@@ -12,9 +12,11 @@ from ...runtime.host_arrays import (check_arrays, contiguous, data_address, elem
 from .._launch import (PreparedCall, capturing_cuda_graph, descriptor_binding, gpu_signature, keep_prepared_call,
                        may_keep_tensors, pointer_binding, prepared_call, tensor_facts, torch_ops, torch_route)
 from .config import Config, configs_for, staged_columns
+from .gemv import gemv, gemv_tile_error
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
 from .split_k_tma import FINISH_BLOCK, FINISH_WARPS, finish_split, reduce_add_split_k_matmul
+from .two_piece import B_BOX_N, LEFT_N, RIGHT_N, two_piece_matmul
 
 _INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
 _OUTPUT_BITS = {"fp16": 16, "bf16": 16, "fp32": 32}
@@ -104,7 +106,9 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
     row = 1024 // in_bits  # elements in a 128-byte swizzle row
     a_desc = TensorDescriptor.from_tensor(a, [config.block_m, config.block_k], swizzled_in)
     if k_major:
-        b_desc = TensorDescriptor.from_tensor(b.T, [config.block_n, config.block_k], swizzled_in)
+        # Two-piece tiles take B^T in 64-row boxes, whole ones per piece (two_piece.py).
+        rows = B_BOX_N if config.block_n == LEFT_N + RIGHT_N else config.block_n
+        b_desc = TensorDescriptor.from_tensor(b.T, [rows, config.block_k], swizzled_in)
     else:
         b_desc = TensorDescriptor.from_tensor(b, [config.block_k, min(row, config.block_n)], swizzled_in)
     if c is None:  # C is written by another launch (TMA-reduced split-K)
@@ -122,6 +126,8 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
     is then None). scratch: the zeroed arrays a split-K launch adds into (its fp32
     workspace and, for atomics, per-tile arrival counters, `_split_scratch`), () for the
     others."""
+    if config.variant == "gemv":
+        return _gemv_call(a, b, c, m, n, k, k_major, config)
     reduce_add = config.split_k > 1 and config.split_reduce == "tma"
     a_desc, b_desc, c_desc = _descriptors(a, b, None if reduce_add else c, k_major, config, in_bits, out_bits)
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
@@ -134,7 +140,7 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
         return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
                 dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), c_desc, None, scratch)
     if config.variant == "warp_specialized":
-        kernel = warp_specialized_matmul
+        kernel = two_piece_matmul if config.block_n == LEFT_N + RIGHT_N else warp_specialized_matmul
         common["PRODUCER_REGS"] = config.producer_regs
     else:
         kernel = pipelined_matmul
@@ -159,6 +165,26 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
     return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
             dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
                  STAGED_N=staged_columns(config.block_m, config.block_n)), None, then, (workspace,))
+
+
+def _gemv_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config) -> tuple:
+    """`_kernel_call` of a gemv config (gemv.py): grid (column strips, K parts, rows),
+    pointers in place of descriptors; split, the parts add into the kept zeroed fp32
+    workspace (C's row stride) and count in its arrival counters (strips x rows)."""
+    vec = 16 // a.element_size() if is_torch(a) else 16 // a.itemsize
+    problem = gemv_tile_error(config.block_n, config.block_k, config.num_warps, vec, k_major)
+    if problem is not None:
+        raise ValueError(f"matmul: {config} does not fit gemv's tile: {problem}")
+    stride_b = element_strides(b)[1 if k_major else 0]
+    stride_c = element_strides(c)[0]
+    grid = (-(-n // config.block_n), config.split_k, m)
+    kwargs = dict(BLOCK_N=config.block_n, BLOCK_K=config.block_k, VEC=vec, SPLIT_K=config.split_k,
+                  B_K_MAJOR=k_major, NUM_WARPS=config.num_warps, num_warps=config.num_warps)
+    # Unsplit, the workspace and counters are never read: a stands in (a is in the
+    # prepared call's signature, so a repeated launch still points at live memory).
+    scratch = _split_scratch(a, m, stride_c, grid[0] * m) if config.split_k > 1 else (a, a)
+    args = (a, b, c, *scratch, n, k, element_strides(a)[0], stride_b, stride_c)
+    return gemv, grid, args, kwargs, None, None, scratch if config.split_k > 1 else ()
 
 
 def _whole_rows(c, stride: int):
@@ -271,7 +297,7 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
     key = (m, n, k, k_major, kinds, a.device.index, deterministic)
     if key in _TUNED:
         return _TUNED[key]
-    candidates = configs_for(in_bits, out_bits, m, n, k, _sm_count(a))
+    candidates = configs_for(in_bits, out_bits, m, n, k, _sm_count(a), b_k_major=k_major)
     if deterministic:
         candidates = unsplit(candidates)
     best, best_time = None, float("inf")
@@ -400,8 +426,10 @@ def _prepare(signature, call: tuple, c, padded_n: int, staged: tuple) -> None:
     outputs = [((m, n), (padded_n, 1), c.dtype, c.device)]
     # A split-K launch keeps pointing at its stream's scratch, which it leaves zeroed.
     c_desc = call[4]
-    bind = descriptor_binding(launch, "c_desc", c_desc) if c_desc is not None else \
-        pointer_binding(launch.launches[-1], "c_ptr")
+    # C is the last launch's: a descriptor of the tile kernels, else a pointer (the finishing
+    # launch of a split, or gemv's own).
+    last = launch.launches[-1] if type(launch) is _LaunchSequence else launch
+    bind = descriptor_binding(launch, "c_desc", c_desc) if c_desc is not None else pointer_binding(last, "c_ptr")
     prepared = PreparedCall(launch, outputs, [[bind]], [], _only)
     keep_prepared_call(signature, _StagedCall(prepared, staged) if staged else prepared)
 

@@ -1,0 +1,133 @@
+"""The warp-specialized matmul of kernels.py with 192-column output tiles, written in
+weft.lowlevel.
+
+Why 192: a shape such as 1000 x 3000 makes 8 x 12 = 96 tiles of 128 x 256 (a wave 73%
+full on 132 SMs) and 8 x 24 = 192 of 128 x 128 (1.45 waves), but 8 x 16 = 128 of
+128 x 192: one wave, nearly full. wgmma takes N = 192, but register and shared layouts
+have power-of-two shapes, so each tile is two column pieces, LEFT_N = 128 and
+RIGHT_N = 64 wide: per K step each consumer warpgroup issues two wgmmas (one per piece,
+each its own accumulator) on the same A slot, and B arrives in two rings of those
+widths. Everything else (persistent CTAs in grouped tile order, the producer partition
+with its `ready`/`empty` barriers, TMA zeros past the edges) is kernels.py's.
+
+B's TMA box is 64 columns wide in both layouts (for K-major B, [64, BLOCK_K] rows of
+B^T: host.py builds it so), so each piece takes whole boxes.
+"""
+
+from __future__ import annotations
+
+from ... import lowlevel as ll
+from ...lowlevel import mbarrier, tma
+from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, tile_origin
+
+LEFT_N = 128
+RIGHT_N = 64
+B_BOX_N = 64  # B's box width along N in both layouts
+
+
+@ll.jit
+def load_piece(b_desc, slot, bar, off_n, off_k, WIDTH: ll.constexpr, B_K_MAJOR: ll.constexpr):
+    """TMA loads of B's [BLOCK_K, WIDTH] piece at column off_n into `slot`, box by box."""
+    BOX_N: ll.constexpr = b_desc.block_shape[0] if B_K_MAJOR else b_desc.block_shape[1]
+    for j in ll.static_range(WIDTH // BOX_N):
+        if B_K_MAJOR:
+            tma.async_copy_global_to_shared(b_desc, [off_n + j * BOX_N, off_k], bar,
+                                            slot.slice(j * BOX_N, BOX_N, 0))
+        else:
+            tma.async_copy_global_to_shared(b_desc, [off_k, off_n + j * BOX_N], bar,
+                                            slot.slice(j * BOX_N, BOX_N, 1))
+
+
+@ll.jit
+def two_piece_producer(a_desc, b_desc, a_ring, left_ring, right_ring, ready, empty, M, N, K,
+                       BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                       STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr):
+    """Fill ring slots (A, B's left and right pieces) as soon as the consumers free them."""
+    k_steps = ll.cdiv(K, BLOCK_K)
+    num_tiles = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N)
+    issued = 0
+    for tile in range(ll.program_id(0), num_tiles, ll.num_programs(0)):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for k in range(0, k_steps):
+            slot = issued % STAGES
+            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            bar = ready.index(slot)
+            mbarrier.expect(bar, a_desc.nbytes + b_desc.nbytes * (BLOCK_N // B_BOX_N))
+            tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], bar, a_ring.index(slot))
+            load_piece(b_desc, left_ring.index(slot), bar, off_n, k * BLOCK_K, LEFT_N, B_K_MAJOR)
+            load_piece(b_desc, right_ring.index(slot), bar, off_n + LEFT_N, k * BLOCK_K, RIGHT_N, B_K_MAJOR)
+            issued += 1
+
+
+@ll.jit
+def store_pieces(c_desc, c_left, c_right, left, right, off_m, off_n):
+    """Write the tile's two accumulator pieces through shared memory with TMA stores; the
+    previous tile's stores must have read both buffers first."""
+    tma.store_wait(0)
+    c_left.store(left.to(c_desc.dtype))
+    c_right.store(right.to(c_desc.dtype))
+    ll.fence_async_shared()
+    BOX_N: ll.constexpr = c_desc.block_shape[1]
+    for j in ll.static_range(LEFT_N // BOX_N):
+        tma.async_copy_shared_to_global(c_desc, [off_m, off_n + j * BOX_N], c_left.slice(j * BOX_N, BOX_N, 1))
+    for j in ll.static_range(RIGHT_N // BOX_N):
+        tma.async_copy_shared_to_global(c_desc, [off_m, off_n + LEFT_N + j * BOX_N],
+                                        c_right.slice(j * BOX_N, BOX_N, 1))
+
+
+@ll.jit
+def two_piece_consumer(c_desc, a_ring, left_ring, right_ring, c_left, c_right, ready, empty, M, N, K,
+                       BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                       STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                       NUM_WARPS: ll.constexpr):
+    """Multiply both pieces of whatever has landed, release each slot, write each tile."""
+    left_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, LEFT_N, 16])
+    right_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, RIGHT_N, 16])
+    k_steps = ll.cdiv(K, BLOCK_K)
+    num_tiles = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N)
+    consumed = 0
+    for tile in range(ll.program_id(0), num_tiles, ll.num_programs(0)):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        left = ll.zeros([BLOCK_M, LEFT_N], ll.float32, left_layout)
+        right = ll.zeros([BLOCK_M, RIGHT_N], ll.float32, right_layout)
+        previous = 0
+        for k in range(0, k_steps):
+            slot = consumed % STAGES
+            mbarrier.wait(ready.index(slot), (consumed // STAGES) & 1)
+            a = a_ring.index(slot)
+            left = ll.warpgroup_mma(a, b_operand(left_ring.index(slot), B_K_MAJOR), left, is_async=True)
+            right = ll.warpgroup_mma(a, b_operand(right_ring.index(slot), B_K_MAJOR), right, is_async=True)
+            # The previous step's two wgmmas have retired: hand its slot back.
+            left, right = ll.warpgroup_mma_wait(2, deps=[left, right])
+            mbarrier.arrive(empty.index(previous), pred=k > 0)
+            previous = slot
+            consumed += 1
+        left, right = ll.warpgroup_mma_wait(0, deps=[left, right])
+        mbarrier.arrive(empty.index(previous))
+        store_pieces(c_desc, c_left, c_right, left, right, off_m, off_n)
+    tma.store_wait(0)
+
+
+@ll.jit
+def two_piece_matmul(a_desc, b_desc, c_desc, M, N, K,
+                     BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                     STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                     NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr):
+    """C = A @ B in BLOCK_M x (LEFT_N + RIGHT_N) tiles (BLOCK_N must be their sum)."""
+    ll.static_assert(BLOCK_N == LEFT_N + RIGHT_N, "two_piece_matmul's tiles are LEFT_N + RIGHT_N wide")
+    dtype: ll.constexpr = a_desc.dtype
+    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    left_box: ll.constexpr = [LEFT_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, LEFT_N]
+    right_box: ll.constexpr = [RIGHT_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, RIGHT_N]
+    left_ring = ll.allocate_shared_memory(dtype, [STAGES] + left_box, b_desc.layout)
+    right_ring = ll.allocate_shared_memory(dtype, [STAGES] + right_box, b_desc.layout)
+    c_left = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, LEFT_N], c_desc.layout)
+    c_right = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, RIGHT_N], c_desc.layout)
+    ready, empty = allocate_slot_barriers(STAGES)
+    ll.warp_specialize(
+        (c_desc, a_ring, left_ring, right_ring, c_left, c_right, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
+         BLOCK_K, STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS), two_piece_consumer,
+        (a_desc, b_desc, a_ring, left_ring, right_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+         STAGES, GROUP_M, B_K_MAJOR), [two_piece_producer],
+        worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS])
+    invalidate_slot_barriers(ready, empty, STAGES)
