@@ -141,8 +141,10 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       once), also 128x128 tiles whose parts add by TMA reduce-add, filling one wave and,
       where more parts fill the SMs better, up to 4 waves, and 128x256 tiles so split
       (their partial tiles added in two halves: split_k_tma.py).
-    - everything else: the sweep of docs/performance-journal.md: 128x256 tiles with 3
-      stages and 16-row groups lead at 4096^3 and 8192^3; the others win on shapes where
+    - everything else: the sweeps of docs/performance-journal.md: 128x256 tiles with 3
+      stages lead at 4096^3 and 8192^3, with 8- or 16-row groups (8 led on the LLM
+      projections of benchmarks/sweep_matmul_classes.py, by up to 15%; the autotuner
+      times both); the others win on shapes where
       256-wide tiles leave SMs idle or the output tile crowds out stages. Where 128x128
       tiles make under two waves (e.g. 1000x3000: 192 tiles on 132 SMs, a second wave
       45% full), also a split-K 128x128 candidate whose units fill up to 3 waves, with
@@ -159,7 +161,8 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
             return one_row + _decode(m, n, k_steps, sm_count, block_k, in_bits, out_bits)
         if 2 * _tiles(m, n, 128, 128) <= sm_count:
             return _few_tiles(m, n, k, k_steps, sm_count, block_k, in_bits, out_bits)
-    candidates = [Config(128, 256, block_k, 3), Config(128, 256, block_k, 3, variant="pipelined"),
+    candidates = [Config(128, 256, block_k, 3, group_m=8), Config(128, 256, block_k, 3),
+                  Config(128, 256, block_k, 3, variant="pipelined"),
                   Config(128, 256, block_k, 2), Config(128, 128, block_k, 5, group_m=8),
                   Config(128, 128, block_k, 4, group_m=8)]
     if m is not None and sm_count is not None and _tiles(m, n, 128, 128) < 2 * sm_count:

@@ -159,8 +159,10 @@ ALREADY_FAST = {
 
 @pytest.mark.parametrize("key", sorted(ALREADY_FAST))
 def test_shapes_that_were_fast_keep_their_candidates(key):
+    """Every candidate they had is still offered (the autotuner times any added beside)."""
     in_bits, out_bits, m, n, k = key
-    assert configs_for(in_bits, out_bits, m, n, k, H100_SMS) == ALREADY_FAST[key]
+    offered = configs_for(in_bits, out_bits, m, n, k, H100_SMS)
+    assert [c for c in offered if c in ALREADY_FAST[key]] == ALREADY_FAST[key]
 
 
 @pytest.mark.parametrize("m, n, k", [(512, 512, 32768), (1024, 1024, 65536), (768, 1024, 32768)])
@@ -182,7 +184,9 @@ def test_one_to_two_waves_of_tiles_get_shapes_that_fill_them():
     """1000 x 3000: 192 128x128 tiles and 96 128x256 tiles on 132 SMs leave a wave part
     empty; 128x64 (376 tiles) and 64x128 (384) fill theirs past FILL, as does split-K."""
     candidates = configs_for(16, 16, 1000, 3000, 5000, H100_SMS)
-    assert candidates[:6] == _large(64) + [_old(128, 128, 64, 5, group_m=8, split_k=2)]
+    large = [c for c in candidates if c in _large(64)]
+    assert large == _large(64)
+    assert candidates[candidates.index(large[-1]) + 1] == _old(128, 128, 64, 5, group_m=8, split_k=2)
     assert Config(128, 128, 64, 5, group_m=8, split_k=2, split_reduce="tma") in candidates
     assert Config(128, 256, 64, 3, group_m=8, split_k=4, split_reduce="tma") in candidates  # 384 units
     shapes = {(c.block_m, c.block_n) for c in candidates if c.split_k == 1}
