@@ -83,10 +83,14 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
     # Unhoisted as K and V are: dQ's A descriptors (two registers each) were otherwise
     # held through the walk.
     ds_buf = state.ds_smem.index((m * state.heads) >> 31)
+    stats = None
+    if state.STATS_IN_SHARED:
+        stats = state.stats_ring.index(slot)  # [2, BLOCK_M]: L (log2 units) and delta
     if state.SPLIT_SCORES:
-        dv, dk = split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG, MASKED)
+        dv, dk = split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, dk, dv, qk_scale, WG,
+                                      MASKED)
     else:
-        dv, dk = band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG, MASKED)
+        dv, dk = band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, dk, dv, qk_scale, WG, MASKED)
     ds = ds_buf.permute((1, 0))  # [BLOCK_M, BLOCK_N], MN-major
     CHUNKS: ll.constexpr = state.HEAD_DIM // DQ_CHUNK
     if CHUNKS >= state.CONSUMERS:  # WG's own DQ_COLUMNS of dQ, the first chunk beside dV and dK
@@ -119,7 +123,7 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
 
 
 @ll.jit
-def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG: ll.constexpr,
+def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, dk, dv, qk_scale, WG: ll.constexpr,
                    MASKED: ll.constexpr):
     """Warpgroup WG's S^T and dP^T of its band of keys, P^T and dS^T from them, dV and dK
     issued (async, returned) and dS^T in ds_buf once every band's is there (its band's
@@ -137,18 +141,26 @@ def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_sca
                           ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
     dpt = ll.warpgroup_mma(part(v, first_key, KEYS, 0), do.permute((1, 0)),
                            ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
-    # L (log2 units) of the block's query rows, by column, loaded while S^T is computed
-    # (16 registers a thread, held only until P^T); rows past seq_q get +inf: P = 0.
-    lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
-    st = ll.warpgroup_mma_wait(1, deps=[st])
+    if state.STATS_IN_SHARED:
+        st = ll.warpgroup_mma_wait(1, deps=[st])
+        lse2 = stats.index(0).load(COL)  # read where used: never held beside S^T and dP^T
+    else:
+        # L (log2 units) of the block's query rows, by column, loaded while S^T is computed
+        # (16 registers a thread, held only until P^T); rows past seq_q get +inf: P = 0.
+        lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+        st = ll.warpgroup_mma_wait(1, deps=[st])
     pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
     if MASKED:
         pt = masked_transposed(state, pt, m, key0 + first_key, T_LAYOUT)
     dtype: ll.constexpr = state.q_desc.dtype
     dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)),
                           part(do, c0, state.COLUMNS, 1), dv, is_async=True)
-    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
-    dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
+    if state.STATS_IN_SHARED:
+        dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
+        delta = stats.index(1).load(COL)
+    else:
+        delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+        dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
     dst = (pt * (dpt - delta[None, :])).to(dtype)
     dk = ll.warpgroup_mma(ll.convert_layout(dst, ll.DotOperandLayout(0, D_LAYOUT, 2)),
                           part(q, c0, state.COLUMNS, 1), dk, is_async=True)
@@ -164,8 +176,8 @@ def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_sca
 
 
 @ll.jit
-def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG: ll.constexpr,
-                         MASKED: ll.constexpr):
+def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, dk, dv, qk_scale,
+                         WG: ll.constexpr, MASKED: ll.constexpr):
     """band_gradients for one band shared by two warpgroups (SPLIT_SCORES) that split its
     scores in place of each computing all of them: warpgroup 0 computes S^T and P^T and
     hands fp32 P^T over in p_smem (`p_ready`, the second of the scores_ready pair),
@@ -187,8 +199,12 @@ def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, 
     if WG == 0:
         st = ll.warpgroup_mma(k, q.permute((1, 0)), ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT),
                               use_acc=False, is_async=True)
-        lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
-        st = ll.warpgroup_mma_wait(0, deps=[st])
+        if state.STATS_IN_SHARED:
+            st = ll.warpgroup_mma_wait(0, deps=[st])
+            lse2 = stats.index(0).load(COL)
+        else:
+            lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+            st = ll.warpgroup_mma_wait(0, deps=[st])
         pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
         if MASKED:
             pt = masked_transposed(state, pt, m, key0, T_LAYOUT)
@@ -203,8 +219,12 @@ def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, 
     else:
         dpt = ll.warpgroup_mma(v, do.permute((1, 0)), ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT),
                                use_acc=False, is_async=True)
-        delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
-        dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
+        if state.STATS_IN_SHARED:
+            dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
+            delta = stats.index(1).load(COL)
+        else:
+            delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+            dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
         mbarrier.wait(p_ready, ring_phase(step, 1))
         pt = p_buf.load(T_LAYOUT)
         dst = (pt * (dpt - delta[None, :])).to(dtype)
@@ -276,7 +296,8 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                                          HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CONSUMERS: ll.constexpr,
                                          CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
                                          CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr,
-                                         DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False):
+                                         DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False,
+                                         STATS_IN_SHARED: ll.constexpr = False):
     """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads)):
     BLOCK_N / 64 bands of keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that
     split its dK and dV in COLUMNS each."""
@@ -293,6 +314,9 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     dq_smem = None
     if DQ_TMA:
         dq_smem = ll.allocate_shared_memory(ll.float32, [CONSUMERS, 1, 1, BLOCK_M, DQ_CHUNK], dq_ptr.layout)
+    stats_ring = None
+    if STATS_IN_SHARED:  # L and delta of each slot's query rows, staged by the producer
+        stats_ring = ll.allocate_shared_memory(ll.float32, [STAGES, 2, BLOCK_M], ll.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
     p_smem = None
     if SPLIT_SCORES:  # P^T handed from one warpgroup of the band to the other; then scores_ready
         # is a pair: every consumer's scores are written, and P^T is
@@ -317,7 +341,7 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                           scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
                           dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, 0, CAUSAL, DQ_TMA,
-                          False, SPLIT_SCORES)
+                          False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [keys_consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
