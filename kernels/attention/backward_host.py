@@ -13,7 +13,7 @@ import numpy as np
 from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
 from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
-from .backward_keys import flash_attention_backward_keys_kernel
+from .backward_keys import dq_box_rows, flash_attention_backward_keys_kernel
 from .config import HEAD_DIMS
 from .host import (_as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready,
                    reference_probabilities)
@@ -122,10 +122,16 @@ class BackwardConfig:
         scores = 1 if self.split == "keys" else 2  # P goes through shared memory too, or only dS
         tiles = 2 * (2 * self.block_n * self.head_dim + 2 * self.stages * self.block_m * self.head_dim
                      + scores * self.block_m * self.block_n)
-        dq_boxes = 4 * self.consumers * self.block_m * DQ_CHUNK if self.dq_reduce == "tma" else 0
+        dq_boxes = 4 * self.consumers * self.dq_box_rows * DQ_CHUNK if self.dq_reduce == "tma" else 0
         handed_p = 4 * self.block_n * self.block_m if self.split_scores else 0  # fp32 P^T
         stats = 4 * 2 * self.stages * self.block_m if self.stats_in_shared else 0  # fp32 L and delta a slot
         return tiles + dq_boxes + handed_p + stats + 128
+
+    @property
+    def dq_box_rows(self) -> int:
+        """Rows of a consumer's dQ box (dq_reduce "tma"): 64 where split="keys" consumers
+        split dQ's rows (head_dim 64 at block_m 128), else block_m."""
+        return dq_box_rows(self.block_m, self.head_dim, self.consumers) if self.split == "keys" else self.block_m
 
     @property
     def threads(self) -> int:
@@ -295,7 +301,7 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     dq_accum = new_array(q, (batch, heads, seq_q, head_dim), "float32", zero=True)
     descs = [_descriptor(x, layout, rows) for x, rows in
              ((q_seen, chosen.block_m), (k, chosen.block_n), (v, chosen.block_n), (dout, chosen.block_m))]
-    dq_target = dq_accum if chosen.dq_reduce == "atomics" else _dq_boxes(dq_accum, chosen.block_m)
+    dq_target = dq_accum if chosen.dq_reduce == "atomics" else _dq_boxes(dq_accum, chosen.dq_box_rows)
     dkv_strides = _as_bhsd(dk, layout)[1][:3]
     grid = (-(-seq_k // chosen.block_n), batch * kv_heads)
     kernel = backward_kernel(chosen)

@@ -58,6 +58,13 @@ def masked_transposed(state, pt, m, first_key, T_LAYOUT: ll.constexpr):
 
 
 @ll.constexpr_function
+def dq_box_rows(block_m, head_dim, consumers):
+    """Rows of a consumer's dQ box: KEYS where the consumers split dQ's rows (head_dim 64,
+    one chunk of columns, at block_m = KEYS * consumers), else all block_m."""
+    return KEYS if head_dim == DQ_CHUNK and block_m == KEYS * consumers else block_m
+
+
+@ll.constexpr_function
 def key_groups(block_n):
     """Bands of 64 keys (one wgmma M) of a BLOCK_N block: one a consumer warpgroup."""
     return block_n // KEYS
@@ -108,6 +115,15 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
         add_dq(state, dq, ds, k, m, bh, q0, DQ_COLUMNS, WG)
         if DQ_COLUMNS > DQ_CHUNK:
             mbarrier.arrive(state.scores_free)
+    elif BLOCK_M == KEYS * state.CONSUMERS:  # head_dim 64 at BLOCK_M 128: each consumer its 64 rows of dQ
+        r0: ll.constexpr = WG * KEYS
+        dq = ll.warpgroup_mma(ds.slice(r0, KEYS, 0), k,
+                              ll.zeros([KEYS, DQ_CHUNK], ll.float32, accumulator_layout(DQ_CHUNK)),
+                              use_acc=False, is_async=True)
+        dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
+        mbarrier.arrive(state.empty.index(slot))
+        mbarrier.arrive(state.scores_free)
+        add_dq_rows(state, dq, m * BLOCK_M + r0, bh, WG)
     else:  # fewer chunks than consumers (head_dim 64, two): the whole of dQ, consumers in turn
         dv, dk = ll.warpgroup_mma_wait(0, deps=[dv, dk])
         mbarrier.arrive(state.empty.index(slot))
@@ -252,6 +268,29 @@ def add_dq(state, dq, ds, k, m, bh, q0: ll.constexpr, DQ_COLUMNS: ll.constexpr, 
 
 
 @ll.jit
+def add_dq_rows(state, dq, row0, bh, WG: ll.constexpr):
+    """dQ[row0:row0 + 64, :] += dq (head_dim 64: all its columns; BLOCK_M 128, each
+    consumer its 64 rows), by TMA reduce-add from WG's box or by atomics (rows past seq_q
+    left out), in a loop of its own as add_dq."""
+    for _ in ll.range(0, 1, rematerialize=True):
+        if state.DQ_TMA:
+            box = state.dq_smem.index(WG)  # [1, 1, KEYS, DQ_CHUNK]
+            tma.store_wait(0)  # the box's last add has read it
+            box.index(0).index(0).store(dq)
+            ll.fence_async_shared()
+            tma.async_reduce_add(state.dq_ptr, [0, bh, row0, 0], box)
+        else:
+            Q_LAYOUT: ll.constexpr = accumulator_layout(DQ_CHUNK)
+            rows = row0 + ll.arange(0, KEYS, ll.SliceLayout(1, Q_LAYOUT))
+            cols = ll.arange(0, DQ_CHUNK, ll.SliceLayout(0, Q_LAYOUT))
+            pointers = state.dq_ptr + (bh * state.seq_q + rows[:, None]) * state.HEAD_DIM + cols[None, :]
+            if row0 + KEYS <= state.seq_q:  # no mask: a masked atomic is a branch around each
+                ll.atomic_add(pointers, dq, sem="relaxed")
+            else:
+                ll.atomic_add(pointers, dq, mask=rows[:, None] < state.seq_q, sem="relaxed")
+
+
+@ll.jit
 def keys_consumer(state, WG: ll.constexpr):
     """Warpgroup WG's keys and columns of dK and dV over the CTA's walk, then their store."""
     batch, kv_head, key0, first, unmasked, end = query_blocks(state)
@@ -313,7 +352,8 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     ds_smem = ll.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 16))
     dq_smem = None
     if DQ_TMA:
-        dq_smem = ll.allocate_shared_memory(ll.float32, [CONSUMERS, 1, 1, BLOCK_M, DQ_CHUNK], dq_ptr.layout)
+        DQ_ROWS: ll.constexpr = dq_box_rows(BLOCK_M, HEAD_DIM, CONSUMERS)
+        dq_smem = ll.allocate_shared_memory(ll.float32, [CONSUMERS, 1, 1, DQ_ROWS, DQ_CHUNK], dq_ptr.layout)
     stats_ring = None
     if STATS_IN_SHARED:  # L and delta of each slot's query rows, staged by the producer
         stats_ring = ll.allocate_shared_memory(ll.float32, [STAGES, 2, BLOCK_M], ll.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))

@@ -45,7 +45,7 @@ def test_block_m_128_needs_head_dim_64_and_stats_in_shared():
     with pytest.raises(ValueError, match="stats_in_shared are options of split='keys'"):
         BackwardConfig(head_dim=64, stats_in_shared=True)
     assert _rows128().shared_bytes == keys_split_config(64).shared_bytes + 2 * (2 * 2 * 64 * 64 + 64 * 128) \
-        + 4 * 2 * 64 * 64 + 4 * 2 * 2 * 128  # Q/dO slots, dS^T and dQ's boxes twice the rows; the stats
+        + 4 * 2 * 2 * 128  # Q/dO slots and dS^T twice the rows (dQ's boxes the same: 64 rows a consumer); stats
 
 
 @needs_ptxas
@@ -57,7 +57,7 @@ def test_block_m_128_assembles_without_spills(fields, causal=True):  # causal: b
     box = lambda rows: f"tensordesc<bf16[1,1,{rows},64]>"  # noqa: E731
     signature = {"q_desc": box(128), "k_desc": box(128), "v_desc": box(128), "do_desc": box(128),
                  "lse_ptr": "*fp32", "delta_ptr": "*fp32",
-                 "dq_ptr": ("tensordesc<fp32[1,1,128,64],swizzle=128>" if config.dq_reduce == "tma" else "*fp32"),
+                 "dq_ptr": ("tensordesc<fp32[1,1,64,64],swizzle=128>" if config.dq_reduce == "tma" else "*fp32"),
                  "dk_ptr": "*bf16", "dv_ptr": "*bf16", "dkv_stride_b": "i32", "dkv_stride_h": "i32",
                  "dkv_stride_s": "i32", "softmax_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "heads": "i32",
                  "kv_group": "i32"}
