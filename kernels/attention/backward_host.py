@@ -64,8 +64,10 @@ class BackwardConfig:
             raise ValueError(f"BackwardConfig.split must be one of {SPLITS}, got {self.split!r}")
         if self.split == "keys":
             self._check_keys_split()
-        elif self.split_scores or self.stats_in_shared:
-            raise ValueError("BackwardConfig: split_scores and stats_in_shared are options of split='keys'")
+        elif self.split_scores:
+            raise ValueError("BackwardConfig: split_scores is an option of split='keys'")
+        elif self.stats_in_shared:
+            raise ValueError("BackwardConfig: stats_in_shared is an option of split='keys'")
         elif (self.block_m, self.block_n) != (64, 64):
             raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
                              f"{self.block_m} and {self.block_n}")
