@@ -104,12 +104,12 @@ class BackwardConfig:
                              f"(L and delta by column take 32 registers a thread each otherwise; dK and dV past "
                              f"head_dim 64 leave no room for 128 query columns of S^T and dP^T), got head_dim "
                              f"{self.head_dim}, stats_in_shared {self.stats_in_shared}")
-        if self.block_m not in (64, 128) or self.block_n not in (64, 128) or self.consumers % bands or self.launches != 1 \
-                or self.pipelined:
-            raise ValueError(f"BackwardConfig(split='keys'): block_m 64 (or 128), block_n 64 or 128 (a band of 64 keys a "
-                             f"consumer, or several), one launch and the plain walk, got block_m {self.block_m}, "
-                             f"block_n {self.block_n}, {self.consumers} consumer(s), launches {self.launches}, "
-                             f"pipelined {self.pipelined}")
+        if self.block_m not in (64, 128) or self.block_n not in (64, 128) or self.consumers % bands \
+                or self.launches != 1 or self.pipelined:
+            raise ValueError(f"BackwardConfig(split='keys'): block_m 64 (or 128), block_n 64 or 128 (a band of 64 "
+                             f"keys a consumer, or several), one launch and the plain walk, got block_m "
+                             f"{self.block_m}, block_n {self.block_n}, {self.consumers} consumer(s), launches "
+                             f"{self.launches}, pipelined {self.pipelined}")
         if self.split_scores and (self.block_n, self.consumers) != (64, 2):
             raise ValueError(f"BackwardConfig(split_scores=True): one band of 64 keys shared by two consumers "
                              f"(block_n 64, consumers 2), got block_n {self.block_n}, {self.consumers} consumer(s)")
