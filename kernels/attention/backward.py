@@ -184,16 +184,14 @@ def producer(state):
             if state.STATS_IN_SHARED:  # loaded before the wait, which hides their latency
                 lse2, delta = row_stats(state, batch * state.heads + head, m)
             mbarrier.wait(state.empty.index(slot), ring_phase(step, STAGES) ^ 1)  # fresh: released
-            if state.STATS_IN_SHARED:
-                state.stats_ring.index(slot).index(0).store(lse2)
-                state.stats_ring.index(slot).index(1).store(delta)
-                # The producer's threads meet once their rows are written, so the slot's
-                # arrival (the expect below, one thread's) publishes all of them.
-                ll.barrier()
             bar = state.ready.index(slot)
             mbarrier.expect(bar, 2 * state.q_desc.nbytes * BOXES)
             load_boxes(state.q_desc, batch, head, m * state.BLOCK_M, bar, state.q_ring.index(slot), HEAD_DIM)
             load_boxes(state.do_desc, batch, head, m * state.BLOCK_M, bar, state.do_ring.index(slot), HEAD_DIM)
+            if state.STATS_IN_SHARED:  # once Q and dO are on their way: the slot's second arrival
+                state.stats_ring.index(slot).index(0).store(lse2)
+                state.stats_ring.index(slot).index(1).store(delta)
+                mbarrier.arrive(bar)  # after every producer thread's rows (a named barrier first)
 
 
 @ll.jit

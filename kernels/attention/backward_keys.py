@@ -376,7 +376,7 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
     mbarrier.init(kv_ready, count=1)
     for s in ll.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(ready.index(s), count=2 if STATS_IN_SHARED else 1)  # then the stats' arrival too
         mbarrier.init(empty.index(s), count=CONSUMERS)
     state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, p_smem, ds_smem,
                           scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
