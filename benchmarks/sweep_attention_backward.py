@@ -39,10 +39,15 @@ def candidates(head_dim: int):
     yield "default", default
     one_consumer = dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2)
     options = {
-        # head_dim 64 as one consumer of one band a CTA, two CTAs an SM: no barrier between
-        # consumers, one CTA's exponentials beside the other's GEMMs.
-        64: [dict(one_consumer, stages=stages) for stages in (2, 3, 4)],
-        128: [dict(block_n=64, split_scores=True, stages=stages) for stages in (2, 3, 4)],
+        # head_dim 64 at FA3's 128 x 128 tiles: 128 query rows a step, L and delta staged in
+        # shared memory by the producer (stats_in_shared; registers allow block_m 128 only
+        # so), and the staging alone at block_m 64; then one consumer of one band a CTA, two
+        # CTAs an SM (no barrier between consumers, one CTA's exponentials beside the
+        # other's GEMMs).
+        64: [dict(block_m=128, stats_in_shared=True, stages=stages) for stages in (2, 1)]
+            + [dict(stats_in_shared=True), dict(one_consumer, stages=3)],
+        128: [dict(block_n=64, split_scores=True, stages=stages) for stages in (2, 3, 4)]
+             + [dict(stats_in_shared=True)],
         256: [dict(split_scores=True), dict(dq_reduce="atomics", stages=2),
               dict(split_scores=True, dq_reduce="atomics", stages=2)],
     }[head_dim]

@@ -138,6 +138,8 @@ class BackwardState:
     DQ_TMA: ll.constexpr  # dQ added by TMA reduce-add from shared memory, not by atomics
     PIPELINED: ll.constexpr  # the walk of backward_pipeline.py
     SPLIT_SCORES: ll.constexpr  # backward_keys.py: a band's two consumers compute S^T and dP^T, one each
+    stats_ring: ll.shared_memory_descriptor  # STATS_IN_SHARED: [STAGES, 2, BLOCK_M] fp32, L (log2 units), delta
+    STATS_IN_SHARED: ll.constexpr  # backward_keys.py: the producer stages L and delta beside Q and dO
 
 
 @ll.jit
@@ -179,11 +181,30 @@ def producer(state):
         for m in range(first, end):
             step = g * per_head + m - first
             slot = ring_slot(step, STAGES)
+            if state.STATS_IN_SHARED:  # loaded before the wait, which hides their latency
+                lse2, delta = row_stats(state, batch * state.heads + head, m)
             mbarrier.wait(state.empty.index(slot), ring_phase(step, STAGES) ^ 1)  # fresh: released
             bar = state.ready.index(slot)
             mbarrier.expect(bar, 2 * state.q_desc.nbytes * BOXES)
             load_boxes(state.q_desc, batch, head, m * state.BLOCK_M, bar, state.q_ring.index(slot), HEAD_DIM)
             load_boxes(state.do_desc, batch, head, m * state.BLOCK_M, bar, state.do_ring.index(slot), HEAD_DIM)
+            if state.STATS_IN_SHARED:  # once Q and dO are on their way: the slot's second arrival
+                state.stats_ring.index(slot).index(0).store(lse2)
+                state.stats_ring.index(slot).index(1).store(delta)
+                mbarrier.arrive(bar)  # after every producer thread's rows (a named barrier first)
+
+
+@ll.jit
+def row_stats(state, bh, m):
+    """(L in log2 units, delta) of query block m's rows (head bh), a row a producer thread
+    (STATS_IN_SHARED: staged in the ring slot beside Q and dO); rows past seq_q get L =
+    +inf (P = 0) and delta 0."""
+    ROWS: ll.constexpr = ll.BlockedLayout([1], [32], [4], [0])
+    rows = m * state.BLOCK_M + ll.arange(0, state.BLOCK_M, ROWS)
+    inside = rows < state.seq_q
+    lse = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf"))
+    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+    return lse * LOG2E, delta
 
 
 @ll.jit
@@ -424,7 +445,7 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL,
-                          DQ_TMA, PIPELINED, False)
+                          DQ_TMA, PIPELINED, False, None, False)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

@@ -13,7 +13,7 @@ import numpy as np
 from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
 from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
-from .backward_keys import flash_attention_backward_keys_kernel
+from .backward_keys import dq_box_rows, flash_attention_backward_keys_kernel
 from .config import HEAD_DIMS
 from .host import (_as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready,
                    reference_probabilities)
@@ -38,7 +38,11 @@ class BackwardConfig:
     their dK and dV; one launch, not pipelined; see keys_split_config). `split_scores`
     (split="keys", one band of 64 keys shared by two consumers: block_n 64, head_dim 128
     or 256) has one consumer compute the band's S^T and P^T and the other its dP^T and
-    dS^T, P^T handed over through shared memory, in place of both computing both."""
+    dS^T, P^T handed over through shared memory, in place of both computing both.
+    `stats_in_shared` (split="keys") has the producer stage each query block's L and delta
+    in shared memory beside Q and dO, where the consumers read them as they use them, not
+    held in registers (32 a thread each at block_m 128, by column): block_m 128 (head_dim 64,
+    FA3's 128 x 128) needs it."""
 
     head_dim: int
     block_m: int = 64
@@ -53,6 +57,7 @@ class BackwardConfig:
     pipelined: bool = False
     split: str = "columns"
     split_scores: bool = False
+    stats_in_shared: bool = False
 
     def __post_init__(self):
         if self.split not in SPLITS:
@@ -61,6 +66,8 @@ class BackwardConfig:
             self._check_keys_split()
         elif self.split_scores:
             raise ValueError("BackwardConfig: split_scores is an option of split='keys'")
+        elif self.stats_in_shared:
+            raise ValueError("BackwardConfig: stats_in_shared is an option of split='keys'")
         elif (self.block_m, self.block_n) != (64, 64):
             raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
                              f"{self.block_m} and {self.block_n}")
@@ -92,12 +99,17 @@ class BackwardConfig:
         """split="keys": bands of 64 keys, each shared by consumers that split its dK and
         dV columns (fp32 registers: 128 columns a consumer at most), one launch."""
         bands = self.block_n // 64
-        if self.block_m != 64 or self.block_n not in (64, 128) or self.consumers % bands or self.launches != 1 \
-                or self.pipelined:
-            raise ValueError(f"BackwardConfig(split='keys'): block_m 64, block_n 64 or 128 (a band of 64 keys a "
-                             f"consumer, or several), one launch and the plain walk, got block_m {self.block_m}, "
-                             f"block_n {self.block_n}, {self.consumers} consumer(s), launches {self.launches}, "
-                             f"pipelined {self.pipelined}")
+        if self.block_m == 128 and not (self.stats_in_shared and self.head_dim == 64):
+            raise ValueError(f"BackwardConfig(split='keys', block_m=128): head_dim 64 with stats_in_shared=True "
+                             f"(L and delta by column take 32 registers a thread each otherwise; dK and dV past "
+                             f"head_dim 64 leave no room for 128 query columns of S^T and dP^T), got head_dim "
+                             f"{self.head_dim}, stats_in_shared {self.stats_in_shared}")
+        if self.block_m not in (64, 128) or self.block_n not in (64, 128) or self.consumers % bands \
+                or self.launches != 1 or self.pipelined:
+            raise ValueError(f"BackwardConfig(split='keys'): block_m 64 (or 128), block_n 64 or 128 (a band of 64 "
+                             f"keys a consumer, or several), one launch and the plain walk, got block_m "
+                             f"{self.block_m}, block_n {self.block_n}, {self.consumers} consumer(s), launches "
+                             f"{self.launches}, pipelined {self.pipelined}")
         if self.split_scores and (self.block_n, self.consumers) != (64, 2):
             raise ValueError(f"BackwardConfig(split_scores=True): one band of 64 keys shared by two consumers "
                              f"(block_n 64, consumers 2), got block_n {self.block_n}, {self.consumers} consumer(s)")
@@ -112,9 +124,16 @@ class BackwardConfig:
         scores = 1 if self.split == "keys" else 2  # P goes through shared memory too, or only dS
         tiles = 2 * (2 * self.block_n * self.head_dim + 2 * self.stages * self.block_m * self.head_dim
                      + scores * self.block_m * self.block_n)
-        dq_boxes = 4 * self.consumers * self.block_m * DQ_CHUNK if self.dq_reduce == "tma" else 0
+        dq_boxes = 4 * self.consumers * self.dq_box_rows * DQ_CHUNK if self.dq_reduce == "tma" else 0
         handed_p = 4 * self.block_n * self.block_m if self.split_scores else 0  # fp32 P^T
-        return tiles + dq_boxes + handed_p + 128
+        stats = 4 * 2 * self.stages * self.block_m if self.stats_in_shared else 0  # fp32 L and delta a slot
+        return tiles + dq_boxes + handed_p + stats + 128
+
+    @property
+    def dq_box_rows(self) -> int:
+        """Rows of a consumer's dQ box (dq_reduce "tma"): 64 where split="keys" consumers
+        split dQ's rows (head_dim 64 at block_m 128), else block_m."""
+        return dq_box_rows(self.block_m, self.head_dim, self.consumers) if self.split == "keys" else self.block_m
 
     @property
     def threads(self) -> int:
@@ -215,7 +234,8 @@ def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -
                     STAGES=config.stages, CONSUMERS=config.consumers, CAUSAL=causal,
                     PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
                     COLUMNS=config.columns, **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}),
-                    **(dict(SPLIT_SCORES=True) if config.split_scores else {}))
+                    **(dict(SPLIT_SCORES=True) if config.split_scores else {}),
+                    **(dict(STATS_IN_SHARED=True) if config.stats_in_shared else {}))
     return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
@@ -284,7 +304,7 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     dq_accum = new_array(q, (batch, heads, seq_q, head_dim), "float32", zero=True)
     descs = [_descriptor(x, layout, rows) for x, rows in
              ((q_seen, chosen.block_m), (k, chosen.block_n), (v, chosen.block_n), (dout, chosen.block_m))]
-    dq_target = dq_accum if chosen.dq_reduce == "atomics" else _dq_boxes(dq_accum, chosen.block_m)
+    dq_target = dq_accum if chosen.dq_reduce == "atomics" else _dq_boxes(dq_accum, chosen.dq_box_rows)
     dkv_strides = _as_bhsd(dk, layout)[1][:3]
     grid = (-(-seq_k // chosen.block_n), batch * kv_heads)
     kernel = backward_kernel(chosen)

@@ -58,6 +58,13 @@ def masked_transposed(state, pt, m, first_key, T_LAYOUT: ll.constexpr):
 
 
 @ll.constexpr_function
+def dq_box_rows(block_m, head_dim, consumers):
+    """Rows of a consumer's dQ box: KEYS where the consumers split dQ's rows (head_dim 64,
+    one chunk of columns, at block_m = KEYS * consumers), else all block_m."""
+    return KEYS if head_dim == DQ_CHUNK and block_m == KEYS * consumers else block_m
+
+
+@ll.constexpr_function
 def key_groups(block_n):
     """Bands of 64 keys (one wgmma M) of a BLOCK_N block: one a consumer warpgroup."""
     return block_n // KEYS
@@ -83,10 +90,14 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
     # Unhoisted as K and V are: dQ's A descriptors (two registers each) were otherwise
     # held through the walk.
     ds_buf = state.ds_smem.index((m * state.heads) >> 31)
+    stats = None
+    if state.STATS_IN_SHARED:
+        stats = state.stats_ring.index(slot)  # [2, BLOCK_M]: L (log2 units) and delta
     if state.SPLIT_SCORES:
-        dv, dk = split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG, MASKED)
+        dv, dk = split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, dk, dv, qk_scale, WG,
+                                      MASKED)
     else:
-        dv, dk = band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG, MASKED)
+        dv, dk = band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, dk, dv, qk_scale, WG, MASKED)
     ds = ds_buf.permute((1, 0))  # [BLOCK_M, BLOCK_N], MN-major
     CHUNKS: ll.constexpr = state.HEAD_DIM // DQ_CHUNK
     if CHUNKS >= state.CONSUMERS:  # WG's own DQ_COLUMNS of dQ, the first chunk beside dV and dK
@@ -104,6 +115,15 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
         add_dq(state, dq, ds, k, m, bh, q0, DQ_COLUMNS, WG)
         if DQ_COLUMNS > DQ_CHUNK:
             mbarrier.arrive(state.scores_free)
+    elif BLOCK_M == KEYS * state.CONSUMERS:  # head_dim 64 at BLOCK_M 128: each consumer its 64 rows of dQ
+        r0: ll.constexpr = WG * KEYS
+        dq = ll.warpgroup_mma(ds.slice(r0, KEYS, 0), k,
+                              ll.zeros([KEYS, DQ_CHUNK], ll.float32, accumulator_layout(DQ_CHUNK)),
+                              use_acc=False, is_async=True)
+        dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
+        mbarrier.arrive(state.empty.index(slot))
+        mbarrier.arrive(state.scores_free)
+        add_dq_rows(state, dq, m * BLOCK_M + r0, bh, WG)
     else:  # fewer chunks than consumers (head_dim 64, two): the whole of dQ, consumers in turn
         dv, dk = ll.warpgroup_mma_wait(0, deps=[dv, dk])
         mbarrier.arrive(state.empty.index(slot))
@@ -119,7 +139,7 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
 
 
 @ll.jit
-def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG: ll.constexpr,
+def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, dk, dv, qk_scale, WG: ll.constexpr,
                    MASKED: ll.constexpr):
     """Warpgroup WG's S^T and dP^T of its band of keys, P^T and dS^T from them, dV and dK
     issued (async, returned) and dS^T in ds_buf once every band's is there (its band's
@@ -137,18 +157,26 @@ def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_sca
                           ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
     dpt = ll.warpgroup_mma(part(v, first_key, KEYS, 0), do.permute((1, 0)),
                            ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT), use_acc=False, is_async=True)
-    # L (log2 units) of the block's query rows, by column, loaded while S^T is computed
-    # (16 registers a thread, held only until P^T); rows past seq_q get +inf: P = 0.
-    lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
-    st = ll.warpgroup_mma_wait(1, deps=[st])
+    if state.STATS_IN_SHARED:
+        st = ll.warpgroup_mma_wait(1, deps=[st])
+        lse2 = stats.index(0).load(COL)  # read where used: never held beside S^T and dP^T
+    else:
+        # L (log2 units) of the block's query rows, by column, loaded while S^T is computed
+        # (16 registers a thread, held only until P^T); rows past seq_q get +inf: P = 0.
+        lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+        st = ll.warpgroup_mma_wait(1, deps=[st])
     pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
     if MASKED:
         pt = masked_transposed(state, pt, m, key0 + first_key, T_LAYOUT)
     dtype: ll.constexpr = state.q_desc.dtype
     dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), ll.DotOperandLayout(0, D_LAYOUT, 2)),
                           part(do, c0, state.COLUMNS, 1), dv, is_async=True)
-    delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
-    dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
+    if state.STATS_IN_SHARED:
+        dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
+        delta = stats.index(1).load(COL)
+    else:
+        delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+        dpt = ll.warpgroup_mma_wait(1, deps=[dpt])  # dV may run on
     dst = (pt * (dpt - delta[None, :])).to(dtype)
     dk = ll.warpgroup_mma(ll.convert_layout(dst, ll.DotOperandLayout(0, D_LAYOUT, 2)),
                           part(q, c0, state.COLUMNS, 1), dk, is_async=True)
@@ -164,8 +192,8 @@ def band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_sca
 
 
 @ll.jit
-def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, qk_scale, WG: ll.constexpr,
-                         MASKED: ll.constexpr):
+def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, dk, dv, qk_scale,
+                         WG: ll.constexpr, MASKED: ll.constexpr):
     """band_gradients for one band shared by two warpgroups (SPLIT_SCORES) that split its
     scores in place of each computing all of them: warpgroup 0 computes S^T and P^T and
     hands fp32 P^T over in p_smem (`p_ready`, the second of the scores_ready pair),
@@ -187,8 +215,12 @@ def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, 
     if WG == 0:
         st = ll.warpgroup_mma(k, q.permute((1, 0)), ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT),
                               use_acc=False, is_async=True)
-        lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
-        st = ll.warpgroup_mma_wait(0, deps=[st])
+        if state.STATS_IN_SHARED:
+            st = ll.warpgroup_mma_wait(0, deps=[st])
+            lse2 = stats.index(0).load(COL)
+        else:
+            lse2 = ll.load(state.lse_ptr + bh * state.seq_q + rows, mask=inside, other=float("inf")) * LOG2E
+            st = ll.warpgroup_mma_wait(0, deps=[st])
         pt = ll.exp2(ll.fma(st, qk_scale, -lse2[None, :]))
         if MASKED:
             pt = masked_transposed(state, pt, m, key0, T_LAYOUT)
@@ -203,8 +235,12 @@ def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, dk, dv, 
     else:
         dpt = ll.warpgroup_mma(v, do.permute((1, 0)), ll.zeros([KEYS, BLOCK_M], ll.float32, T_LAYOUT),
                                use_acc=False, is_async=True)
-        delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
-        dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
+        if state.STATS_IN_SHARED:
+            dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
+            delta = stats.index(1).load(COL)
+        else:
+            delta = ll.load(state.delta_ptr + bh * state.seq_q + rows, mask=inside, other=0.0)
+            dpt = ll.warpgroup_mma_wait(0, deps=[dpt])
         mbarrier.wait(p_ready, ring_phase(step, 1))
         pt = p_buf.load(T_LAYOUT)
         dst = (pt * (dpt - delta[None, :])).to(dtype)
@@ -229,6 +265,29 @@ def add_dq(state, dq, ds, k, m, bh, q0: ll.constexpr, DQ_COLUMNS: ll.constexpr, 
             reduce_dq_chunks(state, dq, ds, k, m, bh, q0, DQ_COLUMNS, WG)
         else:
             add_dq_chunks(state, dq, ds, k, m, bh, q0, DQ_COLUMNS)
+
+
+@ll.jit
+def add_dq_rows(state, dq, row0, bh, WG: ll.constexpr):
+    """dQ[row0:row0 + 64, :] += dq (head_dim 64: all its columns; BLOCK_M 128, each
+    consumer its 64 rows), by TMA reduce-add from WG's box or by atomics (rows past seq_q
+    left out), in a loop of its own as add_dq."""
+    for _ in ll.range(0, 1, rematerialize=True):
+        if state.DQ_TMA:
+            box = state.dq_smem.index(WG)  # [1, 1, KEYS, DQ_CHUNK]
+            tma.store_wait(0)  # the box's last add has read it
+            box.index(0).index(0).store(dq)
+            ll.fence_async_shared()
+            tma.async_reduce_add(state.dq_ptr, [0, bh, row0, 0], box)
+        else:
+            Q_LAYOUT: ll.constexpr = accumulator_layout(DQ_CHUNK)
+            rows = row0 + ll.arange(0, KEYS, ll.SliceLayout(1, Q_LAYOUT))
+            cols = ll.arange(0, DQ_CHUNK, ll.SliceLayout(0, Q_LAYOUT))
+            pointers = state.dq_ptr + (bh * state.seq_q + rows[:, None]) * state.HEAD_DIM + cols[None, :]
+            if row0 + KEYS <= state.seq_q:  # no mask: a masked atomic is a branch around each
+                ll.atomic_add(pointers, dq, sem="relaxed")
+            else:
+                ll.atomic_add(pointers, dq, mask=rows[:, None] < state.seq_q, sem="relaxed")
 
 
 @ll.jit
@@ -276,7 +335,8 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                                          HEAD_DIM: ll.constexpr, STAGES: ll.constexpr, CONSUMERS: ll.constexpr,
                                          CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
                                          CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr,
-                                         DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False):
+                                         DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False,
+                                         STATS_IN_SHARED: ll.constexpr = False):
     """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads)):
     BLOCK_N / 64 bands of keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that
     split its dK and dV in COLUMNS each."""
@@ -292,7 +352,12 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     ds_smem = ll.allocate_shared_memory(dtype, [1, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 16))
     dq_smem = None
     if DQ_TMA:
-        dq_smem = ll.allocate_shared_memory(ll.float32, [CONSUMERS, 1, 1, BLOCK_M, DQ_CHUNK], dq_ptr.layout)
+        DQ_ROWS: ll.constexpr = dq_box_rows(BLOCK_M, HEAD_DIM, CONSUMERS)
+        dq_smem = ll.allocate_shared_memory(ll.float32, [CONSUMERS, 1, 1, DQ_ROWS, DQ_CHUNK], dq_ptr.layout)
+    stats_ring = None
+    if STATS_IN_SHARED:  # L and delta of each slot's query rows, staged by the producer
+        stats_ring = ll.allocate_shared_memory(ll.float32, [STAGES, 2, BLOCK_M],
+                                               ll.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
     p_smem = None
     if SPLIT_SCORES:  # P^T handed from one warpgroup of the band to the other; then scores_ready
         # is a pair: every consumer's scores are written, and P^T is
@@ -311,13 +376,13 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
     mbarrier.init(kv_ready, count=1)
     for s in ll.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(ready.index(s), count=2 if STATS_IN_SHARED else 1)  # then the stats' arrival too
         mbarrier.init(empty.index(s), count=CONSUMERS)
     state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, p_smem, ds_smem,
                           scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
                           dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, 0, CAUSAL, DQ_TMA,
-                          False, SPLIT_SCORES)
+                          False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [keys_consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
