@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 import numpy as np
@@ -402,7 +403,7 @@ def _prepare(signature, call: tuple, c, padded_n: int, staged: tuple) -> None:
     c_desc = call[4]
     bind = descriptor_binding(launch, "c_desc", c_desc) if c_desc is not None else \
         pointer_binding(launch.launches[-1], "c_ptr")
-    prepared = PreparedCall(launch, outputs, [[bind]], [], _only)
+    prepared = PreparedCall(launch, outputs, [[bind]], [], _ONLY)
     keep_prepared_call(signature, _StagedCall(prepared, staged) if staged else prepared)
 
 
@@ -427,8 +428,7 @@ class _StagedCall:
         return self.prepared()
 
 
-def _only(outs):
-    return outs[0]
+_ONLY = operator.itemgetter(0)  # a prepared call's result: C alone (a C callable, no Python frame)
 
 
 def reference_matmul(a, b) -> np.ndarray:
