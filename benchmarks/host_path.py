@@ -5,7 +5,9 @@ encodes included). Without one (`--fake`, the default when no GPU answers) it ru
 GPU host path on CPU torch tensors under `fake_gpu()`: weft sees the tensors as living on
 device 0, and the driver calls a launch makes (cuLaunchKernelEx, cuTensorMapEncodeTiled,
 cuMemsetD32Async, module loading, occupancy, device attributes) are stubs that record
-what they were given. Kernels are compiled for sm_90a as on a GPU (ptxas needed).
+what they were given. Kernels are compiled for sm_90a as on a GPU (ptxas needed). Each
+line also counts the Python frames of a call (cProfile): a figure that, unlike the time,
+does not move when other work loads the machine.
 
     python3 -m benchmarks.host_path [--calls 2000]     # from the repo root
 """
@@ -32,6 +34,39 @@ def time_calls(call, calls: int, runs: int = 20) -> float:
             call()
         best = min(best, (time.perf_counter() - start) / batch)
     return best * 1e6
+
+
+def python_frames_per_call(call, calls: int = 50) -> float:
+    """Python function calls (cProfile) per call, the fake driver's own included: a count
+    that, unlike the time, other work on the machine does not change."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        call()
+    profile.disable()
+    stats = pstats.Stats(profile).stats
+    return sum(entry[1] for (filename, _, _), entry in stats.items() if filename != "~") / calls
+
+
+def _keep_freed_buffers_in_the_heap() -> None:
+    """On CPU tensors, glibc serves each large buffer (a 4096x4096 C: 32 MiB) by mmap and
+    returns it by munmap, which costs more than the rest of the call and slows what
+    follows; torch's CUDA caching allocator hands the freed block back instead. Raising
+    malloc's mmap threshold keeps the fake's outputs in the heap, as that allocator would."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    libc = ctypes.CDLL(name)
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    if hasattr(libc, "mallopt"):
+        libc.mallopt(m_mmap_threshold, 1 << 30)
+        libc.mallopt(m_trim_threshold, (1 << 31) - 1)
 
 
 def _allocation_us(calls: int) -> float:
@@ -93,14 +128,17 @@ def main() -> None:
     from weft.runtime import driver
 
     real = driver.has_gpu() and not args.fake
+    if not real:
+        _keep_freed_buffers_in_the_heap()
     context = contextlib.nullcontext(None) if real else fake_gpu(record=False)
     with context as fake:
         for name, call in _cases("cuda" if real else "cpu"):
             us = time_calls(call, args.calls)
             allocation = _allocation_us(args.calls)
+            frames = python_frames_per_call(call)
             extra = "" if fake is None else f" ({fake.launch_count} launches, {fake.encodes} encodes so far)"
             print(f"{name:>42}: {us:8.1f} us per call, {allocation:6.1f} us of it allocating outputs, "
-                  f"{us - allocation:6.1f} us the rest{extra}")
+                  f"{us - allocation:6.1f} us the rest, {frames:4.0f} Python frames{extra}")
     print("driver:", "real GPU" if real else "stubbed (CPU torch tensors as device 0)")
 
 

@@ -105,9 +105,14 @@ class PreparedCall:
     output, the functions address -> None that point the launch at it (a pointer
     parameter's holder, a descriptor's `rebinder`). `zeroed`: (output index, int32 words)
     to clear on the launch stream before each launch. `result`: outputs -> what the
-    wrapper returns."""
+    wrapper returns.
 
-    __slots__ = ("launch", "outputs", "bindings", "zeroed", "result", "_empty", "_empty_strided", "_memset")
+    A call is the whole fast path, so it is one Python frame over C calls: everything
+    that does not change from call to call (contiguous strides, the stream, the driver's
+    memset) is worked out here once."""
+
+    __slots__ = ("launch", "outputs", "bindings", "zeroed", "result", "_allocations", "_empty_strided",
+                 "_memset", "_stream")
 
     def __init__(self, launch, outputs, bindings, zeroed, result):
         import torch
@@ -117,23 +122,38 @@ class PreparedCall:
         self.launch, self.outputs, self.result = launch, tuple(outputs), result
         self.bindings = tuple(tuple(b) for b in bindings)
         self.zeroed = tuple(zeroed)
-        self._empty, self._empty_strided = torch.empty, torch.empty_strided
-        self._memset = driver.memset_d32_async
+        self._allocations = tuple((tuple(shape), _contiguous_strides(shape) if strides is None else tuple(strides),
+                                   dtype, device, binds)
+                                  for (shape, strides, dtype, device), binds in zip(self.outputs, self.bindings))
+        self._empty_strided = torch.empty_strided
+        self._memset = driver.cuda().cuMemsetD32Async if self.zeroed else None
+        self._stream = launch.config.hStream
 
     def __call__(self):
-        empty, empty_strided = self._empty, self._empty_strided
-        outs = [empty(shape, dtype=dtype, device=device) if strides is None
-                else empty_strided(shape, strides, dtype=dtype, device=device)
-                for shape, strides, dtype, device in self.outputs]
-        for out, binds in zip(outs, self.bindings):
+        empty_strided = self._empty_strided
+        outs = []
+        for shape, strides, dtype, device, binds in self._allocations:
+            out = empty_strided(shape, strides, dtype=dtype, device=device)
             address = out.data_ptr()
             for bind in binds:
                 bind(address)
-        stream = self.launch.config.hStream
+            outs.append(out)
         for index, words in self.zeroed:
-            self._memset(outs[index].data_ptr(), words, stream)
+            err = self._memset(outs[index].data_ptr(), 0, words, self._stream)[0]
+            if err != 0:
+                from ..runtime import driver
+
+                driver.check((err,), "cuMemsetD32Async")
         self.launch()
         return self.result(outs)
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for size in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(1, size)
+    return tuple(reversed(strides))
 
 
 def pointer_binding(launch, name: str):
@@ -249,9 +269,13 @@ def gpu_signature(tensors: tuple, options: tuple):
         if torch is None:
             return None
         _TORCH_TENSOR[0] = torch.Tensor
-    facts = tuple(map(tensor_facts, tensors))
-    if None in facts:
-        return None
+    # tensor_facts, inlined: this runs on every call.
+    tensor = _TORCH_TENSOR[0]
+    facts = []
+    for x in tensors:
+        if type(x) is not tensor or not x.is_cuda:
+            return None
+        facts.append((x.data_ptr(), x.shape, x.stride(), x.dtype, x.get_device()))
     if not _STREAM:
         from ..runtime import launcher
 
@@ -259,7 +283,7 @@ def gpu_signature(tensors: tuple, options: tuple):
         from ..compiler import config
 
         _STREAM.append(config.emulate)
-    return (facts, options, _STREAM[0](facts[0][4]), _STREAM[1]())
+    return (tuple(facts), options, _STREAM[0](facts[0][4]), _STREAM[1]())
 
 
 # ----------------------------------------------------------------------------- torch operators
@@ -304,6 +328,11 @@ def torch_route(*arrays) -> str | None:
 
 def torch_ops():
     """kernels/torch_ops.py, imported (and its operators registered) on first use."""
-    from . import torch_ops
+    if not _TORCH_OPS:
+        from . import torch_ops
 
-    return torch_ops
+        _TORCH_OPS.append(torch_ops)
+    return _TORCH_OPS[0]
+
+
+_TORCH_OPS: list = []  # [kernels/torch_ops.py] once imported

@@ -118,7 +118,7 @@ def matmul(a, b, out_dtype=None, config=None, route=OPERATOR):
     """weft.kernels.matmul.matmul on torch tensors, by `route` (kernels/_launch.torch_route)."""
     if route == OPERATOR:
         return _MATMUL(a, b, out_dtype, config_text(config))
-    return _EagerMatmul.apply(a, b, out_dtype, config)
+    return _EAGER_MATMUL(a, b, out_dtype, config)
 
 
 # ----------------------------------------------------------------------------- attention
@@ -209,7 +209,7 @@ def flash_attention(q, k, v, causal=False, softmax_scale=None, return_lse=False,
     if route == OPERATOR:
         out, lse = _ATTENTION(q, k, v, bool(causal), softmax_scale, layout, config_text(config))
     else:
-        out, lse = _EagerFlashAttention.apply(q, k, v, bool(causal), softmax_scale, layout, config)
+        out, lse = _EAGER_ATTENTION(q, k, v, bool(causal), softmax_scale, layout, config)
     return (out, lse) if return_lse else out
 
 
@@ -217,3 +217,16 @@ def flash_attention(q, k, v, causal=False, softmax_scale=None, return_lse=False,
 _MATMUL = torch.ops.weft.matmul.default
 _ATTENTION = torch.ops.weft.flash_attention.default
 _ATTENTION_BACKWARD = torch.ops.weft.flash_attention_backward.default
+
+
+def _function_apply(function):
+    """`function.apply` without its Python layer: torch.autograd.Function.apply binds
+    default arguments (only with a setup_context, which these Functions leave out) and
+    unwraps the dead functorch wrappers of its arguments (only under a functorch
+    transform, which the AUTOGRAD route excludes: `torch_route`) before calling the C
+    apply this returns, which records the graph node."""
+    return torch._C._FunctionBase.__dict__["apply"].__get__(None, function)
+
+
+_EAGER_MATMUL = _function_apply(_EagerMatmul)
+_EAGER_ATTENTION = _function_apply(_EagerFlashAttention)

@@ -32,6 +32,8 @@ from . import arguments, driver
 from .arguments import HOST, OTHER_DEVICE, UNKNOWN_DEVICE, ArgumentTypeError
 
 
+_C_UINT64_VALUE = ctypes.c_uint64.value  # the descriptor behind `word.value = ...`
+
 # CUtensorMapDataType member per weft element: TMA moves bytes, so integers and fp8 only
 # need the right width (OOB fill is zero bits either way).
 _TMA_DATA_TYPES = {
@@ -349,9 +351,8 @@ def rebinder(desc: TensorDescriptor, holder) -> Callable[[int], None]:
         word = ctypes.c_uint64.from_buffer(holder, field)
         word.value = desc.address
         if bytes(holder) == desc.tensor_map:
-            def write(address: int, word=word) -> None:
-                word.value = address
-            return write
+            # `word.value = address` as a C callable: a prepared call runs it every call.
+            return functools.partial(_C_UINT64_VALUE.__set__, word)
     key = (desc.dtype.name, desc.shape, desc.strides, _copy_box(desc), desc.swizzle, desc.dtype.bits // 8)
 
     def encode(address: int) -> None:

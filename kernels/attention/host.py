@@ -4,6 +4,7 @@ launch, and the float64 numpy reference."""
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,15 +231,12 @@ def _prepare(signature, call: KernelCall, out, lse, return_lse: bool) -> None:
         # Never read (a static schedule): point it at live memory all the same.
         bindings[1].append(pointer_binding(launch, "counter_ptr"))
     keep_prepared_call(signature, PreparedCall(launch, outputs, bindings, zeroed,
-                                               _with_lse if return_lse else _without_lse))
+                                               _WITH_LSE if return_lse else _WITHOUT_LSE))
 
 
-def _with_lse(outs):
-    return outs[0], outs[1]
-
-
-def _without_lse(outs):
-    return outs[0]
+# What a prepared call returns from its outputs (out, lse, counter); C callables, as
+# the fast path adds no Python frame it can avoid.
+_WITH_LSE, _WITHOUT_LSE = operator.itemgetter(0, 1), operator.itemgetter(0)
 
 
 def _int32():

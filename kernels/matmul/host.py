@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 import numpy as np
@@ -430,7 +431,7 @@ def _prepare(signature, call: tuple, c, padded_n: int, staged: tuple) -> None:
     # launch of a split, or gemv's own).
     last = launch.launches[-1] if type(launch) is _LaunchSequence else launch
     bind = descriptor_binding(launch, "c_desc", c_desc) if c_desc is not None else pointer_binding(last, "c_ptr")
-    prepared = PreparedCall(launch, outputs, [[bind]], [], _only)
+    prepared = PreparedCall(launch, outputs, [[bind]], [], _ONLY)
     keep_prepared_call(signature, _StagedCall(prepared, staged) if staged else prepared)
 
 
@@ -455,8 +456,7 @@ class _StagedCall:
         return self.prepared()
 
 
-def _only(outs):
-    return outs[0]
+_ONLY = operator.itemgetter(0)  # a prepared call's result: C alone (a C callable, no Python frame)
 
 
 def reference_matmul(a, b) -> np.ndarray:
