@@ -163,9 +163,11 @@ class BackwardConfig:
 # and dP^T computed once per CTA); at 256 both on one band of 64 keys, 128 columns each,
 # with split_scores (one computes the band's S^T and P^T, the other dP^T and dS^T: five
 # GEMMs a step where each computing both took seven), one Q/dO slot where dQ's boxes take
-# the room of a second. benchmarks/sweep_attention_backward.py times the alternatives.
+# the room of a second. At 64, 128 query rows a step (FA3's tile), which fits the registers
+# only with L and delta staged by the producer and read from shared memory where used
+# (stats_in_shared). benchmarks/sweep_attention_backward.py times the alternatives.
 KEYS_SPLIT_TILES = {
-    64: dict(block_n=128, consumers=2, stages=2),
+    64: dict(block_m=128, block_n=128, consumers=2, stages=2, stats_in_shared=True),
     128: dict(block_n=128, consumers=2, stages=2),
     256: dict(block_n=64, consumers=2, stages=1, split_scores=True),
 }

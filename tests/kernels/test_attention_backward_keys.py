@@ -83,7 +83,9 @@ def test_the_default_is_the_keys_split_and_a_pipelined_walk_the_columns_split(he
 @needs_ptxas
 @pytest.mark.parametrize("head_dim, fields", [
     (64, {}), (128, {}), (256, {}), (256, dict(split_scores=True)), (128, dict(block_n=64, split_scores=True)),
-    (64, dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2, stages=3)),  # two CTAs an SM
+    (64, dict(block_m=64, block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2, stages=3,
+              stats_in_shared=False)),  # two CTAs an SM
+    (64, dict(block_m=64, stats_in_shared=False)),  # the 64-row step L and delta in registers
 ])
 def test_keys_split_assembles_without_spills(head_dim, fields, causal=True):  # causal: both kinds of step
     """Consumers of 64 keys x 128 columns of fp32 dK and dV (128 registers a thread, 64 at
