@@ -20,7 +20,7 @@ from math import gcd
 from typing import Optional
 
 from ..ir import (AddPtr, Arange, AxisHint, Binary, Bitcast, Broadcast, Cast, Compare, Constant, ConvertLayout,
-                  ExpandDims, For, Kernel, Op, Splat, Value, WarpSpecialize, Where)
+                  ExpandDims, For, If, Kernel, Op, Splat, Value, WarpSpecialize, Where)
 from ..types import PointerType, TensorType, element_of
 
 NAME = "axis_analysis"
@@ -87,6 +87,9 @@ def _analyze_block(block, infos: dict, scalar_div: dict) -> None:
         if isinstance(op, For):
             _analyze_loop(op, infos, scalar_div)
             continue
+        if isinstance(op, If):
+            _analyze_branches(op, infos, scalar_div)
+            continue
         for result in op.defines():
             infos[result] = _infer(op, result, infos, scalar_div)
         if isinstance(op, WarpSpecialize):
@@ -126,6 +129,21 @@ def _analyze_loop(op: For, infos: dict, scalar_div: dict) -> None:
         assume(op.body.args[1:], facts)
         _analyze_block(op.body, infos, scalar_div)
     assume(op.results, facts)
+
+
+def _analyze_branches(op: If, infos: dict, scalar_div: dict) -> None:
+    """An If's results hold what both branches' yields hold (issue_dot_ahead's peeled
+    block hands the loop its block pointers' offsets through one: unknown, the loop's
+    copies would fall back to scalar loads)."""
+    get = lambda v: _get(infos, scalar_div, v)  # noqa: E731
+    _analyze_block(op.then_body, infos, scalar_div)
+    _analyze_block(op.else_body, infos, scalar_div)
+    yields = (op.then_body.ops[-1].values, op.else_body.ops[-1].values)
+    for result, then_value, else_value in zip(op.results, *yields):
+        fact = _join(get(then_value), get(else_value))
+        infos[result] = fact
+        if not isinstance(result.type, TensorType):
+            scalar_div[result] = _scalar_div(fact)
 
 
 def _get(infos, scalar_div, value: Value) -> AxisInfo:

@@ -130,3 +130,20 @@ def test_axis_analysis_of_arange_plus_pointer():
     assert by_name["ptrs"].contiguity == (1024,)
     assert by_name["ptrs"].divisibility == (16,)
     assert by_name["mask"].constancy == (16,)
+
+
+@tl.jit
+def offset_from_a_branch(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    if n > 0:
+        start = BLOCK * 2
+    else:
+        start = BLOCK
+    offsets = start + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets))
+
+
+def test_an_if_result_holds_what_both_branches_yield():
+    """Both branches give a multiple of BLOCK, so the loads stay aligned 16-byte runs
+    (issue_dot_ahead's peeled block hands its loop the block pointers' offsets so)."""
+    (info,) = pointer_facts(offset_from_a_branch, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}, {"BLOCK": 64})
+    assert info.contiguity == (64,) and info.divisibility == (16,)
