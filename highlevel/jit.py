@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 from ..compiler.compiled import Param
+from ..compiler.ir import WarpgroupMmaWait
 
 
 def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specialization: dict,
@@ -46,9 +47,12 @@ def check_num_stages(name: str, num_stages: Any) -> int:
     return num_stages
 
 
-def check_dot_ahead(name: str, dot_ahead: Any) -> bool:
-    if not isinstance(dot_ahead, bool):
-        raise ValueError(f"kernel '{name}': dot_ahead must be True or False (or left out: off), got {dot_ahead!r}")
+def check_dot_ahead(name: str, dot_ahead: Any):
+    """True, False, or the name of the instruction that holds P V's wait below the softmax
+    (issue_dot_ahead: WarpgroupMmaWait.ANCHORS, or "none")."""
+    if not isinstance(dot_ahead, bool) and dot_ahead not in WarpgroupMmaWait.ANCHORS + ("none",):
+        raise ValueError(f"kernel '{name}': dot_ahead must be True or False (or left out: off), or one of "
+                         f"{', '.join(repr(a) for a in WarpgroupMmaWait.ANCHORS + ('none',))}, got {dot_ahead!r}")
     return dot_ahead
 
 

@@ -338,7 +338,7 @@ def lower_warpgroup_mma_wait(ctx: Lowering, op: WarpgroupMmaWait) -> None:
     for dep in op.deps:
         if is_tensor(dep):
             values.extend(ctx.registers(dep, T.register_count(dep.type)))
-    passed = pass_through(ctx, lambda letters: ptx_asm.wgmma_wait_group(op.pending, letters), values)
+    passed = pass_through(ctx, lambda letters: ptx_asm.wgmma_wait_group(op.pending, letters, op.anchor), values)
     cursor = 0
     for dep, result in zip(op.deps, op.results):
         if is_tensor(dep):

@@ -522,13 +522,25 @@ def wgmma_commit_group() -> tuple[str, str]:
     return "wgmma.commit_group.sync.aligned;", MEMORY
 
 
-def wgmma_wait_group(pending: int, letters: Sequence[str]) -> tuple[str, str]:
+# Instructions ptxas does not hoist a wgmma wait above (WarpgroupMmaWait.anchor): a
+# volatile shared load (its value unused), nanosleep 0, a CTA fence. A clock or timer read,
+# a warp barrier or a proxy fence do not hold it.
+WAIT_ANCHORS = {
+    "volatile": "{ .reg .b32 a, v; mov.u32 a, 0; ld.volatile.shared.b32 v, [a]; } ",
+    "sleep": "nanosleep.u32 0; ",
+    "fence": "fence.acq_rel.cta; ",
+}
+
+
+def wgmma_wait_group(pending: int, letters: Sequence[str], anchor: str = "") -> tuple[str, str]:
     """wgmma.wait_group.sync.aligned `pending`, with the registers the waited groups write
-    passing through (outputs $0.., tied inputs), so their reads stay below the wait.
+    passing through (outputs $0.., tied inputs), so their reads stay below the wait;
+    after WAIT_ANCHORS[anchor] where one is named.
     https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions-wgmma-wait-group
     """
     outputs, inputs = _tied(letters)
-    return f"wgmma.wait_group.sync.aligned {int(pending)};", _join(outputs, inputs, [MEMORY])
+    prefix = WAIT_ANCHORS[anchor] if anchor else ""
+    return f"{prefix}wgmma.wait_group.sync.aligned {int(pending)};", _join(outputs, inputs, [MEMORY])
 
 
 def fence_proxy_async_shared() -> tuple[str, str]:

@@ -60,8 +60,9 @@ class Kernel:
     issue_dots_early: bool = True
     # The launch option dot_ahead (highlevel): True asks issue_dot_ahead to issue an
     # attention-style loop's next Q K^T with this block's P V (where the tiles fit the
-    # registers); False or None keep the loop as pipeline_dot_loops scheduled it.
-    dot_ahead: Optional[bool] = None
+    # registers); False or None keep the loop as pipeline_dot_loops scheduled it. A string
+    # asks for it too, naming the anchor of P V's wait (WarpgroupMmaWait.ANCHORS, "none").
+    dot_ahead: Optional[bool | str] = None
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

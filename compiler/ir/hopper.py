@@ -276,12 +276,18 @@ class WarpgroupMma(Op):
 @dataclass(frozen=True, kw_only=True)
 class WarpgroupMmaWait(Op):
     """wgmma.wait_group `pending`: results[i] is deps[i] once at most `pending` async
-    wgmma groups are still in flight (the returned values are the ones safe to read)."""
+    wgmma groups are still in flight (the returned values are the ones safe to read).
+    `anchor` (one of ANCHORS, "" for none) names an instruction emitted right before the
+    wait that ptxas does not move the wait above: ptxas otherwise hoists a wait to the
+    earliest point its registers allow, above independent work written before it (the
+    softmax that issue_dot_ahead puts beside a running P V)."""
 
     NAME = "warpgroup_mma_wait"
+    ANCHORS = ("volatile", "sleep", "fence")
     results: tuple[Value, ...]
     deps: tuple[Value, ...]
     pending: int
+    anchor: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -60,6 +60,10 @@ NAME = "issue_dot_ahead"
 # 128: 64 + 64 + 32).
 REGISTER_BUDGET = 128
 
+# The instruction before P V's wait in the loop (WarpgroupMmaWait.anchor): without one,
+# ptxas hoists the wait above the softmax's exponentials, to right after S's wait.
+DEFAULT_ANCHOR = "volatile"
+
 
 @dataclasses.dataclass(frozen=True)
 class Split:
@@ -231,14 +235,15 @@ def issue_second(split: Split, slot: Value, operands: tuple[Value, Value], out: 
     return result
 
 
-def wait_second(split: Split, in_flight: Value, a: Value, out: Emitter) -> Value:
+def wait_second(split: Split, in_flight: Value, a: Value, out: Emitter, anchor: str = "") -> Value:
     """The P V dot's result waited (P, from registers, passing through the same wait so
     that its registers are not reused before the dot has read them: merge_wgmma_waits
-    makes the two waits one), converted as the body converted it; returns the value the
-    body yields as the accumulator."""
+    makes the two waits one), after the instruction `anchor` names (WarpgroupMmaWait:
+    it keeps ptxas from hoisting the wait above the softmax), converted as the body
+    converted it; returns the value the body yields as the accumulator."""
     loc = split.second.loc
     waited = Value(in_flight.type, in_flight.hint)
-    out.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0, loc=loc))
+    out.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0, anchor=anchor, loc=loc))
     if isinstance(a.type, TensorType):
         out.ops.append(WarpgroupMmaWait(results=(Value(a.type, a.hint),), deps=(a,), pending=0, loc=loc))
     mapping = {split.second.result: waited}
@@ -263,10 +268,11 @@ def _zero(value_type, loc) -> Constant:
     return Constant(result=Value(value_type), value=zero, loc=loc)
 
 
-def rewrite(loop: For, split: Split) -> list[Op]:
-    """The ops in place of `loop` (see the module docstring). The loop's results keep
-    their values (the accumulator's is the last block's P V, waited), so the ops after
-    the loop read them as before."""
+def rewrite(loop: For, split: Split, anchor: str = DEFAULT_ANCHOR) -> list[Op]:
+    """The ops in place of `loop` (see the module docstring), P V's wait in the loop after
+    the instruction `anchor` names. The loop's results keep their values (the
+    accumulator's is the last block's P V, waited), so the ops after the loop read them
+    as before."""
     body, loc = loop.body, loop.loc
     yield_ = body.ops[-1]
     acc_arg = body.args[1 + split.acc_index]
@@ -300,13 +306,14 @@ def rewrite(loop: For, split: Split) -> list[Op]:
     in_flight = next_carried = None
     for op in early:
         if next_carried is None and id(op) in after_second:
-            accumulator = wait_second(split, in_flight, carried[0], new_body)
+            accumulator = wait_second(split, in_flight, carried[0], new_body, anchor)
             next_carried = next_operands(split, accumulator, mapping, new_body)
         new_body.ops.append(dataclasses.replace(op, pending=1) if op is split.first_wait else op)
         if op is split.first:
             in_flight = issue_second(split, split.view.index, carried, new_body)
     if next_carried is None:
-        next_carried = next_operands(split, wait_second(split, in_flight, carried[0], new_body), mapping, new_body)
+        accumulator = wait_second(split, in_flight, carried[0], new_body, anchor)
+        next_carried = next_operands(split, accumulator, mapping, new_body)
     values = list(yield_.values)
     values[split.acc_index] = acc_arg  # P V's operands carry the accumulator
     new_body.ops.append(Yield(values=tuple(values) + next_carried, loc=yield_.loc))
@@ -329,10 +336,12 @@ def rewrite(loop: For, split: Split) -> list[Op]:
 
 
 def issue_dot_ahead(kernel: Kernel) -> Kernel:
-    """With the launch option `dot_ahead=True`, every loop plan_split matches whose tiles
-    fit the registers rewritten (see the module docstring)."""
-    if kernel.dot_ahead is not True:
+    """With the launch option `dot_ahead=True` (or an anchor's name: "none" for none), every
+    loop plan_split matches whose tiles fit the registers rewritten (see the module
+    docstring)."""
+    if kernel.dot_ahead in (None, False):
         return kernel
+    anchor = {True: DEFAULT_ANCHOR, "none": ""}.get(kernel.dot_ahead, kernel.dot_ahead)
     changed = []
 
     def block(region: Block) -> Block:
@@ -343,7 +352,7 @@ def issue_dot_ahead(kernel: Kernel) -> Kernel:
             if split is None or not fits_registers(split, kernel.num_warps):
                 ops.append(op)
                 continue
-            ops.extend(rewrite(op, split))
+            ops.extend(rewrite(op, split, anchor))
             changed.append(op)
         return Block(region.args, tuple(ops))
 

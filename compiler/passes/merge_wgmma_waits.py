@@ -28,7 +28,8 @@ def merge_block(block: Block) -> Block:
         last = ops[-1] if ops else None
         if isinstance(op, WarpgroupMmaWait) and isinstance(last, WarpgroupMmaWait):
             ops[-1] = WarpgroupMmaWait(results=last.results + op.results, deps=last.deps + op.deps,
-                                       pending=min(last.pending, op.pending), loc=last.loc)
+                                       pending=min(last.pending, op.pending), anchor=last.anchor or op.anchor,
+                                       loc=last.loc)
             continue
         ops.append(op)
     return Block(block.args, tuple(ops))
