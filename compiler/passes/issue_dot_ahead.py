@@ -35,10 +35,11 @@ ptxas keeps the wgmmas asynchronous. The copies keep pipeline_dot_loops' counts:
 groups before the loop, one an iteration (block 0's in the peeled part). P V of j - 1
 reads V's slot (j - 1) % S, which the refill of the same iteration overwrites only after
 that dot's wait. Applied to loops whose tiles fit the registers (`fits_registers`) when
-the launch option `dot_ahead=True` (`Kernel.dot_ahead`) asks for it, and off otherwise:
-on Hopper the rewritten loop has run slower than the serial one (docs/highlevel.md),
-because ptxas retires P V's wgmma before the softmax's exponentials instead of after them,
-so nothing overlaps and the peeled block costs extra.
+the launch option `dot_ahead=True` (`Kernel.dot_ahead`) asks for it, and off otherwise.
+ptxas places a wgmma wait by its own heuristics, as early as the registers allow: left
+alone it puts P V's wait right after S's, above the softmax, and nothing overlaps. An
+anchor instruction right before the wait (WarpgroupMmaWait.anchor: a volatile shared load
+unless the option names another) keeps it below the exponentials.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class Split:
     carried accumulator and the conversions around it: dropped, the accumulator arrives
     waited); `out_ops`, the ops after the dot up to the accumulator the body yields at
     `acc_index`; `first` and `first_wait`, the Q K^T dot and its wait(0); `view`, the V
-    ring view the dot reads at the body's `slot` argument over `stages` slots."""
+    ring view the dot reads at the body's `slot` argument over `stages` slots; `anchor`,
+    the instruction before P V's wait in the loop (WarpgroupMmaWait.anchor)."""
 
     second: WarpgroupMma
     operand_ops: tuple[Op, ...]
@@ -84,6 +86,7 @@ class Split:
     first_wait: WarpgroupMmaWait
     view: SharedIndex
     stages: int
+    anchor: str = DEFAULT_ANCHOR
 
 
 def _readers(ops) -> dict:
@@ -268,11 +271,10 @@ def _zero(value_type, loc) -> Constant:
     return Constant(result=Value(value_type), value=zero, loc=loc)
 
 
-def rewrite(loop: For, split: Split, anchor: str = DEFAULT_ANCHOR) -> list[Op]:
-    """The ops in place of `loop` (see the module docstring), P V's wait in the loop after
-    the instruction `anchor` names. The loop's results keep their values (the
-    accumulator's is the last block's P V, waited), so the ops after the loop read them
-    as before."""
+def rewrite(loop: For, split: Split) -> list[Op]:
+    """The ops in place of `loop` (see the module docstring). The loop's results keep
+    their values (the accumulator's is the last block's P V, waited), so the ops after
+    the loop read them as before."""
     body, loc = loop.body, loop.loc
     yield_ = body.ops[-1]
     acc_arg = body.args[1 + split.acc_index]
@@ -306,13 +308,13 @@ def rewrite(loop: For, split: Split, anchor: str = DEFAULT_ANCHOR) -> list[Op]:
     in_flight = next_carried = None
     for op in early:
         if next_carried is None and id(op) in after_second:
-            accumulator = wait_second(split, in_flight, carried[0], new_body, anchor)
+            accumulator = wait_second(split, in_flight, carried[0], new_body, split.anchor)
             next_carried = next_operands(split, accumulator, mapping, new_body)
         new_body.ops.append(dataclasses.replace(op, pending=1) if op is split.first_wait else op)
         if op is split.first:
             in_flight = issue_second(split, split.view.index, carried, new_body)
     if next_carried is None:
-        accumulator = wait_second(split, in_flight, carried[0], new_body, anchor)
+        accumulator = wait_second(split, in_flight, carried[0], new_body, split.anchor)
         next_carried = next_operands(split, accumulator, mapping, new_body)
     values = list(yield_.values)
     values[split.acc_index] = acc_arg  # P V's operands carry the accumulator
@@ -352,7 +354,7 @@ def issue_dot_ahead(kernel: Kernel) -> Kernel:
             if split is None or not fits_registers(split, kernel.num_warps):
                 ops.append(op)
                 continue
-            ops.extend(rewrite(op, split, anchor))
+            ops.extend(rewrite(op, dataclasses.replace(split, anchor=anchor)))
             changed.append(op)
         return Block(region.args, tuple(ops))
 

@@ -405,7 +405,7 @@ kernel @chain(%q_ptr: *fp16, %k_ptr: *fp16, %v_ptr: *fp16, %out_ptr: *fp32, %max
     %151 = reduce [axis=1 kind=max] %s_150 : tensor<64xfp32>
     %maxima_152 = binary [kind=add] %maxima_131, %151 : tensor<64xfp32>
     %153 = convert_layout %v_ptrs_129 : tensor<16x16x*fp16, #L7>
-    %acc_154 = warpgroup_mma_wait [pending=0] %acc_148 : tensor<64x16xfp32, #L8>
+    %acc_154 = warpgroup_mma_wait [pending=0 anchor=volatile] %acc_148 : tensor<64x16xfp32, #L8>
     %155 = warpgroup_mma_wait [pending=0] %135 : tensor<64x16xfp16>
     %acc_156 = convert_layout %acc_154 : tensor<64x16xfp32>
     %157 = constant [value=0.5] : tensor<64x16xfp32>
