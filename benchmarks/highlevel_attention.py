@@ -45,8 +45,9 @@ def triton_attention_kernel():
                          attention_example.attention_kernel).attention_kernel
 
 
-def find_systems(torch, causal: bool, head_dim: int) -> dict:
-    """name -> fn(q, k, v, scale), or a string saying why it is unavailable."""
+def find_systems(torch, causal: bool, head_dim: int, anchors=()) -> dict:
+    """name -> fn(q, k, v, scale), or a string saying why it is unavailable; `anchors` adds
+    `weft.hl.ahead-<anchor>` with dot_ahead=<anchor> (the instruction before P V's wait)."""
     from weft.highlevel import attention_example
 
     found = {}
@@ -57,6 +58,7 @@ def find_systems(torch, causal: bool, head_dim: int) -> dict:
     for block_m, block_n, warps, stages in CONFIGS[head_dim]:
         config = f"{block_m}x{block_n} w{warps} s{stages}"
         for name, kernel, dot_ahead in (("weft.hl", None, None), ("weft.hl.ahead", None, True),
+                                        *((f"weft.hl.ahead-{anchor}", None, anchor) for anchor in anchors),
                                         ("triton", triton_kernel, None)):
             if isinstance(kernel, str):
                 found[f"{name} {config}"] = kernel
@@ -139,7 +141,7 @@ def best(row: dict, prefix: str, kind: str = "graph") -> float | None:
     return max(values) if values else None
 
 
-def run(quick: bool = False, out_path: str | None = None) -> dict:
+def run(quick: bool = False, out_path: str | None = None, anchors=()) -> dict:
     import torch
 
     torch.manual_seed(0)
@@ -151,7 +153,7 @@ def run(quick: bool = False, out_path: str | None = None) -> dict:
             scale = head_dim ** -0.5
             ref = reference(q, k, v, causal, scale)
             row = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "causal": causal}
-            row.update(measure_all(torch, find_systems(torch, causal, head_dim), q, k, v, scale, ref,
+            row.update(measure_all(torch, find_systems(torch, causal, head_dim, anchors), q, k, v, scale, ref,
                                    forward_flops(batch, heads, seq, head_dim, causal)))
             for kind in ("graph", "do_bench"):
                 mine = best(row, "weft.hl", kind)
@@ -195,10 +197,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="head_dim 64 only")
     parser.add_argument("--out", help="write the results as JSON here (after every shape)")
+    parser.add_argument("--anchors", nargs="*", default=[], choices=["volatile", "sleep", "fence", "none"],
+                        help="also time dot_ahead=<anchor> for each (the instruction before P V's wait)")
     args = parser.parse_args(argv)
     out_path = args.out or (os.path.join(os.environ["OUT"], "highlevel_attention.json") if os.environ.get("OUT")
                             else None)
-    results = run(args.quick, out_path)
+    results = run(args.quick, out_path, tuple(args.anchors))
     print_table(results)
     short = any("graph_tflops" not in cell for row in results["rows"] for name, cell in row.items()
                 if isinstance(cell, dict) and name.startswith("weft.hl"))
