@@ -34,7 +34,8 @@ def test_range_keywords_are_recorded_on_the_loop_and_the_loop_runs():
     kernel = build_kernel(pipelined_row_sums, {"x_ptr": "*fp32", "out_ptr": "*fp32", "n_rows": "i32", "n_cols": "i32"},
                           {"STAGES": 3, "BLOCK": 32}, 4, language="highlevel")
     (loop,) = [op for op in kernel.walk() if isinstance(op, ir.For)]
-    assert loop.schedule == ir.LoopSchedule(num_stages=3, loop_unroll_factor=2, disallow_acc_multi_buffer=True)
+    assert loop.schedule == ir.LoopSchedule(num_stages=3, warp_specialize=False, loop_unroll_factor=2,
+                                            disallow_acc_multi_buffer=True)
     x = RNG.standard_normal((5, 100)).astype(np.float32)
     out = np.zeros(5, np.float32)
     pipelined_row_sums[(5,)](x, out, 5, 100, STAGES=3, BLOCK=32)
