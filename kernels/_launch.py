@@ -126,7 +126,7 @@ class PreparedCall:
                                    dtype, device, binds)
                                   for (shape, strides, dtype, device), binds in zip(self.outputs, self.bindings))
         self._empty_strided = torch.empty_strided
-        self._memset = driver.cuda().cuMemsetD32Async if self.zeroed else None
+        self._memset = driver.memset_d32_async_entry() if self.zeroed else None
         self._stream = launch.config.hStream
 
     def __call__(self):

@@ -77,6 +77,13 @@ def memset_d32_async(address: int, words: int, stream) -> None:
     check(cuda().cuMemsetD32Async(address, 0, words, stream), "cuMemsetD32Async")
 
 
+def memset_d32_async_entry():
+    """The driver's cuMemsetD32Async itself, for a prepared launch's hot path, where the
+    wrapper above would be one more Python frame a call: call it as
+    `f(address, 0, words, stream)` and `check` its result."""
+    return cuda().cuMemsetD32Async
+
+
 def memset_d8_async(address: int, nbytes: int, stream) -> None:
     """Zero `nbytes` bytes at `address`, queued on `stream`."""
     check(cuda().cuMemsetD8Async(address, 0, nbytes, stream), "cuMemsetD8Async")
