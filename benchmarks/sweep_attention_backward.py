@@ -46,8 +46,9 @@ def candidates(head_dim: int):
         # other's GEMMs).
         64: [dict(block_m=128, stats_in_shared=True, stages=stages) for stages in (2, 1)]
             + [dict(stats_in_shared=True), dict(one_consumer, stages=3)],
-        128: [dict(block_n=64, split_scores=True, stages=stages) for stages in (2, 3, 4)]
-             + [dict(stats_in_shared=True)],
+        # head_dim 128: L and delta staged by the producer (their loads leave the consumers'
+        # step), with two Q/dO slots and with three.
+        128: [dict(stats_in_shared=True, stages=stages) for stages in (2, 3)],
         256: [dict(split_scores=True), dict(dq_reduce="atomics", stages=2),
               dict(split_scores=True, dq_reduce="atomics", stages=2)],
     }[head_dim]

@@ -357,7 +357,7 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     stats_ring = None
     if STATS_IN_SHARED:  # L and delta of each slot's query rows, staged by the producer
         stats_ring = ll.allocate_shared_memory(ll.float32, [STAGES, 2, BLOCK_M],
-                                               ll.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]))
+                                               ll.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # STAGES: buffers
     p_smem = None
     if SPLIT_SCORES:  # P^T handed from one warpgroup of the band to the other; then scores_ready
         # is a pair: every consumer's scores are written, and P^T is

@@ -26,6 +26,7 @@ def _rows128(**fields):
     (2, 1, 1, 300, 130, 64, False, "bshd", dict(stages=1)),          # seq_q > seq_k: three query blocks, one slot
     (1, 3, 1, 200, 70, 64, True, "bhsd", dict(dq_reduce="atomics")),  # MQA, rows that see no key
     (1, 2, 2, 100, 150, 128, True, "bshd", dict(block_m=64)),         # head_dim 128 at block_m 64, staged
+    (1, 1, 1, 260, 70, 128, False, "bhsd", dict(block_m=64, stages=3)),  # three slots (not a power of two) wrap
 ])
 def test_gradients_match_float64(batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, layout, fields):
     """S^T and dP^T over 128 query columns a consumer, P^T and dS^T from L and delta read
