@@ -46,10 +46,11 @@ def candidates(head_dim: int):
         # other's GEMMs).
         64: [dict(block_m=128, stats_in_shared=True, stages=stages) for stages in (2, 1)]
             + [dict(stats_in_shared=True), dict(one_consumer, stages=3)],
-        # head_dim 128: L and delta staged by the producer (their loads leave the consumers'
-        # step), with two Q/dO slots and with three.
-        128: [dict(stats_in_shared=True, stages=stages) for stages in (2, 3)],
-        256: [dict(split_scores=True), dict(dq_reduce="atomics", stages=2),
+        # head_dim 128: L and delta loaded by the consumers (the former default), and a
+        # third Q/dO slot.
+        128: [dict(stats_in_shared=False), dict(stages=3)],
+        # head_dim 256: L and delta staged by the producer as at 64 and 128.
+        256: [dict(stats_in_shared=True), dict(dq_reduce="atomics", stages=2),
               dict(split_scores=True, dq_reduce="atomics", stages=2)],
     }[head_dim]
     for option in options:
