@@ -173,7 +173,7 @@ class _Descriptors:
         self.ctx, self.plan = ctx, plan
         self.address = b.ptrtoint(view.base, T.I32)
         self.constant = ir.Constant(T.I64, plan.constant_bits)
-        self.dynamic = xor_of_bits(b, ctx.hardware_index("warp"), warp_components)
+        self.dynamic = xor_of_bits(b, _descriptor_warp(ctx) if any(warp_components) else None, warp_components)
         self.dynamic_bits = 0
         for c in warp_components:
             self.dynamic_bits |= c
@@ -199,6 +199,20 @@ class _Descriptors:
             return self.base if not static else b.add(self.base, ir.Constant(T.I64, static >> 4))
         offset = b.xor(self.dynamic, ir.Constant(T.I32, static))
         return self._encode(b.add(self.address, offset))
+
+
+def _descriptor_warp(ctx: Lowering) -> ir.Value:
+    """The warp index a descriptor's rows or columns come from. In highlevel kernels, lane
+    0's by a shfl at the wgmma: ptxas then knows it (and the descriptors made from it) to
+    be warp-uniform and builds them in uniform registers, and LLVM, which may not move the
+    shfl, leaves them in the loop; hoisted, they would be held in vector registers and
+    moved to uniform ones (R2UR) before every wgmma, as Triton's descriptors are not.
+    The lowlevel kernels keep the index read once (their PTX is tuned as it is)."""
+    warp = ctx.hardware_index("warp")
+    if ctx.kernel.language != "highlevel":
+        return warp
+    return ctx.intrinsic("llvm.nvvm.shfl.sync.idx.i32", T.I32,
+                         [ir.Constant(T.I32, -1), warp, ir.Constant(T.I32, 0), ir.Constant(T.I32, 0x1F)])
 
 
 def _warp_components(acc: AccumulatorPlan, plan: OperandPlan, axis: int) -> list[int]:

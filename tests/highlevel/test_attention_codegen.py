@@ -1,11 +1,13 @@
 """What the attention example's loops compute per iteration, against what Triton 3.6 emits
 for the same source: a block pointer's address is its offsets times the strides, one
 scalar, plus a tile that does not depend on them (so a loop that advances the block
-computes no 64-bit tile product); and the values still match numpy float64 on the
+computes no 64-bit tile product); wgmma descriptors built where the wgmma is, from a
+warp index ptxas knows to be uniform; and the values still match numpy float64 on the
 emulator (hypothesis over blocks, strides, offsets, edges; attention over tiles, tails
 and causal)."""
 
 import os
+import re
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +19,7 @@ from weft.compiler.types import i64
 from weft.highlevel import attention_example
 from weft.highlevel.jit import compile_kernel
 
+from ._compile import HAS_PTXAS
 from .test_attention_example import SIGNATURE, SPECIALIZATION, constexprs, reference
 
 RNG = np.random.default_rng(48)
@@ -95,3 +98,23 @@ def test_attention_matches_numpy_property(config, stages, causal, blocks, tail):
     expected, expected_lse = reference(q, k, v, causal, head_dim ** -0.5)
     np.testing.assert_allclose(out.astype(np.float64), expected, atol=2e-3, rtol=0)
     np.testing.assert_allclose(lse, expected_lse, atol=1e-4, rtol=1e-5)
+
+
+def loop_blocks(ptx: str) -> list[str]:
+    """The PTX text of each basic block that holds a wgmma.mma_async."""
+    blocks = re.split(r"\n(?=\$L__BB\d+_\d+:)", ptx)
+    return [block for block in blocks if "wgmma.mma_async" in block]
+
+
+def test_shared_operand_descriptors_are_built_at_each_wgmma_from_a_uniform_warp():
+    """Q K^T reads Q through descriptors whose rows depend on the warpgroup: built where
+    the wgmma is, from lane 0's warp index (shfl), ptxas makes them in uniform registers
+    each iteration, as Triton does; computed once before the loop they were held in vector
+    registers and moved to uniform ones (R2UR) before every wgmma. The first wgmma's
+    block builds its descriptors from a shfl of the warp index."""
+    compiled = attention_example.attention_kernel.compile(signature=SIGNATURE, constexprs=constexprs(64, (128, 64), False),
+                                                          num_warps=8, num_stages=3, specialization=SPECIALIZATION)
+    first = loop_blocks(compiled.asm["ptx"])[0]
+    assert "shfl.sync.idx" in first.split("wgmma.mma_async")[0]
+    if HAS_PTXAS:
+        assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
