@@ -2,7 +2,8 @@
 for the same source: a block pointer's address is its offsets times the strides, one
 scalar, plus a tile that does not depend on them (so a loop that advances the block
 computes no 64-bit tile product); wgmma descriptors built where the wgmma is, from a
-warp index ptxas knows to be uniform; and the values still match numpy float64 on the
+warp index ptxas knows to be uniform; loops that write shared memory by cp.async only
+fenced once before, not every iteration (hoist_copy_fences); and the values still match numpy float64 on the
 emulator (hypothesis over blocks, strides, offsets, edges; attention over tiles, tails
 and causal)."""
 
@@ -14,11 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weft import highlevel as tl
-from weft.compiler.ir import Binary, For, is_tensor
+from weft.compiler.ir import Binary, FenceAsyncShared, For, is_tensor
 from weft.compiler.types import i64
-from weft.highlevel import attention_example
+from weft.highlevel import attention_backward_example, attention_example
 from weft.highlevel.jit import compile_kernel
 
+from . import test_attention_backward_source as backward_source
 from ._compile import HAS_PTXAS
 from .test_attention_example import SIGNATURE, SPECIALIZATION, constexprs, reference
 
@@ -87,10 +89,12 @@ def test_block_pointer_walks_match_numpy(shape, block, start, move, transposed, 
 
 @settings(max_examples=100 if DEEP else 4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(config=st.sampled_from([(64, (64, 32), 4), (64, (64, 64), 4), (128, (64, 64), 4)]),
-       stages=st.integers(2, 3), causal=st.booleans(), blocks=st.integers(1, 3), tail=st.integers(0, 40))
+       stages=st.sampled_from([None, 2, 3]), causal=st.booleans(), blocks=st.integers(1, 3),
+       tail=st.integers(0, 40))
 def test_attention_matches_numpy_property(config, stages, causal, blocks, tail):
-    """The example with its block pointers split into scalar and tile: values match float64
-    on the emulator (races and in-flight reads flagged) over tiles, stages, causal, tails."""
+    """The example with its block pointers split into scalar and tile and its loops' fences
+    hoisted (or kept: no stages, the loop stores): values match float64 on the emulator
+    (races, proxy fences and in-flight reads checked) over tiles, stages, causal, tails."""
     head_dim, block, num_warps = config
     n_ctx = max(1, blocks * block[0] - tail)
     q, k, v = ((0.5 * RNG.standard_normal((1, 1, n_ctx, head_dim))).astype(np.float16) for _ in range(3))
@@ -118,3 +122,34 @@ def test_shared_operand_descriptors_are_built_at_each_wgmma_from_a_uniform_warp(
     assert "shfl.sync.idx" in first.split("wgmma.mma_async")[0]
     if HAS_PTXAS:
         assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+
+
+def fences_in_loops(kernel) -> list[int]:
+    return [sum(isinstance(op, FenceAsyncShared) for op in loop.body.walk())
+            for loop in kernel.body.ops if isinstance(loop, For)]
+
+
+def test_loops_that_only_copy_by_cp_async_fence_before_not_inside():
+    """Forward and backward: every pipelined loop writes shared memory by cp.async only, so
+    it runs no proxy fence per iteration (ptxas made it MEMBAR.ALL.CTA and FENCE.VIEW.ASYNC.S
+    behind dummy loads, which Triton's loops do not run); one fence before each loop
+    covers the stores before it."""
+    forward = compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(64, (128, 64), True),
+                             SPECIALIZATION, {"num_warps": 8, "target": "emulator", "num_stages": 3})
+    backward = compile_kernel(attention_backward_example.attention_backward_kernel, backward_source.SIGNATURE,
+                              backward_source.constexprs(64, True), backward_source.SPECIALIZATION,
+                              {**backward_source.LAUNCH, "target": "emulator"})
+    for kernel, loops in ((forward, 2), (backward, 4)):
+        assert fences_in_loops(kernel) == [0] * loops
+        top = kernel.body.ops
+        for i in (i for i, op in enumerate(top) if isinstance(op, For)):  # a fence since the last loop
+            assert isinstance(next(op for op in reversed(top[:i]) if isinstance(op, (For, FenceAsyncShared))),
+                              FenceAsyncShared)
+
+
+def test_a_loop_that_stores_keeps_its_fence():
+    """Unpipelined (no num_stages), the loop stores K and V itself: generic writes that
+    wgmma reads, fenced every iteration (the emulator checks it in the property below)."""
+    kernel = compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(64, (64, 64), False),
+                            SPECIALIZATION, {"num_warps": 4, "target": "emulator"})
+    assert fences_in_loops(kernel) == [2]  # one per dot: K, then V
