@@ -179,6 +179,10 @@ class _Descriptors:
             self.dynamic_bits |= c
         start = self.address if self.dynamic is None else b.add(self.address, self.dynamic)
         self.base = self._encode(start)
+        # Steps from a base built at the wgmma (its warp's rows, a ring slot) stay adds (see
+        # `at`); a fixed buffer's are left to LLVM, which computes them once, before loops.
+        self.add_steps = ctx.kernel.language == "highlevel" and (self.dynamic is not None
+                                                                 or not _fixed_address(view.base))
 
     def _encode(self, start: ir.Value) -> ir.Value:
         # The start-address field holds bits 4-17 of the CTA's shared offset. The address
@@ -196,9 +200,26 @@ class _Descriptors:
         if not static & self.dynamic_bits:
             # Disjoint bits: the xor is a sum, and the masked start >> 4 fits the 14-bit field
             # with room to spare (a CTA's shared offsets stay below 2^18), so the constant is added.
-            return self.base if not static else b.add(self.base, ir.Constant(T.I64, static >> 4))
+            if not static:
+                return self.base
+            if self.add_steps:
+                # Kept an add: LLVM makes an add of bits it knows disjoint an or, which ptxas
+                # builds as two 32-bit halves (re-materializing the constant high word for
+                # every wgmma); an add.s64 is one UIADD3.64 from the base, as in Triton.
+                return b.asm(ir.FunctionType(T.I64, [T.I64]), f"add.s64 $0, $1, {static >> 4};", "=l,l",
+                             [self.base], side_effect=False)
+            return b.add(self.base, ir.Constant(T.I64, static >> 4))
         offset = b.xor(self.dynamic, ir.Constant(T.I32, static))
         return self._encode(b.add(self.address, offset))
+
+
+def _fixed_address(pointer: ir.Value) -> bool:
+    """Whether `pointer` is a constant offset into the kernel's shared memory."""
+    while isinstance(pointer, ir.GEPInstr):
+        if not all(isinstance(index, ir.Constant) for index in pointer.indices):
+            return False
+        pointer = pointer.pointer
+    return isinstance(pointer, ir.GlobalVariable)
 
 
 def _descriptor_warp(ctx: Lowering) -> ir.Value:

@@ -115,11 +115,15 @@ def test_shared_operand_descriptors_are_built_at_each_wgmma_from_a_uniform_warp(
     the wgmma is, from lane 0's warp index (shfl), ptxas makes them in uniform registers
     each iteration, as Triton does; computed once before the loop they were held in vector
     registers and moved to uniform ones (R2UR) before every wgmma. The first wgmma's
-    block builds its descriptors from a shfl of the warp index."""
+    block builds its descriptors from a shfl of the warp index, and steps them by adds."""
     compiled = attention_example.attention_kernel.compile(signature=SIGNATURE, constexprs=constexprs(64, (128, 64), False),
                                                           num_warps=8, num_stages=3, specialization=SPECIALIZATION)
     first = loop_blocks(compiled.asm["ptx"])[0]
     assert "shfl.sync.idx" in first.split("wgmma.mma_async")[0]
+    # Each K step's descriptors are the first's plus 32 bytes (2 in the >> 4 field): 64-bit
+    # adds (one UIADD3.64 each), not ors that ptxas builds as two halves per wgmma.
+    steps = re.findall(r"add\.s64\s+%rd\d+, %rd\d+, (\d+);", first)
+    assert {"2", "4", "6"} <= set(steps)
     if HAS_PTXAS:
         assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
 
