@@ -179,10 +179,11 @@ class _Descriptors:
             self.dynamic_bits |= c
         start = self.address if self.dynamic is None else b.add(self.address, self.dynamic)
         self.base = self._encode(start)
-        # Steps from a base built at the wgmma (its warp's rows, a ring slot) stay adds (see
-        # `at`); a fixed buffer's are left to LLVM, which computes them once, before loops.
-        self.add_steps = ctx.kernel.language == "highlevel" and (self.dynamic is not None
-                                                                 or not _fixed_address(view.base))
+        # Steps from a base built at the wgmma from the shfl'd warp index stay adds (see
+        # `at`). Others are left to LLVM: a fixed buffer's computed once, before loops, and
+        # a ring slot's as ors (as adds they pushed the tutorial backward, at 255 registers,
+        # into a spill).
+        self.add_steps = ctx.kernel.language == "highlevel" and self.dynamic is not None
 
     def _encode(self, start: ir.Value) -> ir.Value:
         # The start-address field holds bits 4-17 of the CTA's shared offset. The address
@@ -211,15 +212,6 @@ class _Descriptors:
             return b.add(self.base, ir.Constant(T.I64, static >> 4))
         offset = b.xor(self.dynamic, ir.Constant(T.I32, static))
         return self._encode(b.add(self.address, offset))
-
-
-def _fixed_address(pointer: ir.Value) -> bool:
-    """Whether `pointer` is a constant offset into the kernel's shared memory."""
-    while isinstance(pointer, ir.GEPInstr):
-        if not all(isinstance(index, ir.Constant) for index in pointer.indices):
-            return False
-        pointer = pointer.pointer
-    return isinstance(pointer, ir.GlobalVariable)
 
 
 def _descriptor_warp(ctx: Lowering) -> ir.Value:
