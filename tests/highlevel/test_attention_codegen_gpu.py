@@ -2,7 +2,7 @@
 benchmark's configs (benchmarks/highlevel_attention.py; the tutorial backward's launch),
 causal and not, with tails: what the emulator cannot check of test_attention_codegen.py's
 changes (descriptors from a shfl'd warp index, built at each wgmma; no proxy fence inside
-loops that write shared memory by cp.async only)."""
+loops that write shared memory by cp.async only; the launch option sink_waits)."""
 
 import numpy as np
 import pytest
@@ -36,15 +36,17 @@ def test_forward_matches_float64(head_dim, block, num_warps, stages, causal, n_c
     np.testing.assert_allclose(lse.cpu().numpy(), expected_lse, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("sink", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_backward_matches_float64(causal):
+def test_backward_matches_float64(causal, sink):
     seq, head_dim = 1024, 64
     q, k, v, do = _inputs(12, seq, head_dim, 4)
     scale = head_dim ** -0.5
     host = [x.cpu().numpy() for x in (q, k, v, do)]
     out, lse = forward(*host[:3], causal, scale)
     grads = attention_backward_example.attention_backward(q, k, v, torch.from_numpy(out).cuda(),
-                                                          torch.from_numpy(lse).cuda(), do, causal)
+                                                          torch.from_numpy(lse).cuda(), do, causal,
+                                                          sink_waits=sink)
     for name, got, expected in zip(("dq", "dk", "dv"), grads,
                                    reference_attention_backward(*host[:3], host[3], causal, scale)):
         np.testing.assert_allclose(got.double().cpu().numpy(), expected, atol=4e-3 * np.abs(expected).max(),
