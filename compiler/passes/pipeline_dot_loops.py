@@ -503,7 +503,7 @@ class LoopPipeliner:
             if id(op) in dropped:
                 continue
             if isinstance(op, Yield):
-                next_slot = self.wrap(out, out.binary("add", slot, out.int(1)), "slot")
+                next_slot = out.binary("mod", out.binary("add", slot, out.int(1)), out.int(stages), "slot")
                 out.ops.append(Yield(values=op.values + (next_slot,) + next_ahead, loc=op.loc))
                 continue
             out.ops.append(substitute(op, views))
@@ -523,14 +523,7 @@ class LoopPipeliner:
     def refill_slot(self, out: Emitter, slot: Value) -> Value:
         """The slot iteration i (reading `slot` = i % S) fills for iteration i + S - 1: the
         one iteration i - 1 read, (i - 1) % S = (slot + S - 1) % S."""
-        return self.wrap(out, out.binary("add", slot, out.int(self.stages - 1)))
-
-    def wrap(self, out: Emitter, value: Value, hint: str = "") -> Value:
-        """`value` % S for a value in [0, 2S): a compare and a select, where a modulo by a
-        constant is a multiply-high, shifts and a multiply-subtract each iteration."""
-        wraps = out.emit(Compare, i1, predicate="ge", lhs=value, rhs=out.int(self.stages))
-        return out.emit(Where, i32, hint, condition=wraps, true_value=out.binary("sub", value, out.int(self.stages)),
-                        false_value=value)
+        return out.binary("mod", out.binary("add", slot, out.int(self.stages - 1)), out.int(self.stages))
 
     def rewrite(self) -> tuple[list[Op], dict[Value, Value]]:
         """The ops in place of the loop, and the values the ops after it read in place of

@@ -202,61 +202,55 @@ kernel @staged_matmul(%a_ptr: *fp16, %b_ptr: *fp16, %c_ptr: *fp32, %K: i32) num_
     %93 = constant [value=2] : i32
     %94 = binary [kind=add] %slot_73, %93 : i32
     %95 = constant [value=3] : i32
-    %96 = compare [predicate=ge] %94, %95 : i1
-    %97 = constant [value=3] : i32
-    %98 = binary [kind=sub] %94, %97 : i32
-    %99 = where %96, %98, %94 : i32
-    %100 = constant [value=32] : tensor<64x32xi32>
-    %101 = constant [value=2048] : tensor<32x64xi32>
-    %ahead_102 = add_ptr %ahead_74, %100 : tensor<64x32x*fp16>
-    %ahead_103 = add_ptr %ahead_75, %101 : tensor<32x64x*fp16>
-    %104 = compare [predicate=lt] %92, %K : i1
-    if %104 {
-      %a_smem_105 = shared_index %a_smem, %99 : shared<64x32xfp16, #L2>
-      %106 = expand_dims [axis=0] %offs_k : tensor<1x32xi32>
-      %107 = binary [kind=sub] %K, %92 : i32
-      %108 = splat %107 : tensor<1x32xi32>
-      %109 = compare [predicate=lt] %106, %108 : tensor<1x32xi1>
-      %110 = broadcast %109 : tensor<64x32xi1>
-      %111 = convert_layout %110 : tensor<64x32xi1, #L3>
-      %112 = convert_layout %ahead_74 : tensor<64x32x*fp16, #L3>
-      async_copy_global_to_shared %a_smem_105, %112, %111
-      %b_smem_113 = shared_index %b_smem, %99 : shared<32x64xfp16, #L4>
-      %114 = convert_layout %ahead_75 : tensor<32x64x*fp16, #L5>
-      async_copy_global_to_shared %b_smem_113, %114
+    %96 = binary [kind=mod] %94, %95 : i32
+    %97 = constant [value=32] : tensor<64x32xi32>
+    %98 = constant [value=2048] : tensor<32x64xi32>
+    %ahead_99 = add_ptr %ahead_74, %97 : tensor<64x32x*fp16>
+    %ahead_100 = add_ptr %ahead_75, %98 : tensor<32x64x*fp16>
+    %101 = compare [predicate=lt] %92, %K : i1
+    if %101 {
+      %a_smem_102 = shared_index %a_smem, %96 : shared<64x32xfp16, #L2>
+      %103 = expand_dims [axis=0] %offs_k : tensor<1x32xi32>
+      %104 = binary [kind=sub] %K, %92 : i32
+      %105 = splat %104 : tensor<1x32xi32>
+      %106 = compare [predicate=lt] %103, %105 : tensor<1x32xi1>
+      %107 = broadcast %106 : tensor<64x32xi1>
+      %108 = convert_layout %107 : tensor<64x32xi1, #L3>
+      %109 = convert_layout %ahead_74 : tensor<64x32x*fp16, #L3>
+      async_copy_global_to_shared %a_smem_102, %109, %108
+      %b_smem_110 = shared_index %b_smem, %96 : shared<32x64xfp16, #L4>
+      %111 = convert_layout %ahead_75 : tensor<32x64x*fp16, #L5>
+      async_copy_global_to_shared %b_smem_110, %111
       yield
     } {
       yield
     }
     async_copy_commit_group
-    %acc_115 = convert_layout %acc_90 : tensor<64x64xfp32>
-    %116 = constant [value=32] : tensor<64x32xi32>
-    %a_ptrs_117 = add_ptr %a_ptrs_70, %116 : tensor<64x32x*fp16>
-    %118 = constant [value=2048] : tensor<32x64xi32>
-    %b_ptrs_119 = add_ptr %b_ptrs_71, %118 : tensor<32x64x*fp16>
-    %120 = constant [value=1] : i32
-    %121 = binary [kind=add] %slot_73, %120 : i32
-    %122 = constant [value=3] : i32
-    %123 = compare [predicate=ge] %121, %122 : i1
-    %124 = constant [value=3] : i32
-    %125 = binary [kind=sub] %121, %124 : i32
-    %slot_126 = where %123, %125, %121 : i32
-    yield %a_ptrs_117, %b_ptrs_119, %acc_115, %slot_126, %ahead_102, %ahead_103
+    %acc_112 = convert_layout %acc_90 : tensor<64x64xfp32>
+    %113 = constant [value=32] : tensor<64x32xi32>
+    %a_ptrs_114 = add_ptr %a_ptrs_70, %113 : tensor<64x32x*fp16>
+    %115 = constant [value=2048] : tensor<32x64xi32>
+    %b_ptrs_116 = add_ptr %b_ptrs_71, %115 : tensor<32x64x*fp16>
+    %117 = constant [value=1] : i32
+    %118 = binary [kind=add] %slot_73, %117 : i32
+    %119 = constant [value=3] : i32
+    %slot_120 = binary [kind=mod] %118, %119 : i32
+    yield %a_ptrs_114, %b_ptrs_116, %acc_112, %slot_120, %ahead_99, %ahead_100
   }
-  %acc_127 = convert_layout %acc_65 : tensor<64x64xfp32, #L6>
-  %acc_128 = warpgroup_mma_wait [pending=0] %acc_127 : tensor<64x64xfp32, #L6>
-  %acc_129 = convert_layout %acc_128 : tensor<64x64xfp32>
-  %130 = expand_dims [axis=1] %offs_m : tensor<64x1xi32>
-  %131 = constant [value=64] : tensor<64x1xi32>
-  %132 = binary [kind=mul] %130, %131 : tensor<64x1xi32>
-  %133 = splat %c_ptr : tensor<64x1x*fp32>
-  %134 = add_ptr %133, %132 : tensor<64x1x*fp32>
-  %135 = expand_dims [axis=0] %offs_n : tensor<1x64xi32>
-  %136 = broadcast %134 : tensor<64x64x*fp32>
-  %137 = broadcast %135 : tensor<64x64xi32>
-  %138 = add_ptr %136, %137 : tensor<64x64x*fp32>
-  %139 = convert_layout %138 : tensor<64x64x*fp32, #L7>
-  %140 = convert_layout %acc_129 : tensor<64x64xfp32, #L7>
-  store %139, %140
+  %acc_121 = convert_layout %acc_65 : tensor<64x64xfp32, #L6>
+  %acc_122 = warpgroup_mma_wait [pending=0] %acc_121 : tensor<64x64xfp32, #L6>
+  %acc_123 = convert_layout %acc_122 : tensor<64x64xfp32>
+  %124 = expand_dims [axis=1] %offs_m : tensor<64x1xi32>
+  %125 = constant [value=64] : tensor<64x1xi32>
+  %126 = binary [kind=mul] %124, %125 : tensor<64x1xi32>
+  %127 = splat %c_ptr : tensor<64x1x*fp32>
+  %128 = add_ptr %127, %126 : tensor<64x1x*fp32>
+  %129 = expand_dims [axis=0] %offs_n : tensor<1x64xi32>
+  %130 = broadcast %128 : tensor<64x64x*fp32>
+  %131 = broadcast %129 : tensor<64x64xi32>
+  %132 = add_ptr %130, %131 : tensor<64x64x*fp32>
+  %133 = convert_layout %132 : tensor<64x64x*fp32, #L7>
+  %134 = convert_layout %acc_123 : tensor<64x64xfp32, #L7>
+  store %133, %134
 }
 """

@@ -245,69 +245,63 @@ GOLDEN_LOOP = """\
     %207 = constant [value=2] : i32
     %208 = binary [kind=add] %slot_145, %207 : i32
     %209 = constant [value=3] : i32
-    %210 = compare [predicate=ge] %208, %209 : i1
-    %211 = constant [value=3] : i32
-    %212 = binary [kind=sub] %208, %211 : i32
-    %213 = where %210, %212, %208 : i32
-    %214 = compare [predicate=lt] %206, %seq : i1
-    if %214 {
-      %215 = splat %206 : tensor<32xi32>
-      %216 = binary [kind=add] %215, %keys : tensor<32xi32>
-      %217 = expand_dims [axis=0] %216 : tensor<1x32xi32>
-      %218 = splat %seq : tensor<1x32xi32>
-      %inside_219 = compare [predicate=lt] %217, %218 : tensor<1x32xi1>
-      %220 = splat %206 : tensor<32xi32>
-      %221 = binary [kind=add] %220, %keys : tensor<32xi32>
-      %222 = expand_dims [axis=0] %221 : tensor<1x32xi32>
-      %223 = constant [value=32] : tensor<1x32xi32>
-      %224 = binary [kind=mul] %222, %223 : tensor<1x32xi32>
-      %225 = splat %k_ptr : tensor<1x32x*fp16>
-      %226 = add_ptr %225, %224 : tensor<1x32x*fp16>
-      %227 = expand_dims [axis=1] %cols : tensor<32x1xi32>
-      %228 = broadcast %226 : tensor<32x32x*fp16>
-      %229 = broadcast %227 : tensor<32x32xi32>
-      %230 = add_ptr %228, %229 : tensor<32x32x*fp16>
-      %231 = broadcast %inside_219 : tensor<32x32xi1>
-      %232 = convert_layout %230 : tensor<32x32x*fp16, #L4>
-      %233 = convert_layout %231 : tensor<32x32xi1, #L4>
-      %b_smem_234 = shared_index %b_smem, %213 : shared<32x32xfp16, #L5>
-      async_copy_global_to_shared %b_smem_234, %232, %233
-      %235 = splat %206 : tensor<32xi32>
-      %236 = binary [kind=add] %235, %keys : tensor<32xi32>
-      %237 = expand_dims [axis=0] %236 : tensor<1x32xi32>
-      %238 = splat %seq : tensor<1x32xi32>
-      %inside_239 = compare [predicate=lt] %237, %238 : tensor<1x32xi1>
-      %240 = splat %206 : tensor<32xi32>
-      %241 = binary [kind=add] %240, %keys : tensor<32xi32>
-      %242 = expand_dims [axis=0] %241 : tensor<1x32xi32>
-      %243 = constant [value=32] : tensor<1x32xi32>
-      %244 = binary [kind=mul] %242, %243 : tensor<1x32xi32>
-      %245 = splat %v_ptr : tensor<1x32x*fp16>
-      %246 = add_ptr %245, %244 : tensor<1x32x*fp16>
-      %247 = expand_dims [axis=1] %cols : tensor<32x1xi32>
-      %248 = broadcast %246 : tensor<32x32x*fp16>
-      %249 = broadcast %247 : tensor<32x32xi32>
-      %250 = add_ptr %248, %249 : tensor<32x32x*fp16>
-      %251 = broadcast %inside_239 : tensor<32x32xi1>
-      %252 = convert_layout %250 : tensor<32x32x*fp16, #L4>
-      %253 = convert_layout %251 : tensor<32x32xi1, #L4>
-      %b_smem_254 = shared_index %b_smem_53, %213 : shared<32x32xfp16, #L5>
-      async_copy_global_to_shared %b_smem_254, %252, %253
+    %210 = binary [kind=mod] %208, %209 : i32
+    %211 = compare [predicate=lt] %206, %seq : i1
+    if %211 {
+      %212 = splat %206 : tensor<32xi32>
+      %213 = binary [kind=add] %212, %keys : tensor<32xi32>
+      %214 = expand_dims [axis=0] %213 : tensor<1x32xi32>
+      %215 = splat %seq : tensor<1x32xi32>
+      %inside_216 = compare [predicate=lt] %214, %215 : tensor<1x32xi1>
+      %217 = splat %206 : tensor<32xi32>
+      %218 = binary [kind=add] %217, %keys : tensor<32xi32>
+      %219 = expand_dims [axis=0] %218 : tensor<1x32xi32>
+      %220 = constant [value=32] : tensor<1x32xi32>
+      %221 = binary [kind=mul] %219, %220 : tensor<1x32xi32>
+      %222 = splat %k_ptr : tensor<1x32x*fp16>
+      %223 = add_ptr %222, %221 : tensor<1x32x*fp16>
+      %224 = expand_dims [axis=1] %cols : tensor<32x1xi32>
+      %225 = broadcast %223 : tensor<32x32x*fp16>
+      %226 = broadcast %224 : tensor<32x32xi32>
+      %227 = add_ptr %225, %226 : tensor<32x32x*fp16>
+      %228 = broadcast %inside_216 : tensor<32x32xi1>
+      %229 = convert_layout %227 : tensor<32x32x*fp16, #L4>
+      %230 = convert_layout %228 : tensor<32x32xi1, #L4>
+      %b_smem_231 = shared_index %b_smem, %210 : shared<32x32xfp16, #L5>
+      async_copy_global_to_shared %b_smem_231, %229, %230
+      %232 = splat %206 : tensor<32xi32>
+      %233 = binary [kind=add] %232, %keys : tensor<32xi32>
+      %234 = expand_dims [axis=0] %233 : tensor<1x32xi32>
+      %235 = splat %seq : tensor<1x32xi32>
+      %inside_236 = compare [predicate=lt] %234, %235 : tensor<1x32xi1>
+      %237 = splat %206 : tensor<32xi32>
+      %238 = binary [kind=add] %237, %keys : tensor<32xi32>
+      %239 = expand_dims [axis=0] %238 : tensor<1x32xi32>
+      %240 = constant [value=32] : tensor<1x32xi32>
+      %241 = binary [kind=mul] %239, %240 : tensor<1x32xi32>
+      %242 = splat %v_ptr : tensor<1x32x*fp16>
+      %243 = add_ptr %242, %241 : tensor<1x32x*fp16>
+      %244 = expand_dims [axis=1] %cols : tensor<32x1xi32>
+      %245 = broadcast %243 : tensor<32x32x*fp16>
+      %246 = broadcast %244 : tensor<32x32xi32>
+      %247 = add_ptr %245, %246 : tensor<32x32x*fp16>
+      %248 = broadcast %inside_236 : tensor<32x32xi1>
+      %249 = convert_layout %247 : tensor<32x32x*fp16, #L4>
+      %250 = convert_layout %248 : tensor<32x32xi1, #L4>
+      %b_smem_251 = shared_index %b_smem_53, %210 : shared<32x32xfp16, #L5>
+      async_copy_global_to_shared %b_smem_251, %249, %250
       yield
     } {
       yield
     }
     async_copy_commit_group
-    %dq_255 = warpgroup_mma_wait [pending=0] %dq_204 : tensor<64x32xfp32, #L6>
-    %dq_256 = convert_layout %dq_255 : tensor<64x32xfp32>
-    %257 = constant [value=1] : i32
-    %258 = binary [kind=add] %slot_145, %257 : i32
-    %259 = constant [value=3] : i32
-    %260 = compare [predicate=ge] %258, %259 : i1
-    %261 = constant [value=3] : i32
-    %262 = binary [kind=sub] %258, %261 : i32
-    %slot_263 = where %260, %262, %258 : i32
-    yield %dq_256, %slot_263
+    %dq_252 = warpgroup_mma_wait [pending=0] %dq_204 : tensor<64x32xfp32, #L6>
+    %dq_253 = convert_layout %dq_252 : tensor<64x32xfp32>
+    %254 = constant [value=1] : i32
+    %255 = binary [kind=add] %slot_145, %254 : i32
+    %256 = constant [value=3] : i32
+    %slot_257 = binary [kind=mod] %255, %256 : i32
+    yield %dq_253, %slot_257
   }
 """
 

@@ -160,17 +160,6 @@ def test_a_loop_that_stores_keeps_its_fence():
     assert fences_in_loops(kernel) == [2]  # one per dot: K, then V
 
 
-def test_ring_slots_wrap_by_select_not_modulo():
-    """The slot read and the slot refilled advance by one and by S - 1 each iteration: a
-    compare and select (Triton's too), where `% S` was a multiply-high, shifts and a
-    multiply-subtract per slot (5 stages: both) in every backward loop."""
-    backward = compile_kernel(attention_backward_example.attention_backward_kernel, backward_source.SIGNATURE,
-                              backward_source.constexprs(64, False), backward_source.SPECIALIZATION,
-                              {**backward_source.LAUNCH, "target": "emulator"})
-    loops = [op for op in backward.body.ops if isinstance(op, For)]
-    assert loops and not any(isinstance(op, Binary) and op.kind == "mod" for loop in loops for op in loop.body.walk())
-
-
 def dkdv_waits(sink: bool, causal: bool = False) -> list[list[tuple]]:
     """Per dK/dV loop of the tutorial backward: each wgmma wait's (pending, deps' names)."""
     kernel = compile_kernel(attention_backward_example.attention_backward_kernel, backward_source.SIGNATURE,

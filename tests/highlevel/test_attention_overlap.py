@@ -347,149 +347,137 @@ kernel @chain(%q_ptr: *fp16, %k_ptr: *fp16, %v_ptr: *fp16, %out_ptr: *fp32, %max
     %90 = constant [value=2] : i32
     %91 = binary [kind=add] %66, %90 : i32
     %92 = constant [value=3] : i32
-    %93 = compare [predicate=ge] %91, %92 : i1
-    %94 = constant [value=3] : i32
-    %95 = binary [kind=sub] %91, %94 : i32
-    %96 = where %93, %95, %91 : i32
-    %97 = constant [value=256] : tensor<16x16xi32>
-    %98 = constant [value=256] : tensor<16x16xi32>
-    %ahead_99 = add_ptr %kt_ptrs_59, %97 : tensor<16x16x*fp16>
-    %ahead_100 = add_ptr %v_ptrs_60, %98 : tensor<16x16x*fp16>
-    %101 = compare [predicate=lt] %89, %N : i1
-    if %101 {
-      %b_smem_102 = shared_index %b_smem, %96 : shared<16x16xfp16, #L4>
-      %103 = convert_layout %kt_ptrs_59 : tensor<16x16x*fp16, #L5>
-      async_copy_global_to_shared %b_smem_102, %103
-      %b_smem_104 = shared_index %b_smem_45, %96 : shared<16x16xfp16, #L6>
-      %105 = convert_layout %v_ptrs_60 : tensor<16x16x*fp16, #L7>
-      async_copy_global_to_shared %b_smem_104, %105
+    %93 = binary [kind=mod] %91, %92 : i32
+    %94 = constant [value=256] : tensor<16x16xi32>
+    %95 = constant [value=256] : tensor<16x16xi32>
+    %ahead_96 = add_ptr %kt_ptrs_59, %94 : tensor<16x16x*fp16>
+    %ahead_97 = add_ptr %v_ptrs_60, %95 : tensor<16x16x*fp16>
+    %98 = compare [predicate=lt] %89, %N : i1
+    if %98 {
+      %b_smem_99 = shared_index %b_smem, %93 : shared<16x16xfp16, #L4>
+      %100 = convert_layout %kt_ptrs_59 : tensor<16x16x*fp16, #L5>
+      async_copy_global_to_shared %b_smem_99, %100
+      %b_smem_101 = shared_index %b_smem_45, %93 : shared<16x16xfp16, #L6>
+      %102 = convert_layout %v_ptrs_60 : tensor<16x16x*fp16, #L7>
+      async_copy_global_to_shared %b_smem_101, %102
       yield
     } {
       yield
     }
     async_copy_commit_group
-    %106 = constant [value=256] : tensor<16x16xi32>
-    %kt_ptrs_107 = add_ptr %kt_ptrs, %106 : tensor<16x16x*fp16>
-    %108 = constant [value=256] : tensor<16x16xi32>
-    %v_ptrs_109 = add_ptr %v_ptrs, %108 : tensor<16x16x*fp16>
-    %110 = constant [value=1] : i32
-    %111 = binary [kind=add] %66, %110 : i32
-    %112 = constant [value=3] : i32
-    %113 = compare [predicate=ge] %111, %112 : i1
-    %114 = constant [value=3] : i32
-    %115 = binary [kind=sub] %111, %114 : i32
-    %slot_116 = where %113, %115, %111 : i32
-    %117 = constant [value=0.5] : tensor<64x16xfp32>
-    %acc_118 = binary [kind=mul] %acc, %117 : tensor<64x16xfp32>
-    %119 = cast %s_84 : tensor<64x16xfp16>
-    %120 = convert_layout %acc_118 : tensor<64x16xfp32, #L8>
-    yield %kt_ptrs_107, %v_ptrs_109, %acc, %maxima_86, %slot_116, %ahead_99, %ahead_100, %119, %120
+    %103 = constant [value=256] : tensor<16x16xi32>
+    %kt_ptrs_104 = add_ptr %kt_ptrs, %103 : tensor<16x16x*fp16>
+    %105 = constant [value=256] : tensor<16x16xi32>
+    %v_ptrs_106 = add_ptr %v_ptrs, %105 : tensor<16x16x*fp16>
+    %107 = constant [value=1] : i32
+    %108 = binary [kind=add] %66, %107 : i32
+    %109 = constant [value=3] : i32
+    %slot_110 = binary [kind=mod] %108, %109 : i32
+    %111 = constant [value=0.5] : tensor<64x16xfp32>
+    %acc_112 = binary [kind=mul] %acc, %111 : tensor<64x16xfp32>
+    %113 = cast %s_84 : tensor<64x16xfp16>
+    %114 = convert_layout %acc_112 : tensor<64x16xfp32, #L8>
+    yield %kt_ptrs_104, %v_ptrs_106, %acc, %maxima_86, %slot_110, %ahead_96, %ahead_97, %113, %114
   } {
-    %121 = constant [value=0.0] : tensor<64x16xfp16>
-    %122 = constant [value=0.0] : tensor<64x16xfp32, #L8>
-    yield %kt_ptrs, %v_ptrs, %acc, %maxima, %66, %kt_ptrs_59, %v_ptrs_60, %121, %122
+    %115 = constant [value=0.0] : tensor<64x16xfp16>
+    %116 = constant [value=0.0] : tensor<64x16xfp32, #L8>
+    yield %kt_ptrs, %v_ptrs, %acc, %maxima, %66, %kt_ptrs_59, %v_ptrs_60, %115, %116
   }
-  %123 = binary [kind=add] %41, %42 : i32
-  %kt_ptrs_124, %v_ptrs_125, %acc_126, %maxima_127, %slot_128, %ahead_129, %ahead_130, %131, %132 = for [schedule={num_stages=3}] %123, %N, %42, %kt_ptrs_68, %v_ptrs_69, %acc_70, %maxima_71, %slot, %ahead, %ahead_74, %75, %76 : tensor<16x16x*fp16>, tensor<16x16x*fp16>, tensor<64x16xfp32>, tensor<64xfp32>, i32, tensor<16x16x*fp16>, tensor<16x16x*fp16>, tensor<64x16xfp16>, tensor<64x16xfp32, #L8> {
-    ^(%start: i32, %kt_ptrs_134: tensor<16x16x*fp16>, %v_ptrs_135: tensor<16x16x*fp16>, %acc_136: tensor<64x16xfp32>, %maxima_137: tensor<64xfp32>, %slot_138: i32, %ahead_139: tensor<16x16x*fp16>, %ahead_140: tensor<16x16x*fp16>, %141: tensor<64x16xfp16>, %142: tensor<64x16xfp32, #L8>)
-    %143 = convert_layout %kt_ptrs_134 : tensor<16x16x*fp16, #L5>
+  %117 = binary [kind=add] %41, %42 : i32
+  %kt_ptrs_118, %v_ptrs_119, %acc_120, %maxima_121, %slot_122, %ahead_123, %ahead_124, %125, %126 = for [schedule={num_stages=3}] %117, %N, %42, %kt_ptrs_68, %v_ptrs_69, %acc_70, %maxima_71, %slot, %ahead, %ahead_74, %75, %76 : tensor<16x16x*fp16>, tensor<16x16x*fp16>, tensor<64x16xfp32>, tensor<64xfp32>, i32, tensor<16x16x*fp16>, tensor<16x16x*fp16>, tensor<64x16xfp16>, tensor<64x16xfp32, #L8> {
+    ^(%start: i32, %kt_ptrs_128: tensor<16x16x*fp16>, %v_ptrs_129: tensor<16x16x*fp16>, %acc_130: tensor<64x16xfp32>, %maxima_131: tensor<64xfp32>, %slot_132: i32, %ahead_133: tensor<16x16x*fp16>, %ahead_134: tensor<16x16x*fp16>, %135: tensor<64x16xfp16>, %136: tensor<64x16xfp32, #L8>)
+    %137 = convert_layout %kt_ptrs_128 : tensor<16x16x*fp16, #L5>
     async_copy_wait_group [pending=1]
-    %b_smem_144 = shared_index %b_smem, %slot_138 : shared<16x16xfp16, #L4>
-    %b_smem_145 = shared_index %b_smem_45, %slot_138 : shared<16x16xfp16, #L6>
+    %b_smem_138 = shared_index %b_smem, %slot_132 : shared<16x16xfp16, #L4>
+    %b_smem_139 = shared_index %b_smem_45, %slot_132 : shared<16x16xfp16, #L6>
     fence_async_shared
-    %146 = constant [value=0.0] : tensor<64x16xfp32>
-    %147 = convert_layout %146 : tensor<64x16xfp32, #L8>
-    %s_148 = warpgroup_mma [is_async=True] %a_smem, %b_smem_144, %147 : tensor<64x16xfp32, #L8>
-    %149 = constant [value=2] : i32
-    %150 = constant [value=3] : i32
-    %151 = binary [kind=add] %slot_138, %149 : i32
-    %slot_152 = binary [kind=mod] %151, %150 : i32
-    %b_smem_153 = shared_index %b_smem_45, %slot_152 : shared<16x16xfp16, #L6>
-    %acc_154 = warpgroup_mma [is_async=True] %141, %b_smem_153, %142 : tensor<64x16xfp32, #L8>
-    %s_155 = warpgroup_mma_wait [pending=1] %s_148 : tensor<64x16xfp32, #L8>
-    %s_156 = convert_layout %s_155 : tensor<64x16xfp32>
-    %157 = reduce [axis=1 kind=max] %s_156 : tensor<64xfp32>
-    %maxima_158 = binary [kind=add] %maxima_137, %157 : tensor<64xfp32>
-    %159 = convert_layout %v_ptrs_135 : tensor<16x16x*fp16, #L7>
-    %acc_160 = warpgroup_mma_wait [pending=0 anchor=volatile] %acc_154 : tensor<64x16xfp32, #L8>
-    %161 = warpgroup_mma_wait [pending=0] %141 : tensor<64x16xfp16>
-    %acc_162 = convert_layout %acc_160 : tensor<64x16xfp32>
-    %163 = constant [value=0.5] : tensor<64x16xfp32>
-    %acc_164 = binary [kind=mul] %acc_162, %163 : tensor<64x16xfp32>
-    %165 = cast %s_156 : tensor<64x16xfp16>
-    %166 = convert_layout %acc_164 : tensor<64x16xfp32, #L8>
-    %167 = constant [value=32] : i32
-    %168 = binary [kind=add] %start, %167 : i32
-    %169 = constant [value=2] : i32
-    %170 = binary [kind=add] %slot_138, %169 : i32
-    %171 = constant [value=3] : i32
-    %172 = compare [predicate=ge] %170, %171 : i1
-    %173 = constant [value=3] : i32
-    %174 = binary [kind=sub] %170, %173 : i32
-    %175 = where %172, %174, %170 : i32
-    %176 = constant [value=256] : tensor<16x16xi32>
-    %177 = constant [value=256] : tensor<16x16xi32>
-    %ahead_178 = add_ptr %ahead_139, %176 : tensor<16x16x*fp16>
-    %ahead_179 = add_ptr %ahead_140, %177 : tensor<16x16x*fp16>
-    %180 = compare [predicate=lt] %168, %N : i1
-    if %180 {
-      %b_smem_181 = shared_index %b_smem, %175 : shared<16x16xfp16, #L4>
-      %182 = convert_layout %ahead_139 : tensor<16x16x*fp16, #L5>
-      async_copy_global_to_shared %b_smem_181, %182
-      %b_smem_183 = shared_index %b_smem_45, %175 : shared<16x16xfp16, #L6>
-      %184 = convert_layout %ahead_140 : tensor<16x16x*fp16, #L7>
-      async_copy_global_to_shared %b_smem_183, %184
+    %140 = constant [value=0.0] : tensor<64x16xfp32>
+    %141 = convert_layout %140 : tensor<64x16xfp32, #L8>
+    %s_142 = warpgroup_mma [is_async=True] %a_smem, %b_smem_138, %141 : tensor<64x16xfp32, #L8>
+    %143 = constant [value=2] : i32
+    %144 = constant [value=3] : i32
+    %145 = binary [kind=add] %slot_132, %143 : i32
+    %slot_146 = binary [kind=mod] %145, %144 : i32
+    %b_smem_147 = shared_index %b_smem_45, %slot_146 : shared<16x16xfp16, #L6>
+    %acc_148 = warpgroup_mma [is_async=True] %135, %b_smem_147, %136 : tensor<64x16xfp32, #L8>
+    %s_149 = warpgroup_mma_wait [pending=1] %s_142 : tensor<64x16xfp32, #L8>
+    %s_150 = convert_layout %s_149 : tensor<64x16xfp32>
+    %151 = reduce [axis=1 kind=max] %s_150 : tensor<64xfp32>
+    %maxima_152 = binary [kind=add] %maxima_131, %151 : tensor<64xfp32>
+    %153 = convert_layout %v_ptrs_129 : tensor<16x16x*fp16, #L7>
+    %acc_154 = warpgroup_mma_wait [pending=0 anchor=volatile] %acc_148 : tensor<64x16xfp32, #L8>
+    %155 = warpgroup_mma_wait [pending=0] %135 : tensor<64x16xfp16>
+    %acc_156 = convert_layout %acc_154 : tensor<64x16xfp32>
+    %157 = constant [value=0.5] : tensor<64x16xfp32>
+    %acc_158 = binary [kind=mul] %acc_156, %157 : tensor<64x16xfp32>
+    %159 = cast %s_150 : tensor<64x16xfp16>
+    %160 = convert_layout %acc_158 : tensor<64x16xfp32, #L8>
+    %161 = constant [value=32] : i32
+    %162 = binary [kind=add] %start, %161 : i32
+    %163 = constant [value=2] : i32
+    %164 = binary [kind=add] %slot_132, %163 : i32
+    %165 = constant [value=3] : i32
+    %166 = binary [kind=mod] %164, %165 : i32
+    %167 = constant [value=256] : tensor<16x16xi32>
+    %168 = constant [value=256] : tensor<16x16xi32>
+    %ahead_169 = add_ptr %ahead_133, %167 : tensor<16x16x*fp16>
+    %ahead_170 = add_ptr %ahead_134, %168 : tensor<16x16x*fp16>
+    %171 = compare [predicate=lt] %162, %N : i1
+    if %171 {
+      %b_smem_172 = shared_index %b_smem, %166 : shared<16x16xfp16, #L4>
+      %173 = convert_layout %ahead_133 : tensor<16x16x*fp16, #L5>
+      async_copy_global_to_shared %b_smem_172, %173
+      %b_smem_174 = shared_index %b_smem_45, %166 : shared<16x16xfp16, #L6>
+      %175 = convert_layout %ahead_134 : tensor<16x16x*fp16, #L7>
+      async_copy_global_to_shared %b_smem_174, %175
       yield
     } {
       yield
     }
     async_copy_commit_group
-    %185 = constant [value=256] : tensor<16x16xi32>
-    %kt_ptrs_186 = add_ptr %kt_ptrs_134, %185 : tensor<16x16x*fp16>
-    %187 = constant [value=256] : tensor<16x16xi32>
-    %v_ptrs_188 = add_ptr %v_ptrs_135, %187 : tensor<16x16x*fp16>
-    %189 = constant [value=1] : i32
-    %190 = binary [kind=add] %slot_138, %189 : i32
-    %191 = constant [value=3] : i32
-    %192 = compare [predicate=ge] %190, %191 : i1
-    %193 = constant [value=3] : i32
-    %194 = binary [kind=sub] %190, %193 : i32
-    %slot_195 = where %192, %194, %190 : i32
-    yield %kt_ptrs_186, %v_ptrs_188, %acc_136, %maxima_158, %slot_195, %ahead_178, %ahead_179, %165, %166
+    %176 = constant [value=256] : tensor<16x16xi32>
+    %kt_ptrs_177 = add_ptr %kt_ptrs_128, %176 : tensor<16x16x*fp16>
+    %178 = constant [value=256] : tensor<16x16xi32>
+    %v_ptrs_179 = add_ptr %v_ptrs_129, %178 : tensor<16x16x*fp16>
+    %180 = constant [value=1] : i32
+    %181 = binary [kind=add] %slot_132, %180 : i32
+    %182 = constant [value=3] : i32
+    %slot_183 = binary [kind=mod] %181, %182 : i32
+    yield %kt_ptrs_177, %v_ptrs_179, %acc_130, %maxima_152, %slot_183, %ahead_169, %ahead_170, %159, %160
   }
-  %acc_196 = if %67 : tensor<64x16xfp32> {
-    %197 = constant [value=2] : i32
-    %198 = constant [value=3] : i32
-    %199 = binary [kind=add] %slot_128, %197 : i32
-    %slot_200 = binary [kind=mod] %199, %198 : i32
-    %b_smem_201 = shared_index %b_smem_45, %slot_200 : shared<16x16xfp16, #L6>
-    %acc_202 = warpgroup_mma [is_async=True] %131, %b_smem_201, %132 : tensor<64x16xfp32, #L8>
-    %acc_203 = warpgroup_mma_wait [pending=0] %acc_202 : tensor<64x16xfp32, #L8>
-    %204 = warpgroup_mma_wait [pending=0] %131 : tensor<64x16xfp16>
-    %acc_205 = convert_layout %acc_203 : tensor<64x16xfp32>
-    yield %acc_205
+  %acc_184 = if %67 : tensor<64x16xfp32> {
+    %185 = constant [value=2] : i32
+    %186 = constant [value=3] : i32
+    %187 = binary [kind=add] %slot_122, %185 : i32
+    %slot_188 = binary [kind=mod] %187, %186 : i32
+    %b_smem_189 = shared_index %b_smem_45, %slot_188 : shared<16x16xfp16, #L6>
+    %acc_190 = warpgroup_mma [is_async=True] %125, %b_smem_189, %126 : tensor<64x16xfp32, #L8>
+    %acc_191 = warpgroup_mma_wait [pending=0] %acc_190 : tensor<64x16xfp32, #L8>
+    %192 = warpgroup_mma_wait [pending=0] %125 : tensor<64x16xfp16>
+    %acc_193 = convert_layout %acc_191 : tensor<64x16xfp32>
+    yield %acc_193
   } {
     yield %acc
   }
-  %acc_206 = convert_layout %acc_196 : tensor<64x16xfp32, #L8>
-  %acc_207 = warpgroup_mma_wait [pending=0] %acc_206 : tensor<64x16xfp32, #L8>
-  %acc_208 = convert_layout %acc_207 : tensor<64x16xfp32>
-  %209 = expand_dims [axis=1] %offs_m : tensor<64x1xi32>
-  %210 = constant [value=16] : tensor<64x1xi32>
-  %211 = binary [kind=mul] %209, %210 : tensor<64x1xi32>
-  %212 = splat %out_ptr : tensor<64x1x*fp32>
-  %213 = add_ptr %212, %211 : tensor<64x1x*fp32>
-  %214 = expand_dims [axis=0] %offs_d : tensor<1x16xi32>
-  %215 = broadcast %213 : tensor<64x16x*fp32>
-  %216 = broadcast %214 : tensor<64x16xi32>
-  %217 = add_ptr %215, %216 : tensor<64x16x*fp32>
-  %218 = convert_layout %217 : tensor<64x16x*fp32, #L9>
-  %219 = convert_layout %acc_208 : tensor<64x16xfp32, #L9>
-  store %218, %219
-  %220 = splat %max_ptr : tensor<64x*fp32>
-  %221 = add_ptr %220, %offs_m : tensor<64x*fp32>
-  %222 = convert_layout %221 : tensor<64x*fp32, #L10>
-  %223 = convert_layout %maxima_127 : tensor<64xfp32, #L10>
-  store %222, %223
+  %acc_194 = convert_layout %acc_184 : tensor<64x16xfp32, #L8>
+  %acc_195 = warpgroup_mma_wait [pending=0] %acc_194 : tensor<64x16xfp32, #L8>
+  %acc_196 = convert_layout %acc_195 : tensor<64x16xfp32>
+  %197 = expand_dims [axis=1] %offs_m : tensor<64x1xi32>
+  %198 = constant [value=16] : tensor<64x1xi32>
+  %199 = binary [kind=mul] %197, %198 : tensor<64x1xi32>
+  %200 = splat %out_ptr : tensor<64x1x*fp32>
+  %201 = add_ptr %200, %199 : tensor<64x1x*fp32>
+  %202 = expand_dims [axis=0] %offs_d : tensor<1x16xi32>
+  %203 = broadcast %201 : tensor<64x16x*fp32>
+  %204 = broadcast %202 : tensor<64x16xi32>
+  %205 = add_ptr %203, %204 : tensor<64x16x*fp32>
+  %206 = convert_layout %205 : tensor<64x16x*fp32, #L9>
+  %207 = convert_layout %acc_196 : tensor<64x16xfp32, #L9>
+  store %206, %207
+  %208 = splat %max_ptr : tensor<64x*fp32>
+  %209 = add_ptr %208, %offs_m : tensor<64x*fp32>
+  %210 = convert_layout %209 : tensor<64x*fp32, #L10>
+  %211 = convert_layout %maxima_121 : tensor<64xfp32, #L10>
+  store %210, %211
 }
 """

@@ -218,54 +218,48 @@ GOLDEN_LOOP = """\
     %177 = constant [value=2] : i32
     %178 = binary [kind=add] %slot_121, %177 : i32
     %179 = constant [value=3] : i32
-    %180 = compare [predicate=ge] %178, %179 : i1
-    %181 = constant [value=3] : i32
-    %182 = binary [kind=sub] %178, %181 : i32
-    %183 = where %180, %182, %178 : i32
-    %184 = expand_dims [axis=0] %ahead_122 : tensor<1x32xi32>
-    %185 = splat %seq : tensor<1x32xi32>
-    %186 = compare [predicate=lt] %184, %185 : tensor<1x32xi1>
-    %187 = broadcast %186 : tensor<32x32xi1>
-    %188 = convert_layout %ahead_123 : tensor<32x32x*fp16, #L4>
-    %189 = convert_layout %187 : tensor<32x32xi1, #L4>
-    %190 = splat %lse_ptr : tensor<32x*fp32>
-    %191 = add_ptr %190, %ahead_122 : tensor<32x*fp32>
-    %192 = splat %seq : tensor<32xi32>
-    %193 = compare [predicate=lt] %ahead_122, %192 : tensor<32xi1>
-    %194 = splat %delta_ptr : tensor<32x*fp32>
-    %195 = add_ptr %194, %ahead_122 : tensor<32x*fp32>
-    %196 = splat %seq : tensor<32xi32>
-    %197 = compare [predicate=lt] %ahead_122, %196 : tensor<32xi1>
-    %198 = constant [value=32] : tensor<32xi32>
-    %queries_199 = binary [kind=add] %ahead_122, %198 : tensor<32xi32>
-    %200 = constant [value=1024] : tensor<32x32xi32>
-    %q_t_ptrs_201 = add_ptr %ahead_123, %200 : tensor<32x32x*fp16>
-    %lse_smem_202 = shared_index %lse_smem, %183 : shared<32xfp32, #L5>
-    %b_smem_203 = shared_index %b_smem, %183 : shared<32x32xfp16, #L6>
-    %delta_smem_204 = shared_index %delta_smem, %183 : shared<32xfp32, #L5>
-    %205 = compare [predicate=lt] %176, %54 : i1
-    if %205 {
-      async_copy_global_to_shared %lse_smem_202, %191, %193
-      async_copy_global_to_shared %b_smem_203, %188, %189
-      async_copy_global_to_shared %delta_smem_204, %195, %197
+    %180 = binary [kind=mod] %178, %179 : i32
+    %181 = expand_dims [axis=0] %ahead_122 : tensor<1x32xi32>
+    %182 = splat %seq : tensor<1x32xi32>
+    %183 = compare [predicate=lt] %181, %182 : tensor<1x32xi1>
+    %184 = broadcast %183 : tensor<32x32xi1>
+    %185 = convert_layout %ahead_123 : tensor<32x32x*fp16, #L4>
+    %186 = convert_layout %184 : tensor<32x32xi1, #L4>
+    %187 = splat %lse_ptr : tensor<32x*fp32>
+    %188 = add_ptr %187, %ahead_122 : tensor<32x*fp32>
+    %189 = splat %seq : tensor<32xi32>
+    %190 = compare [predicate=lt] %ahead_122, %189 : tensor<32xi1>
+    %191 = splat %delta_ptr : tensor<32x*fp32>
+    %192 = add_ptr %191, %ahead_122 : tensor<32x*fp32>
+    %193 = splat %seq : tensor<32xi32>
+    %194 = compare [predicate=lt] %ahead_122, %193 : tensor<32xi1>
+    %195 = constant [value=32] : tensor<32xi32>
+    %queries_196 = binary [kind=add] %ahead_122, %195 : tensor<32xi32>
+    %197 = constant [value=1024] : tensor<32x32xi32>
+    %q_t_ptrs_198 = add_ptr %ahead_123, %197 : tensor<32x32x*fp16>
+    %lse_smem_199 = shared_index %lse_smem, %180 : shared<32xfp32, #L5>
+    %b_smem_200 = shared_index %b_smem, %180 : shared<32x32xfp16, #L6>
+    %delta_smem_201 = shared_index %delta_smem, %180 : shared<32xfp32, #L5>
+    %202 = compare [predicate=lt] %176, %54 : i1
+    if %202 {
+      async_copy_global_to_shared %lse_smem_199, %188, %190
+      async_copy_global_to_shared %b_smem_200, %185, %186
+      async_copy_global_to_shared %delta_smem_201, %192, %194
       yield
     } {
       yield
     }
     async_copy_commit_group
-    %acc_206 = warpgroup_mma_wait [pending=0] %acc_174 : tensor<64x32xfp32, #L8>
-    %acc_207 = convert_layout %acc_206 : tensor<64x32xfp32>
-    %208 = constant [value=32] : tensor<32xi32>
-    %queries_209 = binary [kind=add] %queries_119, %208 : tensor<32xi32>
-    %210 = constant [value=1024] : tensor<32x32xi32>
-    %q_t_ptrs_211 = add_ptr %q_t_ptrs_120, %210 : tensor<32x32x*fp16>
-    %212 = constant [value=1] : i32
-    %213 = binary [kind=add] %slot_121, %212 : i32
-    %214 = constant [value=3] : i32
-    %215 = compare [predicate=ge] %213, %214 : i1
-    %216 = constant [value=3] : i32
-    %217 = binary [kind=sub] %213, %216 : i32
-    %slot_218 = where %215, %217, %213 : i32
-    yield %acc_207, %queries_209, %q_t_ptrs_211, %slot_218, %queries_199, %q_t_ptrs_201
+    %acc_203 = warpgroup_mma_wait [pending=0] %acc_174 : tensor<64x32xfp32, #L8>
+    %acc_204 = convert_layout %acc_203 : tensor<64x32xfp32>
+    %205 = constant [value=32] : tensor<32xi32>
+    %queries_206 = binary [kind=add] %queries_119, %205 : tensor<32xi32>
+    %207 = constant [value=1024] : tensor<32x32xi32>
+    %q_t_ptrs_208 = add_ptr %q_t_ptrs_120, %207 : tensor<32x32x*fp16>
+    %209 = constant [value=1] : i32
+    %210 = binary [kind=add] %slot_121, %209 : i32
+    %211 = constant [value=3] : i32
+    %slot_212 = binary [kind=mod] %210, %211 : i32
+    yield %acc_204, %queries_206, %q_t_ptrs_208, %slot_212, %queries_196, %q_t_ptrs_198
   }
 """
