@@ -24,6 +24,7 @@ from .passes.allocate_shared_memory import allocate_shared_memory
 from .passes.axis_analysis import format_axis_info
 from .passes.coalesce import coalesce
 from .passes.drop_unused_atomic_results import drop_unused_atomic_results
+from .passes.hoist_copy_fences import hoist_copy_fences
 from .passes.insert_barriers import insert_barriers
 from .passes.issue_dot_ahead import issue_dot_ahead
 from .passes.issue_dots_early import issue_dots_early
@@ -50,6 +51,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
     ("merge_wgmma_waits", merge_wgmma_waits),      # after lower_tiles: a wait of several deps needs no propagation
+    ("hoist_copy_fences", hoist_copy_fences),      # last: the passes before it see each dot's fence
 )
 
 # The lowlevel passes, in order; one line each says why it sits where it does.

@@ -100,15 +100,20 @@ def _addresses(ptr: BlockPointer, boundary_check: Any, what: str):
     for d in checked:
         if isinstance(d, py.bool) or not isinstance(d, py.int) or not 0 <= d < rank:
             raise b.error(f"{what} boundary_check {list(checked)}: {d!r} is not a dim of the {rank}-d block")
-    pointers, mask = None, None
+    base, pointers, mask = ptr.base, None, None
     for d, size in enumerate(ptr.block_shape):
-        index = sem.arange_along(size, d, rank) + ptr.offsets[d]
-        step = index.to(i64) * ptr.strides[d]
+        within = sem.arange_along(size, d, rank)
+        # (offset + i) * stride split into a scalar and a tile that does not depend on the
+        # offsets: a loop advancing the block moves one scalar, and the tile, the same
+        # every iteration, is computed once (exact: the sums are in i64).
+        base = base + ptr.offsets[d].to(i64) * ptr.strides[d]
+        step = within.to(i64) * ptr.strides[d]
         pointers = step if pointers is None else pointers + step
         if d in checked:
+            index = within + ptr.offsets[d]
             inside = (index >= 0) & (index < ptr.shape[d])
             mask = inside if mask is None else mask & inside
-    pointers = sem.broadcast_to(ptr.base + pointers, tuple(ptr.block_shape))
+    pointers = sem.broadcast_to(base + pointers, tuple(ptr.block_shape))
     return pointers, (sem.broadcast_to(mask, tuple(ptr.block_shape)) if mask is not None else None)
 
 

@@ -26,6 +26,9 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     if options.get("issue_dots_early") is not None:
         kernel = dataclasses.replace(kernel, issue_dots_early=check_issue_dots_early(jit_fn.__name__,
                                                                                      options["issue_dots_early"]))
+    if options.get("sink_waits") is not None:
+        kernel = dataclasses.replace(kernel, sink_waits=check_bool_option(jit_fn.__name__, "sink_waits",
+                                                                          options["sink_waits"]))
     if options.get("dot_ahead") is not None:
         kernel = dataclasses.replace(kernel, dot_ahead=check_dot_ahead(jit_fn.__name__, options["dot_ahead"]))
     if options.get("target") == "emulator":
@@ -37,6 +40,12 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
 def check_issue_dots_early(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"kernel '{name}': issue_dots_early must be True or False, got {value!r}")
+    return value
+
+
+def check_bool_option(name: str, option: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"kernel '{name}': {option} must be True or False, got {value!r}")
     return value
 
 

@@ -173,12 +173,17 @@ class _Descriptors:
         self.ctx, self.plan = ctx, plan
         self.address = b.ptrtoint(view.base, T.I32)
         self.constant = ir.Constant(T.I64, plan.constant_bits)
-        self.dynamic = xor_of_bits(b, ctx.hardware_index("warp"), warp_components)
+        self.dynamic = xor_of_bits(b, _descriptor_warp(ctx) if any(warp_components) else None, warp_components)
         self.dynamic_bits = 0
         for c in warp_components:
             self.dynamic_bits |= c
         start = self.address if self.dynamic is None else b.add(self.address, self.dynamic)
         self.base = self._encode(start)
+        # Steps from a base built at the wgmma from the shfl'd warp index stay adds (see
+        # `at`). Others are left to LLVM: a fixed buffer's computed once, before loops, and
+        # a ring slot's as ors (as adds they pushed the tutorial backward, at 255 registers,
+        # into a spill).
+        self.add_steps = ctx.kernel.language == "highlevel" and self.dynamic is not None
 
     def _encode(self, start: ir.Value) -> ir.Value:
         # The start-address field holds bits 4-17 of the CTA's shared offset. The address
@@ -196,9 +201,31 @@ class _Descriptors:
         if not static & self.dynamic_bits:
             # Disjoint bits: the xor is a sum, and the masked start >> 4 fits the 14-bit field
             # with room to spare (a CTA's shared offsets stay below 2^18), so the constant is added.
-            return self.base if not static else b.add(self.base, ir.Constant(T.I64, static >> 4))
+            if not static:
+                return self.base
+            if self.add_steps:
+                # Kept an add: LLVM makes an add of bits it knows disjoint an or, which ptxas
+                # builds as two 32-bit halves (re-materializing the constant high word for
+                # every wgmma); an add.s64 is one UIADD3.64 from the base, as in Triton.
+                return b.asm(ir.FunctionType(T.I64, [T.I64]), f"add.s64 $0, $1, {static >> 4};", "=l,l",
+                             [self.base], side_effect=False)
+            return b.add(self.base, ir.Constant(T.I64, static >> 4))
         offset = b.xor(self.dynamic, ir.Constant(T.I32, static))
         return self._encode(b.add(self.address, offset))
+
+
+def _descriptor_warp(ctx: Lowering) -> ir.Value:
+    """The warp index a descriptor's rows or columns come from. In highlevel kernels, lane
+    0's by a shfl at the wgmma: ptxas then knows it (and the descriptors made from it) to
+    be warp-uniform and builds them in uniform registers, and LLVM, which may not move the
+    shfl, leaves them in the loop; hoisted, they would be held in vector registers and
+    moved to uniform ones (R2UR) before every wgmma, as Triton's descriptors are not.
+    The lowlevel kernels keep the index read once (their PTX is tuned as it is)."""
+    warp = ctx.hardware_index("warp")
+    if ctx.kernel.language != "highlevel":
+        return warp
+    return ctx.intrinsic("llvm.nvvm.shfl.sync.idx.i32", T.I32,
+                         [ir.Constant(T.I32, -1), warp, ir.Constant(T.I32, 0), ir.Constant(T.I32, 0x1F)])
 
 
 def _warp_components(acc: AccumulatorPlan, plan: OperandPlan, axis: int) -> list[int]:

@@ -21,7 +21,11 @@ vector clocks (the scheme of race detectors such as FastTrack):
   TMA load until it lands, a wgmma / TMA-store read until its wait. Any other access to
   those bytes is a race.
 - The async proxy (wgmma, TMA) reads a generic-proxy write only if the writing warp ran
-  fence_async_shared after the write and before the release the reader acquired.
+  fence_async_shared after the write and before the release the reader acquired. Bytes
+  a cp.async wrote are the exception: once its wait_group retired them and a barrier (or
+  mbarrier) published them, wgmma reads them with no proxy fence, as NVIDIA's own cp.async
+  wgmma mainloops (CUTLASS's sm90 multistage collectives) and Triton's pipelined loops
+  read them.
 
 Epochs only grow during a launch; a new CTA starts with every clock at a fresh epoch, so
 what earlier CTAs left behind counts as ordered without clearing the per-byte tables.
@@ -75,6 +79,9 @@ class Ordering:
         # read of the same bytes by another warp (mma_v2 beside wgmma) needs its fence,
         # the wgmma's reads none.
         self.read_async = np.zeros((size, num_warps), bool)
+        # Whether a byte's last write was a cp.async that has landed (retired): the async
+        # proxy reads it without a proxy fence. A generic write clears it.
+        self.copied = np.zeros(size, bool)
         self.pending_write = np.full(size, -1, np.int32)
         self.pending_reads = np.zeros(size, np.int32)
         self.live_barrier = np.zeros(size, bool)
@@ -297,7 +304,7 @@ class Ordering:
     def _check_fenced(self, rows, clock: np.ndarray, written, op, what: str) -> None:
         """Generic-proxy writes read by the async proxy need a fence between the write and
         the release the reader acquired (`clock`)."""
-        found = self._unfenced(rows, clock, written[:, :self.num_warps])
+        found = self._unfenced(rows, clock, np.where(self.copied[rows, None], 0, written[:, :self.num_warps]))
         if found is not None:
             writer, row = found
             self._raise(f"shared-memory race (proxy): generic-proxy write of {self.byte(row)} by "
@@ -352,6 +359,7 @@ class Ordering:
         self.written[rows, :self.columns] = np.where(written <= clock[:self.columns], 0, written)
         if own is not None:
             self.written[rows, own] = clock[own]
+            self.copied[rows] = False
         self.write_op[rows] = op_id
 
     def async_read(self, rows: np.ndarray, warps: np.ndarray, op, what: str, remedy: str) -> int:
@@ -428,5 +436,6 @@ class Ordering:
             self.read_op[record.rows] = op_id
         else:
             self.pending_write[record.rows] = -1
+            self.copied[record.write_rows] = True
             self.written[record.write_rows, record.write_warps] = \
                 self.clock[record.write_warps, record.write_warps]
