@@ -295,12 +295,14 @@ class TmaLoopPipeliner:
         self.retire_barriers(after)
         return out.ops + [loop] + after.ops, replaced
 
-    def ringed_loop(self, out) -> For:
-        """The loop reading its slots (body()), slot and phase carried from 0."""
+    def ringed_loop(self, out, start: Optional[tuple[Value, Value]] = None, replaced=None) -> For:
+        """The loop reading its slots (body()), slot and phase carried from `start` (0, 0
+        by default: a fresh ring), its inits read through `replaced`."""
         body = self.body()
         extra = (Value(i32, "slot"), Value(i32, "phase"))
-        return dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0), out.int(0)),
-                                   results=self.loop.results + extra)
+        start = start or (out.int(0), out.int(0))
+        inits = tuple((replaced or {}).get(v, v) for v in self.loop.inits)
+        return dataclasses.replace(self.loop, body=body, inits=inits + start, results=self.loop.results + extra)
 
     def drain(self, after) -> dict[Value, Value]:
         """After the loop: the wait for the wgmma left in flight; the loop results it replaces."""
