@@ -28,6 +28,10 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
                                                                                      options["issue_dots_early"]))
     if options.get("dot_ahead") is not None:
         kernel = dataclasses.replace(kernel, dot_ahead=check_dot_ahead(jit_fn.__name__, options["dot_ahead"]))
+    if options.get("pingpong") is not None:
+        if not isinstance(options["pingpong"], bool):
+            raise ValueError(f"kernel '{jit_fn.__name__}': pingpong must be True or False, got {options['pingpong']!r}")
+        kernel = dataclasses.replace(kernel, pingpong=options["pingpong"])
     if options.get("target") == "emulator":
         return pipeline.prepare_for_emulator(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())

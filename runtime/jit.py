@@ -47,7 +47,8 @@ _log = logging.getLogger("weft.jit")
 DEFAULT_TARGET = "sm_90a"
 EMULATOR_TARGET = "emulator"
 # Keywords of a launch that are options, not kernel parameters.
-OPTION_NAMES = ("num_warps", "num_stages", "maxnreg", "cluster", "target", "issue_dots_early", "dot_ahead")
+OPTION_NAMES = ("num_warps", "num_stages", "maxnreg", "cluster", "target", "issue_dots_early", "dot_ahead",
+                "pingpong")
 # Options a kernel may also take as a parameter (Triton's softmax tutorial passes
 # `num_stages` to its kernel): `num_stages=` at a launch sets both.
 PARAMETER_OPTIONS = ("num_stages",)
