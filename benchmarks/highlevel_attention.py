@@ -18,7 +18,8 @@ when OUT is set.
 
 `--source descriptor` times the descriptor source instead (weft/highlevel/
 attention_descriptor_example.py, Triton's tutorial structure): weft in one partition
-(`weft.desc`) and warp-specialized (`weft.desc.ws`), beside Triton compiling the same source at
+(`weft.desc`), warp-specialized (`weft.desc.ws`) and with the consumer warpgroups taking
+turns at the tensor cores (`weft.desc.wspp`, pingpong=True), beside Triton compiling the same source at
 its tutorial's Hopper configs (`triton.desc`; Triton 3.6 does not warp-specialize this
 loop on Hopper) and weft.lowlevel, by graph replay only (it stays well under 150 s);
 `--source both` times both sources. Each entry of DESCRIPTOR_CONFIGS is the launch of
@@ -43,7 +44,8 @@ SHAPES = [(4, 32, 4096, 64), (4, 16, 4096, 128)]
 CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128, 64, 8, 3), (128, 128, 8, 3)]}
 # The descriptor source: (system, (BLOCK_M, BLOCK_N), num_warps, num_stages, further launch
 # options) per head_dim. Triton's are its tutorial's Hopper picks (8 warps only for 128 x 128).
-_WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True})]
+_WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True}),
+                    ("weft.desc.wspp", {"warp_specialize": True, "pingpong": True})]
 DESCRIPTOR_CONFIGS = {
     64: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
