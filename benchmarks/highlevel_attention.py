@@ -19,9 +19,10 @@ when OUT is set.
 `--source descriptor` times the descriptor source instead (weft/highlevel/
 attention_descriptor_example.py, Triton's tutorial structure): weft in one partition
 (`weft.desc`), warp-specialized (`weft.desc.ws`) and with the consumer warpgroups taking
-turns at the tensor cores (`weft.desc.wspp`, pingpong=True), beside Triton compiling the same source at
-its tutorial's Hopper configs (`triton.desc`; Triton 3.6 does not warp-specialize this
-loop on Hopper) and weft.lowlevel, by graph replay only (it stays well under 150 s);
+turns at the tensor cores (`weft.desc.wspp`, pingpong=True), beside Triton compiling the
+same source at its tutorial's Hopper configs (`triton.desc`; Triton 3.6 does not
+warp-specialize this loop on Hopper) and weft.lowlevel, by graph replay only (it stays
+well under 150 s);
 `--source both` times both sources. Each entry of DESCRIPTOR_CONFIGS is the launch of
 attention_descriptor_example.attention that names it.
 """
