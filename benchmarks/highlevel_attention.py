@@ -46,7 +46,8 @@ CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128,
 # The descriptor source: (system, (BLOCK_M, BLOCK_N), num_warps, num_stages, further launch
 # options) per head_dim. Triton's are its tutorial's Hopper picks (8 warps only for 128 x 128).
 _WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True}),
-                    ("weft.desc.wspp", {"warp_specialize": True, "pingpong": True})]
+                    ("weft.desc.wspp", {"warp_specialize": True, "pingpong": True}),
+                    ("weft.desc.wspp-after_wait", {"warp_specialize": True, "pingpong": "after_wait"})]
 DESCRIPTOR_CONFIGS = {
     64: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
@@ -220,7 +221,7 @@ def run(quick: bool = False, out_path: str | None = None, anchors=(), source: st
                     theirs = best(row, other, kind)
                     if mine and theirs:
                         row[f"hl_over_{other}_{kind}"] = mine / theirs
-                for name in ("weft.desc", "weft.desc.ws", "weft.desc.wspp"):
+                for name in ("weft.desc", "weft.desc.ws", "weft.desc.wspp", "weft.desc.wspp-after_wait"):
                     mine = best(row, name, kind)
                     for other in ("triton.desc", "weft.ll"):
                         theirs = best(row, other, kind)

@@ -24,14 +24,16 @@ makes that pair one turn (WarpgroupTurn, named barriers):
         ...
     pass                                 (after each loop, once its last P V is waited for)
 
-So while warpgroup 0 runs its softmax, warpgroup 1 issues its own wgmmas; warpgroup 0's
-next take needs warpgroup 1's pass. The pass comes after the wait for the turn's wgmmas
-rather than right after their issue: ptxas serializes every wgmma of the kernel (waits
-after each) when a named barrier sits between a wgmma and its wait, so the hand-over
-costs the tensor cores the other warpgroup's issue latency once a turn. Each warpgroup takes and passes alternately, the
+So while warpgroup 0 waits for its wgmmas and runs its softmax, warpgroup 1 issues its
+own, which the tensor cores queue behind; warpgroup 0's next take needs warpgroup 1's
+pass, which came right after its issue. Each warpgroup takes and passes alternately, the
 same number of times (both run the same loops), so the turns of causal attention's two
-loops chain with nothing in between; the last pass is left on warpgroup 0's barrier
-at the end, as on the GPU it may be.
+loops chain with nothing in between; the last pass is left on warpgroup 0's barrier at
+the end, as on the GPU it may be. `pingpong="after_wait"` passes the turn only once the
+first wgmma has been waited for instead (the other warpgroup then issues when this one's
+wgmmas are done: a gap on the tensor cores, but no wgmma of the other queued while this
+one waits). The named barrier ids are immediates: ptxas serializes every wgmma of the
+kernel when a bar.arrive whose id is in a register sits between a wgmma and its wait.
 
 Taken only where it applies: a warp_specialize whose default partition has two
 warpgroups, for each top-level loop of it whose body has two top-level wgmmas (the
@@ -54,7 +56,8 @@ def pingpong_warpgroups(kernel: Kernel) -> Kernel:
     """Every split's two-dot consumer loops taking turns, when the kernel asked for it."""
     if not kernel.pingpong or kernel.num_warps != 2 * WARPS_PER_WARPGROUP:
         return kernel
-    ops = [taking_turns(op) if isinstance(op, WarpSpecialize) else op for op in kernel.body.ops]
+    after_wait = kernel.pingpong == "after_wait"
+    ops = [taking_turns(op, after_wait) if isinstance(op, WarpSpecialize) else op for op in kernel.body.ops]
     return kernel.with_body(Block(kernel.body.args, tuple(ops)))
 
 
@@ -65,7 +68,7 @@ def turn_loops(block: Block) -> list[For]:
             and sum(isinstance(inner, WarpgroupMma) for inner in op.body.walk()) == 2]
 
 
-def taking_turns(split: WarpSpecialize) -> WarpSpecialize:
+def taking_turns(split: WarpSpecialize, after_wait: bool = False) -> WarpSpecialize:
     loops = turn_loops(split.default)
     if not loops:
         return split
@@ -83,23 +86,24 @@ def taking_turns(split: WarpSpecialize) -> WarpSpecialize:
         if not any(isinstance(done, WarpgroupTurn) for done in ops):
             ops.append(WarpgroupTurn(action="open", barrier=barrier, loc=op.loc))
         ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
-        ops.append(dataclasses.replace(op, body=turned_body(op.body, barrier)))
+        ops.append(dataclasses.replace(op, body=turned_body(op.body, barrier, after_wait)))
         passing = op
     return dataclasses.replace(split, default=Block(split.default.args, tuple(ops)))
 
 
-def turned_body(body: Block, barrier: int) -> Block:
-    """The pass once the first wgmma has been waited for (with the waits and layout
-    changes right after it: attention's wait for the carried accumulator), the take
-    before the second wgmma's issue."""
+def turned_body(body: Block, barrier: int, after_wait: bool = False) -> Block:
+    """The pass after the first wgmma's issue (or, `after_wait`, once it has been waited
+    for, with the waits and layout changes right after it: attention's wait for the
+    carried accumulator), the take before the second wgmma's issue."""
     first, second = [op for op in body.ops if isinstance(op, WarpgroupMma)]
     at = body.ops.index(first) + 1
-    waited = False
-    while at < len(body.ops) and isinstance(body.ops[at], (WarpgroupMmaWait, ConvertLayout)):
-        waited = waited or isinstance(body.ops[at], WarpgroupMmaWait)
-        at += 1
-    if not waited:
-        return body  # the first wgmma is still running past here: no turn to hand over
+    if after_wait:
+        waited = False
+        while at < len(body.ops) and isinstance(body.ops[at], (WarpgroupMmaWait, ConvertLayout)):
+            waited = waited or isinstance(body.ops[at], WarpgroupMmaWait)
+            at += 1
+        if not waited:
+            at = body.ops.index(first) + 1
     ops: list[Op] = []
     for position, op in enumerate(body.ops):
         if position == at:

@@ -1,6 +1,6 @@
 """pingpong_warpgroups on a warp-specialized two-dot loop of 8 consumer warps launched with
 `pingpong=True`: warpgroup turns (open once, a take before the loop and before its second
-wgmma, a pass after its first wgmma's wait and after the loop's drain), nothing without
+wgmma, a pass right after its first wgmma's issue and after the loop's drain), nothing without
 the option. The golden text is `print_kernel` output of the consumer partition after the
 pass; WEFT_ACCEPT=1 rewrites it."""
 
@@ -75,12 +75,12 @@ kernel @two_dot_loop(%q_desc: tensordesc<128x16xfp16>, %k_desc: tensordesc<16x16
     %27 = constant [value=0.0] : tensor<128x16xfp32>
     %28 = convert_layout %27 : tensor<128x16xfp32, #L3>
     %s = warpgroup_mma [is_async=True] %30, %26, %28 : tensor<128x16xfp32, #L3>
+    warpgroup_turn [action=pass barrier=5]
     %s_31 = warpgroup_mma_wait [pending=0] %s : tensor<128x16xfp32, #L3>
     %acc_32 = convert_layout %acc_15 : tensor<128x16xfp32, #L3>
     %acc_33 = warpgroup_mma_wait [pending=0] %acc_32 : tensor<128x16xfp32, #L3>
     %acc_34 = convert_layout %acc_33 : tensor<128x16xfp32>
     %s_35 = convert_layout %s_31 : tensor<128x16xfp32>
-    warpgroup_turn [action=pass barrier=5]
     %36 = cast %s_35 : tensor<128x16xfp16>
     %37 = constant [value=0] : i32
     %38 = constant [value=0] : i32

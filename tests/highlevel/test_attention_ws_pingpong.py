@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from weft.compiler.ir import For, WarpgroupMma, WarpgroupTurn, WarpSpecialize
+from weft.compiler.ir import For, WarpgroupMma, WarpgroupMmaWait, WarpgroupTurn, WarpSpecialize
 from weft.compiler.errors import Loc
 from weft.highlevel import attention_descriptor_example as example
 from weft.runtime.emulator.errors import EmulationError
@@ -23,26 +23,26 @@ from .test_attention_ws_split import run_kernel, split_of, without
 torch = pytest.importorskip("torch")
 
 # (n_ctx, head_dim, causal, num_stages, WEFT_EMULATE_SHUFFLE): 8 warps, 128 x 64 blocks.
-CASES = [(200, 64, True, 3, None), (256, 64, False, 3, 5), (333, 64, True, 2, 3), (130, 128, True, 3, None),
-         (100, 64, False, 4, 7)]
+CASES = [(200, 64, True, 3, None, True), (256, 64, False, 3, 5, True), (333, 64, True, 2, 3, True),
+         (130, 128, True, 3, None, True), (100, 64, False, 4, 7, True), (200, 64, True, 3, 5, "after_wait")]
 
 
-@pytest.mark.parametrize("n_ctx,head_dim,causal,stages,shuffle", CASES)
-def test_pingpong_attention_matches_numpy(monkeypatch, n_ctx, head_dim, causal, stages, shuffle):
+@pytest.mark.parametrize("n_ctx,head_dim,causal,stages,shuffle,pingpong", CASES)
+def test_pingpong_attention_matches_numpy(monkeypatch, n_ctx, head_dim, causal, stages, shuffle, pingpong):
     if shuffle is None:
         monkeypatch.delenv("WEFT_EMULATE_SHUFFLE", raising=False)
     else:
         monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
-    check(n_ctx, head_dim, causal, (128, 64), 8, stages, warp_specialize=True, pingpong=True)
+    check(n_ctx, head_dim, causal, (128, 64), 8, stages, warp_specialize=True, pingpong=pingpong)
 
 
 def turns_in(ops) -> list[str]:
     return [op.action for op in ops if isinstance(op, WarpgroupTurn)]
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_turns_go_around_the_issue_of_both_dots(causal):
-    kernel = compiled(64, (128, 64), causal, warp_specialize=True, pingpong=True)
+@pytest.mark.parametrize("causal, pingpong", [(False, True), (True, True), (True, "after_wait")])
+def test_the_turns_go_around_the_issue_of_both_dots(causal, pingpong):
+    kernel = compiled(64, (128, 64), causal, warp_specialize=True, pingpong=pingpong)
     consumer = split_of(kernel).default
     loops = [op for op in consumer.ops if isinstance(op, For)]
     assert len(loops) == (2 if causal else 1)
@@ -55,6 +55,8 @@ def test_the_turns_go_around_the_issue_of_both_dots(causal):
         (pass_at, passed), (take_at, taken) = turns
         assert (passed, taken) == ("pass", "take")
         assert first < pass_at < take_at == second - 1
+        waits_before = sum(isinstance(op, WarpgroupMmaWait) for op in body[first:pass_at])
+        assert (pass_at == first + 1) if pingpong is True else waits_before >= 1
     # The named barriers come after the partitions' own (1 .. 4 here).
     assert {op.barrier for op in kernel.walk() if isinstance(op, WarpgroupTurn)} == {5}
 
@@ -105,10 +107,12 @@ def test_turn_orders_the_emulator_refuses(actions, error):
 
 
 @pytest.mark.skipif(not HAS_PTXAS, reason="ptxas not found")
-@pytest.mark.parametrize("head_dim, causal", [(64, False), (64, True), (128, False), (128, True)])
-def test_the_hopper_configs_assemble_without_spills_or_serialized_wgmmas(head_dim, causal):
+@pytest.mark.parametrize("head_dim, causal, pingpong", [(64, False, True), (64, True, True), (128, False, True),
+                                                       (128, True, True), (64, True, "after_wait")])
+def test_the_hopper_configs_assemble_without_spills_or_serialized_wgmmas(head_dim, causal, pingpong):
     kernel = example.attention_kernel.compile(signature=signature(head_dim, (128, 64)), num_warps=8, num_stages=3,
-                                              constexprs=constexprs(head_dim, (128, 64), causal, True), pingpong=True)
+                                              constexprs=constexprs(head_dim, (128, 64), causal, True),
+                                              pingpong=pingpong)
     ptx = kernel.asm["ptx"]
     assert "bar.arrive 6, 256" in ptx and "bar.arrive 5, 256" in ptx
     assert kernel.metadata["spill_stores"] == 0 and kernel.metadata["spill_loads"] == 0, kernel.metadata
