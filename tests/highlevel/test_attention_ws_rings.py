@@ -34,15 +34,16 @@ def check(n_ctx, head_dim, causal, block, num_warps, stages, **options):
     np.testing.assert_allclose(lse.numpy(), expected_lse, atol=1e-4, rtol=1e-5)
 
 
-# (n_ctx, head_dim, causal, (BLOCK_M, BLOCK_N), num_warps, num_stages): tails where n_ctx is
-# not a multiple of the blocks; 2 stages keep each iteration's wait(0), 3 and 4 leave P V in flight.
-CASES = [(200, 64, True, (128, 64), 8, 3), (130, 128, True, (128, 128), 8, 3), (96, 128, False, (64, 32), 4, 2),
-         (192, 64, True, (64, 32), 4, 4), (100, 64, False, (64, 32), 4, 3), (256, 64, False, (64, 64), 4, 3)]
+# (n_ctx, head_dim, causal, (BLOCK_M, BLOCK_N), num_warps, num_stages, WEFT_EMULATE_SHUFFLE):
+# tails where n_ctx is not a multiple of the blocks; 2 stages keep each iteration's wait(0),
+# 3 and 4 leave P V in flight; TMA completions in order or shuffled.
+CASES = [(200, 64, True, (128, 64), 8, 3, None), (200, 64, True, (128, 64), 8, 3, 7),
+         (130, 128, True, (128, 128), 8, 3, 7), (96, 128, False, (64, 32), 4, 2, None),
+         (192, 64, True, (64, 32), 4, 4, 7), (100, 64, False, (64, 32), 4, 3, 7), (256, 64, False, (64, 64), 4, 3, None)]
 
 
-@pytest.mark.parametrize("shuffle", [None, 7])
-@pytest.mark.parametrize("n_ctx,head_dim,causal,block,num_warps,stages", CASES)
-def test_ringed_attention_matches_numpy(monkeypatch, shuffle, n_ctx, head_dim, causal, block, num_warps, stages):
+@pytest.mark.parametrize("n_ctx,head_dim,causal,block,num_warps,stages,shuffle", CASES)
+def test_ringed_attention_matches_numpy(monkeypatch, n_ctx, head_dim, causal, block, num_warps, stages, shuffle):
     if shuffle is None:
         monkeypatch.delenv("WEFT_EMULATE_SHUFFLE", raising=False)
     else:
