@@ -37,14 +37,20 @@ kernel when a bar.arrive whose id is in a register sits between a wgmma and its 
 
 Taken only where it applies: a warp_specialize whose default partition has two
 warpgroups, for each top-level loop of it whose body has two top-level wgmmas (the
-first's issue, then the second's). The named barriers follow the partitions' own (one
-each, from 1).
+first's issue, then the second's), ringed over 3 or more stages. With 2 the turns
+deadlock on the GPU: warpgroup 0, holding the turn, waits for block i + 1's boxes, which
+the producer loads into the slot block i - 1 read once both warpgroups released it, and
+warpgroup 1 releases it only after its P V_i, in the turn it waits for. (The emulator
+runs the warpgroups of a partition in lockstep and checks the turn order alone, so it
+cannot see this; the split then runs without turns and the compile warns at the loop.)
+The named barriers follow the partitions' own (one each, from 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from ..errors import warn_at
 from ..hardware import WARPS_PER_WARPGROUP
 from ..ir import (Block, ConvertLayout, For, Kernel, Op, WarpgroupMma, WarpgroupMmaWait, WarpgroupTurn,
                   WarpSpecialize)
@@ -52,12 +58,16 @@ from ..ir import (Block, ConvertLayout, For, Kernel, Op, WarpgroupMma, Warpgroup
 NAME = "pingpong_warpgroups"
 
 
+MIN_STAGES = 3  # see the module docstring
+
+
 def pingpong_warpgroups(kernel: Kernel) -> Kernel:
     """Every split's two-dot consumer loops taking turns, when the kernel asked for it."""
     if not kernel.pingpong or kernel.num_warps != 2 * WARPS_PER_WARPGROUP:
         return kernel
     after_wait = kernel.pingpong == "after_wait"
-    ops = [taking_turns(op, after_wait) if isinstance(op, WarpSpecialize) else op for op in kernel.body.ops]
+    ops = [taking_turns(op, kernel.num_stages, after_wait) if isinstance(op, WarpSpecialize) else op
+           for op in kernel.body.ops]
     return kernel.with_body(Block(kernel.body.args, tuple(ops)))
 
 
@@ -68,9 +78,15 @@ def turn_loops(block: Block) -> list[For]:
             and sum(isinstance(inner, WarpgroupMma) for inner in op.body.walk()) == 2]
 
 
-def taking_turns(split: WarpSpecialize, after_wait: bool = False) -> WarpSpecialize:
+def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False) -> WarpSpecialize:
     loops = turn_loops(split.default)
-    if not loops:
+    stages = [loop.schedule.num_stages if loop.schedule is not None and loop.schedule.num_stages is not None
+              else launch_stages for loop in loops]
+    if not loops or any(s is None or s < MIN_STAGES for s in stages):
+        if loops:
+            warn_at(loops[0].loc, f"pingpong is not applied to this loop: its ring has {stages[0]} stages and the "
+                    f"warpgroups' turns need {MIN_STAGES} or more (with fewer they would deadlock)",
+                    f"launch with num_stages={MIN_STAGES}, or without pingpong")
         return split
     barrier = 2 + sum(split.replicas())  # after the partitions' named barriers (from 1, one a copy)
     chosen = {id(loop) for loop in loops}

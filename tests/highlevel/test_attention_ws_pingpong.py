@@ -23,7 +23,7 @@ from .test_attention_ws_split import run_kernel, split_of, without
 torch = pytest.importorskip("torch")
 
 # (n_ctx, head_dim, causal, num_stages, WEFT_EMULATE_SHUFFLE): 8 warps, 128 x 64 blocks.
-CASES = [(200, 64, True, 3, None, True), (256, 64, False, 3, 5, True), (333, 64, True, 2, 3, True),
+CASES = [(200, 64, True, 3, None, True), (256, 64, False, 3, 5, True), (333, 64, True, 4, 3, True),
          (130, 128, True, 3, None, True), (100, 64, False, 4, 7, True), (200, 64, True, 3, 5, "after_wait")]
 
 
@@ -65,6 +65,17 @@ def test_without_the_option_or_the_split_nothing_takes_turns():
     for kernel in (compiled(64, (128, 64), True, warp_specialize=True),
                    compiled(64, (128, 64), True, pingpong=True)):
         assert not any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
+
+
+def test_two_stages_take_no_turns_and_warn():
+    """With 2 stages the turns would deadlock on the GPU against the ring's releases
+    (pingpong_warpgroups' docstring), which the emulator, running the warpgroups in
+    lockstep, cannot see: no turns, and a warning at the loop."""
+    from weft.compiler.errors import CompilationWarning
+
+    with pytest.warns(CompilationWarning, match="pingpong is not applied"):
+        kernel = compiled(64, (128, 64), True, warp_specialize=True, stages=2, pingpong=True)
+    assert not any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
 
 
 def test_the_emulator_catches_a_turn_order_that_deadlocks():
