@@ -50,10 +50,10 @@ _WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True
                     ("weft.desc.wspp-after_wait", {"warp_specialize": True, "pingpong": "after_wait"})]
 DESCRIPTOR_CONFIGS = {
     64: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
+    + [(name, (256, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR[1:3]]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
     128: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
-    + [("weft.desc.ws", (128, 128), 8, 2, {"warp_specialize": True}),
-       ("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
+    + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
 }
 
 

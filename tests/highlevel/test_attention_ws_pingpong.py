@@ -22,18 +22,20 @@ from .test_attention_ws_split import run_kernel, split_of, without
 
 torch = pytest.importorskip("torch")
 
-# (n_ctx, head_dim, causal, num_stages, WEFT_EMULATE_SHUFFLE): 8 warps, 128 x 64 blocks.
-CASES = [(200, 64, True, 3, None, True), (256, 64, False, 3, 5, True), (333, 64, True, 4, 3, True),
-         (130, 128, True, 3, None, True), (100, 64, False, 4, 7, True), (200, 64, True, 3, 5, "after_wait")]
+# (n_ctx, head_dim, causal, BLOCK_M, num_stages, WEFT_EMULATE_SHUFFLE, pingpong): 8 warps,
+# BLOCK_N 64; at BLOCK_M 256 each warpgroup holds 128 rows.
+CASES = [(200, 64, True, 128, 3, None, True), (256, 64, False, 128, 3, 5, True), (333, 64, True, 128, 4, 3, True),
+         (130, 128, True, 128, 3, None, True), (100, 64, False, 128, 4, 7, True),
+         (200, 64, True, 128, 3, 5, "after_wait"), (300, 64, True, 256, 3, 3, True)]
 
 
-@pytest.mark.parametrize("n_ctx,head_dim,causal,stages,shuffle,pingpong", CASES)
-def test_pingpong_attention_matches_numpy(monkeypatch, n_ctx, head_dim, causal, stages, shuffle, pingpong):
+@pytest.mark.parametrize("n_ctx,head_dim,causal,block_m,stages,shuffle,pingpong", CASES)
+def test_pingpong_attention_matches_numpy(monkeypatch, n_ctx, head_dim, causal, block_m, stages, shuffle, pingpong):
     if shuffle is None:
         monkeypatch.delenv("WEFT_EMULATE_SHUFFLE", raising=False)
     else:
         monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
-    check(n_ctx, head_dim, causal, (128, 64), 8, stages, warp_specialize=True, pingpong=pingpong)
+    check(n_ctx, head_dim, causal, (block_m, 64), 8, stages, warp_specialize=True, pingpong=pingpong)
 
 
 def turns_in(ops) -> list[str]:
@@ -118,11 +120,13 @@ def test_turn_orders_the_emulator_refuses(actions, error):
 
 
 @pytest.mark.skipif(not HAS_PTXAS, reason="ptxas not found")
-@pytest.mark.parametrize("head_dim, causal, pingpong", [(64, False, True), (64, True, True), (128, False, True),
-                                                       (128, True, True), (64, True, "after_wait")])
-def test_the_hopper_configs_assemble_without_spills_or_serialized_wgmmas(head_dim, causal, pingpong):
-    kernel = example.attention_kernel.compile(signature=signature(head_dim, (128, 64)), num_warps=8, num_stages=3,
-                                              constexprs=constexprs(head_dim, (128, 64), causal, True),
+@pytest.mark.parametrize("head_dim, block, causal, pingpong",
+                         [(64, (128, 64), False, True), (64, (128, 64), True, True), (128, (128, 64), False, True),
+                          (128, (128, 64), True, True), (64, (128, 64), True, "after_wait"),
+                          (64, (256, 64), True, True)])
+def test_the_hopper_configs_assemble_without_spills_or_serialized_wgmmas(head_dim, block, causal, pingpong):
+    kernel = example.attention_kernel.compile(signature=signature(head_dim, block), num_warps=8, num_stages=3,
+                                              constexprs=constexprs(head_dim, block, causal, True),
                                               pingpong=pingpong)
     ptx = kernel.asm["ptx"]
     assert "bar.arrive 6, 256" in ptx and "bar.arrive 5, 256" in ptx
@@ -142,13 +146,14 @@ def test_turns_need_a_partition_of_two_warpgroups():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim, block, pingpong", [(64, (128, 64), True), (128, (128, 64), True),
+                                                       (64, (256, 64), True), (128, (128, 64), "after_wait")])
 @pytest.mark.parametrize("causal", [False, True])
-def test_on_the_gpu_against_float32_torch(head_dim, causal):
+def test_on_the_gpu_against_float32_torch(head_dim, block, pingpong, causal):
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
     q, k, v = (torch.randn(2, 3, 1000, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
-    out, _ = example.attention(q, k, v, causal, block=(128, 64), num_warps=8, num_stages=3, warp_specialize=True,
-                               pingpong=True)
+    out, _ = example.attention(q, k, v, causal, block=block, num_warps=8, num_stages=3, warp_specialize=True,
+                               pingpong=pingpong)
     expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=1e-2)
