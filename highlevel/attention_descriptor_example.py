@@ -43,12 +43,14 @@ def _key_blocks(acc, l_i, m_i, q, desc_k, desc_v, head_row, start_m, qk_scale, n
         if STAGE == 2:
             visible = offs_m[:, None] >= (start_n + offs_n)[None, :]
             qk = tl.where(visible, qk * qk_scale, -1.0e6)
-        elif EVEN:
-            qk = qk * qk_scale
-        else:  # key columns past n_ctx are the next head's
-            qk = tl.where((start_n + offs_n)[None, :] < n_ctx, qk * qk_scale, -1.0e6)
-        m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_ij[:, None])
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.math.exp2(qk - m_ij[:, None])
+        else:
+            if not EVEN:  # key columns past n_ctx are the next head's
+                qk = tl.where((start_n + offs_n)[None, :] < n_ctx, qk, -1.0e6)
+            # The scale applied to the row max and inside the exponent: one fma an element.
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
