@@ -51,7 +51,7 @@ _WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True
 DESCRIPTOR_CONFIGS = {
     64: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
     + [(name, (256, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR[1:3]]
-    + [("weft.desc", (128, 64), 4, 3, {})]
+    + [("weft.desc", (128, 64), 4, 3, {}), ("weft.desc.wspp", (128, 128), 8, 3, _WEFT_DESCRIPTOR[2][1])]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
     128: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
