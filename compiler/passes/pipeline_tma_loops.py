@@ -52,8 +52,14 @@ Decisions and why:
 - Copies are issued only for iterations that exist, so no box lands after the loop and
   both barrier sets can be retired.
 
-A loop is taken when its body's only wgmma reads boxes that TMA fills in this form with
-coordinates computed from the induction variable and loop-invariant values alone.
+A loop is taken when its body's wgmmas (at its top level) read boxes that TMA fills in
+this form with coordinates computed from the induction variable and loop-invariant values
+alone. With several wgmmas (attention: S = Q K^T, then P V), an operand made before the
+loop and read only by wgmmas in it (Q's box) stays one buffer, the boxes of every wgmma
+share the slot's full barrier (one expect for all their bytes), and the slot is released
+after the body's last read of the ring; the last wgmma, accumulating into a value the body
+rescales before it, stays in flight across the back edge as with cp.async rings
+(pipeline_chained_dots: the next iteration's first wait retires it).
 """
 
 from __future__ import annotations
