@@ -2,7 +2,7 @@
 weft.highlevel and, from the same source, by Triton, beside weft.lowlevel's flash_attention
 and torch SDPA on cuDNN, one run.
 
-    python -m benchmarks.highlevel_attention [--quick] [--out results.json]
+    python -m benchmarks.highlevel_attention [--quick] [--source block|descriptor|both] [--out results.json]
 
 fp16 [batch 4, heads 32 (head_dim 64) or 16 (head_dim 128), seq 4096], causal and not.
 Every system is checked against float32 torch (benchmarks/attention.reference) before it
@@ -15,6 +15,16 @@ iteration, as Triton schedules them), `weft.hl.ahead` the same source with `dot_
 that P V, where the tiles fit the registers). Triton is imported lazily: without it its columns say why, and the
 do_bench times are left out. The JSON goes to --out, or to $OUT/highlevel_attention.json
 when OUT is set.
+
+`--source descriptor` times the descriptor source instead (weft/highlevel/
+attention_descriptor_example.py, Triton's tutorial structure): weft in one partition
+(`weft.desc`), warp-specialized (`weft.desc.ws`) and with the consumer warpgroups taking
+turns at the tensor cores (`weft.desc.wspp`, pingpong=True), beside Triton compiling the
+same source at its tutorial's Hopper configs (`triton.desc`; Triton 3.6 does not
+warp-specialize this loop on Hopper) and weft.lowlevel, by graph replay only (it stays
+well under 150 s);
+`--source both` times both sources. Each entry of DESCRIPTOR_CONFIGS is the launch of
+attention_descriptor_example.attention that names it.
 """
 
 from __future__ import annotations
@@ -33,6 +43,19 @@ SHAPES = [(4, 32, 4096, 64), (4, 16, 4096, 128)]
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) per head_dim: the tutorial's Hopper configs
 # (4 warps hold a 128 x 128 fp32 accumulator only with spills).
 CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128, 64, 8, 3), (128, 128, 8, 3)]}
+# The descriptor source: (system, (BLOCK_M, BLOCK_N), num_warps, num_stages, further launch
+# options) per head_dim. Triton's are its tutorial's Hopper picks (8 warps only for 128 x 128).
+_WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True}),
+                    ("weft.desc.wspp", {"warp_specialize": True, "pingpong": True}),
+                    ("weft.desc.wspp-after_wait", {"warp_specialize": True, "pingpong": "after_wait"})]
+DESCRIPTOR_CONFIGS = {
+    64: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
+    + [(name, (256, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR[1:3]]
+    + [("weft.desc", (128, 64), 4, 3, {}), ("weft.desc.wspp", (128, 128), 8, 3, _WEFT_DESCRIPTOR[2][1])]
+    + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
+    128: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
+    + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
+}
 
 
 @functools.cache
@@ -45,17 +68,53 @@ def triton_attention_kernel():
                          attention_example.attention_kernel).attention_kernel
 
 
-def find_systems(torch, causal: bool, head_dim: int, anchors=()) -> dict:
+@functools.cache
+def triton_descriptor_attention():
+    """attention_descriptor_example.attention_kernel compiled by Triton from its own source,
+    and Triton's host TensorDescriptor."""
+    from weft.highlevel import attention_descriptor_example
+
+    module = triton_module("descriptor_attention", attention_descriptor_example._key_blocks,
+                           attention_descriptor_example.attention_kernel)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return module.attention_kernel, TensorDescriptor
+
+
+def find_descriptor_systems(causal: bool, head_dim: int) -> dict:
+    """name -> fn(q, k, v, scale) for DESCRIPTOR_CONFIGS, or a string saying why it is unavailable."""
+    from weft.highlevel import attention_descriptor_example
+
+    try:
+        triton_kernel, descriptor = triton_descriptor_attention()
+    except Exception as error:
+        triton_kernel, descriptor = "Triton unavailable: " + _reason(error), None
+    found = {}
+    for name, (block_m, block_n), warps, stages, options in DESCRIPTOR_CONFIGS[head_dim]:
+        kernel = triton_kernel if name.startswith("triton") else None
+        key = f"{name} {block_m}x{block_n} w{warps} s{stages}"
+        if isinstance(kernel, str):
+            found[key] = kernel
+            continue
+        found[key] = (lambda q, k, v, scale, kernel=kernel, descriptor=(descriptor if kernel else None),
+                      block=(block_m, block_n), warps=warps, stages=stages, options=options:
+                      attention_descriptor_example.attention(q, k, v, causal, scale, block=block, num_warps=warps,
+                                                             num_stages=stages, kernel=kernel,
+                                                             descriptor=descriptor, **options)[0])
+    return found
+
+
+def find_systems(torch, causal: bool, head_dim: int, anchors=(), source: str = "block") -> dict:
     """name -> fn(q, k, v, scale), or a string saying why it is unavailable; `anchors` adds
     `weft.hl.ahead-<anchor>` with dot_ahead=<anchor> (the instruction before P V's wait)."""
     from weft.highlevel import attention_example
 
-    found = {}
+    found = find_descriptor_systems(causal, head_dim) if source in ("descriptor", "both") else {}
     try:
         triton_kernel = triton_attention_kernel()
     except Exception as error:
         triton_kernel = "Triton unavailable: " + _reason(error)
-    for block_m, block_n, warps, stages in CONFIGS[head_dim]:
+    for block_m, block_n, warps, stages in CONFIGS[head_dim] if source in ("block", "both") else ():
         config = f"{block_m}x{block_n} w{warps} s{stages}"
         for name, kernel, dot_ahead in (("weft.hl", None, None), ("weft.hl.ahead", None, True),
                                         *((f"weft.hl.ahead-{anchor}", None, anchor) for anchor in anchors),
@@ -81,7 +140,8 @@ def find_systems(torch, causal: bool, head_dim: int, anchors=()) -> dict:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
-        found["cudnn"] = cudnn
+        if source != "descriptor":
+            found["cudnn"] = cudnn
     except Exception as error:
         found["cudnn"] = "torch.nn.attention unavailable: " + _reason(error)
     return found
@@ -93,9 +153,10 @@ def _do_bench_ms(fn) -> float:
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def measure_all(torch, systems: dict, q, k, v, scale, ref, flops) -> dict:
+def measure_all(torch, systems: dict, q, k, v, scale, ref, flops, graph_only: bool = False) -> dict:
     """name -> entry: every system checked against `ref`, then the right ones timed by graph
-    replay and by do_bench in ROUNDS interleaved rounds (the medians, as TFLOP/s)."""
+    replay and (unless `graph_only`) by do_bench in ROUNDS interleaved rounds (the medians,
+    as TFLOP/s)."""
     entries = {}
     for name, system in systems.items():
         if isinstance(system, str):
@@ -111,7 +172,7 @@ def measure_all(torch, systems: dict, q, k, v, scale, ref, flops) -> dict:
             continue
         if not entries[name]["error"] <= TOLERANCE:
             entries[name]["failure"] = f"wrong result: error {entries[name]['error']:.2e} > {TOLERANCE}"
-    timers = {"graph": lambda fn: _time(torch, fn) * 1e3, "do_bench": _do_bench_ms}
+    timers = {"graph": lambda fn: _time(torch, fn) * 1e3, **({} if graph_only else {"do_bench": _do_bench_ms})}
     samples = {name: {kind: [] for kind in timers} for name, entry in entries.items() if "failure" not in entry}
     for _ in range(ROUNDS):
         for name, times in samples.items():
@@ -141,7 +202,7 @@ def best(row: dict, prefix: str, kind: str = "graph") -> float | None:
     return max(values) if values else None
 
 
-def run(quick: bool = False, out_path: str | None = None, anchors=()) -> dict:
+def run(quick: bool = False, out_path: str | None = None, anchors=(), source: str = "block") -> dict:
     import torch
 
     torch.manual_seed(0)
@@ -153,14 +214,20 @@ def run(quick: bool = False, out_path: str | None = None, anchors=()) -> dict:
             scale = head_dim ** -0.5
             ref = reference(q, k, v, causal, scale)
             row = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "causal": causal}
-            row.update(measure_all(torch, find_systems(torch, causal, head_dim, anchors), q, k, v, scale, ref,
-                                   forward_flops(batch, heads, seq, head_dim, causal)))
+            row.update(measure_all(torch, find_systems(torch, causal, head_dim, anchors, source), q, k, v, scale, ref,
+                                   forward_flops(batch, heads, seq, head_dim, causal), source == "descriptor"))
             for kind in ("graph", "do_bench"):
                 mine = best(row, "weft.hl", kind)
                 for other in ("triton", "weft.ll", "cudnn", "weft.hl.ahead"):
                     theirs = best(row, other, kind)
                     if mine and theirs:
                         row[f"hl_over_{other}_{kind}"] = mine / theirs
+                for name in ("weft.desc", "weft.desc.ws", "weft.desc.wspp", "weft.desc.wspp-after_wait"):
+                    mine = best(row, name, kind)
+                    for other in ("triton.desc", "weft.ll"):
+                        theirs = best(row, other, kind)
+                        if mine and theirs:
+                            row[f"{name}_over_{other}_{kind}"] = mine / theirs
             del q, k, v, ref
             results["rows"].append(row)
             print(_label(row), {name: round(cell.get("graph_tflops", 0)) for name, cell in row.items()
@@ -190,7 +257,12 @@ def print_table(results) -> None:
             else:
                 print(f"  {name:<30}    ERR  {cell.get('failure', '')[:140]}")
         ratios = [f"{key[len('hl_over_'):]} {row[key]:.2f}" for key in row if key.startswith("hl_over_")]
-        print("  best weft.hl over: " + (", ".join(ratios) if ratios else "-"))
+        if ratios:
+            print("  best weft.hl over: " + ", ".join(ratios))
+        ratios = [f"{key.replace('_over_', ' / ')} {row[key]:.2f}" for key in row
+                  if key.startswith("weft.desc") and key.endswith("_graph")]
+        if ratios:
+            print("  descriptor source, graph: " + ", ".join(ratios))
 
 
 def main(argv=None) -> int:
@@ -199,13 +271,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="write the results as JSON here (after every shape)")
     parser.add_argument("--anchors", nargs="*", default=[], choices=["volatile", "sleep", "fence", "none"],
                         help="also time dot_ahead=<anchor> for each (the instruction before P V's wait)")
+    parser.add_argument("--source", choices=["block", "descriptor", "both"], default="block",
+                        help="the block-pointer source (attention_example), the descriptor one, or both")
     args = parser.parse_args(argv)
     out_path = args.out or (os.path.join(os.environ["OUT"], "highlevel_attention.json") if os.environ.get("OUT")
                             else None)
-    results = run(args.quick, out_path, tuple(args.anchors))
+    results = run(args.quick, out_path, tuple(args.anchors), args.source)
     print_table(results)
     short = any("graph_tflops" not in cell for row in results["rows"] for name, cell in row.items()
-                if isinstance(cell, dict) and name.startswith("weft.hl"))
+                if isinstance(cell, dict) and name.startswith(("weft.hl", "weft.desc")))
     return 1 if short else 0
 
 

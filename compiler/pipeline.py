@@ -30,6 +30,7 @@ from .passes.issue_dot_ahead import issue_dot_ahead
 from .passes.issue_dots_early import issue_dots_early
 from .passes.lower_tiles import lower_tiles
 from .passes.merge_wgmma_waits import merge_wgmma_waits
+from .passes.pingpong_warpgroups import pingpong_warpgroups
 from .passes.pipeline_dot_loops import pipeline_dot_loops
 from .passes.pipeline_tma_warp_specialize import warp_specialize_epilogues
 from .passes.plan_data_movement import plan_data_movement
@@ -48,6 +49,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("issue_dot_ahead", issue_dot_ahead),          # on pipelined loops: the rings and the in-flight dot exist
     ("issue_dots_early", issue_dots_early),        # after the loops' waits are placed: moves a dot, lowers a wait
     ("warp_specialize_epilogues", warp_specialize_epilogues),  # a split loop's epilogue joins its consumers
+    ("pingpong_warpgroups", pingpong_warpgroups),  # the split's consumer loops are final; turns go around them
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
     ("merge_wgmma_waits", merge_wgmma_waits),      # after lower_tiles: a wait of several deps needs no propagation

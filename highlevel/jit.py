@@ -31,6 +31,11 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
                                                                           options["sink_waits"]))
     if options.get("dot_ahead") is not None:
         kernel = dataclasses.replace(kernel, dot_ahead=check_dot_ahead(jit_fn.__name__, options["dot_ahead"]))
+    if options.get("pingpong") is not None:
+        if not isinstance(options["pingpong"], bool) and options["pingpong"] != "after_wait":
+            raise ValueError(f"kernel '{jit_fn.__name__}': pingpong must be True, False or 'after_wait' (the turn "
+                             f"passed once the first dot is waited for), got {options['pingpong']!r}")
+        kernel = dataclasses.replace(kernel, pingpong=options["pingpong"])
     if options.get("target") == "emulator":
         return pipeline.prepare_for_emulator(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())

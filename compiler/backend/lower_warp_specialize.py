@@ -42,7 +42,7 @@ from llvmlite import ir
 
 from ..errors import CompilationError
 from ..hardware import MAX_REGISTERS, REGISTER_FILE, WARPS_PER_WARPGROUP
-from ..ir import Kernel, ReplicaIndex, WarpSpecialize, Yield
+from ..ir import Kernel, ReplicaIndex, WarpgroupTurn, WarpSpecialize, Yield
 from ..types import TensorType
 from . import llvm_types as T
 from . import ptx_asm
@@ -273,3 +273,28 @@ def lower_warp_specialize(ctx: Lowering, op: WarpSpecialize) -> None:
 @lowers(ReplicaIndex)
 def lower_replica_index(ctx: Lowering, op: ReplicaIndex) -> None:
     ctx.define(op.result, ctx.replica_index())
+
+
+@lowers(WarpgroupTurn)
+def lower_warpgroup_turn(ctx: Lowering, op: WarpgroupTurn) -> None:
+    """Named barriers op.barrier + g, over both warpgroups' threads: a take is the
+    warpgroup's bar.sync on its own, a pass its bar.arrive on the other's, the open
+    warpgroup 1's bar.arrive on warpgroup 0's."""
+    partition = ctx.partition
+    if partition is None or partition.num_warps != 2 * WARPS_PER_WARPGROUP or partition.replicas > 1:
+        raise CompilationError("warpgroup_turn needs a warp_specialize partition of two warpgroups", op.loc,
+                               suggestion="take turns only in a partition of 8 warps")
+    if op.barrier <= partition.barrier_id:
+        raise CompilationError(f"warpgroup_turn's named barrier {op.barrier} is a partition's", op.loc)
+    b = ctx.builder
+    group = b.lshr(ctx.thread_id, ir.Constant(T.I32, (32 * WARPS_PER_WARPGROUP).bit_length() - 1))
+    threads = ir.Constant(T.I32, 32 * partition.num_warps)
+    if op.action == "take":
+        own = b.add(ir.Constant(T.I32, op.barrier), group)
+        ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(), [own, threads])
+    elif op.action == "pass":  # warpgroup 0 to 1's barrier, 1 to 0's
+        ctx.inline_asm(ptx_asm.named_barrier_arrive_by_group((op.barrier + 1, op.barrier), 32 * partition.num_warps),
+                       [group])
+    else:  # open: warpgroup 1 (given 1) to 0's barrier, warpgroup 0 (given 2) nowhere
+        ctx.inline_asm(ptx_asm.named_barrier_arrive_by_group((op.barrier, op.barrier), 32 * partition.num_warps),
+                       [b.sub(ir.Constant(T.I32, 2), group)])

@@ -250,6 +250,20 @@ def barrier_red_or() -> tuple[str, str]:
             "bar.red.or.pred %any, $2, $3, %mine;\n\tselp.u32 $0, 1, 0, %any;\n\t}"), "=r,r,r,r"
 
 
+def named_barrier_arrive_by_group(barriers: tuple[int, int], threads: int) -> tuple[str, str]:
+    """Arrive without waiting on named barrier barriers[0] of `threads` threads where $0 is
+    0, on barriers[1] where it is 1, and on neither otherwise (bar.arrive, the `.aligned`
+    form: every thread of each warp executes it together; $0 is warp-uniform). The ids are
+    immediates: ptxas serializes a kernel's wgmmas when a bar.arrive with its id in a
+    register sits in their loop.
+
+    bar.arrive: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-bar
+    """
+    first, second = barriers
+    return ("{\n\t.reg .pred %first, %second;\n\tsetp.eq.u32 %first, $0, 0;\n\tsetp.eq.u32 %second, $0, 1;\n\t"
+            f"@%first bar.arrive {first}, {threads};\n\t@%second bar.arrive {second}, {threads};\n\t}}"), "r"
+
+
 def cluster_barrier() -> tuple[str, str]:
     """Every thread of the cluster's CTAs arrives (release) and waits for all the others
     (acquire); `.aligned`: every thread of each warp executes it together.

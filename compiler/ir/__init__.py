@@ -66,6 +66,10 @@ class Kernel:
     # registers); False or None keep the loop as pipeline_dot_loops scheduled it. A string
     # asks for it too, naming the anchor of P V's wait (WarpgroupMmaWait.ANCHORS, "none").
     dot_ahead: Optional[bool | str] = None
+    # The launch option pingpong (highlevel): the consumer warpgroups of a warp-specialized
+    # two-dot loop take turns at issuing their wgmmas (pingpong_warpgroups); "after_wait"
+    # hands the turn over once the first dot is waited for rather than issued.
+    pingpong: bool | str = False
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

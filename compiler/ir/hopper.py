@@ -83,6 +83,28 @@ class MBarrierWait(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WarpgroupTurn(Op):
+    """Ping-pong: the two warpgroups of the partition running this code take turns (at
+    issuing their wgmmas), on the named barriers `barrier` + g, g the warpgroup's index
+    in the partition. `action`: "take" waits for this warpgroup's turn (bar.sync on its
+    own barrier, over both warpgroups' threads); "pass" hands the turn to the other
+    warpgroup (bar.arrive on the other's barrier); "open" gives warpgroup 0 the first
+    turn (warpgroup 1 arrives on warpgroup 0's barrier; warpgroup 0 does nothing). Each
+    barrier takes one pass between two takes: a turn passed twice before it is taken
+    would complete the barrier with no one waiting (the emulator reports it)."""
+
+    NAME = "warpgroup_turn"
+    ACTIONS = ("open", "take", "pass")
+    action: str
+    barrier: int
+
+    def verify(self) -> None:
+        if self.action not in self.ACTIONS or not 1 <= self.barrier <= 14:
+            raise self.invalid(f"takes an action of {self.ACTIONS} and named barriers 1..15 (barrier, barrier + 1), "
+                               f"found {self.action!r} at {self.barrier}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class MBarrierInvalidate(Op):
     """Retire `barrier` before its memory is reused (one thread issues; mbarrier.inval)."""
 

@@ -611,19 +611,43 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
 
     replaced: dict[Value, Value] = {}  # loop results read after their wait, by everything after the loop
     pipelined = []
-    from .pipeline_tma_warp_specialize import default_split_loop
+    from .pipeline_tma_warp_specialize import SplitGroup, default_split_loop
     default_split = default_split_loop(kernel)  # the first result of the loop split unless it says not
 
     def block(region: Block) -> Block:
         ops: list[Op] = []
-        for op in region.ops:
-            op = substitute(op, replaced).map_regions(block)
-            pipeliner = None
+        group = SplitGroup()  # warp-specialized loops in a row, split together (pipeline_tma_warp_specialize)
+
+        def flush() -> None:
+            if group.loops:
+                rewritten, waited = group.rewrite()
+                ops.extend(rewritten + group.held)
+                replaced.update(waited)
+            group.loops.clear()
+            group.held.clear()
+
+        def place(original: Op) -> None:
+            op = substitute(original, replaced).map_regions(block)
+            if group.hoists(op):
+                group.held.append(op)  # before the group's split if another loop joins it, else after
+                return
+            pipeliner, allocations = None, []
             if isinstance(op, For):  # its row loads staged with the tiles where that pipelines it
                 split = default_split in op.results[:1]
                 op, pipeliner, allocations = plan_with_row_loads(
                     op, outer, uses, lambda loop: plan_loop(loop, outer, uses, rings, kernel.num_stages, split))
-                ops.extend(allocations)
+            if getattr(pipeliner, "warp_specialized", False) and group.take(pipeliner):
+                ops.extend(group.held + list(allocations))
+                group.held.clear()
+                pipelined.append(op)  # split with the group's loops, once the group is complete
+                return
+            if group.loops:  # it cannot join: the group's split goes first, then this op again
+                flush()
+                place(original)
+                return
+            ops.extend(allocations)
+            if getattr(pipeliner, "warp_specialized", False):
+                pipeliner = pipeliner.one_partition()  # it reads another loop's results and cannot join it
             if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize is True \
                     and not getattr(pipeliner, "warp_specialized", False):
                 warn_at(op.loc, "warp_specialize=True is not applied to this loop: weft splits only a loop at the "
@@ -631,11 +655,17 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
                         "runs as one partition", "load the operands with tensor descriptors, or drop the flag")
             if pipeliner is None:
                 ops.append(op)
-                continue
+                return
             rewritten, waited = pipeliner.rewrite()
             pipelined.append(op)
             ops.extend(rewritten)
             replaced.update(waited)
+
+        for original in region.ops:
+            if not group.may_extend(original):
+                flush()
+            place(original)
+        flush()
         return Block(region.args, tuple(ops))
 
     body = block(kernel.body)

@@ -52,8 +52,14 @@ Decisions and why:
 - Copies are issued only for iterations that exist, so no box lands after the loop and
   both barrier sets can be retired.
 
-A loop is taken when its body's only wgmma reads boxes that TMA fills in this form with
-coordinates computed from the induction variable and loop-invariant values alone.
+A loop is taken when its body's wgmmas (at its top level) read boxes that TMA fills in
+this form with coordinates computed from the induction variable and loop-invariant values
+alone. With several wgmmas (attention: S = Q K^T, then P V), an operand made before the
+loop and read only by wgmmas in it (Q's box) stays one buffer, the boxes of every wgmma
+share the slot's full barrier (one expect for all their bytes), and the slot is released
+after the body's last read of the ring; the last wgmma, accumulating into a value the body
+rescales before it, stays in flight across the back edge as with cp.async rings
+(pipeline_chained_dots: the next iteration's first wait retires it).
 """
 
 from __future__ import annotations
@@ -151,7 +157,8 @@ class TmaLoopPipeliner:
         self.loop, self.stages, self.step, self.operands, self.uses = loop, stages, step, operands, uses
         self.nbytes = sum(operand.nbytes for operand in operands)
         self.deferred = None
-        (wgmma,) = [op for op in loop.body.ops if isinstance(op, WarpgroupMma)]
+        self.chained = None  # set by body(): a ChainedWait (pipeline_chained_dots)
+        wgmma = next(op for op in loop.body.ops if isinstance(op, WarpgroupMma))
         # Every warp of the kernel runs the wgmma (its accumulator spans them) and releases the slot.
         self.readers = wgmma.result.type.layout.in_dim_size("warp")
 
@@ -219,6 +226,7 @@ class TmaLoopPipeliner:
             self.issue(out, iv, out.int(j))
 
     def body(self) -> Block:
+        from .pipeline_chained_dots import accumulator_wait, chained_wait
         from .pipeline_dot_loops import Emitter, deferred_wait, substitute
 
         loop, stages = self.loop, self.stages
@@ -232,12 +240,17 @@ class TmaLoopPipeliner:
         last_read = max(i for i, op in enumerate(body.ops) if id(op) not in dropped and
                         not isinstance(op, SharedPermute) and any(v in buffers for v in op.uses()))
         self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
+        if self.deferred is None and stages >= 3:
+            self.chained = chained_wait(body, last_read, self.uses)  # attention's P V, left in flight
         # With no generic-proxy store in the body, its fences guarded only the boxes.
         unfenced = not any(isinstance(op, SharedStore) for op in body.walk())
         views: dict[Value, Value] = {}
         out = Emitter(loop.loc)
         for position, op in enumerate(body.ops):
             if self.deferred is not None and op is self.deferred.wait:
+                continue
+            if self.chained is not None and op is self.chained.wait:
+                views[op.results[0]] = op.deps[0]  # yielded in flight
                 continue
             if position == first:
                 out.ops.append(MBarrierWait(barrier=self.bar(out, slot), phase=phase, loc=loop.loc))
@@ -254,6 +267,9 @@ class TmaLoopPipeliner:
                 out.ops.append(Yield(values=op.values + (next_slot, next_phase), loc=op.loc))
                 continue
             out.ops.append(substitute(op, views))
+            if self.chained is not None and op is self.chained.earlier:
+                arg = body.args[1 + self.chained.carried]
+                views[arg] = accumulator_wait(self.chained, arg, out.ops)
             if position == last_read:
                 if self.deferred is not None:
                     out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
@@ -285,23 +301,26 @@ class TmaLoopPipeliner:
         self.retire_barriers(after)
         return out.ops + [loop] + after.ops, replaced
 
-    def ringed_loop(self, out) -> For:
-        """The loop reading its slots (body()), slot and phase carried from 0."""
+    def ringed_loop(self, out, start: Optional[tuple[Value, Value]] = None, replaced=None) -> For:
+        """The loop reading its slots (body()), slot and phase carried from `start` (0, 0
+        by default: a fresh ring), its inits read through `replaced`."""
         body = self.body()
         extra = (Value(i32, "slot"), Value(i32, "phase"))
-        return dataclasses.replace(self.loop, body=body, inits=self.loop.inits + (out.int(0), out.int(0)),
-                                   results=self.loop.results + extra)
+        start = start or (out.int(0), out.int(0))
+        inits = tuple((replaced or {}).get(v, v) for v in self.loop.inits)
+        return dataclasses.replace(self.loop, body=body, inits=inits + start, results=self.loop.results + extra)
 
     def drain(self, after) -> dict[Value, Value]:
         """After the loop: the wait for the wgmma left in flight; the loop results it replaces."""
-        if self.deferred is None:
+        in_flight_out = self.deferred or self.chained
+        if in_flight_out is None:
             return {}
-        result = self.loop.results[self.deferred.carried]
-        placed = self.deferred.wait.results[0].type
+        result = self.loop.results[in_flight_out.carried]
+        placed = in_flight_out.wait.results[0].type
         in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
         waited = Value(placed, result.hint)
         after.ops.append(WarpgroupMmaWait(results=(waited,), deps=(in_flight,), pending=0,
-                                          loc=self.deferred.wait.loc))
+                                          loc=in_flight_out.wait.loc))
         return {result: after.emit(ConvertLayout, result.type, result.hint, operand=waited)}
 
     def retire_barriers(self, after) -> None:
@@ -315,18 +334,28 @@ def plan_tma_loop(loop: For, stages: int, step: int, defs, uses,
     """The TmaLoopPipeliner of `loop` (stages and step already checked), or None; split
     into partitions where it asks or `split_by_default` (pipeline_tma_warp_specialize)."""
     wgmmas = [op for op in loop.body.walk() if isinstance(op, WarpgroupMma)]
-    if len(wgmmas) != 1 or all(op is not wgmmas[0] for op in loop.body.ops):
+    top_level = {id(op) for op in loop.body.ops}
+    if not wgmmas or any(id(op) not in top_level for op in wgmmas):
         return None
     operands = []
-    for buffer in (wgmmas[0].a, wgmmas[0].b):
-        if not isinstance(buffer.type, SharedType):
-            continue
-        operand = match_tma_operand(buffer, defs, uses)
-        if operand is None:
-            return None
-        operands.append(operand)
+    for wgmma in wgmmas:
+        for buffer in (wgmma.a, wgmma.b):
+            if not isinstance(buffer.type, SharedType) or len(wgmmas) > 1 and loop_invariant(buffer, defs, uses):
+                continue
+            operand = match_tma_operand(buffer, defs, uses)
+            if operand is None:
+                return None
+            operands.append(operand)
     if not operands:
         return None
     pipeliner = TmaLoopPipeliner(loop, stages, step, operands, uses)
     from .pipeline_tma_warp_specialize import plan_warp_specialized
     return plan_warp_specialized(pipeliner, defs, uses, split_by_default) or pipeliner
+
+
+def loop_invariant(buffer: Value, defs, uses) -> bool:
+    """True when the loop body only lets wgmmas read `buffer`, made before the loop (Q of
+    attention, read by the first of two dots): it stays one buffer beside the rings."""
+    inside = {id(op) for op in defs.body.walk()}
+    return defs.get(buffer) is None and all(isinstance(op, WarpgroupMma) for op in uses.readers[buffer]
+                                            if id(op) in inside)

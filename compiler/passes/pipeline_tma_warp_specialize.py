@@ -43,11 +43,27 @@ Decisions and why:
 - The epilogue goes into the consumer partition (`warp_specialize_epilogues`, right after
   this pass) rather than taking the accumulator out as a result: a result lives across
   the partitions' join in every warp, the producer's 40-register warps included, and
-  ptxas spills it. So only loops at the top level of the kernel are split, and one per
-  kernel (partitions do not nest). A loop body that reads tensors made before the loop
-  gets them made again inside the consumer partition when they are constants; anything
-  else keeps the one-partition ring (a captured tensor would have to be laid out over the
+  ptxas spills it. So only loops at the top level of the kernel are split, and one split
+  per kernel (partitions do not nest). A loop body that reads tensors made before the
+  loop gets them made again inside the consumer partition when they are pure functions
+  of scalars (attention's row and column offsets, the initial m and l); anything else
+  keeps the one-partition ring (a captured tensor would have to be laid out over the
   producer's warps too).
+- Loops asking for a split one after the other at the top level, with only pure ops
+  between them that read none of their results (causal attention's loop left of the
+  diagonal, then the diagonal's, the second starting from the first's m, l and acc), are
+  one split (`SplitGroup`, `rewrite_split`): the consumers run the loops in order, the
+  producer walks every loop's boxes in the same order, and the pure ops go before the
+  split. One split rather than one per loop because a loop's results would cross a
+  join (the spills above) and because two splits would be two setmaxnreg round trips
+  and the second producer could not run ahead into the second loop while the consumers
+  finish the first. A loop whose boxes have the first's shapes fills the same ring: its
+  (slot, phase) starts where the loop before stopped, on both sides, so no more shared
+  memory is taken (at head_dim 128 two rings would not fit beside Q), and the producer
+  streams the second loop's first boxes while the consumers run the first's last. The
+  first loop's last slot, which no later iteration of that loop releases, is handed back
+  by every consumer warp after the loop's drain (when the loop ran at all), before the
+  second loop, whose own first release stays predicated off.
 - By default (warp_specialize not given) the split is taken where it applies and costs
   no occupancy: the producer warp keeps the copies off the consumers' issue slots, but
   the setmaxnreg budgets give the CTA the whole register file, so a split kernel runs
@@ -68,8 +84,8 @@ from typing import Optional
 
 from ..errors import CompilationError
 from ..hardware import REGISTER_FILE, SM_SHARED, WARPS_PER_WARPGROUP
-from ..ir import (Binary, Block, Cast, Compare, Constant, For, Kernel, MBarrierInvalidate, MBarrierWait, Op,
-                  SharedIndex, Value, WarpgroupMma, WarpSpecialize, Yield)
+from ..ir import (Binary, Block, Cast, Compare, Constant, For, Kernel, MBarrierArrive, MBarrierInvalidate,
+                  MBarrierWait, Op, SharedIndex, Value, WarpgroupMma, WarpSpecialize, Yield)
 from .pipeline_carried_state import clone_deep
 from ..types import TensorType, i1, i32
 from .pipeline_tma_loops import TmaLoopPipeliner
@@ -99,23 +115,23 @@ class WarpSpecializedTmaLoop(TmaLoopPipeliner):
         """The consumers only hand the previous iteration's slot back; the producer refills it."""
         self.release(out, iv, self.refill_slot(out, slot))
 
-    def producer_loop(self) -> list[Op]:
-        """Every iteration's boxes, each into its slot once the consumers released it."""
+    def producer_loop(self, out, start: tuple[Value, Value]) -> tuple[Value, Value]:
+        """Every iteration's boxes, each into its slot once the consumers released it, from
+        (slot, phase) `start`; returns the (slot, phase) after the last."""
         from .pipeline_dot_loops import Emitter
 
         loop = self.loop
-        out = Emitter(loop.loc)
+        body = Emitter(loop.loc)
         iv, slot, phase = Value(i32, loop.body.args[0].hint), Value(i32, "slot"), Value(i32, "phase")
-        released = out.emit(Binary, i32, "released", kind="xor", lhs=phase, rhs=out.int(1))
-        out.ops.append(MBarrierWait(barrier=self.empty(out, slot), phase=released, loc=loop.loc))
-        self.issue(out, iv, slot)
-        next_slot, next_phase = self.advance(out, slot, phase)
-        out.ops.append(Yield(values=(next_slot, next_phase), loc=loop.loc))
-        start = Emitter(loop.loc)
-        zero = start.int(0)
-        return start.ops + [For(results=(Value(i32, "slot"), Value(i32, "phase")), lower=loop.lower,
-                                upper=loop.upper, step=loop.step, inits=(zero, zero),
-                                body=Block((iv, slot, phase), tuple(out.ops)), loc=loop.loc)]
+        released = body.emit(Binary, i32, "released", kind="xor", lhs=phase, rhs=body.int(1))
+        body.ops.append(MBarrierWait(barrier=self.empty(body, slot), phase=released, loc=loop.loc))
+        self.issue(body, iv, slot)
+        next_slot, next_phase = self.advance(body, slot, phase)
+        body.ops.append(Yield(values=(next_slot, next_phase), loc=loop.loc))
+        ends = (Value(i32, "slot"), Value(i32, "phase"))
+        out.ops.append(For(results=ends, lower=loop.lower, upper=loop.upper, step=loop.step, inits=start,
+                           body=Block((iv, slot, phase), tuple(body.ops)), loc=loop.loc))
+        return ends
 
     def advance(self, out, slot: Value, phase: Value) -> tuple[Value, Value]:
         """The next iteration's (slot, phase): the phase flips where the slot wraps to 0."""
@@ -123,43 +139,129 @@ class WarpSpecializedTmaLoop(TmaLoopPipeliner):
         wrapped = out.emit(Cast, i32, operand=out.emit(Compare, i1, predicate="eq", lhs=next_slot, rhs=out.int(0)))
         return next_slot, out.emit(Binary, i32, "phase", kind="xor", lhs=phase, rhs=wrapped)
 
+    def shares_ring_of(self, earlier: "WarpSpecializedTmaLoop") -> bool:
+        """True when this loop's boxes fit `earlier`'s ring slot for slot (the causal
+        attention's two loops over the same K and V boxes)."""
+        return self.stages == earlier.stages and self.readers == earlier.readers and \
+            [(o.buffer.type, o.nbytes) for o in self.operands] == [(o.buffer.type, o.nbytes) for o in earlier.operands]
+
+    def take_ring(self, earlier: "WarpSpecializedTmaLoop") -> None:
+        """Use `earlier`'s rings and barriers (shares_ring_of holds)."""
+        self.rings = {mine.buffer: earlier.rings[theirs.buffer] for mine, theirs in zip(self.operands, earlier.operands)}
+        self.bars, self.empties, self.bar_type = earlier.bars, earlier.empties, earlier.bar_type
+
+    def release_last(self, out, ends: tuple[Value, Value]) -> None:
+        """After the loop and its drain, in the consumers: the last iteration's slot handed
+        back (when the loop ran), for a later loop that fills the same ring."""
+        ran = out.emit(Compare, i1, predicate="lt", lhs=self.loop.lower, rhs=self.loop.upper)
+        last = self.refill_slot(out, ends[0])
+        out.ops.append(MBarrierArrive(barrier=self.empty(out, last), pred=ran, per_warp=True, loc=self.loop.loc))
+
     def rewrite(self) -> tuple[list[Op], dict[Value, Value]]:
-        from .pipeline_dot_loops import Emitter
+        return rewrite_split([self])
 
-        loop = self.loop
-        out = Emitter(loop.loc)
-        self.allocations(out)
-        consumer = Emitter(loop.loc)
-        ringed = self.ringed_loop(consumer)
+    def one_partition(self) -> TmaLoopPipeliner:
+        """The one-partition ring of the same loop."""
+        return TmaLoopPipeliner(self.loop, self.stages, self.step, self.operands, self.uses)
+
+class SplitGroup:
+    """Warp-specialized loops in a row at the top level of the kernel (causal attention's
+    two key loops), split into one warp_specialize by rewrite_split: pipeline_dot_loops
+    holds each planned split here until an op comes that cannot go with them. Pure ops
+    between two of them that read none of their results go before them."""
+
+    def __init__(self):
+        self.loops: list[WarpSpecializedTmaLoop] = []
+        self.held: list[Op] = []  # pure ops after the last loop: before the next one that joins, else after
+
+    def results(self) -> set[Value]:
+        return {value for split in self.loops for value in split.loop.results}
+
+    def may_extend(self, op: Op) -> bool:
+        """False when `op` surely ends the group: neither a loop asking for a split (with
+        no loop inside it) nor a pure op that hoists."""
+        if not self.loops:
+            return True
+        if isinstance(op, For):
+            return asked_split(op) is not False and not any(isinstance(inner, For) for inner in op.body.walk())
+        return self.hoists(op)
+
+    def hoists(self, op: Op) -> bool:
+        from .pipeline_dot_loops import PURE_OPS
+
+        results = self.results()
+        return bool(self.loops) and isinstance(op, PURE_OPS) and not any(value in results for value in op.uses())
+
+    def take(self, split: WarpSpecializedTmaLoop) -> bool:
+        """True when `split` joins the group: the results of earlier loops it reads are the group's."""
+        if not split.earlier_results <= self.results():
+            return False
+        self.loops.append(split)
+        return True
+
+    def rewrite(self) -> tuple[list[Op], dict[Value, Value]]:
+        return rewrite_split(self.loops)
+
+
+def rewrite_split(loops: list[WarpSpecializedTmaLoop]) -> tuple[list[Op], dict[Value, Value]]:
+    """The ops in place of `loops` (consecutive top-level loops, each planned for a split)
+    and what reads their results in their place: one warp_specialize whose consumers run
+    the loops in order and whose producer fills every loop's boxes, in the same order.
+    A loop whose boxes fit the ring before it fills that ring, its (slot, phase) carried
+    on from where the earlier loop stopped on both sides (see the module docstring)."""
+    from .pipeline_dot_loops import Emitter
+
+    first = loops[0]
+    loc = first.loop.loc
+    out, consumer, producer = Emitter(loc), Emitter(loc), Emitter(loc)
+    owners, replaced = [], {}
+    earlier, consumer_at, producer_at = None, None, None
+    for split in loops:
+        if earlier is not None and split.shares_ring_of(earlier):
+            split.take_ring(earlier)
+            earlier.release_last(consumer, consumer_at)
+        else:
+            split.allocations(out)
+            owners.append(split)
+            zero = producer.int(0)
+            consumer_at, producer_at = (consumer.int(0), consumer.int(0)), (zero, zero)
+        ringed = split.ringed_loop(consumer, consumer_at, replaced)
         consumer.ops.append(ringed)
-        replaced = self.drain(consumer)
-        results = tuple(replaced.get(v, v) for v in loop.results)
-        consumer.ops.append(Yield(values=results, loc=loop.loc))
-        default_ops = self.remade_tensors(consumer.ops)
-        producer_ops = self.producer_loop() + [Yield(loc=loop.loc)]
-        captures = free_values(default_ops + producer_ops)
-        default = captured_block(default_ops, captures)
-        producer = captured_block(producer_ops, captures)
-        idle = [Block(tuple(Value(v.type, v.hint) for v in captures), (Yield(loc=loop.loc),)) for _ in IDLE_WARPS]
-        outputs = tuple(Value(v.type, v.hint) for v in loop.results)
-        budget = (PRODUCER_REGS,) * (1 + len(IDLE_WARPS))
-        split = WarpSpecialize(results=outputs, captures=captures, default=default, workers=(producer, *idle),
-                               worker_num_warps=(PRODUCER_WARPS, *IDLE_WARPS), worker_num_regs=budget,
-                               default_num_regs=consumer_registers(self.readers), loc=loop.loc)
-        after = Emitter(loop.loc)
-        self.retire_barriers(after)
-        return out.ops + [split] + after.ops, dict(zip(loop.results, outputs))
+        consumer_at = ringed.results[-2:]
+        replaced.update(split.drain(consumer))
+        producer_at = split.producer_loop(producer, producer_at)
+        earlier = split
+    results = tuple(v for split in loops for v in split.loop.results)
+    consumer.ops.append(Yield(values=tuple(replaced.get(v, v) for v in results), loc=loc))
+    producer.ops.append(Yield(loc=loc))
+    default_ops = remade_tensors(consumer.ops, loops)
+    captures = free_values(default_ops + producer.ops)
+    default = captured_block(default_ops, captures)
+    worker = captured_block(producer.ops, captures)
+    idle = [Block(tuple(Value(v.type, v.hint) for v in captures), (Yield(loc=loc),)) for _ in IDLE_WARPS]
+    outputs = tuple(Value(v.type, v.hint) for v in results)
+    budget = (PRODUCER_REGS,) * (1 + len(IDLE_WARPS))
+    split = WarpSpecialize(results=outputs, captures=captures, default=default, workers=(worker, *idle),
+                           worker_num_warps=(PRODUCER_WARPS, *IDLE_WARPS), worker_num_regs=budget,
+                           default_num_regs=consumer_registers(first.readers), loc=loc)
+    after = Emitter(loc)
+    for owner in owners:
+        owner.retire_barriers(after)
+    return out.ops + [split] + after.ops, dict(zip(results, outputs))
 
-    def remade_tensors(self, ops: list[Op]) -> list[Op]:
-        """`ops` preceded by the constant tensors they read from outside (see the module docstring)."""
-        remade, mapping = [], {}
-        for value in free_values(ops):
-            if isinstance(value.type, TensorType):
-                op = self.outer_constants[value]
-                fresh = Value(value.type, value.hint)
-                remade.append(dataclasses.replace(op, result=fresh))
-                mapping[value] = fresh
-        return remade + clone_deep(ops, mapping)
+
+def remade_tensors(ops: list[Op], loops: list[WarpSpecializedTmaLoop]) -> list[Op]:
+    """`ops` preceded by the tensors they read from outside, computed again from scalars
+    (see the module docstring)."""
+    slices = {value: found for split in loops for value, found in split.outer_slices.items()}
+    remade = []
+    for value in free_values(ops):
+        if isinstance(value.type, TensorType):
+            remade += [op for op in slices[value] if all(op is not seen for seen in remade)]
+    order = loops[0].outer_order
+    remade.sort(key=lambda op: order[id(op)])
+    mapping: dict[Value, Value] = {}
+    return clone_deep(remade, mapping) + clone_deep(ops, mapping)
 
 
 def free_values(ops: list[Op], bound=()) -> tuple[Value, ...]:
@@ -205,16 +307,41 @@ def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses,
         return None
     if not loop.results or loop.results[0] not in uses.top_level or pipeliner.readers % WARPS_PER_WARPGROUP:
         return None
-    constants = {}
+    slices, earlier = {}, set()
     for value in free_values(list(loop.body.ops), loop.body.args) + loop.inits:
         if isinstance(value.type, TensorType):
             op = defs.anywhere(value)
-            if not isinstance(op, Constant):
+            if isinstance(op, For) and value in uses.top_level:
+                earlier.add(value)  # an earlier loop's result: joins only that loop's split
+                continue
+            found = tensor_slice(value, defs.outer)
+            if found is None:
                 return None
-            constants[value] = op
+            slices[value] = found
     split = WarpSpecializedTmaLoop(loop, pipeliner.stages, pipeliner.step, pipeliner.operands, pipeliner.uses)
-    split.outer_constants = constants
+    split.outer_slices, split.earlier_results = slices, earlier
+    split.outer_order = {id(op): i for i, op in enumerate(defs.outer.values())}
     return split
+
+
+def tensor_slice(value: Value, outer: dict) -> Optional[list[Op]]:
+    """The pure ops computing tensor `value` from scalars (which the partitions capture),
+    or None when a tensor on the way comes from an op with effects."""
+    from .pipeline_dot_loops import PURE_OPS
+
+    needed: dict[int, Op] = {}
+    pending = [value]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current.type, TensorType):
+            continue
+        op = outer.get(current)
+        if not isinstance(op, PURE_OPS):
+            return None
+        if id(op) not in needed:
+            needed[id(op)] = op
+            pending.extend(op.uses())
+    return list(needed.values())
 
 
 def default_split_loop(kernel: Kernel) -> Optional[Value]:

@@ -42,6 +42,7 @@ from .interpreter import InFlight
 from .mbarrier import land_next
 from .registers import registers_to_tensor, tensor_to_registers
 from .rules import EMULATION_RULES as RULES
+from . import turns
 
 
 class _Unwind(BaseException):
@@ -391,6 +392,8 @@ def warp_specialize(cta, op: ir.WarpSpecialize) -> None:
             shared.active = outer_active
             shared.ordering.labels = None
     shared.barrier()  # the partitions end together
+    for partition in partitions:
+        turns.finish(partition.cta)
     default = partitions[0]
     if len(default.results) != len(op.results):
         raise EmulationError(f"the default partition yields {len(default.results)} values for "

@@ -1,0 +1,130 @@
+"""pingpong_warpgroups: with the launch option `pingpong=True`, the two consumer warpgroups
+of a warp-specialized attention loop take turns at the tensor cores, so that one's
+softmax runs while the other's wgmmas do (FlashAttention-3's ping-pong; the lowlevel
+flash attention passes the turn on mbarriers between replicated consumers).
+
+pipeline_tma_warp_specialize leaves the consumer partition (8 warps: two warpgroups, each
+with 64 rows of the 128-row Q tile and its own wgmmas) running, per key block i,
+
+    wait full[slot]; S_i = Q K_i^T (issued; P V of i - 1 still in flight);
+    wait(0) (both); softmax of S_i; acc * alpha; P V_i (issued, left in flight); release
+
+P V_i and the next block's Q K^T are issued back to back, across the back edge. This pass
+makes that pair one turn (WarpgroupTurn, named barriers):
+
+    open                                 (before the partition's first loop: warpgroup 1
+                                          lets warpgroup 0 go first)
+    take                                 (before each loop: the loop's first Q K^T)
+    for ...:
+        wait full[slot]; S_i = Q K_i^T
+        pass                             (the turn goes to the other warpgroup)
+        wait(0); softmax; acc * alpha
+        take
+        P V_i
+        ...
+    pass                                 (after each loop, once its last P V is waited for)
+
+So while warpgroup 0 waits for its wgmmas and runs its softmax, warpgroup 1 issues its
+own, which the tensor cores queue behind; warpgroup 0's next take needs warpgroup 1's
+pass, which came right after its issue. Each warpgroup takes and passes alternately, the
+same number of times (both run the same loops), so the turns of causal attention's two
+loops chain with nothing in between; the last pass is left on warpgroup 0's barrier at
+the end, as on the GPU it may be. `pingpong="after_wait"` passes the turn only once the
+first wgmma has been waited for instead (the other warpgroup then issues when this one's
+wgmmas are done: a gap on the tensor cores, but no wgmma of the other queued while this
+one waits). The named barrier ids are immediates: ptxas serializes every wgmma of the
+kernel when a bar.arrive whose id is in a register sits between a wgmma and its wait.
+
+Taken only where it applies: a warp_specialize whose default partition has two
+warpgroups, for each top-level loop of it whose body has two top-level wgmmas (the
+first's issue, then the second's), ringed over 3 or more stages. With 2 the turns
+deadlock on the GPU: warpgroup 0, holding the turn, waits for block i + 1's boxes, which
+the producer loads into the slot block i - 1 read once both warpgroups released it, and
+warpgroup 1 releases it only after its P V_i, in the turn it waits for. (The emulator
+runs the warpgroups of a partition in lockstep and checks the turn order alone, so it
+cannot see this; the split then runs without turns and the compile warns at the loop.)
+The named barriers follow the partitions' own (one each, from 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import warn_at
+from ..hardware import WARPS_PER_WARPGROUP
+from ..ir import (Block, ConvertLayout, For, Kernel, Op, WarpgroupMma, WarpgroupMmaWait, WarpgroupTurn,
+                  WarpSpecialize)
+
+NAME = "pingpong_warpgroups"
+
+
+MIN_STAGES = 3  # see the module docstring
+
+
+def pingpong_warpgroups(kernel: Kernel) -> Kernel:
+    """Every split's two-dot consumer loops taking turns, when the kernel asked for it."""
+    if not kernel.pingpong or kernel.num_warps != 2 * WARPS_PER_WARPGROUP:
+        return kernel
+    after_wait = kernel.pingpong == "after_wait"
+    ops = [taking_turns(op, kernel.num_stages, after_wait) if isinstance(op, WarpSpecialize) else op
+           for op in kernel.body.ops]
+    return kernel.with_body(Block(kernel.body.args, tuple(ops)))
+
+
+def turn_loops(block: Block) -> list[For]:
+    """The block's top-level loops whose bodies issue two wgmmas at their top level."""
+    return [op for op in block.ops if isinstance(op, For)
+            and sum(isinstance(inner, WarpgroupMma) for inner in op.body.ops) == 2
+            and sum(isinstance(inner, WarpgroupMma) for inner in op.body.walk()) == 2]
+
+
+def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False) -> WarpSpecialize:
+    loops = turn_loops(split.default)
+    stages = [loop.schedule.num_stages if loop.schedule is not None and loop.schedule.num_stages is not None
+              else launch_stages for loop in loops]
+    if not loops or any(s is None or s < MIN_STAGES for s in stages):
+        if loops:
+            warn_at(loops[0].loc, f"pingpong is not applied to this loop: its ring has {stages[0]} stages and the "
+                    f"warpgroups' turns need {MIN_STAGES} or more (with fewer they would deadlock)",
+                    f"launch with num_stages={MIN_STAGES}, or without pingpong")
+        return split
+    barrier = 2 + sum(split.replicas())  # after the partitions' named barriers (from 1, one a copy)
+    chosen = {id(loop) for loop in loops}
+    ops: list[Op] = []
+    passing = None  # the loop whose pass follows its drain (the wait for its last wgmma)
+    for op in split.default.ops:
+        if passing is not None and not isinstance(op, (WarpgroupMmaWait, ConvertLayout)):
+            ops.append(WarpgroupTurn(action="pass", barrier=barrier, loc=passing.loc))
+            passing = None
+        if id(op) not in chosen:
+            ops.append(op)
+            continue
+        if not any(isinstance(done, WarpgroupTurn) for done in ops):
+            ops.append(WarpgroupTurn(action="open", barrier=barrier, loc=op.loc))
+        ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
+        ops.append(dataclasses.replace(op, body=turned_body(op.body, barrier, after_wait)))
+        passing = op
+    return dataclasses.replace(split, default=Block(split.default.args, tuple(ops)))
+
+
+def turned_body(body: Block, barrier: int, after_wait: bool = False) -> Block:
+    """The pass after the first wgmma's issue (or, `after_wait`, once it has been waited
+    for, with the waits and layout changes right after it: attention's wait for the
+    carried accumulator), the take before the second wgmma's issue."""
+    first, second = [op for op in body.ops if isinstance(op, WarpgroupMma)]
+    at = body.ops.index(first) + 1
+    if after_wait:
+        waited = False
+        while at < len(body.ops) and isinstance(body.ops[at], (WarpgroupMmaWait, ConvertLayout)):
+            waited = waited or isinstance(body.ops[at], WarpgroupMmaWait)
+            at += 1
+        if not waited:
+            at = body.ops.index(first) + 1
+    ops: list[Op] = []
+    for position, op in enumerate(body.ops):
+        if position == at:
+            ops.append(WarpgroupTurn(action="pass", barrier=barrier, loc=op.loc))
+        if op is second:
+            ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
+        ops.append(op)
+    return Block(body.args, tuple(ops))
