@@ -30,6 +30,8 @@ class Config:
     split_k: int = 1             # parts each tile's K range is cut into (split_k.py)
     split_reduce: str = "atomic"  # split-K parts add by per-element atomics, or by TMA
                                   # reduce-add of whole tiles and a converting launch
+    stream_k: bool = False       # the partial wave's tiles shared by K step among all CTAs
+                                 # (stream_k.py)
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -62,6 +64,10 @@ class Config:
         if self.split_k > 1 and self.variant != "warp_specialized":
             raise ValueError(f"Config.split_k={self.split_k} needs variant='warp_specialized' "
                              f"(only that kernel has a split-K form), got {self.variant!r}")
+        if self.stream_k and (self.split_k > 1 or self.variant != "warp_specialized" or self.block_n == 192):
+            raise ValueError(f"Config.stream_k=True shares tiles by K step in the warp-specialized kernel "
+                             f"(stream_k.py): use split_k=1, variant='warp_specialized' and a power-of-two "
+                             f"block_n, got {self}")
         if self.split_k > 1 and self.split_reduce == "atomic" and self.block_n > 128:
             raise ValueError(f"Config.split_k > 1 with atomic adds takes block_n <= 128: each thread "
                              f"holds block_n / 2 accumulators beside their workspace addresses, and "

@@ -1,0 +1,222 @@
+"""Stream-K matmul, written in weft.lowlevel: the warp-specialized kernel of kernels.py on
+a persistent grid whose CTAs share the tiles of the last, partial wave by K step.
+
+Where the output tiles do not fill whole waves of SMs (1000 x 3000 in 128 x 256 tiles:
+96 tiles on 132 SMs), one CTA per tile leaves SMs idle for a whole tile's time. Here
+whole waves of tiles run as in kernels.py, and the rest (stream_k_plan.stream_k_tiles)
+are cut by (tile, K step) iteration into one equal contiguous range per CTA
+(stream_k_plan.py has the arithmetic, mirrored here). A CTA runs its range as a walk over
+tiles: a tile whose K steps are all its own it writes as kernels.py does; of a tile it
+shares (at most two: where its range begins and where it ends) it has a piece.
+
+A shared tile is finished in the same launch, by whichever of its pieces ends last, and
+no CTA ever waits for another: each piece writes its fp32 partial tile to its own slot
+of the workspace (slot 2p for CTA p's first tile, 2p + 1 for its last; plain stores, no
+zeroing needed), then counts itself in the tile's arrival counter (acq_rel: its stores
+are released, the earlier pieces' acquired). The piece that brings the count to the
+tile's piece count adds the other pieces' slots to its own accumulator, writes the tile,
+and puts the counter back to zero, so the counters are ready for the next launch (and a
+graph's next replay) with no memset; the slots need none. Nothing spins, so the result
+does not depend on which CTAs are resident at once.
+
+A 128 x 256 tile is accumulated as two 128-column halves (each its own wgmma and
+accumulator, as split_k_tma.py does): their partial loads and stores then hold half a
+tile of addresses at a time.
+"""
+
+from __future__ import annotations
+
+from ... import lowlevel as ll
+from ...lowlevel import mbarrier, tma
+from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, load_stage, tile_origin
+
+PIECE_N = 128  # the widest accumulator a consumer warpgroup holds at once
+
+
+@ll.jit
+def cta_iterations(pid, programs, total):
+    """[begin, end) of CTA pid's share of the stream-K iterations (stream_k_plan.py)."""
+    return pid * total // programs, (pid + 1) * total // programs
+
+
+@ll.jit
+def iteration_owner(iteration, programs, total):
+    """The CTA whose share holds `iteration` (stream_k_plan.py)."""
+    return ((iteration + 1) * programs - 1) // total
+
+
+@ll.jit
+def stream_k_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, dp_tiles,
+                      BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                      STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr):
+    """Fill ring slots with the CTA's whole tiles, then its stream-K range, as soon as the
+    consumers release them."""
+    k_steps = ll.cdiv(K, BLOCK_K)
+    tiles = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N)
+    pid = ll.program_id(0)
+    programs = ll.num_programs(0)
+    issued = 0
+    for tile in range(pid, dp_tiles, programs):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for k in range(0, k_steps):
+            slot = issued % STAGES
+            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            load_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
+                       off_m, off_n, k * BLOCK_K, BLOCK_N, B_K_MAJOR)
+            issued += 1
+    total = (tiles - dp_tiles) * k_steps
+    begin, end = cta_iterations(pid, programs, total)
+    for t in range(begin // k_steps, ll.cdiv(end, k_steps)):
+        off_m, off_n = tile_origin(dp_tiles + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for k in range(ll.maximum(begin - t * k_steps, 0), ll.minimum(end - t * k_steps, k_steps)):
+            slot = issued % STAGES
+            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            load_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
+                       off_m, off_n, k * BLOCK_K, BLOCK_N, B_K_MAJOR)
+            issued += 1
+
+
+@ll.jit
+def partial_pointers(partial_ptr, slot, column, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
+                     PIECE: ll.constexpr, NUM_WARPS: ll.constexpr):
+    """Pointers to the [BLOCK_M, PIECE] columns from `column` of workspace slot `slot`
+    (slots are whole [BLOCK_M, BLOCK_N] fp32 tiles), in the accumulator's layout."""
+    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
+    rows = ll.arange(0, BLOCK_M, ll.SliceLayout(1, acc_layout))
+    cols = column + ll.arange(0, PIECE, ll.SliceLayout(0, acc_layout))
+    return partial_ptr + slot * (BLOCK_M * BLOCK_N) + rows[:, None] * BLOCK_N + cols[None, :]
+
+
+@ll.jit
+def store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N: ll.constexpr, PIECE: ll.constexpr):
+    """Write the tile (one accumulator, or `left` and `right` halves where PIECE < BLOCK_N)
+    through shared memory with TMA stores, one per swizzle-wide column block; the
+    previous tile's stores must have read the buffers first."""
+    tma.store_wait(0)
+    c_pieces.index(0).store(left.to(c_desc.dtype))
+    if PIECE < BLOCK_N:
+        c_pieces.index(1).store(right.to(c_desc.dtype))
+    ll.fence_async_shared()
+    BOX_N: ll.constexpr = c_desc.block_shape[1]
+    for p in ll.static_range(BLOCK_N // PIECE):
+        for j in ll.static_range(PIECE // BOX_N):
+            tma.async_copy_shared_to_global(c_desc, [off_m, off_n + p * PIECE + j * BOX_N],
+                                            c_pieces.index(p).slice(j * BOX_N, BOX_N, 1))
+
+
+@ll.jit
+def multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
+                   BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
+                   B_K_MAJOR: ll.constexpr, NUM_WARPS: ll.constexpr):
+    """(left, right, consumed): one tile's K steps [k_begin, end) from the ring, releasing
+    each slot once its wgmma has retired. left and right are the tile's column halves
+    where it is wider than PIECE_N, else both the whole accumulator."""
+    PIECE: ll.constexpr = BLOCK_N if BLOCK_N < PIECE_N else PIECE_N
+    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
+    acc = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
+    if PIECE < BLOCK_N:
+        right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
+    previous = 0
+    for k in range(k_begin, k_end):
+        slot = consumed % STAGES
+        mbarrier.wait(ready.index(slot), (consumed // STAGES) & 1)
+        b = b_operand(b_ring.index(slot), B_K_MAJOR)
+        if PIECE < BLOCK_N:
+            acc = ll.warpgroup_mma(a_ring.index(slot), b.slice(0, PIECE, 1), acc, is_async=True)
+            right = ll.warpgroup_mma(a_ring.index(slot), b.slice(PIECE, PIECE, 1), right, is_async=True)
+            acc, right = ll.warpgroup_mma_wait(2, deps=[acc, right])
+        else:
+            acc = ll.warpgroup_mma(a_ring.index(slot), b, acc, is_async=True)
+            acc = ll.warpgroup_mma_wait(1, deps=[acc])
+        # The previous step's wgmma has retired: hand its slot back to the producer.
+        mbarrier.arrive(empty.index(previous), pred=k > k_begin)
+        previous = slot
+        consumed += 1
+    if PIECE < BLOCK_N:
+        acc, right = ll.warpgroup_mma_wait(0, deps=[acc, right])
+    else:
+        acc = ll.warpgroup_mma_wait(0, deps=[acc])
+        right = acc
+    mbarrier.arrive(empty.index(previous))
+    return acc, right, consumed
+
+
+@ll.jit
+def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_ptr, arrivals_ptr, M, N, K,
+                      dp_tiles, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                      STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                      NUM_WARPS: ll.constexpr):
+    """Multiply the CTA's whole tiles and its stream-K range; write whole tiles, and of
+    shared ones the partial, or (the last piece to arrive) the finished tile."""
+    PIECE: ll.constexpr = BLOCK_N if BLOCK_N < PIECE_N else PIECE_N
+    k_steps = ll.cdiv(K, BLOCK_K)
+    tiles = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N)
+    pid = ll.program_id(0)
+    programs = ll.num_programs(0)
+    consumed = 0
+    for tile in range(pid, dp_tiles, programs):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        left, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, 0, k_steps,
+                                               BLOCK_M, BLOCK_N, STAGES, B_K_MAJOR, NUM_WARPS)
+        store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
+    total = (tiles - dp_tiles) * k_steps
+    begin, end = cta_iterations(pid, programs, total)
+    first = begin // k_steps
+    for t in range(first, ll.cdiv(end, k_steps)):
+        tile = dp_tiles + t
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        k_begin = ll.maximum(begin - t * k_steps, 0)
+        k_end = ll.minimum(end - t * k_steps, k_steps)
+        left, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
+                                               BLOCK_M, BLOCK_N, STAGES, B_K_MAJOR, NUM_WARPS)
+        if k_end - k_begin == k_steps:
+            store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
+        else:
+            # Slot 2 pid for the CTA's first tile, 2 pid + 1 for its last.
+            at = partial_pointers(partial_ptr, 2 * pid + ll.minimum(t - first, 1), 0, BLOCK_M, BLOCK_N,
+                                  PIECE, NUM_WARPS)
+            ll.store(at, left)
+            if PIECE < BLOCK_N:
+                ll.store(at + PIECE, right)
+            # Every thread's stores are issued before the partition's one release below.
+            ll.barrier()
+            lowest = iteration_owner(t * k_steps, programs, total)
+            highest = iteration_owner((t + 1) * k_steps - 1, programs, total)
+            arrived = ll.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel")
+            if arrived == highest - lowest:  # the other pieces are all in their slots
+                for q in range(lowest, highest + 1):
+                    if q != pid:
+                        theirs = 2 * q + ll.minimum(t - q * total // programs // k_steps, 1)
+                        at = partial_pointers(partial_ptr, theirs, 0, BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
+                        left += ll.load(at, cache_modifier=".cg")
+                        if PIECE < BLOCK_N:
+                            right += ll.load(at + PIECE, cache_modifier=".cg")
+                ll.atomic_xchg(arrivals_ptr + tile, 0, sem="relaxed")
+                if PIECE == BLOCK_N:
+                    right = left
+                store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
+    tma.store_wait(0)
+
+
+@ll.jit
+def stream_k_matmul(a_desc, b_desc, c_desc, partial_ptr, arrivals_ptr, M, N, K, dp_tiles,
+                    BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                    STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                    NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr):
+    """C = A @ B: tiles [0, dp_tiles) whole (a multiple of the grid), the rest stream-K.
+    partial_ptr: fp32 [2 x grid, BLOCK_M, BLOCK_N], any contents; arrivals_ptr: int32
+    [tiles], zero (and left zero)."""
+    PIECE: ll.constexpr = BLOCK_N if BLOCK_N < PIECE_N else PIECE_N
+    dtype: ll.constexpr = a_desc.dtype
+    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
+    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
+    c_pieces = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_N // PIECE, BLOCK_M, PIECE], c_desc.layout)
+    ready, empty = allocate_slot_barriers(STAGES)
+    ll.warp_specialize(
+        (c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_ptr, arrivals_ptr, M, N, K, dp_tiles,
+         BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS), stream_k_consumer,
+        (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, dp_tiles, BLOCK_M, BLOCK_N, BLOCK_K,
+         STAGES, GROUP_M, B_K_MAJOR), [stream_k_producer],
+        worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS])
+    invalidate_slot_barriers(ready, empty, STAGES)
