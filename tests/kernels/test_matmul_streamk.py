@@ -168,6 +168,40 @@ def test_stream_k_config_rejects_what_it_cannot_share():
     assert host.unsplit([Config(stream_k=True)]) == [Config()]  # deterministic mode shares no tile
 
 
+def test_stream_k_prepared_call_repeats_one_launch_on_the_kept_scratch():
+    """On the (stubbed) GPU: one CTA per SM, the whole waves' count passed as dp_tiles,
+    and a repeated call repeats the one launch with no memset: the slots need none and the
+    kernel leaves the counters zero."""
+    torch = pytest.importorskip("torch")
+    from weft.runtime import driver
+
+    from .fake_gpu import H100_SMS, fake_gpu
+    from .test_host_fast_path import _Calls, _long_way_only, _normalized
+
+    a = torch.randn(1000, 512).to(torch.bfloat16)
+    b = torch.randn(512, 3000).to(torch.bfloat16)
+    config = Config(128, 256, 64, 3, group_m=8, stream_k=True)
+    from weft.kernels.matmul import matmul
+
+    with fake_gpu() as fake, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(driver, "make_address_context_current", lambda address: None)
+        long_way = _Calls(patch, host)
+        matmul(a, b, config=config)
+        memsets, launches = len(fake.memsets), len(fake.launches)
+        second = matmul(a, b, config=config)
+        assert long_way.count == 1 and len(fake.memsets) == memsets and len(fake.launches) == launches + 1
+        with _long_way_only():
+            ref = matmul(a, b, config=config)
+        assert _normalized(fake, fake.launches[-2], (second,)) == _normalized(fake, fake.launches[-1], (ref,))
+        launch = fake.launches[-1]
+        assert launch["grid"] == (H100_SMS, 1, 1)
+        # 8 x 12 = 96 tiles: under one wave, so none runs whole (dp_tiles, the last parameter, is 0).
+        assert int.from_bytes(launch["params"][-1][:4], "little") == 0
+        # 32 x 12 = 384 tiles: one wave whole, the third wave's 120 tiles and the second shared.
+        matmul(torch.randn(4000, 512).to(torch.bfloat16), b, config=config)
+        assert int.from_bytes(fake.launches[-1]["params"][-1][:4], "little") == 132
+
+
 # ------------------------------------------------------------------ ptxas
 @needs_ptxas
 @pytest.mark.parametrize("config, k_major", [
