@@ -311,8 +311,9 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
     """The fastest candidate for this problem shape, timed once with CUDA events over
     back-to-back launches queued behind a short GPU sleep (so the events time the GPU
     work, not the host's launch rate), then cached for the process. Under
-    torch.use_deterministic_algorithms(True) no candidate splits K: split-K parts add
-    into their tile with fp32 atomics or TMA adds, in arrival order, so the last bits of C can differ
+    torch.use_deterministic_algorithms(True) no candidate splits K or shares a tile:
+    split-K parts add into their tile with fp32 atomics or TMA adds, and stream-K pieces
+    into the last one's accumulator, in arrival order, so the last bits of C can differ
     from call to call."""
     import torch
 
