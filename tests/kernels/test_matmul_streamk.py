@@ -5,6 +5,8 @@ one K step and into three and more pieces, whole waves before the shared tiles, 
 arrival counters left zero for the next launch; ptxas (no spills); on the GPU, against
 float32 torch, twice through the prepared fast path and under CUDA-graph replays."""
 
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -111,6 +113,18 @@ def test_configs_for_offers_stream_k_where_the_last_wave_is_partial():
 
 
 # ------------------------------------------------------------------ emulator
+@contextlib.contextmanager
+def programs_in_order(order):
+    """The emulator runs the CTAs in `order` of their x ids (None: by id). It runs one CTA
+    after another, so the last to arrive at a tile is the last of its pieces run."""
+    from weft.runtime.emulator import interpreter
+
+    with pytest.MonkeyPatch.context() as patch:
+        if order is not None:
+            patch.setattr(interpreter, "program_order", lambda grid: [(x, 0, 0) for x in order])
+        yield
+
+
 def _run_stream_k(a, b, out_dtype, config, programs, launches=1):
     """C from `launches` launches of `config` on `programs` CTAs (the same scratch each
     time, as a prepared call or a graph replay reuses it), and the arrival counters after."""
@@ -140,17 +154,20 @@ def _check(got, a, b, tol):
     np.testing.assert_allclose(got.astype(np.float64), ref, rtol=tol, atol=tol * max(np.abs(ref).max(), 1.0))
 
 
-@pytest.mark.parametrize("m, n, k, config, programs, k_major", [
-    (50, 40, 192, _sk(64, 64, 2), 3, False),        # one tile, 3 CTAs: three pieces of one K step
-    (50, 40, 150, _sk(64, 64, 3), 3, True),         # the same with a K tail, K-major B
-    (70, 100, 700, _sk(64, 64, 2), 3, False),       # 4 tiles of 11 steps: each cut in 2 or 3 pieces
-    (200, 100, 260, _sk(64, 64, 2, group_m=8), 3, True),  # 8 tiles: a whole wave, then 5 shared
-    (130, 300, 300, _sk(128, 256, 2, group_m=8), 3, False),  # 128x256 tiles, in two column halves
-    (1, 200, 500, _sk(64, 128, 3), 4, True),        # decode-like: 2 tiles on 4 CTAs
+@pytest.mark.parametrize("m, n, k, config, programs, k_major, order", [
+    (50, 40, 192, _sk(64, 64, 2), 3, False, None),       # one tile, 3 CTAs: three pieces of one K step
+    (50, 40, 150, _sk(64, 64, 3), 3, True, (2, 0, 1)),   # the same with a K tail, K-major B; the first last
+    (70, 100, 700, _sk(64, 64, 2), 3, False, (2, 1, 0)),  # 4 tiles of 11 steps: each cut in 2 or 3 pieces
+    (200, 100, 260, _sk(64, 64, 2, group_m=8), 3, True, (1, 2, 0)),  # 8 tiles: a whole wave, then 5 shared
+    (130, 300, 300, _sk(128, 256, 2, group_m=8), 3, False, (2, 1, 0)),  # 128x256 tiles, in two column halves
+    (1, 200, 500, _sk(64, 128, 3), 4, True, (3, 1, 0, 2)),  # decode-like: 2 tiles on 4 CTAs
 ])
-def test_emulated_stream_k_matches_numpy(m, n, k, config, programs, k_major):
+def test_emulated_stream_k_matches_numpy(m, n, k, config, programs, k_major, order):
+    """`order`: the CTAs' run order (None: by id), so that each of a tile's pieces is
+    somewhere the last to arrive and sums the others."""
     a, b = _operands(m, n, k, k_major, np.random.default_rng(m * n + k))
-    got, arrivals = _run_stream_k(a, b, np.float32, config, programs, launches=2)
+    with programs_in_order(order):
+        got, arrivals = _run_stream_k(a, b, np.float32, config, programs, launches=2)
     _check(got, a, b, 1e-4)
     assert not arrivals.any()  # every counter back at zero: the next launch needs no memset
 
@@ -158,14 +175,16 @@ def test_emulated_stream_k_matches_numpy(m, n, k, config, programs, k_major):
 @settings(max_examples=6, deadline=None)
 @given(m=st.integers(1, 140), n=st.integers(1, 140), k=st.integers(1, 700), programs=st.integers(1, 7),
        config=st.sampled_from([_sk(64, 64, 2), _sk(64, 128, 3), _sk(64, 64, 3, group_m=8)]),
-       k_major=st.booleans(), seed=st.integers(0, 2**16))
-def test_emulated_stream_k_on_any_small_shape(m, n, k, programs, config, k_major, seed):
+       k_major=st.booleans(), seed=st.integers(0, 2**16), data=st.data())
+def test_emulated_stream_k_on_any_small_shape(m, n, k, programs, config, k_major, seed, data):
     """Cut points wherever the shape and the CTA count put them (pieces of one step where
-    the CTAs nearly outnumber the iterations)."""
+    the CTAs nearly outnumber the iterations), the CTAs run in any order."""
     tiles, k_steps = -(-m // 64) * -(-n // config.block_n), -(-k // 64)
     programs = min(programs, tiles * k_steps)
+    order = data.draw(st.permutations(range(programs)))
     a, b = _operands(m, n, k, k_major, np.random.default_rng(seed))
-    got, arrivals = _run_stream_k(a, b, np.float16, config, programs)
+    with programs_in_order(order):
+        got, arrivals = _run_stream_k(a, b, np.float16, config, programs)
     _check(got, a, b, 2e-3)
     assert not arrivals.any()
 
