@@ -77,14 +77,18 @@ def stream_k_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, dp_
 
 
 @ll.jit
-def partial_pointers(partial_ptr, slot, column, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
-                     PIECE: ll.constexpr, NUM_WARPS: ll.constexpr):
-    """Pointers to the [BLOCK_M, PIECE] columns from `column` of workspace slot `slot`
-    (slots are whole [BLOCK_M, BLOCK_N] fp32 tiles), in the accumulator's layout."""
+def partial_slot(partial_ptr, slot, rows_left, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
+                 PIECE: ll.constexpr, NUM_WARPS: ll.constexpr):
+    """(pointers, mask): the first PIECE columns of workspace slot `slot` (slots are whole
+    [BLOCK_M, BLOCK_N] fp32 tiles) in the accumulator's layout, and its first `rows_left`
+    rows: rows past M are zeros in every piece, so they are neither written nor read
+    (a decode tile's 64 rows may hold a few of C's)."""
     acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
     rows = ll.arange(0, BLOCK_M, ll.SliceLayout(1, acc_layout))
-    cols = column + ll.arange(0, PIECE, ll.SliceLayout(0, acc_layout))
-    return partial_ptr + slot * (BLOCK_M * BLOCK_N) + rows[:, None] * BLOCK_N + cols[None, :]
+    cols = ll.arange(0, PIECE, ll.SliceLayout(0, acc_layout))
+    at = partial_ptr + slot * (BLOCK_M * BLOCK_N) + rows[:, None] * BLOCK_N + cols[None, :]
+    inside = (rows[:, None] < rows_left) & (cols[None, :] < PIECE)
+    return at, inside
 
 
 @ll.jit
@@ -173,11 +177,11 @@ def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_pt
             store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
         else:
             # Slot 2 pid for the CTA's first tile, 2 pid + 1 for its last.
-            at = partial_pointers(partial_ptr, 2 * pid + ll.minimum(t - first, 1), 0, BLOCK_M, BLOCK_N,
-                                  PIECE, NUM_WARPS)
-            ll.store(at, left)
+            at, inside = partial_slot(partial_ptr, 2 * pid + ll.minimum(t - first, 1), M - off_m, BLOCK_M,
+                                      BLOCK_N, PIECE, NUM_WARPS)
+            ll.store(at, left, mask=inside)
             if PIECE < BLOCK_N:
-                ll.store(at + PIECE, right)
+                ll.store(at + PIECE, right, mask=inside)
             # Every thread's stores are issued before the partition's one release below.
             ll.barrier()
             lowest = iteration_owner(t * k_steps, programs, total)
@@ -187,10 +191,11 @@ def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_pt
                 for q in range(lowest, highest + 1):
                     if q != pid:
                         theirs = 2 * q + ll.minimum(t - q * total // programs // k_steps, 1)
-                        at = partial_pointers(partial_ptr, theirs, 0, BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
-                        left += ll.load(at, cache_modifier=".cg")
+                        at, inside = partial_slot(partial_ptr, theirs, M - off_m, BLOCK_M, BLOCK_N, PIECE,
+                                                  NUM_WARPS)
+                        left += ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
                         if PIECE < BLOCK_N:
-                            right += ll.load(at + PIECE, cache_modifier=".cg")
+                            right += ll.load(at + PIECE, mask=inside, other=0.0, cache_modifier=".cg")
                 ll.atomic_xchg(arrivals_ptr + tile, 0, sem="relaxed")
                 if PIECE == BLOCK_N:
                     right = left
