@@ -311,10 +311,9 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
     """The fastest candidate for this problem shape, timed once with CUDA events over
     back-to-back launches queued behind a short GPU sleep (so the events time the GPU
     work, not the host's launch rate), then cached for the process. Under
-    torch.use_deterministic_algorithms(True) no candidate splits K or shares a tile:
-    split-K parts add into their tile with fp32 atomics or TMA adds, and stream-K pieces
-    into the last one's accumulator, in arrival order, so the last bits of C can differ
-    from call to call."""
+    torch.use_deterministic_algorithms(True) no candidate splits K: split-K parts add
+    into their tile with fp32 atomics or TMA adds, in arrival order, so the last bits of C can differ
+    from call to call (stream-K's pieces add in a fixed order: they stay)."""
     import torch
 
     deterministic = torch.are_deterministic_algorithms_enabled()
@@ -344,10 +343,9 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
 
 
 def unsplit(candidates: list[Config]) -> list[Config]:
-    """`candidates` with K unsplit and no tile shared (torch's deterministic mode: a
-    shared tile's pieces add in the order they arrive), duplicates dropped."""
-    return list(dict.fromkeys(replace(config, split_k=1, split_reduce="atomic", stream_k=False)
-                              for config in candidates))
+    """`candidates` with K unsplit (torch's deterministic mode), duplicates dropped.
+    Stream-K candidates stay: their pieces add in a fixed order (stream_k.py)."""
+    return list(dict.fromkeys(replace(config, split_k=1, split_reduce="atomic") for config in candidates))
 
 
 def matmul(a, b, out_dtype=None, *, config: Config | None = None):

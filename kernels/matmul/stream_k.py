@@ -14,8 +14,8 @@ no CTA ever waits for another: each piece writes its fp32 partial tile to its ow
 of the workspace (slot 2p for CTA p's first tile, 2p + 1 for its last; plain stores, no
 zeroing needed), then counts itself in the tile's arrival counter (acq_rel: its stores
 are released, the earlier pieces' acquired). The piece that brings the count to the
-tile's piece count adds the other pieces' slots to its own accumulator, writes the tile,
-and puts the counter back to zero, so the counters are ready for the next launch (and a
+tile's piece count adds the pieces up in CTA order (`sum_pieces`: the bits of C do not
+depend on which piece came last), writes the tile, and puts the counter back to zero, so the counters are ready for the next launch (and a
 graph's next replay) with no memset; the slots need none. Nothing spins, so the result
 does not depend on which CTAs are resident at once.
 
@@ -146,6 +146,34 @@ def multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
 
 
 @ll.jit
+def sum_pieces(partial_ptr, left, right, t, pid, lowest, highest, programs, total, k_steps, rows_left,
+               BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, PIECE: ll.constexpr, NUM_WARPS: ll.constexpr):
+    """(left, right): stream-K tile t's pieces, CTAs lowest..highest, added in that order
+    whichever arrived last, so C's bits do not depend on timing. This CTA's own piece
+    (left, right) joins from registers where the tile is one accumulator; a two-half
+    tile's is read back from its slot like the others (both halves' sums and the own
+    piece would not fit in registers together)."""
+    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
+    sum_left = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
+    if PIECE < BLOCK_N:
+        sum_right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
+    for q in range(lowest, highest + 1):
+        # Slot 2q for CTA q's first tile, 2q + 1 for its last.
+        at, inside = partial_slot(partial_ptr, 2 * q + ll.minimum(t - q * total // programs // k_steps, 1),
+                                  rows_left, BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
+        if PIECE < BLOCK_N:
+            sum_left += ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
+            sum_right += ll.load(at + PIECE, mask=inside, other=0.0, cache_modifier=".cg")
+        elif q == pid:
+            sum_left += left
+        else:
+            sum_left += ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
+    if PIECE < BLOCK_N:
+        return sum_left, sum_right
+    return sum_left, sum_left
+
+
+@ll.jit
 def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_ptr, arrivals_ptr, M, N, K,
                       dp_tiles, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                       STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
@@ -188,17 +216,9 @@ def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_pt
             highest = iteration_owner((t + 1) * k_steps - 1, programs, total)
             arrived = ll.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel")
             if arrived == highest - lowest:  # the other pieces are all in their slots
-                for q in range(lowest, highest + 1):
-                    if q != pid:
-                        theirs = 2 * q + ll.minimum(t - q * total // programs // k_steps, 1)
-                        at, inside = partial_slot(partial_ptr, theirs, M - off_m, BLOCK_M, BLOCK_N, PIECE,
-                                                  NUM_WARPS)
-                        left += ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
-                        if PIECE < BLOCK_N:
-                            right += ll.load(at + PIECE, mask=inside, other=0.0, cache_modifier=".cg")
+                left, right = sum_pieces(partial_ptr, left, right, t, pid, lowest, highest, programs, total,
+                                         k_steps, M - off_m, BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
                 ll.atomic_xchg(arrivals_ptr + tile, 0, sem="relaxed")
-                if PIECE == BLOCK_N:
-                    right = left
                 store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
     tma.store_wait(0)
 

@@ -172,6 +172,17 @@ def test_emulated_stream_k_matches_numpy(m, n, k, config, programs, k_major, ord
     assert not arrivals.any()  # every counter back at zero: the next launch needs no memset
 
 
+def test_emulated_stream_k_is_the_same_to_the_bit_whichever_piece_arrives_last():
+    """A tile's pieces add in CTA order, whichever CTA sums them: deterministic C."""
+    a, b = _operands(50, 40, 700, False, np.random.default_rng(5))  # one tile, 4 pieces
+    results = []
+    for order in [(0, 1, 2, 3), (3, 2, 1, 0), (1, 3, 0, 2)]:
+        with programs_in_order(order):
+            results.append(_run_stream_k(a, b, np.float32, _sk(64, 64, 2), 4)[0])
+    assert all(np.array_equal(results[0], r) for r in results[1:])
+    _check(results[0], a, b, 1e-4)
+
+
 @settings(max_examples=6, deadline=None)
 @given(m=st.integers(1, 140), n=st.integers(1, 140), k=st.integers(1, 700), programs=st.integers(1, 7),
        config=st.sampled_from([_sk(64, 64, 2), _sk(64, 128, 3), _sk(64, 64, 3, group_m=8)]),
@@ -209,7 +220,7 @@ def test_stream_k_config_rejects_what_it_cannot_share():
         Config(128, 192, stream_k=True)
     with pytest.raises(ValueError, match="stream_k=True"):
         Config(stream_k=True, variant="pipelined")
-    assert host.unsplit([Config(stream_k=True)]) == [Config()]  # deterministic mode shares no tile
+    assert host.unsplit([Config(stream_k=True)]) == [Config(stream_k=True)]  # deterministic: it stays
 
 
 def test_stream_k_prepared_call_repeats_one_launch_on_the_kept_scratch():
