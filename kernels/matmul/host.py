@@ -18,7 +18,7 @@ from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
 from .split_k_tma import FINISH_BLOCK, FINISH_WARPS, finish_split, reduce_add_split_k_matmul
 from .stream_k import stream_k_matmul
-from .stream_k_plan import stream_k_fits_int32, stream_k_tiles
+from .stream_k_plan import slot_count, stream_k_fits_int32, stream_k_tiles
 from .two_piece import B_BOX_N, LEFT_N, RIGHT_N, two_piece_matmul
 
 _INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
@@ -175,15 +175,17 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
 def _stream_k_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, programs: int,
                    common: dict) -> tuple:
     """`_kernel_call` of a stream-K config: whole waves of tiles first, the rest shared
-    (stream_k_plan.py); the kept scratch is the CTAs' partial-tile slots (fp32
-    [2 x programs, BLOCK_M, BLOCK_N], overwritten before they are read) and the tiles'
-    arrival counters (int32, left zero by every launch)."""
+    (stream_k_plan.py); the kept scratch is the pieces' partial-tile slots (fp32
+    [slots, BLOCK_M, BLOCK_N], overwritten before they are read) and the tiles' arrival
+    counters (int32, left zero by every launch)."""
     tiles, k_steps = _tiles(m, n, config), -(-k // config.block_k)
     if not stream_k_fits_int32(tiles, k_steps, programs):
         raise ValueError(f"matmul: {config} on {m}x{n}x{k} has {tiles} x {k_steps} stream-K iterations on "
                          f"{programs} CTAs, past the kernel's int32 range arithmetic; use split_k instead")
-    scratch = _split_scratch(a, 2 * programs * config.block_m, config.block_n, tiles, purpose="stream_k")
-    dp_tiles = tiles - stream_k_tiles(tiles, k_steps, programs)
+    sk_tiles = stream_k_tiles(tiles, programs)
+    slots = slot_count(sk_tiles, k_steps, programs)
+    scratch = _split_scratch(a, slots * config.block_m, config.block_n, tiles, purpose="stream_k")
+    dp_tiles = tiles - sk_tiles
     return (stream_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k, dp_tiles),
             dict(common, PRODUCER_REGS=config.producer_regs), c_desc, None, scratch)
 

@@ -3,21 +3,23 @@ a persistent grid whose CTAs share the tiles of the last, partial wave by K step
 
 Where the output tiles do not fill whole waves of SMs (1000 x 3000 in 128 x 256 tiles:
 96 tiles on 132 SMs), one CTA per tile leaves SMs idle for a whole tile's time. Here
-whole waves of tiles run as in kernels.py, and the rest (stream_k_plan.stream_k_tiles)
-are cut by (tile, K step) iteration into one equal contiguous range per CTA
-(stream_k_plan.py has the arithmetic, mirrored here). A CTA runs its range as a walk over
-tiles: a tile whose K steps are all its own it writes as kernels.py does; of a tile it
-shares (at most two: where its range begins and where it ends) it has a piece.
+whole waves of tiles run as in kernels.py, and the partial wave's tiles are shared
+K-aligned (stream_k_plan.py has the split, mirrored here): one CTA per tile runs its
+head, K steps [0, head), in step with the others as unsplit tiles do (CTAs of one tile
+row or column read the same A and B blocks at once, from L2); the remaining CTAs cut
+the tails [head, K) into equal contiguous ranges. (Equal contiguous ranges over whole
+tiles, the plain stream-K split, put every CTA at a different K offset: A and B then
+stream from DRAM once per tile, which measured twice as slow as the unsplit tiles.)
 
 A shared tile is finished in the same launch, by whichever of its pieces ends last, and
-no CTA ever waits for another: each piece writes its fp32 partial tile to its own slot
-of the workspace (slot 2p for CTA p's first tile, 2p + 1 for its last; plain stores, no
-zeroing needed), then counts itself in the tile's arrival counter (acq_rel: its stores
-are released, the earlier pieces' acquired). The piece that brings the count to the
-tile's piece count adds the pieces up in CTA order (`sum_pieces`: the bits of C do not
-depend on which piece came last), writes the tile, and puts the counter back to zero, so the counters are ready for the next launch (and a
-graph's next replay) with no memset; the slots need none. Nothing spins, so the result
-does not depend on which CTAs are resident at once.
+no CTA ever waits for another: each piece writes its fp32 partial tile to a slot of its
+own (plain stores, no zeroing needed), then counts itself in the tile's arrival counter
+(acq_rel: its stores are released, the earlier pieces' acquired). The piece that brings
+the count to the tile's piece count adds the pieces up in a fixed order (`sum_pieces`:
+the bits of C do not depend on which piece came last), writes the tile, and puts the
+counter back to zero, so the counters are ready for the next launch (and a graph's next
+replay) with no memset; the slots need none. Nothing spins, so the result does not
+depend on which CTAs are resident at once.
 
 A 128 x 256 tile is accumulated as two 128-column halves (each its own wgmma and
 accumulator, as split_k_tma.py does): their partial loads and stores then hold half a
@@ -34,22 +36,50 @@ PIECE_N = 128  # the widest accumulator a consumer warpgroup holds at once
 
 
 @ll.jit
-def cta_iterations(pid, programs, total):
-    """[begin, end) of CTA pid's share of the stream-K iterations (stream_k_plan.py)."""
-    return pid * total // programs, (pid + 1) * total // programs
+def shared_split(sk_tiles, k_steps, programs):
+    """(head, tail_len, tail_total, tail_ctas, max_pieces) (stream_k_plan.split)."""
+    head = sk_tiles * k_steps // programs
+    tail_len = k_steps - head
+    tail_total = sk_tiles * tail_len
+    tail_ctas = ll.maximum(ll.minimum(programs - sk_tiles, tail_total), 1)
+    max_pieces = ll.cdiv(ll.cdiv(tail_total, tail_ctas), tail_len) + 1
+    return head, tail_len, tail_total, tail_ctas, max_pieces
 
 
 @ll.jit
-def iteration_owner(iteration, programs, total):
-    """The CTA whose share holds `iteration` (stream_k_plan.py)."""
-    return ((iteration + 1) * programs - 1) // total
+def cta_region(pid, sk_tiles, k_steps, programs):
+    """(length, offset, begin, end, slot_base): the CTA's shared work, iterations
+    [begin, end) over units of `length` K steps from `offset` (stream_k_plan.cta_region)."""
+    head, tail_len, tail_total, tail_ctas, max_pieces = shared_split(sk_tiles, k_steps, programs)
+    j = pid - sk_tiles
+    length = tail_len
+    offset = head
+    begin = j * tail_total // tail_ctas
+    end = (j + 1) * tail_total // tail_ctas
+    slot_base = sk_tiles + j * max_pieces
+    if pid < sk_tiles:
+        length = ll.maximum(head, 1)
+        offset = 0
+        begin = pid * head
+        end = pid * head + head
+        slot_base = pid
+    if j >= tail_ctas:
+        begin = 0
+        end = 0
+    return length, offset, begin, end, slot_base
+
+
+@ll.jit
+def iteration_owner(iteration, ctas, total):
+    """The CTA whose share holds `iteration` (stream_k_plan.iteration_owner)."""
+    return ((iteration + 1) * ctas - 1) // total
 
 
 @ll.jit
 def stream_k_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, dp_tiles,
                       BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                       STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr):
-    """Fill ring slots with the CTA's whole tiles, then its stream-K range, as soon as the
+    """Fill ring slots with the CTA's whole tiles, then its shared pieces, as soon as the
     consumers release them."""
     k_steps = ll.cdiv(K, BLOCK_K)
     tiles = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N)
@@ -64,11 +94,10 @@ def stream_k_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, dp_
             load_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
                        off_m, off_n, k * BLOCK_K, BLOCK_N, B_K_MAJOR)
             issued += 1
-    total = (tiles - dp_tiles) * k_steps
-    begin, end = cta_iterations(pid, programs, total)
-    for t in range(begin // k_steps, ll.cdiv(end, k_steps)):
-        off_m, off_n = tile_origin(dp_tiles + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        for k in range(ll.maximum(begin - t * k_steps, 0), ll.minimum(end - t * k_steps, k_steps)):
+    length, offset, begin, end, slot_base = cta_region(pid, tiles - dp_tiles, k_steps, programs)
+    for u in range(begin // length, ll.cdiv(end, length)):
+        off_m, off_n = tile_origin(dp_tiles + u, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for k in range(offset + ll.maximum(begin - u * length, 0), offset + ll.minimum(end - u * length, length)):
             slot = issued % STAGES
             mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
             load_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
@@ -146,28 +175,51 @@ def multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
 
 
 @ll.jit
-def sum_pieces(partial_ptr, left, right, t, pid, lowest, highest, programs, total, k_steps, rows_left,
+def add_piece(partial_ptr, total, own, slot, mine, rows_left, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
+              PIECE: ll.constexpr, NUM_WARPS: ll.constexpr):
+    """total + the piece in `slot`, or + `own` (the registers) where it is this CTA's."""
+    if mine:
+        total += own
+    else:
+        at, inside = partial_slot(partial_ptr, slot, rows_left, BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
+        total += ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
+    return total
+
+
+@ll.jit
+def sum_pieces(partial_ptr, left, right, u, pid, sk_tiles, k_steps, programs, rows_left,
                BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, PIECE: ll.constexpr, NUM_WARPS: ll.constexpr):
-    """(left, right): stream-K tile t's pieces, CTAs lowest..highest, added in that order
-    whichever arrived last, so C's bits do not depend on timing. This CTA's own piece
-    (left, right) joins from registers where the tile is one accumulator; a two-half
-    tile's is read back from its slot like the others (both halves' sums and the own
-    piece would not fit in registers together)."""
+    """(left, right): shared tile u's pieces, its head then its tail CTAs', added in that
+    order whichever arrived last, so C's bits do not depend on timing. This CTA's own
+    piece (left, right) joins from registers where the tile is one accumulator; a
+    two-half tile's is read back from its slot like the others (both halves' sums and
+    the own piece would not fit in registers together)."""
     acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
+    head, tail_len, tail_total, tail_ctas, max_pieces = shared_split(sk_tiles, k_steps, programs)
     sum_left = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
-    if PIECE < BLOCK_N:
-        sum_right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
-    for q in range(lowest, highest + 1):
-        # Slot 2q for CTA q's first tile, 2q + 1 for its last.
-        at, inside = partial_slot(partial_ptr, 2 * q + ll.minimum(t - q * total // programs // k_steps, 1),
-                                  rows_left, BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
+    sum_right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
+    for h in range(0, ll.minimum(head, 1)):  # the head, where heads are not empty: slot u
         if PIECE < BLOCK_N:
-            sum_left += ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
-            sum_right += ll.load(at + PIECE, mask=inside, other=0.0, cache_modifier=".cg")
-        elif q == pid:
-            sum_left += left
+            sum_left = add_piece(partial_ptr, sum_left, left, u, False, rows_left, BLOCK_M, BLOCK_N, PIECE,
+                                 NUM_WARPS)
+            sum_right = add_piece(partial_ptr + PIECE, sum_right, right, u, False, rows_left,
+                                  BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
         else:
-            sum_left += ll.load(at, mask=inside, other=0.0, cache_modifier=".cg")
+            sum_left = add_piece(partial_ptr, sum_left, left, u, u == pid, rows_left, BLOCK_M, BLOCK_N, PIECE,
+                                 NUM_WARPS)
+    lowest = iteration_owner(u * tail_len, tail_ctas, tail_total)
+    highest = iteration_owner((u + 1) * tail_len - 1, tail_ctas, tail_total)
+    for j in range(lowest, highest + 1):
+        # Tail CTA j's pieces start at its first unit.
+        slot = sk_tiles + j * max_pieces + u - j * tail_total // tail_ctas // tail_len
+        if PIECE < BLOCK_N:
+            sum_left = add_piece(partial_ptr, sum_left, left, slot, False, rows_left, BLOCK_M, BLOCK_N, PIECE,
+                                 NUM_WARPS)
+            sum_right = add_piece(partial_ptr + PIECE, sum_right, right, slot, False, rows_left,
+                                  BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
+        else:
+            sum_left = add_piece(partial_ptr, sum_left, left, slot, sk_tiles + j == pid, rows_left, BLOCK_M,
+                                 BLOCK_N, PIECE, NUM_WARPS)
     if PIECE < BLOCK_N:
         return sum_left, sum_right
     return sum_left, sum_left
@@ -191,33 +243,33 @@ def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_pt
         left, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, 0, k_steps,
                                                BLOCK_M, BLOCK_N, STAGES, B_K_MAJOR, NUM_WARPS)
         store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
-    total = (tiles - dp_tiles) * k_steps
-    begin, end = cta_iterations(pid, programs, total)
-    first = begin // k_steps
-    for t in range(first, ll.cdiv(end, k_steps)):
-        tile = dp_tiles + t
+    sk_tiles = tiles - dp_tiles
+    length, offset, begin, end, slot_base = cta_region(pid, sk_tiles, k_steps, programs)
+    head, tail_len, tail_total, tail_ctas, max_pieces = shared_split(sk_tiles, k_steps, programs)
+    first = begin // length
+    for u in range(first, ll.cdiv(end, length)):
+        tile = dp_tiles + u
         off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        k_begin = ll.maximum(begin - t * k_steps, 0)
-        k_end = ll.minimum(end - t * k_steps, k_steps)
+        k_begin = offset + ll.maximum(begin - u * length, 0)
+        k_end = offset + ll.minimum(end - u * length, length)
         left, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
                                                BLOCK_M, BLOCK_N, STAGES, B_K_MAJOR, NUM_WARPS)
-        if k_end - k_begin == k_steps:
+        pieces = ll.minimum(head, 1) + iteration_owner((u + 1) * tail_len - 1, tail_ctas, tail_total) - \
+            iteration_owner(u * tail_len, tail_ctas, tail_total) + 1
+        if pieces == 1:  # no head, and one tail CTA holds the whole tile
             store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
         else:
-            # Slot 2 pid for the CTA's first tile, 2 pid + 1 for its last.
-            at, inside = partial_slot(partial_ptr, 2 * pid + ll.minimum(t - first, 1), M - off_m, BLOCK_M,
-                                      BLOCK_N, PIECE, NUM_WARPS)
+            at, inside = partial_slot(partial_ptr, slot_base + u - first, M - off_m, BLOCK_M, BLOCK_N, PIECE,
+                                      NUM_WARPS)
             ll.store(at, left, mask=inside)
             if PIECE < BLOCK_N:
                 ll.store(at + PIECE, right, mask=inside)
             # Every thread's stores are issued before the partition's one release below.
             ll.barrier()
-            lowest = iteration_owner(t * k_steps, programs, total)
-            highest = iteration_owner((t + 1) * k_steps - 1, programs, total)
             arrived = ll.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel")
-            if arrived == highest - lowest:  # the other pieces are all in their slots
-                left, right = sum_pieces(partial_ptr, left, right, t, pid, lowest, highest, programs, total,
-                                         k_steps, M - off_m, BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
+            if arrived == pieces - 1:  # the other pieces are all in their slots
+                left, right = sum_pieces(partial_ptr, left, right, u, pid, sk_tiles, k_steps, programs,
+                                         M - off_m, BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
                 ll.atomic_xchg(arrivals_ptr + tile, 0, sem="relaxed")
                 store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
     tma.store_wait(0)
@@ -229,7 +281,7 @@ def stream_k_matmul(a_desc, b_desc, c_desc, partial_ptr, arrivals_ptr, M, N, K, 
                     STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
                     NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr):
     """C = A @ B: tiles [0, dp_tiles) whole (a multiple of the grid), the rest stream-K.
-    partial_ptr: fp32 [2 x grid, BLOCK_M, BLOCK_N], any contents; arrivals_ptr: int32
+    partial_ptr: fp32 [stream_k_plan.slot_count, BLOCK_M, BLOCK_N], any contents; arrivals_ptr: int32
     [tiles], zero (and left zero)."""
     PIECE: ll.constexpr = BLOCK_N if BLOCK_N < PIECE_N else PIECE_N
     dtype: ll.constexpr = a_desc.dtype

@@ -16,7 +16,8 @@ from weft.compiler.backend import ptxas
 from weft.kernels.matmul import Config, reference_matmul
 from weft.kernels.matmul import host
 from weft.kernels.matmul.config import _deepest
-from weft.kernels.matmul.stream_k_plan import cta_iterations, iteration_owner, stream_k_fits_int32, stream_k_tiles
+from weft.kernels.matmul.stream_k_plan import (cta_region, slot_count, split, stream_k_fits_int32, stream_k_tiles,
+                                                tile_pieces)
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
@@ -26,64 +27,57 @@ def _sk(block_m, block_n, stages, group_m=1):
 
 
 # ------------------------------------------------------------------ the split, on the CPU
-def _pieces(tiles, k_steps, programs):
-    """{stream-K tile: [(cta, first step, end step)]} and each CTA's whole data-parallel tiles,
-    walked the way the kernel walks them."""
-    shared = stream_k_tiles(tiles, k_steps, programs)
-    dp_tiles = tiles - shared
-    total = shared * k_steps
-    pieces = {}
+def _walk(tiles, k_steps, programs):
+    """{(tile, K step): CTA} and {(tile, slot)} of every shared piece, walked as the kernel
+    walks them, and dp_tiles."""
+    sk_tiles = stream_k_tiles(tiles, programs)
+    dp_tiles = tiles - sk_tiles
+    owner, pieces = {}, {}
     for pid in range(programs):
-        begin, end = cta_iterations(pid, programs, total)
-        for t in range(begin // k_steps, -(-end // k_steps)):
-            pieces.setdefault(dp_tiles + t, []).append(
-                (pid, max(begin - t * k_steps, 0), min(end - t * k_steps, k_steps)))
-    whole = {pid: list(range(pid, dp_tiles, programs)) for pid in range(programs)}
-    return pieces, whole, dp_tiles
+        for tile in range(pid, dp_tiles, programs):
+            owner.update({(tile, k): pid for k in range(k_steps)})
+        length, offset, begin, end, slot_base = cta_region(pid, sk_tiles, k_steps, programs)
+        for u in range(begin // length, -(-end // length)):
+            steps = range(offset + max(begin - u * length, 0), offset + min(end - u * length, length))
+            assert steps, (pid, u)  # no empty piece
+            for k in steps:
+                assert (dp_tiles + u, k) not in owner
+                owner[(dp_tiles + u, k)] = pid
+            pieces.setdefault(u, []).append((pid, slot_base + u - begin // length))
+    return owner, pieces, dp_tiles
 
 
 @settings(max_examples=200, deadline=None)
 @given(tiles=st.integers(1, 400), k_steps=st.integers(1, 300), programs=st.integers(1, 140))
-def test_stream_k_split_covers_every_iteration_once_in_balanced_shares(tiles, k_steps, programs):
-    programs = min(programs, tiles * k_steps)  # host.py's grid: at most one CTA per iteration
-    pieces, whole, dp_tiles = _pieces(tiles, k_steps, programs)
-    assert dp_tiles % programs == 0 and 0 <= dp_tiles <= tiles
-    assert stream_k_tiles(tiles, k_steps, programs) == 0 or \
-        tiles - dp_tiles < 2 * programs  # the whole waves run whole; at most two waves are shared
-    total = (tiles - dp_tiles) * k_steps
-    shares = [cta_iterations(p, programs, total) for p in range(programs)]
-    if total:
-        assert all(end - begin in (total // programs, -(-total // programs)) for begin, end in shares)
-        assert all(end > begin for begin, end in shares)  # no CTA without work
-    assert shares[0][0] == 0 and shares[-1][1] == total
-    assert all(shares[p][1] == shares[p + 1][0] for p in range(programs - 1))
-    for i in range(0, total, max(1, total // 50)):  # the owner formula names the share holding i
-        owner = iteration_owner(i, programs, total)
-        assert shares[owner][0] <= i < shares[owner][1]
-    # Every tile: whole in one CTA, or pieces covering its K steps in order, by consecutive
-    # CTAs (the kernel's lowest..highest owner), each partial piece in a slot of its own.
-    assert sorted(t for ts in whole.values() for t in ts) == list(range(dp_tiles))
-    assert sorted(pieces) == list(range(dp_tiles, tiles))
+def test_stream_k_split_covers_every_iteration_once_k_aligned_and_balanced(tiles, k_steps, programs):
+    owner, pieces, dp_tiles = _walk(tiles, k_steps, programs)
+    sk_tiles = tiles - dp_tiles
+    assert dp_tiles % programs == 0 and sk_tiles < programs  # whole waves run whole
+    assert sorted(owner) == [(t, k) for t in range(tiles) for k in range(k_steps)]  # each step once
+    head, tail_len, tail_total, tail_ctas, _ = split(sk_tiles, k_steps, programs)
+    work = [sum(1 for pid in owner.values() if pid == p) - dp_tiles // programs * k_steps for p in range(programs)]
+    if sk_tiles:
+        assert all(w == head for w in work[:sk_tiles])  # the heads, in K step from 0
+        tails = work[sk_tiles:sk_tiles + tail_ctas]
+        assert max(tails) - min(tails) <= 1 and max(tails) <= head + -(-sk_tiles // (programs - sk_tiles)) + 1
+        assert not any(work[sk_tiles + tail_ctas:])
+    # Each shared tile: its pieces as the fixup counts and adds them, each in a slot of its own.
     slots = set()
-    for tile, parts in pieces.items():
-        assert [p[1:] for p in parts][0][0] == 0 and parts[-1][2] == k_steps
-        assert all(parts[i][2] == parts[i + 1][1] and parts[i][0] + 1 == parts[i + 1][0]
-                   for i in range(len(parts) - 1))
-        t = tile - dp_tiles
-        assert [p[0] for p in parts] == list(range(iteration_owner(t * k_steps, programs, total),
-                                                   iteration_owner((t + 1) * k_steps - 1, programs, total) + 1))
-        if len(parts) > 1:
-            for pid, _, _ in parts:
-                slot = 2 * pid + min(t - shares[pid][0] // k_steps, 1)
-                assert slot not in slots
+    for u, held in pieces.items():
+        has_head, lowest, highest = tile_pieces(u, sk_tiles, k_steps, programs)
+        expected = ([u] if has_head else []) + [sk_tiles + j for j in range(lowest, highest + 1)]
+        assert [pid for pid, _ in held] == expected
+        if len(held) > 1:
+            for _, slot in held:
+                assert slot not in slots and 0 <= slot < slot_count(sk_tiles, k_steps, programs)
                 slots.add(slot)
 
 
-def test_stream_k_tiles_keep_whole_waves_whole():
-    assert stream_k_tiles(264, 80, 132) == 0           # two whole waves: nothing shared
-    assert stream_k_tiles(96, 79, 132) == 96           # under one wave: every tile shared
-    assert stream_k_tiles(192, 79, 132) == 192         # 1.45 waves: the wave and the remainder
-    assert stream_k_tiles(400, 79, 132) == 4 + 132     # 3 waves and 4 tiles: the third wave is shared too
+def test_stream_k_shares_the_partial_wave_only():
+    assert stream_k_tiles(264, 132) == 0       # two whole waves: nothing shared
+    assert stream_k_tiles(96, 132) == 96       # under one wave: every tile shared
+    assert stream_k_tiles(400, 132) == 4       # 3 waves and 4 tiles
+    assert split(96, 79, 132)[:4] == (57, 22, 96 * 22, 36)  # 1000x3000x5000 in 128x256 tiles
     assert stream_k_fits_int32(96, 79, 132) and not stream_k_fits_int32(2048, 8192, 132)
 
 
@@ -152,7 +146,7 @@ def _check(got, a, b, tol):
     (50, 40, 192, _sk(64, 64, 2), 3, False, None),       # one tile, 3 CTAs: three pieces of one K step
     (50, 40, 150, _sk(64, 64, 3), 3, True, (2, 0, 1)),   # the same with a K tail, K-major B; the first last
     (70, 100, 700, _sk(64, 64, 2), 3, False, (2, 1, 0)),  # 4 tiles of 11 steps: each cut in 2 or 3 pieces
-    (200, 100, 260, _sk(64, 64, 2, group_m=8), 3, True, (1, 2, 0)),  # 8 tiles: a whole wave, then 5 shared
+    (200, 100, 260, _sk(64, 64, 2, group_m=8), 3, True, (1, 2, 0)),  # 8 tiles: 2 whole waves, then 2 shared
     (130, 300, 300, _sk(128, 256, 2, group_m=8), 3, False, (2, 1, 0)),  # 128x256 tiles, in two column halves
     (1, 200, 500, _sk(64, 128, 3), 4, True, (3, 1, 0, 2)),  # decode-like: 2 tiles on 4 CTAs
 ])
@@ -246,9 +240,9 @@ def test_stream_k_prepared_call_repeats_one_launch_on_the_kept_scratch():
         assert launch["grid"] == (H100_SMS, 1, 1)
         # 8 x 12 = 96 tiles: under one wave, so none runs whole (dp_tiles, the last parameter, is 0).
         assert int.from_bytes(launch["params"][-1][:4], "little") == 0
-        # 32 x 12 = 384 tiles: one wave whole, the third wave's 120 tiles and the second shared.
+        # 32 x 12 = 384 tiles: two waves whole, the third wave's 120 tiles shared.
         matmul(torch.randn(4000, 512).to(torch.bfloat16), b, config=config)
-        assert int.from_bytes(fake.launches[-1]["params"][-1][:4], "little") == 132
+        assert int.from_bytes(fake.launches[-1]["params"][-1][:4], "little") == 264
 
 
 # ------------------------------------------------------------------ ptxas
