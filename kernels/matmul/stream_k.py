@@ -4,10 +4,12 @@ a persistent grid whose CTAs share the tiles of the last, partial wave by K step
 Where the output tiles do not fill whole waves of SMs (1000 x 3000 in 128 x 256 tiles:
 96 tiles on 132 SMs), one CTA per tile leaves SMs idle for a whole tile's time. Here
 whole waves of tiles run as in kernels.py, and the partial wave's tiles are shared
-K-aligned (stream_k_plan.py has the split, mirrored here): one CTA per tile runs its
-head, K steps [0, head), in step with the others as unsplit tiles do (CTAs of one tile
-row or column read the same A and B blocks at once, from L2); the remaining CTAs cut
-the tails [head, K) into equal contiguous ranges. (Equal contiguous ranges over whole
+K-aligned (stream_k_plan.py has the split, mirrored here): each tile's K range starts
+as chunks of the CTAs' equal share, one CTA each, the CTAs of a chunk in step as
+unsplit tiles are (CTAs of one tile row or column read the same A and B blocks at once,
+from L2); the remaining CTAs cut what is left of each tile, its tail, into equal
+contiguous ranges (or, where those would be many short pieces, the chunks split K
+evenly and those CTAs idle). (Equal contiguous ranges over whole
 tiles, the plain stream-K split, put every CTA at a different K offset: A and B then
 stream from DRAM once per tile, which measured twice as slow as the unsplit tiles.)
 
@@ -31,41 +33,58 @@ from __future__ import annotations
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, load_stage, tile_origin
+from .stream_k_plan import TAIL_TILES
 
 PIECE_N = 128  # the widest accumulator a consumer warpgroup holds at once
 
 
 @ll.jit
 def shared_split(sk_tiles, k_steps, programs):
-    """(head, tail_len, tail_total, tail_ctas, max_pieces) (stream_k_plan.split)."""
+    """(chunks, numer, denom, heads, tail_len, tail_total, tail_ctas, max_pieces)
+    (stream_k_plan.split)."""
     head = sk_tiles * k_steps // programs
-    tail_len = k_steps - head
+    chunks = programs // ll.maximum(sk_tiles, 1)
+    if head == 0:
+        chunks = 0
+    numer = head
+    denom = 1
+    tail_len = k_steps - chunks * head
     tail_total = sk_tiles * tail_len
-    tail_ctas = ll.maximum(ll.minimum(programs - sk_tiles, tail_total), 1)
-    max_pieces = ll.cdiv(ll.cdiv(tail_total, tail_ctas), tail_len) + 1
-    return head, tail_len, tail_total, tail_ctas, max_pieces
+    tail_ctas = ll.maximum(ll.minimum(programs - sk_tiles * chunks, tail_total), 1)
+    if (head > 0) & (tail_len > 0):
+        if (programs == sk_tiles * chunks) | (ll.cdiv(tail_total, tail_ctas) > TAIL_TILES * tail_len):
+            numer = k_steps
+            denom = chunks
+            tail_len = 0
+            tail_total = 0
+            tail_ctas = 1
+    heads = sk_tiles * chunks
+    max_pieces = ll.cdiv(ll.cdiv(tail_total, tail_ctas), ll.maximum(tail_len, 1)) + 1
+    return chunks, numer, denom, heads, tail_len, tail_total, tail_ctas, max_pieces
 
 
 @ll.jit
 def cta_region(pid, sk_tiles, k_steps, programs):
     """(length, offset, begin, end, slot_base): the CTA's shared work, iterations
     [begin, end) over units of `length` K steps from `offset` (stream_k_plan.cta_region)."""
-    head, tail_len, tail_total, tail_ctas, max_pieces = shared_split(sk_tiles, k_steps, programs)
-    j = pid - sk_tiles
-    length = tail_len
-    offset = head
+    chunks, numer, denom, heads, tail_len, tail_total, tail_ctas, max_pieces = shared_split(
+        sk_tiles, k_steps, programs)
+    j = pid - heads
+    length = ll.maximum(tail_len, 1)
+    offset = k_steps - tail_len
     begin = j * tail_total // tail_ctas
     end = (j + 1) * tail_total // tail_ctas
-    slot_base = sk_tiles + j * max_pieces
-    if pid < sk_tiles:
-        length = ll.maximum(head, 1)
-        offset = 0
-        begin = pid * head
-        end = pid * head + head
-        slot_base = pid
-    if j >= tail_ctas:
+    slot_base = heads + j * max_pieces
+    if (j >= tail_ctas) | (tail_total == 0):
         begin = 0
         end = 0
+    if pid < heads:
+        chunk = pid // sk_tiles
+        offset = chunk * numer // denom
+        length = (chunk + 1) * numer // denom - offset
+        begin = (pid % sk_tiles) * length
+        end = begin + length
+        slot_base = pid
     return length, offset, begin, end, slot_base
 
 
@@ -73,6 +92,18 @@ def cta_region(pid, sk_tiles, k_steps, programs):
 def iteration_owner(iteration, ctas, total):
     """The CTA whose share holds `iteration` (stream_k_plan.iteration_owner)."""
     return ((iteration + 1) * ctas - 1) // total
+
+
+@ll.jit
+def tail_owners(u, tail_len, tail_total, tail_ctas):
+    """(lowest, highest): the tail CTAs holding shared tile u's tail; none (lowest >
+    highest) where there are no tails."""
+    lowest = 0
+    highest = -1
+    if tail_total > 0:
+        lowest = iteration_owner(u * tail_len, tail_ctas, tail_total)
+        highest = iteration_owner((u + 1) * tail_len - 1, tail_ctas, tail_total)
+    return lowest, highest
 
 
 @ll.jit
@@ -189,36 +220,37 @@ def add_piece(partial_ptr, total, own, slot, mine, rows_left, BLOCK_M: ll.conste
 @ll.jit
 def sum_pieces(partial_ptr, left, right, u, pid, sk_tiles, k_steps, programs, rows_left,
                BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, PIECE: ll.constexpr, NUM_WARPS: ll.constexpr):
-    """(left, right): shared tile u's pieces, its head then its tail CTAs', added in that
+    """(left, right): shared tile u's pieces, its chunks then its tail CTAs', added in that
     order whichever arrived last, so C's bits do not depend on timing. This CTA's own
     piece (left, right) joins from registers where the tile is one accumulator; a
     two-half tile's is read back from its slot like the others (both halves' sums and
     the own piece would not fit in registers together)."""
     acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
-    head, tail_len, tail_total, tail_ctas, max_pieces = shared_split(sk_tiles, k_steps, programs)
+    chunks, numer, denom, heads, tail_len, tail_total, tail_ctas, max_pieces = shared_split(
+        sk_tiles, k_steps, programs)
     sum_left = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
     sum_right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
-    for h in range(0, ll.minimum(head, 1)):  # the head, where heads are not empty: slot u
-        if PIECE < BLOCK_N:
-            sum_left = add_piece(partial_ptr, sum_left, left, u, False, rows_left, BLOCK_M, BLOCK_N, PIECE,
-                                 NUM_WARPS)
-            sum_right = add_piece(partial_ptr + PIECE, sum_right, right, u, False, rows_left,
-                                  BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
-        else:
-            sum_left = add_piece(partial_ptr, sum_left, left, u, u == pid, rows_left, BLOCK_M, BLOCK_N, PIECE,
-                                 NUM_WARPS)
-    lowest = iteration_owner(u * tail_len, tail_ctas, tail_total)
-    highest = iteration_owner((u + 1) * tail_len - 1, tail_ctas, tail_total)
-    for j in range(lowest, highest + 1):
-        # Tail CTA j's pieces start at its first unit.
-        slot = sk_tiles + j * max_pieces + u - j * tail_total // tail_ctas // tail_len
+    for chunk in range(0, heads // ll.maximum(sk_tiles, 1)):  # the chunks: CTA and slot u + chunk x sk_tiles
+        slot = u + chunk * sk_tiles
         if PIECE < BLOCK_N:
             sum_left = add_piece(partial_ptr, sum_left, left, slot, False, rows_left, BLOCK_M, BLOCK_N, PIECE,
                                  NUM_WARPS)
             sum_right = add_piece(partial_ptr + PIECE, sum_right, right, slot, False, rows_left,
                                   BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
         else:
-            sum_left = add_piece(partial_ptr, sum_left, left, slot, sk_tiles + j == pid, rows_left, BLOCK_M,
+            sum_left = add_piece(partial_ptr, sum_left, left, slot, slot == pid, rows_left, BLOCK_M, BLOCK_N,
+                                 PIECE, NUM_WARPS)
+    lowest, highest = tail_owners(u, tail_len, tail_total, tail_ctas)
+    for j in range(lowest, highest + 1):
+        # Tail CTA j's pieces start at its first unit.
+        slot = heads + j * max_pieces + u - j * tail_total // tail_ctas // tail_len
+        if PIECE < BLOCK_N:
+            sum_left = add_piece(partial_ptr, sum_left, left, slot, False, rows_left, BLOCK_M, BLOCK_N, PIECE,
+                                 NUM_WARPS)
+            sum_right = add_piece(partial_ptr + PIECE, sum_right, right, slot, False, rows_left,
+                                  BLOCK_M, BLOCK_N, PIECE, NUM_WARPS)
+        else:
+            sum_left = add_piece(partial_ptr, sum_left, left, slot, heads + j == pid, rows_left, BLOCK_M,
                                  BLOCK_N, PIECE, NUM_WARPS)
     if PIECE < BLOCK_N:
         return sum_left, sum_right
@@ -245,7 +277,8 @@ def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_pt
         store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
     sk_tiles = tiles - dp_tiles
     length, offset, begin, end, slot_base = cta_region(pid, sk_tiles, k_steps, programs)
-    head, tail_len, tail_total, tail_ctas, max_pieces = shared_split(sk_tiles, k_steps, programs)
+    chunks, numer, denom, heads, tail_len, tail_total, tail_ctas, max_pieces = shared_split(
+        sk_tiles, k_steps, programs)
     first = begin // length
     for u in range(first, ll.cdiv(end, length)):
         tile = dp_tiles + u
@@ -254,9 +287,9 @@ def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_pt
         k_end = offset + ll.minimum(end - u * length, length)
         left, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
                                                BLOCK_M, BLOCK_N, STAGES, B_K_MAJOR, NUM_WARPS)
-        pieces = ll.minimum(head, 1) + iteration_owner((u + 1) * tail_len - 1, tail_ctas, tail_total) - \
-            iteration_owner(u * tail_len, tail_ctas, tail_total) + 1
-        if pieces == 1:  # no head, and one tail CTA holds the whole tile
+        lowest, highest = tail_owners(u, tail_len, tail_total, tail_ctas)
+        pieces = heads // ll.maximum(sk_tiles, 1) + highest - lowest + 1
+        if pieces == 1:  # one CTA holds the whole tile
             store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
         else:
             at, inside = partial_slot(partial_ptr, slot_base + u - first, M - off_m, BLOCK_M, BLOCK_N, PIECE,

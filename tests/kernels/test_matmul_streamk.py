@@ -16,8 +16,8 @@ from weft.compiler.backend import ptxas
 from weft.kernels.matmul import Config, reference_matmul
 from weft.kernels.matmul import host
 from weft.kernels.matmul.config import _deepest
-from weft.kernels.matmul.stream_k_plan import (cta_region, slot_count, split, stream_k_fits_int32, stream_k_tiles,
-                                                tile_pieces)
+from weft.kernels.matmul.stream_k_plan import (TAIL_TILES, cta_region, slot_count, split, stream_k_fits_int32,
+                                                stream_k_tiles, tile_pieces)
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
@@ -47,25 +47,28 @@ def _walk(tiles, k_steps, programs):
     return owner, pieces, dp_tiles
 
 
-@settings(max_examples=200, deadline=None)
-@given(tiles=st.integers(1, 400), k_steps=st.integers(1, 300), programs=st.integers(1, 140))
+@settings(max_examples=100, deadline=None)
+@given(tiles=st.integers(1, 400), k_steps=st.integers(1, 600), programs=st.integers(1, 140))
 def test_stream_k_split_covers_every_iteration_once_k_aligned_and_balanced(tiles, k_steps, programs):
     owner, pieces, dp_tiles = _walk(tiles, k_steps, programs)
     sk_tiles = tiles - dp_tiles
     assert dp_tiles % programs == 0 and sk_tiles < programs  # whole waves run whole
     assert sorted(owner) == [(t, k) for t in range(tiles) for k in range(k_steps)]  # each step once
-    head, tail_len, tail_total, tail_ctas, _ = split(sk_tiles, k_steps, programs)
+    chunks, numer, denom, heads, tail_len, tail_total, tail_ctas, _ = split(sk_tiles, k_steps, programs)
     work = [sum(1 for pid in owner.values() if pid == p) - dp_tiles // programs * k_steps for p in range(programs)]
-    if sk_tiles:
-        assert all(w == head for w in work[:sk_tiles])  # the heads, in K step from 0
-        tails = work[sk_tiles:sk_tiles + tail_ctas]
-        assert max(tails) - min(tails) <= 1 and max(tails) <= head + -(-sk_tiles // (programs - sk_tiles)) + 1
-        assert not any(work[sk_tiles + tail_ctas:])
+    if heads:  # the chunk CTAs: equal shares, within a step
+        assert max(work[:heads]) - min(work[:heads]) <= 1
+    if tail_total:
+        tails = work[heads:heads + tail_ctas]
+        assert max(tails) - min(tails) <= 1
+        assert max(tails) <= sk_tiles * k_steps // programs + -(-heads // tail_ctas) + 1
+        assert tail_total <= TAIL_TILES * tail_len * tail_ctas  # no CTA cuts many short tails
+    assert not any(work[heads + tail_ctas:])
     # Each shared tile: its pieces as the fixup counts and adds them, each in a slot of its own.
     slots = set()
     for u, held in pieces.items():
-        has_head, lowest, highest = tile_pieces(u, sk_tiles, k_steps, programs)
-        expected = ([u] if has_head else []) + [sk_tiles + j for j in range(lowest, highest + 1)]
+        head_pieces, lowest, highest = tile_pieces(u, sk_tiles, k_steps, programs)
+        expected = [u + i * sk_tiles for i in range(head_pieces)] + [heads + j for j in range(lowest, highest + 1)]
         assert [pid for pid, _ in held] == expected
         if len(held) > 1:
             for _, slot in held:
@@ -77,7 +80,13 @@ def test_stream_k_shares_the_partial_wave_only():
     assert stream_k_tiles(264, 132) == 0       # two whole waves: nothing shared
     assert stream_k_tiles(96, 132) == 96       # under one wave: every tile shared
     assert stream_k_tiles(400, 132) == 4       # 3 waves and 4 tiles
-    assert split(96, 79, 132)[:4] == (57, 22, 96 * 22, 36)  # 1000x3000x5000 in 128x256 tiles
+    # 1000x3000x5000 in 128x256 tiles: one 57-step head a tile, the 22-step tails on 36 CTAs.
+    assert split(96, 79, 132)[:7] == (1, 57, 1, 96, 22, 96 * 22, 36)
+    # 512x512x32768 in 128x128 tiles: 8 chunks of 64 steps a tile, 4 CTAs idle (the tails
+    # would be 16 steps, 4 of them a CTA).
+    assert split(16, 512, 132)[:7] == (8, 512, 8, 128, 0, 0, 1)
+    # 768x1024x32768 in 128x128 tiles: two 186-step chunks a tile, 140-step tails on 36 CTAs.
+    assert split(48, 512, 132)[:7] == (2, 186, 1, 96, 140, 48 * 140, 36)
     assert stream_k_fits_int32(96, 79, 132) and not stream_k_fits_int32(2048, 8192, 132)
 
 
@@ -143,9 +152,10 @@ def _check(got, a, b, tol):
 
 
 @pytest.mark.parametrize("m, n, k, config, programs, k_major, order", [
-    (50, 40, 192, _sk(64, 64, 2), 3, False, None),       # one tile, 3 CTAs: three pieces of one K step
+    (50, 40, 192, _sk(64, 64, 2), 3, False, None),       # one tile, 3 CTAs: three chunks of one K step
     (50, 40, 150, _sk(64, 64, 3), 3, True, (2, 0, 1)),   # the same with a K tail, K-major B; the first last
-    (70, 100, 700, _sk(64, 64, 2), 3, False, (2, 1, 0)),  # 4 tiles of 11 steps: each cut in 2 or 3 pieces
+    (70, 100, 700, _sk(64, 64, 2), 3, False, (2, 1, 0)),  # 4 tiles of 11 steps: 3 whole, one in 3 chunks
+    (150, 40, 630, _sk(64, 64, 2), 5, False, (4, 0, 3, 1, 2)),  # 3 tiles: 6-step heads, tails on 2 CTAs
     (200, 100, 260, _sk(64, 64, 2, group_m=8), 3, True, (1, 2, 0)),  # 8 tiles: 2 whole waves, then 2 shared
     (130, 300, 300, _sk(128, 256, 2, group_m=8), 3, False, (2, 1, 0)),  # 128x256 tiles, in two column halves
     (1, 200, 500, _sk(64, 128, 3), 4, True, (3, 1, 0, 2)),  # decode-like: 2 tiles on 4 CTAs
