@@ -33,7 +33,7 @@ from __future__ import annotations
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, load_stage, tile_origin
-from .stream_k_plan import TAIL_TILES
+from .stream_k_plan import PIECE_COST, TAIL_TILES
 
 PIECE_N = 128  # the widest accumulator a consumer warpgroup holds at once
 
@@ -46,6 +46,8 @@ def shared_split(sk_tiles, k_steps, programs):
     chunks = programs // ll.maximum(sk_tiles, 1)
     if head == 0:
         chunks = 0
+    else:
+        head = ll.minimum(sk_tiles * (k_steps + PIECE_COST) // programs, k_steps // chunks)
     numer = head
     denom = 1
     tail_len = k_steps - chunks * head

@@ -8,7 +8,8 @@ each whole); the partial wave's `sk_tiles` tiles after them are shared, K-aligne
 
 - heads: `chunks` CTAs per shared tile (programs // sk_tiles of them), CTA
   i x sk_tiles + u taking chunk i of tile u: K steps [i x head, (i + 1) x head), head
-  being the CTAs' equal share sk_tiles x k_steps // programs. The CTAs of one chunk run
+  being the CTAs' equal share sk_tiles x k_steps // programs, plus what a tail CTA's
+  extra pieces cost it (PIECE_COST steps each, shared out). The CTAs of one chunk run
   in K step, as unsplit tiles do, so the tiles of one row or column read the same A and
   B blocks at about the same time (L2 hits).
 - tails: the other CTAs (at most one per tail step) cut the tiles' tails, steps
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 INT32_LIMIT = 2**31  # the kernel's range arithmetic is in int32
 TAIL_TILES = 3       # tails a tail CTA may cut into before the chunks take them instead
+PIECE_COST = 3       # K steps a piece's fixup costs its CTA (partial store, release, count):
+                     # a tail CTA has more pieces, so the chunks take that much more each
 
 
 def stream_k_tiles(tiles: int, programs: int) -> int:
@@ -43,6 +46,8 @@ def split(sk_tiles: int, k_steps: int, programs: int) -> tuple:
     pieces one of them holds."""
     head = sk_tiles * k_steps // programs
     chunks = programs // max(sk_tiles, 1) if head > 0 else 0
+    if head > 0:
+        head = min(sk_tiles * (k_steps + PIECE_COST) // programs, k_steps // chunks)
     numer, denom = head, 1
     tail_len = k_steps - chunks * head
     tail_total = sk_tiles * tail_len
