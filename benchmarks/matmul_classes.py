@@ -76,6 +76,8 @@ def config_label(config) -> str:
         label += f" {config.variant}"
     if config.split_k > 1:
         label += f" split{config.split_k} {config.split_reduce}"
+    if config.stream_k:
+        label += " stream-K"
     return label
 
 

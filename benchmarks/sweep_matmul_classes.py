@@ -1,7 +1,8 @@
 """Sweep matmul configs on the shape classes of matmul_classes.py, beside cuBLAS, to choose
 kernels/matmul/config.py's `configs_for` rules from measurements.
 
-    python3 -m benchmarks.sweep_matmul_classes [--out sweep.json] [--only odd] [--budget 170] [--jobs 16]
+    python3 -m benchmarks.sweep_matmul_classes [--out sweep.json] [--only odd,long K] [--shapes 1000x3000x5000]
+                                               [--budget 170] [--jobs 16]
 
 First `--jobs` processes compile every candidate at once (into the kernel cache), so that
 the timed pass spends its budget timing.
@@ -9,7 +10,7 @@ the timed pass spends its budget timing.
 Per shape: cuBLAS (torch.matmul), weft's autotuned pick ("weft") and every candidate, each
 forced with `config=`: those `configs_for` gives the shape, and the `extra_candidates`
 below (split counts over 1 to 4 waves of SMs, the other reduce, 128x192 tiles, gemv
-strips at M = 1, stage and group counts). Each output is checked against a float32
+strips at M = 1, stage and group counts, stream-K tiles: Config(stream_k=True)). Each output is checked against a float32
 torch reference first (a wrong or failing candidate is reported and not timed); then
 all are timed in interleaved rounds, by CUDA-graph replays and by do_bench on the
 Python call (matmul_classes.py's `_graph_ms` and `_bench_ms`), each system's best
@@ -71,6 +72,7 @@ def extra_candidates(m: int, n: int, k: int, sm_count: int, in_bits: int, b_k_ma
                     extras.append(Config(64, block_n, block_k, 8, num_warps=4, group_m=1, split_k=parts,
                                          split_reduce="tma"))
         extras.append(Config(64, 128, block_k, 4, num_warps=4, group_m=1, split_k=split(64, 128, 4)))
+        extras += [Config(64, block_n, block_k, 8, num_warps=4, group_m=1, stream_k=True) for block_n in (128, 256)]
     elif 2 * _tiles(m, n, 128, 128) <= sm_count:
         for waves in (1, 2, 4):
             for block_m, block_n in ((128, 128), (64, 128)):
@@ -83,6 +85,8 @@ def extra_candidates(m: int, n: int, k: int, sm_count: int, in_bits: int, b_k_ma
             parts = split(128, 256, waves)
             if parts > 1:
                 extras.append(Config(128, 256, block_k, 3, group_m=8, split_k=parts, split_reduce="tma"))
+        extras += [Config(block_m, block_n, block_k, 8, num_warps=block_m // 16, group_m=8, stream_k=True)
+                   for block_m, block_n in ((128, 128), (64, 128), (128, 256))]
     else:
         extras += [Config(128, 192, block_k, stages, group_m=group) for stages in (4, 3) for group in (8, 16)]
         extras += [Config(128, 256, block_k, 3, group_m=8), Config(128, 128, block_k, 6, group_m=16),
@@ -91,6 +95,9 @@ def extra_candidates(m: int, n: int, k: int, sm_count: int, in_bits: int, b_k_ma
             parts = split(128, 256, waves)
             if parts > 1:
                 extras.append(Config(128, 256, block_k, 3, group_m=8, split_k=parts, split_reduce="tma"))
+        if _tiles(m, n, 128, 256) % sm_count or _tiles(m, n, 128, 128) % sm_count:  # a partial wave to share
+            extras += [Config(128, 256, block_k, 3, group_m=group, stream_k=True) for group in (8, 16)]
+            extras.append(Config(128, 128, block_k, 5, group_m=8, stream_k=True))
     return [_deepest(config, in_bits, 16) for config in extras]
 
 
@@ -211,7 +218,8 @@ def print_shape(row: dict) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="write the rows as JSON here")
-    parser.add_argument("--only", help="one class: " + ", ".join(CLASS_ORDER))
+    parser.add_argument("--only", help="classes, comma-separated, among: " + ", ".join(CLASS_ORDER))
+    parser.add_argument("--shapes", help="only these MxNxK, comma-separated (both B layouts where listed)")
     parser.add_argument("--budget", type=float, default=170.0, help="seconds after which shapes are skipped")
     parser.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
                         help="processes that compile the candidates first (0: compile as they run)")
@@ -224,7 +232,10 @@ def main(argv=None) -> int:
     started = time.monotonic()
     sm_count = driver.device_properties(torch.cuda.current_device()).sm_count
     gen = torch.Generator(device="cuda").manual_seed(0)
-    shapes = sorted((s for s in SHAPES if args.only in (None, s[0])), key=lambda s: CLASS_ORDER.index(s[0]))
+    classes = None if args.only is None else args.only.split(",")
+    wanted = None if args.shapes is None else {tuple(map(int, shape.split("x"))) for shape in args.shapes.split(",")}
+    shapes = sorted((s for s in SHAPES if (classes is None or s[0] in classes) and (wanted is None or s[1:4] in wanted)),
+                    key=lambda s: CLASS_ORDER.index(s[0]))
     print(f"{torch.cuda.get_device_name()}, {sm_count} SMs; per system: graph time, ratio, do_bench time, ratio "
           f"(ratio = cuBLAS time / its time)")
     if args.jobs > 0:

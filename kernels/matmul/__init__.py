@@ -4,11 +4,13 @@ torch CUDA tensors run on the GPU (the config autotuned once per problem shape a
 the candidates of its shape class, config.configs_for: one row (gemv.py, no tensor
 cores), decode, few tiles, large; few tiles split K across CTAs, split_k.py and
 split_k_tma.py; 128x192 tiles, two_piece.py, where they fill the SMs' waves better than
-128x256 and 128x128 ones); numpy arrays or CPU torch tensors run the same
+128x256 and 128x128 ones; stream-K, stream_k.py, where a tile shape's last wave is
+partial: its tiles shared by K step among all CTAs); numpy arrays or CPU torch tensors run the same
 kernels on the CPU emulator. Any M, N, K: TMA reads zeros past the edges; operands
 whose rows do not start on 16 bytes are copied into rows that do. Split-K adds its
 parts with fp32 atomics or TMA bulk reduce-add, so its last bits can vary between calls; under
-torch.use_deterministic_algorithms(True) the autotuner picks no split-K config.
+torch.use_deterministic_algorithms(True) the autotuner picks no split-K config (stream-K
+adds a tile's pieces in a fixed order, whichever finishes last: it stays).
 
     from weft.kernels.matmul import matmul
     c = matmul(a, b)                       # bf16/fp16 in, fp32 accumulate, a's dtype out

@@ -17,6 +17,8 @@ from .gemv import gemv, gemv_tile_error
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
 from .split_k_tma import FINISH_BLOCK, FINISH_WARPS, finish_split, reduce_add_split_k_matmul
+from .stream_k import stream_k_matmul
+from .stream_k_plan import slot_count, stream_k_fits_int32, stream_k_tiles
 from .two_piece import B_BOX_N, LEFT_N, RIGHT_N, two_piece_matmul
 
 _INPUT_BITS = {"fp16": 16, "bf16": 16, "fp8e4m3": 8, "fp8e5m2": 8}
@@ -136,6 +138,8 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
                   NUM_WARPS=config.num_warps, num_warps=config.num_warps)
     if reduce_add:
         return _reduce_add_call(a, b_desc, a_desc, c, m, n, k, config, programs, common)
+    if config.stream_k:
+        return _stream_k_call(a, a_desc, b_desc, c_desc, m, n, k, config, programs, common)
     if config.split_k > 1:
         scratch = _split_scratch(a, m, n, _tiles(m, n, config))
         return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
@@ -166,6 +170,24 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
     return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
             dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
                  STAGED_N=staged_columns(config.block_m, config.block_n)), None, then, (workspace,))
+
+
+def _stream_k_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, programs: int,
+                   common: dict) -> tuple:
+    """`_kernel_call` of a stream-K config: whole waves of tiles first, the rest shared
+    (stream_k_plan.py); the kept scratch is the pieces' partial-tile slots (fp32
+    [slots, BLOCK_M, BLOCK_N], overwritten before they are read) and the tiles' arrival
+    counters (int32, left zero by every launch)."""
+    tiles, k_steps = _tiles(m, n, config), -(-k // config.block_k)
+    if not stream_k_fits_int32(tiles, k_steps, programs):
+        raise ValueError(f"matmul: {config} on {m}x{n}x{k} has {tiles} x {k_steps} stream-K iterations on "
+                         f"{programs} CTAs, past the kernel's int32 range arithmetic; use split_k instead")
+    sk_tiles = stream_k_tiles(tiles, programs)
+    slots = slot_count(sk_tiles, k_steps, programs)
+    scratch = _split_scratch(a, slots * config.block_m, config.block_n, tiles, purpose="stream_k")
+    dp_tiles = tiles - sk_tiles
+    return (stream_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k, dp_tiles),
+            dict(common, PRODUCER_REGS=config.producer_regs), c_desc, None, scratch)
 
 
 def _gemv_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config) -> tuple:
@@ -240,7 +262,7 @@ class _LaunchSequence:
             launch()
 
 
-def _split_scratch(a, m: int, n: int, tiles: int | None) -> tuple:
+def _split_scratch(a, m: int, n: int, tiles: int | None, purpose: str = "split_k") -> tuple:
     """The zeroed fp32 workspace [m, n] and int32 arrival counters [tiles] of a split-K
     launch (the workspace alone where tiles is None: TMA-reduced split-K). On the GPU,
     one pair per (device, current stream, shape), made once and kept: every launch
@@ -250,7 +272,8 @@ def _split_scratch(a, m: int, n: int, tiles: int | None) -> tuple:
     CUDA-graph capture, or through the torch operators), and on the emulator, a new zeroed
     pair per call: a pair made in a graph's memory pool would be handed to other tensors
     once the graph no longer needs it (and torch.compile's CUDA graph trees refuse to see
-    it kept alive)."""
+    it kept alive). `purpose` keeps stream-K's slots, which it leaves dirty, apart from
+    split-K workspaces of the same shape."""
     def fresh():
         workspace = new_array(a, (m, n), "float32", zero=True)
         return (workspace,) if tiles is None else (workspace, new_array(a, (tiles,), "int32", zero=True))
@@ -260,7 +283,7 @@ def _split_scratch(a, m: int, n: int, tiles: int | None) -> tuple:
     from ...runtime.launcher import _torch_stream_getter
 
     device = a.device.index or 0
-    key = (device, _torch_stream_getter()(device), m, n, tiles)
+    key = (device, _torch_stream_getter()(device), m, n, tiles, purpose)
     scratch = _SCRATCH.get(key)
     if scratch is None:
         scratch = _SCRATCH[key] = fresh()
@@ -277,9 +300,10 @@ def _sm_count(a) -> int:
     return driver.device_properties(a.device.index or 0).sm_count
 
 
-def _programs(a, m: int, n: int, config: Config) -> int:
-    """Persistent CTAs: one per SM, or one per work unit (tile x K part) where fewer."""
-    units = _tiles(m, n, config) * config.split_k
+def _programs(a, m: int, n: int, k: int, config: Config) -> int:
+    """Persistent CTAs: one per SM, or one per work unit (tile x K part; for stream-K,
+    tile x K step) where fewer."""
+    units = _tiles(m, n, config) * (-(-k // config.block_k) if config.stream_k else config.split_k)
     if is_torch(a) and a.is_cuda:
         return min(units, _sm_count(a))
     return min(units, EMULATED_PROGRAMS)
@@ -291,7 +315,7 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
     work, not the host's launch rate), then cached for the process. Under
     torch.use_deterministic_algorithms(True) no candidate splits K: split-K parts add
     into their tile with fp32 atomics or TMA adds, in arrival order, so the last bits of C can differ
-    from call to call."""
+    from call to call (stream-K's pieces add in a fixed order: they stay)."""
     import torch
 
     deterministic = torch.are_deterministic_algorithms_enabled()
@@ -303,7 +327,7 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
         candidates = unsplit(candidates)
     best, best_time = None, float("inf")
     for config in candidates:
-        run = _launcher(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
+        run = _launcher(a, b, c, m, n, k, k_major, config, _programs(a, m, n, k, config), in_bits, out_bits)
         run()  # warm up
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if hasattr(torch.cuda, "_sleep"):
@@ -321,7 +345,8 @@ def _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, kinds) -> Config
 
 
 def unsplit(candidates: list[Config]) -> list[Config]:
-    """`candidates` with K unsplit (torch's deterministic mode), duplicates dropped."""
+    """`candidates` with K unsplit (torch's deterministic mode), duplicates dropped.
+    Stream-K candidates stay: their pieces add in a fixed order (stream_k.py)."""
     return list(dict.fromkeys(replace(config, split_k=1, split_reduce="atomic") for config in candidates))
 
 
@@ -393,7 +418,7 @@ def host_matmul(a, b, out_dtype=None, *, config: Config | None = None):
             config = _tuned_config(a, b, c, m, n, k, k_major, in_bits, out_bits, (kind, out_kind))
         else:
             config = Config(block_k=1024 // in_bits, stages=3 if out_bits < 32 else 2)
-    call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, config), in_bits, out_bits)
+    call = _kernel_call(a, b, c, m, n, k, k_major, config, _programs(a, m, n, k, config), in_bits, out_bits)
     _run(call)
     if signature is not None:
         # Operands the kernel does not read in place (copies: a K-major b that was not
