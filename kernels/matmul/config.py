@@ -158,9 +158,6 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       their workspace traffic against the idle SMs they save); and where neither
       128x256 nor 128x128 tiles fill FILL of their waves, the unsplit tile shapes of
       `WAVE_FILLING_TILES` that do (128x192 first: whole waves of large tiles).
-    - in every class, where a tile shape's last wave is under FILL full, stream-K
-      candidates of that shape (`_stream_k`, stream_k.py): whole waves run whole, the
-      rest shared K-aligned among all CTAs; one launch, no zeroed workspace.
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
     if m is not None and sm_count is not None:
@@ -185,26 +182,7 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
             candidates += [_deepest(Config(block_m, block_n, block_k, 8, num_warps=block_m // 16, group_m=8),
                                     in_bits, out_bits) for block_m, block_n in WAVE_FILLING_TILES
                            if _efficiency(_tiles(m, n, block_m, block_n), sm_count) >= FILL]
-    if m is not None and sm_count is not None:
-        candidates += _stream_k(m, n, sm_count, block_k, in_bits, out_bits, STREAM_K_LARGE)
     return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
-
-
-# Stream-K tiles (stream_k.py) per class, as (block_m, block_n, stages, group_m): offered
-# where that tile's waves are not whole (`_stream_k`).
-STREAM_K_LARGE = ((128, 256, 3, 8),)
-STREAM_K_FEW = ((128, 128, 8, 8), (64, 128, 8, 8))
-STREAM_K_DECODE = ((64, 128, 8, 1),)
-
-
-def _stream_k(m: int, n: int, sm_count: int, block_k: int, in_bits: int, out_bits: int, shapes) -> list[Config]:
-    """Stream-K candidates of `shapes` whose tiles fill their last wave under FILL: whole
-    waves of tiles run whole, the rest shared K-aligned among all CTAs, so no SM idles
-    for the partial wave (at the cost of fp32 partial tiles through L2)."""
-    return [_deepest(Config(block_m, block_n, block_k, stages, num_warps=max(4, block_m // 16), group_m=group,
-                            stream_k=True), in_bits, out_bits)
-            for block_m, block_n, stages, group in shapes
-            if _efficiency(_tiles(m, n, block_m, block_n), sm_count) < FILL]
 
 
 # Other unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part
@@ -230,8 +208,7 @@ def _decode(m: int, n: int, k_steps: int, sm_count: int, block_k: int, in_bits: 
             if parts > 1:
                 candidates.append(Config(64, block_n, block_k, 8, num_warps=4, group_m=1, split_k=parts,
                                          split_reduce="tma"))
-    return [_deepest(c, in_bits, out_bits) for c in candidates] + \
-        _stream_k(m, n, sm_count, block_k, in_bits, out_bits, STREAM_K_DECODE)
+    return [_deepest(c, in_bits, out_bits) for c in candidates]
 
 
 GEMV_CTAS_PER_SM = 8  # CTAs of gemv resident per SM: each keeps one K step's B loads in flight
@@ -267,8 +244,7 @@ def _few_tiles(m: int, n: int, k: int, k_steps: int, sm_count: int, block_k: int
             if parts > 1:
                 candidates.append(Config(128, 128, block_k, 8, group_m=8, split_k=parts, split_reduce="tma"))
         candidates += _wide_reduce_add(m, n, k_steps, sm_count, block_k, 4)
-    return [_deepest(c, in_bits, out_bits) for c in candidates] + \
-        _stream_k(m, n, sm_count, block_k, in_bits, out_bits, STREAM_K_FEW)
+    return [_deepest(c, in_bits, out_bits) for c in candidates]
 
 
 def split_for(tiles: int, k_steps: int, sm_count: int, max_waves: int = 1) -> int:
