@@ -45,7 +45,7 @@ SHAPES = [(4, 32, 4096, 64), (4, 16, 4096, 128)]
 CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128, 64, 8, 3), (128, 128, 8, 3)]}
 # The descriptor source: (system, (BLOCK_M, BLOCK_N), num_warps, num_stages, further launch
 # options) per head_dim. Triton's are its tutorial's Hopper picks (8 warps only for 128 x 128).
-_WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True}),
+_WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True, "pingpong": False}),
                     ("weft.desc.wspp", {"warp_specialize": True, "pingpong": True}),
                     ("weft.desc.wspp-after_wait", {"warp_specialize": True, "pingpong": "after_wait"})]
 DESCRIPTOR_CONFIGS = {

@@ -68,8 +68,9 @@ class Kernel:
     dot_ahead: Optional[bool | str] = None
     # The launch option pingpong (highlevel): the consumer warpgroups of a warp-specialized
     # two-dot loop take turns at issuing their wgmmas (pingpong_warpgroups); "after_wait"
-    # hands the turn over once the first dot is waited for rather than issued.
-    pingpong: bool | str = False
+    # hands the turn over once the first dot is waited for rather than issued. None (not
+    # given): turns wherever they apply; False: none.
+    pingpong: Optional[bool | str] = None
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

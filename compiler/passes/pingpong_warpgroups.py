@@ -62,11 +62,16 @@ MIN_STAGES = 3  # see the module docstring
 
 
 def pingpong_warpgroups(kernel: Kernel) -> Kernel:
-    """Every split's two-dot consumer loops taking turns, when the kernel asked for it."""
-    if not kernel.pingpong or kernel.num_warps != 2 * WARPS_PER_WARPGROUP:
+    """Every split's two-dot consumer loops taking turns, unless the launch said
+    pingpong=False. Not given, the turns are taken wherever they apply (in one H200 run
+    they were faster than the split without them in every attention row but one, at
+    head_dim 64 and 128, causal or not: docs/highlevel.md), and where they do not the
+    compile says nothing; asked for, a loop they cannot take warns."""
+    if kernel.pingpong is False or kernel.num_warps != 2 * WARPS_PER_WARPGROUP:
         return kernel
     after_wait = kernel.pingpong == "after_wait"
-    ops = [taking_turns(op, kernel.num_stages, after_wait) if isinstance(op, WarpSpecialize) else op
+    asked = kernel.pingpong is not None
+    ops = [taking_turns(op, kernel.num_stages, after_wait, asked) if isinstance(op, WarpSpecialize) else op
            for op in kernel.body.ops]
     return kernel.with_body(Block(kernel.body.args, tuple(ops)))
 
@@ -78,12 +83,13 @@ def turn_loops(block: Block) -> list[For]:
             and sum(isinstance(inner, WarpgroupMma) for inner in op.body.walk()) == 2]
 
 
-def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False) -> WarpSpecialize:
+def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False,
+                 asked: bool = True) -> WarpSpecialize:
     loops = turn_loops(split.default)
     stages = [loop.schedule.num_stages if loop.schedule is not None and loop.schedule.num_stages is not None
               else launch_stages for loop in loops]
     if not loops or any(s is None or s < MIN_STAGES for s in stages):
-        if loops:
+        if loops and asked:
             warn_at(loops[0].loc, f"pingpong is not applied to this loop: its ring has {stages[0]} stages and the "
                     f"warpgroups' turns need {MIN_STAGES} or more (with fewer they would deadlock)",
                     f"launch with num_stages={MIN_STAGES}, or without pingpong")

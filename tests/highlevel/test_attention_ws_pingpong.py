@@ -81,10 +81,23 @@ def test_the_turns_go_around_the_issue_of_both_dots(causal, pingpong):
     assert {op.barrier for op in kernel.walk() if isinstance(op, WarpgroupTurn)} == {5}
 
 
-def test_without_the_option_or_the_split_nothing_takes_turns():
-    for kernel in (compiled(64, (128, 64), True, warp_specialize=True),
+def test_turns_by_default_in_a_split_and_none_when_refused_or_unsplit():
+    """Not given, pingpong is taken wherever a split's two-dot loop has two consumer
+    warpgroups and 3 or more stages; pingpong=False, or no split, takes no turns."""
+    def turns(kernel):
+        return any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
+    assert turns(compiled(64, (128, 64), True, warp_specialize=True))
+    for kernel in (compiled(64, (128, 64), True, warp_specialize=True, pingpong=False),
                    compiled(64, (128, 64), True, pingpong=True)):
-        assert not any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
+        assert not turns(kernel)
+
+
+def test_two_stages_by_default_take_no_turns_silently():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel = compiled(64, (128, 64), True, warp_specialize=True, stages=2)
+    assert not any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
 
 
 def test_two_stages_take_no_turns_and_warn():
