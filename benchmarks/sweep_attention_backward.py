@@ -49,8 +49,8 @@ def candidates(head_dim: int):
         # head_dim 128: L and delta loaded by the consumers (the former default), and a
         # third Q/dO slot.
         128: [dict(stats_in_shared=False), dict(stages=3)],
-        # head_dim 256: L and delta staged by the producer as at 64 and 128.
-        256: [dict(stats_in_shared=True), dict(dq_reduce="atomics", stages=2),
+        # head_dim 256: L and delta loaded by the consumers (the former default).
+        256: [dict(stats_in_shared=False), dict(dq_reduce="atomics", stages=2),
               dict(split_scores=True, dq_reduce="atomics", stages=2)],
     }[head_dim]
     for option in options:

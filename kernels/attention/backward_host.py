@@ -163,15 +163,15 @@ class BackwardConfig:
 # and dP^T computed once per CTA); at 256 both on one band of 64 keys, 128 columns each,
 # with split_scores (one computes the band's S^T and P^T, the other dP^T and dS^T: five
 # GEMMs a step where each computing both took seven), one Q/dO slot where dQ's boxes take
-# the room of a second. At 64 and 128, L and delta are staged by the producer and read from
-# shared memory where used (stats_in_shared): loaded by the consumers, their global loads'
+# the room of a second. At every head_dim L and delta are staged by the producer and read
+# from shared memory where used (stats_in_shared): loaded by the consumers, their global loads'
 # latency was the largest stall of the step (Nsight Compute at 128). At 64 that also lets
 # 128 query rows a step (FA3's tile) fit the registers.
 # benchmarks/sweep_attention_backward.py times the alternatives.
 KEYS_SPLIT_TILES = {
     64: dict(block_m=128, block_n=128, consumers=2, stages=2, stats_in_shared=True),
     128: dict(block_n=128, consumers=2, stages=2, stats_in_shared=True),
-    256: dict(block_n=64, consumers=2, stages=1, split_scores=True),
+    256: dict(block_n=64, consumers=2, stages=1, split_scores=True, stats_in_shared=True),
 }
 
 
