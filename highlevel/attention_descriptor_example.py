@@ -19,6 +19,8 @@ pointers rather than the descriptor.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import highlevel as tl
 from .tools.tensor_descriptor import TensorDescriptor
 
@@ -111,13 +113,16 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, bloc
     block_m, block_n = block
     if causal and block_m % block_n:
         raise ValueError(f"attention: causal blocks need BLOCK_M a multiple of BLOCK_N, found {block}")
-    if any(not t.is_contiguous() for t in (q, k, v)):
+    if any(not _contiguous(t) for t in (q, k, v)):
         raise ValueError("attention: q, k and v must be contiguous (the descriptors stack the heads' rows)")
     descriptor = descriptor or TensorDescriptor
-    import torch
+    if isinstance(q, np.ndarray):  # the CPU emulator's host arrays
+        out, lse = np.empty_like(q), np.empty((z, h, n_ctx), np.float32)
+    else:
+        import torch
 
-    out = torch.empty_like(q)
-    lse = torch.empty((z, h, n_ctx), device=q.device, dtype=torch.float32)
+        out = torch.empty_like(q)
+        lse = torch.empty((z, h, n_ctx), device=q.device, dtype=torch.float32)
     rows = z * h * n_ctx
 
     def described(t, box_rows):
@@ -130,3 +135,7 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, bloc
                                        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
                                        EVEN=n_ctx % block_m == 0 and n_ctx % block_n == 0, WARP_SPECIALIZE=bool(warp_specialize), **launch)
     return out, lse
+
+
+def _contiguous(t) -> bool:
+    return t.flags["C_CONTIGUOUS"] if isinstance(t, np.ndarray) else t.is_contiguous()

@@ -23,7 +23,6 @@ from ._compile import HAS_PTXAS
 from .test_attention_ws_rings import check, compiled, constexprs, signature
 from .test_attention_ws_split import run_kernel, split_of, without
 
-torch = pytest.importorskip("torch")
 
 DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 
@@ -181,6 +180,7 @@ def test_turns_need_a_partition_of_two_warpgroups():
                                                        (64, (256, 64), True), (128, (128, 64), "after_wait")])
 @pytest.mark.parametrize("causal", [False, True])
 def test_on_the_gpu_against_float32_torch(head_dim, block, pingpong, causal):
+    torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
     q, k, v = (torch.randn(2, 3, 1000, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
