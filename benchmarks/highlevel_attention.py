@@ -224,7 +224,8 @@ def run(quick: bool = False, out_path: str | None = None, anchors=(), source: st
                     theirs = best(row, other, kind)
                     if mine and theirs:
                         row[f"hl_over_{other}_{kind}"] = mine / theirs
-                for name in ("weft.desc", "weft.desc.1p", "weft.desc.ws", "weft.desc.wspp", "weft.desc.wspp-after_wait"):
+                for name in ("weft.desc", "weft.desc.1p", "weft.desc.ws", "weft.desc.wspp",
+                             "weft.desc.wspp-after_wait"):
                     mine = best(row, name, kind)
                     for other in ("triton.desc", "weft.ll"):
                         theirs = best(row, other, kind)

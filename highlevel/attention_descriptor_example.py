@@ -131,5 +131,6 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, bloc
     (kernel or attention_kernel)[grid](described(q, block_m), described(k, block_n), described(v, block_n),
                                        described(out, block_m), out, lse, float(sm_scale), n_ctx,
                                        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
-                                       EVEN=n_ctx % block_m == 0 and n_ctx % block_n == 0, WARP_SPECIALIZE=warp_specialize, **launch)
+                                       EVEN=n_ctx % block_m == 0 and n_ctx % block_n == 0,
+                                       WARP_SPECIALIZE=warp_specialize, **launch)
     return out, lse
