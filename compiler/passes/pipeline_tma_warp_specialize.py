@@ -85,9 +85,9 @@ Decisions and why:
   head_dim 128 (32 KB of boxes a stage, a 96 KB ring; 1.24x causal), and 0.97x at
   head_dim 64 (16 KB a stage, 48 KB), where two CTAs of the one-partition kernel fit
   an SM's shared memory (64 KB each with Q) and the split's register budgets allow one.
-  So the line is drawn above a 64 KB ring: head_dim 64
-  boxes stay one partition up to 4 stages, head_dim 128 ones split from 3 (at 2 no
-  ping-pong applies). Larger rings split by the rule above at any warp count.
+  So the line is drawn above a 64 KB ring: head_dim 64 boxes stay one partition up to
+  4 stages, head_dim 128 ones split from 3 (at 2 no ping-pong applies). Larger rings
+  split by the rule above at any warp count.
   Where the default does not apply, nothing is said; an explicit request that cannot
   be honoured still warns (pipeline_dot_loops).
 """
