@@ -17,8 +17,9 @@ do_bench times are left out. The JSON goes to --out, or to $OUT/highlevel_attent
 when OUT is set.
 
 `--source descriptor` times the descriptor source instead (weft/highlevel/
-attention_descriptor_example.py, Triton's tutorial structure): weft in one partition
-(`weft.desc`), warp-specialized (`weft.desc.ws`) and with the consumer warpgroups taking
+attention_descriptor_example.py, Triton's tutorial structure): weft's default (`weft.desc`:
+warp-specialized with ping-pong where that pays, head_dim 128 at 8 warps), in one partition
+(`weft.desc.1p`, warp_specialize=False), warp-specialized (`weft.desc.ws`) and with the consumer warpgroups taking
 turns at the tensor cores (`weft.desc.wspp`, pingpong=True), beside Triton compiling the
 same source at its tutorial's Hopper configs (`triton.desc`; Triton 3.6 does not
 warp-specialize this loop on Hopper) and weft.lowlevel, by graph replay only (it stays
@@ -47,7 +48,8 @@ CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128,
 # options) per head_dim. Triton's are its tutorial's Hopper picks (8 warps only for 128 x 128).
 _WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True, "pingpong": False}),
                     ("weft.desc.wspp", {"warp_specialize": True, "pingpong": True}),
-                    ("weft.desc.wspp-after_wait", {"warp_specialize": True, "pingpong": "after_wait"})]
+                    ("weft.desc.wspp-after_wait", {"warp_specialize": True, "pingpong": "after_wait"}),
+                    ("weft.desc.1p", {"warp_specialize": False})]
 DESCRIPTOR_CONFIGS = {
     64: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
     + [(name, (256, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR[1:3]]
@@ -222,7 +224,8 @@ def run(quick: bool = False, out_path: str | None = None, anchors=(), source: st
                     theirs = best(row, other, kind)
                     if mine and theirs:
                         row[f"hl_over_{other}_{kind}"] = mine / theirs
-                for name in ("weft.desc", "weft.desc.ws", "weft.desc.wspp", "weft.desc.wspp-after_wait"):
+                for name in ("weft.desc", "weft.desc.1p", "weft.desc.ws", "weft.desc.wspp",
+                             "weft.desc.wspp-after_wait"):
                     mine = best(row, name, kind)
                     for other in ("triton.desc", "weft.ll"):
                         theirs = best(row, other, kind)

@@ -10,8 +10,10 @@ benchmarks/highlevel_attention.py compiles this same source with Triton too.
                                                     EVEN=n_ctx % BLOCK_M == 0, WARP_SPECIALIZE=...)
 
 The key loop's K and V boxes are read by wgmma where TMA put them: launched with
-num_stages, the passes ring them (pipeline_tma_loops), and with WARP_SPECIALIZE a
-producer partition fills the rings (pipeline_tma_warp_specialize). The rows of a head
+num_stages, the passes ring them (pipeline_tma_loops), and a producer partition fills
+the rings (pipeline_tma_warp_specialize) where WARP_SPECIALIZE is True, or is None and
+the boxes are large enough for the split to pay (head_dim 128 at 8 warps); False keeps
+one partition. The rows of a head
 end at n_ctx: past it a box holds the next head's rows, so the scores of key columns past
 n_ctx are masked and, when n_ctx is not a multiple of BLOCK_M, O is stored through masked
 pointers rather than the descriptor.
@@ -102,10 +104,11 @@ def attention_kernel(desc_q, desc_k, desc_v, desc_o, Out, Lse, sm_scale, n_ctx, 
 
 
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, block=(128, 64), num_warps: int = 8,
-              num_stages: int | None = 3, warp_specialize: bool = False, kernel=None, descriptor=None,
+              num_stages: int | None = 3, warp_specialize: bool | None = None, kernel=None, descriptor=None,
               **options):
     """softmax(q k^T * sm_scale) v over contiguous [Z, H, n_ctx, HEAD_DIM] arrays (fp16 or
-    bf16), and the rows' log2-sum-exp2. `kernel`: another compiler's launchable
+    bf16), and the rows' log2-sum-exp2. `warp_specialize`: the key loops' tl.range flag
+    (None: the compiler's default). `kernel`: another compiler's launchable
     attention_kernel (the benchmark passes Triton's) with `descriptor` its host
     TensorDescriptor class; `options`: further launch options (weft's `pingpong`...)."""
     z, h, n_ctx, head_dim = q.shape
@@ -133,7 +136,8 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, bloc
     (kernel or attention_kernel)[grid](described(q, block_m), described(k, block_n), described(v, block_n),
                                        described(out, block_m), out, lse, float(sm_scale), n_ctx,
                                        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),
-                                       EVEN=n_ctx % block_m == 0 and n_ctx % block_n == 0, WARP_SPECIALIZE=bool(warp_specialize), **launch)
+                                       EVEN=n_ctx % block_m == 0 and n_ctx % block_n == 0,
+                                       WARP_SPECIALIZE=warp_specialize, **launch)
     return out, lse
 
 

@@ -25,8 +25,9 @@ class range(dynamic_range):
 
     - num_stages: loads of the loop pipelined over this many stages (0 or 1: none);
     - warp_specialize: producer and consumer warps split for this loop (True), or kept
-      together (False); not given, weft splits the kernel's one descriptor dot loop where
-      it can (compiler/passes/pipeline_tma_warp_specialize.py);
+      together (False); not given, weft splits descriptor dot loops where it pays: large
+      matmul rings, attention's two-dot loops at head_dim 128 with 8 warps
+      (compiler/passes/pipeline_tma_warp_specialize.py);
     - flatten: the loop flattened with the loop nested in it;
     - loop_unroll_factor: the body unrolled this many times;
     - disallow_acc_multi_buffer: a dot's accumulator is not double-buffered.

@@ -561,9 +561,9 @@ class StateLoopPipeliner(StatePipeliner, LoopPipeliner):
 def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
               launch_stages: Optional[int], split_by_default: bool = False) -> Optional[LoopPipeliner]:
     """The LoopPipeliner of `loop`, or None when it is left as it is. Its stages: what
-    tl.range(num_stages=) asked, else the launch's num_stages. `split_by_default`: the
-    kernel's one loop that is warp-specialized unless it says warp_specialize=False
-    (pipeline_tma_warp_specialize.default_split_loop)."""
+    tl.range(num_stages=) asked, else the launch's num_stages. `split_by_default`: a
+    loop that is warp-specialized where that pays unless it says warp_specialize=False
+    (pipeline_tma_warp_specialize.default_split_loops)."""
     stages = loop.schedule.num_stages if loop.schedule is not None else None
     stages = launch_stages if stages is None else stages
     step = outer.get(loop.step)
@@ -611,8 +611,8 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
 
     replaced: dict[Value, Value] = {}  # loop results read after their wait, by everything after the loop
     pipelined = []
-    from .pipeline_tma_warp_specialize import SplitGroup, default_split_loop
-    default_split = default_split_loop(kernel)  # the first result of the loop split unless it says not
+    from .pipeline_tma_warp_specialize import SplitGroup, default_split_loops
+    default_splits = default_split_loops(kernel)  # the first results of the loops split unless they say not
 
     def block(region: Block) -> Block:
         ops: list[Op] = []
@@ -633,7 +633,7 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
                 return
             pipeliner, allocations = None, []
             if isinstance(op, For):  # its row loads staged with the tiles where that pipelines it
-                split = default_split in op.results[:1]
+                split = bool(op.results) and op.results[0] in default_splits
                 op, pipeliner, allocations = plan_with_row_loads(
                     op, outer, uses, lambda loop: plan_loop(loop, outer, uses, rings, kernel.num_stages, split))
             if getattr(pipeliner, "warp_specialized", False) and group.take(pipeliner):

@@ -1,5 +1,6 @@
 """pipeline_dot_loops, for TMA ring loops written `tl.range(..., warp_specialize=True)`
-and, by default, for the kernel's one top-level TMA ring dot loop (`default_split_loop`):
+and, by default, for the kernel's top-level TMA ring dot loops where it pays
+(`default_split_loops`):
 a producer partition fills the ring while the kernel's warps only wait, multiply and
 release (the form of the lowlevel `warp_specialized_matmul`). `warp_specialize=False`
 keeps a loop in one partition.
@@ -73,6 +74,20 @@ Decisions and why:
   128x128x64 in 4). And only where nothing can make it fail later: one top-level dot
   loop in the kernel (a second split is an error, and which to pick is not obvious),
   and an epilogue that warp_specialize_epilogues can move.
+- Loops of two chained dots (attention: the second dot's A operand is computed in
+  registers from the first's result, P from S) are split by default with two consumer
+  warpgroups (num_warps 8) from a smaller ring, DEFAULT_SPLIT_CHAINED_RING_BYTES, and
+  so are such loops in a row at the top level (causal attention's two key loops, one
+  SplitGroup as when both ask): their consumers take turns at the tensor cores
+  (pingpong_warpgroups), one warpgroup's softmax beside the other's wgmmas, which the
+  one partition cannot do. What decides whether that pays is the size of the K and V
+  boxes: on an H200 (128 x 64 tiles, 3 stages) the split ran 1.20x the one partition at
+  head_dim 128 (32 KB of boxes a stage, a 96 KB ring; 1.24x causal), and 0.97x at
+  head_dim 64 (16 KB a stage, 48 KB), where two CTAs of the one-partition kernel fit
+  an SM's shared memory (64 KB each with Q) and the split's register budgets allow one.
+  So the line is drawn above a 64 KB ring: head_dim 64 boxes stay one partition up to
+  4 stages, head_dim 128 ones split from 3 (at 2 no ping-pong applies). Larger rings
+  split by the rule above at any warp count.
   Where the default does not apply, nothing is said; an explicit request that cannot
   be honoured still warns (pipeline_dot_loops).
 """
@@ -97,6 +112,10 @@ IDLE_WARPS = (2, 1)  # the rest of the producer's warpgroup, as powers of two
 # The smallest ring split by default: more than half an SM's shared memory (each CTA's
 # 1 KB reserve included), so no second CTA would fit beside the one-partition kernel.
 DEFAULT_SPLIT_RING_BYTES = SM_SHARED // 2 - 1024 + 1
+# The smallest ring of a chained-dot loop split by default with two consumer warpgroups:
+# above head_dim 64's K and V boxes at 4 stages (see the module docstring).
+DEFAULT_SPLIT_CHAINED_RING_BYTES = 64 * 1024 + 1
+DEFAULT_SPLIT_CHAINED_READERS = 2 * WARPS_PER_WARPGROUP
 
 
 def consumer_registers(num_warps: int) -> int:
@@ -302,8 +321,7 @@ def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses,
     (the one-partition ring stays)."""
     loop = pipeliner.loop
     asked = asked_split(loop)
-    ring_bytes = pipeliner.stages * sum(operand.nbytes for operand in pipeliner.operands)
-    if not (asked or asked is None and split_by_default and ring_bytes >= DEFAULT_SPLIT_RING_BYTES):
+    if not (asked or asked is None and split_by_default and pays_by_default(pipeliner)):
         return None
     if not loop.results or loop.results[0] not in uses.top_level or pipeliner.readers % WARPS_PER_WARPGROUP:
         return None
@@ -322,6 +340,36 @@ def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses,
     split.outer_slices, split.earlier_results = slices, earlier
     split.outer_order = {id(op): i for i, op in enumerate(defs.outer.values())}
     return split
+
+
+def pays_by_default(pipeliner: TmaLoopPipeliner) -> bool:
+    """True when the default splits `pipeliner`'s loop: a ring too large for two CTAs an
+    SM, or a chained-dot loop's ring of large boxes read by two consumer warpgroups
+    (see the module docstring)."""
+    ring_bytes = pipeliner.stages * pipeliner.nbytes
+    if ring_bytes >= DEFAULT_SPLIT_RING_BYTES:
+        return True
+    return chained_dots(pipeliner.loop) and pipeliner.readers == DEFAULT_SPLIT_CHAINED_READERS \
+        and ring_bytes >= DEFAULT_SPLIT_CHAINED_RING_BYTES
+
+
+def chained_dots(loop: For) -> bool:
+    """True when `loop`'s body holds two wgmmas, the second's A operand a tensor in
+    registers computed from the first's result (attention's P from S)."""
+    wgmmas = [op for op in loop.body.walk() if isinstance(op, WarpgroupMma)]
+    if len(wgmmas) != 2 or not isinstance(wgmmas[1].a.type, TensorType):
+        return False
+    defined = {value: op for op in loop.body.walk() for value in op.defines()}
+    seen, pending = set(), [wgmmas[1].a]
+    while pending:
+        value = pending.pop()
+        if value is wgmmas[0].result:
+            return True
+        op = defined.get(value)
+        if op is not None and value not in seen:
+            seen.add(value)
+            pending.extend(op.uses())
+    return False
 
 
 def tensor_slice(value: Value, outer: dict) -> Optional[list[Op]]:
@@ -344,29 +392,42 @@ def tensor_slice(value: Value, outer: dict) -> Optional[list[Op]]:
     return list(needed.values())
 
 
-def default_split_loop(kernel: Kernel) -> Optional[Value]:
-    """The first result of the loop split by default (see the module docstring), or None:
-    the one top-level loop with a wgmma whose tl.range said nothing about
-    warp_specialize, when no other top-level loop has a wgmma and the code after it reads
-    only results of the loop, scalars, and tensors that are pure functions of scalars.
-    Whether its operands are TMA rings, pipeline_dot_loops finds out."""
-    from .pipeline_dot_loops import Definitions, _slice
+def default_split_loops(kernel: Kernel) -> set[Value]:
+    """The first results of the loops split by default (see the module docstring): the
+    one top-level loop with a wgmma, or top-level chained-dot loops in a row with only
+    pure ops between them that read none of their results (causal attention), whose
+    tl.range said nothing about warp_specialize, when no other top-level loop has a
+    wgmma and the code after the last reads only results of the loops, scalars, and
+    tensors that are pure functions of scalars. Whether a loop's operands are TMA rings
+    and its ring pays, pipeline_dot_loops finds out."""
+    from .pipeline_dot_loops import PURE_OPS, Definitions, _slice
 
     ops = list(kernel.body.ops)
     dot_loops = [i for i, op in enumerate(ops) if isinstance(op, For)
                  and any(isinstance(inner, WarpgroupMma) for inner in op.body.walk())]
-    if len(dot_loops) != 1:
-        return None
-    at = dot_loops[0]
-    loop = ops[at]
-    if asked_split(loop) is not None or not loop.results:
-        return None
+    if not dot_loops:
+        return set()
+    loops = [ops[i] for i in dot_loops]
+    if any(asked_split(loop) is not None or not loop.results for loop in loops):
+        return set()
+    if len(loops) > 1:
+        if not all(chained_dots(loop) and not any(isinstance(inner, For) for inner in loop.body.walk())
+                   for loop in loops):
+            return set()
+        results = set()
+        for at in range(dot_loops[0], dot_loops[-1] + 1):
+            op = ops[at]
+            if at in dot_loops:
+                results.update(op.results)
+            elif not isinstance(op, PURE_OPS) or any(value in results for value in op.uses()):
+                return set()
+    results = {value for loop in loops for value in loop.results}
     defs = Definitions(kernel.body, {})
-    for value in free_values(ops[at + 1:]):
-        if isinstance(value.type, TensorType) and value not in loop.results \
+    for value in free_values(ops[dot_loops[-1] + 1:]):
+        if isinstance(value.type, TensorType) and value not in results \
                 and _slice(value, defs, kernel.body.args) is None:
-            return None
-    return loop.results[0]
+            return set()
+    return {loop.results[0] for loop in loops}
 
 
 def warp_specialize_epilogues(kernel: Kernel) -> Kernel:

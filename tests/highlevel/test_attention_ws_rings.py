@@ -23,9 +23,12 @@ def inputs(n_ctx: int, head_dim: int, heads: int = 2):
     return [(0.5 * RNG.standard_normal((1, heads, n_ctx, head_dim))).astype(np.float16) for _ in range(3)]
 
 
-def check(n_ctx, head_dim, causal, block, num_warps, stages, **options):
+def check(n_ctx, head_dim, causal, block, num_warps, stages, warp_specialize=False, **options):
+    """The example on the emulator against numpy; `warp_specialize` as attention() takes it
+    (False: one partition, whatever the default would choose)."""
     q, k, v = inputs(n_ctx, head_dim)
-    out, lse = example.attention(q, k, v, causal, block=block, num_warps=num_warps, num_stages=stages, **options)
+    out, lse = example.attention(q, k, v, causal, block=block, num_warps=num_warps, num_stages=stages,
+                                 warp_specialize=warp_specialize, **options)
     expected, expected_lse = reference(q, k, v, causal, head_dim ** -0.5)
     # fp16 P and V in fp32 sums; the output is rounded to fp16 (2^-11 of values below 4).
     np.testing.assert_allclose(out.astype(np.float64), expected, atol=2e-3, rtol=0)
