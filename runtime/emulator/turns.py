@@ -87,3 +87,5 @@ def warpgroup_turn(cta, op: ir.WarpgroupTurn) -> None:
     if order is None:
         order = cta.turn_order = TurnOrder()
     order.record(op)
+    if cta.shared.sync_trace is not None:
+        cta.shared.sync_trace.turn(cta.warp_base, op)
