@@ -77,7 +77,8 @@ def takes_turns(split: ir.WarpSpecialize) -> bool:
 
 class SyncReplay:
     """The record of one warp_specialize (see the module docstring). `partitions`: each
-    partition's (name, first CTA warp, warp count, takes turns)."""
+    partition's (name, first CTA warp, warp count, takes turns); only one of two warpgroups
+    is split (warpgroup_turn refuses any other)."""
 
     def __init__(self, shared, partitions: list[tuple[str, int, int, bool]]):
         self.barriers = {address: BarrierState(bar.name, bar.count, bar.pending, bar.tx, bar.completed)
@@ -86,10 +87,11 @@ class SyncReplay:
         self.running = None  # the CTA view of the partition running (set by the scheduler)
         self.by_warp: dict[int, Unit] = {}
         for name, first, count, split in partitions:
+            split = split and count == 2 * _GROUP_WARPS
             if split:
                 groups = [Unit(f"{name}, warpgroup {g} (warps {first + g * _GROUP_WARPS}-"
                                f"{first + (g + 1) * _GROUP_WARPS - 1})", first + g * _GROUP_WARPS)
-                          for g in range(count // _GROUP_WARPS)]
+                          for g in (0, 1)]
                 groups[0].sibling, groups[1].sibling = groups[1], groups[0]
             else:
                 groups = [Unit(name, first)]
