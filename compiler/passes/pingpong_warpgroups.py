@@ -40,10 +40,12 @@ warpgroups, for each top-level loop of it whose body has two top-level wgmmas (t
 first's issue, then the second's), ringed over 3 or more stages. With 2 the turns
 deadlock on the GPU: warpgroup 0, holding the turn, waits for block i + 1's boxes, which
 the producer loads into the slot block i - 1 read once both warpgroups released it, and
-warpgroup 1 releases it only after its P V_i, in the turn it waits for. (The emulator
-runs the warpgroups of a partition in lockstep and checks the turn order alone, so it
-cannot see this; the split then runs without turns and the compile warns at the loop.)
-The named barriers follow the partitions' own (one each, from 1).
+warpgroup 1 releases it only after its P V_i, in the turn it waits for. The emulator
+reports that deadlock (it replays the split's turns, mbarrier waits and arrivals with the
+two warpgroups apart: runtime/emulator/warpgroup_replay.py; tests/runtime/
+test_emulator_turns.py forces the turns onto 2 stages); here the split then runs without
+turns, and an asked-for pingpong warns at the loop. The named barriers follow the
+partitions' own (one each, from 1).
 """
 
 from __future__ import annotations

@@ -239,6 +239,8 @@ def arrive(cta, op, bar: MBarrier, count: int, warp: int) -> None:
                              f"more arrivals than init(count=...) allows", op.loc,
                              other_loc=bar.init_op.loc, other_what="initialised")
     bar.pending -= count
+    if cta.shared.sync_trace is not None:
+        cta.shared.sync_trace.record([warp], "arrive", bar.address, count, op)
     complete_if_due(cta.shared, op, bar)
 
 
@@ -282,6 +284,8 @@ def mbarrier_init(cta, op: ir.MBarrierInit) -> None:
     shared.mbarriers[address] = MBarrier(
         address, barrier_name(cta, address), op.count, op, column, ordering.reserve(),
         ordering.empty_clock(), op.count)
+    if shared.sync_trace is not None:
+        shared.sync_trace.init(address, shared.mbarriers[address])
 
 
 @RULES.register(ir.MBarrierInvalidate)
@@ -333,7 +337,10 @@ def mbarrier_expect(cta, op: ir.MBarrierExpect) -> None:
     bar = live_barrier(cta, op, op.barrier)
     touch(cta, bar.address, [cta.warp_base], op, write=False)
     # 0 bytes at run time: a plain arrival, as for a warpgroup whose rows need no load
-    bar.tx += run_time_count(cta, op, op.nbytes, "mbarrier.expect nbytes", 0, "issuing")
+    nbytes = run_time_count(cta, op, op.nbytes, "mbarrier.expect nbytes", 0, "issuing")
+    bar.tx += nbytes
+    if cta.shared.sync_trace is not None:
+        cta.shared.sync_trace.record([cta.warp_base], "expect", bar.address, nbytes, op)
     arrive(cta, op, bar, 1, cta.warp_base)
 
 
@@ -344,6 +351,8 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
     # An elected wait orders only the issuing thread's warp (the others go on).
     warps = np.array([cta.warp_base]) if op.elected else partition_warps(cta)
     touch(cta, bar.address, warps, op, write=False)
+    if cta.shared.sync_trace is not None:  # the phases it needs completed
+        cta.shared.sync_trace.record(warps, "wait", bar.address, bar.completed + (bar.completed % 2 == parity), op)
     if bar.completed % 2 == parity and cta.scheduler is None:
         # nothing else runs: the copies in flight land (`land_next`) until the phase completes
         target = bar.completed

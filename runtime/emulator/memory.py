@@ -205,6 +205,8 @@ class SharedMemory:
         # axis); `partitioned` while warp_specialize partitions run.
         self.active = (0, num_warps)
         self.partitioned = False
+        # While a split whose warpgroups take turns runs: warpgroup_replay.SyncReplay.
+        self.sync_trace = None
 
     def reset(self) -> None:
         """Fresh shared memory for the next CTA: poisoned bytes, no pending accesses."""
@@ -226,6 +228,8 @@ class SharedMemory:
         them), or inside a warp_specialize partition a named barrier over its warps."""
         first, count = self.active if self.partitioned else self.cta_warps
         self.ordering.join(np.arange(first, first + count))
+        if self.sync_trace is not None and self.partitioned:
+            self.sync_trace.sync(first, count)
 
     def _byte_indices(self, addresses: np.ndarray, element, op, what: str, describe: Describe):
         size = element_bytes(element)

@@ -43,6 +43,7 @@ from .mbarrier import land_next
 from .registers import registers_to_tensor, tensor_to_registers
 from .rules import EMULATION_RULES as RULES
 from . import turns
+from .warpgroup_replay import SyncReplay, takes_turns
 
 
 class _Unwind(BaseException):
@@ -180,6 +181,8 @@ class Scheduler:
         self.shared.active = (cta.warp_base, cta.num_warps)
         self.shared.partitioned = partition.in_partition
         self.shared.cta_warps = partition.cta_warps
+        if self.shared.sync_trace is not None:
+            self.shared.sync_trace.running = cta
         self._hand_over(partition)
 
     def run(self) -> None:
@@ -367,6 +370,7 @@ def warp_specialize(cta, op: ir.WarpSpecialize) -> None:
     base = 0
     labels = []
     partitions = []
+    replay = None
     for index, (block, count, name, copy_index) in enumerate(parts):
         child = _partition_cta(cta, scheduler, f"{prefix}{name} (warps {base}-{base + count - 1})",
                                cta.warp_base + base, count)
@@ -385,21 +389,36 @@ def warp_specialize(cta, op: ir.WarpSpecialize) -> None:
         shared.partitioned = True
         shared.ordering.labels = labels
         scheduler.partitions.extend(partitions)
+        replay = _sync_replay(cta, op, partitions)
+        shared.sync_trace = replay
         try:
             scheduler.run()
         finally:
+            shared.sync_trace = None
             shared.partitioned = False
             shared.active = outer_active
             shared.ordering.labels = None
     shared.barrier()  # the partitions end together
     for partition in partitions:
         turns.finish(partition.cta)
+    if replay is not None:
+        replay.check()
     default = partitions[0]
     if len(default.results) != len(op.results):
         raise EmulationError(f"the default partition yields {len(default.results)} values for "
                              f"{len(op.results)} results", op.loc)
     for value, x in zip(op.results, default.results):
         cta.bind(value, x)
+
+
+def _sync_replay(cta, op: ir.WarpSpecialize, partitions: list) -> Optional[SyncReplay]:
+    """A record of the split's synchronization with the turn-taking warpgroups apart
+    (warpgroup_replay.py), if any partition takes turns."""
+    if not cta.memo(op, "takes_turns", lambda: takes_turns(op)):
+        return None
+    return SyncReplay(cta.shared, [(p.name, p.cta.warp_base, p.cta.num_warps,
+                                    any(isinstance(o, ir.WarpgroupTurn) for o in p.block.walk()))
+                                   for p in partitions])
 
 
 def _run_in_cluster(cta, op, scheduler: Scheduler, partitions: list, labels: list) -> None:

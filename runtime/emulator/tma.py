@@ -101,6 +101,8 @@ def tma_async_copy_global_to_shared(cta, op: ir.TmaAsyncCopyGlobalToShared) -> N
             f"wait on mbarrier {bar.name}", async_proxy=True)
         cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, landing, values, element,
                                                 desc.type.box_bytes))
+        if cta.shared.sync_trace is not None:
+            cta.shared.sync_trace.record([issuer], "load", bar.address, desc.type.box_bytes, op)
 
 
 @RULES.register(ir.AsyncBulkCopyGlobalToShared)
@@ -131,6 +133,8 @@ def async_bulk_copy_global_to_shared(cta, op: ir.AsyncBulkCopyGlobalToShared) ->
         byte_rows(addresses, size)[None, :], np.array([issuer]), op, "bulk copy",
         f"wait on mbarrier {bar.name}", async_proxy=True)
     cta.shared.in_flight.append(TmaInFlight(op, bar.address, record, addresses, values, element, nbytes))
+    if cta.shared.sync_trace is not None:
+        cta.shared.sync_trace.record([issuer], "load", bar.address, nbytes, op)
 
 
 def _read_box_for_global(cta, op, what: str):

@@ -12,7 +12,9 @@ as soon as the second of them is recorded (anything after a stopped take is late
 that warpgroup's order), or one stopped at a take when the partition ends (`finish`);
 a second pass onto a barrier still holding one is an error. A pass left over at the end
 (the last warpgroup's last pass, which nobody takes) is what the GPU leaves too and is
-not reported.
+not reported. What the turns do together with the split's mbarriers (a warpgroup holding
+the turn while it waits for a phase the other completes after its take) is checked once
+the split has run, with the warpgroups apart: warpgroup_replay.py.
 """
 
 from __future__ import annotations
@@ -87,3 +89,5 @@ def warpgroup_turn(cta, op: ir.WarpgroupTurn) -> None:
     if order is None:
         order = cta.turn_order = TurnOrder()
     order.record(op)
+    if cta.shared.sync_trace is not None:
+        cta.shared.sync_trace.turn(cta.warp_base, op)

@@ -101,8 +101,8 @@ def test_two_stages_by_default_take_no_turns_silently():
 
 def test_two_stages_take_no_turns_and_warn():
     """With 2 stages the turns would deadlock on the GPU against the ring's releases
-    (pingpong_warpgroups' docstring), which the emulator, running the warpgroups in
-    lockstep, cannot see: no turns, and a warning at the loop."""
+    (pingpong_warpgroups' docstring; tests/runtime/test_emulator_turns.py has the emulator
+    report it): no turns, and a warning at the loop."""
     from weft.compiler.errors import CompilationWarning
 
     with pytest.warns(CompilationWarning, match="pingpong is not applied"):
