@@ -42,6 +42,44 @@ def add_tile(ws_desc, ws_smem, acc, off_m, off_n, BLOCK_N: ll.constexpr):
 
 
 @ll.jit
+def multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
+                   BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, PIECE: ll.constexpr, STAGES: ll.constexpr,
+                   B_K_MAJOR: ll.constexpr, NUM_WARPS: ll.constexpr):
+    """(left, right, consumed): one tile's K steps [k_begin, k_end) from the ring (`consumed`
+    slots taken so far), releasing each slot once its wgmma has retired. Where PIECE is
+    narrower than the tile, left and right are its two column halves, each its own
+    accumulator and wgmma; else both are the whole accumulator. Shared by the split-K and
+    stream-K consumers."""
+    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
+    acc = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
+    if PIECE < BLOCK_N:
+        right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
+    previous = 0
+    for k in range(k_begin, k_end):
+        slot = consumed % STAGES
+        mbarrier.wait(ready.index(slot), (consumed // STAGES) & 1)
+        b = b_operand(b_ring.index(slot), B_K_MAJOR)
+        if PIECE < BLOCK_N:
+            acc = ll.warpgroup_mma(a_ring.index(slot), b.slice(0, PIECE, 1), acc, is_async=True)
+            right = ll.warpgroup_mma(a_ring.index(slot), b.slice(PIECE, PIECE, 1), right, is_async=True)
+            acc, right = ll.warpgroup_mma_wait(2, deps=[acc, right])
+        else:
+            acc = ll.warpgroup_mma(a_ring.index(slot), b, acc, is_async=True)
+            acc = ll.warpgroup_mma_wait(1, deps=[acc])
+        # The previous step's wgmma has retired: hand its slot back to the producer.
+        mbarrier.arrive(empty.index(previous), pred=k > k_begin)
+        previous = slot
+        consumed += 1
+    if PIECE < BLOCK_N:
+        acc, right = ll.warpgroup_mma_wait(0, deps=[acc, right])
+    else:
+        acc = ll.warpgroup_mma_wait(0, deps=[acc])
+        right = acc
+    mbarrier.arrive(empty.index(previous), pred=k_end > k_begin)
+    return acc, right, consumed
+
+
+@ll.jit
 def reducing_consumer(ws_desc, a_ring, b_ring, ws_smem, ready, empty, M, N, K,
                       BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                       STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
@@ -50,36 +88,14 @@ def reducing_consumer(ws_desc, a_ring, b_ring, ws_smem, ready, empty, M, N, K,
     piece, or (ws_smem narrower than the tile: 128x256 tiles, whose fp32 tile would
     leave room for 2 stages) as two column halves, each its own accumulator and wgmma."""
     PIECE: ll.constexpr = ws_smem.shape[1]
-    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
     k_steps = ll.cdiv(K, BLOCK_K)
     units = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N) * SPLIT_K
     consumed = 0
     for unit in range(ll.program_id(0), units, ll.num_programs(0)):
         tile, begin, end = unit_range(unit, k_steps, SPLIT_K)
         off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
-        if PIECE < BLOCK_N:
-            right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
-        previous = 0
-        for k in range(begin, end):
-            slot = consumed % STAGES
-            mbarrier.wait(ready.index(slot), (consumed // STAGES) & 1)
-            b = b_operand(b_ring.index(slot), B_K_MAJOR)
-            if PIECE < BLOCK_N:
-                acc = ll.warpgroup_mma(a_ring.index(slot), b.slice(0, PIECE, 1), acc, is_async=True)
-                right = ll.warpgroup_mma(a_ring.index(slot), b.slice(PIECE, PIECE, 1), right, is_async=True)
-                acc, right = ll.warpgroup_mma_wait(2, deps=[acc, right])
-            else:
-                acc = ll.warpgroup_mma(a_ring.index(slot), b, acc, is_async=True)
-                acc = ll.warpgroup_mma_wait(1, deps=[acc])
-            mbarrier.arrive(empty.index(previous), pred=k > begin)
-            previous = slot
-            consumed += 1
-        if PIECE < BLOCK_N:
-            acc, right = ll.warpgroup_mma_wait(0, deps=[acc, right])
-        else:
-            acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(empty.index(previous), pred=end > begin)
+        acc, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, begin, end,
+                                              BLOCK_M, BLOCK_N, PIECE, STAGES, B_K_MAJOR, NUM_WARPS)
         add_tile(ws_desc, ws_smem, acc, off_m, off_n, PIECE)
         if PIECE < BLOCK_N:
             add_tile(ws_desc, ws_smem, right, off_m, off_n + PIECE, PIECE)

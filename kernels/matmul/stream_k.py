@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, load_stage, tile_origin
+from .kernels import allocate_slot_barriers, invalidate_slot_barriers, load_stage, tile_origin
+from .split_k_tma import multiply_range
 from .stream_k_plan import PIECE_COST, TAIL_TILES
 
 PIECE_N = 128  # the widest accumulator a consumer warpgroup holds at once
@@ -171,43 +172,6 @@ def store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N: ll.conste
 
 
 @ll.jit
-def multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
-                   BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, STAGES: ll.constexpr,
-                   B_K_MAJOR: ll.constexpr, NUM_WARPS: ll.constexpr):
-    """(left, right, consumed): one tile's K steps [k_begin, end) from the ring, releasing
-    each slot once its wgmma has retired. left and right are the tile's column halves
-    where it is wider than PIECE_N, else both the whole accumulator."""
-    PIECE: ll.constexpr = BLOCK_N if BLOCK_N < PIECE_N else PIECE_N
-    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
-    acc = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
-    if PIECE < BLOCK_N:
-        right = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
-    previous = 0
-    for k in range(k_begin, k_end):
-        slot = consumed % STAGES
-        mbarrier.wait(ready.index(slot), (consumed // STAGES) & 1)
-        b = b_operand(b_ring.index(slot), B_K_MAJOR)
-        if PIECE < BLOCK_N:
-            acc = ll.warpgroup_mma(a_ring.index(slot), b.slice(0, PIECE, 1), acc, is_async=True)
-            right = ll.warpgroup_mma(a_ring.index(slot), b.slice(PIECE, PIECE, 1), right, is_async=True)
-            acc, right = ll.warpgroup_mma_wait(2, deps=[acc, right])
-        else:
-            acc = ll.warpgroup_mma(a_ring.index(slot), b, acc, is_async=True)
-            acc = ll.warpgroup_mma_wait(1, deps=[acc])
-        # The previous step's wgmma has retired: hand its slot back to the producer.
-        mbarrier.arrive(empty.index(previous), pred=k > k_begin)
-        previous = slot
-        consumed += 1
-    if PIECE < BLOCK_N:
-        acc, right = ll.warpgroup_mma_wait(0, deps=[acc, right])
-    else:
-        acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        right = acc
-    mbarrier.arrive(empty.index(previous))
-    return acc, right, consumed
-
-
-@ll.jit
 def add_piece(partial_ptr, total, own, slot, mine, rows_left, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr,
               PIECE: ll.constexpr, NUM_WARPS: ll.constexpr):
     """total + the piece in `slot`, or + `own` (the registers) where it is this CTA's."""
@@ -275,7 +239,7 @@ def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_pt
     for tile in range(pid, dp_tiles, programs):
         off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         left, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, 0, k_steps,
-                                               BLOCK_M, BLOCK_N, STAGES, B_K_MAJOR, NUM_WARPS)
+                                               BLOCK_M, BLOCK_N, PIECE, STAGES, B_K_MAJOR, NUM_WARPS)
         store_output(c_desc, c_pieces, left, right, off_m, off_n, BLOCK_N, PIECE)
     sk_tiles = tiles - dp_tiles
     length, offset, begin, end, slot_base = cta_region(pid, sk_tiles, k_steps, programs)
@@ -288,7 +252,7 @@ def stream_k_consumer(c_desc, a_ring, b_ring, c_pieces, ready, empty, partial_pt
         k_begin = offset + ll.maximum(begin - u * length, 0)
         k_end = offset + ll.minimum(end - u * length, length)
         left, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
-                                               BLOCK_M, BLOCK_N, STAGES, B_K_MAJOR, NUM_WARPS)
+                                               BLOCK_M, BLOCK_N, PIECE, STAGES, B_K_MAJOR, NUM_WARPS)
         lowest, highest = tail_owners(u, tail_len, tail_total, tail_ctas)
         pieces = heads // ll.maximum(sk_tiles, 1) + highest - lowest + 1
         if pieces == 1:  # one CTA holds the whole tile
