@@ -203,12 +203,9 @@ class _Descriptors:
             # with room to spare (a CTA's shared offsets stay below 2^18), so the constant is added.
             if not static:
                 return self.base
-            if self.add_steps:
-                # Kept an add: LLVM makes an add of bits it knows disjoint an or, which ptxas
-                # builds as two 32-bit halves (re-materializing the constant high word for
-                # every wgmma); an add.s64 is one UIADD3.64 from the base, as in Triton.
-                return b.asm(ir.FunctionType(T.I64, [T.I64]), f"add.s64 $0, $1, {static >> 4};", "=l,l",
-                             [self.base], side_effect=False)
+            if self.add_steps:  # kept one 64-bit add, as Triton's are (ptx_asm.wgmma_descriptor_step)
+                text, constraints = ptx_asm.wgmma_descriptor_step(static >> 4)
+                return b.asm(ir.FunctionType(T.I64, [T.I64]), text, constraints, [self.base], side_effect=False)
             return b.add(self.base, ir.Constant(T.I64, static >> 4))
         offset = b.xor(self.dynamic, ir.Constant(T.I32, static))
         return self._encode(b.add(self.address, offset))

@@ -529,6 +529,16 @@ def stmatrix(count: int) -> tuple[str, str]:
             ",".join(["r"] * (count + 1) + [MEMORY]))
 
 
+def wgmma_descriptor_step(step: int) -> tuple[str, str]:
+    """add.s64 of a constant start-address step to a wgmma matrix descriptor, kept one
+    64-bit add: LLVM turns an add of bits it knows disjoint into an or, which ptxas builds
+    as two 32-bit halves (the constant high word made again for every wgmma); the add is one
+    UIADD3.64 from the base.
+    https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#integer-arithmetic-instructions-add
+    """
+    return f"add.s64 $0, $1, {step};", "=l,l"
+
+
 def wgmma_commit_group() -> tuple[str, str]:
     """wgmma.commit_group.sync.aligned: the warpgroup's uncommitted mma_async form a group.
     https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#asynchronous-warpgroup-level-matrix-instructions-wgmma-commit-group
