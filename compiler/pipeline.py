@@ -30,7 +30,7 @@ from .passes.issue_dot_ahead import issue_dot_ahead
 from .passes.issue_dots_early import issue_dots_early
 from .passes.lower_tiles import lower_tiles
 from .passes.merge_wgmma_waits import merge_wgmma_waits
-from .passes.pingpong_warpgroups import pingpong_warpgroups
+from .passes.pingpong_warpgroups import pass_after_drain, pingpong_warpgroups
 from .passes.pipeline_dot_loops import pipeline_dot_loops
 from .passes.pipeline_tma_warp_specialize import warp_specialize_epilogues
 from .passes.plan_data_movement import plan_data_movement
@@ -52,6 +52,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("pingpong_warpgroups", pingpong_warpgroups),  # the split's consumer loops are final; turns go around them
     ("propagate_layouts", propagate_layouts),      # the accesses' layouts are the anchors
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
+    ("pass_after_drain", pass_after_drain),        # after propagation: conversions it placed follow the turn's pass
     ("merge_wgmma_waits", merge_wgmma_waits),      # after lower_tiles: a wait of several deps needs no propagation
     ("hoist_copy_fences", hoist_copy_fences),      # last: the passes before it see each dot's fence
 )

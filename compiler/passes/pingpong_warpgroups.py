@@ -99,11 +99,11 @@ def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False,
     barrier = 2 + sum(split.replicas())  # after the partitions' named barriers (from 1, one a copy)
     chosen = {id(loop) for loop in loops}
     ops: list[Op] = []
-    passing = None  # the loop whose pass follows its drain (the wait for its last wgmma)
-    for op in split.default.ops:
-        if passing is not None and not isinstance(op, (WarpgroupMmaWait, ConvertLayout)):
-            ops.append(WarpgroupTurn(action="pass", barrier=barrier, loc=passing.loc))
-            passing = None
+    default = list(split.default.ops)
+    at = 0
+    while at < len(default):
+        op = default[at]
+        at += 1
         if id(op) not in chosen:
             ops.append(op)
             continue
@@ -111,8 +111,25 @@ def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False,
             ops.append(WarpgroupTurn(action="open", barrier=barrier, loc=op.loc))
         ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
         ops.append(dataclasses.replace(op, body=turned_body(op.body, barrier, after_wait)))
-        passing = op
+        drained = past_waits(default, at)  # the pass follows the wait for the loop's last wgmma
+        ops.extend(default[at:drained])
+        ops.append(WarpgroupTurn(action="pass", barrier=barrier, loc=op.loc))
+        at = drained
     return dataclasses.replace(split, default=Block(split.default.args, tuple(ops)))
+
+
+def past_waits(ops: list, start: int) -> int:
+    """The index right after the last wgmma wait among the waits and layout changes from
+    `start` (`start` where there is none). The layout changes after that wait stay after
+    the pass: one may become a round trip through shared memory with a barrier over both
+    warpgroups, which, inside a turn, the other warpgroup waiting to take it never reaches."""
+    end = start
+    for at in range(start, len(ops)):
+        if isinstance(ops[at], WarpgroupMmaWait):
+            end = at + 1
+        elif not isinstance(ops[at], ConvertLayout):
+            break
+    return end
 
 
 def turned_body(body: Block, barrier: int, after_wait: bool = False) -> Block:
@@ -122,12 +139,7 @@ def turned_body(body: Block, barrier: int, after_wait: bool = False) -> Block:
     first, second = [op for op in body.ops if isinstance(op, WarpgroupMma)]
     at = body.ops.index(first) + 1
     if after_wait:
-        waited = False
-        while at < len(body.ops) and isinstance(body.ops[at], (WarpgroupMmaWait, ConvertLayout)):
-            waited = waited or isinstance(body.ops[at], WarpgroupMmaWait)
-            at += 1
-        if not waited:
-            at = body.ops.index(first) + 1
+        at = past_waits(list(body.ops), at)
     ops: list[Op] = []
     for position, op in enumerate(body.ops):
         if position == at:
@@ -136,3 +148,29 @@ def turned_body(body: Block, barrier: int, after_wait: bool = False) -> Block:
             ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
         ops.append(op)
     return Block(body.args, tuple(ops))
+
+
+def pass_after_drain(kernel: Kernel) -> Kernel:
+    """Every turn's pass moved up to right after the wgmma wait it follows, past the layout
+    changes between them: propagate_layouts places a tensor's conversions where it is
+    defined, so a conversion of a drained accumulator (a round trip through shared memory
+    with a barrier over both warpgroups) can land between the wait and the pass, where
+    the warpgroup holding the turn would wait at that barrier for one waiting to take it."""
+    if not any(isinstance(op, WarpgroupTurn) for op in kernel.walk()):
+        return kernel
+
+    def block(region: Block) -> Block:
+        ops = [op.map_regions(block) for op in region.ops]
+        for op in list(ops):
+            if not (isinstance(op, WarpgroupTurn) and op.action == "pass"):
+                continue
+            here = ops.index(op)
+            wait = here - 1
+            while wait >= 0 and isinstance(ops[wait], ConvertLayout):
+                wait -= 1
+            if wait >= 0 and isinstance(ops[wait], WarpgroupMmaWait) and wait + 1 < here:
+                ops.insert(wait + 1, ops.pop(here))
+        return Block(region.args, tuple(ops))
+
+    return kernel.with_body(block(kernel.body))
+

@@ -109,8 +109,8 @@ kernel @two_dot_loop(%q_desc: tensordesc<128x16xfp16>, %k_desc: tensordesc<16x16
   }
   %acc_59 = convert_layout %acc_8 : tensor<128x16xfp32, #L3>
   %acc_60 = warpgroup_mma_wait [pending=0] %acc_59 : tensor<128x16xfp32, #L3>
-  %acc_61 = convert_layout %acc_60 : tensor<128x16xfp32>
   warpgroup_turn [action=pass barrier=5]
+  %acc_61 = convert_layout %acc_60 : tensor<128x16xfp32>
   %62 = arange [start=0 end=128] : tensor<128xi32>
   %63 = expand_dims [axis=1] %62 : tensor<128x1xi32>
   %64 = constant [value=16] : tensor<128x1xi32>
