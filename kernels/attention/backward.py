@@ -191,7 +191,7 @@ def producer(state):
             if state.STATS_IN_SHARED:  # once Q and dO are on their way: the slot's second arrival
                 state.stats_ring.index(slot).index(0).store(lse2)
                 state.stats_ring.index(slot).index(1).store(delta)
-                mbarrier.arrive(bar)  # after every producer thread's rows (a named barrier first)
+                mbarrier.arrive(bar, per_thread=True)  # each thread for its own rows (backward_keys.py)
 
 
 @ll.jit
