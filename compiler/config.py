@@ -14,6 +14,9 @@ import time, so tests can `monkeypatch.setenv` and call code that asks for `curr
 | `WEFT_EMULATE`         | `1` runs every launch on the CPU emulator, GPU or not        |
 | `WEFT_EMULATE_SHUFFLE` | an int seed: the emulator lands TMA loads in an order drawn  |
 |                        | from it, not oldest first (the hardware promises no order)   |
+| `WEFT_EMULATE_RACECHECK` | `1`: the emulator also reports what compute-sanitizer's     |
+|                        | racecheck would: accesses ordered only through a named       |
+|                        | barrier and one thread's mbarrier arrive (emulator/racecheck.py) |
 | `WEFT_PTXAS`           | an explicit ptxas executable, tried before any other         |
 | `WEFT_DEBUG`           | `1` turns on debug mode, which implies `WEFT_VERIFY`         |
 | `WEFT_VERIFY`          | `1` runs the IR verifier between passes                      |
@@ -51,6 +54,7 @@ class Config:
     debug: bool
     verify: bool
     autotune_quiet: bool = False  # no progress line while autotuning
+    emulate_racecheck: bool = False  # the emulator also reports racecheck's hazards
 
     def should_dump(self, name: str) -> bool:
         """True when `WEFT_DUMP` names this stage or pass (or says `all`)."""
@@ -115,6 +119,7 @@ def current(environ=None) -> Config:
         debug=debug,
         verify=debug or _flag(env, "WEFT_VERIFY"),
         autotune_quiet=_flag(env, "WEFT_AUTOTUNE_QUIET"),
+        emulate_racecheck=_flag(env, "WEFT_EMULATE_RACECHECK"),
     )
 
 
@@ -137,6 +142,11 @@ def emulate() -> bool:
 def emulate_shuffle() -> Optional[int]:
     """The seed under `WEFT_EMULATE_SHUFFLE`, or None (TMA loads land oldest first)."""
     return _seed(os.environ, "WEFT_EMULATE_SHUFFLE")
+
+
+def emulate_racecheck() -> bool:
+    """True under `WEFT_EMULATE_RACECHECK=1`."""
+    return _flag(os.environ, "WEFT_EMULATE_RACECHECK")
 
 
 def should_dump(name: str) -> bool:

@@ -188,10 +188,10 @@ def producer(state):
             mbarrier.expect(bar, 2 * state.q_desc.nbytes * BOXES)
             load_boxes(state.q_desc, batch, head, m * state.BLOCK_M, bar, state.q_ring.index(slot), HEAD_DIM)
             load_boxes(state.do_desc, batch, head, m * state.BLOCK_M, bar, state.do_ring.index(slot), HEAD_DIM)
-            if state.STATS_IN_SHARED:  # once Q and dO are on their way: the slot's second arrival
+            if state.STATS_IN_SHARED:  # once Q and dO are on their way: then each thread arrives
                 state.stats_ring.index(slot).index(0).store(lse2)
                 state.stats_ring.index(slot).index(1).store(delta)
-                mbarrier.arrive(bar)  # after every producer thread's rows (a named barrier first)
+                mbarrier.arrive(bar, per_thread=True)  # each thread for its own rows (backward_keys.py)
 
 
 @ll.jit

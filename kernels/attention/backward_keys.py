@@ -43,6 +43,36 @@ from .rings import ring_phase, ring_slot
 from .steps import accumulator_layout
 
 KEYS = 64  # of the block, a consumer warpgroup's: one wgmma M of S^T
+CONSUMER_THREADS = 128  # a consumer warpgroup's
+
+
+# compute-sanitizer's racecheck orders one thread's shared-memory access before another
+# thread's through an mbarrier only when the accessing thread itself arrives: not through a
+# named barrier over its warps followed by one thread's arrival (mbarrier.arrive's default).
+# So a handoff of data written or read with ordinary loads and stores (not TMA or wgmma,
+# which it does not watch) has every thread arrive for its own accesses (per_thread), and
+# its barrier counts threads: the stats ring, and SPLIT_SCORES's P^T.
+
+
+@ll.jit
+def release_slot(state, slot):
+    """Ring slot `slot` is read: back to the producer. With L and delta staged in it
+    (STATS_IN_SHARED), read by ordinary loads, every consumer thread arrives; Q and dO
+    alone, read by wgmma, take one arrival a warpgroup."""
+    if state.STATS_IN_SHARED:
+        mbarrier.arrive(state.empty.index(slot), per_thread=True)
+    else:
+        mbarrier.arrive(state.empty.index(slot))
+
+
+@ll.jit
+def free_scores(state):
+    """This warpgroup has read the step's shared scores: dS^T (by wgmma), and with
+    SPLIT_SCORES P^T (by ordinary loads: every thread arrives)."""
+    if state.SPLIT_SCORES:
+        mbarrier.arrive(state.scores_free, per_thread=True)
+    else:
+        mbarrier.arrive(state.scores_free)
 
 
 @ll.jit
@@ -107,34 +137,34 @@ def keys_step(state, step, m, bh, key0, dk, dv, qk_scale, WG: ll.constexpr, MASK
                               ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, accumulator_layout(DQ_CHUNK)),
                               use_acc=False, is_async=True)
         dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
-        mbarrier.arrive(state.empty.index(slot))  # Q and dO are read
+        release_slot(state, slot)  # Q and dO are read
         # dS is read once dQ's last chunk is computed: the first, or (head_dim 256) the
         # second, whose GEMM runs between the first chunk's addition and its own.
         if DQ_COLUMNS == DQ_CHUNK:
-            mbarrier.arrive(state.scores_free)
+            free_scores(state)
         add_dq(state, dq, ds, k, m, bh, q0, DQ_COLUMNS, WG)
         if DQ_COLUMNS > DQ_CHUNK:
-            mbarrier.arrive(state.scores_free)
+            free_scores(state)
     elif BLOCK_M == KEYS * state.CONSUMERS:  # head_dim 64 at BLOCK_M 128: each consumer its 64 rows of dQ
         r0: ll.constexpr = WG * KEYS
         dq = ll.warpgroup_mma(ds.slice(r0, KEYS, 0), k,
                               ll.zeros([KEYS, DQ_CHUNK], ll.float32, accumulator_layout(DQ_CHUNK)),
                               use_acc=False, is_async=True)
         dv, dk, dq = ll.warpgroup_mma_wait(0, deps=[dv, dk, dq])
-        mbarrier.arrive(state.empty.index(slot))
-        mbarrier.arrive(state.scores_free)
+        release_slot(state, slot)
+        free_scores(state)
         add_dq_rows(state, dq, m * BLOCK_M + r0, bh, WG)
     else:  # fewer chunks than consumers (head_dim 64, two): the whole of dQ, consumers in turn
         dv, dk = ll.warpgroup_mma_wait(0, deps=[dv, dk])
-        mbarrier.arrive(state.empty.index(slot))
+        release_slot(state, slot)
         if ring_slot(step, state.CONSUMERS) == WG:
             dq = ll.warpgroup_mma(ds, k, ll.zeros([BLOCK_M, DQ_CHUNK], ll.float32, accumulator_layout(DQ_CHUNK)),
                                   use_acc=False, is_async=True)
             dq = ll.warpgroup_mma_wait(0, deps=[dq])
-            mbarrier.arrive(state.scores_free)
+            free_scores(state)
             add_dq(state, dq, ds, k, m, bh, 0, DQ_CHUNK, WG)
         else:
-            mbarrier.arrive(state.scores_free)
+            free_scores(state)
     return dk, dv
 
 
@@ -226,7 +256,7 @@ def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, d
             pt = masked_transposed(state, pt, m, key0, T_LAYOUT)
         mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # the last P^T and dS^T are read
         p_buf.store(pt)
-        mbarrier.arrive(p_ready)
+        mbarrier.arrive(p_ready, per_thread=True)  # P^T's reader loads it: each writer arrives
         mbarrier.arrive(scores_ready)
         dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), A_OPERAND), part(do, c0, state.COLUMNS, 1), dv,
                               is_async=True)
@@ -365,19 +395,21 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
         p_smem = ll.allocate_shared_memory(ll.float32, [1, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 32))
         scores_ready = mbarrier.allocate_mbarrier(batch=2)
         mbarrier.init(scores_ready.index(0), count=CONSUMERS)
-        mbarrier.init(scores_ready.index(1), count=1)
+        mbarrier.init(scores_ready.index(1), count=CONSUMER_THREADS)  # an arrival a thread
     else:
         scores_ready = mbarrier.allocate_mbarrier()
         mbarrier.init(scores_ready, count=CONSUMERS)
-    scores_free = mbarrier.allocate_mbarrier()
-    mbarrier.init(scores_free, count=CONSUMERS)
+    scores_free = mbarrier.allocate_mbarrier()  # SPLIT_SCORES: an arrival a consumer thread (free_scores)
+    mbarrier.init(scores_free, count=CONSUMERS * CONSUMER_THREADS if SPLIT_SCORES else CONSUMERS)
     kv_ready = mbarrier.allocate_mbarrier()
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
     mbarrier.init(kv_ready, count=1)
+    # STATS_IN_SHARED: the producer's expect, then an arrival from each producer thread for
+    # its stores of L and delta; an arrival from each consumer thread (release_slot).
     for s in ll.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=2 if STATS_IN_SHARED else 1)  # then the stats' arrival too
-        mbarrier.init(empty.index(s), count=CONSUMERS)
+        mbarrier.init(ready.index(s), count=1 + ll.num_warps() * 32 if STATS_IN_SHARED else 1)
+        mbarrier.init(empty.index(s), count=CONSUMERS * CONSUMER_THREADS if STATS_IN_SHARED else CONSUMERS)
     state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, p_smem, ds_smem,
                           scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
                           dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,

@@ -86,6 +86,9 @@ class MBarrier:
     completed: int = 0   # phases completed since init
     invalidated_by: Optional[ir.Op] = None
     completions: dict = field(default_factory=dict)  # completed count -> published clock
+    # WEFT_EMULATE_RACECHECK: the same as racecheck sees them (racecheck.py)
+    racecheck_release: Optional[np.ndarray] = None
+    racecheck_completions: dict = field(default_factory=dict)
     epochs: dict = field(default_factory=dict)       # phase epoch -> phase number
     waiters: list = field(default_factory=list)
 
@@ -231,6 +234,10 @@ def _widened(clock: np.ndarray, width: int) -> np.ndarray:
 def arrive(cta, op, bar: MBarrier, count: int, warp: int) -> None:
     """`count` arrivals released by `warp`; completes the phase when it is due."""
     ordering = cta.shared.ordering
+    if ordering.racecheck is not None:  # what they publish as racecheck sees it (racecheck.py)
+        published = ordering.racecheck.view(warp)
+        bar.racecheck_release = published if bar.racecheck_release is None \
+            else np.maximum(bar.racecheck_release, published)
     vc = ordering.release(warp)
     bar.release = np.maximum(_widened(bar.release, len(vc)), _widened(vc, len(bar.release)))
     if count > bar.pending:
@@ -254,6 +261,9 @@ def complete_if_due(shared, op, bar: MBarrier) -> None:
     bar.completed += 1
     bar.completions[bar.completed] = published
     bar.completions.pop(bar.completed - 3, None)
+    bar.racecheck_completions[bar.completed] = bar.racecheck_release
+    bar.racecheck_completions.pop(bar.completed - 3, None)
+    bar.racecheck_release = None
     bar.pending, bar.tx = bar.count, 0
     bar.release = ordering.empty_clock()
     bar.phase_epoch = ordering.reserve()
@@ -344,6 +354,11 @@ def mbarrier_expect(cta, op: ir.MBarrierExpect) -> None:
     arrive(cta, op, bar, 1, cta.warp_base)
 
 
+def _acquire(cta, warps, bar: MBarrier, completed: int) -> None:
+    """`warps` are ordered after the arrivals of the phase whose completion made `completed`."""
+    cta.shared.ordering.acquire(warps, bar.completions[completed], bar.racecheck_completions.get(completed))
+
+
 @RULES.register(ir.MBarrierWait)
 def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
     bar = live_barrier(cta, op, op.barrier)
@@ -359,7 +374,7 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
         while bar.completed == target and cta.shared.in_flight:
             land_next(cta.shared)
         if bar.completed > target:
-            cta.shared.ordering.acquire(warps, bar.completions[target + 1])
+            _acquire(cta, warps, bar, target + 1)
             return
     if bar.completed % 2 == parity:  # the phase of that parity is the one in progress
         waiter = Waiter(cta.partition, op, bar, bar.completed, parity)
@@ -374,6 +389,6 @@ def mbarrier_wait(cta, op: ir.MBarrierWait) -> None:
         finally:
             bar.waiters.remove(waiter)
         live_barrier(cta, op, op.barrier)
-        cta.shared.ordering.acquire(warps, bar.completions[waiter.target + 1])
+        _acquire(cta, warps, bar, waiter.target + 1)
     elif bar.completed:
-        cta.shared.ordering.acquire(warps, bar.completions[bar.completed])
+        _acquire(cta, warps, bar, bar.completed)

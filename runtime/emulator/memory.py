@@ -190,7 +190,7 @@ class SharedMemory:
         self.bytes = np.full(padded, POISON_BYTE, dtype=np.uint8)
         self.num_warps = num_warps
         self.total_warps = total_warps or num_warps
-        self.ordering = Ordering(padded, self.total_warps * ctas)
+        self.ordering = Ordering(padded, self.total_warps * ctas, racecheck=config.emulate_racecheck())
         if ctas > 1:
             self.ordering.window = self.window
         self.cta_warps = (0, self.total_warps)  # the running CTA's first warp and warp count

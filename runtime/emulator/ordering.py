@@ -40,6 +40,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .errors import EmulationError
+from .racecheck import RacecheckView, hazard_message
 
 _GROW = 8  # agent columns added at a time
 _NEVER = np.iinfo(np.int64).max
@@ -64,7 +65,7 @@ class AsyncAccess:
 class Ordering:
     """Vector clocks of one CTA's warps and mbarrier agents, and per-byte access epochs."""
 
-    def __init__(self, size: int, num_warps: int):
+    def __init__(self, size: int, num_warps: int, racecheck: bool = False):
         self.size = size
         self.num_warps = num_warps
         self.columns = num_warps
@@ -97,6 +98,9 @@ class Ordering:
         self.labels: Optional[list[str]] = None           # warp -> name, while partitions run
         self.window: Optional[int] = None                 # a cluster CTA's bytes (SharedMemory)
         self.cta_base = 0
+        # WEFT_EMULATE_RACECHECK: the order compute-sanitizer's racecheck follows, beside
+        # the hardware's (racecheck.py)
+        self.racecheck: Optional[RacecheckView] = RacecheckView(num_warps) if racecheck else None
         self.new_cta()
 
     # ------------------------------------------------------------------ clocks
@@ -116,10 +120,14 @@ class Ordering:
         self.synced[:] = self.clock[np.arange(self.num_warps), np.arange(self.num_warps)]
         self.fences = [[] for _ in range(self.num_warps)]
         self.labels = None
+        if self.racecheck is not None:
+            self.racecheck.reset(self.clock)
 
     def tick(self, warp: int) -> None:
         self.epoch += 1
         self.clock[warp, warp] = self.epoch
+        if self.racecheck is not None:
+            self.racecheck.tick(warp, self.epoch)
 
     def reserve(self) -> int:
         """A fresh epoch for an agent column (an mbarrier phase that has not completed)."""
@@ -130,6 +138,8 @@ class Ordering:
         """A barrier over `warps`: each is ordered after all the others' earlier work."""
         warps = np.asarray(warps, dtype=np.int64)
         self.clock[warps] = self.clock[warps].max(axis=0)
+        if self.racecheck is not None:
+            self.racecheck.join(warps)
         self._synced(warps)
 
     def _synced(self, warps: np.ndarray) -> None:
@@ -143,10 +153,13 @@ class Ordering:
         self.tick(warp)
         return vc
 
-    def acquire(self, warps, vc: np.ndarray) -> None:
+    def acquire(self, warps, vc: np.ndarray, racecheck_vc: Optional[np.ndarray] = None) -> None:
+        """`warps` are ordered after the release `vc` (racecheck's view: `racecheck_vc`)."""
         warps = np.asarray(warps, dtype=np.int64)
         width = min(len(vc), self.clock.shape[1])
         self.clock[warps, :width] = np.maximum(self.clock[warps, :width], vc[:width])
+        if self.racecheck is not None:
+            self.racecheck.acquire(warps, racecheck_vc)
         self._synced(warps)
 
     def set_live_barrier(self, address: int, live: bool, nbytes: int = 8) -> None:
@@ -343,6 +356,8 @@ class Ordering:
             self._check_in_flight(warp_rows, who, op, verb, reads_too=write)
             if write:
                 self._check_reads(warp_rows, clock, warp, op, verb)
+                if self.racecheck is not None:
+                    self._check_racecheck(warp_rows, warp, op, write)
                 # another warp's unordered generic write is tolerated (replicated layouts
                 # store one element from several warps); async writes are not
                 if self.columns > self.num_warps:
@@ -350,9 +365,28 @@ class Ordering:
                 self._record_write(warp_rows, clock, op_id, own=warp)
             else:
                 self._check_writes(warp_rows, clock, who, op, "RAW", verb, own=warp)
+                if self.racecheck is not None:
+                    self._check_racecheck(warp_rows, warp, op, write)
                 self.read[warp_rows, warp] = clock[warp]
                 self.read_op[warp_rows] = op_id
                 self.read_async[warp_rows, warp] = False
+
+    def _check_racecheck(self, rows, warp: int, op, write: bool) -> None:
+        """An ordinary access that the hardware orders (the checks above passed) but that
+        racecheck would report against another warp's ordinary access (racecheck.py)."""
+        who, verb = self.label(warp), "writes" if write else "reads"
+        if write:
+            found = self.racecheck.unordered_read(self.read[rows], self.read_async[rows], warp)
+            kind, other_verb, table = "WAR", "read", self.read_op
+        else:
+            excused = self.written[rows, warp] >= self.synced[warp]
+            found = self.racecheck.unordered_write(self.written[rows, :self.num_warps], excused, warp)
+            kind, other_verb, table = "RAW", "wrote", self.write_op
+        if found is not None:
+            i, other = found
+            row = int(rows[i])
+            self._raise(hazard_message(kind, who, verb, self.byte(row), self.label(other), other_verb),
+                        op, self._op(int(table[row])), f"{other_verb} by {self.label(other)}")
 
     def _record_write(self, rows, clock: np.ndarray, op_id: int, own: Optional[int]) -> None:
         written = self.written[rows, :self.columns]
