@@ -32,12 +32,17 @@ class Config:
                                   # reduce-add of whole tiles and a converting launch
     stream_k: bool = False       # the partial wave's tiles shared by K step among all CTAs
                                  # (stream_k.py)
+    cluster_m: int = 1           # 2: CTAs in pairs of tiles neighbouring along M, sharing
+                                 # each B tile by TMA multicast (cluster.py)
+    cluster_n: int = 1           # 2: pairs neighbouring along N, sharing each A tile
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.num_warps not in (4, 8):
             raise ValueError(f"Config.num_warps must be 4 or 8 (one or two warpgroups), got {self.num_warps}")
+        if self.cluster_m != 1 or self.cluster_n != 1:
+            self._check_cluster()
         if self.variant == "gemv":
             return self._check_gemv()
         if self.block_m != 16 * self.num_warps:
@@ -73,6 +78,22 @@ class Config:
                              f"holds block_n / 2 accumulators beside their workspace addresses, and "
                              f"{self.block_n} / 2 of each would spill; got block_n={self.block_n} "
                              f"(split_reduce='tma' takes 256)")
+
+    def _check_cluster(self) -> None:
+        """A config of CTA pairs (cluster.py): one direction, the plain warp-specialized kernel,
+        and for pairs along M, B tiles of an even count of TMA boxes (each CTA loads half)."""
+        pair = (self.cluster_m, self.cluster_n)
+        if pair not in ((2, 1), (1, 2)) or any(isinstance(x, bool) for x in pair):
+            raise ValueError(f"Config.cluster_m and cluster_n pair CTAs along M (cluster_m=2) or along N "
+                             f"(cluster_n=2), not both; each is 1 or 2, got cluster_m={self.cluster_m!r}, "
+                             f"cluster_n={self.cluster_n!r}")
+        if self.variant != "warp_specialized" or self.split_k > 1 or self.stream_k or self.block_n == 192:
+            raise ValueError(f"Config.cluster_m/cluster_n=2 pairs the CTAs of the warp-specialized unsplit "
+                             f"kernel (cluster.py): use variant='warp_specialized', split_k=1, stream_k=False "
+                             f"and a power-of-two block_n, got {self}")
+        if self.cluster_m == 2 and self.block_n < 128:
+            raise ValueError(f"Config.cluster_m=2 shares B tiles as two halves of whole 64-column TMA boxes: "
+                             f"block_n must be 128 or 256, got {self.block_n}")
 
     def _check_gemv(self) -> None:
         """A gemv config: one row a CTA, power-of-two strips, K parts added by atomics."""

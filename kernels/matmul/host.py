@@ -11,7 +11,9 @@ from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
 from .._launch import (PreparedCall, capturing_cuda_graph, descriptor_binding, gpu_signature, keep_prepared_call,
-                       may_keep_tensors, pointer_binding, prepared_call, tensor_facts, torch_ops, torch_route)
+                       may_keep_tensors, persistent_cluster_grid, pointer_binding, prepared_call, tensor_facts,
+                       torch_ops, torch_route)
+from .cluster import cluster_matmul
 from .config import Config, configs_for, staged_columns
 from .gemv import gemv, gemv_tile_error
 from .kernels import pipelined_matmul, warp_specialized_matmul
@@ -107,10 +109,11 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
 
     swizzled_in = ll.NVMMASharedLayout(128, in_bits)
     row = 1024 // in_bits  # elements in a 128-byte swizzle row
-    a_desc = TensorDescriptor.from_tensor(a, [config.block_m, config.block_k], swizzled_in)
+    # CTA pairs (cluster.py) load the tile they share as two halves, one each.
+    a_desc = TensorDescriptor.from_tensor(a, [config.block_m // config.cluster_n, config.block_k], swizzled_in)
     if k_major:
         # Two-piece tiles take B^T in 64-row boxes, whole ones per piece (two_piece.py).
-        rows = B_BOX_N if config.block_n == LEFT_N + RIGHT_N else config.block_n
+        rows = B_BOX_N if config.block_n == LEFT_N + RIGHT_N else config.block_n // config.cluster_m
         b_desc = TensorDescriptor.from_tensor(b.T, [rows, config.block_k], swizzled_in)
     else:
         b_desc = TensorDescriptor.from_tensor(b, [config.block_k, min(row, config.block_n)], swizzled_in)
@@ -140,6 +143,8 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
         return _reduce_add_call(a, b_desc, a_desc, c, m, n, k, config, programs, common)
     if config.stream_k:
         return _stream_k_call(a, a_desc, b_desc, c_desc, m, n, k, config, programs, common)
+    if config.cluster_m * config.cluster_n > 1:
+        return _cluster_call(a, a_desc, b_desc, c_desc, m, n, k, config, common)
     if config.split_k > 1:
         scratch = _split_scratch(a, m, n, _tiles(m, n, config))
         return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
@@ -188,6 +193,20 @@ def _stream_k_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Co
     dp_tiles = tiles - sk_tiles
     return (stream_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k, dp_tiles),
             dict(common, PRODUCER_REGS=config.producer_regs), c_desc, None, scratch)
+
+
+def _cluster_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, common: dict) -> tuple:
+    """`_kernel_call` of a config of CTA pairs (cluster.py): launched in clusters of two,
+    as many as the device holds at once (a cluster's CTAs share a GPC, so that can be
+    fewer than half the SMs), but no more than there are tile pairs."""
+    pairs = -(-m // (config.block_m * config.cluster_m)) * -(-n // (config.block_n * config.cluster_n))
+    args = (a_desc, b_desc, c_desc, m, n, k)
+    constexprs = dict(common, PRODUCER_REGS=config.producer_regs, CLUSTER_M=config.cluster_m,
+                      CLUSTER_N=config.cluster_n)
+    num_warps = constexprs.pop("num_warps")
+    programs = persistent_cluster_grid(cluster_matmul, a, 2 * pairs, args, constexprs, num_warps, 2)
+    return (cluster_matmul, (programs,), args, dict(constexprs, num_warps=num_warps, cluster=(2, 1, 1)),
+            c_desc, None, ())
 
 
 def _gemv_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config) -> tuple:

@@ -1,0 +1,167 @@
+"""The warp-specialized matmul (kernels.py) with CTAs in clusters of two that share an
+operand tile by TMA multicast (Config.cluster_m / cluster_n).
+
+A cluster takes a pair of neighbouring output tiles: along M (CLUSTER_M 2: tiles
+(off_m, off_n) and (off_m + BLOCK_M, off_n), which read the same B tile) or along N
+(CLUSTER_N 2: the same A tile). Each K step, each CTA's producer loads its own
+operand tile and half of the shared one's TMA boxes, multicast into both CTAs' ring
+slots, so the shared tile leaves L2 once per pair. The cost of a misaligned row stride
+(each box row touching more L2 sectors) falls on the pair once, not on each CTA.
+
+Barriers: a slot's `ready` barrier expects the whole slot (the half its peer multicasts
+completes on it too); its `empty` barrier counts two arrivals, the consumers of both
+CTAs, since either producer writes into both CTAs' slot. Both CTAs walk the same pair
+sequence and K steps, so their rings stay in step; where the partner tile lies past M
+or N, that CTA still loads its half of the shared tile (TMA reads zeros for its own
+operand and clips its stores), so the peer's barriers still complete.
+"""
+
+from __future__ import annotations
+
+from ... import lowlevel as ll
+from ...lowlevel import mbarrier, tma
+from .kernels import allocate_operands, b_operand, store_tile, tile_origin
+
+
+@ll.jit
+def pair_origin(pair, M, N, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, GROUP_M: ll.constexpr,
+                CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+    """The (row, col) of this CTA's tile of the cluster's `pair`-th tile pair: pairs
+    ([CLUSTER_M x BLOCK_M, CLUSTER_N x BLOCK_N] blocks) in grouped order (GROUP_M pair
+    rows sweep the columns together), the CTA of cluster rank r taking tile r of it."""
+    off_m, off_n = tile_origin(pair, M, N, BLOCK_M * CLUSTER_M, BLOCK_N * CLUSTER_N, GROUP_M)
+    rank = ll.program_id(0) % 2
+    if CLUSTER_M == 2:
+        off_m += rank * BLOCK_M
+    else:
+        off_n += rank * BLOCK_N
+    return off_m, off_n
+
+
+@ll.jit
+def load_boxes(desc, row, col, bar, dst, BOXES: ll.constexpr, DIM: ll.constexpr, SHARED: ll.constexpr):
+    """TMA loads of a tile as BOXES boxes side by side along dimension DIM (0: rows, 1:
+    columns), completing on `bar`. SHARED: both CTAs of the cluster need the tile, so the
+    CTA of rank r loads the boxes j with j % 2 == r, multicast into both."""
+    STEP: ll.constexpr = desc.block_shape[DIM]
+    for j in ll.static_range(BOXES):
+        box = dst.slice(j * STEP, STEP, DIM)
+        if SHARED:
+            mine = ll.program_id(0) % 2 == j % 2
+            if DIM == 0:
+                tma.async_copy_global_to_shared(desc, [row + j * STEP, col], bar, box, mine, multicast=3)
+            else:
+                tma.async_copy_global_to_shared(desc, [row, col + j * STEP], bar, box, mine, multicast=3)
+        elif DIM == 0:
+            tma.async_copy_global_to_shared(desc, [row + j * STEP, col], bar, box)
+        else:
+            tma.async_copy_global_to_shared(desc, [row, col + j * STEP], bar, box)
+
+
+@ll.jit
+def load_cluster_stage(a_desc, b_desc, a_slot, b_slot, bar, off_m, off_n, off_k,
+                       BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                       CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+    """One K step's loads into one ring slot of each CTA: A as BLOCK_M / box-rows boxes
+    (shared along N), B as boxes along N (shared along M); the barrier expects the whole
+    slot, whichever CTA loads each box."""
+    A_BOXES: ll.constexpr = BLOCK_M // a_desc.block_shape[0]
+    B_DIM: ll.constexpr = 0 if B_K_MAJOR else 1
+    B_BOXES: ll.constexpr = BLOCK_N // b_desc.block_shape[B_DIM]
+    mbarrier.expect(bar, a_desc.nbytes * A_BOXES + b_desc.nbytes * B_BOXES)
+    load_boxes(a_desc, off_m, off_k, bar, a_slot, A_BOXES, 0, CLUSTER_N == 2)
+    if B_K_MAJOR:
+        load_boxes(b_desc, off_n, off_k, bar, b_slot, B_BOXES, 0, CLUSTER_M == 2)
+    else:
+        load_boxes(b_desc, off_k, off_n, bar, b_slot, B_BOXES, 1, CLUSTER_M == 2)
+
+
+@ll.jit
+def cluster_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
+                     BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                     STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                     CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+    """Fill ring slots (of both CTAs, for the shared operand) once both CTAs' consumers
+    have released them, across the cluster's tile pairs."""
+    k_steps = ll.cdiv(K, BLOCK_K)
+    pairs = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N)
+    issued = 0
+    for pair in range(ll.program_id(0) // 2, pairs, ll.num_programs(0) // 2):
+        off_m, off_n = pair_origin(pair, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
+        for k in range(0, k_steps):
+            slot = issued % STAGES
+            # A fresh `empty` barrier counts as released (phase 1 is "before the start").
+            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            load_cluster_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
+                               off_m, off_n, k * BLOCK_K, BLOCK_M, BLOCK_N, B_K_MAJOR, CLUSTER_M, CLUSTER_N)
+            issued += 1
+
+
+@ll.jit
+def release_slot(bar, pred=True):
+    """Hand a ring slot back to both CTAs' producers (either multicasts into it). The
+    peer's arrival releases at CTA scope: the slot was only read, by wgmmas already
+    waited for, so nothing of it needs ordering before the peer's next load."""
+    mbarrier.arrive(bar, pred=pred)
+    mbarrier.arrive(bar, pred=pred, cta=ll.program_id(0) % 2 ^ 1, scope="cta")
+
+
+@ll.jit
+def cluster_consumer(c_desc, a_ring, b_ring, c_smem, ready, empty, M, N, K,
+                     BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                     STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                     NUM_WARPS: ll.constexpr, CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+    """Multiply whatever has landed, release each slot to both producers, write each tile."""
+    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
+    k_steps = ll.cdiv(K, BLOCK_K)
+    pairs = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N)
+    consumed = 0
+    for pair in range(ll.program_id(0) // 2, pairs, ll.num_programs(0) // 2):
+        off_m, off_n = pair_origin(pair, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
+        acc = ll.zeros([BLOCK_M, BLOCK_N], ll.float32, acc_layout)
+        previous = 0
+        for k in range(0, k_steps):
+            slot = consumed % STAGES
+            mbarrier.wait(ready.index(slot), (consumed // STAGES) & 1)
+            acc = ll.warpgroup_mma(a_ring.index(slot), b_operand(b_ring.index(slot), B_K_MAJOR),
+                                   acc, is_async=True)
+            acc = ll.warpgroup_mma_wait(1, deps=[acc])
+            # The previous step's wgmma has retired: hand its slot back.
+            release_slot(empty.index(previous), k > 0)
+            previous = slot
+            consumed += 1
+        acc = ll.warpgroup_mma_wait(0, deps=[acc])
+        release_slot(empty.index(previous))
+        store_tile(c_desc, c_smem, acc, off_m, off_n, BLOCK_N)
+    tma.store_wait(0)
+
+
+@ll.jit
+def cluster_matmul(a_desc, b_desc, c_desc, M, N, K,
+                   BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                   STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                   NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr,
+                   CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+    """Grid: an even count of CTAs, launched with cluster=(2, 1, 1), CLUSTER_M x CLUSTER_N
+    = 2. Descriptors: A's boxes [BLOCK_M / CLUSTER_N, BLOCK_K]; B's [BLOCK_N / CLUSTER_M,
+    BLOCK_K] (K-major) or [BLOCK_K, 64 or fewer columns] (an even count per tile where
+    CLUSTER_M is 2)."""
+    ll.static_assert(CLUSTER_M * CLUSTER_N == 2, "cluster_matmul pairs CTAs along M or along N")
+    a_ring, b_ring, c_smem = allocate_operands(a_desc, b_desc, c_desc, BLOCK_M, BLOCK_N, BLOCK_K,
+                                               STAGES, B_K_MAJOR)
+    ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    for s in ll.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)  # this CTA's consumers and the peer's
+    ll.cluster_barrier()  # the peer's barriers are initialised before anything arrives on them
+    ll.warp_specialize(
+        (c_desc, a_ring, b_ring, c_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+         STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS, CLUSTER_M, CLUSTER_N), cluster_consumer,
+        (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+         STAGES, GROUP_M, B_K_MAJOR, CLUSTER_M, CLUSTER_N), [cluster_producer],
+        worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS])
+    ll.cluster_barrier()  # the peer no longer arrives on, nor loads into, this CTA's shared memory
+    for s in ll.static_range(STAGES):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
