@@ -9,8 +9,8 @@ slots, so the shared tile leaves L2 once per pair. The cost of a misaligned row 
 (each box row touching more L2 sectors) falls on the pair once, not on each CTA.
 
 Barriers: a slot's `ready` barrier expects the whole slot (the half its peer multicasts
-completes on it too); its `empty` barrier counts two arrivals, the consumers of both
-CTAs, since either producer writes into both CTAs' slot. Both CTAs walk the same pair
+completes on it too); its `empty` barrier counts the releases of the consumer warps of
+both CTAs, since either producer writes into both CTAs' slot. Both CTAs walk the same pair
 sequence and K steps, so their rings stay in step; where the partner tile lies past M
 or N, that CTA still loads its half of the shared tile (TMA reads zeros for its own
 operand and clips its stores), so the peer's barriers still complete.
@@ -99,11 +99,13 @@ def cluster_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
 
 @ll.jit
 def release_slot(bar, pred=True):
-    """Hand a ring slot back to both CTAs' producers (either multicasts into it). The
-    peer's arrival releases at CTA scope: the slot was only read, by wgmmas already
-    waited for, so nothing of it needs ordering before the peer's next load."""
-    mbarrier.arrive(bar, pred=pred)
-    mbarrier.arrive(bar, pred=pred, cta=ll.program_id(0) % 2 ^ 1, scope="cta")
+    """Hand a ring slot back to both CTAs' producers (either multicasts into it), warp by
+    warp: each warp once its own wgmma wait has retired the slot's reads, with no
+    consumer-wide named barrier first (the slot's `empty` barrier counts every consumer
+    warp of both CTAs). The peer's arrival releases at CTA scope: the slot was only read,
+    so nothing of it needs ordering before the peer's next load."""
+    mbarrier.arrive(bar, pred=pred, per_warp=True)
+    mbarrier.arrive(bar, pred=pred, per_warp=True, cta=ll.program_id(0) % 2 ^ 1, scope="cta")
 
 
 @ll.jit
@@ -153,7 +155,7 @@ def cluster_matmul(a_desc, b_desc, c_desc, M, N, K,
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
     for s in ll.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=2)  # this CTA's consumers and the peer's
+        mbarrier.init(empty.index(s), count=2 * NUM_WARPS)  # this CTA's consumer warps and the peer's
     ll.cluster_barrier()  # the peer's barriers are initialised before anything arrives on them
     ll.warp_specialize(
         (c_desc, a_ring, b_ring, c_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,

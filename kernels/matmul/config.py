@@ -41,8 +41,7 @@ class Config:
             raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.num_warps not in (4, 8):
             raise ValueError(f"Config.num_warps must be 4 or 8 (one or two warpgroups), got {self.num_warps}")
-        if self.cluster_m != 1 or self.cluster_n != 1:
-            self._check_cluster()
+        self._check_cluster()
         if self.variant == "gemv":
             return self._check_gemv()
         if self.block_m != 16 * self.num_warps:
@@ -83,6 +82,8 @@ class Config:
         """A config of CTA pairs (cluster.py): one direction, the plain warp-specialized kernel,
         and for pairs along M, B tiles of an even count of TMA boxes (each CTA loads half)."""
         pair = (self.cluster_m, self.cluster_n)
+        if pair == (1, 1) and not any(isinstance(x, bool) for x in pair):
+            return
         if pair not in ((2, 1), (1, 2)) or any(isinstance(x, bool) for x in pair):
             raise ValueError(f"Config.cluster_m and cluster_n pair CTAs along M (cluster_m=2) or along N "
                              f"(cluster_n=2), not both; each is 1 or 2, got cluster_m={self.cluster_m!r}, "
