@@ -14,13 +14,20 @@ both CTAs, since either producer writes into both CTAs' slot. Both CTAs walk the
 sequence and K steps, so their rings stay in step; where the partner tile lies past M
 or N, that CTA still loads its half of the shared tile (TMA reads zeros for its own
 operand and clips its stores), so the peer's barriers still complete.
+
+Split (SPLIT_K > 1, long K): each pair's K range is cut into SPLIT_K parts, a cluster
+taking (pair, part) units; both CTAs of the cluster multiply the same part of their own
+tiles and add their fp32 partial tiles into a zeroed workspace by TMA reduce-add, as
+split_k_tma.py's units do (its `finish_split` then writes C).
 """
 
 from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import allocate_operands, b_operand, store_tile, tile_origin
+from .kernels import store_tile, tile_origin
+from .split_k import unit_range
+from .split_k_tma import add_tile, multiply_range
 
 
 @ll.jit
@@ -80,15 +87,16 @@ def load_cluster_stage(a_desc, b_desc, a_slot, b_slot, bar, off_m, off_n, off_k,
 def cluster_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
                      BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                      STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
-                     CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+                     CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr, SPLIT_K: ll.constexpr):
     """Fill ring slots (of both CTAs, for the shared operand) once both CTAs' consumers
-    have released them, across the cluster's tile pairs."""
+    have released them, across the cluster's (pair, K part) units."""
     k_steps = ll.cdiv(K, BLOCK_K)
-    pairs = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N)
+    units = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N) * SPLIT_K
     issued = 0
-    for pair in range(ll.program_id(0) // 2, pairs, ll.num_programs(0) // 2):
+    for unit in range(ll.program_id(0) // 2, units, ll.num_programs(0) // 2):
+        pair, begin, end = unit_range(unit, k_steps, SPLIT_K)
         off_m, off_n = pair_origin(pair, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
-        for k in range(0, k_steps):
+        for k in range(begin, end):
             slot = issued % STAGES
             # A fresh `empty` barrier counts as released (phase 1 is "before the start").
             mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
@@ -98,59 +106,52 @@ def cluster_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
 
 
 @ll.jit
-def release_slot(bar, pred=True):
-    """Hand a ring slot back to both CTAs' producers (either multicasts into it), warp by
-    warp: each warp once its own wgmma wait has retired the slot's reads, with no
-    consumer-wide named barrier first (the slot's `empty` barrier counts every consumer
-    warp of both CTAs). The peer's arrival releases at CTA scope: the slot was only read,
-    so nothing of it needs ordering before the peer's next load."""
-    mbarrier.arrive(bar, pred=pred, per_warp=True)
-    mbarrier.arrive(bar, pred=pred, per_warp=True, cta=ll.program_id(0) % 2 ^ 1, scope="cta")
-
-
-@ll.jit
-def cluster_consumer(c_desc, a_ring, b_ring, c_smem, ready, empty, M, N, K,
+def cluster_consumer(out_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K,
                      BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                      STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
-                     NUM_WARPS: ll.constexpr, CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
-    """Multiply whatever has landed, release each slot to both producers, write each tile."""
-    acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, BLOCK_N, 16])
+                     NUM_WARPS: ll.constexpr, CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr,
+                     SPLIT_K: ll.constexpr):
+    """Multiply each unit's K steps as they land, releasing each slot to both producers;
+    write the tile (SPLIT_K 1) or add the partial tile into the workspace, in out_smem's
+    columns at a time (SPLIT_K > 1)."""
+    PIECE: ll.constexpr = out_smem.shape[1]
     k_steps = ll.cdiv(K, BLOCK_K)
-    pairs = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N)
+    units = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N) * SPLIT_K
     consumed = 0
-    for pair in range(ll.program_id(0) // 2, pairs, ll.num_programs(0) // 2):
+    for unit in range(ll.program_id(0) // 2, units, ll.num_programs(0) // 2):
+        pair, begin, end = unit_range(unit, k_steps, SPLIT_K)
         off_m, off_n = pair_origin(pair, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
-        acc = ll.zeros([BLOCK_M, BLOCK_N], ll.float32, acc_layout)
-        previous = 0
-        for k in range(0, k_steps):
-            slot = consumed % STAGES
-            mbarrier.wait(ready.index(slot), (consumed // STAGES) & 1)
-            acc = ll.warpgroup_mma(a_ring.index(slot), b_operand(b_ring.index(slot), B_K_MAJOR),
-                                   acc, is_async=True)
-            acc = ll.warpgroup_mma_wait(1, deps=[acc])
-            # The previous step's wgmma has retired: hand its slot back.
-            release_slot(empty.index(previous), k > 0)
-            previous = slot
-            consumed += 1
-        acc = ll.warpgroup_mma_wait(0, deps=[acc])
-        release_slot(empty.index(previous))
-        store_tile(c_desc, c_smem, acc, off_m, off_n, BLOCK_N)
+        acc, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, begin, end,
+                                              BLOCK_M, BLOCK_N, PIECE, STAGES, B_K_MAJOR, NUM_WARPS, 2)
+        if SPLIT_K == 1:
+            store_tile(out_desc, out_smem, acc, off_m, off_n, BLOCK_N)
+        else:
+            add_tile(out_desc, out_smem, acc, off_m, off_n, PIECE)
+            if PIECE < BLOCK_N:
+                add_tile(out_desc, out_smem, right, off_m, off_n + PIECE, PIECE)
     tma.store_wait(0)
 
 
 @ll.jit
-def cluster_matmul(a_desc, b_desc, c_desc, M, N, K,
+def cluster_matmul(a_desc, b_desc, out_desc, M, N, K,
                    BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                    STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
                    NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr,
-                   CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+                   CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr,
+                   SPLIT_K: ll.constexpr = 1, STAGED_N: ll.constexpr = None):
     """Grid: an even count of CTAs, launched with cluster=(2, 1, 1), CLUSTER_M x CLUSTER_N
     = 2. Descriptors: A's boxes [BLOCK_M / CLUSTER_N, BLOCK_K]; B's [BLOCK_N / CLUSTER_M,
     BLOCK_K] (K-major) or [BLOCK_K, 64 or fewer columns] (an even count per tile where
-    CLUSTER_M is 2)."""
+    CLUSTER_M is 2); out_desc is C's (SPLIT_K 1) or, split, the fp32 workspace's, whose
+    partial tiles are staged STAGED_N columns at a time (config.staged_columns)."""
     ll.static_assert(CLUSTER_M * CLUSTER_N == 2, "cluster_matmul pairs CTAs along M or along N")
-    a_ring, b_ring, c_smem = allocate_operands(a_desc, b_desc, c_desc, BLOCK_M, BLOCK_N, BLOCK_K,
-                                               STAGES, B_K_MAJOR)
+    dtype: ll.constexpr = a_desc.dtype
+    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
+    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
+    if STAGED_N is None:
+        STAGED_N = BLOCK_N
+    out_smem = ll.allocate_shared_memory(out_desc.dtype, [BLOCK_M, STAGED_N], out_desc.layout)
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
     for s in ll.static_range(STAGES):
@@ -158,10 +159,10 @@ def cluster_matmul(a_desc, b_desc, c_desc, M, N, K,
         mbarrier.init(empty.index(s), count=2 * NUM_WARPS)  # this CTA's consumer warps and the peer's
     ll.cluster_barrier()  # the peer's barriers are initialised before anything arrives on them
     ll.warp_specialize(
-        (c_desc, a_ring, b_ring, c_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
-         STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS, CLUSTER_M, CLUSTER_N), cluster_consumer,
+        (out_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+         STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS, CLUSTER_M, CLUSTER_N, SPLIT_K), cluster_consumer,
         (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
-         STAGES, GROUP_M, B_K_MAJOR, CLUSTER_M, CLUSTER_N), [cluster_producer],
+         STAGES, GROUP_M, B_K_MAJOR, CLUSTER_M, CLUSTER_N, SPLIT_K), [cluster_producer],
         worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS])
     ll.cluster_barrier()  # the peer no longer arrives on, nor loads into, this CTA's shared memory
     for s in ll.static_range(STAGES):

@@ -79,8 +79,9 @@ class Config:
                              f"(split_reduce='tma' takes 256)")
 
     def _check_cluster(self) -> None:
-        """A config of CTA pairs (cluster.py): one direction, the plain warp-specialized kernel,
-        and for pairs along M, B tiles of an even count of TMA boxes (each CTA loads half)."""
+        """A config of CTA pairs (cluster.py): one direction, the warp-specialized kernel
+        (unsplit, or split with TMA adds), and for pairs along M, B tiles of an even count
+        of TMA boxes (each CTA loads half)."""
         pair = (self.cluster_m, self.cluster_n)
         if pair == (1, 1) and not any(isinstance(x, bool) for x in pair):
             return
@@ -88,10 +89,12 @@ class Config:
             raise ValueError(f"Config.cluster_m and cluster_n pair CTAs along M (cluster_m=2) or along N "
                              f"(cluster_n=2), not both; each is 1 or 2, got cluster_m={self.cluster_m!r}, "
                              f"cluster_n={self.cluster_n!r}")
-        if self.variant != "warp_specialized" or self.split_k > 1 or self.stream_k or self.block_n == 192:
-            raise ValueError(f"Config.cluster_m/cluster_n=2 pairs the CTAs of the warp-specialized unsplit "
-                             f"kernel (cluster.py): use variant='warp_specialized', split_k=1, stream_k=False "
-                             f"and a power-of-two block_n, got {self}")
+        atomic_split = self.split_k > 1 and self.split_reduce == "atomic"
+        if self.variant != "warp_specialized" or atomic_split or self.stream_k or self.block_n == 192:
+            raise ValueError(f"Config.cluster_m/cluster_n=2 pairs the CTAs of the warp-specialized kernel, "
+                             f"unsplit or split with TMA adds (cluster.py): use variant='warp_specialized', "
+                             f"split_k=1 or split_reduce='tma', stream_k=False and a power-of-two block_n, "
+                             f"got {self}")
         if self.cluster_m == 2 and self.block_n < 128:
             raise ValueError(f"Config.cluster_m=2 shares B tiles as two halves of whole 64-column TMA boxes: "
                              f"block_n must be 128 or 256, got {self.block_n}")

@@ -139,12 +139,12 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
                   NUM_WARPS=config.num_warps, num_warps=config.num_warps)
+    if config.cluster_m * config.cluster_n > 1:
+        return _cluster_call(a, c, a_desc, b_desc, c_desc, m, n, k, config, common)
     if reduce_add:
         return _reduce_add_call(a, b_desc, a_desc, c, m, n, k, config, programs, common)
     if config.stream_k:
         return _stream_k_call(a, a_desc, b_desc, c_desc, m, n, k, config, programs, common)
-    if config.cluster_m * config.cluster_n > 1:
-        return _cluster_call(a, a_desc, b_desc, c_desc, m, n, k, config, common)
     if config.split_k > 1:
         scratch = _split_scratch(a, m, n, _tiles(m, n, config))
         return (split_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k),
@@ -162,6 +162,15 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
     """`_kernel_call` of a split-K config whose parts add by TMA reduce-add: the split
     launch adds into a zeroed fp32 workspace with C's row stride, then `finish_split`
     converts its whole rows (C's padding columns too) into C and zeroes them."""
+    ws_desc, then, scratch = _reduce_add_workspace(a, c, m, n, config)
+    return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
+            dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
+                 STAGED_N=staged_columns(config.block_m, config.block_n)), None, then, scratch)
+
+
+def _reduce_add_workspace(a, c, m: int, n: int, config: Config) -> tuple:
+    """(the workspace's descriptor, the `finish_split` launch, (workspace,)) of a split
+    launch whose parts add by TMA reduce-add."""
     from ...runtime.tensor_descriptor import TensorDescriptor
 
     stride = element_strides(c)[0]
@@ -172,9 +181,7 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
     total = m * stride  # rows of 16 bytes: a multiple of 4
     then = (finish_split, (-(-total // FINISH_BLOCK),), (workspace, whole_c, total // 4),
             dict(num_warps=FINISH_WARPS))
-    return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
-            dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
-                 STAGED_N=staged_columns(config.block_m, config.block_n)), None, then, (workspace,))
+    return ws_desc, then, (workspace,)
 
 
 def _stream_k_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, programs: int,
@@ -195,18 +202,27 @@ def _stream_k_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Co
             dict(common, PRODUCER_REGS=config.producer_regs), c_desc, None, scratch)
 
 
-def _cluster_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, common: dict) -> tuple:
+def _cluster_call(a, c, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, common: dict) -> tuple:
     """`_kernel_call` of a config of CTA pairs (cluster.py): launched in clusters of two,
     as many as the device holds at once (a cluster's CTAs share a GPC, so that can be
-    fewer than half the SMs), but no more than there are tile pairs."""
+    fewer than half the SMs), but no more than there are units (tile pairs x K parts).
+    Split, the pairs add into a workspace that `finish_split` converts into C, as
+    `_reduce_add_call`'s units do."""
     pairs = -(-m // (config.block_m * config.cluster_m)) * -(-n // (config.block_n * config.cluster_n))
-    args = (a_desc, b_desc, c_desc, m, n, k)
     constexprs = dict(common, PRODUCER_REGS=config.producer_regs, CLUSTER_M=config.cluster_m,
                       CLUSTER_N=config.cluster_n)
     num_warps = constexprs.pop("num_warps")
-    programs = persistent_cluster_grid(cluster_matmul, a, 2 * pairs, args, constexprs, num_warps, 2)
+    then, scratch = None, ()
+    if config.split_k > 1:
+        ws_desc, then, scratch = _reduce_add_workspace(a, c, m, n, config)
+        constexprs.update(SPLIT_K=config.split_k, STAGED_N=staged_columns(config.block_m, config.block_n))
+        c_desc, out_desc = None, ws_desc
+    else:
+        out_desc = c_desc
+    args = (a_desc, b_desc, out_desc, m, n, k)
+    programs = persistent_cluster_grid(cluster_matmul, a, 2 * pairs * config.split_k, args, constexprs, num_warps, 2)
     return (cluster_matmul, (programs,), args, dict(constexprs, num_warps=num_warps, cluster=(2, 1, 1)),
-            c_desc, None, ())
+            c_desc, then, scratch)
 
 
 def _gemv_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config) -> tuple:

@@ -13,6 +13,7 @@ from weft.compiler.backend import ptxas
 from weft.kernels.matmul import Config, matmul, reference_matmul
 from weft.kernels.matmul import host as matmul_host
 from weft.kernels.matmul.cluster import cluster_matmul
+from weft.kernels.matmul.config import staged_columns
 
 RNG = np.random.default_rng(41)
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
@@ -56,6 +57,17 @@ def test_clusters_after_the_first_take_their_own_pairs(monkeypatch):
     _check(70, 200, 80, True, Config(**SMALL, cluster_n=2))    # 1 pair: clusters 1 and 2 idle
 
 
+@pytest.mark.parametrize("config, k_major", [
+    (Config(**SMALL, cluster_m=2, split_k=3, split_reduce="tma"), False),  # parts of 2, 2 and 1 K steps
+    (Config(**SMALL, cluster_n=2, split_k=4, split_reduce="tma"), True),   # the last part empty
+    (Config(128, 256, 64, 2, cluster_m=2, split_k=2, split_reduce="tma"), True),  # tiles added in halves
+])
+def test_emulated_split_pairs_match_numpy(config, k_major):
+    """Pairs whose K range is cut into parts (long K): both CTAs of a cluster take the same
+    part of their own tiles and add them by TMA reduce-add; `finish_split` writes C."""
+    _check(150, 200, 300, k_major, config)
+
+
 @settings(max_examples=4)
 @given(m=st.integers(1, 260), n=st.integers(8, 300).map(lambda n: n - n % 8), k=st.integers(8, 160),
        k_major=st.booleans(), along_m=st.booleans(), seed=st.integers(0, 2**32 - 1))
@@ -73,7 +85,7 @@ def test_bad_cluster_configs_say_what_to_change():
         Config(cluster_m=4)
     with pytest.raises(ValueError, match="each is 1 or 2"):
         Config(cluster_n=True)
-    with pytest.raises(ValueError, match="split_k=1"):
+    with pytest.raises(ValueError, match="split_k=1 or split_reduce='tma'"):
         Config(128, 128, cluster_m=2, split_k=4)
     with pytest.raises(ValueError, match="variant='warp_specialized'"):
         Config(variant="pipelined", cluster_n=2)
@@ -92,7 +104,7 @@ def _signature(in_type, out_type, config, k_major):
     return {
         "a_desc": f"tensordesc<{in_type}[{config.block_m // config.cluster_n},{config.block_k}]>",
         "b_desc": f"tensordesc<{in_type}[{b_box[0]},{b_box[1]}]>",
-        "c_desc": f"tensordesc<{out_type}[{config.block_m},{min(row_out, config.block_n)}]>",
+        "out_desc": f"tensordesc<{out_type}[{config.block_m},{min(row_out, config.block_n)}]>",
         "M": "i32", "N": "i32", "K": "i32",
     }
 
@@ -102,14 +114,19 @@ def _signature(in_type, out_type, config, k_major):
     ("bf16", Config(128, 256, 64, 3, cluster_m=2), False, 4),   # B: four 64-column boxes, two each
     ("bf16", Config(128, 256, 64, 3, cluster_n=2), True, 2),    # A: two 64-row halves
     pytest.param("fp8e4m3", Config(128, 256, 128, 3, cluster_m=2), True, 2, marks=pytest.mark.slow),
+    # Long K: parts added by TMA into an fp32 workspace, a 128x256 tile in two halves.
+    ("bf16", Config(128, 256, 64, 3, cluster_m=2, split_k=4, split_reduce="tma"), True, 2),
 ])
 def test_pairs_assemble_without_spills(in_type, config, k_major, shared_boxes):
+    split = dict(SPLIT_K=config.split_k, STAGED_N=staged_columns(config.block_m, config.block_n))
     compiled = cluster_matmul.compile(
-        signature=_signature(in_type, "bf16", config, k_major), num_warps=config.num_warps, cluster=(2, 1, 1),
+        signature=_signature(in_type, "fp32" if config.split_k > 1 else "bf16", config, k_major),
+        num_warps=config.num_warps, cluster=(2, 1, 1),
         constexprs=dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                         STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
                         NUM_WARPS=config.num_warps, PRODUCER_REGS=config.producer_regs,
-                        CLUSTER_M=config.cluster_m, CLUSTER_N=config.cluster_n))
+                        CLUSTER_M=config.cluster_m, CLUSTER_N=config.cluster_n,
+                        **(split if config.split_k > 1 else {})))
     meta = compiled.metadata
     assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
     assert meta["performance_warnings"] == []  # e.g. wgmma serialized by ptxas
@@ -122,7 +139,7 @@ def test_pairs_assemble_without_spills(in_type, config, k_major, shared_boxes):
     # Slots go back to the peer at CTA scope (read by wgmmas already waited for), warp by
     # warp: no named barrier in the consumer's K loop, which syncs only to store C.
     assert "mbarrier.arrive.shared::cluster.b64" in ptx and "arrive.release.cluster" not in ptx
-    assert ptx.count("bar.sync \t1, 256;") == 2
+    assert ptx.count("bar.sync \t1, 256;") == 2 * (1 + (config.split_k > 1))  # split: each half's add
     assert ptx.count("barrier.cluster.arrive") == 2  # after the inits, before the end
 
 
