@@ -1,6 +1,7 @@
 """CTA pairs (Config.cluster_m / cluster_n, kernels/matmul/cluster.py) beside unpaired
 tiles, weft's autotuned pick and cuBLAS, on the shapes where the unpaired kernel trails
-cuBLAS (a row stride of 3000 elements, K of 5000, long K) and on 4096^3.
+cuBLAS (a row stride of 3000 elements, K of 5000, long K: there also split, unpaired and
+paired) and on 4096^3.
 
     python3 -m benchmarks.matmul_clusters [--shapes 1000x3000x5000kn,4096x4096x4096kn] [--no-pick]
     python3 -m benchmarks.matmul_clusters --sanitize   # small pairs only: compute-sanitizer's workload
@@ -44,9 +45,36 @@ def candidates():
             config.check_fits(16, 16)
         except ValueError:
             continue
-        pair = "" if config.cluster_m * config.cluster_n == 1 else f" pair{'M' if config.cluster_m == 2 else 'N'}"
-        fitting.append((config_label(config) + pair, config))
+        fitting.append((_label(config), config))
     return fitting
+
+
+def split_candidates(m: int, n: int, k: int, sm_count: int):
+    """(label, Config) for long K (K >= LONG_K x max(M, N)): unpaired 128x128 tiles split
+    with TMA adds, and pairs of 128x128 and 128x256 tiles split so that their (pair, part)
+    units fill one or two waves of clusters (about half the SMs' count)."""
+    from weft.kernels.matmul import Config
+    from weft.kernels.matmul.config import LONG_K, _deepest, _tiles, split_for
+
+    if k < LONG_K * max(m, n):
+        return []
+    k_steps = -(-k // 64)
+    configs = [Config(128, 128, 64, 8, group_m=8, split_k=split_for(_tiles(m, n, 128, 128), k_steps, sm_count),
+                      split_reduce="tma")]
+    for block_n in (128, 256):
+        for cluster_m, cluster_n in ((2, 1), (1, 2)):
+            pairs = _tiles(m, n, 128 * cluster_m, block_n * cluster_n)
+            for waves in (1, 2):
+                parts = split_for(pairs, k_steps, sm_count // 2, waves)
+                if parts > 1:
+                    configs.append(Config(128, block_n, 64, 8, group_m=8, split_k=parts, split_reduce="tma",
+                                          cluster_m=cluster_m, cluster_n=cluster_n))
+    return [(_label(config), config) for config in dict.fromkeys(_deepest(c, 16, 16) for c in configs)]
+
+
+def _label(config) -> str:
+    pair = "" if config.cluster_m * config.cluster_n == 1 else f" pair{'M' if config.cluster_m == 2 else 'N'}"
+    return config_label(config) + pair
 
 
 def _operands(torch, m, n, k, layout, gen):
@@ -73,7 +101,8 @@ def run(shapes, pick: bool) -> int:
         systems = {"cuBLAS": lambda: torch.matmul(a, b)}
         if pick:
             systems["weft pick"] = lambda: matmul(a, b)
-        for label, config in candidates():
+        sm_count = torch.cuda.get_device_properties(a.device).multi_processor_count
+        for label, config in candidates() + split_candidates(m, n, k, sm_count):
             systems[label] = lambda config=config: matmul(a, b, config=config)
         errors, timed = {}, {}
         for name, fn in systems.items():
@@ -116,10 +145,11 @@ def sanitize() -> int:
         a, b = _operands(torch, m, n, k, layout, gen)
         ref = a.float() @ b.float()
         for config in (Config(128, 128, 64, 2, cluster_m=2), Config(128, 128, 64, 2, cluster_n=2),
-                       Config(128, 256, 64, 2, cluster_m=2), Config(64, 128, 64, 3, num_warps=4, cluster_n=2)):
+                       Config(128, 256, 64, 2, cluster_m=2), Config(64, 128, 64, 3, num_warps=4, cluster_n=2),
+                       Config(128, 128, 64, 2, cluster_n=2, split_k=3, split_reduce="tma")):
             error = _error(matmul(a, b, config=config), ref)
             wrong += error >= TOLERANCE
-            print(f"{m}x{n}x{k} {layout} {config_label(config)} pair {config.cluster_m}x{config.cluster_n}: "
+            print(f"{m}x{n}x{k} {layout} {_label(config)}: "
                   f"max rel error {error:.2e} {'ok' if error < TOLERANCE else 'WRONG'}", flush=True)
     torch.cuda.synchronize()
     return wrong
