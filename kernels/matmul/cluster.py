@@ -106,7 +106,7 @@ def cluster_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
 
 
 @ll.jit
-def cluster_consumer(out_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K,
+def cluster_consumer(c_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K,
                      BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                      STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
                      NUM_WARPS: ll.constexpr, CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr,
@@ -124,16 +124,16 @@ def cluster_consumer(out_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K,
         acc, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, begin, end,
                                               BLOCK_M, BLOCK_N, PIECE, STAGES, B_K_MAJOR, NUM_WARPS, 2)
         if SPLIT_K == 1:
-            store_tile(out_desc, out_smem, acc, off_m, off_n, BLOCK_N)
+            store_tile(c_desc, out_smem, acc, off_m, off_n, BLOCK_N)
         else:
-            add_tile(out_desc, out_smem, acc, off_m, off_n, PIECE)
+            add_tile(c_desc, out_smem, acc, off_m, off_n, PIECE)
             if PIECE < BLOCK_N:
-                add_tile(out_desc, out_smem, right, off_m, off_n + PIECE, PIECE)
+                add_tile(c_desc, out_smem, right, off_m, off_n + PIECE, PIECE)
     tma.store_wait(0)
 
 
 @ll.jit
-def cluster_matmul(a_desc, b_desc, out_desc, M, N, K,
+def cluster_matmul(a_desc, b_desc, c_desc, M, N, K,
                    BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                    STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
                    NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr,
@@ -142,7 +142,8 @@ def cluster_matmul(a_desc, b_desc, out_desc, M, N, K,
     """Grid: an even count of CTAs, launched with cluster=(2, 1, 1), CLUSTER_M x CLUSTER_N
     = 2. Descriptors: A's boxes [BLOCK_M / CLUSTER_N, BLOCK_K]; B's [BLOCK_N / CLUSTER_M,
     BLOCK_K] (K-major) or [BLOCK_K, 64 or fewer columns] (an even count per tile where
-    CLUSTER_M is 2); out_desc is C's (SPLIT_K 1) or, split, the fp32 workspace's, whose
+    CLUSTER_M is 2); c_desc is C's (SPLIT_K 1) or, split, the fp32 workspace's (named
+    c_desc either way: a prepared call rebinds C by that name), whose
     partial tiles are staged STAGED_N columns at a time (config.staged_columns)."""
     ll.static_assert(CLUSTER_M * CLUSTER_N == 2, "cluster_matmul pairs CTAs along M or along N")
     dtype: ll.constexpr = a_desc.dtype
@@ -151,7 +152,7 @@ def cluster_matmul(a_desc, b_desc, out_desc, M, N, K,
     b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
     if STAGED_N is None:
         STAGED_N = BLOCK_N
-    out_smem = ll.allocate_shared_memory(out_desc.dtype, [BLOCK_M, STAGED_N], out_desc.layout)
+    out_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, STAGED_N], c_desc.layout)
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
     for s in ll.static_range(STAGES):
@@ -159,7 +160,7 @@ def cluster_matmul(a_desc, b_desc, out_desc, M, N, K,
         mbarrier.init(empty.index(s), count=2 * NUM_WARPS)  # this CTA's consumer warps and the peer's
     ll.cluster_barrier()  # the peer's barriers are initialised before anything arrives on them
     ll.warp_specialize(
-        (out_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
+        (c_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
          STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS, CLUSTER_M, CLUSTER_N, SPLIT_K), cluster_consumer,
         (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
          STAGES, GROUP_M, B_K_MAJOR, CLUSTER_M, CLUSTER_N, SPLIT_K), [cluster_producer],

@@ -216,7 +216,7 @@ def _cluster_call(a, c, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: 
     if config.split_k > 1:
         ws_desc, then, scratch = _reduce_add_workspace(a, c, m, n, config)
         constexprs.update(SPLIT_K=config.split_k, STAGED_N=staged_columns(config.block_m, config.block_n))
-        c_desc, out_desc = None, ws_desc
+        c_desc, out_desc = None, ws_desc  # C is finish_split's
     else:
         out_desc = c_desc
     args = (a_desc, b_desc, out_desc, m, n, k)
