@@ -50,11 +50,13 @@ def test_emulated_two_warpgroup_tiles_match_numpy(cluster_m, cluster_n, k_major)
 
 
 def test_clusters_after_the_first_take_their_own_pairs(monkeypatch):
-    """Three clusters on the emulator (the host gives it one): cluster c takes pairs c,
-    c + 3, ...; a cluster with no pair left exits without touching its peer's barriers."""
+    """Three clusters on the emulator (the host gives it one): cluster c takes units (pairs,
+    or pairs' K parts) c, c + 3, ...; a cluster with no unit left exits without touching
+    its peer's barriers."""
     monkeypatch.setattr(matmul_host, "persistent_cluster_grid", lambda *args: 6)
     _check(300, 260, 80, False, Config(**SMALL, cluster_m=2))  # 6 pairs
     _check(70, 200, 80, True, Config(**SMALL, cluster_n=2))    # 1 pair: clusters 1 and 2 idle
+    _check(130, 200, 300, False, Config(**SMALL, cluster_m=2, split_k=2, split_reduce="tma"))  # 4 units
 
 
 @pytest.mark.parametrize("config, k_major", [
