@@ -30,12 +30,12 @@ TOLERANCE = 2e-2  # max |error| / max |reference|, bf16 output
 
 
 def candidates():
-    """(label, Config): unpaired 128x256 and 128x128 tiles, and pairs of each along M and
-    along N with 3 and 4 stages (those that fit in shared memory)."""
+    """(label, Config): unpaired 128x256, 128x192 and 128x128 tiles, and pairs of each
+    along M and along N with 3 and 4 stages (those that fit in shared memory)."""
     from weft.kernels.matmul import Config
 
-    configs = [Config(128, 256, 64, 3, group_m=8), Config(128, 128, 64, 4, group_m=8)]
-    for block_n in (256, 128):
+    configs = [Config(128, 256, 64, 3, group_m=8), Config(128, 192, 64, 4, group_m=8), Config(128, 128, 64, 4, group_m=8)]
+    for block_n in (256, 192, 128):
         for stages in (3, 4):
             for cluster_m, cluster_n in ((2, 1), (1, 2)):
                 configs.append(Config(128, block_n, 64, stages, group_m=8, cluster_m=cluster_m, cluster_n=cluster_n))

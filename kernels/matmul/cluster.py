@@ -66,6 +66,58 @@ def load_boxes(desc, row, col, bar, dst, BOXES: ll.constexpr, DIM: ll.constexpr,
 
 
 @ll.jit
+def load_b_boxes(b_desc, off_n, off_k, bar, dst, BOXES: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                 SHARED: ll.constexpr):
+    """`load_boxes` of B's [BLOCK_K, BOXES boxes] tile at column off_n, K step off_k: boxes
+    of B^T's rows where B is K-major, else of B's columns."""
+    if B_K_MAJOR:
+        load_boxes(b_desc, off_n, off_k, bar, dst, BOXES, 0, SHARED)
+    else:
+        load_boxes(b_desc, off_k, off_n, bar, dst, BOXES, 1, SHARED)
+
+
+@ll.jit
+def first_unit(CLUSTERED: ll.constexpr):
+    """The first work unit of this CTA's persistent walk: its own index, or in clusters of
+    two, its cluster's (both CTAs of a cluster take the same units)."""
+    if CLUSTERED:
+        return ll.program_id(0) // 2
+    return ll.program_id(0)
+
+
+@ll.jit
+def unit_stride(CLUSTERED: ll.constexpr):
+    """How far the walk of `first_unit` steps: the CTAs, or the clusters, of the grid."""
+    if CLUSTERED:
+        return ll.num_programs(0) // 2
+    return ll.num_programs(0)
+
+
+@ll.jit
+def unit_origin(unit, M, N, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, GROUP_M: ll.constexpr,
+                CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+    """This CTA's tile of work unit `unit`: the tile itself (`tile_origin`) or, in
+    clusters of two, its tile of the pair (`pair_origin`)."""
+    if CLUSTER_M * CLUSTER_N == 1:
+        return tile_origin(unit, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    return pair_origin(unit, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
+
+
+@ll.jit
+def allocate_pair_barriers(STAGES: ll.constexpr, NUM_WARPS: ll.constexpr):
+    """(ready, empty) of a ring shared by a cluster of two: per slot, a barrier its loads
+    (its own and the peer's multicast) complete on, and one every consumer warp of both
+    CTAs releases it on (`release_slot`); initialised before the peer may arrive on them."""
+    ready = mbarrier.allocate_mbarrier(batch=STAGES)
+    empty = mbarrier.allocate_mbarrier(batch=STAGES)
+    for s in ll.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2 * NUM_WARPS)
+    ll.cluster_barrier()
+    return ready, empty
+
+
+@ll.jit
 def load_cluster_stage(a_desc, b_desc, a_slot, b_slot, bar, off_m, off_n, off_k,
                        BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, B_K_MAJOR: ll.constexpr,
                        CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
@@ -77,10 +129,7 @@ def load_cluster_stage(a_desc, b_desc, a_slot, b_slot, bar, off_m, off_n, off_k,
     B_BOXES: ll.constexpr = BLOCK_N // b_desc.block_shape[B_DIM]
     mbarrier.expect(bar, a_desc.nbytes * A_BOXES + b_desc.nbytes * B_BOXES)
     load_boxes(a_desc, off_m, off_k, bar, a_slot, A_BOXES, 0, CLUSTER_N == 2)
-    if B_K_MAJOR:
-        load_boxes(b_desc, off_n, off_k, bar, b_slot, B_BOXES, 0, CLUSTER_M == 2)
-    else:
-        load_boxes(b_desc, off_k, off_n, bar, b_slot, B_BOXES, 1, CLUSTER_M == 2)
+    load_b_boxes(b_desc, off_n, off_k, bar, b_slot, B_BOXES, B_K_MAJOR, CLUSTER_M == 2)
 
 
 @ll.jit
@@ -153,12 +202,7 @@ def cluster_matmul(a_desc, b_desc, c_desc, M, N, K,
     if STAGED_N is None:
         STAGED_N = BLOCK_N
     out_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, STAGED_N], c_desc.layout)
-    ready = mbarrier.allocate_mbarrier(batch=STAGES)
-    empty = mbarrier.allocate_mbarrier(batch=STAGES)
-    for s in ll.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=2 * NUM_WARPS)  # this CTA's consumer warps and the peer's
-    ll.cluster_barrier()  # the peer's barriers are initialised before anything arrives on them
+    ready, empty = allocate_pair_barriers(STAGES, NUM_WARPS)
     ll.warp_specialize(
         (c_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
          STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS, CLUSTER_M, CLUSTER_N, SPLIT_K), cluster_consumer,

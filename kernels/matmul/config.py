@@ -79,9 +79,9 @@ class Config:
                              f"(split_reduce='tma' takes 256)")
 
     def _check_cluster(self) -> None:
-        """A config of CTA pairs (cluster.py): one direction, the warp-specialized kernel
-        (unsplit, or split with TMA adds), and for pairs along M, B tiles of an even count
-        of TMA boxes (each CTA loads half)."""
+        """A config of CTA pairs (cluster.py; two_piece.py for 192-wide tiles): one
+        direction, the warp-specialized kernel (unsplit, or split with TMA adds), and for
+        pairs along M, B tiles of at least two TMA boxes (the CTAs load them in turn)."""
         pair = (self.cluster_m, self.cluster_n)
         if pair == (1, 1) and not any(isinstance(x, bool) for x in pair):
             return
@@ -90,14 +90,13 @@ class Config:
                              f"(cluster_n=2), not both; each is 1 or 2, got cluster_m={self.cluster_m!r}, "
                              f"cluster_n={self.cluster_n!r}")
         atomic_split = self.split_k > 1 and self.split_reduce == "atomic"
-        if self.variant != "warp_specialized" or atomic_split or self.stream_k or self.block_n == 192:
+        if self.variant != "warp_specialized" or atomic_split or self.stream_k:
             raise ValueError(f"Config.cluster_m/cluster_n=2 pairs the CTAs of the warp-specialized kernel, "
                              f"unsplit or split with TMA adds (cluster.py): use variant='warp_specialized', "
-                             f"split_k=1 or split_reduce='tma', stream_k=False and a power-of-two block_n, "
-                             f"got {self}")
+                             f"split_k=1 or split_reduce='tma', and stream_k=False, got {self}")
         if self.cluster_m == 2 and self.block_n < 128:
-            raise ValueError(f"Config.cluster_m=2 shares B tiles as two halves of whole 64-column TMA boxes: "
-                             f"block_n must be 128 or 256, got {self.block_n}")
+            raise ValueError(f"Config.cluster_m=2 shares B tiles as whole 64-column TMA boxes, each loaded by "
+                             f"one CTA of the pair: block_n must be 128, 192 or 256, got {self.block_n}")
 
     def _check_gemv(self) -> None:
         """A gemv config: one row a CTA, power-of-two strips, K parts added by atomics."""

@@ -203,7 +203,8 @@ def _stream_k_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Co
 
 
 def _cluster_call(a, c, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, common: dict) -> tuple:
-    """`_kernel_call` of a config of CTA pairs (cluster.py): launched in clusters of two,
+    """`_kernel_call` of a config of CTA pairs (cluster.py; two_piece.py for 192-wide
+    tiles): launched in clusters of two,
     as many as the device holds at once (a cluster's CTAs share a GPC, so that can be
     fewer than half the SMs), but no more than there are units (tile pairs x K parts).
     Split, the pairs add into a workspace that `finish_split` converts into C, as
@@ -213,6 +214,7 @@ def _cluster_call(a, c, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: 
                       CLUSTER_N=config.cluster_n)
     num_warps = constexprs.pop("num_warps")
     then, scratch = None, ()
+    kernel = two_piece_matmul if config.block_n == LEFT_N + RIGHT_N else cluster_matmul
     if config.split_k > 1:
         ws_desc, then, scratch = _reduce_add_workspace(a, c, m, n, config)
         constexprs.update(SPLIT_K=config.split_k, STAGED_N=staged_columns(config.block_m, config.block_n))
@@ -220,8 +222,8 @@ def _cluster_call(a, c, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: 
     else:
         out_desc = c_desc
     args = (a_desc, b_desc, out_desc, m, n, k)
-    programs = persistent_cluster_grid(cluster_matmul, a, 2 * pairs * config.split_k, args, constexprs, num_warps, 2)
-    return (cluster_matmul, (programs,), args, dict(constexprs, num_warps=num_warps, cluster=(2, 1, 1)),
+    programs = persistent_cluster_grid(kernel, a, 2 * pairs * config.split_k, args, constexprs, num_warps, 2)
+    return (kernel, (programs,), args, dict(constexprs, num_warps=num_warps, cluster=(2, 1, 1)),
             c_desc, then, scratch)
 
 

@@ -14,6 +14,7 @@ from weft.kernels.matmul import Config, matmul, reference_matmul
 from weft.kernels.matmul import host as matmul_host
 from weft.kernels.matmul.cluster import cluster_matmul
 from weft.kernels.matmul.config import staged_columns
+from weft.kernels.matmul.two_piece import two_piece_matmul
 
 RNG = np.random.default_rng(41)
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
@@ -59,6 +60,13 @@ def test_clusters_after_the_first_take_their_own_pairs(monkeypatch):
     _check(130, 200, 300, False, Config(**SMALL, cluster_m=2, split_k=2, split_reduce="tma"))  # 4 units
 
 
+@pytest.mark.parametrize("cluster_m, cluster_n, k_major", [(2, 1, False), (1, 2, True), (2, 1, True)])
+def test_emulated_192_wide_pairs_match_numpy(cluster_m, cluster_n, k_major):
+    """128x192 tiles (two_piece.py: 128- and 64-column pieces) in pairs: along M, B's three
+    64-column boxes are shared, rank 0 loading two; along N, A's two halves."""
+    _check(200, 500, 100, k_major, Config(128, 192, 64, 2, cluster_m=cluster_m, cluster_n=cluster_n))
+
+
 @pytest.mark.parametrize("config, k_major", [
     (Config(**SMALL, cluster_m=2, split_k=3, split_reduce="tma"), False),  # parts of 2, 2 and 1 K steps
     (Config(**SMALL, cluster_n=2, split_k=4, split_reduce="tma"), True),   # the last part empty
@@ -91,11 +99,11 @@ def test_bad_cluster_configs_say_what_to_change():
         Config(128, 128, cluster_m=2, split_k=4)
     with pytest.raises(ValueError, match="variant='warp_specialized'"):
         Config(variant="pipelined", cluster_n=2)
-    with pytest.raises(ValueError, match="power-of-two block_n"):
-        Config(128, 192, cluster_n=2)
+    with pytest.raises(ValueError, match="block_n=192 .* split_k=1"):
+        Config(128, 192, cluster_n=2, split_k=2, split_reduce="tma")
     with pytest.raises(ValueError, match="stream_k=False"):
         Config(cluster_m=2, stream_k=True)
-    with pytest.raises(ValueError, match="block_n must be 128 or 256"):
+    with pytest.raises(ValueError, match="block_n must be 128, 192 or 256"):
         Config(128, 64, cluster_m=2)
     assert Config(128, 64, cluster_n=2).cluster_n == 2  # A's halves are whole rows: any width
 
@@ -145,10 +153,33 @@ def test_pairs_assemble_without_spills(in_type, config, k_major, shared_boxes):
     assert ptx.count("barrier.cluster.arrive") == 2  # after the inits, before the end
 
 
+@needs_ptxas
+@pytest.mark.parametrize("cluster_m, cluster_n, k_major", [(2, 1, False), (1, 2, True)])
+def test_192_wide_pairs_assemble_without_spills(cluster_m, cluster_n, k_major):
+    config = Config(128, 192, 64, 4, group_m=8, cluster_m=cluster_m, cluster_n=cluster_n)
+    b_box = [64, 64]  # two_piece.py's B boxes: 64 columns (or rows of B^T) in both layouts
+    compiled = two_piece_matmul.compile(
+        signature={"a_desc": f"tensordesc<bf16[{128 // cluster_n},64]>", "b_desc": f"tensordesc<bf16[{b_box[0]},{b_box[1]}]>",
+                   "c_desc": "tensordesc<bf16[128,64]>", "M": "i32", "N": "i32", "K": "i32"},
+        num_warps=8, cluster=(2, 1, 1),
+        constexprs=dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, STAGES=config.stages, GROUP_M=8, B_K_MAJOR=k_major,
+                        NUM_WARPS=8, PRODUCER_REGS=config.producer_regs, CLUSTER_M=cluster_m, CLUSTER_N=cluster_n))
+    meta = compiled.metadata
+    assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
+    assert meta["performance_warnings"] == []
+    ptx = compiled.asm["ptx"]
+    # Per stage load: along M, A's one box own and B's three shared; along N, A's two halves
+    # shared and B's three boxes own.
+    own, shared = (1, 3) if cluster_m == 2 else (3, 2)
+    stage_loads = ptx.count("mbarrier::complete_tx::bytes [") // own
+    assert stage_loads > 0 and ptx.count(".multicast::cluster") == shared * stage_loads
+    assert "mbarrier.arrive.shared::cluster.b64" in ptx and ptx.count("barrier.cluster.arrive") == 2
+
+
 # ------------------------------------------------------------------ on the H200
 @pytest.mark.gpu
 @pytest.mark.parametrize("cluster_m, cluster_n", [(2, 1), (1, 2)])
-@pytest.mark.parametrize("block_n, stages", [(256, 3), (128, 4)])
+@pytest.mark.parametrize("block_n, stages", [(256, 3), (192, 4), (128, 4)])
 @pytest.mark.parametrize("m, n, k, layout", [(1000, 3000, 5000, "kn"), (1000, 3000, 5000, "nk"),
                                              (333, 2047, 1999, "nk"), (4096, 4096, 4096, "kn"),
                                              (200, 136, 72, "kn")])
