@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weft.compiler.backend import ptxas
-from weft.kernels.matmul import Config, matmul, reference_matmul
+from weft.compiler.hardware import SHARED_LIMIT
+from weft.kernels.matmul import Config, configs_for, matmul, reference_matmul, shared_bytes
 from weft.kernels.matmul import host as matmul_host
 from weft.kernels.matmul.cluster import cluster_matmul
 from weft.kernels.matmul.config import staged_columns
@@ -104,6 +105,39 @@ def test_bad_cluster_configs_say_what_to_change():
     with pytest.raises(ValueError, match="block_n must be 128, 192 or 256"):
         Config(128, 64, cluster_m=2)
     assert Config(128, 64, cluster_n=2).cluster_n == 2  # A's halves are whole rows: any width
+
+
+H200_SMS = 132
+
+
+@pytest.mark.parametrize("m, n, k", [(1000, 3000, 5000), (1024, 3000, 5120)])
+def test_under_two_waves_of_tiles_add_pairs_along_m(m, n, k):
+    """Where 128x128 tiles make under two waves (the measured odd-stride shapes), pairs along
+    M of the unsplit 128x256 (3 stages) and 128x192 (4) candidates join, after the rest;
+    16-bit inputs only."""
+    candidates = configs_for(16, 16, m, n, k, H200_SMS)
+    pairs = [c for c in candidates if c.cluster_m * c.cluster_n > 1]
+    assert pairs == [Config(128, 256, 64, 3, group_m=8, cluster_m=2), Config(128, 192, 64, 4, group_m=8, cluster_m=2)]
+    assert candidates[-len(pairs):] == pairs
+    assert not [c for c in configs_for(8, 16, m, n, k, H200_SMS) if c.cluster_m > 1]
+    # fp32 output: the 128x256 pair's ring and tile pass the shared memory; the 128x192 one fits.
+    assert [c for c in configs_for(16, 32, m, n, k, H200_SMS) if c.cluster_m > 1] == [
+        Config(128, 192, 64, 3, group_m=8, cluster_m=2)]
+
+
+@pytest.mark.parametrize("m, n, k", [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096), (1, 4096, 4096)])
+def test_other_shapes_get_no_pairs(m, n, k):
+    assert not [c for c in configs_for(16, 16, m, n, k, H200_SMS) if c.cluster_m * c.cluster_n > 1]
+    assert not [c for c in configs_for(16, 16) if c.cluster_m * c.cluster_n > 1]
+
+
+@pytest.mark.parametrize("m, n, k, parts", [(512, 512, 32768, 8), (768, 1024, 32768, 2)])
+def test_long_k_adds_a_split_pair_filling_a_wave_of_clusters(m, n, k, parts):
+    """8 pairs of 128x128 tiles x 8 parts = 64 units for about 66 clusters (24 x 2 = 48)."""
+    pairs = [c for c in configs_for(16, 16, m, n, k, H200_SMS) if c.cluster_m * c.cluster_n > 1]
+    assert pairs == [Config(128, 128, 64, 5, group_m=8, split_k=parts, split_reduce="tma", cluster_m=2)]
+    assert -(-m // 256) * -(-n // 128) * parts <= H200_SMS // 2
+    assert shared_bytes(pairs[0], 16, 16) <= SHARED_LIMIT
 
 
 def _signature(in_type, out_type, config, k_major):
