@@ -5,8 +5,9 @@ A cluster takes a pair of neighbouring output tiles: along M (CLUSTER_M 2: tiles
 (off_m, off_n) and (off_m + BLOCK_M, off_n), which read the same B tile) or along N
 (CLUSTER_N 2: the same A tile). Each K step, each CTA's producer loads its own
 operand tile and half of the shared one's TMA boxes, multicast into both CTAs' ring
-slots, so the shared tile leaves L2 once per pair. The cost of a misaligned row stride
-(each box row touching more L2 sectors) falls on the pair once, not on each CTA.
+slots, so the shared tile leaves L2 once per pair. That pays most where a row stride
+is not a multiple of 128 bytes (each box row then spans more L2 sectors): which shapes
+config.py offers pairs for, and why, is at `PAIRED_TILES`.
 
 Barriers: a slot's `ready` barrier expects the whole slot (the half its peer multicasts
 completes on it too); its `empty` barrier counts the releases of the consumer warps of
