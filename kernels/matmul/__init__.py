@@ -5,7 +5,10 @@ the candidates of its shape class, config.configs_for: one row (gemv.py, no tens
 cores), decode, few tiles, large; few tiles split K across CTAs, split_k.py and
 split_k_tma.py; 128x192 tiles, two_piece.py, where they fill the SMs' waves better than
 128x256 and 128x128 ones; stream-K, stream_k.py, where a tile shape's last wave is
-partial: its tiles shared by K step among all CTAs); numpy arrays or CPU torch tensors run the same
+partial: its tiles shared by K step among all CTAs). CTA pairs (cluster.py; given as
+config=Config(cluster_m=2) or cluster_n=2, not among the autotuner's candidates): the two
+CTAs of a cluster, on neighbouring tiles, load the B or A tile they share once, by TMA
+multicast. numpy arrays or CPU torch tensors run the same
 kernels on the CPU emulator. Any M, N, K: TMA reads zeros past the edges; operands
 whose rows do not start on 16 bytes are copied into rows that do. Split-K adds its
 parts with fp32 atomics or TMA bulk reduce-add, so its last bits can vary between calls; under

@@ -32,12 +32,16 @@ class Config:
                                   # reduce-add of whole tiles and a converting launch
     stream_k: bool = False       # the partial wave's tiles shared by K step among all CTAs
                                  # (stream_k.py)
+    cluster_m: int = 1           # 2: CTAs in pairs of tiles neighbouring along M, sharing
+                                 # each B tile by TMA multicast (cluster.py)
+    cluster_n: int = 1           # 2: pairs neighbouring along N, sharing each A tile
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"Config.variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.num_warps not in (4, 8):
             raise ValueError(f"Config.num_warps must be 4 or 8 (one or two warpgroups), got {self.num_warps}")
+        self._check_cluster()
         if self.variant == "gemv":
             return self._check_gemv()
         if self.block_m != 16 * self.num_warps:
@@ -73,6 +77,26 @@ class Config:
                              f"holds block_n / 2 accumulators beside their workspace addresses, and "
                              f"{self.block_n} / 2 of each would spill; got block_n={self.block_n} "
                              f"(split_reduce='tma' takes 256)")
+
+    def _check_cluster(self) -> None:
+        """A config of CTA pairs (cluster.py; two_piece.py for 192-wide tiles): one
+        direction, the warp-specialized kernel (unsplit, or split with TMA adds), and for
+        pairs along M, B tiles of at least two TMA boxes (the CTAs load them in turn)."""
+        pair = (self.cluster_m, self.cluster_n)
+        if pair == (1, 1) and not any(isinstance(x, bool) for x in pair):
+            return
+        if pair not in ((2, 1), (1, 2)) or any(isinstance(x, bool) for x in pair):
+            raise ValueError(f"Config.cluster_m and cluster_n pair CTAs along M (cluster_m=2) or along N "
+                             f"(cluster_n=2), not both; each is 1 or 2, got cluster_m={self.cluster_m!r}, "
+                             f"cluster_n={self.cluster_n!r}")
+        atomic_split = self.split_k > 1 and self.split_reduce == "atomic"
+        if self.variant != "warp_specialized" or atomic_split or self.stream_k:
+            raise ValueError(f"Config.cluster_m/cluster_n=2 pairs the CTAs of the warp-specialized kernel, "
+                             f"unsplit or split with TMA adds (cluster.py): use variant='warp_specialized', "
+                             f"split_k=1 or split_reduce='tma', and stream_k=False, got {self}")
+        if self.cluster_m == 2 and self.block_n < 128:
+            raise ValueError(f"Config.cluster_m=2 shares B tiles as whole 64-column TMA boxes, each loaded by "
+                             f"one CTA of the pair: block_n must be 128, 192 or 256, got {self.block_n}")
 
     def _check_gemv(self) -> None:
         """A gemv config: one row a CTA, power-of-two strips, K parts added by atomics."""
@@ -146,7 +170,8 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       long K (K >= LONG_K x max(M, N): parts long enough that their adds all come at
       once), also 128x128 tiles whose parts add by TMA reduce-add, filling one wave and,
       where more parts fill the SMs better, up to 4 waves, and 128x256 tiles so split
-      (their partial tiles added in two halves: split_k_tma.py).
+      (their partial tiles added in two halves: split_k_tma.py); with 16-bit inputs, also
+      128x128 CTA pairs (cluster.py) split to fill a wave of clusters.
     - everything else: the sweeps of docs/performance-journal.md: 128x256 tiles with 3
       stages lead at 4096^3 and 8192^3, with 8- or 16-row groups (8 led on the LLM
       projections of benchmarks/sweep_matmul_classes.py, by up to 15%; the autotuner
@@ -157,7 +182,9 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       atomic and with TMA adds, and a TMA-reduced 128x256 one (the autotuner weighs
       their workspace traffic against the idle SMs they save); and where neither
       128x256 nor 128x128 tiles fill FILL of their waves, the unsplit tile shapes of
-      `WAVE_FILLING_TILES` that do (128x192 first: whole waves of large tiles).
+      `WAVE_FILLING_TILES` that do (128x192 first: whole waves of large tiles); with
+      16-bit inputs, then CTA pairs along M of the unsplit 128x256 and 128x192 ones
+      (`PAIRED_TILES`).
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
     if m is not None and sm_count is not None:
@@ -182,7 +209,19 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
             candidates += [_deepest(Config(block_m, block_n, block_k, 8, num_warps=block_m // 16, group_m=8),
                                     in_bits, out_bits) for block_m, block_n in WAVE_FILLING_TILES
                            if _efficiency(_tiles(m, n, block_m, block_n), sm_count) >= FILL]
+        if in_bits == 16:
+            candidates += [replace(c, cluster_m=2) for c in candidates if c.variant == "warp_specialized"
+                           and c.split_k == 1 and c.group_m == 8 and (c.block_m, c.block_n) in PAIRED_TILES]
     return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
+
+
+# Tiles whose CTA pairs along M (cluster.py: B tiles loaded once a pair, by multicast) join
+# the candidates of shapes under two waves of 128x128 tiles, 16-bit inputs: on the H200 they
+# led where a row stride is not a multiple of 128 bytes (1000 x 3000 x 5000: 128x256 pairs
+# 0.87x cuBLAS, unpaired tiles 0.68x; 1024 x 3000 x 5120: 128x192 pairs 0.97x, unpaired 0.81x)
+# and tied elsewhere; at 4096^3 they lost (0.92x) and are not offered. Pairs along N (sharing
+# A) trailed those along M on every shape measured.
+PAIRED_TILES = ((128, 256), (128, 192))
 
 
 # Other unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part
@@ -244,6 +283,11 @@ def _few_tiles(m: int, n: int, k: int, k_steps: int, sm_count: int, block_k: int
             if parts > 1:
                 candidates.append(Config(128, 128, block_k, 8, group_m=8, split_k=parts, split_reduce="tma"))
         candidates += _wide_reduce_add(m, n, k_steps, sm_count, block_k, 4)
+        # CTA pairs along M, split to fill a wave of clusters (about half the SMs): on the
+        # H200, 512 x 512 x 32768 went from 0.72x cuBLAS (unpaired) to 0.87x.
+        parts = split_for(_tiles(m, n, 256, 128), k_steps, sm_count // 2)
+        if in_bits == 16 and parts > 1:
+            candidates.append(Config(128, 128, block_k, 8, group_m=8, split_k=parts, split_reduce="tma", cluster_m=2))
     return [_deepest(c, in_bits, out_bits) for c in candidates]
 
 

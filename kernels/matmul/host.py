@@ -11,7 +11,9 @@ from ... import lowlevel as ll
 from ...runtime.host_arrays import (check_arrays, contiguous, data_address, element_strides, is_torch,
                                     new_array)
 from .._launch import (PreparedCall, capturing_cuda_graph, descriptor_binding, gpu_signature, keep_prepared_call,
-                       may_keep_tensors, pointer_binding, prepared_call, tensor_facts, torch_ops, torch_route)
+                       may_keep_tensors, persistent_cluster_grid, pointer_binding, prepared_call, tensor_facts,
+                       torch_ops, torch_route)
+from .cluster import cluster_matmul
 from .config import Config, configs_for, staged_columns
 from .gemv import gemv, gemv_tile_error
 from .kernels import pipelined_matmul, warp_specialized_matmul
@@ -107,10 +109,11 @@ def _descriptors(a, b, c, k_major: bool, config: Config, in_bits: int, out_bits:
 
     swizzled_in = ll.NVMMASharedLayout(128, in_bits)
     row = 1024 // in_bits  # elements in a 128-byte swizzle row
-    a_desc = TensorDescriptor.from_tensor(a, [config.block_m, config.block_k], swizzled_in)
+    # CTA pairs (cluster.py) load the tile they share as two halves, one each.
+    a_desc = TensorDescriptor.from_tensor(a, [config.block_m // config.cluster_n, config.block_k], swizzled_in)
     if k_major:
         # Two-piece tiles take B^T in 64-row boxes, whole ones per piece (two_piece.py).
-        rows = B_BOX_N if config.block_n == LEFT_N + RIGHT_N else config.block_n
+        rows = B_BOX_N if config.block_n == LEFT_N + RIGHT_N else config.block_n // config.cluster_m
         b_desc = TensorDescriptor.from_tensor(b.T, [rows, config.block_k], swizzled_in)
     else:
         b_desc = TensorDescriptor.from_tensor(b, [config.block_k, min(row, config.block_n)], swizzled_in)
@@ -136,6 +139,8 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
     common = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                   STAGES=config.stages, GROUP_M=config.group_m, B_K_MAJOR=k_major,
                   NUM_WARPS=config.num_warps, num_warps=config.num_warps)
+    if config.cluster_m * config.cluster_n > 1:
+        return _cluster_call(a, c, a_desc, b_desc, c_desc, m, n, k, config, common)
     if reduce_add:
         return _reduce_add_call(a, b_desc, a_desc, c, m, n, k, config, programs, common)
     if config.stream_k:
@@ -157,6 +162,15 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
     """`_kernel_call` of a split-K config whose parts add by TMA reduce-add: the split
     launch adds into a zeroed fp32 workspace with C's row stride, then `finish_split`
     converts its whole rows (C's padding columns too) into C and zeroes them."""
+    ws_desc, then, scratch = _reduce_add_workspace(a, c, m, n, config)
+    return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
+            dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
+                 STAGED_N=staged_columns(config.block_m, config.block_n)), None, then, scratch)
+
+
+def _reduce_add_workspace(a, c, m: int, n: int, config: Config) -> tuple:
+    """(the workspace's descriptor, the `finish_split` launch, (workspace,)) of a split
+    launch whose parts add by TMA reduce-add."""
     from ...runtime.tensor_descriptor import TensorDescriptor
 
     stride = element_strides(c)[0]
@@ -167,9 +181,7 @@ def _reduce_add_call(a, b_desc, a_desc, c, m: int, n: int, k: int, config: Confi
     total = m * stride  # rows of 16 bytes: a multiple of 4
     then = (finish_split, (-(-total // FINISH_BLOCK),), (workspace, whole_c, total // 4),
             dict(num_warps=FINISH_WARPS))
-    return (reduce_add_split_k_matmul, (programs,), (a_desc, b_desc, ws_desc, m, n, k),
-            dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k,
-                 STAGED_N=staged_columns(config.block_m, config.block_n)), None, then, (workspace,))
+    return ws_desc, then, (workspace,)
 
 
 def _stream_k_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, programs: int,
@@ -188,6 +200,31 @@ def _stream_k_call(a, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Co
     dp_tiles = tiles - sk_tiles
     return (stream_k_matmul, (programs,), (a_desc, b_desc, c_desc, *scratch, m, n, k, dp_tiles),
             dict(common, PRODUCER_REGS=config.producer_regs), c_desc, None, scratch)
+
+
+def _cluster_call(a, c, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: Config, common: dict) -> tuple:
+    """`_kernel_call` of a config of CTA pairs (cluster.py; two_piece.py for 192-wide
+    tiles): launched in clusters of two,
+    as many as the device holds at once (a cluster's CTAs share a GPC, so that can be
+    fewer than half the SMs), but no more than there are units (tile pairs x K parts).
+    Split, the pairs add into a workspace that `finish_split` converts into C, as
+    `_reduce_add_call`'s units do."""
+    pairs = -(-m // (config.block_m * config.cluster_m)) * -(-n // (config.block_n * config.cluster_n))
+    constexprs = dict(common, PRODUCER_REGS=config.producer_regs, CLUSTER_M=config.cluster_m,
+                      CLUSTER_N=config.cluster_n)
+    num_warps = constexprs.pop("num_warps")
+    then, scratch = None, ()
+    kernel = two_piece_matmul if config.block_n == LEFT_N + RIGHT_N else cluster_matmul
+    if config.split_k > 1:
+        ws_desc, then, scratch = _reduce_add_workspace(a, c, m, n, config)
+        constexprs.update(SPLIT_K=config.split_k, STAGED_N=staged_columns(config.block_m, config.block_n))
+        c_desc, out_desc = None, ws_desc  # C is finish_split's
+    else:
+        out_desc = c_desc
+    args = (a_desc, b_desc, out_desc, m, n, k)
+    programs = persistent_cluster_grid(kernel, a, 2 * pairs * config.split_k, args, constexprs, num_warps, 2)
+    return (kernel, (programs,), args, dict(constexprs, num_warps=num_warps, cluster=(2, 1, 1)),
+            c_desc, then, scratch)
 
 
 def _gemv_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config) -> tuple:

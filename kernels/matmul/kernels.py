@@ -65,6 +65,22 @@ def b_operand(b_slot, B_K_MAJOR: ll.constexpr):
 
 
 @ll.jit
+def release_slot(bar, pred, CLUSTER: ll.constexpr = 1):
+    """Hand a ring slot back to its producer once the consumer partition's wgmmas reading
+    it have retired (where `pred`). CLUSTER 1: one arrival, after the partition's named
+    barrier. CLUSTER 2 (cluster.py: either CTA's producer multicasts into both CTAs'
+    slot): every warp arrives on its own CTA's barrier and on its peer's, as soon as its
+    own wait has retired the reads, with no named barrier (the barrier counts every
+    consumer warp of both CTAs). The peer's arrival releases at CTA scope: the slot was
+    only read, so nothing of it needs ordering before the peer's next load."""
+    if CLUSTER == 1:
+        mbarrier.arrive(bar, pred=pred)
+    else:
+        mbarrier.arrive(bar, pred=pred, per_warp=True)
+        mbarrier.arrive(bar, pred=pred, per_warp=True, cta=ll.program_id(0) % 2 ^ 1, scope="cta")
+
+
+@ll.jit
 def store_tile(c_desc, c_smem, acc, off_m, off_n, BLOCK_N: ll.constexpr):
     """Write the accumulator tile through shared memory with TMA stores (one per swizzle-
     wide column block). The previous tile's stores must have finished reading c_smem."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, tile_origin
+from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, release_slot, tile_origin
 from .split_k import split_producer, unit_range
 
 # finish_split's blocks: 4 contiguous fp32 a thread (16-byte loads), 4 warps.
@@ -44,12 +44,13 @@ def add_tile(ws_desc, ws_smem, acc, off_m, off_n, BLOCK_N: ll.constexpr):
 @ll.jit
 def multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
                    BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, PIECE: ll.constexpr, STAGES: ll.constexpr,
-                   B_K_MAJOR: ll.constexpr, NUM_WARPS: ll.constexpr):
+                   B_K_MAJOR: ll.constexpr, NUM_WARPS: ll.constexpr, CLUSTER: ll.constexpr = 1):
     """(left, right, consumed): one tile's K steps [k_begin, k_end) from the ring (`consumed`
-    slots taken so far), releasing each slot once its wgmma has retired. Where PIECE is
-    narrower than the tile, left and right are its two column halves, each its own
-    accumulator and wgmma; else both are the whole accumulator. Shared by the split-K and
-    stream-K consumers."""
+    slots taken so far), releasing each slot once its wgmma has retired (to both CTAs'
+    producers in a cluster of CLUSTER 2: `release_slot`). Where PIECE is narrower than the
+    tile, left and right are its two column halves, each its own accumulator and wgmma;
+    else both are the whole accumulator. Shared by the split-K, stream-K and CTA-pair
+    (cluster.py) consumers."""
     acc_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, PIECE, 16])
     acc = ll.zeros([BLOCK_M, PIECE], ll.float32, acc_layout)
     if PIECE < BLOCK_N:
@@ -67,7 +68,7 @@ def multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
             acc = ll.warpgroup_mma(a_ring.index(slot), b, acc, is_async=True)
             acc = ll.warpgroup_mma_wait(1, deps=[acc])
         # The previous step's wgmma has retired: hand its slot back to the producer.
-        mbarrier.arrive(empty.index(previous), pred=k > k_begin)
+        release_slot(empty.index(previous), k > k_begin, CLUSTER)
         previous = slot
         consumed += 1
     if PIECE < BLOCK_N:
@@ -75,7 +76,7 @@ def multiply_range(a_ring, b_ring, ready, empty, consumed, k_begin, k_end,
     else:
         acc = ll.warpgroup_mma_wait(0, deps=[acc])
         right = acc
-    mbarrier.arrive(empty.index(previous), pred=k_end > k_begin)
+    release_slot(empty.index(previous), k_end > k_begin, CLUSTER)
     return acc, right, consumed
 
 

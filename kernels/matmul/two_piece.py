@@ -12,13 +12,18 @@ with its `ready`/`empty` barriers, TMA zeros past the edges) is kernels.py's.
 
 B's TMA box is 64 columns wide in both layouts (for K-major B, [64, BLOCK_K] rows of
 B^T: host.py builds it so), so each piece takes whole boxes.
+
+CLUSTER_M or CLUSTER_N 2: CTA pairs sharing B or A tiles by multicast, as cluster.py's
+(Config.cluster_m / cluster_n); a pair along M shares B's three boxes, the CTA of rank 0
+loading two of them (`load_boxes`).
 """
 
 from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, tile_origin
+from .cluster import allocate_pair_barriers, first_unit, load_b_boxes, load_boxes, unit_origin, unit_stride
+from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, release_slot
 
 LEFT_N = 128
 RIGHT_N = 64
@@ -41,21 +46,33 @@ def load_piece(b_desc, slot, bar, off_n, off_k, WIDTH: ll.constexpr, B_K_MAJOR: 
 @ll.jit
 def two_piece_producer(a_desc, b_desc, a_ring, left_ring, right_ring, ready, empty, M, N, K,
                        BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
-                       STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr):
-    """Fill ring slots (A, B's left and right pieces) as soon as the consumers free them."""
+                       STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                       CLUSTER_M: ll.constexpr = 1, CLUSTER_N: ll.constexpr = 1):
+    """Fill ring slots (A, B's left and right pieces) as soon as the consumers free them
+    (in a pair, those of both CTAs)."""
+    CLUSTERED: ll.constexpr = CLUSTER_M * CLUSTER_N > 1
     k_steps = ll.cdiv(K, BLOCK_K)
-    num_tiles = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N)
+    num_tiles = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N)  # or tile pairs
     issued = 0
-    for tile in range(ll.program_id(0), num_tiles, ll.num_programs(0)):
-        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    for tile in range(first_unit(CLUSTERED), num_tiles, unit_stride(CLUSTERED)):
+        off_m, off_n = unit_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
         for k in range(0, k_steps):
             slot = issued % STAGES
             mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
             bar = ready.index(slot)
-            mbarrier.expect(bar, a_desc.nbytes + b_desc.nbytes * (BLOCK_N // B_BOX_N))
-            tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], bar, a_ring.index(slot))
-            load_piece(b_desc, left_ring.index(slot), bar, off_n, k * BLOCK_K, LEFT_N, B_K_MAJOR)
-            load_piece(b_desc, right_ring.index(slot), bar, off_n + LEFT_N, k * BLOCK_K, RIGHT_N, B_K_MAJOR)
+            if CLUSTERED:
+                A_BOXES: ll.constexpr = BLOCK_M // a_desc.block_shape[0]
+                mbarrier.expect(bar, a_desc.nbytes * A_BOXES + b_desc.nbytes * (BLOCK_N // B_BOX_N))
+                load_boxes(a_desc, off_m, k * BLOCK_K, bar, a_ring.index(slot), A_BOXES, 0, CLUSTER_N == 2)
+                load_b_boxes(b_desc, off_n, k * BLOCK_K, bar, left_ring.index(slot), LEFT_N // B_BOX_N, B_K_MAJOR,
+                             CLUSTER_M == 2)
+                load_b_boxes(b_desc, off_n + LEFT_N, k * BLOCK_K, bar, right_ring.index(slot), RIGHT_N // B_BOX_N,
+                             B_K_MAJOR, CLUSTER_M == 2)
+            else:
+                mbarrier.expect(bar, a_desc.nbytes + b_desc.nbytes * (BLOCK_N // B_BOX_N))
+                tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], bar, a_ring.index(slot))
+                load_piece(b_desc, left_ring.index(slot), bar, off_n, k * BLOCK_K, LEFT_N, B_K_MAJOR)
+                load_piece(b_desc, right_ring.index(slot), bar, off_n + LEFT_N, k * BLOCK_K, RIGHT_N, B_K_MAJOR)
             issued += 1
 
 
@@ -79,15 +96,17 @@ def store_pieces(c_desc, c_left, c_right, left, right, off_m, off_n):
 def two_piece_consumer(c_desc, a_ring, left_ring, right_ring, c_left, c_right, ready, empty, M, N, K,
                        BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                        STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
-                       NUM_WARPS: ll.constexpr):
-    """Multiply both pieces of whatever has landed, release each slot, write each tile."""
+                       NUM_WARPS: ll.constexpr, CLUSTER_M: ll.constexpr = 1, CLUSTER_N: ll.constexpr = 1):
+    """Multiply both pieces of whatever has landed, release each slot (in a pair, to both
+    CTAs' producers), write each tile."""
+    CLUSTER: ll.constexpr = CLUSTER_M * CLUSTER_N
     left_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, LEFT_N, 16])
     right_layout: ll.constexpr = ll.NVMMADistributedLayout([3, 0], [NUM_WARPS, 1], [16, RIGHT_N, 16])
     k_steps = ll.cdiv(K, BLOCK_K)
-    num_tiles = ll.cdiv(M, BLOCK_M) * ll.cdiv(N, BLOCK_N)
+    num_tiles = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N)  # or tile pairs
     consumed = 0
-    for tile in range(ll.program_id(0), num_tiles, ll.num_programs(0)):
-        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    for tile in range(first_unit(CLUSTER > 1), num_tiles, unit_stride(CLUSTER > 1)):
+        off_m, off_n = unit_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
         left = ll.zeros([BLOCK_M, LEFT_N], ll.float32, left_layout)
         right = ll.zeros([BLOCK_M, RIGHT_N], ll.float32, right_layout)
         previous = 0
@@ -99,11 +118,11 @@ def two_piece_consumer(c_desc, a_ring, left_ring, right_ring, c_left, c_right, r
             right = ll.warpgroup_mma(a, b_operand(right_ring.index(slot), B_K_MAJOR), right, is_async=True)
             # The previous step's two wgmmas have retired: hand its slot back.
             left, right = ll.warpgroup_mma_wait(2, deps=[left, right])
-            mbarrier.arrive(empty.index(previous), pred=k > 0)
+            release_slot(empty.index(previous), k > 0, CLUSTER)
             previous = slot
             consumed += 1
         left, right = ll.warpgroup_mma_wait(0, deps=[left, right])
-        mbarrier.arrive(empty.index(previous))
+        release_slot(empty.index(previous), True, CLUSTER)
         store_pieces(c_desc, c_left, c_right, left, right, off_m, off_n)
     tma.store_wait(0)
 
@@ -112,8 +131,11 @@ def two_piece_consumer(c_desc, a_ring, left_ring, right_ring, c_left, c_right, r
 def two_piece_matmul(a_desc, b_desc, c_desc, M, N, K,
                      BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                      STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr,
-                     NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr):
-    """C = A @ B in BLOCK_M x (LEFT_N + RIGHT_N) tiles (BLOCK_N must be their sum)."""
+                     NUM_WARPS: ll.constexpr, PRODUCER_REGS: ll.constexpr,
+                     CLUSTER_M: ll.constexpr = 1, CLUSTER_N: ll.constexpr = 1):
+    """C = A @ B in BLOCK_M x (LEFT_N + RIGHT_N) tiles (BLOCK_N must be their sum); with
+    CLUSTER_M or CLUSTER_N 2, in CTA pairs launched as cluster_matmul's are (A's boxes
+    [BLOCK_M / CLUSTER_N, BLOCK_K])."""
     ll.static_assert(BLOCK_N == LEFT_N + RIGHT_N, "two_piece_matmul's tiles are LEFT_N + RIGHT_N wide")
     dtype: ll.constexpr = a_desc.dtype
     a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
@@ -123,11 +145,17 @@ def two_piece_matmul(a_desc, b_desc, c_desc, M, N, K,
     right_ring = ll.allocate_shared_memory(dtype, [STAGES] + right_box, b_desc.layout)
     c_left = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, LEFT_N], c_desc.layout)
     c_right = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, RIGHT_N], c_desc.layout)
-    ready, empty = allocate_slot_barriers(STAGES)
+    CLUSTERED: ll.constexpr = CLUSTER_M * CLUSTER_N > 1
+    if CLUSTERED:
+        ready, empty = allocate_pair_barriers(STAGES, NUM_WARPS)
+    else:
+        ready, empty = allocate_slot_barriers(STAGES)
     ll.warp_specialize(
         (c_desc, a_ring, left_ring, right_ring, c_left, c_right, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
-         BLOCK_K, STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS), two_piece_consumer,
+         BLOCK_K, STAGES, GROUP_M, B_K_MAJOR, NUM_WARPS, CLUSTER_M, CLUSTER_N), two_piece_consumer,
         (a_desc, b_desc, a_ring, left_ring, right_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K,
-         STAGES, GROUP_M, B_K_MAJOR), [two_piece_producer],
+         STAGES, GROUP_M, B_K_MAJOR, CLUSTER_M, CLUSTER_N), [two_piece_producer],
         worker_num_warps=[4], worker_num_regs=[PRODUCER_REGS])
+    if CLUSTERED:  # the peer no longer arrives on, nor loads into, this CTA's shared memory
+        ll.cluster_barrier()
     invalidate_slot_barriers(ready, empty, STAGES)
