@@ -54,8 +54,8 @@ import dataclasses
 
 from ..errors import warn_at
 from ..hardware import WARPS_PER_WARPGROUP
-from ..ir import (Block, ConvertLayout, For, Kernel, Op, WarpgroupMma, WarpgroupMmaWait, WarpgroupTurn,
-                  WarpSpecialize)
+from ..ir import (Block, ConvertLayout, For, If, Kernel, Op, WarpgroupMma, WarpgroupMmaWait, WarpgroupTurn,
+                  WarpSpecialize, Yield)
 
 NAME = "pingpong_warpgroups"
 
@@ -98,21 +98,69 @@ def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False,
         return split
     barrier = 2 + sum(split.replicas())  # after the partitions' named barriers (from 1, one a copy)
     chosen = {id(loop) for loop in loops}
+    ahead = any(issued_together(loop) for loop in loops)
     ops: list[Op] = []
     passing = None  # the loop whose pass follows its drain (the wait for its last wgmma)
     for op in split.default.ops:
         if passing is not None and not isinstance(op, (WarpgroupMmaWait, ConvertLayout)):
             ops.append(WarpgroupTurn(action="pass", barrier=barrier, loc=passing.loc))
             passing = None
+        if ahead and isinstance(op, If) and any(isinstance(inner, WarpgroupMma) for inner in op.then_body.ops):
+            _open(ops, barrier, op.loc)  # issue_dot_ahead's block 0 or last P V: its issue is one turn
+            ops.append(dataclasses.replace(op, then_body=turns_around_issues(op.then_body, barrier, after_wait)))
+            continue
         if id(op) not in chosen:
             ops.append(op)
             continue
-        if not any(isinstance(done, WarpgroupTurn) for done in ops):
-            ops.append(WarpgroupTurn(action="open", barrier=barrier, loc=op.loc))
+        _open(ops, barrier, op.loc)
+        if issued_together(op):
+            ops.append(dataclasses.replace(op, body=turns_around_issues(op.body, barrier, after_wait)))
+            continue
         ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
         ops.append(dataclasses.replace(op, body=turned_body(op.body, barrier, after_wait)))
         passing = op
     return dataclasses.replace(split, default=Block(split.default.args, tuple(ops)))
+
+
+def _open(ops: list[Op], barrier: int, loc) -> None:
+    """The open before the partition's first turn."""
+    if not any(isinstance(done, WarpgroupTurn) for done in ops):
+        ops.append(WarpgroupTurn(action="open", barrier=barrier, loc=loc))
+
+
+def issued_together(loop: For) -> bool:
+    """Whether the loop issues its two wgmmas back to back, no wait between them
+    (issue_dot_ahead: Q K^T of block j with P V of block j - 1)."""
+    ops = loop.body.ops
+    first, second = [i for i, op in enumerate(ops) if isinstance(op, WarpgroupMma)]
+    return not any(isinstance(op, WarpgroupMmaWait) for op in ops[first:second])
+
+
+def turns_around_issues(body: Block, barrier: int, after_wait: bool = False) -> Block:
+    """A take before each run of wgmmas the block issues back to back (no wait between
+    them), a pass right after the run's last issue (FA3's turn over the pair issued
+    together), or, `after_wait`, after the wait that follows the run and the waits and
+    layout changes right after it."""
+    ops: list[Op] = []
+    holding = waited = False
+    for position, op in enumerate(body.ops):
+        if isinstance(op, WarpgroupMma) and not holding:
+            ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
+            holding, waited = True, False
+        ops.append(op)
+        if not holding:
+            continue
+        waited = waited or isinstance(op, WarpgroupMmaWait)
+        rest = body.ops[position + 1:]
+        if after_wait:
+            ends = waited and not (rest and isinstance(rest[0], (WarpgroupMmaWait, ConvertLayout)))
+        else:
+            following = next((o for o in rest if isinstance(o, (WarpgroupMma, WarpgroupMmaWait))), None)
+            ends = isinstance(op, WarpgroupMma) and not isinstance(following, WarpgroupMma)
+        if ends or isinstance(rest[0] if rest else None, Yield) or not rest:
+            ops.append(WarpgroupTurn(action="pass", barrier=barrier, loc=op.loc))
+            holding = False
+    return Block(body.args, tuple(ops))
 
 
 def turned_body(body: Block, barrier: int, after_wait: bool = False) -> Block:
