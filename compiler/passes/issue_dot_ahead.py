@@ -27,6 +27,19 @@ the dot beside its own Q K^T:
         refill slot (j - 1) % S, commit         (P V of j - 1, its last reader, retired)
     if lower < upper: P V of the last block, waited
 
+The same rewrite takes TMA rings (pipeline_tma_loops: the descriptor source), in one
+partition or in a warp-specialized consumer partition (pipeline_tma_warp_specialize).
+There the body starts with the wait on the slot's full barrier (block j's K and V
+landed) and ends with the release of the slot block j - 1 read: every warp's arrival on
+its empty barrier, then, in one partition, the elected thread's wait for the arrivals
+and the refill by TMA (the producer partition refills a split's ring). P V of j - 1
+reads V from that slot, so its wait goes right before the release, as before the
+cp.async refill: no TMA write lands on V while the dot reads it. Block 0's peeled part
+releases nothing (the arrival is predicated off at the loop's lower bound) and, in one
+partition, fills the ring's last slot as iteration 0 did; the full barrier of block j is
+waited before the pair's issue. ping-pong (pingpong_warpgroups) then makes the pair one
+turn.
+
 This is the order of the lowlevel kernel's steps (kernels/attention/steps.py): between a
 wgmma's issue and its wait no other instruction writes registers a wgmma reads (the
 rescale and P's conversion come after the wait; P passes through the wait, so the next

@@ -35,6 +35,19 @@ wgmmas are done: a gap on the tensor cores, but no wgmma of the other queued whi
 one waits). The named barrier ids are immediates: ptxas serializes every wgmma of the
 kernel when a bar.arrive whose id is in a register sits between a wgmma and its wait.
 
+A loop that issue_dot_ahead rewrote issues Q K^T of block j and P V of block j - 1 back
+to back; the turn then covers that pair, as in FA3 (`turns_around_issues`):
+
+    open
+    if lower < upper: ... take; S_0 = Q K_0^T; pass; ...      (block 0, peeled)
+    for ...:
+        wait full[slot]; take; S_j = Q K_j^T; P V_(j-1); pass
+        wait(1) S_j; softmax; wait(0) P V_(j-1); release
+    if lower < upper: take; P V_last; pass; ...
+
+No turn is held across the back edge or between loops, so nothing but the issue of the
+wgmmas runs under it (`after_wait`: the pass follows the first wait after the issue).
+
 Taken only where it applies: a warp_specialize whose default partition has two
 warpgroups, for each top-level loop of it whose body has two top-level wgmmas (the
 first's issue, then the second's), ringed over 3 or more stages. With 2 the turns
