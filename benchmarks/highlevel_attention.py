@@ -59,6 +59,18 @@ DESCRIPTOR_CONFIGS = {
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
 }
 
+# `--ahead`: each descriptor schedule beside itself with dot_ahead=True (issue_dot_ahead
+# on the TMA rings: Q K^T of block j issued with P V of block j - 1), 8 warps, 3 stages,
+# with Triton's picks; one head_dim a run (`--head-dim`) keeps a run under two minutes.
+_AHEAD_SCHEDULES = [("weft.desc.1p", {"warp_specialize": False}),
+                    ("weft.desc.ws", {"warp_specialize": True, "pingpong": False}),
+                    ("weft.desc.wspp", {"warp_specialize": True, "pingpong": True})]
+AHEAD_CONFIGS = {
+    head_dim: [(name + suffix, block, 8, 3, {**options, **extra}) for block in blocks
+               for name, options in _AHEAD_SCHEDULES for suffix, extra in (("", {}), (".ahead", {"dot_ahead": True}))]
+    + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})]
+    for head_dim, blocks in ((64, [(128, 64), (128, 128)]), (128, [(128, 64)]))}
+
 
 @functools.cache
 def triton_attention_kernel():
@@ -83,8 +95,9 @@ def triton_descriptor_attention():
     return module.attention_kernel, TensorDescriptor
 
 
-def find_descriptor_systems(causal: bool, head_dim: int) -> dict:
-    """name -> fn(q, k, v, scale) for DESCRIPTOR_CONFIGS, or a string saying why it is unavailable."""
+def find_descriptor_systems(causal: bool, head_dim: int, configs=None) -> dict:
+    """name -> fn(q, k, v, scale) for `configs` (DESCRIPTOR_CONFIGS by default), or a string
+    saying why it is unavailable."""
     from weft.highlevel import attention_descriptor_example
 
     try:
@@ -92,7 +105,7 @@ def find_descriptor_systems(causal: bool, head_dim: int) -> dict:
     except Exception as error:
         triton_kernel, descriptor = "Triton unavailable: " + _reason(error), None
     found = {}
-    for name, (block_m, block_n), warps, stages, options in DESCRIPTOR_CONFIGS[head_dim]:
+    for name, (block_m, block_n), warps, stages, options in (configs or DESCRIPTOR_CONFIGS)[head_dim]:
         kernel = triton_kernel if name.startswith("triton") else None
         key = f"{name} {block_m}x{block_n} w{warps} s{stages}"
         if isinstance(kernel, str):
@@ -106,12 +119,14 @@ def find_descriptor_systems(causal: bool, head_dim: int) -> dict:
     return found
 
 
-def find_systems(torch, causal: bool, head_dim: int, anchors=(), source: str = "block") -> dict:
+def find_systems(torch, causal: bool, head_dim: int, anchors=(), source: str = "block", ahead: bool = False) -> dict:
     """name -> fn(q, k, v, scale), or a string saying why it is unavailable; `anchors` adds
-    `weft.hl.ahead-<anchor>` with dot_ahead=<anchor> (the instruction before P V's wait)."""
+    `weft.hl.ahead-<anchor>` with dot_ahead=<anchor> (the instruction before P V's wait);
+    `ahead` times the descriptor source's AHEAD_CONFIGS."""
     from weft.highlevel import attention_example
 
-    found = find_descriptor_systems(causal, head_dim) if source in ("descriptor", "both") else {}
+    configs = AHEAD_CONFIGS if ahead else None
+    found = find_descriptor_systems(causal, head_dim, configs) if source in ("descriptor", "both") else {}
     try:
         triton_kernel = triton_attention_kernel()
     except Exception as error:
@@ -204,19 +219,22 @@ def best(row: dict, prefix: str, kind: str = "graph") -> float | None:
     return max(values) if values else None
 
 
-def run(quick: bool = False, out_path: str | None = None, anchors=(), source: str = "block") -> dict:
+def run(quick: bool = False, out_path: str | None = None, anchors=(), source: str = "block", ahead: bool = False,
+        head_dims=None) -> dict:
     import torch
 
     torch.manual_seed(0)
     results = {**_versions(torch), "tolerance": TOLERANCE, "dtype": "float16", "rows": []}
-    for batch, heads, seq, head_dim in SHAPES[:1] if quick else SHAPES:
+    shapes = SHAPES[:1] if quick else SHAPES
+    for batch, heads, seq, head_dim in [shape for shape in shapes if not head_dims or shape[3] in head_dims]:
         for causal in (False, True):
             q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.float16)
                        for _ in range(3))
             scale = head_dim ** -0.5
             ref = reference(q, k, v, causal, scale)
             row = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "causal": causal}
-            row.update(measure_all(torch, find_systems(torch, causal, head_dim, anchors, source), q, k, v, scale, ref,
+            row.update(measure_all(torch, find_systems(torch, causal, head_dim, anchors, source, ahead), q, k, v, scale,
+                                   ref,
                                    forward_flops(batch, heads, seq, head_dim, causal), source == "descriptor"))
             for kind in ("graph", "do_bench"):
                 mine = best(row, "weft.hl", kind)
@@ -224,8 +242,7 @@ def run(quick: bool = False, out_path: str | None = None, anchors=(), source: st
                     theirs = best(row, other, kind)
                     if mine and theirs:
                         row[f"hl_over_{other}_{kind}"] = mine / theirs
-                for name in ("weft.desc", "weft.desc.1p", "weft.desc.ws", "weft.desc.wspp",
-                             "weft.desc.wspp-after_wait"):
+                for name in sorted({key.split(" ")[0] for key in row if key.startswith("weft.desc")}):
                     mine = best(row, name, kind)
                     for other in ("triton.desc", "weft.ll"):
                         theirs = best(row, other, kind)
@@ -268,6 +285,39 @@ def print_table(results) -> None:
             print("  descriptor source, graph: " + ", ".join(ratios))
 
 
+def print_registers(configs: dict, head_dims=None) -> int:
+    """ptxas's registers a thread and spills of each weft system in `configs`, causal and
+    not (compiled for sm_90a, nothing launched); 1 when one spills or fails to compile."""
+    from weft.highlevel import attention_descriptor_example as example
+
+    failed = False
+    for head_dim, entries in configs.items():
+        for name, (block_m, block_n), warps, stages, options in entries if not head_dims or head_dim in head_dims else ():
+            if not name.startswith("weft"):
+                continue
+            for causal in (False, True):
+                signature = {name_: f"tensordesc<fp16[{rows},{head_dim}]>" for name_, rows in
+                             (("desc_q", block_m), ("desc_k", block_n), ("desc_v", block_n), ("desc_o", block_m))}
+                signature.update(Out="*fp16", Lse="*fp32", sm_scale="fp32", n_ctx="i32")
+                constexprs = dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal, EVEN=True,
+                                  WARP_SPECIALIZE=options.get("warp_specialize"))
+                launch = {key: value for key, value in options.items() if key != "warp_specialize"}
+                label = f"{name} {block_m}x{block_n} w{warps} s{stages} d{head_dim} {'causal' if causal else 'full'}"
+                try:
+                    kernel = example.attention_kernel.compile(signature=signature, constexprs=constexprs,
+                                                              num_warps=warps, num_stages=stages, **launch)
+                except Exception as error:
+                    print(f"{label:<52} ERR {_reason(error)[:100]}")
+                    failed = True
+                    continue
+                meta = kernel.metadata
+                ahead = kernel.asm["layout"].count("warpgroup_mma_wait [pending=1")
+                print(f"{label:<52} registers {meta['registers']:>3}  spills {meta['spill_stores']}/"
+                      f"{meta['spill_loads']}  loops issued ahead {ahead}  warnings {len(meta['performance_warnings'])}")
+                failed = failed or bool(meta["spill_stores"] or meta["spill_loads"])
+    return 1 if failed else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="head_dim 64 only")
@@ -276,10 +326,17 @@ def main(argv=None) -> int:
                         help="also time dot_ahead=<anchor> for each (the instruction before P V's wait)")
     parser.add_argument("--source", choices=["block", "descriptor", "both"], default="block",
                         help="the block-pointer source (attention_example), the descriptor one, or both")
+    parser.add_argument("--ahead", action="store_true",
+                        help="the descriptor source's schedules with and without dot_ahead (AHEAD_CONFIGS)")
+    parser.add_argument("--head-dim", type=int, nargs="*", choices=[64, 128], help="only these head_dims")
+    parser.add_argument("--registers", action="store_true",
+                        help="print ptxas's registers and spills of each weft system of --source descriptor, no GPU")
     args = parser.parse_args(argv)
+    if args.registers:
+        return print_registers(AHEAD_CONFIGS if args.ahead else DESCRIPTOR_CONFIGS, args.head_dim)
     out_path = args.out or (os.path.join(os.environ["OUT"], "highlevel_attention.json") if os.environ.get("OUT")
                             else None)
-    results = run(args.quick, out_path, tuple(args.anchors), args.source)
+    results = run(args.quick, out_path, tuple(args.anchors), args.source, args.ahead, args.head_dim)
     print_table(results)
     short = any("graph_tflops" not in cell for row in results["rows"] for name, cell in row.items()
                 if isinstance(cell, dict) and name.startswith(("weft.hl", "weft.desc")))

@@ -27,6 +27,19 @@ the dot beside its own Q K^T:
         refill slot (j - 1) % S, commit         (P V of j - 1, its last reader, retired)
     if lower < upper: P V of the last block, waited
 
+The same rewrite takes TMA rings (pipeline_tma_loops: the descriptor source), in one
+partition or in a warp-specialized consumer partition (pipeline_tma_warp_specialize).
+There the body starts with the wait on the slot's full barrier (block j's K and V
+landed) and ends with the release of the slot block j - 1 read: every warp's arrival on
+its empty barrier, then, in one partition, the elected thread's wait for the arrivals
+and the refill by TMA (the producer partition refills a split's ring). P V of j - 1
+reads V from that slot, so its wait goes right before the release, as before the
+cp.async refill: no TMA write lands on V while the dot reads it. Block 0's peeled part
+releases nothing (the arrival is predicated off at the loop's lower bound) and, in one
+partition, fills the ring's last slot as iteration 0 did; the full barrier of block j is
+waited before the pair's issue. ping-pong (pingpong_warpgroups) then makes the pair one
+turn.
+
 This is the order of the lowlevel kernel's steps (kernels/attention/steps.py): between a
 wgmma's issue and its wait no other instruction writes registers a wgmma reads (the
 rescale and P's conversion come after the wait; P passes through the wait, so the next
@@ -47,8 +60,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ..ir import (AsyncCopyWaitGroup, Binary, Block, Compare, Constant, ConvertLayout, For, If, Kernel, Op,
-                  SharedIndex, Value, WarpgroupMma, WarpgroupMmaWait, Yield)
+from ..ir import (AsyncCopyWaitGroup, Binary, Block, Compare, Constant, ConvertLayout, For, If, Kernel,
+                  MBarrierArrive, MBarrierExpect, MBarrierWait, Op, SharedIndex, TmaAsyncCopyGlobalToShared, Value,
+                  WarpgroupMma, WarpgroupMmaWait, Yield)
 from ..types import TensorType, i1, i32
 
 NAME = "issue_dot_ahead"
@@ -163,11 +177,35 @@ def plan_split(loop: For) -> Optional[Split]:
             and isinstance(back[0], ConvertLayout)):
         return None  # not pipeline_chained_dots' accumulator wait
     stages = view.buffer.type.shape[0]
-    copies_waits = [op for op in ops if isinstance(op, AsyncCopyWaitGroup)]
-    if stages < 3 or len(copies_waits) != 1 or copies_waits[0].pending != stages - 2:
+    if stages < 3 or not (_copy_ring(ops, stages) or _tma_ring(ops, view, first, second, producers)):
         return None
     return Split(second, operand_ops, (into, waits[0], back[0]), tuple(out_ops), acc_index, first, first_wait,
                  view, stages)
+
+
+def _copy_ring(ops, stages: int) -> bool:
+    """Whether the body waits for its cp.async groups as pipeline_dot_loops rings them."""
+    waits = [op for op in ops if isinstance(op, AsyncCopyWaitGroup)]
+    return len(waits) == 1 and waits[0].pending == stages - 2
+
+
+def _tma_ring(ops, view: SharedIndex, first: WarpgroupMma, second: WarpgroupMma, producers: dict) -> bool:
+    """Whether the body reads a TMA ring as pipeline_tma_loops (or a warp-specialized
+    consumer) leaves it: one wait for the slot's full barrier, at the slot V is read from,
+    before the first dot; the slot releases (empty-barrier arrivals), and in one partition
+    the refills, only after the second dot, where the rewrite puts P V's wait before them."""
+    if any(isinstance(op, AsyncCopyWaitGroup) for op in ops):
+        return False
+    full = [op for op in ops if isinstance(op, MBarrierWait) and not op.elected]
+    if len(full) != 1 or ops.index(full[0]) > ops.index(first):
+        return False
+    bar = producers.get(full[0].barrier)
+    if not (isinstance(bar, SharedIndex) and bar.index is view.index):
+        return False
+    ring_ops = (MBarrierArrive, MBarrierExpect, TmaAsyncCopyGlobalToShared)
+    after = ops.index(second)
+    return all(ops.index(op) > after for op in ops
+               if isinstance(op, ring_ops) or isinstance(op, MBarrierWait) and op.elected)
 
 
 def fits_registers(split: Split, num_warps: int) -> bool:

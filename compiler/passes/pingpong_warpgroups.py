@@ -35,6 +35,19 @@ wgmmas are done: a gap on the tensor cores, but no wgmma of the other queued whi
 one waits). The named barrier ids are immediates: ptxas serializes every wgmma of the
 kernel when a bar.arrive whose id is in a register sits between a wgmma and its wait.
 
+A loop that issue_dot_ahead rewrote issues Q K^T of block j and P V of block j - 1 back
+to back; the turn then covers that pair, as in FA3 (`turns_around_issues`):
+
+    open
+    if lower < upper: ... take; S_0 = Q K_0^T; pass; ...      (block 0, peeled)
+    for ...:
+        wait full[slot]; take; S_j = Q K_j^T; P V_(j-1); pass
+        wait(1) S_j; softmax; wait(0) P V_(j-1); release
+    if lower < upper: take; P V_last; pass; ...
+
+No turn is held across the back edge or between loops, so nothing but the issue of the
+wgmmas runs under it (`after_wait`: the pass follows the first wait after the issue).
+
 Taken only where it applies: a warp_specialize whose default partition has two
 warpgroups, for each top-level loop of it whose body has two top-level wgmmas (the
 first's issue, then the second's), ringed over 3 or more stages. With 2 the turns
@@ -54,8 +67,8 @@ import dataclasses
 
 from ..errors import warn_at
 from ..hardware import WARPS_PER_WARPGROUP
-from ..ir import (Block, ConvertLayout, For, Kernel, Op, WarpgroupMma, WarpgroupMmaWait, WarpgroupTurn,
-                  WarpSpecialize)
+from ..ir import (Block, ConvertLayout, For, If, Kernel, Op, WarpgroupMma, WarpgroupMmaWait, WarpgroupTurn,
+                  WarpSpecialize, Yield)
 
 NAME = "pingpong_warpgroups"
 
@@ -98,17 +111,24 @@ def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False,
         return split
     barrier = 2 + sum(split.replicas())  # after the partitions' named barriers (from 1, one a copy)
     chosen = {id(loop) for loop in loops}
+    ahead = any(issued_together(loop) for loop in loops)
     ops: list[Op] = []
     default = list(split.default.ops)
     at = 0
     while at < len(default):
         op = default[at]
         at += 1
+        if ahead and isinstance(op, If) and any(isinstance(inner, WarpgroupMma) for inner in op.then_body.ops):
+            _open(ops, barrier, op.loc)  # issue_dot_ahead's block 0 or last P V: its issue is one turn
+            ops.append(dataclasses.replace(op, then_body=turns_around_issues(op.then_body, barrier, after_wait)))
+            continue
         if id(op) not in chosen:
             ops.append(op)
             continue
-        if not any(isinstance(done, WarpgroupTurn) for done in ops):
-            ops.append(WarpgroupTurn(action="open", barrier=barrier, loc=op.loc))
+        _open(ops, barrier, op.loc)
+        if issued_together(op):
+            ops.append(dataclasses.replace(op, body=turns_around_issues(op.body, barrier, after_wait)))
+            continue
         ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
         ops.append(dataclasses.replace(op, body=turned_body(op.body, barrier, after_wait)))
         drained = past_waits(default, at)  # the pass follows the wait for the loop's last wgmma
@@ -132,10 +152,51 @@ def past_waits(ops: list, start: int) -> int:
     return end
 
 
+def _open(ops: list[Op], barrier: int, loc) -> None:
+    """The open before the partition's first turn."""
+    if not any(isinstance(done, WarpgroupTurn) for done in ops):
+        ops.append(WarpgroupTurn(action="open", barrier=barrier, loc=loc))
+
+
+def issued_together(loop: For) -> bool:
+    """Whether the loop issues its two wgmmas back to back, no wait between them
+    (issue_dot_ahead: Q K^T of block j with P V of block j - 1)."""
+    ops = loop.body.ops
+    first, second = [i for i, op in enumerate(ops) if isinstance(op, WarpgroupMma)]
+    return not any(isinstance(op, WarpgroupMmaWait) for op in ops[first:second])
+
+
+def turns_around_issues(body: Block, barrier: int, after_wait: bool = False) -> Block:
+    """A take before each run of wgmmas the block issues back to back (no wait between
+    them), a pass right after the run's last issue (FA3's turn over the pair issued
+    together), or, `after_wait`, after the wait that follows the run and the waits and
+    layout changes right after it."""
+    ops: list[Op] = []
+    holding = waited = False
+    for position, op in enumerate(body.ops):
+        if isinstance(op, WarpgroupMma) and not holding:
+            ops.append(WarpgroupTurn(action="take", barrier=barrier, loc=op.loc))
+            holding, waited = True, False
+        ops.append(op)
+        if not holding:
+            continue
+        waited = waited or isinstance(op, WarpgroupMmaWait)
+        rest = body.ops[position + 1:]
+        if after_wait:
+            ends = waited and not (rest and isinstance(rest[0], (WarpgroupMmaWait, ConvertLayout)))
+        else:
+            following = next((o for o in rest if isinstance(o, (WarpgroupMma, WarpgroupMmaWait))), None)
+            ends = isinstance(op, WarpgroupMma) and not isinstance(following, WarpgroupMma)
+        if ends or isinstance(rest[0] if rest else None, Yield) or not rest:
+            ops.append(WarpgroupTurn(action="pass", barrier=barrier, loc=op.loc))
+            holding = False
+    return Block(body.args, tuple(ops))
+
+
 def turned_body(body: Block, barrier: int, after_wait: bool = False) -> Block:
     """The pass after the first wgmma's issue (or, `after_wait`, once it has been waited
-    for, with the waits and layout changes right after it: attention's wait for the
-    carried accumulator), the take before the second wgmma's issue."""
+    for: after the last of the waits right after it, attention's wait for the carried
+    accumulator among them), the take before the second wgmma's issue."""
     first, second = [op for op in body.ops if isinstance(op, WarpgroupMma)]
     at = body.ops.index(first) + 1
     if after_wait:
