@@ -35,6 +35,9 @@ class Config:
     cluster_m: int = 1           # 2: CTAs in pairs of tiles neighbouring along M, sharing
                                  # each B tile by TMA multicast (cluster.py)
     cluster_n: int = 1           # 2: pairs neighbouring along N, sharing each A tile
+    staged_halves: bool = False  # the tile multiplied as two column halves (two accumulators) and
+                                 # written through a half-tile buffer, one half after the other:
+                                 # the other half's staging goes to a deeper ring (staged_halves.py)
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -72,6 +75,12 @@ class Config:
             raise ValueError(f"Config.stream_k=True shares tiles by K step in the warp-specialized kernel "
                              f"(stream_k.py): use split_k=1, variant='warp_specialized' and a power-of-two "
                              f"block_n, got {self}")
+        if self.staged_halves and (self.block_n not in (128, 256) or self.split_k > 1 or self.stream_k
+                                   or self.variant != "warp_specialized"):
+            raise ValueError(f"Config.staged_halves=True writes the tile of the unsplit warp-specialized "
+                             f"kernel (or its CTA pairs) in two column halves of whole TMA boxes: use "
+                             f"block_n 128 or 256, split_k=1, stream_k=False and "
+                             f"variant='warp_specialized', got {self}")
         if self.split_k > 1 and self.split_reduce == "atomic" and self.block_n > 128:
             raise ValueError(f"Config.split_k > 1 with atomic adds takes block_n <= 128: each thread "
                              f"holds block_n / 2 accumulators beside their workspace addresses, and "
@@ -117,9 +126,11 @@ class Config:
             return
         needed = shared_bytes(self, in_bits, out_bits)
         if needed > SHARED_LIMIT:
+            halves = "" if self.staged_halves or self.block_n not in (128, 256) or self.split_k > 1 \
+                else ", or staged_halves=True (the output tile staged half at a time)"
             raise ValueError(f"{self} needs {needed} bytes of shared memory for {in_bits}-bit "
                              f"inputs and {out_bits}-bit output; a CTA has {SHARED_LIMIT}. "
-                             f"Use fewer stages or a smaller block_n.")
+                             f"Use fewer stages or a smaller block_n{halves}.")
         if self.block_k * in_bits // 8 > 128:
             raise ValueError(f"block_k={self.block_k} of {in_bits}-bit elements is "
                              f"{self.block_k * in_bits // 8} bytes per row; TMA boxes with the "
@@ -133,6 +144,8 @@ def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
         return config.block_n * config.num_warps * 4
     stage = (config.block_m + config.block_n) * config.block_k * in_bits // 8
     out = config.block_m * config.block_n * out_bits // 8
+    if config.staged_halves:
+        out //= 2
     if config.split_k > 1 and config.split_reduce == "tma":
         out = config.block_m * staged_columns(config.block_m, config.block_n) * 4
     return config.stages * stage + out + 16 * config.stages
