@@ -33,7 +33,8 @@ def candidates():
     """(label, Config): unpaired 128x256, 128x192 and 128x128 tiles, and pairs of each
     along M and along N with 3 and 4 stages (those that fit in shared memory); and 128x256
     tiles with 4 stages, unpaired and paired, their output staged half at a time
-    (Config.staged_halves: the whole tile's staging leaves room for 3)."""
+    (Config.staged_halves: the whole tile's staging leaves room for 3), and one pair of
+    them with 3."""
     from weft.kernels.matmul import Config
 
     configs = [Config(128, 256, 64, 3, group_m=8), Config(128, 192, 64, 4, group_m=8), Config(128, 128, 64, 4, group_m=8)]
@@ -43,6 +44,8 @@ def candidates():
                 configs.append(Config(128, block_n, 64, stages, group_m=8, cluster_m=cluster_m, cluster_n=cluster_n))
     for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
         configs.append(Config(128, 256, 64, 4, group_m=8, staged_halves=True, cluster_m=cluster_m, cluster_n=cluster_n))
+    # Beside the 3-stage pair of whole tiles: what the halves' two 128-wide wgmmas a K step cost.
+    configs.append(Config(128, 256, 64, 3, group_m=8, staged_halves=True, cluster_m=2))
     fitting = []
     for config in configs:
         try:
