@@ -81,7 +81,7 @@ def split_candidates(m: int, n: int, k: int, sm_count: int):
 
 def _label(config) -> str:
     pair = "" if config.cluster_m * config.cluster_n == 1 else f" pair{'M' if config.cluster_m == 2 else 'N'}"
-    return config_label(config) + pair + (" halves" if config.staged_halves else "")
+    return config_label(config) + pair
 
 
 def _operands(torch, m, n, k, layout, gen):
