@@ -44,7 +44,7 @@ def candidates():
                 configs.append(Config(128, block_n, 64, stages, group_m=8, cluster_m=cluster_m, cluster_n=cluster_n))
     for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
         configs.append(Config(128, 256, 64, 4, group_m=8, staged_halves=True, cluster_m=cluster_m, cluster_n=cluster_n))
-    # Beside the 3-stage pair of whole tiles: what the halves' two 128-wide wgmmas a K step cost.
+    # Beside the 3-stage pair of whole tiles: what writing the tile in halves costs.
     configs.append(Config(128, 256, 64, 3, group_m=8, staged_halves=True, cluster_m=2))
     fitting = []
     for config in configs:

@@ -29,7 +29,7 @@ from ...lowlevel import mbarrier, tma
 from .kernels import tile_origin
 from .split_k import unit_range
 from .split_k_tma import add_tile, multiply_range
-from .staged_halves import store_halves
+from .staged_halves import store_in_halves
 
 
 @ll.jit
@@ -166,6 +166,8 @@ def cluster_consumer(c_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K,
     write the tile (SPLIT_K 1) or add the partial tile into the workspace (SPLIT_K > 1),
     out_smem's columns at a time (the whole tile, or its halves: Config.staged_halves)."""
     PIECE: ll.constexpr = out_smem.shape[1]
+    # Unsplit, one accumulator however wide out_smem is (store_in_halves takes it apart).
+    WGMMA_N: ll.constexpr = BLOCK_N if SPLIT_K == 1 else PIECE
     k_steps = ll.cdiv(K, BLOCK_K)
     units = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N) * SPLIT_K
     consumed = 0
@@ -173,9 +175,9 @@ def cluster_consumer(c_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K,
         pair, begin, end = unit_range(unit, k_steps, SPLIT_K)
         off_m, off_n = pair_origin(pair, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
         acc, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, begin, end,
-                                              BLOCK_M, BLOCK_N, PIECE, STAGES, B_K_MAJOR, NUM_WARPS, 2)
+                                              BLOCK_M, BLOCK_N, WGMMA_N, STAGES, B_K_MAJOR, NUM_WARPS, 2)
         if SPLIT_K == 1:
-            store_halves(c_desc, out_smem, acc, right, off_m, off_n, PIECE, BLOCK_N)
+            store_in_halves(c_desc, out_smem, acc, off_m, off_n, BLOCK_N, NUM_WARPS)
         else:
             add_tile(c_desc, out_smem, acc, off_m, off_n, PIECE)
             if PIECE < BLOCK_N:

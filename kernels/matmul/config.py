@@ -242,9 +242,10 @@ def _deep_pair(block_k: int) -> Config:
     """The 128x256 pair along M with 4 stages, its tile written half at a time (staged_halves:
     a whole-tile buffer leaves room for 3), beside PAIRED_TILES' pairs; it fits with 16-bit
     output only. On the H200 at 1000 x 3000 x 5000 it led the 3-stage pair (0.88x cuBLAS
-    against 0.84x with B [K, N], 0.80x against 0.77x with B K-major), although halves cost
-    (3 stages in halves: 0.74x); at 4096^3 it lost (0.91x against 1.00x unpaired), so only
-    this class gets it."""
+    against 0.84x with B [K, N], 0.80x against 0.77x with B K-major) even when it multiplied
+    the halves as two 128-wide wgmmas a K step (3 stages so: 0.74x; staged_halves.py now
+    issues one 256-wide wgmma); at 4096^3 that form lost (0.91x against 1.00x unpaired), so
+    only this class gets it."""
     return Config(128, 256, block_k, 4, group_m=8, staged_halves=True, cluster_m=2)
 
 
