@@ -70,7 +70,7 @@ def _median(samples):
 
 
 def config_label(config) -> str:
-    """A candidate config in a few characters: tile, stages, warps, group, split."""
+    """A candidate config in a few characters: tile, stages, warps, group, split, halves."""
     label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.stages} w{config.num_warps} g{config.group_m}"
     if config.variant != "warp_specialized":
         label += f" {config.variant}"
@@ -78,6 +78,8 @@ def config_label(config) -> str:
         label += f" split{config.split_k} {config.split_reduce}"
     if config.stream_k:
         label += " stream-K"
+    if config.staged_halves:
+        label += " halves"
     return label
 
 

@@ -3,7 +3,7 @@ tiles, weft's autotuned pick and cuBLAS, on the shapes where the unpaired kernel
 cuBLAS (a row stride of 3000 elements, K of 5000, long K: there also split, unpaired and
 paired) and on 4096^3.
 
-    python3 -m benchmarks.matmul_clusters [--shapes 1000x3000x5000kn,4096x4096x4096kn] [--no-pick]
+    python3 -m benchmarks.matmul_clusters [--shapes 1000x3000x5000kn,4096x4096x4096kn] [--no-pick] [--only halves,pairM]
     python3 -m benchmarks.matmul_clusters --sanitize   # small pairs only: compute-sanitizer's workload
 
 Per shape, every system's output is checked against a float32 torch reference (a wrong
@@ -31,7 +31,10 @@ TOLERANCE = 2e-2  # max |error| / max |reference|, bf16 output
 
 def candidates():
     """(label, Config): unpaired 128x256, 128x192 and 128x128 tiles, and pairs of each
-    along M and along N with 3 and 4 stages (those that fit in shared memory)."""
+    along M and along N with 3 and 4 stages (those that fit in shared memory); and 128x256
+    tiles with 4 stages, unpaired and paired, their output staged half at a time
+    (Config.staged_halves: the whole tile's staging leaves room for 3), and one pair of
+    them with 3."""
     from weft.kernels.matmul import Config
 
     configs = [Config(128, 256, 64, 3, group_m=8), Config(128, 192, 64, 4, group_m=8), Config(128, 128, 64, 4, group_m=8)]
@@ -39,6 +42,10 @@ def candidates():
         for stages in (3, 4):
             for cluster_m, cluster_n in ((2, 1), (1, 2)):
                 configs.append(Config(128, block_n, 64, stages, group_m=8, cluster_m=cluster_m, cluster_n=cluster_n))
+    for cluster_m, cluster_n in ((1, 1), (2, 1), (1, 2)):
+        configs.append(Config(128, 256, 64, 4, group_m=8, staged_halves=True, cluster_m=cluster_m, cluster_n=cluster_n))
+    # Beside the 3-stage pair of whole tiles: what writing the tile in halves costs.
+    configs.append(Config(128, 256, 64, 3, group_m=8, staged_halves=True, cluster_m=2))
     fitting = []
     for config in configs:
         try:
@@ -87,7 +94,7 @@ def _error(out, ref) -> float:
     return float(((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item())
 
 
-def run(shapes, pick: bool) -> int:
+def run(shapes, pick: bool, only: list[str] | None = None) -> int:
     import torch
 
     from weft.kernels.matmul import matmul
@@ -103,7 +110,8 @@ def run(shapes, pick: bool) -> int:
             systems["weft pick"] = lambda: matmul(a, b)
         sm_count = torch.cuda.get_device_properties(a.device).multi_processor_count
         for label, config in candidates() + split_candidates(m, n, k, sm_count):
-            systems[label] = lambda config=config: matmul(a, b, config=config)
+            if only is None or any(part in label for part in only):
+                systems[label] = lambda config=config: matmul(a, b, config=config)
         errors, timed = {}, {}
         for name, fn in systems.items():
             try:
@@ -166,12 +174,14 @@ def main() -> int:
     parser.add_argument("--shapes", help="comma-separated MxNxK followed by kn or nk (default: all)")
     parser.add_argument("--no-pick", action="store_true", help="skip weft's autotuned pick (its tuning compiles "
                         "every candidate of the shape)")
+    parser.add_argument("--only", help="comma-separated pieces of candidate labels: time only the candidates "
+                        "whose label holds one (e.g. 'halves,s3 w8 g8 pairM')")
     parser.add_argument("--sanitize", action="store_true", help="run the small sanitizer workload only")
     args = parser.parse_args()
     if args.sanitize:
         return 1 if sanitize() else 0
     shapes = [_parse_shape(s) for s in args.shapes.split(",")] if args.shapes else SHAPES
-    return 1 if run(shapes, not args.no_pick) else 0
+    return 1 if run(shapes, not args.no_pick, args.only.split(",") if args.only else None) else 0
 
 
 if __name__ == "__main__":

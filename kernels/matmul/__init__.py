@@ -8,7 +8,8 @@ split_k_tma.py; 128x192 tiles, two_piece.py, where they fill the SMs' waves bett
 partial: its tiles shared by K step among all CTAs). CTA pairs (cluster.py; given as
 config=Config(cluster_m=2) or cluster_n=2, not among the autotuner's candidates): the two
 CTAs of a cluster, on neighbouring tiles, load the B or A tile they share once, by TMA
-multicast. numpy arrays or CPU torch tensors run the same
+multicast. Config(staged_halves=True) writes the tile through a half-tile buffer
+(staged_halves.py), which leaves 128x256 tiles room for 4 ring stages. numpy arrays or CPU torch tensors run the same
 kernels on the CPU emulator. Any M, N, K: TMA reads zeros past the edges; operands
 whose rows do not start on 16 bytes are copied into rows that do. Split-K adds its
 parts with fp32 atomics or TMA bulk reduce-add, so its last bits can vary between calls; under

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import store_tile, tile_origin
+from .kernels import tile_origin
 from .split_k import unit_range
 from .split_k_tma import add_tile, multiply_range
+from .staged_halves import store_in_halves
 
 
 @ll.jit
@@ -162,9 +163,11 @@ def cluster_consumer(c_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K,
                      NUM_WARPS: ll.constexpr, CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr,
                      SPLIT_K: ll.constexpr):
     """Multiply each unit's K steps as they land, releasing each slot to both producers;
-    write the tile (SPLIT_K 1) or add the partial tile into the workspace, in out_smem's
-    columns at a time (SPLIT_K > 1)."""
+    write the tile (SPLIT_K 1) or add the partial tile into the workspace (SPLIT_K > 1),
+    out_smem's columns at a time (the whole tile, or its halves: Config.staged_halves)."""
     PIECE: ll.constexpr = out_smem.shape[1]
+    # Unsplit, one accumulator however wide out_smem is (store_in_halves takes it apart).
+    WGMMA_N: ll.constexpr = BLOCK_N if SPLIT_K == 1 else PIECE
     k_steps = ll.cdiv(K, BLOCK_K)
     units = ll.cdiv(M, BLOCK_M * CLUSTER_M) * ll.cdiv(N, BLOCK_N * CLUSTER_N) * SPLIT_K
     consumed = 0
@@ -172,9 +175,9 @@ def cluster_consumer(c_desc, a_ring, b_ring, out_smem, ready, empty, M, N, K,
         pair, begin, end = unit_range(unit, k_steps, SPLIT_K)
         off_m, off_n = pair_origin(pair, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
         acc, right, consumed = multiply_range(a_ring, b_ring, ready, empty, consumed, begin, end,
-                                              BLOCK_M, BLOCK_N, PIECE, STAGES, B_K_MAJOR, NUM_WARPS, 2)
+                                              BLOCK_M, BLOCK_N, WGMMA_N, STAGES, B_K_MAJOR, NUM_WARPS, 2)
         if SPLIT_K == 1:
-            store_tile(c_desc, out_smem, acc, off_m, off_n, BLOCK_N)
+            store_in_halves(c_desc, out_smem, acc, off_m, off_n, BLOCK_N, NUM_WARPS)
         else:
             add_tile(c_desc, out_smem, acc, off_m, off_n, PIECE)
             if PIECE < BLOCK_N:
@@ -194,7 +197,8 @@ def cluster_matmul(a_desc, b_desc, c_desc, M, N, K,
     BLOCK_K] (K-major) or [BLOCK_K, 64 or fewer columns] (an even count per tile where
     CLUSTER_M is 2); c_desc is C's (SPLIT_K 1) or, split, the fp32 workspace's (named
     c_desc either way: a prepared call rebinds C by that name), whose
-    partial tiles are staged STAGED_N columns at a time (config.staged_columns)."""
+    partial tiles are staged STAGED_N columns at a time (config.staged_columns). Unsplit,
+    STAGED_N BLOCK_N / 2 stages the tile half at a time (Config.staged_halves)."""
     ll.static_assert(CLUSTER_M * CLUSTER_N == 2, "cluster_matmul pairs CTAs along M or along N")
     dtype: ll.constexpr = a_desc.dtype
     a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)

@@ -35,6 +35,9 @@ class Config:
     cluster_m: int = 1           # 2: CTAs in pairs of tiles neighbouring along M, sharing
                                  # each B tile by TMA multicast (cluster.py)
     cluster_n: int = 1           # 2: pairs neighbouring along N, sharing each A tile
+    staged_halves: bool = False  # the tile multiplied as two column halves (two accumulators) and
+                                 # written through a half-tile buffer, one half after the other:
+                                 # the other half's staging goes to a deeper ring (staged_halves.py)
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -72,6 +75,12 @@ class Config:
             raise ValueError(f"Config.stream_k=True shares tiles by K step in the warp-specialized kernel "
                              f"(stream_k.py): use split_k=1, variant='warp_specialized' and a power-of-two "
                              f"block_n, got {self}")
+        if self.staged_halves and (self.block_n not in (128, 256) or self.split_k > 1 or self.stream_k
+                                   or self.variant != "warp_specialized"):
+            raise ValueError(f"Config.staged_halves=True writes the tile of the unsplit warp-specialized "
+                             f"kernel (or its CTA pairs) in two column halves of whole TMA boxes: use "
+                             f"block_n 128 or 256, split_k=1, stream_k=False and "
+                             f"variant='warp_specialized', got {self}")
         if self.split_k > 1 and self.split_reduce == "atomic" and self.block_n > 128:
             raise ValueError(f"Config.split_k > 1 with atomic adds takes block_n <= 128: each thread "
                              f"holds block_n / 2 accumulators beside their workspace addresses, and "
@@ -117,9 +126,11 @@ class Config:
             return
         needed = shared_bytes(self, in_bits, out_bits)
         if needed > SHARED_LIMIT:
+            halves = "" if self.staged_halves or self.block_n not in (128, 256) or self.split_k > 1 \
+                else ", or staged_halves=True (the output tile staged half at a time)"
             raise ValueError(f"{self} needs {needed} bytes of shared memory for {in_bits}-bit "
                              f"inputs and {out_bits}-bit output; a CTA has {SHARED_LIMIT}. "
-                             f"Use fewer stages or a smaller block_n.")
+                             f"Use fewer stages or a smaller block_n{halves}.")
         if self.block_k * in_bits // 8 > 128:
             raise ValueError(f"block_k={self.block_k} of {in_bits}-bit elements is "
                              f"{self.block_k * in_bits // 8} bytes per row; TMA boxes with the "
@@ -133,6 +144,8 @@ def shared_bytes(config: Config, in_bits: int, out_bits: int) -> int:
         return config.block_n * config.num_warps * 4
     stage = (config.block_m + config.block_n) * config.block_k * in_bits // 8
     out = config.block_m * config.block_n * out_bits // 8
+    if config.staged_halves:
+        out //= 2
     if config.split_k > 1 and config.split_reduce == "tma":
         out = config.block_m * staged_columns(config.block_m, config.block_n) * 4
     return config.stages * stage + out + 16 * config.stages
@@ -184,7 +197,7 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
       128x256 nor 128x128 tiles fill FILL of their waves, the unsplit tile shapes of
       `WAVE_FILLING_TILES` that do (128x192 first: whole waves of large tiles); with
       16-bit inputs, then CTA pairs along M of the unsplit 128x256 and 128x192 ones
-      (`PAIRED_TILES`).
+      (`PAIRED_TILES`) and, with 16-bit output, a 4-stage 128x256 pair (`_deep_pair`).
     """
     block_k = 1024 // in_bits  # 128 bytes: one 128-byte-swizzle row
     if m is not None and sm_count is not None:
@@ -212,6 +225,7 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
         if in_bits == 16:
             candidates += [replace(c, cluster_m=2) for c in candidates if c.variant == "warp_specialized"
                            and c.split_k == 1 and c.group_m == 8 and (c.block_m, c.block_n) in PAIRED_TILES]
+            candidates.append(_deep_pair(block_k))
     return [c for c in candidates if shared_bytes(c, in_bits, out_bits) <= SHARED_LIMIT]
 
 
@@ -222,6 +236,17 @@ def configs_for(in_bits: int, out_bits: int, m: int | None = None, n: int | None
 # and tied elsewhere; at 4096^3 they lost (0.92x) and are not offered. Pairs along N (sharing
 # A) trailed those along M on every shape measured.
 PAIRED_TILES = ((128, 256), (128, 192))
+
+
+def _deep_pair(block_k: int) -> Config:
+    """The 128x256 pair along M with 4 stages, its tile written half at a time (staged_halves:
+    a whole-tile buffer leaves room for 3), beside PAIRED_TILES' pairs; it fits with 16-bit
+    output only. On the H200 at 1000 x 3000 x 5000 it led the 3-stage pair (0.88x cuBLAS
+    against 0.84x with B [K, N], 0.80x against 0.77x with B K-major) even when it multiplied
+    the halves as two 128-wide wgmmas a K step (3 stages so: 0.74x; staged_halves.py now
+    issues one 256-wide wgmma); at 4096^3 that form lost (0.91x against 1.00x unpaired), so
+    only this class gets it."""
+    return Config(128, 256, block_k, 4, group_m=8, staged_halves=True, cluster_m=2)
 
 
 # Other unsplit tiles for shapes whose 128x256 and 128x128 tiles leave a wave part

@@ -19,6 +19,7 @@ from .gemv import gemv, gemv_tile_error
 from .kernels import pipelined_matmul, warp_specialized_matmul
 from .split_k import split_k_matmul
 from .split_k_tma import FINISH_BLOCK, FINISH_WARPS, finish_split, reduce_add_split_k_matmul
+from .staged_halves import staged_halves_matmul
 from .stream_k import stream_k_matmul
 from .stream_k_plan import slot_count, stream_k_fits_int32, stream_k_tiles
 from .two_piece import B_BOX_N, LEFT_N, RIGHT_N, two_piece_matmul
@@ -151,6 +152,8 @@ def _kernel_call(a, b, c, m: int, n: int, k: int, k_major: bool, config: Config,
                 dict(common, PRODUCER_REGS=config.producer_regs, SPLIT_K=config.split_k), c_desc, None, scratch)
     if config.variant == "warp_specialized":
         kernel = two_piece_matmul if config.block_n == LEFT_N + RIGHT_N else warp_specialized_matmul
+        if config.staged_halves:
+            kernel = staged_halves_matmul
         common["PRODUCER_REGS"] = config.producer_regs
     else:
         kernel = pipelined_matmul
@@ -221,6 +224,8 @@ def _cluster_call(a, c, a_desc, b_desc, c_desc, m: int, n: int, k: int, config: 
         c_desc, out_desc = None, ws_desc  # C is finish_split's
     else:
         out_desc = c_desc
+        if config.staged_halves:
+            constexprs["STAGED_N"] = config.block_n // 2
     args = (a_desc, b_desc, out_desc, m, n, k)
     programs = persistent_cluster_grid(kernel, a, 2 * pairs * config.split_k, args, constexprs, num_warps, 2)
     return (kernel, (programs,), args, dict(constexprs, num_warps=num_warps, cluster=(2, 1, 1)),

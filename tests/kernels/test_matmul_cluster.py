@@ -113,14 +113,17 @@ H200_SMS = 132
 @pytest.mark.parametrize("m, n, k", [(1000, 3000, 5000), (1024, 3000, 5120)])
 def test_under_two_waves_of_tiles_add_pairs_along_m(m, n, k):
     """Where 128x128 tiles make under two waves (the measured odd-stride shapes), pairs along
-    M of the unsplit 128x256 (3 stages) and 128x192 (4) candidates join, after the rest;
-    16-bit inputs only."""
+    M of the unsplit 128x256 (3 stages) and 128x192 (4) candidates join, after the rest,
+    and a 128x256 pair with 4 stages, written half at a time; 16-bit inputs only."""
     candidates = configs_for(16, 16, m, n, k, H200_SMS)
     pairs = [c for c in candidates if c.cluster_m * c.cluster_n > 1]
-    assert pairs == [Config(128, 256, 64, 3, group_m=8, cluster_m=2), Config(128, 192, 64, 4, group_m=8, cluster_m=2)]
+    assert pairs == [Config(128, 256, 64, 3, group_m=8, cluster_m=2), Config(128, 192, 64, 4, group_m=8, cluster_m=2),
+                     Config(128, 256, 64, 4, group_m=8, staged_halves=True, cluster_m=2)]
+    assert shared_bytes(pairs[-1], 16, 16) <= SHARED_LIMIT
     assert candidates[-len(pairs):] == pairs
     assert not [c for c in configs_for(8, 16, m, n, k, H200_SMS) if c.cluster_m > 1]
-    # fp32 output: the 128x256 pair's ring and tile pass the shared memory; the 128x192 one fits.
+    # fp32 output: the 128x256 pairs' rings and tiles (or halves) pass the shared memory; the
+    # 128x192 one fits.
     assert [c for c in configs_for(16, 32, m, n, k, H200_SMS) if c.cluster_m > 1] == [
         Config(128, 192, 64, 3, group_m=8, cluster_m=2)]
 
