@@ -189,7 +189,8 @@ class SplitGroup:
     holds each planned split here until an op comes that cannot go with them. Pure ops
     between two of them that read none of their results go before them."""
 
-    def __init__(self):
+    def __init__(self, dot_ahead=None):
+        self.dot_ahead = dot_ahead  # the launch's option: issue_dot_ahead matches late releases only
         self.loops: list[WarpSpecializedTmaLoop] = []
         self.held: list[Op] = []  # pure ops after the last loop: before the next one that joins, else after
 
@@ -215,6 +216,7 @@ class SplitGroup:
         """True when `split` joins the group: the results of earlier loops it reads are the group's."""
         if not split.earlier_results <= self.results():
             return False
+        split.releases_early = split.stages == 2 and self.dot_ahead in (None, False)
         self.loops.append(split)
         return True
 
