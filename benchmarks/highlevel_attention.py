@@ -24,7 +24,8 @@ turns at the tensor cores (`weft.desc.wspp`, pingpong=True), beside Triton compi
 same source at its tutorial's Hopper configs (`triton.desc`; Triton 3.6 does not
 warp-specialize this loop on Hopper) and weft.lowlevel, by graph replay only (it stays
 well under 150 s);
-`--source both` times both sources. Each entry of DESCRIPTOR_CONFIGS is the launch of
+`--source both` times both sources; `--wide` the descriptor source's 128 x 128 tiles at
+head_dim 128 over a 2-stage ring (WIDE_CONFIGS). Each entry of DESCRIPTOR_CONFIGS is the launch of
 attention_descriptor_example.attention that names it.
 """
 

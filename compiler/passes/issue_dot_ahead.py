@@ -47,7 +47,9 @@ softmax cannot reuse its registers), and nothing is in flight across the back ed
 ptxas keeps the wgmmas asynchronous. The copies keep pipeline_dot_loops' counts: S - 1
 groups before the loop, one an iteration (block 0's in the peeled part). P V of j - 1
 reads V's slot (j - 1) % S, which the refill of the same iteration overwrites only after
-that dot's wait. Applied to loops whose tiles fit the registers (`fits_registers`) when
+that dot's wait. A TMA ring of 2 slots works the same way (each slot goes back once its
+last reader retired, whoever refills it), though no copy then runs while both slots are
+held. Applied to loops whose tiles fit the registers (`fits_registers`) when
 the launch option `dot_ahead=True` (`Kernel.dot_ahead`) asks for it, and off otherwise.
 ptxas places a wgmma wait by its own heuristics, as early as the registers allow: left
 alone it puts P V's wait right after S's, above the softmax, and nothing overlaps. An
@@ -77,7 +79,7 @@ REGISTER_BUDGET = 128
 # The same in the consumer partition of a split, whose warps setmaxnreg raises to 232
 # registers (pipeline_tma_warp_specialize.consumer_registers) and which computes no copy
 # coordinates: ptxas assembles 128 x 128 tiles at head_dim 128 there (64 + 64 + 32)
-# without spills.
+# without spills, and the causal kernel (two such loops) with a few spilled words.
 SPLIT_REGISTER_BUDGET = 160
 
 # The instruction before P V's wait in the loop (WarpgroupMmaWait.anchor): without one,
@@ -123,8 +125,8 @@ def _producers(ops) -> dict:
 
 
 def plan_split(loop: For) -> Optional[Split]:
-    """The Split of a loop pipeline_dot_loops left with two async dots over rings of 3 or
-    more slots, the second accumulating into a carried value read only after the first's
+    """The Split of a loop pipeline_dot_loops left with two async dots over its rings (3 or
+    more slots of cp.async copies, any TMA ring), the second accumulating into a carried value read only after the first's
     wait, its result yielded in flight; or None."""
     body = loop.body
     ops, yield_ = body.ops, body.ops[-1]

@@ -59,7 +59,9 @@ loop and read only by wgmmas in it (Q's box) stays one buffer, the boxes of ever
 share the slot's full barrier (one expect for all their bytes), and the slot is released
 after the body's last read of the ring; the last wgmma, accumulating into a value the body
 rescales before it, stays in flight across the back edge as with cp.async rings
-(pipeline_chained_dots: the next iteration's first wait retires it).
+(pipeline_chained_dots: the next iteration's first wait retires it); in a split's
+consumers also with 2 stages, where the previous iteration's slot then goes back right
+after that wait (`releases_early`, pipeline_tma_warp_specialize).
 """
 
 from __future__ import annotations

@@ -38,6 +38,14 @@ Decisions and why:
   wgmma (or, where the loop keeps no wgmma in flight, after the previous iteration's
   wait(0)): the same per-warp arrivals as the one-partition ring, empties initialised for
   num_warps of them. The last iteration's slot is never released: no refill waits for it.
+- A 2-stage ring of a chained-dot loop (attention's 128 x 128 tiles at head_dim 128,
+  whose 64 KB of K and V a stage fit only twice beside Q and O) keeps P V in flight as
+  deeper rings do, and the consumers release the previous iteration's slot right after
+  the wait that retires that P V, before the softmax: released after this iteration's
+  reads, as deeper rings have it, both slots would be held until the iteration's end
+  and the producer could not fill the next block while the iteration runs. Not under
+  dot_ahead, whose rewrite puts the release after the P V it issues late
+  (issue_dot_ahead).
 - The barriers are retired after the partitions join: the producer's last copies name
   their full barrier after its expect released what it did, so no wait of the
   consumers orders that access before an invalidate of theirs.
