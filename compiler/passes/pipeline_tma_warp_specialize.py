@@ -224,12 +224,19 @@ class SplitGroup:
         """True when `split` joins the group: the results of earlier loops it reads are the group's."""
         if not split.earlier_results <= self.results():
             return False
-        split.releases_early = split.stages == 2 and self.dot_ahead in (None, False)
+        split.releases_early = releases_early(split, self.dot_ahead)
         self.loops.append(split)
         return True
 
     def rewrite(self) -> tuple[list[Op], dict[Value, Value]]:
         return rewrite_split(self.loops)
+
+
+def releases_early(split: WarpSpecializedTmaLoop, dot_ahead) -> bool:
+    """Whether the consumers of `split` release the previous iteration's slot right after
+    the wait that retires its last reader (see the module docstring): 2-stage rings, not
+    under the launch option `dot_ahead`."""
+    return split.stages == 2 and dot_ahead in (None, False)
 
 
 def rewrite_split(loops: list[WarpSpecializedTmaLoop]) -> tuple[list[Op], dict[Value, Value]]:
