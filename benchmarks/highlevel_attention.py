@@ -74,13 +74,14 @@ AHEAD_CONFIGS = {
     for head_dim, blocks in ((64, [(128, 64), (128, 128)]), (128, [(128, 64)]))}
 
 # `--wide`: head_dim 128's 128 x 128 tiles, split over a 2-stage ring (3 stages of 64 KB
-# K and V boxes do not fit beside Q and O), with and without dot_ahead, beside the split's
+# K and V boxes do not fit beside Q and O), with and without dot_ahead, with turns, beside the split's
 # 128 x 64 tiles in 3 stages and Triton's picks.
 _WIDE_SCHEDULES = [(name + suffix, {"warp_specialize": True, "pingpong": False, **extra})
                    for name in ("weft.desc.ws",) for suffix, extra in (("", {}), (".ahead", {"dot_ahead": True}))]
 WIDE_CONFIGS = {
     128: [(name, (128, 64), 8, 3, options) for name, options in _WIDE_SCHEDULES]
     + [(name, (128, 128), 8, 2, options) for name, options in _WIDE_SCHEDULES]
+    + [("weft.desc.wspp", (128, 128), 8, 2, {"warp_specialize": True, "pingpong": True})]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})]}
 
 

@@ -4,7 +4,9 @@ in flight across the back edge, and the consumers hand the previous iteration's 
 right after the wait that retires its P V, so the producer fills it while the softmax and
 P V of this iteration run (pipeline_tma_loops, pipeline_tma_warp_specialize); with
 dot_ahead, Q K^T of block j issued with P V of block j - 1 (issue_dot_ahead, whose
-register budget is larger in a split's consumers). On the CPU emulator (partitions
+register budget is larger in a split's consumers); with pingpong=True, the two consumer
+warpgroups taking turns at the tensor cores, which the early release makes safe at 2
+stages (pingpong_warpgroups). On the CPU emulator (partitions
 interleaved, race and deadlock checks on) against numpy float64, causal and not, tails
 and shuffled TMA completions; the emulator catching a release placed before that wait;
 the IR; ptxas without spills; the GPU against float32 torch."""
@@ -14,7 +16,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from weft.compiler.ir import (For, MBarrierArrive, MBarrierWait, WarpgroupMma, WarpgroupMmaWait)
+from weft.compiler.ir import For, MBarrierArrive, MBarrierWait, WarpgroupMma, WarpgroupMmaWait, WarpgroupTurn
 from weft.highlevel import attention_descriptor_example as example
 from weft.runtime.emulator.errors import EmulationError
 
@@ -24,6 +26,7 @@ from .test_attention_ws_split import split_of
 
 WIDE = (128, 128)
 SPLIT = {"warp_specialize": True, "pingpong": False}
+TURNS = {"warp_specialize": True, "pingpong": True}
 
 
 # (n_ctx, causal, dot_ahead, WEFT_EMULATE_SHUFFLE): a tail (n_ctx not a multiple of 128)
@@ -39,6 +42,27 @@ def test_wide_tiles_in_two_stages_match_numpy(monkeypatch, n_ctx, causal, dot_ah
     else:
         monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
     check(n_ctx, 128, causal, WIDE, 8, 2, dot_ahead=dot_ahead, **SPLIT)
+
+
+# (n_ctx, causal, WEFT_EMULATE_SHUFFLE) with turns; the emulator replays the two
+# warpgroups apart and reports a deadlock of turns against the ring's barriers.
+TURN_CASES = [(512, False, None), (384, True, 5), (200, False, 7)]
+
+
+@pytest.mark.parametrize("n_ctx,causal,shuffle", TURN_CASES)
+def test_turns_in_two_stages_match_numpy(monkeypatch, n_ctx, causal, shuffle):
+    if shuffle is None:
+        monkeypatch.delenv("WEFT_EMULATE_SHUFFLE", raising=False)
+    else:
+        monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
+    assert any(isinstance(op, WarpgroupTurn) for op in compiled(128, WIDE, causal, stages=2, **TURNS).walk())
+    check(n_ctx, 128, causal, WIDE, 8, 2, **TURNS)
+
+
+def test_two_stages_take_turns_only_when_asked():
+    """Not given, pingpong leaves a 2-stage ring without turns (not measured to pay)."""
+    kernel = compiled(128, WIDE, False, stages=2, warp_specialize=True)
+    assert not any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
 
 
 def consumer_loops(kernel) -> list[For]:
@@ -106,10 +130,12 @@ def emulate_wide(kernel, n_ctx: int) -> None:
 
 
 @pytest.mark.skipif(not HAS_PTXAS, reason="ptxas not found")
-@pytest.mark.parametrize("causal,dot_ahead", [(False, False), (True, False), (False, True)])
-def test_wide_tiles_assemble_without_spills(causal, dot_ahead):
+@pytest.mark.parametrize("causal,dot_ahead,pingpong", [(False, False, False), (True, False, False),
+                                                      (False, True, False), (False, False, True),
+                                                      (True, False, True)])
+def test_wide_tiles_assemble_without_spills(causal, dot_ahead, pingpong):
     kernel = example.attention_kernel.compile(signature=signature(128, WIDE), num_warps=8, num_stages=2,
-                                              constexprs=constexprs(128, WIDE, causal, True), pingpong=False,
+                                              constexprs=constexprs(128, WIDE, causal, True), pingpong=pingpong,
                                               dot_ahead=dot_ahead)
     ptx = kernel.asm["ptx"]
     for instruction in ("cp.async.bulk.tensor.2d.shared::cluster.global", "setmaxnreg.inc.sync.aligned.u32 232"):
@@ -119,12 +145,13 @@ def test_wide_tiles_assemble_without_spills(causal, dot_ahead):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dot_ahead", [False, True])
-def test_on_the_gpu_against_float32_torch(causal, dot_ahead):
+@pytest.mark.parametrize("dot_ahead,pingpong", [(False, False), (True, False), (False, True)])
+def test_on_the_gpu_against_float32_torch(causal, dot_ahead, pingpong):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
     q, k, v = (torch.randn(2, 3, 1000, 128, device="cuda", dtype=torch.float16) for _ in range(3))
-    out, _ = example.attention(q, k, v, causal, block=WIDE, num_warps=8, num_stages=2, dot_ahead=dot_ahead, **SPLIT)
+    out, _ = example.attention(q, k, v, causal, block=WIDE, num_warps=8, num_stages=2, dot_ahead=dot_ahead,
+                               warp_specialize=True, pingpong=pingpong)
     expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=1e-2)
