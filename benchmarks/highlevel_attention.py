@@ -57,7 +57,7 @@ DESCRIPTOR_CONFIGS = {
     + [("weft.desc", (128, 64), 4, 3, {}), ("weft.desc.wspp", (128, 128), 8, 3, _WEFT_DESCRIPTOR[2][1])]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
     128: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
-    + [("weft.desc.ws", (128, 128), 8, 2, _WEFT_DESCRIPTOR[1][1])]
+    + [(name, (128, 128), 8, 2, options) for name, options in _WEFT_DESCRIPTOR[1:3]]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
 }
 
