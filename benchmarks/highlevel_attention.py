@@ -24,7 +24,8 @@ turns at the tensor cores (`weft.desc.wspp`, pingpong=True), beside Triton compi
 same source at its tutorial's Hopper configs (`triton.desc`; Triton 3.6 does not
 warp-specialize this loop on Hopper) and weft.lowlevel, by graph replay only (it stays
 well under 150 s);
-`--source both` times both sources. Each entry of DESCRIPTOR_CONFIGS is the launch of
+`--source both` times both sources; `--wide` the descriptor source's 128 x 128 tiles at
+head_dim 128 over a 2-stage ring (WIDE_CONFIGS). Each entry of DESCRIPTOR_CONFIGS is the launch of
 attention_descriptor_example.attention that names it.
 """
 
@@ -56,6 +57,7 @@ DESCRIPTOR_CONFIGS = {
     + [("weft.desc", (128, 64), 4, 3, {}), ("weft.desc.wspp", (128, 128), 8, 3, _WEFT_DESCRIPTOR[2][1])]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
     128: [(name, (128, 64), 8, 3, options) for name, options in _WEFT_DESCRIPTOR]
+    + [(name, (128, 128), 8, 2, options) for name, options in _WEFT_DESCRIPTOR[1:3]]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})],
 }
 
@@ -70,6 +72,17 @@ AHEAD_CONFIGS = {
                for name, options in _AHEAD_SCHEDULES for suffix, extra in (("", {}), (".ahead", {"dot_ahead": True}))]
     + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})]
     for head_dim, blocks in ((64, [(128, 64), (128, 128)]), (128, [(128, 64)]))}
+
+# `--wide`: head_dim 128's 128 x 128 tiles, split over a 2-stage ring (3 stages of 64 KB
+# K and V boxes do not fit beside Q and O), with and without dot_ahead, with turns, beside the split's
+# 128 x 64 tiles in 3 stages and Triton's picks.
+_WIDE_SCHEDULES = [(name + suffix, {"warp_specialize": True, "pingpong": False, **extra})
+                   for name in ("weft.desc.ws",) for suffix, extra in (("", {}), (".ahead", {"dot_ahead": True}))]
+WIDE_CONFIGS = {
+    128: [(name, (128, 64), 8, 3, options) for name, options in _WIDE_SCHEDULES]
+    + [(name, (128, 128), 8, 2, options) for name, options in _WIDE_SCHEDULES]
+    + [("weft.desc.wspp", (128, 128), 8, 2, {"warp_specialize": True, "pingpong": True})]
+    + [("triton.desc", (128, 64), 4, 3, {}), ("triton.desc", (128, 128), 8, 3, {})]}
 
 
 @functools.cache
@@ -119,13 +132,14 @@ def find_descriptor_systems(causal: bool, head_dim: int, configs=None) -> dict:
     return found
 
 
-def find_systems(torch, causal: bool, head_dim: int, anchors=(), source: str = "block", ahead: bool = False) -> dict:
+def find_systems(torch, causal: bool, head_dim: int, anchors=(), source: str = "block", ahead: bool = False,
+                 wide: bool = False) -> dict:
     """name -> fn(q, k, v, scale), or a string saying why it is unavailable; `anchors` adds
     `weft.hl.ahead-<anchor>` with dot_ahead=<anchor> (the instruction before P V's wait);
-    `ahead` times the descriptor source's AHEAD_CONFIGS."""
+    `ahead` times the descriptor source's AHEAD_CONFIGS, `wide` its WIDE_CONFIGS."""
     from weft.highlevel import attention_example
 
-    configs = AHEAD_CONFIGS if ahead else None
+    configs = WIDE_CONFIGS if wide else AHEAD_CONFIGS if ahead else None
     found = find_descriptor_systems(causal, head_dim, configs) if source in ("descriptor", "both") else {}
     try:
         triton_kernel = triton_attention_kernel()
@@ -220,7 +234,7 @@ def best(row: dict, prefix: str, kind: str = "graph") -> float | None:
 
 
 def run(quick: bool = False, out_path: str | None = None, anchors=(), source: str = "block", ahead: bool = False,
-        head_dims=None) -> dict:
+        head_dims=None, wide: bool = False) -> dict:
     import torch
 
     torch.manual_seed(0)
@@ -233,8 +247,8 @@ def run(quick: bool = False, out_path: str | None = None, anchors=(), source: st
             scale = head_dim ** -0.5
             ref = reference(q, k, v, causal, scale)
             row = {"batch": batch, "heads": heads, "seq": seq, "head_dim": head_dim, "causal": causal}
-            row.update(measure_all(torch, find_systems(torch, causal, head_dim, anchors, source, ahead), q, k, v, scale,
-                                   ref,
+            systems = find_systems(torch, causal, head_dim, anchors, source, ahead, wide)
+            row.update(measure_all(torch, systems, q, k, v, scale, ref,
                                    forward_flops(batch, heads, seq, head_dim, causal), source == "descriptor"))
             for kind in ("graph", "do_bench"):
                 mine = best(row, "weft.hl", kind)
@@ -328,15 +342,18 @@ def main(argv=None) -> int:
                         help="the block-pointer source (attention_example), the descriptor one, or both")
     parser.add_argument("--ahead", action="store_true",
                         help="the descriptor source's schedules with and without dot_ahead (AHEAD_CONFIGS)")
+    parser.add_argument("--wide", action="store_true",
+                        help="the descriptor source's 128 x 128 tiles at head_dim 128 in 2 stages (WIDE_CONFIGS)")
     parser.add_argument("--head-dim", type=int, nargs="*", choices=[64, 128], help="only these head_dims")
     parser.add_argument("--registers", action="store_true",
                         help="print ptxas's registers and spills of each weft system of --source descriptor, no GPU")
     args = parser.parse_args(argv)
     if args.registers:
-        return print_registers(AHEAD_CONFIGS if args.ahead else DESCRIPTOR_CONFIGS, args.head_dim)
+        return print_registers(WIDE_CONFIGS if args.wide else AHEAD_CONFIGS if args.ahead else DESCRIPTOR_CONFIGS,
+                               args.head_dim)
     out_path = args.out or (os.path.join(os.environ["OUT"], "highlevel_attention.json") if os.environ.get("OUT")
                             else None)
-    results = run(args.quick, out_path, tuple(args.anchors), args.source, args.ahead, args.head_dim)
+    results = run(args.quick, out_path, tuple(args.anchors), args.source, args.ahead, args.head_dim, args.wide)
     print_table(results)
     short = any("graph_tflops" not in cell for row in results["rows"] for name, cell in row.items()
                 if isinstance(cell, dict) and name.startswith(("weft.hl", "weft.desc")))

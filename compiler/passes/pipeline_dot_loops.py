@@ -616,7 +616,7 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
 
     def block(region: Block) -> Block:
         ops: list[Op] = []
-        group = SplitGroup()  # warp-specialized loops in a row, split together (pipeline_tma_warp_specialize)
+        group = SplitGroup(kernel.dot_ahead)  # warp-specialized loops in a row, split together (pipeline_tma_warp_specialize)
 
         def flush() -> None:
             if group.loops:

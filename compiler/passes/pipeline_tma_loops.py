@@ -59,7 +59,9 @@ loop and read only by wgmmas in it (Q's box) stays one buffer, the boxes of ever
 share the slot's full barrier (one expect for all their bytes), and the slot is released
 after the body's last read of the ring; the last wgmma, accumulating into a value the body
 rescales before it, stays in flight across the back edge as with cp.async rings
-(pipeline_chained_dots: the next iteration's first wait retires it).
+(pipeline_chained_dots: the next iteration's first wait retires it); in a split's
+consumers also with 2 stages, where the previous iteration's slot then goes back right
+after that wait (`releases_early`, pipeline_tma_warp_specialize).
 """
 
 from __future__ import annotations
@@ -153,6 +155,11 @@ def _unused_reads(reads: list[Op], uses) -> Optional[list[Op]]:
 class TmaLoopPipeliner:
     """The rewrite of one loop whose wgmma operands are TMA boxes."""
 
+    warp_specialized = False  # the consumer half of a split (pipeline_tma_warp_specialize)
+    # Whether the previous iteration's slot goes back right after the wait that retired
+    # its last reader rather than after this iteration's reads (a split's 2-stage ring).
+    releases_early = False
+
     def __init__(self, loop: For, stages: int, step: int, operands: list[TmaOperand], uses):
         self.loop, self.stages, self.step, self.operands, self.uses = loop, stages, step, operands, uses
         self.nbytes = sum(operand.nbytes for operand in operands)
@@ -240,7 +247,7 @@ class TmaLoopPipeliner:
         last_read = max(i for i, op in enumerate(body.ops) if id(op) not in dropped and
                         not isinstance(op, SharedPermute) and any(v in buffers for v in op.uses()))
         self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
-        if self.deferred is None and stages >= 3:
+        if self.deferred is None and (stages >= 3 or self.warp_specialized):
             self.chained = chained_wait(body, last_read, self.uses)  # attention's P V, left in flight
         # With no generic-proxy store in the body, its fences guarded only the boxes.
         unfenced = not any(isinstance(op, SharedStore) for op in body.walk())
@@ -270,10 +277,13 @@ class TmaLoopPipeliner:
             if self.chained is not None and op is self.chained.earlier:
                 arg = body.args[1 + self.chained.carried]
                 views[arg] = accumulator_wait(self.chained, arg, out.ops)
+                if self.releases_early:  # that wait retired the previous iteration's P V
+                    self.after_reads(out, iv, slot, phase)
             if position == last_read:
                 if self.deferred is not None:
                     out.ops.append(dataclasses.replace(self.deferred.wait, pending=1))
-                self.after_reads(out, iv, slot, phase)
+                if not (self.releases_early and self.chained is not None):
+                    self.after_reads(out, iv, slot, phase)
         return Block(body.args + (slot, phase), tuple(out.ops))
 
     def after_reads(self, out, iv: Value, slot: Value, phase: Value) -> None:

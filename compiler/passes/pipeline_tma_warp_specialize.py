@@ -38,6 +38,14 @@ Decisions and why:
   wgmma (or, where the loop keeps no wgmma in flight, after the previous iteration's
   wait(0)): the same per-warp arrivals as the one-partition ring, empties initialised for
   num_warps of them. The last iteration's slot is never released: no refill waits for it.
+- A 2-stage ring of a chained-dot loop (attention's 128 x 128 tiles at head_dim 128,
+  whose 64 KB of K and V a stage fit only twice beside Q and O) keeps P V in flight as
+  deeper rings do, and the consumers release the previous iteration's slot right after
+  the wait that retires that P V, before the softmax: released after this iteration's
+  reads, as deeper rings have it, both slots would be held until the iteration's end
+  and the producer could not fill the next block while the iteration runs. Not under
+  dot_ahead, whose rewrite puts the release after the P V it issues late
+  (issue_dot_ahead).
 - The barriers are retired after the partitions join: the producer's last copies name
   their full barrier after its expect released what it did, so no wait of the
   consumers orders that access before an invalidate of theirs.
@@ -189,7 +197,8 @@ class SplitGroup:
     holds each planned split here until an op comes that cannot go with them. Pure ops
     between two of them that read none of their results go before them."""
 
-    def __init__(self):
+    def __init__(self, dot_ahead=None):
+        self.dot_ahead = dot_ahead  # the launch's option: issue_dot_ahead matches late releases only
         self.loops: list[WarpSpecializedTmaLoop] = []
         self.held: list[Op] = []  # pure ops after the last loop: before the next one that joins, else after
 
@@ -215,11 +224,19 @@ class SplitGroup:
         """True when `split` joins the group: the results of earlier loops it reads are the group's."""
         if not split.earlier_results <= self.results():
             return False
+        split.releases_early = releases_early(split, self.dot_ahead)
         self.loops.append(split)
         return True
 
     def rewrite(self) -> tuple[list[Op], dict[Value, Value]]:
         return rewrite_split(self.loops)
+
+
+def releases_early(split: WarpSpecializedTmaLoop, dot_ahead) -> bool:
+    """Whether the consumers of `split` release the previous iteration's slot right after
+    the wait that retires its last reader (see the module docstring): 2-stage rings, not
+    under the launch option `dot_ahead`."""
+    return split.stages == 2 and dot_ahead in (None, False)
 
 
 def rewrite_split(loops: list[WarpSpecializedTmaLoop]) -> tuple[list[Op], dict[Value, Value]]:

@@ -100,13 +100,14 @@ def test_two_stages_by_default_take_no_turns_silently():
 
 
 def test_two_stages_take_no_turns_and_warn():
-    """With 2 stages the turns would deadlock on the GPU against the ring's releases
-    (pingpong_warpgroups' docstring; tests/runtime/test_emulator_turns.py has the emulator
-    report it): no turns, and a warning at the loop."""
+    """With 2 stages whose slots go back after P V's wait (dot_ahead's order) the turns
+    would deadlock on the GPU against the ring's releases (pingpong_warpgroups' docstring;
+    tests/runtime/test_emulator_turns.py has the emulator report it): no turns, and a
+    warning at the loop."""
     from weft.compiler.errors import CompilationWarning
 
     with pytest.warns(CompilationWarning, match="pingpong is not applied"):
-        kernel = compiled(64, (128, 64), True, warp_specialize=True, stages=2, pingpong=True)
+        kernel = compiled(64, (128, 64), True, warp_specialize=True, stages=2, pingpong=True, dot_ahead=True)
     assert not any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
 
 

@@ -1,6 +1,6 @@
 """The emulator sees the two warpgroups of a turn-taking partition apart
 (runtime/emulator/warpgroup_replay.py): pingpong_warpgroups' turns forced onto a 2-stage
-K/V ring deadlock on the GPU (warpgroup 0, holding the turn, waits for a slot that
+K/V ring whose slots go back as deeper rings release them deadlock on the GPU (warpgroup 0, holding the turn, waits for a slot that
 warpgroup 1 releases only after its next take) and are reported so, naming where each
 unit waits; the same turns at 3 stages run and agree with numpy float64. Then the replay
 alone on hand-made records: a partition-wide bar.sync inside a turn, and turns that
@@ -11,7 +11,7 @@ import pytest
 
 from weft.compiler.errors import Loc
 from weft.compiler.ir import WarpgroupTurn
-from weft.compiler.passes import pingpong_warpgroups
+from weft.compiler.passes import pingpong_warpgroups, pipeline_tma_warp_specialize
 from weft.runtime.emulator import emulate
 from weft.runtime.emulator.errors import EmulationError
 from ..highlevel.test_attention_example import reference
@@ -42,8 +42,10 @@ def launch(kernel, n_ctx: int):
 
 
 def test_turns_on_a_two_stage_ring_are_a_deadlock(monkeypatch):
-    """Four key blocks: block 2 refills the slot of block 0, which warpgroup 1 releases
+    """Four key blocks, each slot released after the next iteration's reads (as deeper
+    rings release it): block 2 refills the slot of block 0, which warpgroup 1 releases
     after its P V_1, behind the take that warpgroup 0 (waiting for block 2) holds."""
+    monkeypatch.setattr(pipeline_tma_warp_specialize, "releases_early", lambda split, dot_ahead: False)
     kernel = turned(False, 2, monkeypatch)
     with pytest.raises(EmulationError) as caught:
         launch(kernel, 256)
