@@ -1,0 +1,54 @@
+"""BackwardConfig.releases: who arrives on the keys split's handoffs made of ordinary shared
+loads and stores (the staged L and delta, head_dim 256's P^T). Every kind gives the float64
+gradients on the emulator; as compute-sanitizer's racecheck sees them (the emulator's
+WEFT_EMULATE_RACECHECK), a partition's one arrival after its named barrier leaves the stats
+slot's reuse unordered, an arrival a thread or a warp does not."""
+
+import dataclasses
+
+import pytest
+
+from weft.compiler import config
+from weft.kernels.attention import backward
+from weft.kernels.attention.backward_host import RELEASES, BackwardConfig, backward_constexprs, keys_split_config
+
+from .test_attention_backward import _check, _inputs
+
+
+def test_each_kind_is_the_kernels_constant_of_its_name():
+    kinds = {"thread": backward.THREAD_RELEASES, "warp": backward.WARP_RELEASES,
+             "partition": backward.PARTITION_RELEASES}
+    assert {name: RELEASES.index(name) for name in RELEASES} == kinds
+    for name in ("warp", "partition"):
+        made = backward_constexprs(dataclasses.replace(keys_split_config(256), releases=name), True)
+        assert made["RELEASES"] == kinds[name]
+    assert "RELEASES" not in backward_constexprs(keys_split_config(256), True)  # the kernel's default
+
+
+def test_unknown_or_misplaced_releases_are_refused():
+    with pytest.raises(ValueError, match="releases must be one of"):
+        dataclasses.replace(keys_split_config(128), releases="lane")
+    with pytest.raises(ValueError, match="releases is an option of split='keys'"):
+        BackwardConfig(head_dim=128, consumers=2, releases="warp")
+
+
+@pytest.mark.parametrize("head_dim, releases, causal, seq_q, seq_k", [
+    (256, "warp", True, 100, 130),       # one band: stats and P^T handed over, one slot
+    (256, "partition", False, 70, 100),  # (head_dim 128 "warp": the racecheck view's test)
+])
+def test_gradients_match_float64(head_dim, releases, causal, seq_q, seq_k):
+    _check(*_inputs(1, 2, 1, seq_q, seq_k, head_dim, "bhsd", seed=7), causal, layout="bhsd",
+           config=dataclasses.replace(keys_split_config(head_dim), releases=releases))
+
+
+@pytest.mark.parametrize("releases, flagged", [("partition", True), ("warp", False)])
+def test_racecheck_view_of_each_kind(monkeypatch, releases, flagged):
+    monkeypatch.setenv("WEFT_EMULATE_RACECHECK", "1")
+    assert config.current().emulate_racecheck
+    run = lambda: _check(*_inputs(1, 2, 1, 100, 200, 128, "bhsd", seed=41), True, layout="bhsd",  # noqa: E731
+                         config=dataclasses.replace(keys_split_config(128), releases=releases))
+    if flagged:
+        with pytest.raises(Exception, match="racecheck hazard"):
+            run()
+    else:
+        run()
