@@ -33,7 +33,8 @@ SHORT_ROW = (16, 1024, 128)
 def candidates(head_dim: int, releases: bool = False):
     """(label, BackwardConfig or a reason) for head_dim; "default" is what
     flash_attention_backward picks. Labels name the fields changed from the default.
-    `releases`: the default's other BackwardConfig.releases only."""
+    `releases`: the default's other BackwardConfig.releases only, and (split_scores) P^T's
+    handoff alone released by a partition's one arrival."""
     from weft.kernels.attention.backward_host import RELEASES, keys_split_config
 
     default = keys_split_config(head_dim)
@@ -42,6 +43,8 @@ def candidates(head_dim: int, releases: bool = False):
         for kind in RELEASES:
             if kind != default.releases:
                 yield f"releases={kind}", dataclasses.replace(default, releases=kind)
+        if default.split_scores:
+            yield "p_releases=partition", dataclasses.replace(default, p_releases="partition")
         return
     one_consumer = dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2)
     options = {
@@ -120,18 +123,19 @@ def time_row_kernels(torch, q, do, causal: bool, scale: float) -> dict:
         return {"failure": _reason(error)}
 
 
-def shapes(head_dims):
+def shapes(head_dims, causal_only: bool = False):
     """(batch, heads, seq, head_dim, causal) of every row."""
     for head_dim in head_dims:
         for batch, seq in ROWS:
-            for causal in (False, True):
+            for causal in (True,) if causal_only else (False, True):
                 yield batch, 2048 // head_dim, seq, head_dim, causal
     batch, seq, head_dim = SHORT_ROW
-    if head_dim in head_dims:
+    if head_dim in head_dims and not causal_only:
         yield batch, 2048 // head_dim, seq, head_dim, False
 
 
-def run(head_dims=(64, 128, 256), out_path: str | None = None, releases: bool = False) -> dict:
+def run(head_dims=(64, 128, 256), out_path: str | None = None, releases: bool = False,
+        causal_only: bool = False) -> dict:
     import torch
 
     from benchmarks.attention import _versions
@@ -139,7 +143,7 @@ def run(head_dims=(64, 128, 256), out_path: str | None = None, releases: bool = 
 
     torch.manual_seed(0)
     results = {**_versions(torch), "rows": []}
-    for batch, heads, seq, head_dim, causal in shapes(head_dims):
+    for batch, heads, seq, head_dim, causal in shapes(head_dims, causal_only):
         configs = dict(candidates(head_dim, releases))
         q, k, v, do = random_inputs(torch, 4, batch, heads, seq, head_dim)
         scale = head_dim ** -0.5
@@ -193,10 +197,11 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--releases", action="store_true",
                         help="candidates: the default and its other BackwardConfig.releases")
+    parser.add_argument("--causal-only", action="store_true", help="the causal rows only")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     started = time.time()
-    run(tuple(args.head_dims), args.out, args.releases)
+    run(tuple(args.head_dims), args.out, args.releases, args.causal_only)
     print(f"sweep took {time.time() - started:.0f} s", flush=True)
     return 0
 

@@ -166,6 +166,7 @@ class BackwardState:
     stats_ring: ll.shared_memory_descriptor  # STATS_IN_SHARED: [STAGES, 2, BLOCK_M] fp32, L (log2 units), delta
     STATS_IN_SHARED: ll.constexpr  # backward_keys.py: the producer stages L and delta beside Q and dO
     RELEASES: ll.constexpr  # backward_keys.py: who arrives on a handoff of ordinary shared loads and stores
+    P_RELEASES: ll.constexpr  # the same for SPLIT_SCORES's P^T
 
 
 @ll.jit
@@ -471,7 +472,7 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL,
-                          DQ_TMA, PIPELINED, False, None, False, THREAD_RELEASES)
+                          DQ_TMA, PIPELINED, False, None, False, THREAD_RELEASES, THREAD_RELEASES)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

@@ -53,8 +53,8 @@ CONSUMER_WARPS = 4  # a consumer warpgroup's
 # So a handoff of data written or read with ordinary loads and stores (not TMA or wgmma,
 # which it does not watch) has, by default (RELEASES, backward.py's `release`), every thread
 # arrive for its own accesses, and its barrier counts threads: the stats ring, and
-# SPLIT_SCORES's P^T. BackwardConfig.releases picks fewer arrivals: a warp's, or a
-# partition's one.
+# SPLIT_SCORES's P^T. BackwardConfig.releases (and p_releases, P^T's alone) picks fewer
+# arrivals: a warp's, or a partition's one.
 
 
 @ll.jit
@@ -73,7 +73,7 @@ def free_scores(state):
     """This warpgroup has read the step's shared scores: dS^T (by wgmma), and with
     SPLIT_SCORES P^T (by ordinary loads: `release`)."""
     if state.SPLIT_SCORES:
-        release(state.scores_free, state.RELEASES)
+        release(state.scores_free, state.P_RELEASES)
     else:
         mbarrier.arrive(state.scores_free)
 
@@ -259,7 +259,7 @@ def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, d
             pt = masked_transposed(state, pt, m, key0, T_LAYOUT)
         mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # the last P^T and dS^T are read
         p_buf.store(pt)
-        release(p_ready, state.RELEASES)  # P^T's reader loads it (backward.py's `release`)
+        release(p_ready, state.P_RELEASES)  # P^T's reader loads it (backward.py's `release`)
         mbarrier.arrive(scores_ready)
         dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), A_OPERAND), part(do, c0, state.COLUMNS, 1), dv,
                               is_async=True)
@@ -370,7 +370,8 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                                          CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr,
                                          DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False,
                                          STATS_IN_SHARED: ll.constexpr = False,
-                                         RELEASES: ll.constexpr = THREAD_RELEASES):
+                                         RELEASES: ll.constexpr = THREAD_RELEASES,
+                                         P_RELEASES: ll.constexpr = THREAD_RELEASES):
     """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads)):
     BLOCK_N / 64 bands of keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that
     split its dK and dV in COLUMNS each."""
@@ -399,12 +400,12 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
         p_smem = ll.allocate_shared_memory(ll.float32, [1, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 32))
         scores_ready = mbarrier.allocate_mbarrier(batch=2)
         mbarrier.init(scores_ready.index(0), count=CONSUMERS)
-        mbarrier.init(scores_ready.index(1), count=release_arrivals(CONSUMER_WARPS, RELEASES))
+        mbarrier.init(scores_ready.index(1), count=release_arrivals(CONSUMER_WARPS, P_RELEASES))
     else:
         scores_ready = mbarrier.allocate_mbarrier()
         mbarrier.init(scores_ready, count=CONSUMERS)
     scores_free = mbarrier.allocate_mbarrier()  # SPLIT_SCORES: each consumer's `release` (free_scores)
-    mbarrier.init(scores_free, count=CONSUMERS * release_arrivals(CONSUMER_WARPS, RELEASES) if SPLIT_SCORES
+    mbarrier.init(scores_free, count=CONSUMERS * release_arrivals(CONSUMER_WARPS, P_RELEASES) if SPLIT_SCORES
                   else CONSUMERS)
     kv_ready = mbarrier.allocate_mbarrier()
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
@@ -421,7 +422,7 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                           scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
                           dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, 0, CAUSAL, DQ_TMA,
-                          False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED, RELEASES)
+                          False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED, RELEASES, P_RELEASES)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [keys_consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
