@@ -11,7 +11,7 @@ their gradients' check and the sanitizer's summary, then one line: how many case
 Without --tool the cases run here, unsanitized (what each sanitizer process runs).
 `--dq` and `--pipelined` pick the backward variant (default_backward_config's arguments);
 `--split columns` runs columns_split_config (backward.py) with that dQ accumulation;
-`--releases`, `--p-releases` and `--stats-by-tma` the keys split's BackwardConfig fields.
+`--releases` and `--p-releases` the keys split's BackwardConfig.releases and p_releases.
 """
 
 from __future__ import annotations
@@ -64,13 +64,11 @@ def gradients_verdict(output: str) -> str:
 def sanitize(args) -> int:
     """Each case under compute-sanitizer in its own process; a table and a one-line summary."""
     variant = ["--dq", args.dq, "--split", args.split, "--releases", args.releases] + \
-        (["--p-releases", args.p_releases] if args.p_releases else []) + (["--pipelined"] if args.pipelined else []) + \
-        (["--stats-by-tma"] if args.stats_by_tma else [])
+        (["--p-releases", args.p_releases] if args.p_releases else []) + (["--pipelined"] if args.pipelined else [])
     indices = _indices(args.cases)
     clean = 0
     print(f"compute-sanitizer {' '.join(SANITIZER_ARGS[args.tool])}, dq={args.dq} split={args.split} "
           f"releases={args.releases}{f' p_releases={args.p_releases}' if args.p_releases else ''}"
-          f"{' stats_by_tma' if args.stats_by_tma else ''}"
           f"{' pipelined' if args.pipelined else ''}")
     print(f"{'case':<32}{'gradients':>18}  {args.tool}")
     for i in indices:
@@ -128,7 +126,7 @@ def run_cases(args) -> int:
         try:
             config = columns_split_config(head_dim, args.dq, args.pipelined) if args.split == "columns" else \
                 dataclasses.replace(default_backward_config(head_dim, args.dq, args.pipelined), releases=args.releases,
-                                    p_releases=args.p_releases, stats_by_tma=args.stats_by_tma)
+                                    p_releases=args.p_releases)
         except ValueError as error:  # e.g. head_dim 256 has no pipelined walk with dQ by TMA
             print(f"{case_label(CASES[i])}: no such variant, skipped ({error})")
             continue
@@ -155,8 +153,6 @@ def main(argv=None) -> int:
                         help="split keys: who arrives on the handoffs of ordinary shared accesses")
     parser.add_argument("--p-releases", choices=("thread", "warp", "partition"),
                         help="split keys: the same for head_dim 256's P^T alone (default: as --releases)")
-    parser.add_argument("--stats-by-tma", action="store_true",
-                        help="split keys: L and delta copied into the ring by TMA (BackwardConfig.stats_by_tma)")
     parser.add_argument("--cases", help=f"comma-separated indices of the cases to run, of 0..{len(CASES) - 1}")
     args = parser.parse_args(argv)
     return sanitize(args) if args.tool else run_cases(args)

@@ -33,9 +33,8 @@ SHORT_ROW = (16, 1024, 128)
 def candidates(head_dim: int, releases: bool = False):
     """(label, BackwardConfig or a reason) for head_dim; "default" is what
     flash_attention_backward picks. Labels name the fields changed from the default.
-    `releases`: the default's other BackwardConfig.releases only, (split_scores) P^T's
-    handoff alone released by a partition's one arrival, and (stats_in_shared) the stats
-    copied by TMA (stats_by_tma), P^T's handoff by thread and by warp."""
+    `releases`: the default's other BackwardConfig.releases only, and (split_scores) P^T's
+    handoff alone released by a partition's one arrival."""
     from weft.kernels.attention.backward_host import RELEASES, keys_split_config
 
     default = keys_split_config(head_dim)
@@ -46,11 +45,6 @@ def candidates(head_dim: int, releases: bool = False):
                 yield f"releases={kind}", dataclasses.replace(default, releases=kind)
         if default.split_scores:
             yield "p_releases=partition", dataclasses.replace(default, p_releases="partition")
-        if default.stats_in_shared:
-            yield "stats_by_tma=True", dataclasses.replace(default, stats_by_tma=True)
-            if default.split_scores:
-                yield "stats_by_tma=True p_releases=warp", dataclasses.replace(default, stats_by_tma=True,
-                                                                               p_releases="warp")
         return
     one_consumer = dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2)
     options = {

@@ -119,24 +119,6 @@ def convert_dq(accum_ptr, dq_ptr, dq_scale, seq_q, heads, strides_b, strides_h, 
     ll.store(dq_ptr + offsets, (accum * dq_scale).to(dq_ptr.dtype.element_ty), mask=inside)
 
 
-@ll.jit
-def staged_stats(lse_ptr, delta_ptr, staged_ptr, seq_q, BLOCK_M: ll.constexpr):
-    """staged[bh, m] = (L in log2 units, delta) of query block m's BLOCK_M rows, rows past
-    seq_q L = +inf (P = 0) and delta 0: fp32 [batch * heads, cdiv(seq_q, BLOCK_M), 2,
-    BLOCK_M], what BackwardConfig.stats_by_tma's producer copies by TMA; grid
-    (cdiv(seq_q, BLOCK_M), batch * heads)."""
-    ROWS: ll.constexpr = ll.BlockedLayout([1], [32], [4], [0])
-    m = ll.program_id(0)
-    bh = ll.program_id(1)
-    rows = m * BLOCK_M + ll.arange(0, BLOCK_M, ROWS)
-    inside = rows < seq_q
-    lse = ll.load(lse_ptr + bh * seq_q + rows, mask=inside, other=float("inf"))
-    delta = ll.load(delta_ptr + bh * seq_q + rows, mask=inside, other=0.0)
-    out = staged_ptr + (bh * ll.num_programs(0) + m) * (2 * BLOCK_M) + ll.arange(0, BLOCK_M, ROWS)
-    ll.store(out, lse * LOG2E)
-    ll.store(out + BLOCK_M, delta)
-
-
 @ll.aggregate
 class BackwardState:
     """What the producer and the consumers of one CTA share: the operands' descriptors and
@@ -185,7 +167,6 @@ class BackwardState:
     STATS_IN_SHARED: ll.constexpr  # backward_keys.py: the producer stages L and delta beside Q and dO
     RELEASES: ll.constexpr  # backward_keys.py: who arrives on a handoff of ordinary shared loads and stores
     P_RELEASES: ll.constexpr  # the same for SPLIT_SCORES's P^T
-    STATS_BY_TMA: ll.constexpr  # STATS_IN_SHARED: lse_ptr is `staged_stats`'s, copied by TMA
 
 
 @ll.jit
@@ -227,21 +208,14 @@ def producer(state):
         for m in range(first, end):
             step = g * per_head + m - first
             slot = ring_slot(step, STAGES)
-            STORED_STATS: ll.constexpr = state.STATS_IN_SHARED and not state.STATS_BY_TMA
-            if STORED_STATS:  # loaded before the wait, which hides their latency
+            if state.STATS_IN_SHARED:  # loaded before the wait, which hides their latency
                 lse2, delta = row_stats(state, batch * state.heads + head, m)
             mbarrier.wait(state.empty.index(slot), ring_phase(step, STAGES) ^ 1)  # fresh: released
             bar = state.ready.index(slot)
-            STATS_BYTES: ll.constexpr = 8 * state.BLOCK_M if state.STATS_BY_TMA else 0
-            mbarrier.expect(bar, 2 * state.q_desc.nbytes * BOXES + STATS_BYTES)
+            mbarrier.expect(bar, 2 * state.q_desc.nbytes * BOXES)
             load_boxes(state.q_desc, batch, head, m * state.BLOCK_M, bar, state.q_ring.index(slot), HEAD_DIM)
             load_boxes(state.do_desc, batch, head, m * state.BLOCK_M, bar, state.do_ring.index(slot), HEAD_DIM)
-            if state.STATS_BY_TMA:  # query block m's [2, BLOCK_M] of staged_stats
-                blocks = ll.cdiv(state.seq_q, state.BLOCK_M)
-                tma.async_bulk_copy_global_to_shared(
-                    state.lse_ptr + ((batch * state.heads + head) * blocks + m) * (2 * state.BLOCK_M), bar,
-                    state.stats_ring.index(slot))
-            if STORED_STATS:  # once Q and dO are on their way: then each thread arrives
+            if state.STATS_IN_SHARED:  # once Q and dO are on their way: then each thread arrives
                 state.stats_ring.index(slot).index(0).store(lse2)
                 state.stats_ring.index(slot).index(1).store(delta)
                 release(bar, state.RELEASES)  # its threads' rows are in (backward_keys.py)
@@ -498,7 +472,7 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL,
-                          DQ_TMA, PIPELINED, False, None, False, THREAD_RELEASES, THREAD_RELEASES, False)
+                          DQ_TMA, PIPELINED, False, None, False, THREAD_RELEASES, THREAD_RELEASES)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
-from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas, staged_stats
+from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
 from .backward_keys import dq_box_rows, flash_attention_backward_keys_kernel
 from .config import HEAD_DIMS
 from .host import (_as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout_words, _scaled_queries, _tma_ready,
@@ -48,11 +48,7 @@ class BackwardConfig:
     "thread" (each thread for its own accesses: what compute-sanitizer's racecheck follows),
     "warp" (one lane a warp after its warp's sync) or "partition" (one thread after a named
     barrier: racecheck reports the stats slot's reuse, although the GPU orders it);
-    `p_releases` the same for split_scores's P^T alone (None: as `releases`). `stats_by_tma`
-    (with stats_in_shared): a launch before the main kernel (backward.py's `staged_stats`)
-    writes each query block's L and delta side by side, and the producer copies them into
-    the slot by TMA beside Q and dO: no thread stores them, so the slot is released as Q's
-    and dO's (one arrival a consumer), which racecheck, not watching TMA's writes, passes."""
+    `p_releases` the same for split_scores's P^T alone (None: as `releases`)."""
 
     head_dim: int
     block_m: int = 64
@@ -70,7 +66,6 @@ class BackwardConfig:
     stats_in_shared: bool = False
     releases: str = "thread"
     p_releases: str | None = None
-    stats_by_tma: bool = False
 
     def __post_init__(self):
         if self.split not in SPLITS:
@@ -84,8 +79,6 @@ class BackwardConfig:
             raise ValueError("BackwardConfig: split_scores is an option of split='keys'")
         elif self.stats_in_shared:
             raise ValueError("BackwardConfig: stats_in_shared is an option of split='keys'")
-        elif self.stats_by_tma:
-            raise ValueError("BackwardConfig: stats_by_tma is an option of split='keys'")
         elif (self.releases, self.p_releases) != ("thread", None):
             raise ValueError("BackwardConfig: releases and p_releases are options of split='keys'")
         elif (self.block_m, self.block_n) != (64, 64):
@@ -130,9 +123,6 @@ class BackwardConfig:
                              f"keys a consumer, or several), one launch and the plain walk, got block_m "
                              f"{self.block_m}, block_n {self.block_n}, {self.consumers} consumer(s), launches "
                              f"{self.launches}, pipelined {self.pipelined}")
-        if self.stats_by_tma and not self.stats_in_shared:
-            raise ValueError("BackwardConfig(stats_by_tma=True): L and delta copied into the Q/dO ring by TMA need "
-                             "stats_in_shared=True")
         if self.split_scores and (self.block_n, self.consumers) != (64, 2):
             raise ValueError(f"BackwardConfig(split_scores=True): one band of 64 keys shared by two consumers "
                              f"(block_n 64, consumers 2), got block_n {self.block_n}, {self.consumers} consumer(s)")
@@ -265,8 +255,7 @@ def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -
                     **(dict(STATS_IN_SHARED=True) if config.stats_in_shared else {}),
                     **(dict(RELEASES=RELEASES.index(config.releases)) if config.releases != "thread" else {}),
                     **(dict(P_RELEASES=RELEASES.index(config.p_releases or config.releases))
-                       if (config.p_releases or config.releases) != "thread" else {}),
-                    **(dict(STATS_BY_TMA=True) if config.stats_by_tma else {}))
+                       if (config.p_releases or config.releases) != "thread" else {}))
     return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
@@ -332,11 +321,6 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     row_grid = (-(-seq_q // ROW_TILE_ROWS), batch * heads)
     o_strides, do_strides = _as_bhsd(out, layout)[1][:3], _as_bhsd(dout, layout)[1][:3]
     row_deltas[row_grid](out, dout, delta, seq_q, heads, *o_strides, *do_strides, HEAD_DIM=head_dim, num_warps=4)
-    lse_seen = lse
-    if chosen.stats_by_tma:  # the main kernel's lse_ptr: the staged pairs (delta_ptr unread)
-        blocks = -(-seq_q // chosen.block_m)
-        lse_seen = new_array(q, (batch * heads * blocks * 2 * chosen.block_m,), "float32")
-        staged_stats[(blocks, batch * heads)](lse, delta, lse_seen, seq_q, BLOCK_M=chosen.block_m, num_warps=4)
     dq_accum = new_array(q, (batch, heads, seq_q, head_dim), "float32", zero=True)
     descs = [_descriptor(x, layout, rows) for x, rows in
              ((q_seen, chosen.block_m), (k, chosen.block_n), (v, chosen.block_n), (dout, chosen.block_m))]
@@ -346,7 +330,7 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
     kernel = backward_kernel(chosen)
     for launch in range(chosen.launches):
         kernel[grid](
-            *descs, lse_seen, delta, dq_target, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
+            *descs, lse, delta, dq_target, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
             **backward_constexprs(chosen, bool(causal), launch), num_warps=4, **chosen.launch_options())
     convert_dq[row_grid](dq_accum, dq, softmax_scale, seq_q, heads, *_as_bhsd(dq, layout)[1][:3],
                          HEAD_DIM=head_dim, num_warps=4)

@@ -60,14 +60,10 @@ CONSUMER_WARPS = 4  # a consumer warpgroup's
 @ll.jit
 def release_slot(state, slot):
     """Ring slot `slot` is read: back to the producer. With L and delta staged in it
-    (STATS_IN_SHARED), read by ordinary loads, every consumer thread arrives (`release`),
-    or where TMA writes them (STATS_BY_TMA) the warpgroup fences its loads and arrives once;
-    Q and dO alone, read by wgmma, take one arrival a warpgroup."""
-    if state.STATS_IN_SHARED and not state.STATS_BY_TMA:
+    (STATS_IN_SHARED), read by ordinary loads, every consumer thread arrives; Q and dO
+    alone, read by wgmma, take one arrival a warpgroup."""
+    if state.STATS_IN_SHARED:
         release(state.empty.index(slot), state.RELEASES)
-    elif state.STATS_BY_TMA:  # the stats' loads come before TMA's next writes to the slot
-        ll.fence_async_shared()
-        mbarrier.arrive(state.empty.index(slot))
     else:
         mbarrier.arrive(state.empty.index(slot))
 
@@ -375,8 +371,7 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                                          DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False,
                                          STATS_IN_SHARED: ll.constexpr = False,
                                          RELEASES: ll.constexpr = THREAD_RELEASES,
-                                         P_RELEASES: ll.constexpr = THREAD_RELEASES,
-                                         STATS_BY_TMA: ll.constexpr = False):
+                                         P_RELEASES: ll.constexpr = THREAD_RELEASES):
     """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads)):
     BLOCK_N / 64 bands of keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that
     split its dK and dV in COLUMNS each."""
@@ -417,18 +412,17 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
     mbarrier.init(kv_ready, count=1)
     # STATS_IN_SHARED: the producer's expect, then its `release` for its stores of L and
-    # delta; each consumer's `release` (release_slot). STATS_BY_TMA: TMA writes them, as Q
-    # and dO: the expect, and an arrival a consumer.
-    STORED_STATS: ll.constexpr = STATS_IN_SHARED and not STATS_BY_TMA
+    # delta; each consumer's `release` (release_slot).
     for s in ll.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1 + release_arrivals(ll.num_warps(), RELEASES) if STORED_STATS else 1)
+        mbarrier.init(ready.index(s), count=1 + release_arrivals(ll.num_warps(), RELEASES) if STATS_IN_SHARED
+                      else 1)
         mbarrier.init(empty.index(s), count=CONSUMERS * release_arrivals(CONSUMER_WARPS, RELEASES)
-                      if STORED_STATS else CONSUMERS)
+                      if STATS_IN_SHARED else CONSUMERS)
     state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, p_smem, ds_smem,
                           scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
                           dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, 0, CAUSAL, DQ_TMA,
-                          False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED, RELEASES, P_RELEASES, STATS_BY_TMA)
+                          False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED, RELEASES, P_RELEASES)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [keys_consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

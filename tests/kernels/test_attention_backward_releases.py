@@ -1,10 +1,9 @@
 """BackwardConfig.releases: who arrives on the keys split's handoffs made of ordinary shared
 loads and stores (the staged L and delta, head_dim 256's P^T; p_releases: P^T's alone). Every
-kind gives the float64 gradients on the emulator; as compute-sanitizer's racecheck sees them
-(the emulator's WEFT_EMULATE_RACECHECK), a partition's one arrival after its named barrier
-leaves the stats slot's reuse unordered, an arrival a thread or a warp does not.
-stats_by_tma: the stats copied into the slot by TMA (which racecheck does not watch),
-released as Q and dO are."""
+kind gives the float64
+gradients on the emulator; as compute-sanitizer's racecheck sees them (the emulator's
+WEFT_EMULATE_RACECHECK), a partition's one arrival after its named barrier leaves the stats
+slot's reuse unordered, an arrival a thread or a warp does not."""
 
 import dataclasses
 
@@ -38,10 +37,6 @@ def test_unknown_or_misplaced_releases_are_refused():
     for field in ("releases", "p_releases"):
         with pytest.raises(ValueError, match="releases and p_releases are options of split='keys'"):
             BackwardConfig(head_dim=128, consumers=2, **{field: "warp"})
-    with pytest.raises(ValueError, match="stats_by_tma is an option of split='keys'"):
-        BackwardConfig(head_dim=128, consumers=2, stats_by_tma=True)
-    with pytest.raises(ValueError, match="need stats_in_shared=True"):
-        dataclasses.replace(keys_split_config(128), stats_in_shared=False, stats_by_tma=True)
 
 
 @pytest.mark.parametrize("fields, causal, seq_q, seq_k", [
@@ -67,19 +62,3 @@ def test_racecheck_view_of_each_kind(monkeypatch, releases, flagged):
             run()
     else:
         run()
-
-
-@pytest.mark.parametrize("head_dim, causal, seq_q, seq_k", [
-    (256, True, 100, 130),   # one slot; P^T handed over (released by every thread)
-    (128, False, 150, 200),  # two slots, two bands
-])
-def test_stats_copied_by_tma_are_racecheck_clean(monkeypatch, head_dim, causal, seq_q, seq_k):
-    """The preprocess's staged pairs (rows past seq_q: L = +inf, delta 0) give the float64
-    gradients; a warpgroup's fence and one arrival order its loads of the stats before the
-    next copy (the emulator checks the proxies): racecheck needs no more (releases
-    "partition" for the rest; P^T at 256 is p_releases's)."""
-    monkeypatch.setenv("WEFT_EMULATE_RACECHECK", "1")
-    made = dataclasses.replace(keys_split_config(head_dim), stats_by_tma=True, releases="partition",
-                               p_releases="thread")
-    assert backward_constexprs(made, causal)["STATS_BY_TMA"]
-    _check(*_inputs(1, 2, 1, seq_q, seq_k, head_dim, "bhsd", seed=3), causal, layout="bhsd", config=made)
