@@ -60,7 +60,7 @@ from .steps import accumulator_layout
 # warps having made their accesses (BackwardConfig.releases): every thread for itself; one
 # lane of each warp after its warp's sync; or one thread after the partition's named
 # barrier. compute-sanitizer's racecheck follows the first only (backward_keys.py); fewer
-# arrivals on one barrier word cost less.
+# arrivals on one barrier word cost less (head_dim 256 causal: docs/attention-journal.md).
 THREAD_RELEASES, WARP_RELEASES, PARTITION_RELEASES = 0, 1, 2
 
 

@@ -47,8 +47,10 @@ class BackwardConfig:
     handoffs made of ordinary shared loads and stores (the staged stats, split_scores's P^T):
     "thread" (each thread for its own accesses: what compute-sanitizer's racecheck follows),
     "warp" (one lane a warp after its warp's sync) or "partition" (one thread after a named
-    barrier: racecheck reports the stats slot's reuse, although the GPU orders it);
-    `p_releases` the same for split_scores's P^T alone (None: as `releases`)."""
+    barrier), which racecheck does not follow (it reports the handoffs' reuse, although the
+    GPU orders it); at head_dim 256 causal "partition" ran 7% faster than "thread" on an H200,
+    elsewhere level (docs/attention-journal.md). `p_releases` the same for split_scores's P^T
+    alone (None: as `releases`)."""
 
     head_dim: int
     block_m: int = 64

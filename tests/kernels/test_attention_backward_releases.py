@@ -1,9 +1,10 @@
 """BackwardConfig.releases: who arrives on the keys split's handoffs made of ordinary shared
 loads and stores (the staged L and delta, head_dim 256's P^T; p_releases: P^T's alone). Every
-kind gives the float64
-gradients on the emulator; as compute-sanitizer's racecheck sees them (the emulator's
-WEFT_EMULATE_RACECHECK), a partition's one arrival after its named barrier leaves the stats
-slot's reuse unordered, an arrival a thread or a warp does not."""
+kind gives the float64 gradients on the emulator, and as compute-sanitizer's racecheck sees
+them (the emulator's WEFT_EMULATE_RACECHECK) a partition's one arrival after its named
+barrier leaves the stats slot's reuse unordered. ("warp" passes the emulator's view, which
+orders whole warps; racecheck itself reported hazards on it on the GPU:
+docs/attention-journal.md.)"""
 
 import dataclasses
 
@@ -40,8 +41,7 @@ def test_unknown_or_misplaced_releases_are_refused():
 
 
 @pytest.mark.parametrize("fields, causal, seq_q, seq_k", [
-    # head_dim 256: one band, stats and P^T handed over, one slot (head_dim 128 "warp": the
-    # racecheck view's test)
+    # head_dim 256: one band, stats and P^T handed over, one slot
     (dict(releases="warp"), True, 100, 130),
     (dict(releases="partition"), False, 70, 100),
     (dict(releases="warp", p_releases="partition"), True, 130, 70),
@@ -51,14 +51,10 @@ def test_gradients_match_float64(fields, causal, seq_q, seq_k):
            config=dataclasses.replace(keys_split_config(256), **fields))
 
 
-@pytest.mark.parametrize("releases, flagged", [("partition", True), ("warp", False)])
-def test_racecheck_view_of_each_kind(monkeypatch, releases, flagged):
+def test_racecheck_view_flags_a_partitions_one_arrival(monkeypatch):
+    """The default ("thread") passes the same case: test_attention_backward_racecheck.py."""
     monkeypatch.setenv("WEFT_EMULATE_RACECHECK", "1")
     assert config.current().emulate_racecheck
-    run = lambda: _check(*_inputs(1, 2, 1, 100, 200, 128, "bhsd", seed=41), True, layout="bhsd",  # noqa: E731
-                         config=dataclasses.replace(keys_split_config(128), releases=releases))
-    if flagged:
-        with pytest.raises(Exception, match="racecheck hazard"):
-            run()
-    else:
-        run()
+    with pytest.raises(Exception, match="racecheck hazard"):
+        _check(*_inputs(1, 2, 1, 100, 200, 128, "bhsd", seed=41), True, layout="bhsd",
+               config=dataclasses.replace(keys_split_config(128), releases="partition"))
