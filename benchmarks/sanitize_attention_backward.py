@@ -10,7 +10,8 @@ that runs out of --timeout is reported, not waited for) and prints a table of th
 their gradients' check and the sanitizer's summary, then one line: how many cases are clean.
 Without --tool the cases run here, unsanitized (what each sanitizer process runs).
 `--dq` and `--pipelined` pick the backward variant (default_backward_config's arguments);
-`--split columns` runs columns_split_config (backward.py) with that dQ accumulation.
+`--split columns` runs columns_split_config (backward.py) with that dQ accumulation;
+`--releases` and `--p-releases` the keys split's BackwardConfig.releases and p_releases.
 """
 
 from __future__ import annotations
@@ -62,10 +63,12 @@ def gradients_verdict(output: str) -> str:
 
 def sanitize(args) -> int:
     """Each case under compute-sanitizer in its own process; a table and a one-line summary."""
-    variant = ["--dq", args.dq, "--split", args.split] + (["--pipelined"] if args.pipelined else [])
+    variant = ["--dq", args.dq, "--split", args.split, "--releases", args.releases] + \
+        (["--p-releases", args.p_releases] if args.p_releases else []) + (["--pipelined"] if args.pipelined else [])
     indices = _indices(args.cases)
     clean = 0
-    print(f"compute-sanitizer {' '.join(SANITIZER_ARGS[args.tool])}, dq={args.dq} split={args.split}"
+    print(f"compute-sanitizer {' '.join(SANITIZER_ARGS[args.tool])}, dq={args.dq} split={args.split} "
+          f"releases={args.releases}{f' p_releases={args.p_releases}' if args.p_releases else ''}"
           f"{' pipelined' if args.pipelined else ''}")
     print(f"{'case':<32}{'gradients':>18}  {args.tool}")
     for i in indices:
@@ -105,6 +108,8 @@ def _reference(q, k, v, do, causal):
 
 
 def run_cases(args) -> int:
+    import dataclasses
+
     import torch
 
     from weft.kernels.attention import flash_attention, flash_attention_backward
@@ -120,7 +125,8 @@ def run_cases(args) -> int:
         out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
         try:
             config = columns_split_config(head_dim, args.dq, args.pipelined) if args.split == "columns" else \
-                default_backward_config(head_dim, args.dq, args.pipelined)
+                dataclasses.replace(default_backward_config(head_dim, args.dq, args.pipelined), releases=args.releases,
+                                    p_releases=args.p_releases)
         except ValueError as error:  # e.g. head_dim 256 has no pipelined walk with dQ by TMA
             print(f"{case_label(CASES[i])}: no such variant, skipped ({error})")
             continue
@@ -143,6 +149,10 @@ def main(argv=None) -> int:
     parser.add_argument("--pipelined", action="store_true", help="the software-pipelined walk")
     parser.add_argument("--split", choices=("columns", "keys"), default="keys",
                         help="what the consumer warpgroups split (BackwardConfig.split)")
+    parser.add_argument("--releases", choices=("thread", "warp", "partition"), default="thread",
+                        help="split keys: who arrives on the handoffs of ordinary shared accesses")
+    parser.add_argument("--p-releases", choices=("thread", "warp", "partition"),
+                        help="split keys: the same for head_dim 256's P^T alone (default: as --releases)")
     parser.add_argument("--cases", help=f"comma-separated indices of the cases to run, of 0..{len(CASES) - 1}")
     args = parser.parse_args(argv)
     return sanitize(args) if args.tool else run_cases(args)

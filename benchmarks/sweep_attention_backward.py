@@ -2,7 +2,7 @@
 per shape, beside torch SDPA's backward with the cuDNN backend, in one run, for choosing
 keys_split_config's defaults (KEYS_SPLIT_TILES in kernels/attention/backward_host.py).
 
-    python -m benchmarks.sweep_attention_backward [--head-dims 64 128 256] [--out sweep.json]
+    python -m benchmarks.sweep_attention_backward [--head-dims 64 128 256] [--releases] [--out sweep.json]
 
 A candidate's label names the BackwardConfig fields it changes from keys_split_config's;
 making it the default is putting those fields in head_dim's line of KEYS_SPLIT_TILES.
@@ -30,13 +30,22 @@ ROWS = ((4, 4096),)
 SHORT_ROW = (16, 1024, 128)
 
 
-def candidates(head_dim: int):
+def candidates(head_dim: int, releases: bool = False):
     """(label, BackwardConfig or a reason) for head_dim; "default" is what
-    flash_attention_backward picks. Labels name the fields changed from the default."""
-    from weft.kernels.attention.backward_host import keys_split_config
+    flash_attention_backward picks. Labels name the fields changed from the default.
+    `releases`: the default's other BackwardConfig.releases only, and (split_scores) P^T's
+    handoff alone released by a partition's one arrival."""
+    from weft.kernels.attention.backward_host import RELEASES, keys_split_config
 
     default = keys_split_config(head_dim)
     yield "default", default
+    if releases:
+        for kind in RELEASES:
+            if kind != default.releases:
+                yield f"releases={kind}", dataclasses.replace(default, releases=kind)
+        if default.split_scores:
+            yield "p_releases=partition", dataclasses.replace(default, p_releases="partition")
+        return
     one_consumer = dict(block_n=64, consumers=1, consumer_regs=224, ctas_per_sm=2)
     options = {
         # head_dim 64 at FA3's 128 x 128 tiles: 128 query rows a step, L and delta staged in
@@ -114,18 +123,19 @@ def time_row_kernels(torch, q, do, causal: bool, scale: float) -> dict:
         return {"failure": _reason(error)}
 
 
-def shapes(head_dims):
+def shapes(head_dims, causal_only: bool = False):
     """(batch, heads, seq, head_dim, causal) of every row."""
     for head_dim in head_dims:
         for batch, seq in ROWS:
-            for causal in (False, True):
+            for causal in (True,) if causal_only else (False, True):
                 yield batch, 2048 // head_dim, seq, head_dim, causal
     batch, seq, head_dim = SHORT_ROW
-    if head_dim in head_dims:
+    if head_dim in head_dims and not causal_only:
         yield batch, 2048 // head_dim, seq, head_dim, False
 
 
-def run(head_dims=(64, 128, 256), out_path: str | None = None) -> dict:
+def run(head_dims=(64, 128, 256), out_path: str | None = None, releases: bool = False,
+        causal_only: bool = False) -> dict:
     import torch
 
     from benchmarks.attention import _versions
@@ -133,8 +143,8 @@ def run(head_dims=(64, 128, 256), out_path: str | None = None) -> dict:
 
     torch.manual_seed(0)
     results = {**_versions(torch), "rows": []}
-    for batch, heads, seq, head_dim, causal in shapes(head_dims):
-        configs = dict(candidates(head_dim))
+    for batch, heads, seq, head_dim, causal in shapes(head_dims, causal_only):
+        configs = dict(candidates(head_dim, releases))
         q, k, v, do = random_inputs(torch, 4, batch, heads, seq, head_dim)
         scale = head_dim ** -0.5
         refs = reference_gradients(q, k, v, do, causal, scale)
@@ -185,10 +195,13 @@ def print_row(row: dict) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--releases", action="store_true",
+                        help="candidates: the default and its other BackwardConfig.releases")
+    parser.add_argument("--causal-only", action="store_true", help="the causal rows only")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     started = time.time()
-    run(tuple(args.head_dims), args.out)
+    run(tuple(args.head_dims), args.out, args.releases, args.causal_only)
     print(f"sweep took {time.time() - started:.0f} s", flush=True)
     return 0
 

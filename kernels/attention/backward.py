@@ -55,6 +55,31 @@ from .kernels import LOG2E, load_boxes  # shared with the forward kernels
 from .rings import ring_phase, ring_slot
 from .steps import accumulator_layout
 
+# Who arrives on the mbarrier of a handoff whose data is written or read by ordinary shared
+# loads and stores (backward_keys.py: the staged stats, SPLIT_SCORES's P^T), a partition's
+# warps having made their accesses (BackwardConfig.releases): every thread for itself; one
+# lane of each warp after its warp's sync; or one thread after the partition's named
+# barrier. compute-sanitizer's racecheck follows the first only (backward_keys.py); fewer
+# arrivals on one barrier word cost less (head_dim 256 causal: docs/attention-journal.md).
+THREAD_RELEASES, WARP_RELEASES, PARTITION_RELEASES = 0, 1, 2
+
+
+@ll.constexpr_function
+def release_arrivals(warps, releases):
+    """Arrivals a partition of `warps` warps makes on a `release` of kind `releases`."""
+    return {THREAD_RELEASES: warps * 32, WARP_RELEASES: warps, PARTITION_RELEASES: 1}[releases]
+
+
+@ll.jit
+def release(bar, RELEASES: ll.constexpr):
+    """Arrive on `bar` for the calling partition's accesses, release_arrivals(...) times."""
+    if RELEASES == THREAD_RELEASES:
+        mbarrier.arrive(bar, per_thread=True)
+    elif RELEASES == WARP_RELEASES:
+        mbarrier.arrive(bar, per_warp=True)
+    else:
+        mbarrier.arrive(bar)
+
 # Plain-load tiles of the preprocess and postprocess: 8 contiguous elements a thread.
 ROW_TILE = ll.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
 ROW_TILE_ROWS = 32
@@ -140,6 +165,8 @@ class BackwardState:
     SPLIT_SCORES: ll.constexpr  # backward_keys.py: a band's two consumers compute S^T and dP^T, one each
     stats_ring: ll.shared_memory_descriptor  # STATS_IN_SHARED: [STAGES, 2, BLOCK_M] fp32, L (log2 units), delta
     STATS_IN_SHARED: ll.constexpr  # backward_keys.py: the producer stages L and delta beside Q and dO
+    RELEASES: ll.constexpr  # backward_keys.py: who arrives on a handoff of ordinary shared loads and stores
+    P_RELEASES: ll.constexpr  # the same for SPLIT_SCORES's P^T
 
 
 @ll.jit
@@ -191,7 +218,7 @@ def producer(state):
             if state.STATS_IN_SHARED:  # once Q and dO are on their way: then each thread arrives
                 state.stats_ring.index(slot).index(0).store(lse2)
                 state.stats_ring.index(slot).index(1).store(delta)
-                mbarrier.arrive(bar, per_thread=True)  # each thread for its own rows (backward_keys.py)
+                release(bar, state.RELEASES)  # its threads' rows are in (backward_keys.py)
 
 
 @ll.jit
@@ -445,7 +472,7 @@ def flash_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, lse_ptr, de
                           ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr, dv_ptr,
                           (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, FIRST_COLUMN, CAUSAL,
-                          DQ_TMA, PIPELINED, False, None, False)
+                          DQ_TMA, PIPELINED, False, None, False, THREAD_RELEASES, THREAD_RELEASES)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)

@@ -21,6 +21,7 @@ from .host import (_as_bhsd, _check_inputs, _descriptor, _host64, _kind, _layout
 
 DQ_REDUCES = ("atomics", "tma")
 SPLITS = ("columns", "keys")
+RELEASES = ("thread", "warp", "partition")  # BackwardConfig.releases: backward.py's THREAD_RELEASES, ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,14 @@ class BackwardConfig:
     `stats_in_shared` (split="keys") has the producer stage each query block's L and delta
     in shared memory beside Q and dO, where the consumers read them as they use them, not
     held in registers (32 a thread each at block_m 128, by column): block_m 128 (head_dim 64,
-    FA3's 128 x 128) needs it."""
+    FA3's 128 x 128) needs it. `releases` (split="keys"): who arrives on the mbarriers of the
+    handoffs made of ordinary shared loads and stores (the staged stats, split_scores's P^T):
+    "thread" (each thread for its own accesses: what compute-sanitizer's racecheck follows),
+    "warp" (one lane a warp after its warp's sync) or "partition" (one thread after a named
+    barrier), which racecheck does not follow (it reports the handoffs' reuse, although the
+    GPU orders it); at head_dim 256 causal "partition" ran 7% faster than "thread" on an H200,
+    elsewhere level (docs/attention-journal.md). `p_releases` the same for split_scores's P^T
+    alone (None: as `releases`)."""
 
     head_dim: int
     block_m: int = 64
@@ -58,16 +66,23 @@ class BackwardConfig:
     split: str = "columns"
     split_scores: bool = False
     stats_in_shared: bool = False
+    releases: str = "thread"
+    p_releases: str | None = None
 
     def __post_init__(self):
         if self.split not in SPLITS:
             raise ValueError(f"BackwardConfig.split must be one of {SPLITS}, got {self.split!r}")
+        for field in ("releases", "p_releases"):
+            if getattr(self, field) not in RELEASES + ((None,) if field == "p_releases" else ()):
+                raise ValueError(f"BackwardConfig.{field} must be one of {RELEASES}, got {getattr(self, field)!r}")
         if self.split == "keys":
             self._check_keys_split()
         elif self.split_scores:
             raise ValueError("BackwardConfig: split_scores is an option of split='keys'")
         elif self.stats_in_shared:
             raise ValueError("BackwardConfig: stats_in_shared is an option of split='keys'")
+        elif (self.releases, self.p_releases) != ("thread", None):
+            raise ValueError("BackwardConfig: releases and p_releases are options of split='keys'")
         elif (self.block_m, self.block_n) != (64, 64):
             raise ValueError(f"BackwardConfig: block_m and block_n must be 64 (one wgmma M), got "
                              f"{self.block_m} and {self.block_n}")
@@ -239,7 +254,10 @@ def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -
                     PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
                     COLUMNS=config.columns, **(dict(DQ_TMA=True) if config.dq_reduce == "tma" else {}),
                     **(dict(SPLIT_SCORES=True) if config.split_scores else {}),
-                    **(dict(STATS_IN_SHARED=True) if config.stats_in_shared else {}))
+                    **(dict(STATS_IN_SHARED=True) if config.stats_in_shared else {}),
+                    **(dict(RELEASES=RELEASES.index(config.releases)) if config.releases != "thread" else {}),
+                    **(dict(P_RELEASES=RELEASES.index(config.p_releases or config.releases))
+                       if (config.p_releases or config.releases) != "thread" else {}))
     return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,

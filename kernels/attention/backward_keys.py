@@ -37,21 +37,24 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .backward import DQ_CHUNK, BackwardState, add_dq_chunks, part, producer, query_blocks, reduce_dq_chunks, unhoisted
+from .backward import (DQ_CHUNK, THREAD_RELEASES, BackwardState, add_dq_chunks, part, producer, query_blocks,
+                       reduce_dq_chunks, release, release_arrivals, unhoisted)
 from .kernels import LOG2E
 from .rings import ring_phase, ring_slot
 from .steps import accumulator_layout
 
 KEYS = 64  # of the block, a consumer warpgroup's: one wgmma M of S^T
-CONSUMER_THREADS = 128  # a consumer warpgroup's
+CONSUMER_WARPS = 4  # a consumer warpgroup's
 
 
 # compute-sanitizer's racecheck orders one thread's shared-memory access before another
 # thread's through an mbarrier only when the accessing thread itself arrives: not through a
 # named barrier over its warps followed by one thread's arrival (mbarrier.arrive's default).
 # So a handoff of data written or read with ordinary loads and stores (not TMA or wgmma,
-# which it does not watch) has every thread arrive for its own accesses (per_thread), and
-# its barrier counts threads: the stats ring, and SPLIT_SCORES's P^T.
+# which it does not watch) has, by default (RELEASES, backward.py's `release`), every thread
+# arrive for its own accesses, and its barrier counts threads: the stats ring, and
+# SPLIT_SCORES's P^T. BackwardConfig.releases (and p_releases, P^T's alone) picks fewer
+# arrivals: a warp's, or a partition's one.
 
 
 @ll.jit
@@ -60,7 +63,7 @@ def release_slot(state, slot):
     (STATS_IN_SHARED), read by ordinary loads, every consumer thread arrives; Q and dO
     alone, read by wgmma, take one arrival a warpgroup."""
     if state.STATS_IN_SHARED:
-        mbarrier.arrive(state.empty.index(slot), per_thread=True)
+        release(state.empty.index(slot), state.RELEASES)
     else:
         mbarrier.arrive(state.empty.index(slot))
 
@@ -68,9 +71,9 @@ def release_slot(state, slot):
 @ll.jit
 def free_scores(state):
     """This warpgroup has read the step's shared scores: dS^T (by wgmma), and with
-    SPLIT_SCORES P^T (by ordinary loads: every thread arrives)."""
+    SPLIT_SCORES P^T (by ordinary loads: `release`)."""
     if state.SPLIT_SCORES:
-        mbarrier.arrive(state.scores_free, per_thread=True)
+        release(state.scores_free, state.P_RELEASES)
     else:
         mbarrier.arrive(state.scores_free)
 
@@ -256,7 +259,7 @@ def split_band_gradients(state, step, m, bh, key0, q, do, k, v, ds_buf, stats, d
             pt = masked_transposed(state, pt, m, key0, T_LAYOUT)
         mbarrier.wait(state.scores_free, ring_phase(step, 1) ^ 1)  # the last P^T and dS^T are read
         p_buf.store(pt)
-        mbarrier.arrive(p_ready, per_thread=True)  # P^T's reader loads it: each writer arrives
+        release(p_ready, state.P_RELEASES)  # P^T's reader loads it (backward.py's `release`)
         mbarrier.arrive(scores_ready)
         dv = ll.warpgroup_mma(ll.convert_layout(pt.to(dtype), A_OPERAND), part(do, c0, state.COLUMNS, 1), dv,
                               is_async=True)
@@ -366,7 +369,9 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                                          CAUSAL: ll.constexpr, PRODUCER_REGS: ll.constexpr,
                                          CONSUMER_REGS: ll.constexpr, COLUMNS: ll.constexpr,
                                          DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False,
-                                         STATS_IN_SHARED: ll.constexpr = False):
+                                         STATS_IN_SHARED: ll.constexpr = False,
+                                         RELEASES: ll.constexpr = THREAD_RELEASES,
+                                         P_RELEASES: ll.constexpr = THREAD_RELEASES):
     """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads)):
     BLOCK_N / 64 bands of keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that
     split its dK and dV in COLUMNS each."""
@@ -395,26 +400,29 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
         p_smem = ll.allocate_shared_memory(ll.float32, [1, BLOCK_N, BLOCK_M], ll.NVMMASharedLayout(128, 32))
         scores_ready = mbarrier.allocate_mbarrier(batch=2)
         mbarrier.init(scores_ready.index(0), count=CONSUMERS)
-        mbarrier.init(scores_ready.index(1), count=CONSUMER_THREADS)  # an arrival a thread
+        mbarrier.init(scores_ready.index(1), count=release_arrivals(CONSUMER_WARPS, P_RELEASES))
     else:
         scores_ready = mbarrier.allocate_mbarrier()
         mbarrier.init(scores_ready, count=CONSUMERS)
-    scores_free = mbarrier.allocate_mbarrier()  # SPLIT_SCORES: an arrival a consumer thread (free_scores)
-    mbarrier.init(scores_free, count=CONSUMERS * CONSUMER_THREADS if SPLIT_SCORES else CONSUMERS)
+    scores_free = mbarrier.allocate_mbarrier()  # SPLIT_SCORES: each consumer's `release` (free_scores)
+    mbarrier.init(scores_free, count=CONSUMERS * release_arrivals(CONSUMER_WARPS, P_RELEASES) if SPLIT_SCORES
+                  else CONSUMERS)
     kv_ready = mbarrier.allocate_mbarrier()
     ready = mbarrier.allocate_mbarrier(batch=STAGES)
     empty = mbarrier.allocate_mbarrier(batch=STAGES)
     mbarrier.init(kv_ready, count=1)
-    # STATS_IN_SHARED: the producer's expect, then an arrival from each producer thread for
-    # its stores of L and delta; an arrival from each consumer thread (release_slot).
+    # STATS_IN_SHARED: the producer's expect, then its `release` for its stores of L and
+    # delta; each consumer's `release` (release_slot).
     for s in ll.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1 + ll.num_warps() * 32 if STATS_IN_SHARED else 1)
-        mbarrier.init(empty.index(s), count=CONSUMERS * CONSUMER_THREADS if STATS_IN_SHARED else CONSUMERS)
+        mbarrier.init(ready.index(s), count=1 + release_arrivals(ll.num_warps(), RELEASES) if STATS_IN_SHARED
+                      else 1)
+        mbarrier.init(empty.index(s), count=CONSUMERS * release_arrivals(CONSUMER_WARPS, RELEASES)
+                      if STATS_IN_SHARED else CONSUMERS)
     state = BackwardState(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_ring, do_ring, dq_smem, p_smem, ds_smem,
                           scores_ready, scores_free, kv_ready, ready, empty, lse_ptr, delta_ptr, dq_ptr, dk_ptr,
                           dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, 0, CAUSAL, DQ_TMA,
-                          False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED)
+                          False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED, RELEASES, P_RELEASES)
     if CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [keys_consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
