@@ -48,8 +48,9 @@ def _first_sync_held(block: Block, holding: bool) -> tuple[Optional[Op], bool]:
             continue
         if holding and syncs_partition(op):
             return op, holding
-        after = holding
-        for region in op.nested_blocks():
+        regions = op.nested_blocks()
+        after = holding if op.LOOP or not regions else False  # a loop may run no iteration
+        for region in regions:
             found, end = _first_sync_held(region, holding)
             if found is None and op.LOOP and end != holding:
                 found, end = _first_sync_held(region, end)
@@ -68,17 +69,17 @@ def _without_turns(block: Block) -> Block:
 def _enclosing_loop_loc(split: WarpSpecialize, op: Op):
     """Where to warn: the consumer's top-level op holding `op` (its loop), else `op`."""
     for top in split.default.ops:
-        if top is op or any(inner is op for inner in top.walk()):
+        if top is op or any(inner is op for region in top.nested_blocks() for inner in region.walk()):
             return top.loc
     return op.loc
 
 
 def _what(op: Op) -> str:
     if op.USES_SCRATCH:
-        return f"`{op.NAME}` goes through shared memory and syncs the partition"
+        return f"the `{op.NAME}` through shared memory"
     if isinstance(op, MBarrierArrive):
-        return "a single mbarrier arrive syncs the partition first"
-    return f"a `{op.NAME}` (a bar.sync of the partition)"
+        return "the partition's single mbarrier arrive"
+    return f"a `{op.NAME}`"
 
 
 def checked_split(split: WarpSpecialize, asked: bool) -> WarpSpecialize:
@@ -89,13 +90,15 @@ def checked_split(split: WarpSpecialize, asked: bool) -> WarpSpecialize:
     if found is None and not held_at_end:
         return split
     if asked:
-        where = found.loc if found is not None else split.loc
-        what = _what(found) if found is not None else "the partition ends holding the turn"
-        warn_at(_enclosing_loop_loc(split, found) if found is not None else split.loc,
-                f"pingpong is not applied to this loop: {what} at line {where.line}, while one consumer "
-                f"warpgroup holds the turn and the other waits to take it (they would deadlock)",
-                "launch without pingpong, or move that operation out of the loop (e.g. store the "
-                "accumulator in the layout the dot leaves it in, or reduce along the rows)")
+        if found is None:
+            warn_at(split.loc, "pingpong is not applied to this loop: the consumer partition ends holding the "
+                    "turn, and the partitions' join would deadlock", "launch without pingpong")
+        else:
+            warn_at(_enclosing_loop_loc(split, found),
+                    f"pingpong is not applied to this loop: {_what(found)} at line {found.loc.line} is a bar.sync "
+                    f"of both consumer warpgroups, reached while one holds the turn and the other waits to take "
+                    f"it (they would deadlock)",
+                    "launch without pingpong, or move that line out of the loop or above the loop's second dot")
     return dataclasses.replace(split, default=_without_turns(split.default))
 
 
