@@ -23,6 +23,7 @@ from .passes.accelerate_dots import accelerate_dots
 from .passes.allocate_shared_memory import allocate_shared_memory
 from .passes.axis_analysis import format_axis_info
 from .passes.coalesce import coalesce
+from .passes.drop_deadlocking_turns import drop_deadlocking_turns
 from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.hoist_copy_fences import hoist_copy_fences
 from .passes.insert_barriers import insert_barriers
@@ -64,6 +65,7 @@ LAYOUT_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("drop_unused_atomic_results", drop_unused_atomic_results),  # before allocation: no scratch for them
     ("allocate_shared_memory", allocate_shared_memory),  # every buffer and scratch user is known now
     ("insert_barriers", insert_barriers),                # needs byte offsets to see overlapping accesses
+    ("drop_deadlocking_turns", drop_deadlocking_turns),  # every barrier is placed: none may fall inside a turn
 )
 
 STAGES = ("source", "tile", "layout", "llir", "ptx", "cubin")

@@ -18,7 +18,12 @@ Async ops (shared_accesses.Access says which):
   wait covers them for the other warps. A barrier between the op and its wait settles
   nothing of theirs.
 Proxy fences (fence_async_shared) are the kernel author's, as in Gluon: the emulator
-checks them.
+checks them. The one exception is scratch: a conversion or reduction through shared
+memory writes and reads its scratch through the generic proxy inside the op, where no
+author can fence it, and allocation may give those bytes to a later TMA load (a box
+loaded again each iteration, after the previous one's column sum). Before such a load a
+fence_async_shared goes with the barrier (the scratch's readers fence, then hand the
+bytes over), unless a fence came after the scratch's last use.
 
 A loop's body is walked until the state at its head stops growing: the union of what is
 pending on entry and after each walked iteration. Twice is not enough once async work
@@ -49,7 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Barrier, Block, If, Kernel, Op, WarpSpecialize
+from ..ir import Barrier, Block, FenceAsyncShared, If, Kernel, Op, WarpSpecialize
 from .shared_accesses import ASYNC_KINDS, Access, BufferRanges, ByteRange, access_of
 
 NAME = "insert_barriers"
@@ -94,7 +99,7 @@ class _Pending:
     and async accesses still in flight, which no barrier settles until their wait."""
 
     def __init__(self, depths: dict[str, int], reads=(), writes=(), solo_reads=(), solo_writes=(), groups=None,
-                 uncommitted=(), solo_settled=(), released=None):
+                 uncommitted=(), solo_settled=(), released=None, unfenced=()):
         self.depths = depths  # per async kind, the groups kept apart (_group_depths)
         self.reads: set[ByteRange] = set(reads)
         self.writes: set[ByteRange] = set(writes)
@@ -107,10 +112,13 @@ class _Pending:
         # wait); and per barrier, those its all-warp arrivals released.
         self.solo_settled: set[_Effect] = set(solo_settled)
         self.released: dict[ByteRange, frozenset[_Effect]] = dict(released or {})
+        # Scratch bytes used through the generic proxy with no proxy fence since: a barrier
+        # does not settle them for a TMA load (see the module docstring).
+        self.unfenced: set[ByteRange] = set(unfenced)
 
     def copy(self) -> "_Pending":
         return _Pending(self.depths, self.reads, self.writes, self.solo_reads, self.solo_writes, self.groups,
-                        self.uncommitted, self.solo_settled, self.released)
+                        self.uncommitted, self.solo_settled, self.released, self.unfenced)
 
     def union(self, other: "_Pending") -> "_Pending":
         groups = {kind: _align_newest(self.groups[kind], other.groups[kind]) for kind in ASYNC_KINDS}
@@ -118,13 +126,13 @@ class _Pending:
         return _Pending(self.depths, self.reads | other.reads, self.writes | other.writes,
                         self.solo_reads | other.solo_reads, self.solo_writes | other.solo_writes,
                         groups, self.uncommitted | other.uncommitted, self.solo_settled & other.solo_settled,
-                        released)
+                        released, self.unfenced | other.unfenced)
 
     def state(self) -> tuple:
         """Everything that decides where later barriers go, for the loop walk's fixpoint."""
         return (frozenset(self.reads), frozenset(self.writes), frozenset(self.solo_reads),
                 frozenset(self.solo_writes), tuple(self.groups[kind] for kind in ASYNC_KINDS), self.uncommitted,
-                frozenset(self.solo_settled), frozenset(self.released.items()))
+                frozenset(self.solo_settled), frozenset(self.released.items()), frozenset(self.unfenced))
 
     def empty(self) -> bool:
         """Whether a barrier here would settle nothing."""
@@ -141,6 +149,7 @@ class _Pending:
         self.solo_reads, self.solo_writes = other.solo_reads, other.solo_writes
         self.groups, self.uncommitted = dict(other.groups), other.uncommitted
         self.solo_settled, self.released = set(other.solo_settled), dict(other.released)
+        self.unfenced = set(other.unfenced)
 
     def conflicts(self, access: Access) -> bool:
         if access.solo:
@@ -160,6 +169,7 @@ class _Pending:
         if access.syncs:
             self.clear()
             self.reads.update(access.pending_reads)
+            self.unfenced.update(access.pending_reads)
             return
         if access.releases is not None:
             self.released[access.releases] = frozenset([("read", r) for r in self.reads] +
@@ -282,7 +292,13 @@ def _walk(block: Block, pending: _Pending, buffers: BufferRanges, num_warps: int
             pending.clear()
             ops.append(op)
             continue
+        if isinstance(op, FenceAsyncShared):
+            pending.unfenced.clear()
         access = access_of(op, buffers, num_warps)
+        if access.on_mbarrier and any(w.overlaps(u) for w in access.writes for u in pending.unfenced):
+            ops += [FenceAsyncShared(loc=op.loc), Barrier(loc=op.loc)]  # see the module docstring
+            pending.clear()
+            pending.unfenced.clear()
         if pending.conflicts(access):
             ops.append(Barrier(loc=op.loc))
             pending.clear()

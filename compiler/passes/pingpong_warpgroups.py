@@ -230,7 +230,9 @@ def pass_after_drain(kernel: Kernel) -> Kernel:
     changes between them: propagate_layouts places a tensor's conversions where it is
     defined, so a conversion of a drained accumulator (a round trip through shared memory
     with a barrier over both warpgroups) can land between the wait and the pass, where
-    the warpgroup holding the turn would wait at that barrier for one waiting to take it."""
+    the warpgroup holding the turn would wait at that barrier for one waiting to take it.
+    Conversions of the loop's other results (a row maximum carried to the epilogue) that
+    land between the loop and that wait, feeding none of the waits, follow the pass too."""
     if not any(isinstance(op, WarpgroupTurn) for op in kernel.walk()):
         return kernel
 
@@ -243,9 +245,25 @@ def pass_after_drain(kernel: Kernel) -> Kernel:
             wait = here - 1
             while wait >= 0 and isinstance(ops[wait], ConvertLayout):
                 wait -= 1
-            if wait >= 0 and isinstance(ops[wait], WarpgroupMmaWait) and wait + 1 < here:
-                ops.insert(wait + 1, ops.pop(here))
+            if wait >= 0 and isinstance(ops[wait], WarpgroupMmaWait):
+                if wait + 1 < here:
+                    ops.insert(wait + 1, ops.pop(here))
+                _follow_the_pass(ops, wait)
         return Block(region.args, tuple(ops))
 
     return kernel.with_body(block(kernel.body))
 
+
+def _follow_the_pass(ops: list, wait: int) -> None:
+    """Move the conversions in the run of waits and conversions ending at `wait` (the pass
+    right after it) that feed nothing in that run to right after the pass."""
+    start = wait
+    while start > 0 and isinstance(ops[start - 1], (ConvertLayout, WarpgroupMmaWait)):
+        start -= 1
+    run = ops[start:wait + 1]
+    used = {value for op in run for value in op.uses()}
+    moved = [op for op in run if isinstance(op, ConvertLayout) and op.result not in used]
+    if not moved:
+        return
+    kept = [op for op in run if not any(op is m for m in moved)]
+    ops[start:wait + 2] = kept + [ops[wait + 1]] + moved
