@@ -63,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from ..errors import warn_at
 from ..ir import (AsyncCopyWaitGroup, Binary, Block, Compare, Constant, ConvertLayout, For, If, Kernel,
                   MBarrierArrive, MBarrierExpect, MBarrierWait, Op, SharedIndex, TmaAsyncCopyGlobalToShared, Value,
                   WarpgroupMma, WarpgroupMmaWait, WarpSpecialize, Yield)
@@ -218,6 +219,11 @@ def _tma_ring(ops, view: SharedIndex, first: WarpgroupMma, second: WarpgroupMma,
 
 def fits_registers(split: Split, num_warps: int, budget: int = REGISTER_BUDGET) -> bool:
     """Whether S, the accumulator and P take at most `budget` registers a thread."""
+    return tile_registers(split, num_warps) <= budget
+
+
+def tile_registers(split: Split, num_warps: int) -> int:
+    """The registers a thread gives S, the accumulator and the carried P."""
     threads = 32 * num_warps
 
     def registers(type_) -> int:
@@ -228,7 +234,7 @@ def fits_registers(split: Split, num_warps: int, budget: int = REGISTER_BUDGET) 
 
     p = split.second.a.type
     return (registers(split.first.result.type) + registers(split.second.result.type)
-            + (registers(p) if isinstance(p, TensorType) else 0)) <= budget
+            + (registers(p) if isinstance(p, TensorType) else 0))
 
 
 def clone_op(op: Op, mapping: dict) -> Op:
@@ -399,6 +405,11 @@ def issue_dot_ahead(kernel: Kernel) -> Kernel:
             op = op.map_regions(lambda nested: block(nested, inner))
             split = plan_split(op) if isinstance(op, For) else None
             if split is None or not fits_registers(split, kernel.num_warps, budget):
+                if split is not None:
+                    warn_at(op.loc, f"dot_ahead is not applied to this loop: S, the accumulator and P would take "
+                            f"{tile_registers(split, kernel.num_warps)} registers a thread while block j - 1's "
+                            f"P V runs, over the {budget} that keep it from spilling",
+                            "use a smaller BLOCK_N or BLOCK_M, more warps, or launch without dot_ahead")
                 ops.append(op)
                 continue
             ops.extend(rewrite(op, dataclasses.replace(split, anchor=anchor)))
