@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import tile_origin
+from .kernels import allocate_rings, tile_origin
 from .split_k import unit_range
 from .split_k_tma import add_tile, multiply_range
 from .staged_halves import store_in_halves
@@ -200,10 +200,7 @@ def cluster_matmul(a_desc, b_desc, c_desc, M, N, K,
     partial tiles are staged STAGED_N columns at a time (config.staged_columns). Unsplit,
     STAGED_N BLOCK_N / 2 stages the tile half at a time (Config.staged_halves)."""
     ll.static_assert(CLUSTER_M * CLUSTER_N == 2, "cluster_matmul pairs CTAs along M or along N")
-    dtype: ll.constexpr = a_desc.dtype
-    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
-    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
+    a_ring, b_ring = allocate_rings(a_desc, b_desc, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, B_K_MAJOR)
     if STAGED_N is None:
         STAGED_N = BLOCK_N
     out_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, STAGED_N], c_desc.layout)

@@ -99,12 +99,21 @@ def allocate_operands(a_desc, b_desc, c_desc, BLOCK_M: ll.constexpr, BLOCK_N: ll
     """(a_ring, b_ring, c_smem): STAGES shared-memory slots of A and B tiles (B's as the
     TMA box lies: [BLOCK_N, BLOCK_K] K-major, else [BLOCK_K, BLOCK_N]) and the output tile
     that `store_tile` stages through."""
+    a_ring, b_ring = allocate_rings(a_desc, b_desc, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, B_K_MAJOR)
+    c_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
+    return a_ring, b_ring, c_smem
+
+
+@ll.jit
+def allocate_rings(a_desc, b_desc, BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
+                   STAGES: ll.constexpr, B_K_MAJOR: ll.constexpr):
+    """(a_ring, b_ring): STAGES shared-memory slots of A and B tiles, B's as the TMA box
+    lies ([BLOCK_N, BLOCK_K] K-major, else [BLOCK_K, BLOCK_N])."""
     dtype: ll.constexpr = a_desc.dtype
     a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
     b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
     b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
-    c_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, BLOCK_N], c_desc.layout)
-    return a_ring, b_ring, c_smem
+    return a_ring, b_ring
 
 
 @ll.jit

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, release_slot, tile_origin
+from .kernels import allocate_rings, allocate_slot_barriers, b_operand, invalidate_slot_barriers, release_slot, tile_origin
 from .split_k import split_producer, unit_range
 
 # finish_split's blocks: 4 contiguous fp32 a thread (16-byte loads), 4 warps.
@@ -112,10 +112,7 @@ def reduce_add_split_k_matmul(a_desc, b_desc, ws_desc, M, N, K,
     """workspace[M, N] += A @ B, each tile's K range in SPLIT_K units (ws_desc: fp32 boxes
     of [BLOCK_M, 128 bytes of columns]), STAGED_N columns of a partial tile at a time
     (config.staged_columns: BLOCK_N or half of it)."""
-    dtype: ll.constexpr = a_desc.dtype
-    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
-    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
+    a_ring, b_ring = allocate_rings(a_desc, b_desc, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, B_K_MAJOR)
     ws_smem = ll.allocate_shared_memory(ll.float32, [BLOCK_M, STAGED_N], ws_desc.layout)
     ready, empty = allocate_slot_barriers(STAGES)
     ll.warp_specialize(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import tma
-from .kernels import allocate_slot_barriers, invalidate_slot_barriers, store_tile, tile_origin, ws_producer
+from .kernels import allocate_rings, allocate_slot_barriers, invalidate_slot_barriers, store_tile, tile_origin, ws_producer
 from .split_k_tma import multiply_range
 
 
@@ -82,10 +82,7 @@ def staged_halves_matmul(a_desc, b_desc, c_desc, M, N, K,
     """C = A @ B as warp_specialized_matmul computes it (same descriptors and grid), the
     tile staged for its stores in a [BLOCK_M, BLOCK_N / 2] buffer."""
     PIECE: ll.constexpr = BLOCK_N // 2
-    dtype: ll.constexpr = a_desc.dtype
-    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
-    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
+    a_ring, b_ring = allocate_rings(a_desc, b_desc, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, B_K_MAJOR)
     c_smem = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_M, PIECE], c_desc.layout)
     ready, empty = allocate_slot_barriers(STAGES)
     ll.warp_specialize(

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import allocate_slot_barriers, invalidate_slot_barriers, load_stage, tile_origin
+from .kernels import allocate_rings, allocate_slot_barriers, invalidate_slot_barriers, load_stage, tile_origin
 from .split_k_tma import multiply_range
 from .stream_k_plan import PIECE_COST, TAIL_TILES
 
@@ -283,10 +283,7 @@ def stream_k_matmul(a_desc, b_desc, c_desc, partial_ptr, arrivals_ptr, M, N, K, 
     partial_ptr: fp32 [stream_k_plan.slot_count, BLOCK_M, BLOCK_N], any contents; arrivals_ptr: int32
     [tiles], zero (and left zero)."""
     PIECE: ll.constexpr = BLOCK_N if BLOCK_N < PIECE_N else PIECE_N
-    dtype: ll.constexpr = a_desc.dtype
-    a_ring = ll.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_box: ll.constexpr = [BLOCK_N, BLOCK_K] if B_K_MAJOR else [BLOCK_K, BLOCK_N]
-    b_ring = ll.allocate_shared_memory(dtype, [STAGES] + b_box, b_desc.layout)
+    a_ring, b_ring = allocate_rings(a_desc, b_desc, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, B_K_MAJOR)
     c_pieces = ll.allocate_shared_memory(c_desc.dtype, [BLOCK_N // PIECE, BLOCK_M, PIECE], c_desc.layout)
     ready, empty = allocate_slot_barriers(STAGES)
     ll.warp_specialize(
