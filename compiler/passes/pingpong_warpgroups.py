@@ -60,10 +60,12 @@ test_emulator_turns.py forces the turns onto 2 stages); here the split then runs
 turns, and an asked-for pingpong warns at the loop. A 2-stage ring whose consumers hand the
 slot of block i - 1 back before P V_i's issue (pipeline_tma_warp_specialize's
 `releases_early`: right after the wait that retired P V_(i-1)) takes turns when
-pingpong=True asks (no release then waits for a turn). On an H200 they ran 1.09x the
-split without them at head_dim 128 in 128 x 128 tiles (1.05x causal); the default
-leaves them out until other shapes are measured. The named barriers follow the
-partitions' own (one each, from 1).
+pingpong=True asks (no release then waits for a turn), and by default where the first dot
+reduces over 128 or more (head_dim 128: `deep_first_dot`). Side by side on H200s (128 x 128
+tiles, 2 stages) the turns ran 1.09x-1.10x the split without them at head_dim 128 and
+1.05x-1.17x causal, but 0.89x at head_dim 64 (0.95x causal), where a block's wgmmas are
+half as long as the softmax around them. The named barriers follow the partitions' own
+(one each, from 1).
 """
 
 from __future__ import annotations
@@ -111,12 +113,24 @@ def releases_before_second_dot(loop: For) -> bool:
     return any(isinstance(op, MBarrierArrive) and op.per_warp for op in ops[:second])
 
 
+# The reduction length of a loop's first dot from which 2-stage turns are taken unasked
+# (see the module docstring).
+DEEP_FIRST_DOT = 128
+
+
+def deep_first_dot(loop: For) -> bool:
+    """Whether `loop`'s first wgmma reduces over DEEP_FIRST_DOT or more (attention's head_dim)."""
+    first = next(op for op in loop.body.ops if isinstance(op, WarpgroupMma))
+    return first.a.type.shape[-1] >= DEEP_FIRST_DOT
+
+
 def taking_turns(split: WarpSpecialize, launch_stages, after_wait: bool = False,
                  asked: bool = True) -> WarpSpecialize:
     loops = turn_loops(split.default)
     stages = [loop.schedule.num_stages if loop.schedule is not None and loop.schedule.num_stages is not None
               else launch_stages for loop in loops]
-    if not loops or any(s is None or s < MIN_STAGES and not (asked and releases_before_second_dot(loop))
+    if not loops or any(s is None or s < MIN_STAGES
+                        and not ((asked or deep_first_dot(loop)) and releases_before_second_dot(loop))
                         for s, loop in zip(stages, loops)):
         if loops and asked:
             warn_at(loops[0].loc, f"pingpong is not applied to this loop: its ring has {stages[0]} stages and the "

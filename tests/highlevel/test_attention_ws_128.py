@@ -59,10 +59,20 @@ def test_turns_in_two_stages_match_numpy(monkeypatch, n_ctx, causal, shuffle):
     check(n_ctx, 128, causal, WIDE, 8, 2, **TURNS)
 
 
-def test_two_stages_take_turns_only_when_asked():
-    """Not given, pingpong leaves a 2-stage ring without turns (not measured to pay)."""
-    kernel = compiled(128, WIDE, False, stages=2, warp_specialize=True)
-    assert not any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
+@pytest.mark.parametrize("causal", [False, True])
+def test_two_stages_take_turns_by_default_at_head_dim_128(causal):
+    """Not given, pingpong takes 2-stage turns where the first dot reduces over 128
+    (head_dim 128), and matches numpy there with the warpgroups replayed apart."""
+    kernel = compiled(128, WIDE, causal, stages=2, warp_specialize=True)
+    assert any(isinstance(op, WarpgroupTurn) for op in kernel.walk())
+    check(200, 128, causal, WIDE, 8, 2, warp_specialize=True)
+
+
+def test_two_stages_take_turns_at_head_dim_64_only_when_asked():
+    """At head_dim 64 the 2-stage turns measured slower: only pingpong=True takes them."""
+    assert not any(isinstance(op, WarpgroupTurn)
+                   for op in compiled(64, WIDE, False, stages=2, warp_specialize=True).walk())
+    assert any(isinstance(op, WarpgroupTurn) for op in compiled(64, WIDE, False, stages=2, **TURNS).walk())
 
 
 def consumer_loops(kernel) -> list[For]:
