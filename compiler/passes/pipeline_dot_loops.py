@@ -597,7 +597,11 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
         shape = (stages,) + buffer_type.shape
         rings[buffer] = Value(SharedType(shape, buffer_type.element, buffer_type.encoding.to_linear(shape),
                                          buffer_type.encoding), buffer.hint)
-    return pipeliner(loop, stages, operands, step.value, rings, uses)
+    pipeliner = pipeliner(loop, stages, operands, step.value, rings, uses)
+    if loop.schedule is not None and loop.schedule.warp_specialize is True:  # asked: a producer partition
+        from .pipeline_copy_warp_specialize import plan_copy_split
+        return plan_copy_split(pipeliner, defs, uses) or pipeliner
+    return pipeliner
 
 
 def pipeline_dot_loops(kernel: Kernel) -> Kernel:
