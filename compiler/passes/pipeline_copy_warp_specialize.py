@@ -13,7 +13,7 @@ in place of boxes).
             mbarrier_arrive per_warp empties[(slot + S - 1) % S]   (pred: iteration i - 1 exists)
         acc = warpgroup_mma_wait 0 acc
         the epilogue (warp_specialize_epilogues)
-    } worker (num_warps warps: the producer) {
+    } worker (4 warps: the producer) {
         for iv ... (slot, phase, the pointers the loads read):
             mbarrier_wait empties[slot], phase ^ 1
             async_copy ring[slot] <- pointers (masked as the loads were)
@@ -22,10 +22,15 @@ in place of boxes).
     }
 
 Decisions and why:
-- The producer has as many warps as the consumers: the copies are tensors of pointers laid
-  out over the kernel's num_warps warps (coalesce picked those layouts), and a partition of
-  other warps would need every layout made again. Its budget (PRODUCER_REGS) holds each
-  thread's share of the pointers and masks; the consumers get the rest, as in the TMA split.
+- The producer is one warpgroup (setmaxnreg acts on whole warpgroups, and ptxas caps
+  every thread at the launch's REGISTER_FILE / threads: a second producer warpgroup
+  beside 8 consumer warps would leave 128, below what a 128 x 256 wgmma needs). Its
+  copies are tensors of pointers coalesced over the kernel's warps; their layouts are
+  made again over the producer's 4 warps with the same vector per thread
+  (over_producer_warps), and propagate_layouts places the rest of the producer from
+  them. Its budget (PRODUCER_REGS) holds each thread's share of the pointers and masks
+  (a 128 x 64 A and a 64 x 256 B tile of fp16 assemble without spills at 88); the
+  consumers get what the launch's pool leaves, as in the TMA split.
 - The full barrier counts every producer thread's arrival (cp.async.mbarrier.arrive.noinc):
   each thread's copies complete on it, so no commit group, wait_group or CTA barrier is
   needed on either side. The consumers keep the body's proxy fence after their wait: the
@@ -43,18 +48,21 @@ Decisions and why:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
-from ...layouts import MBarrierLayout
-from ..hardware import REGISTER_FILE
+from ...layouts import BlockedLayout, MBarrierLayout
+from ..hardware import MAX_REGISTERS, REGISTER_FILE, WARPS_PER_WARPGROUP
 from ..ir import (AddPtr, AllocateSharedMemory, AsyncCopyMBarrierArrive, Binary, Block, Cast, Compare, ConvertLayout, For,
                   MBarrierArrive, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, SharedIndex, Value, WarpgroupMma,
                   Yield)
 from ..types import SharedType, i1, i32, i64
+from .coalesce import blocked
 from .pipeline_dot_loops import Emitter, LoopPipeliner, clone, deferred_wait, ring_views, substitute
 from .pipeline_tma_warp_specialize import MAX_CONSUMER_REGS, split_captures
 
-PRODUCER_REGS = 56
+PRODUCER_WARPS = WARPS_PER_WARPGROUP
+PRODUCER_REGS = 88
 
 
 class WarpSpecializedCopyLoop(LoopPipeliner):
@@ -68,16 +76,21 @@ class WarpSpecializedCopyLoop(LoopPipeliner):
         super().__init__(*args)
         wgmma = next(op for op in self.loop.body.ops if isinstance(op, WarpgroupMma))
         self.readers = wgmma.result.type.layout.in_dim_size("warp")
-        self.producer_threads = 32 * self.readers
+        self.producer_threads = 32 * PRODUCER_WARPS
         self.pointer_args = tuple(operand.carried for operand in self.operands if operand.computed is None)
 
     # ---------------------------------------------------------------- the split's shape
     def worker_partitions(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(warps, register budget) of each worker partition: the producer alone."""
-        return (self.readers,), (PRODUCER_REGS,)
+        return (PRODUCER_WARPS,), (PRODUCER_REGS,)
 
     def consumer_registers(self) -> int:
-        share = (REGISTER_FILE - self.producer_threads * PRODUCER_REGS) // (32 * self.readers)
+        """What the launch's registers leave the consumers beside the producer's budget:
+        the CTA launches with REGISTER_FILE / threads each (a multiple of 8, at most
+        MAX_REGISTERS), and setmaxnreg only moves registers within that pool."""
+        threads = self.producer_threads + 32 * self.readers
+        pool = min(MAX_REGISTERS, REGISTER_FILE // threads) // 8 * 8 * threads
+        share = (pool - self.producer_threads * PRODUCER_REGS) // (32 * self.readers)
         return min(MAX_CONSUMER_REGS, share - share % 8)
 
     def shares_ring_of(self, earlier) -> bool:
@@ -227,6 +240,7 @@ class WarpSpecializedCopyLoop(LoopPipeliner):
             stepped.append(body.emit(AddPtr, value.type, value.hint, pointer=value, offset=delta) if advance.is_pointer
                            else body.binary("add", value, delta, value.hint))
         body.ops.append(Yield(values=tuple(stepped) + self.advance(body, slot, phase), loc=loop.loc))
+        body.ops = over_producer_warps(body.ops)
         ends = tuple(Value(carried[index].type, carried[index].hint) for index in states) + \
             (Value(i32, "slot"), Value(i32, "phase"))
         inits = tuple(loop.inits[index - 1] for index in states) + tuple(start)
@@ -265,3 +279,19 @@ def plan_copy_split(pipeliner: LoopPipeliner, defs, uses) -> Optional[WarpSpecia
         return None
     return split
 
+
+def over_producer_warps(ops: list[Op]) -> list[Op]:
+    """`ops` with the layouts their conversions name (the copies' pointers and masks,
+    coalesced over the kernel's warps) made again over the producer's warps, each thread
+    keeping its vector (propagate_layouts places the rest from these)."""
+    out, mapping = [], {}
+    for op in ops:
+        op = substitute(op, mapping)
+        encoding = op.result.type.encoding if isinstance(op, ConvertLayout) else None
+        if isinstance(encoding, BlockedLayout) and math.prod(encoding.warps_per_cta) != PRODUCER_WARPS:
+            placement = blocked(op.result.type.shape, encoding.size_per_thread, encoding.order, PRODUCER_WARPS)
+            result = Value(placement.on(op.result.type), op.result.hint)
+            mapping[op.result] = result
+            op = dataclasses.replace(op, result=result)
+        out.append(op)
+    return out
