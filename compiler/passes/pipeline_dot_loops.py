@@ -655,8 +655,9 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
             if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize is True \
                     and not getattr(pipeliner, "warp_specialized", False):
                 warn_at(op.loc, "warp_specialize=True is not applied to this loop: weft splits only a loop at the "
-                        "kernel's top level whose dots read desc.load boxes ringed by num_stages >= 2; it "
-                        "runs as one partition", "load the operands with tensor descriptors, or drop the flag")
+                        "kernel's top level whose dots read rings of num_stages >= 2 (desc.load boxes, or "
+                        "pointer loads with other=0 through pointers the loop steps); it runs as one partition",
+                        "load the operands with tensor descriptors or such pointer loads, or drop the flag")
             if pipeliner is None:
                 ops.append(op)
                 return
