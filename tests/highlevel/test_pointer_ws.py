@@ -194,15 +194,18 @@ def test_the_hopper_tiles_assemble_without_spills(block, num_warps, stages):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1000, 1088, 1040), (1000, 1064, 1000)], ids=["aligned", "unaligned"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("block, num_warps, stages", [((128, 256, 64), 8, 3), ((128, 128, 64), 8, 4),
                                                       ((64, 64, 32), 4, 2)])
-def test_on_the_gpu_against_float32_torch(block, num_warps, stages, dtype):
+def test_on_the_gpu_against_float32_torch(block, num_warps, stages, dtype, shape):
+    """Tails in M, N and K; "aligned": rows a multiple of 16 elements (16-byte cp.async),
+    "unaligned": K and N rows that are not (narrower copies)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
     host = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
-    m, n, k = 1000, 1064, 1000  # tails in M, N and K
+    m, n, k = shape
     a = torch.randn(m, k, device="cuda", dtype=host)
     b = torch.randn(k, n, device="cuda", dtype=host)
     c = torch.empty(m, n, device="cuda", dtype=torch.float32)
