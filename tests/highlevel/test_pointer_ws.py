@@ -116,14 +116,16 @@ TILES = [(64, 64, 32), (64, 32, 64), (64, 128, 16)]
 
 
 @settings(max_examples=200 if DEEP else 4, deadline=None, suppress_health_check=list(HealthCheck))
-@given(block=st.sampled_from(TILES), stages=st.integers(2, 4), k_blocks=st.integers(0, 4),
-       remainders=st.tuples(*(st.integers(0, 15) for _ in range(3))))
-def test_pointer_ws_property(block, stages, k_blocks, remainders):
-    """Any tile, stage count and tails (K = 0 included): the emulator (races, deadlocks,
-    partitions interleaved) agrees with numpy."""
+@given(block=st.sampled_from(TILES), stages=st.integers(2, 4), num_warps=st.sampled_from([4, 8]),
+       k_blocks=st.integers(0, 4), remainders=st.tuples(*(st.integers(0, 15) for _ in range(3))))
+def test_pointer_ws_property(block, stages, num_warps, k_blocks, remainders):
+    """Any tile, stage count, warp count and tails (K = 0 included): the emulator (races,
+    deadlocks, partitions interleaved) agrees with numpy."""
+    if num_warps == 8:
+        block = (128,) + block[1:]  # 8 warps stack two warpgroups along M
     m, n = (max(1, b - r) for b, r in zip(block[:2], remainders))
     k = max(0, k_blocks * block[2] - remainders[2])
-    run(prepared(block, stages), block, m, n, k)
+    run(prepared(block, stages, num_warps), block, m, n, k)
 
 
 def test_the_producer_copies_and_arrives_and_the_consumers_only_wait_multiply_and_release():
