@@ -57,6 +57,7 @@ def lower_async_copy_global_to_shared(ctx: Lowering, op: AsyncCopyGlobalToShared
         mask = masks[start] if masks is not None else None
         if nbytes < 4:
             _copy_through_registers(ctx, pointers[start:start + width], mask, owner, destination, element)
+            ctx.plain_copies = True  # a later async_copy_mbarrier_arrive must release these stores
             continue
         size = ir.Constant(T.I32, nbytes)
         if mask is not None:
@@ -100,4 +101,12 @@ def lower_async_copy_wait_group(ctx: Lowering, op: AsyncCopyWaitGroup) -> None:
 
 @lowers(AsyncCopyMBarrierArrive)
 def lower_async_copy_mbarrier_arrive(ctx: Lowering, op: AsyncCopyMBarrierArrive) -> None:
-    ctx.inline_asm(ptx_asm.async_copy_mbarrier_arrive(), [barrier_address(ctx, op.barrier)])
+    """Each thread's arrival once its copies landed (.noinc). Where some copies of the
+    kernel went through registers (narrower than 4 bytes), their shared stores are not
+    cp.async: the thread then holds the phase back until its copies landed (the arrival
+    without .noinc adds one pending arrival and takes it) and arrives itself by an
+    mbarrier.arrive, whose release orders the stores before the phase."""
+    address = barrier_address(ctx, op.barrier)
+    ctx.inline_asm(ptx_asm.async_copy_mbarrier_arrive(noinc=not ctx.plain_copies), [address])
+    if ctx.plain_copies:
+        ctx.inline_asm(ptx_asm.mbarrier_arrive(1), [address, ir.Constant(T.I1, 1)])
