@@ -52,10 +52,11 @@ import math
 from typing import Optional
 
 from ...layouts import BlockedLayout, MBarrierLayout
-from ..hardware import MAX_REGISTERS, REGISTER_FILE, WARPS_PER_WARPGROUP
+from ..errors import warn_at
+from ..hardware import MAX_REGISTERS, REGISTER_FILE, SHARED_LIMIT, WARPS_PER_WARPGROUP
 from ..ir import (AddPtr, AllocateSharedMemory, AsyncCopyMBarrierArrive, Binary, Block, Cast, Compare, ConvertLayout, For,
-                  MBarrierArrive, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, SharedIndex, Value, WarpgroupMma,
-                  Yield)
+                  MBarrierArrive, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, SharedIndex, Store, Value,
+                  WarpgroupMma, WarpgroupMmaWait, Yield)
 from ..types import SharedType, i1, i32, i64
 from .coalesce import blocked
 from .pipeline_dot_loops import Emitter, LoopPipeliner, clone, deferred_wait, ring_views, substitute
@@ -186,8 +187,6 @@ class WarpSpecializedCopyLoop(LoopPipeliner):
         """After the consumers' loop: the wait for the wgmma left in flight."""
         if self.deferred is None:
             return {}
-        from ..ir import WarpgroupMmaWait
-
         result = self.kept_results()[self.deferred.carried]
         placed = self.deferred.wait.results[0].type
         in_flight = after.emit(ConvertLayout, placed, result.hint, operand=result)
@@ -271,6 +270,14 @@ def plan_copy_split(pipeliner: LoopPipeliner, defs, uses) -> Optional[WarpSpecia
         for op in split.pointer_ops(index):
             if op is not advance and not (isinstance(op, ConvertLayout) and uses.only_by(op.result, loads)):
                 return None  # the body reads the pointer beside its load
+    ring, staged = ring_bytes(split), epilogue_bytes(split, uses)
+    if ring + staged > SHARED_LIMIT:
+        warn_at(loop.loc, f"warp_specialize=True is not applied to this loop: its rings ({ring} bytes) and the "
+                f"accumulator staged for the code after it ({staged} bytes) would not both fit a CTA's "
+                f"{SHARED_LIMIT} bytes of shared memory (a split keeps the rings for its whole length); it runs "
+                "as one partition", "use fewer stages, a smaller tile, or store a narrower type")
+        pipeliner.split_refused = True
+        return None
     captures = split_captures(loop, defs, uses)
     if captures is None:
         return None
@@ -295,3 +302,26 @@ def over_producer_warps(ops: list[Op]) -> list[Op]:
             op = dataclasses.replace(op, result=result)
         out.append(op)
     return out
+
+
+def ring_bytes(split: WarpSpecializedCopyLoop) -> int:
+    return sum(split.rings[operand.store.buffer].type.num_bytes for operand in split.operands)
+
+
+def epilogue_bytes(split: WarpSpecializedCopyLoop, uses) -> int:
+    """What the code after the loop may stage of the accumulator through shared memory
+    (a layout conversion before its store: scratch that, inside the consumer partition,
+    cannot reuse the rings): the accumulator's elements in the widest type it is stored
+    as (through casts and conversions), else as the accumulator."""
+    wgmma = next(op for op in split.loop.body.ops if isinstance(op, WarpgroupMma))
+    elements = wgmma.result.type.num_elements
+    widest, pending, seen = 0, list(split.loop.results), set()
+    while pending:
+        value = pending.pop()
+        for reader in uses.readers[value]:
+            if isinstance(reader, Store):
+                widest = max(widest, reader.value.type.element.bits // 8)
+            elif isinstance(reader, (Cast, ConvertLayout, WarpgroupMmaWait)) and id(reader) not in seen:
+                seen.add(id(reader))
+                pending.extend(reader.defines())
+    return elements * (widest or wgmma.result.type.element.bits // 8)

@@ -653,7 +653,8 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
             if getattr(pipeliner, "warp_specialized", False):
                 pipeliner = pipeliner.one_partition()  # it reads another loop's results and cannot join it
             if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize is True \
-                    and not getattr(pipeliner, "warp_specialized", False):
+                    and not getattr(pipeliner, "warp_specialized", False) \
+                    and not getattr(pipeliner, "split_refused", False):  # which warned why
                 warn_at(op.loc, "warp_specialize=True is not applied to this loop: weft splits only a loop at the "
                         "kernel's top level whose dots read rings of num_stages >= 2 (desc.load boxes, or "
                         "pointer loads with other=0 through pointers the loop steps); it runs as one partition",

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from weft import highlevel as tl
 from weft.compiler import pipeline
 from weft.compiler.backend import ptxas
+from weft.compiler.errors import CompilationWarning
 from weft.compiler.frontend import build_kernel
 from weft.compiler.ir import (AsyncCopyCommitGroup, AsyncCopyGlobalToShared, AsyncCopyMBarrierArrive,
                               AsyncCopyWaitGroup, Barrier, For, MBarrierArrive, MBarrierWait, WarpgroupMma,
@@ -66,8 +67,8 @@ def constexprs(block, stages: int) -> dict:
     return dict(BLOCK_M=block[0], BLOCK_N=block[1], BLOCK_K=block[2], STAGES=stages)
 
 
-def prepared(block, stages: int, num_warps: int = 4, dtype: str = "fp16"):
-    tile = build_kernel(pointer_ws_matmul, signature(dtype), constexprs(block, stages), num_warps, {},
+def prepared(block, stages: int, num_warps: int = 4, dtype: str = "fp16", c_dtype: str = "fp32"):
+    tile = build_kernel(pointer_ws_matmul, signature(dtype, c_dtype), constexprs(block, stages), num_warps, {},
                         language="highlevel")
     return pipeline.prepare_for_emulator(tile)
 
@@ -180,6 +181,15 @@ def test_the_emulator_catches_consumers_that_do_not_wait_for_the_copies():
         run(kernel, block, 64, 64, 320)
 
 
+def test_a_split_whose_rings_and_epilogue_would_not_fit_warns_and_runs_as_one_partition():
+    """128x256x64 in 3 stages takes 144 KB of rings; its fp32 accumulator staged for the
+    store would take 128 KB more, which the split (rings live throughout) cannot reuse."""
+    with pytest.warns(CompilationWarning, match="would not both fit"):
+        kernel = prepared((128, 256, 64), 3, 8, c_dtype="fp32")
+    assert not any(isinstance(op, WarpSpecialize) for op in kernel.walk())
+    assert any(isinstance(op, WarpSpecialize) for op in prepared((128, 256, 64), 3, 8, c_dtype="fp16").walk())
+
+
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 @pytest.mark.parametrize("block, num_warps, stages", [((128, 256, 64), 8, 3), ((128, 128, 64), 8, 4)])
 def test_the_hopper_tiles_assemble_without_spills(block, num_warps, stages):
@@ -210,9 +220,9 @@ def test_on_the_gpu_against_float32_torch(block, num_warps, stages, dtype, shape
     m, n, k = shape
     a = torch.randn(m, k, device="cuda", dtype=host)
     b = torch.randn(k, n, device="cuda", dtype=host)
-    c = torch.empty(m, n, device="cuda", dtype=torch.float32)
+    c = torch.empty(m, n, device="cuda", dtype=host)  # as the tutorial: fp32 would not fit beside 128x256 rings
     grid = (-(-m // block[0]), -(-n // block[1]))
     pointer_ws_matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
                             c.stride(1), num_warps=num_warps, **constexprs(block, stages))
     torch.cuda.synchronize()
-    torch.testing.assert_close(c, a.float() @ b.float(), atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=5e-2, rtol=1e-2)
