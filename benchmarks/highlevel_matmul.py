@@ -1,8 +1,9 @@
 """weft.highlevel's tutorial-style matmul (highlevel/examples.py: pointer loads, tl.dot, the
-K loop pipelined by cp.async) and a descriptor matmul (`desc.load`: the K loop staged by TMA
+K loop pipelined by cp.async), the same pointer loop with `warp_specialize=False` and
+`=True` ("ptr nows", "ptr ws": a producer warpgroup issues the copies) and a descriptor matmul (`desc.load`: the K loop staged by TMA
 into rings; at weft's default, `warp_specialize=False` and `=True`) beside
 Triton 3.6's tutorial matmul, the same two sources compiled by Triton at the same configs
-("triton.src", "triton.desc", with and without `warp_specialize=True`), and cuBLAS; for
+("triton.src", "triton.ptr", "triton.desc", with and without `warp_specialize=True`), and cuBLAS; for
 fp8 (B K-major, fp16 out) beside torch._scaled_mm with unit scales. One run:
 
     python -m benchmarks.highlevel_matmul [--dtypes float16,bfloat16,float8e4nv,float8e5]
@@ -54,6 +55,51 @@ def descriptor_matmul_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.conste
             b = b_desc.load([k, n])
         acc = tl.dot(a_desc.load([m, k]), b, acc)
     c_desc.store([m, n], acc.to(c_desc.dtype))
+
+
+@tl.jit
+def pointer_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                          stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          GROUP_M: tl.constexpr, STAGES: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """C = A @ B by pointer loads (tutorial 03's loop and grouped order), the K loop asked
+    to warp-specialize or not."""
+    pid = tl.program_id(0)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    group_first_m = (pid // (GROUP_M * tiles_n)) * GROUP_M
+    group_rows = tl.minimum(tiles_m - group_first_m, GROUP_M)
+    pid_m = group_first_m + (pid % (GROUP_M * tiles_n)) % group_rows
+    pid_n = (pid % (GROUP_M * tiles_n)) // group_rows
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES, warp_specialize=WARP_SPECIALIZE):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c = acc.to(c_ptr.dtype.element_ty)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, c,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def pointer_matmul(a, b, block, num_warps: int, num_stages: int, warp_specialize: bool, triton: bool = False):
+    """a @ b (torch, a's dtype) by pointer_matmul_kernel, compiled by weft.highlevel or (with
+    `triton`) by Triton from the same source."""
+    import torch
+
+    (m, k), (_, n) = a.shape, b.shape
+    bm, bn, bk = block
+    c = torch.empty((m, n), device=a.device, dtype=a.dtype)
+    kernel = triton_same_source_kernel(pointer_matmul_kernel) if triton else pointer_matmul_kernel
+    kernel[(-(-m // bm) * -(-n // bn),)](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                         c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                                         STAGES=num_stages, WARP_SPECIALIZE=warp_specialize, num_warps=num_warps)
+    return c
 
 
 def descriptor_matmul(a, b, block, num_warps: int, num_stages: int, warp_specialize, triton: bool = False,
@@ -117,6 +163,8 @@ DTYPES = ("float16", "bfloat16", "float8e4nv", "float8e5")  # Triton's names
 # off and asked for.
 WEFT_SPLITS = {"": None, " nows": False, " ws": True}
 TRITON_SPLITS = {"": False, " ws": True}
+# The pointer loop: weft splits it only when asked (the default rule is the descriptor loop's).
+POINTER_SPLITS = {" nows": False, " ws": True}
 
 
 def operands(torch, dtype: str, m: int, n: int, k: int):
@@ -155,6 +203,10 @@ def systems_for(torch, dtype: str, a, b) -> tuple[str, dict]:
         tile = f"{bm}x{bn}x{bk} w{warps} s{stages}"
         systems[f"weft.hl {tile}"] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: examples.matmul(
             a, b, block=(bm, bn, bk), num_warps=warps, num_stages=stages, out_dtype=out))
+        for suffix, split in ({} if fp8 else POINTER_SPLITS).items():
+            systems[f"weft.hl ptr{suffix} {tile}"] = (
+                lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split: pointer_matmul(
+                    a, b, (bm, bn, bk), warps, stages, split))
         for suffix, split in WEFT_SPLITS.items():
             systems[f"weft.hl desc{suffix} {tile}"] = (
                 lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split: descriptor_matmul(
@@ -167,6 +219,10 @@ def systems_for(torch, dtype: str, a, b) -> tuple[str, dict]:
         tile = f"{bm}x{bn}x{bk} w{warps} s{stages}"
         systems[f"triton.src {tile}"] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: triton_same_source(
             torch, a, b, (bm, bn, bk), warps, stages))
+        for suffix, split in ({} if fp8 else POINTER_SPLITS).items():
+            systems[f"triton.ptr{suffix} {tile}"] = (
+                lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split: pointer_matmul(
+                    a, b, (bm, bn, bk), warps, stages, split, triton=True))
         for suffix, split in TRITON_SPLITS.items():
             systems[f"triton.desc{suffix} {tile}"] = (
                 lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split: descriptor_matmul(

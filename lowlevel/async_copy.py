@@ -4,9 +4,12 @@ tensor into shared memory without going through registers.
     async_copy.async_copy_global_to_shared(smem, ptrs, mask)   # masked-off -> zeros
     async_copy.commit_group()                                  # close this group
     async_copy.wait_group(1)                                   # all but 1 group landed
+    async_copy.mbarrier_arrive(bar)     # each thread arrives on bar once its copies landed
 
 After wait_group, a CTA barrier (inserted automatically before the first read) makes
-the copies of other threads visible.
+the copies of other threads visible. `mbarrier_arrive` hands the copies to another
+partition instead: the barrier's count must include one arrival per thread that runs it
+(cp.async.mbarrier.arrive.noinc), and the waiters see the copies once the phase completes.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ..compiler.types import PointerType, TensorType
 from . import semantic as sem
 from .shared import SharedMemoryDescriptor
 
-__all__ = ["async_copy_global_to_shared", "commit_group", "wait_group"]
+__all__ = ["async_copy_global_to_shared", "commit_group", "mbarrier_arrive", "wait_group"]
 
 
 @builtin
@@ -65,3 +68,13 @@ def wait_group(num_outstanding: int = 0) -> None:
         raise b.error(f"wait_group num_outstanding must be a compile-time int in [0, 7], "
                       f"found {num_outstanding!r}")
     b.emit(ir.AsyncCopyWaitGroup(pending=num_outstanding, loc=b.loc))
+
+
+@builtin
+def mbarrier_arrive(bar: Any) -> None:
+    """Every thread arrives once on the mbarrier `bar` when its earlier copies have landed
+    (the barrier counts these arrivals: init it with one per thread)."""
+    from .mbarrier import _barrier
+
+    b = sem.builder()
+    b.emit(ir.AsyncCopyMBarrierArrive(barrier=_barrier(bar, "async_copy.mbarrier_arrive"), loc=b.loc))

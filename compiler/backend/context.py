@@ -112,6 +112,9 @@ class Lowering:
         # Threads a CTA barrier outside partitions waits for (None: all launched threads;
         # fewer once the extra warps of a warp_specialize have left, see lower_warp_specialize).
         self.barrier_threads: Optional[int] = None
+        # Whether a cp.async copy went through registers (narrower than 4 bytes) so far:
+        # the arrivals of async_copy_mbarrier_arrive then release those stores (lower_async_copy).
+        self.plain_copies = False
         self._names: dict[str, int] = {}
         self._strings: list[ir.GlobalVariable] = []
 

@@ -1,5 +1,5 @@
 """Lowering of cp.async (Gluon's `async_copy` module: async_copy_global_to_shared,
-commit_group, wait_group).
+commit_group, wait_group, and mbarrier_arrive: cp.async.mbarrier.arrive.noinc).
 
 Each thread copies the elements it owns of the pointer tensor into the same coordinates
 of the buffer, `vector` elements (the global side proven by vectorize_memory) at a time
@@ -15,9 +15,10 @@ from llvmlite import ir
 
 from ...layouts import LinearLayout
 from ...layouts.banks import vector_width_of
-from ..ir import AsyncCopyCommitGroup, AsyncCopyGlobalToShared, AsyncCopyWaitGroup
+from ..ir import AsyncCopyCommitGroup, AsyncCopyGlobalToShared, AsyncCopyMBarrierArrive, AsyncCopyWaitGroup
 from . import llvm_types as T
 from . import ptx_asm
+from .async_common import barrier_address
 from .context import Lowering, lowers
 from .indexing import duplicate_registers, element_pointer, offset_map, owner_predicate
 
@@ -56,6 +57,7 @@ def lower_async_copy_global_to_shared(ctx: Lowering, op: AsyncCopyGlobalToShared
         mask = masks[start] if masks is not None else None
         if nbytes < 4:
             _copy_through_registers(ctx, pointers[start:start + width], mask, owner, destination, element)
+            ctx.plain_copies = True  # a later async_copy_mbarrier_arrive must release these stores
             continue
         size = ir.Constant(T.I32, nbytes)
         if mask is not None:
@@ -95,3 +97,16 @@ def lower_async_copy_commit_group(ctx: Lowering, op: AsyncCopyCommitGroup) -> No
 @lowers(AsyncCopyWaitGroup)
 def lower_async_copy_wait_group(ctx: Lowering, op: AsyncCopyWaitGroup) -> None:
     ctx.inline_asm(ptx_asm.async_wait_group(op.pending), [])
+
+
+@lowers(AsyncCopyMBarrierArrive)
+def lower_async_copy_mbarrier_arrive(ctx: Lowering, op: AsyncCopyMBarrierArrive) -> None:
+    """Each thread's arrival once its copies landed (.noinc). Where some copies of the
+    kernel went through registers (narrower than 4 bytes), their shared stores are not
+    cp.async: the thread then holds the phase back until its copies landed (the arrival
+    without .noinc adds one pending arrival and takes it) and arrives itself by an
+    mbarrier.arrive, whose release orders the stores before the phase."""
+    address = barrier_address(ctx, op.barrier)
+    ctx.inline_asm(ptx_asm.async_copy_mbarrier_arrive(noinc=not ctx.plain_copies), [address])
+    if ctx.plain_copies:
+        ctx.inline_asm(ptx_asm.mbarrier_arrive(1), [address, ir.Constant(T.I1, 1)])

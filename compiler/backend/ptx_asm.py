@@ -412,6 +412,16 @@ def async_copy(nbytes: int, predicated: bool) -> tuple[str, str]:
     return text, "r,l,r" + (",b" if predicated else "")
 
 
+def async_copy_mbarrier_arrive(noinc: bool = True) -> tuple[str, str]:
+    """Arrive once on the mbarrier at $0 when this thread's earlier cp.async copies have
+    landed; .noinc: the arrival counts against the barrier's init count (without it, the
+    pending count first grows by one, so the arrival only holds the phase back until then).
+
+    cp.async.mbarrier.arrive: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#parallel-synchronization-and-communication-instructions-cp-async-mbarrier-arrive
+    """
+    return f"cp.async.mbarrier.arrive{'.noinc' if noinc else ''}.shared::cta.b64 [$0];", "r"
+
+
 def async_commit_group() -> tuple[str, str]:
     """cp.async.commit_group: https://docs.nvidia.com/cuda/parallel-thread-execution/index.html#data-movement-and-conversion-instructions-cp-async-commit-group"""
     return "cp.async.commit_group;", ""

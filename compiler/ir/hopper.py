@@ -253,6 +253,16 @@ class AsyncCopyWaitGroup(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AsyncCopyMBarrierArrive(Op):
+    """cp.async.mbarrier.arrive.noinc: every thread arrives once on `barrier` when all of
+    its earlier cp.async copies have landed; the barrier's count must include these
+    arrivals (noinc), one per thread of the partition."""
+
+    NAME = "async_copy_mbarrier_arrive"
+    barrier: Value
+
+
+@dataclass(frozen=True, kw_only=True)
 class WarpgroupMma(Op):
     """result = a @ b + (acc if use_acc else 0) by wgmma.mma_async over the warpgroups of
     the partition.

@@ -203,9 +203,8 @@ def strip_anchors(kernel: Kernel) -> tuple[Kernel, dict[int, Placement]]:
         for op in block.ops:
             if isinstance(op, ConvertLayout) and (op.result in into or op.operand in back):
                 continue
+            op = op.map_regions(strip)  # worker partitions too (a cp.async producer's copies)
             changes = map_operands(op, lambda v, i: into.get(v, v))
-            changes.update({f.name: strip(getattr(op, f.name)) for f in dataclasses.fields(op)
-                            if isinstance(getattr(op, f.name), Block)})
             anchor = None
             accesses = (Load, Store, AsyncCopyGlobalToShared)  # cp.async: placed by pipeline_dot_loops
             if isinstance(op, accesses) and isinstance(op.pointer.type, TensorType) and \

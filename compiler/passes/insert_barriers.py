@@ -184,6 +184,8 @@ class _Pending:
             else:  # a wgmma or a TMA store is a group of its own
                 self._start_group(access.in_flight, started)
             return
+        if access.hands_off_copies:  # the copies complete on an mbarrier their readers wait for
+            self.uncommitted, self.groups["cp_async"] = frozenset(), ()
         if access.commits:  # with no copies since the last, still a group wait_group counts
             self._start_group("cp_async", self.uncommitted)
             self.uncommitted = frozenset()

@@ -46,6 +46,8 @@ def lower_tiles(kernel: Kernel) -> Kernel:
                 item = getattr(op, f.name)
                 if isinstance(item, Block):
                     changes[f.name] = lower(item, op)
+                elif isinstance(item, tuple) and item and all(isinstance(b, Block) for b in item):
+                    changes[f.name] = tuple(lower(b, op) for b in item)  # worker partitions
                 elif isinstance(item, Value):
                     changes[f.name] = renamed.get(item, item)
                 elif isinstance(item, tuple) and item and all(isinstance(v, Value) for v in item):

@@ -597,7 +597,11 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
         shape = (stages,) + buffer_type.shape
         rings[buffer] = Value(SharedType(shape, buffer_type.element, buffer_type.encoding.to_linear(shape),
                                          buffer_type.encoding), buffer.hint)
-    return pipeliner(loop, stages, operands, step.value, rings, uses)
+    pipeliner = pipeliner(loop, stages, operands, step.value, rings, uses)
+    if loop.schedule is not None and loop.schedule.warp_specialize is True:  # asked: a producer partition
+        from .pipeline_copy_warp_specialize import plan_copy_split
+        return plan_copy_split(pipeliner, defs, uses) or pipeliner
+    return pipeliner
 
 
 def pipeline_dot_loops(kernel: Kernel) -> Kernel:
@@ -649,10 +653,12 @@ def pipeline_dot_loops(kernel: Kernel) -> Kernel:
             if getattr(pipeliner, "warp_specialized", False):
                 pipeliner = pipeliner.one_partition()  # it reads another loop's results and cannot join it
             if isinstance(op, For) and op.schedule is not None and op.schedule.warp_specialize is True \
-                    and not getattr(pipeliner, "warp_specialized", False):
+                    and not getattr(pipeliner, "warp_specialized", False) \
+                    and not getattr(pipeliner, "split_refused", False):  # which warned why
                 warn_at(op.loc, "warp_specialize=True is not applied to this loop: weft splits only a loop at the "
-                        "kernel's top level whose dots read desc.load boxes ringed by num_stages >= 2; it "
-                        "runs as one partition", "load the operands with tensor descriptors, or drop the flag")
+                        "kernel's top level whose dots read rings of num_stages >= 2 (desc.load boxes, or "
+                        "pointer loads with other=0 through pointers the loop steps); it runs as one partition",
+                        "load the operands with tensor descriptors or such pointer loads, or drop the flag")
             if pipeliner is None:
                 ops.append(op)
                 return

@@ -137,6 +137,18 @@ class WarpSpecializedTmaLoop(TmaLoopPipeliner):
     """The rewrite of a TMA ring loop into producer and consumer partitions."""
 
     warp_specialized = True
+    joins_groups = True  # loops in a row at the top level split together (SplitGroup)
+
+    def worker_partitions(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(warps, register budget) of each worker partition: the producer warp, then
+        the idle warps that fill its warpgroup."""
+        return (PRODUCER_WARPS, *IDLE_WARPS), (PRODUCER_REGS,) * (1 + len(IDLE_WARPS))
+
+    def consumer_registers(self) -> int:
+        return consumer_registers(self.readers)
+
+    def kept_results(self) -> tuple[Value, ...]:
+        return self.loop.results
 
     def after_reads(self, out, iv: Value, slot: Value, phase: Value) -> None:
         """The consumers only hand the previous iteration's slot back; the producer refills it."""
@@ -169,7 +181,8 @@ class WarpSpecializedTmaLoop(TmaLoopPipeliner):
     def shares_ring_of(self, earlier: "WarpSpecializedTmaLoop") -> bool:
         """True when this loop's boxes fit `earlier`'s ring slot for slot (the causal
         attention's two loops over the same K and V boxes)."""
-        return self.stages == earlier.stages and self.readers == earlier.readers and \
+        return isinstance(earlier, WarpSpecializedTmaLoop) and self.stages == earlier.stages and \
+            self.readers == earlier.readers and \
             [(o.buffer.type, o.nbytes) for o in self.operands] == [(o.buffer.type, o.nbytes) for o in earlier.operands]
 
     def take_ring(self, earlier: "WarpSpecializedTmaLoop") -> None:
@@ -224,6 +237,8 @@ class SplitGroup:
         """True when `split` joins the group: the results of earlier loops it reads are the group's."""
         if not split.earlier_results <= self.results():
             return False
+        if self.loops and not (split.joins_groups and self.loops[0].joins_groups):
+            return False
         split.releases_early = releases_early(split, self.dot_ahead)
         self.loops.append(split)
         return True
@@ -267,19 +282,22 @@ def rewrite_split(loops: list[WarpSpecializedTmaLoop]) -> tuple[list[Op], dict[V
         replaced.update(split.drain(consumer))
         producer_at = split.producer_loop(producer, producer_at)
         earlier = split
-    results = tuple(v for split in loops for v in split.loop.results)
+    results = tuple(v for split in loops for v in split.kept_results())
     consumer.ops.append(Yield(values=tuple(replaced.get(v, v) for v in results), loc=loc))
     producer.ops.append(Yield(loc=loc))
     default_ops = remade_tensors(consumer.ops, loops)
-    captures = free_values(default_ops + producer.ops)
+    producer_ops = producer.ops  # a cp.async producer reads tensors too: made again there
+    if any(isinstance(v.type, TensorType) for v in free_values(producer_ops)):
+        producer_ops = remade_tensors(producer_ops, loops)
+    captures = free_values(default_ops + producer_ops)
     default = captured_block(default_ops, captures)
-    worker = captured_block(producer.ops, captures)
-    idle = [Block(tuple(Value(v.type, v.hint) for v in captures), (Yield(loc=loc),)) for _ in IDLE_WARPS]
+    warps, budget = first.worker_partitions()
+    workers = [captured_block(producer_ops, captures)]
+    workers += [Block(tuple(Value(v.type, v.hint) for v in captures), (Yield(loc=loc),)) for _ in warps[1:]]
     outputs = tuple(Value(v.type, v.hint) for v in results)
-    budget = (PRODUCER_REGS,) * (1 + len(IDLE_WARPS))
-    split = WarpSpecialize(results=outputs, captures=captures, default=default, workers=(worker, *idle),
-                           worker_num_warps=(PRODUCER_WARPS, *IDLE_WARPS), worker_num_regs=budget,
-                           default_num_regs=consumer_registers(first.readers), loc=loc)
+    split = WarpSpecialize(results=outputs, captures=captures, default=default, workers=tuple(workers),
+                           worker_num_warps=warps, worker_num_regs=budget,
+                           default_num_regs=first.consumer_registers(), loc=loc)
     after = Emitter(loc)
     for owner in owners:
         owner.retire_barriers(after)
@@ -342,6 +360,18 @@ def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses,
         return None
     if not loop.results or loop.results[0] not in uses.top_level or pipeliner.readers % WARPS_PER_WARPGROUP:
         return None
+    captures = split_captures(loop, defs, uses)
+    if captures is None:
+        return None
+    split = WarpSpecializedTmaLoop(loop, pipeliner.stages, pipeliner.step, pipeliner.operands, pipeliner.uses)
+    split.outer_slices, split.earlier_results, split.outer_order = captures
+    return split
+
+
+def split_captures(loop: For, defs, uses) -> Optional[tuple[dict, set, dict]]:
+    """What a split of `loop` reads from before it: the pure ops remaking each tensor,
+    the earlier loops' results it reads, and the kernel's op order; None when a tensor
+    it reads comes from an op with effects (see the module docstring)."""
     slices, earlier = {}, set()
     for value in free_values(list(loop.body.ops), loop.body.args) + loop.inits:
         if isinstance(value.type, TensorType):
@@ -353,10 +383,7 @@ def plan_warp_specialized(pipeliner: TmaLoopPipeliner, defs, uses,
             if found is None:
                 return None
             slices[value] = found
-    split = WarpSpecializedTmaLoop(loop, pipeliner.stages, pipeliner.step, pipeliner.operands, pipeliner.uses)
-    split.outer_slices, split.earlier_results = slices, earlier
-    split.outer_order = {id(op): i for i, op in enumerate(defs.outer.values())}
-    return split
+    return slices, earlier, {id(op): i for i, op in enumerate(defs.outer.values())}
 
 
 def pays_by_default(pipeliner: TmaLoopPipeliner) -> bool:

@@ -592,8 +592,11 @@ class Propagation:
 
         changes = map_operands(op, operand)
         for f in dataclasses.fields(op):
-            if isinstance(getattr(op, f.name), Block):
-                changes[f.name] = self._block(getattr(op, f.name))
+            item = getattr(op, f.name)
+            if isinstance(item, Block):
+                changes[f.name] = self._block(item)
+            elif isinstance(item, tuple) and item and all(isinstance(b, Block) for b in item):
+                changes[f.name] = tuple(self._block(b) for b in item)  # worker partitions
         if hasattr(op, "result"):
             changes["result"] = self._define(op.result)
         elif hasattr(op, "results"):

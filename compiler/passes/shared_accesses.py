@@ -12,7 +12,7 @@ from typing import Optional
 
 from .. import atomics
 from ..ir import (ATOMICS, AllocateSharedMemory, AsyncBulkCopyGlobalToShared, AsyncCopyCommitGroup,
-                  AsyncCopyGlobalToShared, AsyncCopyWaitGroup, ConvertLayout, MBarrierArrive, MBarrierExpect,
+                  AsyncCopyGlobalToShared, AsyncCopyMBarrierArrive, AsyncCopyWaitGroup, ConvertLayout, MBarrierArrive, MBarrierExpect,
                   MBarrierInit, MBarrierInvalidate, MBarrierWait, MmaV2, Op, Reduce, SharedIndex, SharedLoad,
                   SharedPermute, SharedReinterpret, SharedSlice, SharedStore, TmaAsyncCopyGlobalToShared,
                   TmaAsyncCopySharedToGlobal, TmaAsyncReduceAdd, TmaStoreWait, Value, WarpSpecialize, WarpgroupMma,
@@ -51,6 +51,11 @@ class Access:
     accesses (a barrier first), but every reader waits on the load's mbarrier itself, so
     nothing is left pending for a barrier to settle.
 
+    `hands_off_copies`: cp.async.mbarrier.arrive. Every thread's copies so far complete
+    on the barrier, and whoever touches those bytes next waits for its phase (the ring's
+    consumers, and the producer only after they released the slot): nothing is left
+    pending for a CTA barrier, as with a TMA load's `on_mbarrier`.
+
     `releases`: an arrival from every warp (or thread) of the partition on this barrier,
     after their accesses so far. `settles_for_solo`: an elected wait on this barrier: the
     elected thread is ordered after every access released on it, so its next issue (a TMA
@@ -68,6 +73,7 @@ class Access:
     commits: bool = False
     releases: Optional[ByteRange] = None
     settles_for_solo: Optional[ByteRange] = None
+    hands_off_copies: bool = False
 
 
 class BufferRanges:
@@ -150,6 +156,10 @@ def _raw_access_of(op: Op, buffers: BufferRanges, num_warps: int) -> Access:
         return Access(writes=(buffers.of(op.buffer),), in_flight="cp_async")
     if isinstance(op, AsyncCopyCommitGroup):
         return Access(commits=True)
+    if isinstance(op, AsyncCopyMBarrierArrive):
+        # Every thread's copies so far land before its arrival: those who wait for the
+        # phase see them, as a TMA load's readers do (no barrier left to settle).
+        return Access(reads=(buffers.of(op.barrier),), hands_off_copies=True)
     if isinstance(op, AsyncCopyWaitGroup):
         return Access(retires=("cp_async", op.pending))
     if op.USES_SCRATCH and op.scratch_offset is not None:

@@ -4,6 +4,12 @@ What is modelled is *when the bytes may be used* (ordering.py tracks it per byte
 thread copies its elements (masked-off ones as zeros) at issue; the bytes stay in flight
 until a wait_group retires their commit group, after which they count as the issuing
 thread's own (generic-proxy) writes.
+
+cp.async.mbarrier.arrive.noinc is modelled as the copies landing at the arrive: every
+copy the partition issued so far retires (as a wait_group(0) would), then each thread
+arrives once on the barrier, publishing the bytes to whoever waits for the phase. The
+hardware's arrival comes later, when the copies land; a waiter sees the phase complete
+only after both, so what the model lets a waiter read, the hardware lets it read too.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ import numpy as np
 
 from ...compiler import ir
 from ...compiler.types import TensorType
-from .async_common import async_state, byte_rows
+from .async_common import async_state, byte_rows, partition_warps
 from .dtypes import element_bytes
 from .errors import EmulationError
 from .global_memory import _check_vector
 from .interpreter import SharedRef
+from .mbarrier import arrive, live_barrier, touch
+from .registers import LANES
 from .rules import EMULATION_RULES as RULES
 from .shared_memory import _addresses
 
@@ -61,3 +69,15 @@ def async_copy_wait_group(cta, op: ir.AsyncCopyWaitGroup) -> None:
     while len(groups) > op.pending:
         for record in groups.pop(0):
             cta.shared.ordering.retire(record)
+
+
+@RULES.register(ir.AsyncCopyMBarrierArrive)
+def async_copy_mbarrier_arrive(cta, op: ir.AsyncCopyMBarrierArrive) -> None:
+    bar = live_barrier(cta, op, op.barrier)
+    state = async_state(cta)
+    for record in [record for group in state.copy_groups for record in group] + state.copies:
+        cta.shared.ordering.retire(record)
+    state.copy_groups, state.copies = [], []
+    for warp in partition_warps(cta):  # each thread of the warp arrives for its own copies
+        touch(cta, bar.address, [warp], op, write=False)
+        arrive(cta, op, bar, LANES, warp)

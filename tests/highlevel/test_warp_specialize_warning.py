@@ -15,13 +15,14 @@ from weft.compiler.ir import WarpSpecialize
 
 @tl.jit
 def pointer_matmul(a_ptr, b_ptr, c_ptr, K, BLOCK: tl.constexpr):
-    """A pointer-load K loop asking for warp specialization."""
+    """A pointer-load K loop asking for warp specialization, whose loads' `other` (1, not
+    0) keeps it out of the cp.async rings: weft does not split it."""
     offs = tl.arange(0, BLOCK)
     a_ptrs = a_ptr + offs[:, None] * K + offs[None, :]
     b_ptrs = b_ptr + offs[:, None] * BLOCK + offs[None, :]
     acc = tl.zeros([BLOCK, BLOCK], dtype=tl.float32)
     for _ in tl.range(0, K, BLOCK, num_stages=3, warp_specialize=True):
-        acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+        acc = tl.dot(tl.load(a_ptrs, mask=offs[None, :] < K, other=1.0), tl.load(b_ptrs), acc)
         a_ptrs += BLOCK
         b_ptrs += BLOCK * BLOCK
     tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
