@@ -55,7 +55,7 @@ from typing import Optional
 from ...layouts import (DotOperandLayout, LayoutError, LinearLayout, LinearSharedLayout, NVMMADistributedLayout,
                        NVMMASharedLayout)
 from ...layouts import rules as layout_rules
-from ..errors import CompilationError, warn_at
+from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot,
                   ExpandDims, FenceAsyncShared, Kernel, Load, MmaV2, Op, Permute, Reduce, SharedPermute, SharedStore,
                   Value, WarpgroupMma, WarpgroupMmaWait)
@@ -233,12 +233,9 @@ class DotAcceleration:
                 a = self.stage(dot, a_source, "a_smem", hoisted, ops)
         b = box_operand(dot, 1, choice.b_shared, self.box_reads, ops, wgmma=True)
         if b is None:
-            if dot.b in self.box_reads and dot.b.type.element.bits != 16:
-                warn_at(dot.loc, f"this {dot.b.type.element} dot reads B from a [K, N] box: wgmma reads 8- and "
-                        "32-bit B K-major only, so the box is copied through registers to be transposed "
-                        "(and a loop of such dots is not pipelined)",
-                        "store B as [N, K] and load it as b_desc.load([n, k]).T, as Triton's fp8 tutorial "
-                        "passes b.T")
+            # An 8- or 32-bit B box [K, N] lands here too: wgmma reads it K-major only, so each
+            # iteration copies the box through registers into a K-major buffer, and
+            # pipeline_tma_loops still rings the box (a staged operand).
             b = self.stage(dot, operand_source(dot.b, 1, self.definitions), "b_smem", hoisted, ops)
         ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)

@@ -87,11 +87,48 @@ class TmaOperand:
     nbytes: int                   # what the box's expect-tx counts
     dropped: tuple[Op, ...]       # the body ops made for the box, replaced by the ring
     coord_ops: tuple[Op, ...]     # the body's ops computing the copy's coordinates (from iv)
+    # The store of the box's register read into the buffer the wgmma reads, when the box is
+    # copied through registers to be transposed (an 8-bit B box [K, N]: wgmma reads it
+    # K-major only); None when the wgmma reads the box itself.
+    staged: Optional[SharedStore] = None
 
 
-def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
+def staged_box(store: SharedStore, defs) -> Optional[Value]:
+    """The box whose register read (through layout conversions) `store` writes, or None."""
+    op = defs.get(store.value)
+    while isinstance(op, ConvertLayout):
+        op = defs.get(op.operand)
+    return op.buffer if isinstance(op, SharedLoad) else None
+
+
+def match_staged_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
+    """The TmaOperand of a wgmma operand buffer made before the loop that the body fills
+    only by storing a TMA box's register read (accelerate_dots' transposition of an 8-bit
+    B box [K, N]), or None. The box gets a ring; the store stays in the body, reading the
+    slot, and writes the one buffer the wgmma reads."""
+    if defs.get(operand) is not None:
+        return None
+    inside = {id(op) for op in defs.body.ops}
+    writers = [op for op in uses.readers[operand] if isinstance(op, SharedStore)]
+    if len(writers) != 1 or id(writers[0]) not in inside or \
+            not all(isinstance(op, (SharedStore, WarpgroupMma)) for op in uses.readers[operand]):
+        return None
+    box = staged_box(writers[0], defs)
+    if box is None:
+        return None
+    found = match_tma_operand(box, defs, uses, staged=writers[0])
+    return None if found is None else dataclasses.replace(found, staged=writers[0])
+
+
+def transposes_a_box(store: SharedStore, defs) -> bool:
+    """True when `store` writes a TMA box's register read (see match_staged_tma_operand)."""
+    return staged_box(store, defs) is not None
+
+
+def match_tma_operand(operand: Value, defs, uses, staged: Optional[SharedStore] = None) -> Optional[TmaOperand]:
     """The TmaOperand of the wgmma operand `operand` (a box, or a permuted view of one),
-    or None when it is not a box TMA fills in the body as desc.load does."""
+    or None when it is not a box TMA fills in the body as desc.load does. With `staged`,
+    `operand` is a box read into registers only for that store."""
     from .pipeline_dot_loops import _slice
 
     body = defs.body
@@ -104,7 +141,7 @@ def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
     reads = [op for op in readers if isinstance(op, SharedLoad)]
     others = [op for op in readers if not isinstance(op, (TmaAsyncCopyGlobalToShared, SharedLoad))]
     if len(copies) != 1 or copies[0].pred is not None or copies[0].multicast is not None or \
-            len(others) != 1 or (isinstance(view, SharedPermute) and others[0] is not view):
+            len(others) != (staged is None) or (isinstance(view, SharedPermute) and others[0] is not view):
         return None  # the box must be filled once and read only by the wgmma (or its view)
     copy = copies[0]
     bar = copy.barrier
@@ -117,7 +154,7 @@ def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
             or expects[0].pred is not None \
             or sum(isinstance(op, (MBarrierInit, MBarrierInvalidate)) for op in bar_ops) != 2:
         return None
-    unused = _unused_reads(reads, uses)
+    unused = _unused_reads(reads, uses) if staged is None else _staging_reads(reads, staged, uses)
     if unused is None:
         return None  # the box is read into registers too: keep it as it is
     coord_ops = []
@@ -128,7 +165,7 @@ def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
         coord_ops += [op for op in ops if all(op is not other for other in coord_ops)]
     order = {id(op): i for i, op in enumerate(body.ops)}
     coord_ops.sort(key=lambda op: order[id(op)])
-    dropped = [defs.get(buffer), defs.get(bar), *bar_ops, copy, *unused]
+    dropped = [defs.get(buffer), defs.get(bar), *bar_ops, copy, *(unused if staged is None else ())]
     if any(id(op) not in order for op in dropped):
         return None  # something of it sits in a nested region
     return TmaOperand(buffer, copy, expects[0].nbytes, tuple(dropped), tuple(coord_ops))
@@ -150,6 +187,20 @@ def _unused_reads(reads: list[Op], uses) -> Optional[list[Op]]:
             found.append(op)
             pending.extend(uses.readers[op.result])
     return found
+
+
+def _staging_reads(reads: list[Op], staged: SharedStore, uses) -> Optional[list[Op]]:
+    """The one register read of a box, when it reaches `staged` alone (through layout
+    conversions); None otherwise."""
+    if len(reads) != 1:
+        return None
+    chain = [reads[0]]
+    while chain[-1] is not staged:
+        readers = uses.readers[chain[-1].result]
+        if len(readers) != 1 or not isinstance(readers[0], (ConvertLayout, SharedStore)):
+            return None
+        chain.append(readers[0])
+    return chain
 
 
 class TmaLoopPipeliner:
@@ -246,8 +297,11 @@ class TmaLoopPipeliner:
         buffers += [op.result for op in body.ops if isinstance(op, SharedPermute) and op.buffer in buffers]
         last_read = max(i for i, op in enumerate(body.ops) if id(op) not in dropped and
                         not isinstance(op, SharedPermute) and any(v in buffers for v in op.uses()))
-        self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
-        if self.deferred is None and (stages >= 3 or self.warp_specialized):
+        # A transposed box's buffer is one buffer: the wgmma reading it retires before the
+        # next iteration's store.
+        staged = any(operand.staged is not None for operand in self.operands)
+        self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 and not staged else None
+        if self.deferred is None and not staged and (stages >= 3 or self.warp_specialized):
             self.chained = chained_wait(body, last_read, self.uses)  # attention's P V, left in flight
         # With no generic-proxy store in the body, its fences guarded only the boxes.
         unfenced = not any(isinstance(op, SharedStore) for op in body.walk())
@@ -352,13 +406,15 @@ def plan_tma_loop(loop: For, stages: int, step: int, defs, uses,
         for buffer in (wgmma.a, wgmma.b):
             if not isinstance(buffer.type, SharedType) or len(wgmmas) > 1 and loop_invariant(buffer, defs, uses):
                 continue
-            operand = match_tma_operand(buffer, defs, uses)
+            operand = match_tma_operand(buffer, defs, uses) or match_staged_tma_operand(buffer, defs, uses)
             if operand is None:
                 return None
             operands.append(operand)
     if not operands:
         return None
     pipeliner = TmaLoopPipeliner(loop, stages, step, operands, uses)
+    if any(operand.staged is not None for operand in operands):
+        return pipeliner  # the transposing store runs in the one partition
     from .pipeline_tma_warp_specialize import plan_warp_specialized
     return plan_warp_specialized(pipeliner, defs, uses, split_by_default) or pipeliner
 
