@@ -55,10 +55,11 @@ from typing import Optional
 from ...layouts import (DotOperandLayout, LayoutError, LinearLayout, LinearSharedLayout, NVMMADistributedLayout,
                        NVMMASharedLayout)
 from ...layouts import rules as layout_rules
+from ...layouts.transpose_copy import transpose_copy_layouts
 from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot,
-                  ExpandDims, FenceAsyncShared, Kernel, Load, MmaV2, Op, Permute, Reduce, SharedPermute, SharedStore,
-                  Value, WarpgroupMma, WarpgroupMmaWait)
+                  ExpandDims, FenceAsyncShared, Kernel, Load, MmaV2, Op, Permute, Reduce, SharedLoad, SharedPermute,
+                  SharedStore, Value, WarpgroupMma, WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
 from .fold_dot_add import fold_dot_add
@@ -232,10 +233,9 @@ class DotAcceleration:
             else:
                 a = self.stage(dot, a_source, "a_smem", hoisted, ops)
         b = box_operand(dot, 1, choice.b_shared, self.box_reads, ops, wgmma=True)
+        if b is None and dot.b in self.box_reads and self.box_reads[dot.b][1] is None:
+            b = self.transpose_box(dot, choice.b_shared, hoisted, ops)
         if b is None:
-            # An 8- or 32-bit B box [K, N] lands here too: wgmma reads it K-major only, so each
-            # iteration copies the box through registers into a K-major buffer, and
-            # pipeline_tma_loops still rings the box (a staged operand).
             b = self.stage(dot, operand_source(dot.b, 1, self.definitions), "b_smem", hoisted, ops)
         ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
@@ -245,6 +245,26 @@ class DotAcceleration:
         ops.append(WarpgroupMmaWait(results=(waited,), deps=(product,), pending=0, loc=dot.loc))
         ops.append(ConvertLayout(result=dot.result, operand=waited, loc=dot.loc))
         return ops
+
+    def transpose_box(self, dot: Dot, shared: NVMMASharedLayout, hoisted: list[Op], ops: list[Op]) -> Optional[Value]:
+        """An 8- or 32-bit B box [K, N] (wgmma reads such B K-major only) copied into a
+        K-major buffer: read in v x v blocks a thread holds, its registers renamed, written
+        (layouts/transpose_copy.py picks lanes free of bank conflicts both ways); None when
+        the tile is too small for that. pipeline_tma_loops still rings the box (a staged
+        operand)."""
+        box = self.box_reads[dot.b][0]
+        shape, element = dot.b.type.shape, dot.b.type.element
+        target = shared.to_linear(shape)
+        layouts = transpose_copy_layouts(box.type.layout, target, shape, element.bits, self.num_warps)
+        if layouts is None:
+            return None
+        buffer = Value(SharedType(shape, element, target, shared), "b_smem")
+        hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
+        read, written = Value(TensorType(shape, element, layouts[0])), Value(TensorType(shape, element, layouts[1]))
+        ops.extend((SharedLoad(result=read, buffer=box, loc=dot.loc),
+                    ConvertLayout(result=written, operand=read, loc=dot.loc),  # registers renamed
+                    SharedStore(buffer=buffer, value=written, loc=dot.loc)))
+        return buffer
 
     def stage(self, dot: Dot, source: "OperandSource", name: str, hoisted: list[Op], ops: list[Op]) -> Value:
         """The operand's wgmma view: `source.value` stored to a buffer in the layout it was

@@ -165,7 +165,7 @@ def match_tma_operand(operand: Value, defs, uses, staged: Optional[SharedStore] 
         coord_ops += [op for op in ops if all(op is not other for other in coord_ops)]
     order = {id(op): i for i, op in enumerate(body.ops)}
     coord_ops.sort(key=lambda op: order[id(op)])
-    dropped = [defs.get(buffer), defs.get(bar), *bar_ops, copy, *(unused if staged is None else ())]
+    dropped = [defs.get(buffer), defs.get(bar), *bar_ops, copy, *unused]
     if any(id(op) not in order for op in dropped):
         return None  # something of it sits in a nested region
     return TmaOperand(buffer, copy, expects[0].nbytes, tuple(dropped), tuple(coord_ops))
@@ -190,17 +190,18 @@ def _unused_reads(reads: list[Op], uses) -> Optional[list[Op]]:
 
 
 def _staging_reads(reads: list[Op], staged: SharedStore, uses) -> Optional[list[Op]]:
-    """The one register read of a box, when it reaches `staged` alone (through layout
-    conversions); None otherwise."""
-    if len(reads) != 1:
-        return None
-    chain = [reads[0]]
-    while chain[-1] is not staged:
-        readers = uses.readers[chain[-1].result]
-        if len(readers) != 1 or not isinstance(readers[0], (ConvertLayout, SharedStore)):
-            return None
-        chain.append(readers[0])
-    return chain
+    """The box's register reads other than the one that reaches `staged` alone (through
+    layout conversions) when nothing uses them (desc.load's own read), else None."""
+    for read in reads:
+        op = read
+        while op is not staged:
+            readers = uses.readers[op.result]
+            if len(readers) != 1 or not isinstance(readers[0], (ConvertLayout, SharedStore)):
+                break
+            op = readers[0]
+        if op is staged:
+            return _unused_reads([other for other in reads if other is not read], uses)
+    return None
 
 
 class TmaLoopPipeliner:

@@ -84,3 +84,63 @@ def test_matches_numpy_with_tails(dtype, stages, num_warps):
     scale = np.abs(a64) @ np.abs(b64)
     error = np.abs(c.double().numpy() - reference)
     assert (error <= 1e-5 * scale + 2 ** -10 * np.abs(reference) + 1e-6).all(), f"largest error {error.max()}"
+
+
+def test_the_loop_rings_both_boxes_and_transposes_the_slot():
+    """Both boxes arrive by TMA into 3-slot rings; the body waits on the slot, reads B's
+    slot in 4 x 4 blocks, renames the registers, stores into the K-major buffer the wgmma
+    reads, and refills the previous iteration's slot; the wgmma retires before the next
+    iteration's store (one buffer)."""
+    kernel = prepared("fp8e4m3", (64, 64, 64), 3, 4)
+    loop = the_loop(kernel)
+    kinds = [type(op).__name__ for op in loop.body.ops if type(op).__name__ not in
+             ("Constant", "Binary", "Compare", "Cast", "SharedIndex")]
+    assert kinds == ["MBarrierWait", "FenceAsyncShared", "FenceAsyncShared", "SharedLoad", "ConvertLayout",
+                     "Barrier", "SharedStore", "FenceAsyncShared", "Barrier", "WarpgroupMma", "MBarrierArrive",
+                     "MBarrierWait", "MBarrierExpect", "TmaAsyncCopyGlobalToShared", "TmaAsyncCopyGlobalToShared",
+                     "WarpgroupMmaWait", "Yield"]
+    copies = [op for op in loop.body.ops if isinstance(op, TmaAsyncCopyGlobalToShared)]
+    assert all(op.buffer.type.shape == (64, 64) for op in copies)
+    read = next(op for op in loop.body.ops if isinstance(op, SharedLoad))
+    store = next(op for op in loop.body.ops if isinstance(op, SharedStore))
+    wgmma = next(op for op in loop.body.ops if isinstance(op, WarpgroupMma))
+    assert wgmma.b is store.buffer and read.buffer.type.shape == (64, 64)
+    assert read.result.type.layout.bases["register"][:4] == ((0, 1), (0, 2), (1, 0), (2, 0))  # along N, then K
+    assert store.value.type.layout.bases["register"][:4] == ((1, 0), (2, 0), (0, 1), (0, 2))  # along K, then N
+    assert sum(isinstance(op, MBarrierWait) for op in loop.body.ops) == 2  # full, and the elected empty wait
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+@pytest.mark.parametrize("block", [(128, 128, 128), (128, 256, 128)])
+def test_fp8_wgmmas_with_32_bit_transposes_and_no_spills(block):
+    """8 warps, 3 stages: k32 fp8 wgmmas; B's box read and written in 32-bit words (no
+    byte stores, no shared round trip for the register renaming); nothing spilled."""
+    compiled = kn_matmul.compile(signature=signature("fp8e4m3", block), num_warps=8, constexprs=constexprs(block, 3))
+    ptx = compiled.asm["ptx"]
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k\d+)\.f32\.e4m3\.e4m3", ptx)) == \
+        {f"m64n{block[1]}k32"}
+    accesses = set(re.findall(r"(?:ld|st)\.shared(?:\.v\d)?\.b\d+", ptx))
+    assert accesses == {"ld.shared.b32", "st.shared.b32"}, accesses
+    assert ptx.count("cp.async.bulk.tensor") >= 2  # the boxes by TMA, in the prologue and the loop
+    assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp8e4m3", "fp8e5m2"])
+@pytest.mark.parametrize("block, num_warps, stages", [((128, 256, 128), 8, 3), ((128, 128, 128), 8, 4),
+                                                      ((64, 64, 64), 4, 2)])
+def test_on_the_gpu_against_float32_torch(dtype, block, num_warps, stages):
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    m, n, k = 1000, 1056, 1008  # tails in M, N and K; rows of 16-byte multiples, as TMA needs
+    a = (torch.randn(m, k, device="cuda") * 0.5).to(FP8[dtype])
+    b = (torch.randn(k, n, device="cuda") * 0.5).to(FP8[dtype])
+    c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    descs = [TensorDescriptor.from_tensor(t, list(box)) for t, box in ((a, block[::2]), (b, block[2:0:-1]),
+                                                                       (c, block[:2]))]
+    kn_matmul[(-(-m // block[0]), -(-n // block[1]))](*descs, k, **constexprs(block, stages), num_warps=num_warps)
+    torch.cuda.synchronize()
+    exact = a.double() @ b.double()
+    # Hopper's fp8 wgmma keeps fewer mantissa bits than fp32 in its sums (test_dot_gpu.py)
+    bound = 2.0 ** -10 * (a.double().abs() @ b.double().abs()) + 2 ** -10 * exact.abs() + 1e-6
+    assert ((c.double() - exact).abs() <= bound).all()
