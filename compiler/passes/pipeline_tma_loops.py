@@ -62,6 +62,14 @@ rescales before it, stays in flight across the back edge as with cp.async rings
 (pipeline_chained_dots: the next iteration's first wait retires it); in a split's
 consumers also with 2 stages, where the previous iteration's slot then goes back right
 after that wait (`releases_early`, pipeline_tma_warp_specialize).
+
+A staged operand: an 8-bit B box [K, N], which accelerate_dots copies through registers
+into a K-major buffer (wgmma reads such B K-major only), is ringed like the others; its
+register read stays in the body, reading the slot, and its buffer becomes two, written and
+read by alternate iterations, so that the wgmma can stay in flight while the next
+iteration transposes (with one buffer its store would overwrite what that wgmma reads).
+The slot is released with the others' after the wgmma (they share its empty barrier), and
+such a loop stays in one partition.
 """
 
 from __future__ import annotations
@@ -217,6 +225,9 @@ class TmaLoopPipeliner:
         self.nbytes = sum(operand.nbytes for operand in operands)
         self.deferred = None
         self.chained = None  # set by body(): a ChainedWait (pipeline_chained_dots)
+        # A staged operand's buffer -> its two buffers, alternate iterations' (plan_tma_loop):
+        # iteration i + 1 stores into one while iteration i's wgmma may still read the other.
+        self.transposed: dict[Value, Value] = {}
         wgmma = next(op for op in loop.body.ops if isinstance(op, WarpgroupMma))
         # Every warp of the kernel runs the wgmma (its accumulator spans them) and releases the slot.
         self.readers = wgmma.result.type.layout.in_dim_size("warp")
@@ -298,10 +309,8 @@ class TmaLoopPipeliner:
         buffers += [op.result for op in body.ops if isinstance(op, SharedPermute) and op.buffer in buffers]
         last_read = max(i for i, op in enumerate(body.ops) if id(op) not in dropped and
                         not isinstance(op, SharedPermute) and any(v in buffers for v in op.uses()))
-        # A transposed box's buffer is one buffer: the wgmma reading it retires before the
-        # next iteration's store.
         staged = any(operand.staged is not None for operand in self.operands)
-        self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 and not staged else None
+        self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
         if self.deferred is None and not staged and (stages >= 3 or self.warp_specialized):
             self.chained = chained_wait(body, last_read, self.uses)  # attention's P V, left in flight
         # With no generic-proxy store in the body, its fences guarded only the boxes.
@@ -319,6 +328,7 @@ class TmaLoopPipeliner:
                 for operand in self.operands:
                     views[operand.buffer] = out.emit(SharedIndex, operand.buffer.type, operand.buffer.hint,
                                                      buffer=self.rings[operand.buffer], index=slot)
+                self.alternate(out, iv, views)
             if id(op) in dropped or (unfenced and isinstance(op, FenceAsyncShared) and position < last_read):
                 continue  # no generic-proxy access of the boxes is left to fence
             if isinstance(op, Yield):
@@ -340,6 +350,16 @@ class TmaLoopPipeliner:
                 if not (self.releases_early and self.chained is not None):
                     self.after_reads(out, iv, slot, phase)
         return Block(body.args + (slot, phase), tuple(out.ops))
+
+    def alternate(self, out, iv: Value, views: dict[Value, Value]) -> None:
+        """The staged buffers' halves this iteration writes and its wgmma reads: the
+        iteration's number, (iv - lower) // step, mod 2."""
+        if not self.transposed:
+            return
+        number = out.binary("floordiv", out.binary("sub", iv, self.loop.lower), out.int(self.step))
+        parity = out.binary("mod", number, out.int(2), "parity")
+        for buffer, halves in self.transposed.items():
+            views[buffer] = out.emit(SharedIndex, buffer.type, buffer.hint, buffer=halves, index=parity)
 
     def after_reads(self, out, iv: Value, slot: Value, phase: Value) -> None:
         """After the iteration's last read of its slot (and wait): release the previous
@@ -394,10 +414,11 @@ class TmaLoopPipeliner:
             after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
 
 
-def plan_tma_loop(loop: For, stages: int, step: int, defs, uses,
-                  split_by_default: bool = False) -> Optional[TmaLoopPipeliner]:
+def plan_tma_loop(loop: For, stages: int, step: int, defs, uses, split_by_default: bool = False,
+                  rings: Optional[dict] = None) -> Optional[TmaLoopPipeliner]:
     """The TmaLoopPipeliner of `loop` (stages and step already checked), or None; split
-    into partitions where it asks or `split_by_default` (pipeline_tma_warp_specialize)."""
+    into partitions where it asks or `split_by_default` (pipeline_tma_warp_specialize).
+    A staged operand's buffer becomes two (`rings`: their allocation replaces its own)."""
     wgmmas = [op for op in loop.body.walk() if isinstance(op, WarpgroupMma)]
     top_level = {id(op) for op in loop.body.ops}
     if not wgmmas or any(id(op) not in top_level for op in wgmmas):
@@ -414,7 +435,12 @@ def plan_tma_loop(loop: For, stages: int, step: int, defs, uses,
     if not operands:
         return None
     pipeliner = TmaLoopPipeliner(loop, stages, step, operands, uses)
-    if any(operand.staged is not None for operand in operands):
+    staged = [operand.staged.buffer for operand in operands if operand.staged is not None]
+    if staged:
+        for buffer in staged:
+            rings[buffer] = pipeliner.transposed[buffer] = Value(SharedType(
+                (2,) + buffer.type.shape, buffer.type.element, buffer.type.encoding.to_linear((2,) + buffer.type.shape),
+                buffer.type.encoding), buffer.hint)
         return pipeliner  # the transposing store runs in the one partition
     from .pipeline_tma_warp_specialize import plan_warp_specialized
     return plan_warp_specialized(pipeliner, defs, uses, split_by_default) or pipeliner

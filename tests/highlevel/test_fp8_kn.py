@@ -18,10 +18,13 @@ from weft.compiler import pipeline
 from weft.compiler.backend import ptxas
 from weft.compiler.errors import CompilationWarning
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import For, MBarrierWait, SharedLoad, SharedStore, TmaAsyncCopyGlobalToShared, WarpgroupMma
+from weft.compiler.ir import (For, MBarrierWait, SharedIndex, SharedLoad, SharedStore, TmaAsyncCopyGlobalToShared,
+                              WarpgroupMma, WarpgroupMmaWait)
+from weft.compiler.passes import pipeline_tma_loops
 from weft.highlevel.tools.tensor_descriptor import TensorDescriptor
 from weft.runtime.emulator import emulate
 from weft.runtime.emulator.dtypes import from_fp8, to_fp8
+from weft.runtime.emulator.errors import EmulationError
 
 torch = pytest.importorskip("torch")  # fp8 host arrays
 
@@ -72,6 +75,22 @@ def the_loop(kernel) -> For:
 
 @pytest.mark.parametrize("dtype, stages, num_warps", [("fp8e4m3", 2, 4), ("fp8e5m2", 3, 4), ("fp8e4m3", 4, 8)])
 def test_matches_numpy_with_tails(dtype, stages, num_warps):
+    run_and_check(dtype, stages, num_warps)
+
+
+def test_one_buffer_for_both_iterations_is_a_race_the_emulator_reports(monkeypatch):
+    """What the two halves prevent: with the wgmma left in flight, the next iteration's
+    store would overwrite the buffer it reads."""
+    def first_half_only(self, out, iv, views):
+        for buffer, halves in self.transposed.items():
+            views[buffer] = out.emit(SharedIndex, buffer.type, buffer.hint, buffer=halves, index=out.int(0))
+
+    monkeypatch.setattr(pipeline_tma_loops.TmaLoopPipeliner, "alternate", first_half_only)
+    with pytest.raises(EmulationError, match="wgmma"):
+        run_and_check("fp8e5m2", 3, 4)
+
+
+def run_and_check(dtype: str, stages: int, num_warps: int):
     block = (64 * num_warps // 4, 64, 64)
     m, n, k = block[0] + 22, 100, 200  # tails in M, N and K (TMA fills them with zeros)
     (a, a64), (b, b64) = fp8_array(m, k, dtype), fp8_array(k, n, dtype)
@@ -88,23 +107,26 @@ def test_matches_numpy_with_tails(dtype, stages, num_warps):
 
 def test_the_loop_rings_both_boxes_and_transposes_the_slot():
     """Both boxes arrive by TMA into 3-slot rings; the body waits on the slot, reads B's
-    slot in 4 x 4 blocks, renames the registers, stores into the K-major buffer the wgmma
-    reads, and refills the previous iteration's slot; the wgmma retires before the next
-    iteration's store (one buffer)."""
+    slot in 4 x 4 blocks, renames the registers, stores into this iteration's half of two
+    K-major buffers, which the wgmma reads, leaves that wgmma in flight (wait(1) retires the
+    previous one, which read the other half) and refills the previous iteration's slot."""
     kernel = prepared("fp8e4m3", (64, 64, 64), 3, 4)
     loop = the_loop(kernel)
     kinds = [type(op).__name__ for op in loop.body.ops if type(op).__name__ not in
              ("Constant", "Binary", "Compare", "Cast", "SharedIndex")]
     assert kinds == ["MBarrierWait", "FenceAsyncShared", "FenceAsyncShared", "SharedLoad", "ConvertLayout",
-                     "Barrier", "SharedStore", "FenceAsyncShared", "Barrier", "WarpgroupMma", "MBarrierArrive",
-                     "MBarrierWait", "MBarrierExpect", "TmaAsyncCopyGlobalToShared", "TmaAsyncCopyGlobalToShared",
-                     "WarpgroupMmaWait", "Yield"]
+                     "Barrier", "SharedStore", "FenceAsyncShared", "Barrier", "WarpgroupMma", "WarpgroupMmaWait",
+                     "MBarrierArrive", "MBarrierWait", "MBarrierExpect", "TmaAsyncCopyGlobalToShared",
+                     "TmaAsyncCopyGlobalToShared", "Yield"]
+    assert next(op for op in loop.body.ops if isinstance(op, WarpgroupMmaWait)).pending == 1
+    defined = {value: op for op in loop.body.ops for value in op.defines()}
     copies = [op for op in loop.body.ops if isinstance(op, TmaAsyncCopyGlobalToShared)]
     assert all(op.buffer.type.shape == (64, 64) for op in copies)
     read = next(op for op in loop.body.ops if isinstance(op, SharedLoad))
     store = next(op for op in loop.body.ops if isinstance(op, SharedStore))
     wgmma = next(op for op in loop.body.ops if isinstance(op, WarpgroupMma))
     assert wgmma.b is store.buffer and read.buffer.type.shape == (64, 64)
+    assert defined[store.buffer].buffer.type.shape == (2, 64, 64)  # two halves, alternate iterations
     assert read.result.type.layout.bases["register"][:4] == ((0, 1), (0, 2), (1, 0), (2, 0))  # along N, then K
     assert store.value.type.layout.bases["register"][:4] == ((1, 0), (2, 0), (0, 1), (0, 2))  # along K, then N
     assert sum(isinstance(op, MBarrierWait) for op in loop.body.ops) == 2  # full, and the elected empty wait
