@@ -4,8 +4,9 @@ registers into a K-major buffer the wgmma reads (accelerate_dots), and the loop 
 pipelined with TMA rings (pipeline_tma_loops' staged operands). Run on the CPU emulator,
 whose race checks see every box in flight until its mbarrier wait and every wgmma operand
 read until its wait, against numpy float64 of the same fp8 values, with tails in M, N and
-K and 2-4 stages; the loop's IR; ptxas without spills at the tutorial's tiles; on a GPU,
-against float32 torch."""
+K and 2-4 stages (and a tf32 box, which wgmma reads K-major only too); the race the
+emulator reports were both iterations to store into one buffer; the loop's IR; ptxas
+without spills at the tutorial's tiles; on a GPU, against float32 torch."""
 
 import re
 import warnings
@@ -76,6 +77,27 @@ def the_loop(kernel) -> For:
 @pytest.mark.parametrize("dtype, stages, num_warps", [("fp8e4m3", 2, 4), ("fp8e5m2", 3, 4), ("fp8e4m3", 4, 8)])
 def test_matches_numpy_with_tails(dtype, stages, num_warps):
     run_and_check(dtype, stages, num_warps)
+
+
+def test_a_tf32_box_k_by_n_is_ringed_and_transposed_too():
+    """fp32 inputs (tf32 products): wgmma reads 32-bit B K-major only as well."""
+    block, m, n, k = (64, 64, 32), 80, 72, 100
+    a = torch.from_numpy(RNG.standard_normal((m, 104)).astype(np.float32))[:, :k]
+    b = torch.from_numpy(RNG.standard_normal((k, n)).astype(np.float32))
+    c = torch.zeros((m, n))
+    sig = {"a_desc": "tensordesc<fp32[64,32]>", "b_desc": "tensordesc<fp32[32,64]>",
+           "c_desc": "tensordesc<fp32[64,64]>", "K": "i32"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompilationWarning)
+        kernel = pipeline.prepare_for_emulator(build_kernel(kn_matmul, sig, constexprs(block, 3), 4, {},
+                                                            language="highlevel"))
+    assert sum(isinstance(op, TmaAsyncCopyGlobalToShared) for op in the_loop(kernel).body.ops) == 2  # ringed
+    descs = [TensorDescriptor.from_tensor(t, list(box)) for t, box in ((a, block[::2]), (b, block[2:0:-1]),
+                                                                       (c, block[:2]))]
+    emulate(kernel, (2, 2), (*descs, k))
+    a64, b64 = a.double().numpy(), b.double().numpy()
+    error = np.abs(c.double().numpy() - a64 @ b64)
+    assert (error <= 2 ** -10 * (np.abs(a64) @ np.abs(b64)) + 1e-6).all(), f"largest error {error.max()}"
 
 
 def test_one_buffer_for_both_iterations_is_a_race_the_emulator_reports(monkeypatch):
