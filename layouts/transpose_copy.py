@@ -74,12 +74,6 @@ def transpose_copy_layouts(source: LinearLayout, target: LinearLayout, shape: tu
     return made[0], made[1]
 
 
-def copy_conflicts(read: LinearLayout, write: LinearLayout, source: LinearLayout, target: LinearLayout,
-                   element_bits: int) -> int:
-    """Extra wavefronts of the read and the write together (0: both conflict free)."""
-    return bank_conflicts(read, source, element_bits) + bank_conflicts(write, target, element_bits)
-
-
 class _Flat:
     """A [dim0, dim1] coordinate as one integer: dim0's bits low, dim1's above them."""
 

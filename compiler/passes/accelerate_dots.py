@@ -22,7 +22,8 @@ with these choices, made from the tile and num_warps alone:
   reads contiguously contiguous (a K-major B, an M-major A: wgmma reads either through
   its descriptor's major-ness); `tl.trans` of a loaded tile is stored as loaded and read
   through a `shared_permute` view; fp8 and tf32 operands are stored K-major, the only
-  way wgmma reads them (the store then transposes a tile loaded otherwise). A 16-bit
+  way wgmma reads them (the store then transposes a tile loaded otherwise; a B box
+  [K, N] is read and written in 32-bit words, layouts/transpose_copy.py). A 16-bit
   tile computed in registers is stored with A K-major and B N-major;
 - register A: a 16-bit A that is not a load (P of attention) is not staged: wgmma reads
   it from registers, in the A fragment of the accumulator, where propagate_layouts puts
