@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .banks import bank_conflicts
 from .gf2 import XorBasis
 from .linear_layout import LinearLayout
 
