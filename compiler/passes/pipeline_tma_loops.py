@@ -315,6 +315,10 @@ class TmaLoopPipeliner:
             self.chained = chained_wait(body, last_read, self.uses)  # attention's P V, left in flight
         # With no generic-proxy store in the body, its fences guarded only the boxes.
         unfenced = not any(isinstance(op, SharedStore) for op in body.walk())
+        # The fence after a staged operand's store (before the wgmma) orders every generic
+        # access of the slots before it, the staging reads included, before the refills.
+        fenced_by = max((i for i, op in enumerate(body.ops) if any(op is operand.staged for operand in self.operands)),
+                        default=-1)
         views: dict[Value, Value] = {}
         out = Emitter(loop.loc)
         for position, op in enumerate(body.ops):
@@ -329,7 +333,8 @@ class TmaLoopPipeliner:
                     views[operand.buffer] = out.emit(SharedIndex, operand.buffer.type, operand.buffer.hint,
                                                      buffer=self.rings[operand.buffer], index=slot)
                 self.alternate(out, iv, views)
-            if id(op) in dropped or (unfenced and isinstance(op, FenceAsyncShared) and position < last_read):
+            if id(op) in dropped or isinstance(op, FenceAsyncShared) and (unfenced and position < last_read
+                                                                          or position < fenced_by):
                 continue  # no generic-proxy access of the boxes is left to fence
             if isinstance(op, Yield):
                 next_slot = out.binary("mod", out.binary("add", slot, out.int(1)), out.int(stages), "slot")

@@ -136,7 +136,7 @@ def test_the_loop_rings_both_boxes_and_transposes_the_slot():
     loop = the_loop(kernel)
     kinds = [type(op).__name__ for op in loop.body.ops if type(op).__name__ not in
              ("Constant", "Binary", "Compare", "Cast", "SharedIndex")]
-    assert kinds == ["MBarrierWait", "FenceAsyncShared", "FenceAsyncShared", "SharedLoad", "ConvertLayout",
+    assert kinds == ["MBarrierWait", "SharedLoad", "ConvertLayout",
                      "Barrier", "SharedStore", "FenceAsyncShared", "Barrier", "WarpgroupMma", "WarpgroupMmaWait",
                      "MBarrierArrive", "MBarrierWait", "MBarrierExpect", "TmaAsyncCopyGlobalToShared",
                      "TmaAsyncCopyGlobalToShared", "Yield"]
