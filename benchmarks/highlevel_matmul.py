@@ -4,7 +4,9 @@ K loop pipelined by cp.async), the same pointer loop with `warp_specialize=False
 into rings; at weft's default, `warp_specialize=False` and `=True`) beside
 Triton 3.6's tutorial matmul, the same two sources compiled by Triton at the same configs
 ("triton.src", "triton.ptr", "triton.desc", with and without `warp_specialize=True`), and cuBLAS; for
-fp8 (B K-major, fp16 out) beside torch._scaled_mm with unit scales. One run:
+fp8 (B K-major, fp16 out; "desc kn": the descriptor matmul with B stored [K, N], which
+wgmma reads only after a transpose in shared memory) beside torch._scaled_mm with unit
+scales. One run:
 
     python -m benchmarks.highlevel_matmul [--dtypes float16,bfloat16,float8e4nv,float8e5]
         [--shapes 4096x4096x4096,8192x8192x8192] [--only desc] [--quick] [--out results.json]
@@ -199,6 +201,7 @@ def systems_for(torch, dtype: str, a, b) -> tuple[str, dict]:
         except ImportError:
             pass
     out = "float16" if fp8 else dtype
+    b_kn = b.contiguous() if fp8 else None  # fp8 B stored [K, N]: each box transposed in shared memory
     for bm, bn, bk, warps, stages in configs:
         tile = f"{bm}x{bn}x{bk} w{warps} s{stages}"
         systems[f"weft.hl {tile}"] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: examples.matmul(
@@ -211,6 +214,9 @@ def systems_for(torch, dtype: str, a, b) -> tuple[str, dict]:
             systems[f"weft.hl desc{suffix} {tile}"] = (
                 lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split: descriptor_matmul(
                     a, b, (bm, bn, bk), warps, stages, split, b_kmajor=fp8))
+        if fp8:
+            systems[f"weft.hl desc kn {tile}"] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages:
+                                                  descriptor_matmul(a, b_kn, (bm, bn, bk), warps, stages, None))
     try:
         triton_same_source_kernel()
     except ImportError:
@@ -227,6 +233,10 @@ def systems_for(torch, dtype: str, a, b) -> tuple[str, dict]:
             systems[f"triton.desc{suffix} {tile}"] = (
                 lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split: descriptor_matmul(
                     a, b, (bm, bn, bk), warps, stages, split, triton=True, b_kmajor=fp8))
+        if fp8:
+            systems[f"triton.desc kn {tile}"] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages:
+                                                 descriptor_matmul(a, b_kn, (bm, bn, bk), warps, stages, False,
+                                                                   triton=True))
     return reference, systems
 
 

@@ -22,7 +22,8 @@ with these choices, made from the tile and num_warps alone:
   reads contiguously contiguous (a K-major B, an M-major A: wgmma reads either through
   its descriptor's major-ness); `tl.trans` of a loaded tile is stored as loaded and read
   through a `shared_permute` view; fp8 and tf32 operands are stored K-major, the only
-  way wgmma reads them (the store then transposes a tile loaded otherwise). A 16-bit
+  way wgmma reads them (the store then transposes a tile loaded otherwise; a B box
+  [K, N] is read and written in 32-bit words, layouts/transpose_copy.py). A 16-bit
   tile computed in registers is stored with A K-major and B N-major;
 - register A: a 16-bit A that is not a load (P of attention) is not staged: wgmma reads
   it from registers, in the A fragment of the accumulator, where propagate_layouts puts
@@ -55,10 +56,11 @@ from typing import Optional
 from ...layouts import (DotOperandLayout, LayoutError, LinearLayout, LinearSharedLayout, NVMMADistributedLayout,
                        NVMMASharedLayout)
 from ...layouts import rules as layout_rules
-from ..errors import CompilationError, warn_at
+from ...layouts.transpose_copy import transpose_copy_layouts
+from ..errors import CompilationError
 from ..ir import (AllocateSharedMemory, Binary, Bitcast, Block, Broadcast, Cast, Constant, ConvertLayout, Dot,
-                  ExpandDims, FenceAsyncShared, Kernel, Load, MmaV2, Op, Permute, Reduce, SharedPermute, SharedStore,
-                  Value, WarpgroupMma, WarpgroupMmaWait)
+                  ExpandDims, FenceAsyncShared, Kernel, Load, MmaV2, Op, Permute, Reduce, SharedLoad, SharedPermute,
+                  SharedStore, Value, WarpgroupMma, WarpgroupMmaWait)
 from ..mma import MmaError, plan_mma_v2
 from ..types import ScalarType, SharedType, TensorType, fp32, i32
 from .fold_dot_add import fold_dot_add
@@ -232,13 +234,9 @@ class DotAcceleration:
             else:
                 a = self.stage(dot, a_source, "a_smem", hoisted, ops)
         b = box_operand(dot, 1, choice.b_shared, self.box_reads, ops, wgmma=True)
+        if b is None and dot.b in self.box_reads and self.box_reads[dot.b][1] is None:
+            b = self.transpose_box(dot, choice.b_shared, hoisted, ops)
         if b is None:
-            if dot.b in self.box_reads and dot.b.type.element.bits != 16:
-                warn_at(dot.loc, f"this {dot.b.type.element} dot reads B from a [K, N] box: wgmma reads 8- and "
-                        "32-bit B K-major only, so the box is copied through registers to be transposed "
-                        "(and a loop of such dots is not pipelined)",
-                        "store B as [N, K] and load it as b_desc.load([n, k]).T, as Triton's fp8 tutorial "
-                        "passes b.T")
             b = self.stage(dot, operand_source(dot.b, 1, self.definitions), "b_smem", hoisted, ops)
         ops.append(FenceAsyncShared(loc=dot.loc))  # the stores were generic-proxy writes
         anchored, placed = anchor_accumulator(dot, choice.acc_encoding, ops)
@@ -248,6 +246,26 @@ class DotAcceleration:
         ops.append(WarpgroupMmaWait(results=(waited,), deps=(product,), pending=0, loc=dot.loc))
         ops.append(ConvertLayout(result=dot.result, operand=waited, loc=dot.loc))
         return ops
+
+    def transpose_box(self, dot: Dot, shared: NVMMASharedLayout, hoisted: list[Op], ops: list[Op]) -> Optional[Value]:
+        """An 8- or 32-bit B box [K, N] (wgmma reads such B K-major only) copied into a
+        K-major buffer: read in v x v blocks a thread holds, its registers renamed, written
+        (layouts/transpose_copy.py picks lanes free of bank conflicts both ways); None when
+        the tile is too small for that. pipeline_tma_loops still rings the box (a staged
+        operand)."""
+        box = self.box_reads[dot.b][0]
+        shape, element = dot.b.type.shape, dot.b.type.element
+        target = shared.to_linear(shape)
+        layouts = transpose_copy_layouts(box.type.layout, target, shape, element.bits, self.num_warps)
+        if layouts is None:
+            return None
+        buffer = Value(SharedType(shape, element, target, shared), "b_smem")
+        hoisted.append(AllocateSharedMemory(result=buffer, loc=dot.loc))
+        read, written = Value(TensorType(shape, element, layouts[0])), Value(TensorType(shape, element, layouts[1]))
+        ops.extend((SharedLoad(result=read, buffer=box, loc=dot.loc),
+                    ConvertLayout(result=written, operand=read, loc=dot.loc),  # registers renamed
+                    SharedStore(buffer=buffer, value=written, loc=dot.loc)))
+        return buffer
 
     def stage(self, dot: Dot, source: "OperandSource", name: str, hoisted: list[Op], ops: list[Op]) -> Value:
         """The operand's wgmma view: `source.value` stored to a buffer in the layout it was

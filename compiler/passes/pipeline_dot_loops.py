@@ -572,9 +572,10 @@ def plan_loop(loop: For, outer: dict, uses: Uses, rings: dict[Value, Value],
         return None
     defs = Definitions(loop.body, outer)
     stores = [op for op in loop.body.ops if isinstance(op, SharedStore)]
-    if not stores:  # operands that desc.load brought by TMA: rings filled by TMA
-        from .pipeline_tma_loops import plan_tma_loop
-        return plan_tma_loop(loop, stages, step.value, defs, uses, split_by_default)
+    from .pipeline_tma_loops import plan_tma_loop, transposes_a_box
+    # Operands that desc.load brought by TMA (some transposed through registers): TMA rings.
+    if all(transposes_a_box(store, defs) for store in stores):
+        return plan_tma_loop(loop, stages, step.value, defs, uses, split_by_default, rings)
     operands = []
     for store in stores:
         allocation = outer.get(store.buffer)

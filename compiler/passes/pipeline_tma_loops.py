@@ -62,6 +62,14 @@ rescales before it, stays in flight across the back edge as with cp.async rings
 (pipeline_chained_dots: the next iteration's first wait retires it); in a split's
 consumers also with 2 stages, where the previous iteration's slot then goes back right
 after that wait (`releases_early`, pipeline_tma_warp_specialize).
+
+A staged operand: an 8-bit B box [K, N], which accelerate_dots copies through registers
+into a K-major buffer (wgmma reads such B K-major only), is ringed like the others; its
+register read stays in the body, reading the slot, and its buffer becomes two, written and
+read by alternate iterations, so that the wgmma can stay in flight while the next
+iteration transposes (with one buffer its store would overwrite what that wgmma reads).
+The slot is released with the others' after the wgmma (they share its empty barrier), and
+such a loop stays in one partition.
 """
 
 from __future__ import annotations
@@ -87,11 +95,48 @@ class TmaOperand:
     nbytes: int                   # what the box's expect-tx counts
     dropped: tuple[Op, ...]       # the body ops made for the box, replaced by the ring
     coord_ops: tuple[Op, ...]     # the body's ops computing the copy's coordinates (from iv)
+    # The store of the box's register read into the buffer the wgmma reads, when the box is
+    # copied through registers to be transposed (an 8-bit B box [K, N]: wgmma reads it
+    # K-major only); None when the wgmma reads the box itself.
+    staged: Optional[SharedStore] = None
 
 
-def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
+def staged_box(store: SharedStore, defs) -> Optional[Value]:
+    """The box whose register read (through layout conversions) `store` writes, or None."""
+    op = defs.get(store.value)
+    while isinstance(op, ConvertLayout):
+        op = defs.get(op.operand)
+    return op.buffer if isinstance(op, SharedLoad) else None
+
+
+def match_staged_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
+    """The TmaOperand of a wgmma operand buffer made before the loop that the body fills
+    only by storing a TMA box's register read (accelerate_dots' transposition of an 8-bit
+    B box [K, N]), or None. The box gets a ring; the store stays in the body, reading the
+    slot, and writes the one buffer the wgmma reads."""
+    if defs.get(operand) is not None:
+        return None
+    inside = {id(op) for op in defs.body.ops}
+    writers = [op for op in uses.readers[operand] if isinstance(op, SharedStore)]
+    if len(writers) != 1 or id(writers[0]) not in inside or \
+            not all(isinstance(op, (SharedStore, WarpgroupMma)) for op in uses.readers[operand]):
+        return None
+    box = staged_box(writers[0], defs)
+    if box is None:
+        return None
+    found = match_tma_operand(box, defs, uses, staged=writers[0])
+    return None if found is None else dataclasses.replace(found, staged=writers[0])
+
+
+def transposes_a_box(store: SharedStore, defs) -> bool:
+    """True when `store` writes a TMA box's register read (see match_staged_tma_operand)."""
+    return staged_box(store, defs) is not None
+
+
+def match_tma_operand(operand: Value, defs, uses, staged: Optional[SharedStore] = None) -> Optional[TmaOperand]:
     """The TmaOperand of the wgmma operand `operand` (a box, or a permuted view of one),
-    or None when it is not a box TMA fills in the body as desc.load does."""
+    or None when it is not a box TMA fills in the body as desc.load does. With `staged`,
+    `operand` is a box read into registers only for that store."""
     from .pipeline_dot_loops import _slice
 
     body = defs.body
@@ -104,7 +149,7 @@ def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
     reads = [op for op in readers if isinstance(op, SharedLoad)]
     others = [op for op in readers if not isinstance(op, (TmaAsyncCopyGlobalToShared, SharedLoad))]
     if len(copies) != 1 or copies[0].pred is not None or copies[0].multicast is not None or \
-            len(others) != 1 or (isinstance(view, SharedPermute) and others[0] is not view):
+            len(others) != (staged is None) or (isinstance(view, SharedPermute) and others[0] is not view):
         return None  # the box must be filled once and read only by the wgmma (or its view)
     copy = copies[0]
     bar = copy.barrier
@@ -117,7 +162,7 @@ def match_tma_operand(operand: Value, defs, uses) -> Optional[TmaOperand]:
             or expects[0].pred is not None \
             or sum(isinstance(op, (MBarrierInit, MBarrierInvalidate)) for op in bar_ops) != 2:
         return None
-    unused = _unused_reads(reads, uses)
+    unused = _unused_reads(reads, uses) if staged is None else _staging_reads(reads, staged, uses)
     if unused is None:
         return None  # the box is read into registers too: keep it as it is
     coord_ops = []
@@ -152,6 +197,21 @@ def _unused_reads(reads: list[Op], uses) -> Optional[list[Op]]:
     return found
 
 
+def _staging_reads(reads: list[Op], staged: SharedStore, uses) -> Optional[list[Op]]:
+    """The box's register reads other than the one that reaches `staged` alone (through
+    layout conversions) when nothing uses them (desc.load's own read), else None."""
+    for read in reads:
+        op = read
+        while op is not staged:
+            readers = uses.readers[op.result]
+            if len(readers) != 1 or not isinstance(readers[0], (ConvertLayout, SharedStore)):
+                break
+            op = readers[0]
+        if op is staged:
+            return _unused_reads([other for other in reads if other is not read], uses)
+    return None
+
+
 class TmaLoopPipeliner:
     """The rewrite of one loop whose wgmma operands are TMA boxes."""
 
@@ -165,6 +225,9 @@ class TmaLoopPipeliner:
         self.nbytes = sum(operand.nbytes for operand in operands)
         self.deferred = None
         self.chained = None  # set by body(): a ChainedWait (pipeline_chained_dots)
+        # A staged operand's buffer -> its two buffers, alternate iterations' (plan_tma_loop):
+        # iteration i + 1 stores into one while iteration i's wgmma may still read the other.
+        self.transposed: dict[Value, Value] = {}
         wgmma = next(op for op in loop.body.ops if isinstance(op, WarpgroupMma))
         # Every warp of the kernel runs the wgmma (its accumulator spans them) and releases the slot.
         self.readers = wgmma.result.type.layout.in_dim_size("warp")
@@ -246,11 +309,16 @@ class TmaLoopPipeliner:
         buffers += [op.result for op in body.ops if isinstance(op, SharedPermute) and op.buffer in buffers]
         last_read = max(i for i, op in enumerate(body.ops) if id(op) not in dropped and
                         not isinstance(op, SharedPermute) and any(v in buffers for v in op.uses()))
+        staged = any(operand.staged is not None for operand in self.operands)
         self.deferred = deferred_wait(body, last_read, self.uses) if stages >= 3 else None
-        if self.deferred is None and (stages >= 3 or self.warp_specialized):
+        if self.deferred is None and not staged and (stages >= 3 or self.warp_specialized):
             self.chained = chained_wait(body, last_read, self.uses)  # attention's P V, left in flight
         # With no generic-proxy store in the body, its fences guarded only the boxes.
         unfenced = not any(isinstance(op, SharedStore) for op in body.walk())
+        # The fence after a staged operand's store (before the wgmma) orders every generic
+        # access of the slots before it, the staging reads included, before the refills.
+        fenced_by = max((i for i, op in enumerate(body.ops) if any(op is operand.staged for operand in self.operands)),
+                        default=-1)
         views: dict[Value, Value] = {}
         out = Emitter(loop.loc)
         for position, op in enumerate(body.ops):
@@ -264,7 +332,9 @@ class TmaLoopPipeliner:
                 for operand in self.operands:
                     views[operand.buffer] = out.emit(SharedIndex, operand.buffer.type, operand.buffer.hint,
                                                      buffer=self.rings[operand.buffer], index=slot)
-            if id(op) in dropped or (unfenced and isinstance(op, FenceAsyncShared) and position < last_read):
+                self.alternate(out, iv, views)
+            if id(op) in dropped or isinstance(op, FenceAsyncShared) and (unfenced and position < last_read
+                                                                          or position < fenced_by):
                 continue  # no generic-proxy access of the boxes is left to fence
             if isinstance(op, Yield):
                 next_slot = out.binary("mod", out.binary("add", slot, out.int(1)), out.int(stages), "slot")
@@ -285,6 +355,16 @@ class TmaLoopPipeliner:
                 if not (self.releases_early and self.chained is not None):
                     self.after_reads(out, iv, slot, phase)
         return Block(body.args + (slot, phase), tuple(out.ops))
+
+    def alternate(self, out, iv: Value, views: dict[Value, Value]) -> None:
+        """The staged buffers' halves this iteration writes and its wgmma reads: the
+        iteration's number, (iv - lower) // step, mod 2."""
+        if not self.transposed:
+            return
+        number = out.binary("floordiv", out.binary("sub", iv, self.loop.lower), out.int(self.step))
+        parity = out.binary("mod", number, out.int(2), "parity")
+        for buffer, halves in self.transposed.items():
+            views[buffer] = out.emit(SharedIndex, buffer.type, buffer.hint, buffer=halves, index=parity)
 
     def after_reads(self, out, iv: Value, slot: Value, phase: Value) -> None:
         """After the iteration's last read of its slot (and wait): release the previous
@@ -339,10 +419,11 @@ class TmaLoopPipeliner:
             after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
 
 
-def plan_tma_loop(loop: For, stages: int, step: int, defs, uses,
-                  split_by_default: bool = False) -> Optional[TmaLoopPipeliner]:
+def plan_tma_loop(loop: For, stages: int, step: int, defs, uses, split_by_default: bool = False,
+                  rings: Optional[dict] = None) -> Optional[TmaLoopPipeliner]:
     """The TmaLoopPipeliner of `loop` (stages and step already checked), or None; split
-    into partitions where it asks or `split_by_default` (pipeline_tma_warp_specialize)."""
+    into partitions where it asks or `split_by_default` (pipeline_tma_warp_specialize).
+    A staged operand's buffer becomes two (`rings`: their allocation replaces its own)."""
     wgmmas = [op for op in loop.body.walk() if isinstance(op, WarpgroupMma)]
     top_level = {id(op) for op in loop.body.ops}
     if not wgmmas or any(id(op) not in top_level for op in wgmmas):
@@ -352,13 +433,20 @@ def plan_tma_loop(loop: For, stages: int, step: int, defs, uses,
         for buffer in (wgmma.a, wgmma.b):
             if not isinstance(buffer.type, SharedType) or len(wgmmas) > 1 and loop_invariant(buffer, defs, uses):
                 continue
-            operand = match_tma_operand(buffer, defs, uses)
+            operand = match_tma_operand(buffer, defs, uses) or match_staged_tma_operand(buffer, defs, uses)
             if operand is None:
                 return None
             operands.append(operand)
     if not operands:
         return None
     pipeliner = TmaLoopPipeliner(loop, stages, step, operands, uses)
+    staged = [operand.staged.buffer for operand in operands if operand.staged is not None]
+    if staged:
+        for buffer in staged:
+            rings[buffer] = pipeliner.transposed[buffer] = Value(SharedType(
+                (2,) + buffer.type.shape, buffer.type.element, buffer.type.encoding.to_linear((2,) + buffer.type.shape),
+                buffer.type.encoding), buffer.hint)
+        return pipeliner  # the transposing store runs in the one partition
     from .pipeline_tma_warp_specialize import plan_warp_specialized
     return plan_warp_specialized(pipeliner, defs, uses, split_by_default) or pipeliner
 

@@ -323,6 +323,17 @@ def _shared_load_forward(op: SharedLoad, operands, ctx) -> Optional[Decision]:
     return None if anchor is None else Decision(anchor, (None,))
 
 
+@LAYOUT_RULES.forward(ConvertLayout)
+def _placed_conversion_forward(op: ConvertLayout, operands, ctx) -> Optional[Decision]:
+    """A conversion an earlier pass placed (accelerate_dots renames the registers of a
+    transposed box's read): into the layout it names, from whatever its operand has."""
+    anchor = ctx.anchors.get(id(op))
+    return None if anchor is None else Decision(anchor, (None,))
+
+
+LAYOUT_RULES.backward(ConvertLayout)(lambda op, result, ctx: _placed_conversion_forward(op, (), ctx))
+
+
 @LAYOUT_RULES.backward(SharedLoad)
 def _shared_load_backward(op: SharedLoad, result: Placement, ctx) -> Decision:
     """A read no op chose registers for (a row load's ring slot, pipeline_row_loads) reads
