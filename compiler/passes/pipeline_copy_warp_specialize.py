@@ -51,22 +51,22 @@ import dataclasses
 import math
 from typing import Optional
 
-from ...layouts import BlockedLayout, MBarrierLayout
+from ...layouts import BlockedLayout
 from ..errors import warn_at
 from ..hardware import MAX_REGISTERS, REGISTER_FILE, SHARED_LIMIT, WARPS_PER_WARPGROUP
-from ..ir import (AddPtr, AllocateSharedMemory, AsyncCopyMBarrierArrive, Binary, Block, Cast, Compare, ConvertLayout, For,
-                  MBarrierArrive, MBarrierInit, MBarrierInvalidate, MBarrierWait, Op, SharedIndex, Store, Value,
-                  WarpgroupMma, WarpgroupMmaWait, Yield)
-from ..types import SharedType, i1, i32, i64
+from ..ir import (AddPtr, AsyncCopyMBarrierArrive, Binary, Block, Cast, Compare, ConvertLayout, For, MBarrierArrive,
+                  MBarrierWait, Op, SharedIndex, Store, Value, WarpgroupMma, WarpgroupMmaWait, Yield)
+from ..types import i1, i32
 from .coalesce import blocked
 from .pipeline_dot_loops import Emitter, LoopPipeliner, clone, deferred_wait, ring_views, substitute
+from .pipeline_tma_loops import SlotBarriers
 from .pipeline_tma_warp_specialize import MAX_CONSUMER_REGS, split_captures
 
 PRODUCER_WARPS = WARPS_PER_WARPGROUP
 PRODUCER_REGS = 88
 
 
-class WarpSpecializedCopyLoop(LoopPipeliner):
+class WarpSpecializedCopyLoop(SlotBarriers, LoopPipeliner):
     """The rewrite of a cp.async ring loop into producer and consumer partitions
     (rewrite_split drives it as it drives a WarpSpecializedTmaLoop)."""
 
@@ -105,27 +105,7 @@ class WarpSpecializedCopyLoop(LoopPipeliner):
     def allocations(self, out: Emitter) -> None:
         """The full and empty barriers of every slot, initialised (the rings are the
         buffers' allocations, widened by pipeline_dot_loops)."""
-        barrier = MBarrierLayout(rank=1)
-        shape = (self.stages, 1)
-        self.bars = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier), "bars")
-        self.empties = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier),
-                                "empties")
-        self.bar_type = SharedType((1,), i64, barrier.to_linear((1,)), barrier)
-        for s in range(self.stages):
-            out.ops.append(MBarrierInit(barrier=self.bar(out, out.int(s)), count=self.producer_threads,
-                                        loc=self.loop.loc))
-            out.ops.append(MBarrierInit(barrier=self.empty(out, out.int(s)), count=self.readers, loc=self.loop.loc))
-
-    def bar(self, out: Emitter, slot: Value) -> Value:
-        return out.emit(SharedIndex, self.bar_type, "bar", buffer=self.bars, index=slot)
-
-    def empty(self, out: Emitter, slot: Value) -> Value:
-        return out.emit(SharedIndex, self.bar_type, "empty", buffer=self.empties, index=slot)
-
-    def retire_barriers(self, after: Emitter) -> None:
-        for s in range(self.stages):
-            after.ops.append(MBarrierInvalidate(barrier=self.bar(after, after.int(s)), loc=self.loop.loc))
-            after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
+        self.allocate_barriers(out, full_count=self.producer_threads)
 
     def advance(self, out: Emitter, slot: Value, phase: Value) -> tuple[Value, Value]:
         """The next iteration's (slot, phase): the phase flips where the slot wraps to 0."""

@@ -212,7 +212,36 @@ def _staging_reads(reads: list[Op], staged: SharedStore, uses) -> Optional[list[
     return None
 
 
-class TmaLoopPipeliner:
+class SlotBarriers:
+    """A ring's two mbarriers a slot, for a pipeliner with `stages`, `readers` (the warps
+    that release a slot) and `loop`: `full` (the slot's data has landed: `full_count`
+    arrivals, the expect of the thread issuing TMA or every copying thread) and `empty`
+    (every reader has released it)."""
+
+    def allocate_barriers(self, out, full_count: int) -> None:
+        barrier = MBarrierLayout(rank=1)
+        shape = (self.stages, 1)
+        self.bars = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier), "bars")
+        self.empties = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier),
+                                "empties")
+        self.bar_type = SharedType((1,), i64, barrier.to_linear((1,)), barrier)
+        for s in range(self.stages):
+            out.ops.append(MBarrierInit(barrier=self.bar(out, out.int(s)), count=full_count, loc=self.loop.loc))
+            out.ops.append(MBarrierInit(barrier=self.empty(out, out.int(s)), count=self.readers, loc=self.loop.loc))
+
+    def bar(self, out, slot: Value) -> Value:
+        return out.emit(SharedIndex, self.bar_type, "bar", buffer=self.bars, index=slot)
+
+    def empty(self, out, slot: Value) -> Value:
+        return out.emit(SharedIndex, self.bar_type, "empty", buffer=self.empties, index=slot)
+
+    def retire_barriers(self, after) -> None:
+        for s in range(self.stages):
+            after.ops.append(MBarrierInvalidate(barrier=self.bar(after, after.int(s)), loc=self.loop.loc))
+            after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
+
+
+class TmaLoopPipeliner(SlotBarriers):
     """The rewrite of one loop whose wgmma operands are TMA boxes."""
 
     warp_specialized = False  # the consumer half of a split (pipeline_tma_warp_specialize)
@@ -240,21 +269,7 @@ class TmaLoopPipeliner:
             shape = (self.stages,) + box.shape
             self.rings[operand.buffer] = out.emit(AllocateSharedMemory, SharedType(
                 shape, box.element, box.encoding.to_linear(shape), box.encoding), operand.buffer.hint)
-        barrier = MBarrierLayout(rank=1)
-        shape = (self.stages, 1)
-        self.bars = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier), "bars")
-        self.empties = out.emit(AllocateSharedMemory, SharedType(shape, i64, barrier.to_linear(shape), barrier),
-                                "empties")
-        self.bar_type = SharedType((1,), i64, barrier.to_linear((1,)), barrier)
-        for s in range(self.stages):
-            out.ops.append(MBarrierInit(barrier=self.bar(out, out.int(s)), count=1, loc=self.loop.loc))
-            out.ops.append(MBarrierInit(barrier=self.empty(out, out.int(s)), count=self.readers, loc=self.loop.loc))
-
-    def bar(self, out, slot: Value) -> Value:
-        return out.emit(SharedIndex, self.bar_type, "bar", buffer=self.bars, index=slot)
-
-    def empty(self, out, slot: Value) -> Value:
-        return out.emit(SharedIndex, self.bar_type, "empty", buffer=self.empties, index=slot)
+        self.allocate_barriers(out, full_count=1)  # the expect of the thread that issues the copies
 
     def release(self, out, iv: Value, previous: Value) -> None:
         """Iteration i - 1's slot (`previous`), whose wgmma has retired: every warp hands it
@@ -413,10 +428,6 @@ class TmaLoopPipeliner:
                                           loc=in_flight_out.wait.loc))
         return {result: after.emit(ConvertLayout, result.type, result.hint, operand=waited)}
 
-    def retire_barriers(self, after) -> None:
-        for s in range(self.stages):
-            after.ops.append(MBarrierInvalidate(barrier=self.bar(after, after.int(s)), loc=self.loop.loc))
-            after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
 
 
 def plan_tma_loop(loop: For, stages: int, step: int, defs, uses, split_by_default: bool = False,
