@@ -69,7 +69,10 @@ def persistent_keys_consumer(state, kv_empty, WG: ll.constexpr):
     tiles, heads_of_batches = tile_count(state)
     step0 = 0
     done = 0
-    for tile in range(ll.program_id(0), tiles, ll.num_programs(0)):
+    # rematerialize: the walk's thread positions (its addresses' lanes and rows) are made
+    # in each tile, not held in registers through it (held, ptxas spilled at head_dim 64
+    # and 128 beside fp32 dK and dV).
+    for tile in ll.range(ll.program_id(0), tiles, ll.num_programs(0), rematerialize=True):
         batch, kv_head, key0, first, unmasked, end = tile_query_blocks(state, tile // heads_of_batches,
                                                                        tile % heads_of_batches)
         mbarrier.wait(state.kv_ready, done & 1)
