@@ -9,11 +9,13 @@ spills at the default budgets; and (marked gpu) its gradients against float32 to
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from weft.compiler import config as weft_config
 from weft.compiler.backend import ptxas
 from weft.kernels.attention import flash_attention, flash_attention_backward
+from weft.kernels._launch import EMULATED_CTAS
 from weft.kernels.attention import backward_host
 from weft.kernels.attention.backward_host import BackwardConfig, keys_split_config
 
@@ -51,13 +53,18 @@ def test_persistent_gradients_match_float64_racecheck_clean(monkeypatch, batch, 
     assert grids == [(ctas,)]  # fewer CTAs than tiles: each walks several
 
 
-def test_persistent_grid_defaults_to_the_emulated_wave_and_never_passes_the_tiles(monkeypatch):
+def test_persistent_grid_is_the_emulated_wave_capped_by_persistent_ctas_and_the_tiles():
     """persistent_ctas None: the emulator's few CTAs (a GPU's wave); a cap above the tile
-    count launches one CTA a tile."""
-    grids = launched_grids(monkeypatch)
-    _check(*_inputs(1, 1, 1, 64, 130, 128, "bshd", seed=50), True, layout="bshd", config=persistent(128))
-    _check(*_inputs(1, 1, 1, 64, 130, 128, "bshd", seed=51), False, layout="bshd", config=persistent(128, ctas=8))
-    assert grids == [(2,), (2,)]  # 2 key blocks of one (batch, kv head)
+    count launches one CTA a tile; not persistent, a CTA a tile."""
+    q = np.zeros((1, 1, 64, 128), np.float16)
+
+    def grid(config, key_blocks, heads_of_batches):
+        return backward_host._backward_grid(config, None, q, (), {}, key_blocks, heads_of_batches)
+
+    assert grid(persistent(128), 4, 8) == (EMULATED_CTAS,)
+    assert grid(persistent(128, ctas=2), 4, 8) == (2,)
+    assert grid(persistent(128, ctas=8), 2, 1) == (2,)
+    assert grid(keys_split_config(128), 4, 8) == (4, 8)
 
 
 def test_persistent_is_refused_outside_the_keys_split():
