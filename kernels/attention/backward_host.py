@@ -52,8 +52,8 @@ class BackwardConfig:
     GPU orders it); at head_dim 256 causal "partition" ran 7% faster than "thread" on an H200,
     elsewhere level (docs/attention-journal.md). `p_releases` the same for split_scores's P^T
     alone (None: as `releases`). `persistent` (split="keys", backward_persistent.py): at
-    most one wave of CTAs, each walking tiles of (key block, batch * kv head), longest
-    causal ones first, the next tile's Q/dO and K/V loaded under this one's last steps;
+    most one wave of CTAs, each walking tiles of (key block, batch * kv head) in the
+    launch's order, the next tile's Q/dO and K/V loaded under this one's last steps;
     `persistent_ctas` caps its CTA count (None: as many as the SMs hold at once)."""
 
     head_dim: int

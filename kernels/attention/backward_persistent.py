@@ -3,9 +3,13 @@ CTAs than tiles (at most one wave), each walking tiles of (key block, batch * kv
 
 A CTA a tile paid, before its first step, the K/V load's latency and the ring's fill, and
 after its last the dK/dV stores, with nothing overlapped. Here a CTA walks tiles
-tile = pid, pid + grid, ... in key-block-major order: with bottom-right causal attention
-key block 0 sees every query block and later ones fewer, so the longest tiles run first
-and the short ones fill in at the end. Across tiles:
+tile = pid, pid + grid, ... in the non-persistent launch's order: the key blocks of one
+(batch, kv head) side by side, so that the CTAs running at one time share a few heads, as
+the launch's waves did: their Q/dO reads and dQ's reduce-adds stay in L2 (at seq 4096,
+head_dim 128, a head's Q, dO and fp32 dQ are 4 MB: 132 CTAs on 132 heads would want
+several hundred MB at once, on 4 heads 16 MB). With
+bottom-right causal attention key block 0 sees every query block and later ones fewer, so
+each head's longest tile comes first. Across tiles:
 
 - the Q/dO ring is continuous (its positions, hence its phases, carry on from tile to
   tile), so the producer fills the next tile's first slots as soon as the consumers free
@@ -28,10 +32,10 @@ from .kernels import LOG2E, load_boxes
 
 @ll.jit
 def tile_count(state):
-    """(tiles, batch * kv_heads): a tile is a key block of one (batch, kv head); k_desc
-    is over [batch, kv_heads, seq_k, head_dim]."""
-    heads_of_batches = state.k_desc.shape[0] * state.k_desc.shape[1]
-    return ll.cdiv(state.seq_k, state.BLOCK_N) * heads_of_batches, heads_of_batches
+    """(tiles, key blocks): a tile is a key block of one (batch, kv head); k_desc is over
+    [batch, kv_heads, seq_k, head_dim]."""
+    key_blocks = ll.cdiv(state.seq_k, state.BLOCK_N)
+    return key_blocks * state.k_desc.shape[0] * state.k_desc.shape[1], key_blocks
 
 
 @ll.jit
@@ -40,12 +44,12 @@ def persistent_producer(state, kv_empty):
     free them from the last tile), then its K and V once the consumers release the last
     tile's, then the rest of its query blocks."""
     BOXES: ll.constexpr = state.HEAD_DIM // state.k_desc.block_shape[3]
-    tiles, heads_of_batches = tile_count(state)
+    tiles, key_blocks = tile_count(state)
     step0 = 0
     done = 0
     for tile in range(ll.program_id(0), tiles, ll.num_programs(0)):
-        batch, kv_head, key0, first, unmasked, end = tile_query_blocks(state, tile // heads_of_batches,
-                                                                       tile % heads_of_batches)
+        batch, kv_head, key0, first, unmasked, end = tile_query_blocks(state, tile % key_blocks,
+                                                                       tile // key_blocks)
         per_head = end - first
         steps = state.kv_group * per_head
         early = ll.minimum(steps, state.STAGES)
@@ -66,15 +70,15 @@ def persistent_keys_consumer(state, kv_empty, WG: ll.constexpr):
     """Warpgroup WG over the CTA's tiles: each tile's walk (backward_keys.py), K and V
     released, then its dK and dV stored."""
     qk_scale = state.softmax_scale * LOG2E
-    tiles, heads_of_batches = tile_count(state)
+    tiles, key_blocks = tile_count(state)
     step0 = 0
     done = 0
     # rematerialize: the walk's thread positions (its addresses' lanes and rows) are made
     # in each tile, not held in registers through it (held, ptxas spilled at head_dim 64
     # and 128 beside fp32 dK and dV).
     for tile in ll.range(ll.program_id(0), tiles, ll.num_programs(0), rematerialize=True):
-        batch, kv_head, key0, first, unmasked, end = tile_query_blocks(state, tile // heads_of_batches,
-                                                                       tile % heads_of_batches)
+        batch, kv_head, key0, first, unmasked, end = tile_query_blocks(state, tile % key_blocks,
+                                                                       tile // key_blocks)
         mbarrier.wait(state.kv_ready, done & 1)
         dk, dv = keys_walk(state, batch, kv_head, key0, first, unmasked, end, step0, qk_scale, WG)
         mbarrier.arrive(kv_empty)  # every wgmma reading K or V has been waited

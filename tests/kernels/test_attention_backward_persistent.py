@@ -35,7 +35,7 @@ def persistent(head_dim, ctas=None, dq_reduce="tma"):
     # GQA; 3 key blocks x 1 head on 2 CTAs: CTA 0 walks key blocks 0 and 2 (5 query blocks,
     # then 1 past the diagonal: the ring's phases run on from the long tile into the short)
     (1, 2, 1, 300, 300, 128, True, 2, "tma"),
-    # two batches x two kv heads, 2 key blocks (the last cut at 200): 4 tiles on 3 CTAs
+    # two batches x two kv heads, 2 key blocks (the last cut at 200): 8 tiles on 3 CTAs
     (2, 2, 2, 100, 200, 128, False, 3, "tma"),
     # head_dim 64 (128 query rows a step), two batches, rows that see no key, cut key block
     (2, 2, 1, 300, 150, 64, True, 3, "tma"),
