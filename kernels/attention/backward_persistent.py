@@ -2,14 +2,14 @@
 CTAs than tiles (at most one wave), each walking tiles of (key block, batch * kv head).
 
 A CTA a tile paid, before its first step, the K/V load's latency and the ring's fill, and
-after its last the dK/dV stores, with nothing overlapped. Here a CTA walks tiles
-round by round (`snaked_tile`) in the non-persistent launch's order: the key blocks of one
-(batch, kv head) side by side, so that the CTAs running at one time share a few heads, as
-the launch's waves did: their Q/dO reads and dQ's reduce-adds stay in L2 (at seq 4096,
+after its last the dK/dV stores, with nothing overlapped. Here a CTA walks tiles round by
+round (`snaked_tile`) in the non-persistent launch's order: the key blocks of one (batch,
+kv head) side by side, so that the CTAs running at one time share a few heads, as the
+launch's waves did, and their Q/dO reads and dQ's reduce-adds stay in L2 (at seq 4096,
 head_dim 128, a head's Q, dO and fp32 dQ are 4 MB: 132 CTAs on 132 heads would want
-several hundred MB at once, on 4 heads 16 MB). With
-bottom-right causal attention key block 0 sees every query block and later ones fewer, so
-each head's longest tile comes first. Across tiles:
+several hundred MB at once, on 4 heads 16 MB). With bottom-right causal attention key
+block 0 sees every query block and later ones fewer, so each head's longest tile comes
+first. Across tiles:
 
 - the Q/dO ring is continuous (its positions, hence its phases, carry on from tile to
   tile), so the producer fills the next tile's first slots as soon as the consumers free
