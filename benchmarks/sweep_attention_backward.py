@@ -2,13 +2,15 @@
 per shape, beside torch SDPA's backward with the cuDNN backend, in one run, for choosing
 keys_split_config's defaults (KEYS_SPLIT_TILES in kernels/attention/backward_host.py).
 
-    python -m benchmarks.sweep_attention_backward [--head-dims 64 128 256] [--releases] [--out sweep.json]
+    python -m benchmarks.sweep_attention_backward [--head-dims 64 128 256] [--releases | --persistent]
+        [--out sweep.json]
 
 A candidate's label names the BackwardConfig fields it changes from keys_split_config's;
 making it the default is putting those fields in head_dim's line of KEYS_SPLIT_TILES.
 
 Shapes: batch 4, seq 4096, heads * head_dim = 2048, for each head_dim causal and not, and
-one row at seq 1024 (batch 16: the same 16k tokens). Every candidate is checked against
+one row at seq 1024 (batch 16: the same 16k tokens; with --persistent, at every head_dim
+and causal too). Every candidate is checked against
 the float32 torch reference (attention_backward.reference_gradients) before it is timed;
 one that is refused, fails to compile or is wrong is recorded with the reason and the
 sweep goes on. Timing is attention_backward.measure_all's: ROUNDS interleaved rounds of
@@ -30,15 +32,25 @@ ROWS = ((4, 4096),)
 SHORT_ROW = (16, 1024, 128)
 
 
-def candidates(head_dim: int, releases: bool = False):
+def candidates(head_dim: int, releases: bool = False, persistent: bool = False):
     """(label, BackwardConfig or a reason) for head_dim; "default" is what
     flash_attention_backward picks. Labels name the fields changed from the default.
     `releases`: the default's other BackwardConfig.releases only, and (split_scores) P^T's
-    handoff alone released by a partition's one arrival."""
+    handoff alone released by a partition's one arrival. `persistent`: the default's
+    persistent walk (backward_persistent.py) only, and at head_dim 128 with a third Q/dO
+    slot (the ring runs on across tiles: more of the next tile's queries loaded ahead)."""
     from weft.kernels.attention.backward_host import RELEASES, keys_split_config
 
     default = keys_split_config(head_dim)
     yield "default", default
+    if persistent:
+        for option in [dict(persistent=True)] + ([dict(persistent=True, stages=3)] if head_dim == 128 else []):
+            label = " ".join(f"{key}={value}" for key, value in option.items())
+            try:
+                yield label, dataclasses.replace(default, **option)
+            except ValueError as error:
+                yield label, _reason(error)
+        return
     if releases:
         for kind in RELEASES:
             if kind != default.releases:
@@ -123,19 +135,22 @@ def time_row_kernels(torch, q, do, causal: bool, scale: float) -> dict:
         return {"failure": _reason(error)}
 
 
-def shapes(head_dims, causal_only: bool = False):
-    """(batch, heads, seq, head_dim, causal) of every row."""
+def shapes(head_dims, causal_only: bool = False, short_rows: bool = False):
+    """(batch, heads, seq, head_dim, causal) of every row; `short_rows`: the seq-1024 rows
+    at every head_dim, causal and not, beside the seq-4096 ones."""
     for head_dim in head_dims:
-        for batch, seq in ROWS:
+        for batch, seq in ROWS + ((SHORT_ROW[:2],) if short_rows else ()):
             for causal in (True,) if causal_only else (False, True):
                 yield batch, 2048 // head_dim, seq, head_dim, causal
+    if short_rows:
+        return
     batch, seq, head_dim = SHORT_ROW
     if head_dim in head_dims and not causal_only:
         yield batch, 2048 // head_dim, seq, head_dim, False
 
 
 def run(head_dims=(64, 128, 256), out_path: str | None = None, releases: bool = False,
-        causal_only: bool = False) -> dict:
+        causal_only: bool = False, persistent: bool = False) -> dict:
     import torch
 
     from benchmarks.attention import _versions
@@ -143,8 +158,8 @@ def run(head_dims=(64, 128, 256), out_path: str | None = None, releases: bool = 
 
     torch.manual_seed(0)
     results = {**_versions(torch), "rows": []}
-    for batch, heads, seq, head_dim, causal in shapes(head_dims, causal_only):
-        configs = dict(candidates(head_dim, releases))
+    for batch, heads, seq, head_dim, causal in shapes(head_dims, causal_only, short_rows=persistent):
+        configs = dict(candidates(head_dim, releases, persistent))
         q, k, v, do = random_inputs(torch, 4, batch, heads, seq, head_dim)
         scale = head_dim ** -0.5
         refs = reference_gradients(q, k, v, do, causal, scale)
@@ -197,11 +212,13 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--releases", action="store_true",
                         help="candidates: the default and its other BackwardConfig.releases")
+    parser.add_argument("--persistent", action="store_true",
+                        help="candidates: the default and its persistent walk; rows: seq 1024 at every head_dim too")
     parser.add_argument("--causal-only", action="store_true", help="the causal rows only")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     started = time.time()
-    run(tuple(args.head_dims), args.out, args.releases, args.causal_only)
+    run(tuple(args.head_dims), args.out, args.releases, args.causal_only, args.persistent)
     print(f"sweep took {time.time() - started:.0f} s", flush=True)
     return 0
 

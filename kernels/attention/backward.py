@@ -174,11 +174,17 @@ def query_blocks(state):
     """(batch, kv head, first key, first query block, first unmasked one, end) of this
     CTA: the query blocks [first, end) see its keys, those before `unmasked` need a mask
     (they cross the causal diagonal, or the key block is cut by seq_k)."""
+    return tile_query_blocks(state, ll.program_id(0), ll.program_id(1))
+
+
+@ll.jit
+def tile_query_blocks(state, key_block, bkv):
+    """query_blocks of the tile of key block `key_block` and (batch * kv_heads + kv head)
+    `bkv`: a CTA's own (program ids), or one of a persistent CTA's tiles."""
     BLOCK_M: ll.constexpr = state.BLOCK_M
     BLOCK_N: ll.constexpr = state.BLOCK_N
-    key0 = ll.program_id(0) * BLOCK_N
+    key0 = key_block * BLOCK_N
     kv_heads = state.heads // state.kv_group
-    bkv = ll.program_id(1)  # batch * kv_heads + kv head
     end = ll.cdiv(state.seq_q, BLOCK_M)
     first = 0
     unmasked = 0
@@ -197,7 +203,6 @@ def producer(state):
     head of the group, as ring slots free up."""
     batch, kv_head, key0, first, unmasked, end = query_blocks(state)
     HEAD_DIM: ll.constexpr = state.HEAD_DIM
-    STAGES: ll.constexpr = state.STAGES
     BOXES: ll.constexpr = HEAD_DIM // state.k_desc.block_shape[3]
     mbarrier.expect(state.kv_ready, 2 * state.k_desc.nbytes * BOXES)
     load_boxes(state.k_desc, batch, kv_head, key0, state.kv_ready, state.k_smem, HEAD_DIM)
@@ -206,19 +211,28 @@ def producer(state):
     for g in range(0, state.kv_group):
         head = kv_head * state.kv_group + g
         for m in range(first, end):
-            step = g * per_head + m - first
-            slot = ring_slot(step, STAGES)
-            if state.STATS_IN_SHARED:  # loaded before the wait, which hides their latency
-                lse2, delta = row_stats(state, batch * state.heads + head, m)
-            mbarrier.wait(state.empty.index(slot), ring_phase(step, STAGES) ^ 1)  # fresh: released
-            bar = state.ready.index(slot)
-            mbarrier.expect(bar, 2 * state.q_desc.nbytes * BOXES)
-            load_boxes(state.q_desc, batch, head, m * state.BLOCK_M, bar, state.q_ring.index(slot), HEAD_DIM)
-            load_boxes(state.do_desc, batch, head, m * state.BLOCK_M, bar, state.do_ring.index(slot), HEAD_DIM)
-            if state.STATS_IN_SHARED:  # once Q and dO are on their way: then each thread arrives
-                state.stats_ring.index(slot).index(0).store(lse2)
-                state.stats_ring.index(slot).index(1).store(delta)
-                release(bar, state.RELEASES)  # its threads' rows are in (backward_keys.py)
+            load_query_block(state, batch, head, m, g * per_head + m - first)
+
+
+@ll.jit
+def load_query_block(state, batch, head, m, step):
+    """Q and dO of query block m (of `head`) into the ring slot of position `step` once it
+    is released (STATS_IN_SHARED: with L and delta beside them)."""
+    HEAD_DIM: ll.constexpr = state.HEAD_DIM
+    STAGES: ll.constexpr = state.STAGES
+    BOXES: ll.constexpr = HEAD_DIM // state.k_desc.block_shape[3]
+    slot = ring_slot(step, STAGES)
+    if state.STATS_IN_SHARED:  # loaded before the wait, which hides their latency
+        lse2, delta = row_stats(state, batch * state.heads + head, m)
+    mbarrier.wait(state.empty.index(slot), ring_phase(step, STAGES) ^ 1)  # fresh: released
+    bar = state.ready.index(slot)
+    mbarrier.expect(bar, 2 * state.q_desc.nbytes * BOXES)
+    load_boxes(state.q_desc, batch, head, m * state.BLOCK_M, bar, state.q_ring.index(slot), HEAD_DIM)
+    load_boxes(state.do_desc, batch, head, m * state.BLOCK_M, bar, state.do_ring.index(slot), HEAD_DIM)
+    if state.STATS_IN_SHARED:  # once Q and dO are on their way: then each thread arrives
+        state.stats_ring.index(slot).index(0).store(lse2)
+        state.stats_ring.index(slot).index(1).store(delta)
+        release(bar, state.RELEASES)  # its threads' rows are in (backward_keys.py)
 
 
 @ll.jit

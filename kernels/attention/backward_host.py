@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...compiler.hardware import SHARED_LIMIT, SM_SHARED
+from .._launch import persistent_grid
 from ...runtime.host_arrays import check_arrays, contiguous, element_strides, new_array
 from .backward import DQ_CHUNK, ROW_TILE_ROWS, convert_dq, flash_attention_backward_kernel, row_deltas
 from .backward_keys import dq_box_rows, flash_attention_backward_keys_kernel
@@ -50,7 +51,10 @@ class BackwardConfig:
     barrier), which racecheck does not follow (it reports the handoffs' reuse, although the
     GPU orders it); at head_dim 256 causal "partition" ran 7% faster than "thread" on an H200,
     elsewhere level (docs/attention-journal.md). `p_releases` the same for split_scores's P^T
-    alone (None: as `releases`)."""
+    alone (None: as `releases`). `persistent` (split="keys", backward_persistent.py): at
+    most one wave of CTAs, each walking tiles of (key block, batch * kv head) in the
+    launch's order, the next tile's Q/dO and K/V loaded under this one's last steps;
+    `persistent_ctas` caps its CTA count (None: as many as the SMs hold at once)."""
 
     head_dim: int
     block_m: int = 64
@@ -68,6 +72,8 @@ class BackwardConfig:
     stats_in_shared: bool = False
     releases: str = "thread"
     p_releases: str | None = None
+    persistent: bool = False
+    persistent_ctas: int | None = None
 
     def __post_init__(self):
         if self.split not in SPLITS:
@@ -75,6 +81,12 @@ class BackwardConfig:
         for field in ("releases", "p_releases"):
             if getattr(self, field) not in RELEASES + ((None,) if field == "p_releases" else ()):
                 raise ValueError(f"BackwardConfig.{field} must be one of {RELEASES}, got {getattr(self, field)!r}")
+        if (self.persistent and self.split != "keys") or (self.persistent_ctas is not None and not self.persistent):
+            raise ValueError(f"BackwardConfig: persistent is an option of split='keys', and persistent_ctas of "
+                             f"persistent=True, got split {self.split!r}, persistent {self.persistent}, "
+                             f"persistent_ctas {self.persistent_ctas}")
+        if self.persistent_ctas is not None and self.persistent_ctas < 1:
+            raise ValueError(f"BackwardConfig.persistent_ctas must be at least 1, got {self.persistent_ctas}")
         if self.split == "keys":
             self._check_keys_split()
         elif self.split_scores:
@@ -257,7 +269,8 @@ def backward_constexprs(config: BackwardConfig, causal: bool, launch: int = 0) -
                     **(dict(STATS_IN_SHARED=True) if config.stats_in_shared else {}),
                     **(dict(RELEASES=RELEASES.index(config.releases)) if config.releases != "thread" else {}),
                     **(dict(P_RELEASES=RELEASES.index(config.p_releases or config.releases))
-                       if (config.p_releases or config.releases) != "thread" else {}))
+                       if (config.p_releases or config.releases) != "thread" else {}),
+                    **(dict(PERSISTENT=True) if config.persistent else {}))
     return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, HEAD_DIM=config.head_dim, STAGES=config.stages,
                 CONSUMERS=config.consumers, CAUSAL=causal, PRODUCER_REGS=config.producer_regs,
                 CONSUMER_REGS=config.consumer_regs, COLUMNS=config.columns,
@@ -328,15 +341,26 @@ def flash_attention_backward(q, k, v, out, lse, dout, causal: bool = False, soft
              ((q_seen, chosen.block_m), (k, chosen.block_n), (v, chosen.block_n), (dout, chosen.block_m))]
     dq_target = dq_accum if chosen.dq_reduce == "atomics" else _dq_boxes(dq_accum, chosen.dq_box_rows)
     dkv_strides = _as_bhsd(dk, layout)[1][:3]
-    grid = (-(-seq_k // chosen.block_n), batch * kv_heads)
     kernel = backward_kernel(chosen)
     for launch in range(chosen.launches):
-        kernel[grid](
-            *descs, lse, delta, dq_target, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads,
-            **backward_constexprs(chosen, bool(causal), launch), num_warps=4, **chosen.launch_options())
+        args = (*descs, lse, delta, dq_target, dk, dv, *dkv_strides, scale, seq_q, seq_k, heads, heads // kv_heads)
+        constexprs = backward_constexprs(chosen, bool(causal), launch)
+        grid = _backward_grid(chosen, kernel, q, args, constexprs, -(-seq_k // chosen.block_n), batch * kv_heads)
+        kernel[grid](*args, **constexprs, num_warps=4, **chosen.launch_options())
     convert_dq[row_grid](dq_accum, dq, softmax_scale, seq_q, heads, *_as_bhsd(dq, layout)[1][:3],
                          HEAD_DIM=head_dim, num_warps=4)
     return dq, dk, dv
+
+
+def _backward_grid(config: BackwardConfig, kernel, q, args: tuple, constexprs: dict, key_blocks: int,
+                   heads_of_batches: int) -> tuple:
+    """The main kernel's grid: a CTA a tile (key block, batch * kv head), or persistent,
+    as many CTAs as the SMs hold at once (at most persistent_ctas), no more than tiles."""
+    if not config.persistent:
+        return (key_blocks, heads_of_batches)
+    tiles = key_blocks * heads_of_batches
+    ctas = persistent_grid(kernel, q, tiles, args, constexprs, 4, config.launch_options())
+    return (min(ctas, config.persistent_ctas or ctas),)
 
 
 def _dq_boxes(dq_accum, rows: int):

@@ -327,19 +327,37 @@ def add_dq_rows(state, dq, row0, bh, WG: ll.constexpr):
 def keys_consumer(state, WG: ll.constexpr):
     """Warpgroup WG's keys and columns of dK and dV over the CTA's walk, then their store."""
     batch, kv_head, key0, first, unmasked, end = query_blocks(state)
-    COLUMN_GROUPS: ll.constexpr = state.CONSUMERS // key_groups(state.BLOCK_N)
-    D_LAYOUT: ll.constexpr = accumulator_layout(state.COLUMNS)
     qk_scale = state.softmax_scale * LOG2E
+    mbarrier.wait(state.kv_ready, 0)
+    dk, dv = keys_walk(state, batch, kv_head, key0, first, unmasked, end, 0, qk_scale, WG)
+    store_keys_gradients(state, dk, dv, batch, kv_head, key0, WG)
+    if state.DQ_TMA:
+        tma.store_wait(0)  # dQ's last box is read before the CTA's shared memory goes
+
+
+@ll.jit
+def keys_walk(state, batch, kv_head, key0, first, unmasked, end, step0, qk_scale, WG: ll.constexpr):
+    """Warpgroup WG's dK and dV (fp32, its keys and columns) of one tile: query blocks
+    [first, end) of each head of the group, at ring positions from step0 on."""
+    D_LAYOUT: ll.constexpr = accumulator_layout(state.COLUMNS)
     dk = ll.zeros([KEYS, state.COLUMNS], ll.float32, D_LAYOUT)
     dv = ll.zeros([KEYS, state.COLUMNS], ll.float32, D_LAYOUT)
-    mbarrier.wait(state.kv_ready, 0)
     per_head = end - first
     for g in range(0, state.kv_group):
         bh = batch * state.heads + kv_head * state.kv_group + g
         for m in ll.range(first, unmasked, rematerialize=True):
-            dk, dv = keys_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale, WG, True)
+            dk, dv = keys_step(state, step0 + g * per_head + m - first, m, bh, key0, dk, dv, qk_scale, WG, True)
         for m in ll.range(unmasked, end, rematerialize=True):
-            dk, dv = keys_step(state, g * per_head + m - first, m, bh, key0, dk, dv, qk_scale, WG, False)
+            dk, dv = keys_step(state, step0 + g * per_head + m - first, m, bh, key0, dk, dv, qk_scale, WG, False)
+    return dk, dv
+
+
+@ll.jit
+def store_keys_gradients(state, dk, dv, batch, kv_head, key0, WG: ll.constexpr):
+    """Warpgroup WG's share of the tile's dK (scaled by softmax_scale) and dV, from
+    registers into global memory (keys past seq_k left out)."""
+    COLUMN_GROUPS: ll.constexpr = state.CONSUMERS // key_groups(state.BLOCK_N)
+    D_LAYOUT: ll.constexpr = accumulator_layout(state.COLUMNS)
     keys = key0 + (WG // COLUMN_GROUPS) * KEYS + ll.arange(0, KEYS, ll.SliceLayout(1, D_LAYOUT))
     cols = (WG % COLUMN_GROUPS) * state.COLUMNS + ll.arange(0, state.COLUMNS, ll.SliceLayout(0, D_LAYOUT))
     sb, sh, ss = state.dkv_strides
@@ -347,8 +365,6 @@ def keys_consumer(state, WG: ll.constexpr):
     inside = keys[:, None] < state.seq_k
     ll.store(state.dk_ptr + offsets, (dk * state.softmax_scale).to(state.dk_ptr.dtype.element_ty), mask=inside)
     ll.store(state.dv_ptr + offsets, dv.to(state.dv_ptr.dtype.element_ty), mask=inside)
-    if state.DQ_TMA:
-        tma.store_wait(0)  # dQ's last box is read before the CTA's shared memory goes
 
 
 @ll.jit
@@ -371,10 +387,12 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                                          DQ_TMA: ll.constexpr = False, SPLIT_SCORES: ll.constexpr = False,
                                          STATS_IN_SHARED: ll.constexpr = False,
                                          RELEASES: ll.constexpr = THREAD_RELEASES,
-                                         P_RELEASES: ll.constexpr = THREAD_RELEASES):
-    """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads)):
-    BLOCK_N / 64 bands of keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that
-    split its dK and dV in COLUMNS each."""
+                                         P_RELEASES: ll.constexpr = THREAD_RELEASES,
+                                         PERSISTENT: ll.constexpr = False):
+    """backward.py's kernel's arguments (grid (cdiv(seq_k, BLOCK_N), batch * kv_heads), or
+    PERSISTENT, (CTAs,): each walks tiles, backward_persistent.py): BLOCK_N / 64 bands of
+    keys, each shared by CONSUMERS / (BLOCK_N / 64) consumers that split its dK and dV in
+    COLUMNS each."""
     BANDS: ll.constexpr = key_groups(BLOCK_N)
     ll.static_assert(CONSUMERS % BANDS == 0 and COLUMNS * CONSUMERS == HEAD_DIM * BANDS,
                      "each band of 64 keys is split in COLUMNS between the same number of consumers")
@@ -423,7 +441,9 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
                           dv_ptr, (dkv_stride_b, dkv_stride_h, dkv_stride_s), softmax_scale, seq_q, seq_k, heads,
                           kv_group, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CONSUMERS, COLUMNS, 0, CAUSAL, DQ_TMA,
                           False, SPLIT_SCORES, stats_ring, STATS_IN_SHARED, RELEASES, P_RELEASES)
-    if CONSUMERS == 1:
+    if PERSISTENT:
+        backward_persistent.run_persistent(state, CONSUMERS, PRODUCER_REGS, CONSUMER_REGS)
+    elif CONSUMERS == 1:
         ll.warp_specialize((state,), producer, (state,), [keys_consumer_0], worker_num_warps=[4],
                            worker_num_regs=[CONSUMER_REGS], default_num_regs=PRODUCER_REGS)
     else:
@@ -441,3 +461,6 @@ def flash_attention_backward_keys_kernel(q_desc, k_desc, v_desc, do_desc, lse_pt
     for s in ll.static_range(STAGES):
         mbarrier.invalidate(ready.index(s))
         mbarrier.invalidate(empty.index(s))
+
+
+from . import backward_persistent  # noqa: E402  (its partitions are made of this module's)
