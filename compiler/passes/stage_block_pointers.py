@@ -17,7 +17,9 @@ the TMA load where
   the iteration each copy is for. A block advanced otherwise keeps its pointer load, which
   the cp.async rings (pipeline_dot_loops) take.
 
-and the pointer load otherwise. The side not kept is deleted, and so is a tensor map no
+and the pointer load otherwise; and the pointer loads of every dot operand in a loop where
+one operand keeps its pointer load (pipeline_tma_loops rings a loop's boxes only when all
+its dots' operands are boxes; the cp.async rings take pointer loads). The side not kept is deleted, and so is a tensor map no
 kept load reads (its template parameter stays: the workspace slots are numbered by it).
 """
 
@@ -51,7 +53,9 @@ class BlockPointerLoad:
     itemsize: int
 
 
-def stage_block_pointers(kernel: Kernel) -> Kernel:
+def stage_block_pointers(kernel: Kernel, keep_pointers: bool = False) -> Kernel:
+    """`keep_pointers`: every block-pointer load stays pointer arithmetic (the launch option
+    block_pointer_tma=False)."""
     if not kernel.block_pointer_loads:
         return kernel
     readers = _readers(kernel.body)
@@ -64,10 +68,20 @@ def stage_block_pointers(kernel: Kernel) -> Kernel:
     before: dict[int, list[Op]] = {}   # new coordinate ops, by the copy they precede
     copies: dict[int, TmaAsyncCopyGlobalToShared] = {}
     kept_maps: set[int] = set()
+    chosen = {}
     for load in kernel.block_pointer_loads:
         coords = None
-        if _feeds_dots(load.pointer_tile, readers) and _aligned(load, facts, divisibility):
-            coords = _induction_coordinates(load, loops, definitions)
+        if not keep_pointers and _feeds_dots(load.pointer_tile, readers):
+            coords = _induction_coordinates(load, loops, definitions) if _aligned(load, facts, divisibility) else None
+            chosen[id(load)] = coords
+    # A loop's dots read all their operands from TMA rings or none: one pointer operand
+    # keeps the loop on cp.async rings (pipeline_tma_loops takes only boxes).
+    refused = {id(_loop_of(load, loops)) for load in kernel.block_pointer_loads
+               if id(load) in chosen and chosen[id(load)] is None and _loop_of(load, loops) is not None}
+    for load in kernel.block_pointer_loads:
+        coords = chosen.get(id(load))
+        if _loop_of(load, loops) is not None and id(_loop_of(load, loops)) in refused:
+            coords = None
         if coords is None:
             dropped.update(id(op) for op in load.box_ops)
             continue
@@ -90,6 +104,10 @@ def stage_block_pointers(kernel: Kernel) -> Kernel:
         return substitute(op, replaced)
 
     return rewrite_kernel(kernel, rule, block_pointer_loads=())
+
+
+def _loop_of(load: BlockPointerLoad, loops: dict) -> Optional[For]:
+    return loops.get(id(next(op for op in load.box_ops if isinstance(op, TmaAsyncCopyGlobalToShared))))
 
 
 def _readers(block: Block) -> dict[Value, list[Op]]:
