@@ -90,7 +90,7 @@ def make_block_ptr(base: Any, shape: Sequence[Any], strides: Sequence[Any], offs
     offsets = tuple(ll_sem.cast(_scalar(o, "an offset", i32), i32) for o in _ints(offsets, rank, "offsets"))
     pointer = BlockPointer(base, shape, strides, offsets, block_shape, order)
     contiguous_stride = _ints(strides_given, rank, "strides")[order[0]]
-    if contiguous_stride == 1 and not isinstance(contiguous_stride, py.bool) and b.kernel_params:
+    if type(contiguous_stride) is py.int and contiguous_stride == 1 and b.kernel_params:
         _note_map_site(pointer)
     return pointer
 
