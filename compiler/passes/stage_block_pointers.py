@@ -19,8 +19,10 @@ the TMA load where
 
 and the pointer load otherwise; and the pointer loads of every dot operand in a loop where
 one operand keeps its pointer load (pipeline_tma_loops rings a loop's boxes only when all
-its dots' operands are boxes; the cp.async rings take pointer loads). The side not kept is deleted, and so is a tensor map no
-kept load reads (its template parameter stays: the workspace slots are numbered by it).
+its dots' operands are boxes; the cp.async rings take pointer loads). The side not kept is
+deleted, and so is a tensor map no kept load reads (its template parameter stays: the
+workspace slots are numbered by it). A loop that asked for warp_specialize=True is told at
+each dot operand that stays a pointer load why.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from ..errors import warn_at
 from ..ir import Binary, Block, Constant, Dot, For, Kernel, Op, Permute, TmaAsyncCopyGlobalToShared, Value, Yield
 from ..types import i32
 from .axis_analysis import analyze_axes
@@ -72,8 +75,12 @@ def stage_block_pointers(kernel: Kernel, keep_pointers: bool = False) -> Kernel:
     for load in kernel.block_pointer_loads:
         coords = None
         if not keep_pointers and _feeds_dots(load.pointer_tile, readers):
-            coords = _induction_coordinates(load, loops, definitions) if _aligned(load, facts, divisibility) else None
+            aligned = _aligned(load, facts, divisibility)
+            coords = _induction_coordinates(load, loops, definitions) if aligned else None
             chosen[id(load)] = coords
+            if coords is None:
+                _warn_if_split_asked(load, loops, "its base or a stride is not provably a multiple of 16 bytes"
+                                     if not aligned else "its offsets do not advance by a constant each iteration")
     # A loop's dots read all their operands from TMA rings or none: one pointer operand
     # keeps the loop on cp.async rings (pipeline_tma_loops takes only boxes).
     refused = {id(_loop_of(load, loops)) for load in kernel.block_pointer_loads
@@ -104,6 +111,18 @@ def stage_block_pointers(kernel: Kernel, keep_pointers: bool = False) -> Kernel:
         return substitute(op, replaced)
 
     return rewrite_kernel(kernel, rule, block_pointer_loads=())
+
+
+def _warn_if_split_asked(load: BlockPointerLoad, loops: dict, reason: str) -> None:
+    """A CompilationWarning at the load when its loop asked for warp_specialize=True, which
+    needs TMA boxes: say why this one stays a pointer load."""
+    loop = _loop_of(load, loops)
+    if loop is None or loop.schedule is None or loop.schedule.warp_specialize is not True:
+        return
+    warn_at(load.pointer_ops[-1].loc, f"this block-pointer load stays a pointer load, not a TMA box, so its loop "
+            f"cannot be warp-specialized: {reason}",
+            "specialize the base and the strides to multiples of 16 bytes (pass such tensors), and move the "
+            "block with tl.advance by a constant")
 
 
 def _loop_of(load: BlockPointerLoad, loops: dict) -> Optional[For]:

@@ -5,7 +5,8 @@ a row-major [N, K] array through order=(0, 1)) with tails in every dim, fp16 and
 the emulator (races, deadlocks and in-flight reads flagged) against numpy float64: its
 operands are TMA copies into rings, with no cp.async and no pointer load. A stride that is
 not a multiple of 16 bytes, a load that feeds no dot, and a `padding_option="nan"` load
-keep their pointer loads (and no tensor map is written) and still match numpy. The
+keep their pointer loads (and no tensor map is written) and still match numpy; a loop
+that asked for warp_specialize=True is told at the load why its block stays pointers. The
 attention example at head_dim 128 and 8 warps is split into a TMA producer and consumers
 by default, and matches numpy."""
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from weft import highlevel as tl
+from weft.compiler.errors import CompilationWarning
 from weft.compiler.ir import (AsyncCopyGlobalToShared, For, Load, TensormapReplace, TmaAsyncCopyGlobalToShared,
                               WarpSpecialize)
 from weft.highlevel import attention_example
@@ -139,3 +141,26 @@ def test_attention_example_at_head_dim_128_splits_its_tma_loop_and_matches_numpy
     expected, expected_lse = reference(q, k, v, causal, 128 ** -0.5)
     np.testing.assert_allclose(out.astype(np.float64), expected, atol=2e-3, rtol=0)
     np.testing.assert_allclose(lse, expected_lse, atol=1e-4, rtol=1e-5)
+
+
+@tl.jit
+def split_matmul(a_ptr, b_ptr, c_ptr, K, stride_a, stride_b):
+    a_block = tl.make_block_ptr(a_ptr, (64, K), (stride_a, 1), (0, 0), (64, 32), (1, 0))
+    b_block = tl.make_block_ptr(b_ptr, (K, 64), (stride_b, 1), (0, 0), (32, 64), (1, 0))
+    acc = tl.zeros((64, 64), dtype=tl.float32)
+    for _ in tl.range(0, K, 32, num_stages=3, warp_specialize=True):
+        acc = tl.dot(tl.load(a_block, boundary_check=(1,)), tl.load(b_block, boundary_check=(0,)), acc)
+        a_block = tl.advance(a_block, (0, 32))
+        b_block = tl.advance(b_block, (32, 0))
+    tl.store(c_ptr + tl.arange(0, 64)[:, None] * 64 + tl.arange(0, 64)[None, :], acc)
+
+
+def test_a_split_asked_of_a_loop_whose_block_stays_pointers_warns_at_the_load_with_why():
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32", "stride_a": "i32", "stride_b": "i32"}
+    specialization = {"a_ptr": "divisible_by_16", "b_ptr": "divisible_by_16", "stride_a": "",
+                      "stride_b": "divisible_by_16"}  # A's rows not known to be 16-byte aligned
+    with pytest.warns(CompilationWarning, match="not provably a multiple of 16 bytes") as caught:
+        compile_kernel(split_matmul, signature, {}, specialization, {"num_warps": 4, "target": "emulator"})
+    (warning,) = [w for w in caught if "block-pointer load" in str(w.message)]
+    # co_firstlineno is the decorator's line; the tl.dot holding the loads is 6 below it.
+    assert warning.lineno == split_matmul.fn.__code__.co_firstlineno + 6
