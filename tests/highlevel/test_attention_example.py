@@ -93,4 +93,5 @@ def test_the_hopper_configs_assemble_without_spills(head_dim, block, causal):
                                                           constexprs=constexprs(head_dim, block, causal),
                                                           num_warps=8, num_stages=3, specialization=SPECIALIZATION)
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
-    assert "cp.async" in compiled.asm["ptx"]
+    ptx = compiled.asm["ptx"]
+    assert "cp.async.bulk.tensor" in ptx and "cp.async.cg" not in ptx  # Q, K and V by TMA
