@@ -147,17 +147,20 @@ def find_systems(torch, causal: bool, head_dim: int, anchors=(), source: str = "
         triton_kernel = "Triton unavailable: " + _reason(error)
     for block_m, block_n, warps, stages in CONFIGS[head_dim] if source in ("block", "both") else ():
         config = f"{block_m}x{block_n} w{warps} s{stages}"
-        for name, kernel, dot_ahead in (("weft.hl", None, None), ("weft.hl.ahead", None, True),
-                                        *((f"weft.hl.ahead-{anchor}", None, anchor) for anchor in anchors),
-                                        ("triton", triton_kernel, None)):
+        # weft.hl.ptr: the block-pointer loads kept (block_pointer_tma=False), K and V by cp.async.
+        for name, kernel, dot_ahead, options in (
+                ("weft.hl", None, None, {}), ("weft.hl.ahead", None, True, {}),
+                ("weft.hl.ptr", None, None, {"block_pointer_tma": False}),
+                *((f"weft.hl.ahead-{anchor}", None, anchor, {}) for anchor in anchors),
+                ("triton", triton_kernel, None, {})):
             if isinstance(kernel, str):
                 found[f"{name} {config}"] = kernel
                 continue
             found[f"{name} {config}"] = (
                 lambda q, k, v, scale, kernel=kernel, block=(block_m, block_n), warps=warps, stages=stages,
-                dot_ahead=dot_ahead: attention_example.attention(q, k, v, causal, scale, block=block, num_warps=warps,
-                                                                 num_stages=stages, kernel=kernel,
-                                                                 dot_ahead=dot_ahead)[0])
+                dot_ahead=dot_ahead, options=options: attention_example.attention(
+                    q, k, v, causal, scale, block=block, num_warps=warps, num_stages=stages, kernel=kernel,
+                    dot_ahead=dot_ahead, **options)[0])
     try:
         from weft.kernels.attention import flash_attention
 
