@@ -115,7 +115,17 @@ def _note_map_site(ptr: BlockPointer) -> None:
         tensor_descriptor_type(ptr.base.type.pointee, box)
     except ValueError:
         return  # not a TMA box: loads stay pointer arithmetic
-    b.block_pointer_maps.setdefault(_map_key(ptr), _MapSite(b._blocks[-1], len(b._blocks[-1])))
+    if b.probing:
+        return  # a walk into a discarded block: the real walk notes the site
+    key = _map_key(ptr)
+    known = b.block_pointer_maps.get(key)
+    if known is None or not _open(known):  # the same block pointer made again, elsewhere
+        b.block_pointer_maps[key] = _MapSite(b._blocks[-1], len(b._blocks[-1]))
+
+
+def _open(site: _MapSite) -> bool:
+    """True while the block `site` is in is being built (it encloses where we are)."""
+    return any(site.ops is ops for ops in sem.builder()._blocks)
 
 
 def _tensor_map(ptr: BlockPointer, site: _MapSite):
@@ -203,8 +213,7 @@ def load_block(ptr: BlockPointer, mask: Any, other: Any, boundary_check: Any, pa
     box (stage_block_pointers keeps one of the two)."""
     b = sem.builder()
     site = b.block_pointer_maps.get(_map_key(ptr))
-    if site is None or b.probing or padding_option not in ("", "zero") or \
-            not any(site.ops is ops for ops in b._blocks):
+    if site is None or b.probing or padding_option not in ("", "zero") or not _open(site):
         return load(ptr, mask, other, boundary_check, padding_option, cache_modifier, eviction_policy)
     pointer_ops = b.push_block()
     tile = load(ptr, mask, other, boundary_check, padding_option, cache_modifier, eviction_policy)

@@ -143,6 +143,10 @@ def test_attention_example_at_head_dim_128_splits_its_tma_loop_and_matches_numpy
     np.testing.assert_allclose(lse, expected_lse, atol=1e-4, rtol=1e-5)
 
 
+SPLIT_SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32", "stride_a": "i32",
+                   "stride_b": "i32"}
+
+
 @tl.jit
 def split_matmul(a_ptr, b_ptr, c_ptr, K, stride_a, stride_b):
     a_block = tl.make_block_ptr(a_ptr, (64, K), (stride_a, 1), (0, 0), (64, 32), (1, 0))
@@ -156,7 +160,7 @@ def split_matmul(a_ptr, b_ptr, c_ptr, K, stride_a, stride_b):
 
 
 def test_a_split_asked_of_a_loop_whose_block_stays_pointers_warns_at_the_load_with_why():
-    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "K": "i32", "stride_a": "i32", "stride_b": "i32"}
+    signature = SPLIT_SIGNATURE
     specialization = {"a_ptr": "divisible_by_16", "b_ptr": "divisible_by_16", "stride_a": "",
                       "stride_b": "divisible_by_16"}  # A's rows not known to be 16-byte aligned
     with pytest.warns(CompilationWarning, match="not provably a multiple of 16 bytes") as caught:
@@ -164,3 +168,32 @@ def test_a_split_asked_of_a_loop_whose_block_stays_pointers_warns_at_the_load_wi
     (warning,) = [w for w in caught if "block-pointer load" in str(w.message)]
     # co_firstlineno is the decorator's line; the tl.dot holding the loads is 6 below it.
     assert warning.lineno == split_matmul.fn.__code__.co_firstlineno + 6
+
+
+@tl.jit
+def tiles_matmul(a_ptr, b_ptr, c_ptr, K, stride_a, stride_b, TILES: tl.constexpr):
+    """TILES column tiles of c = a @ b, the block pointers made afresh in an outer loop from
+    the same values each tile."""
+    for tile in range(TILES):
+        a_block = tl.make_block_ptr(a_ptr, (64, K), (stride_a, 1), (0, 0), (64, 32), (1, 0))
+        b_block = tl.make_block_ptr(b_ptr, (K, 64 * TILES), (stride_b, 1), (0, tile * 64), (32, 64), (1, 0))
+        acc = tl.zeros((64, 64), dtype=tl.float32)
+        for _ in range(0, K, 32):
+            acc = tl.dot(tl.load(a_block), tl.load(b_block), acc)
+            a_block = tl.advance(a_block, (0, 32))
+            b_block = tl.advance(b_block, (32, 0))
+        tl.store(c_ptr + tl.arange(0, 64)[:, None] * (64 * TILES) + tile * 64 + tl.arange(0, 64)[None, :], acc)
+
+
+def test_block_pointers_made_in_an_outer_loop_are_boxes_and_match_numpy():
+    signature = SPLIT_SIGNATURE
+    specialization = {name: "divisible_by_16" for name in signature if name != "c_ptr"}
+    kernel = compile_kernel(tiles_matmul, signature, {"TILES": 2}, specialization,
+                            {"num_warps": 4, "target": "emulator", "num_stages": 3})
+    ops = list(kernel.walk())
+    assert count(ops, TensormapReplace) == 2 and count(ops, AsyncCopyGlobalToShared) == 0
+    a = RNG.standard_normal((64, 96)).astype(np.float16)
+    b = RNG.standard_normal((96, 128)).astype(np.float16)
+    c = np.zeros((64, 128), np.float32)
+    tiles_matmul[(1,)](a, b, c, 96, 96, 128, TILES=2, num_warps=4, num_stages=3)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-2)
