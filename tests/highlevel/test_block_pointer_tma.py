@@ -8,7 +8,8 @@ not a multiple of 16 bytes, a load that feeds no dot, and a `padding_option="nan
 keep their pointer loads (and no tensor map is written) and still match numpy; a loop
 that asked for warp_specialize=True is told at the load why its block stays pointers. The
 attention example at head_dim 128 and 8 warps is split into a TMA producer and consumers
-by default, and matches numpy."""
+by default, and matches numpy; some cases complete the TMA copies in a shuffled order
+(WEFT_EMULATE_SHUFFLE)."""
 
 import numpy as np
 import pytest
@@ -89,7 +90,9 @@ def count(ops, kind) -> int:
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_block_pointer_matmul_reads_tma_rings_and_matches_numpy(dtype, transposed):
+def test_block_pointer_matmul_reads_tma_rings_and_matches_numpy(dtype, transposed, monkeypatch):
+    if dtype == "bf16":  # the emulator completes TMA copies in a shuffled order
+        monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", "3")
     m, n, k = 80, 80, 80  # tails in M, N and K (BK = 32)
     ops = matmul_ops(m, n, k, dtype, transposed)
     # A and B: iterations 0 and 1 before the loop, i + 2 in it; two maps written, one each.
@@ -131,8 +134,11 @@ def test_a_load_feeding_no_dot_stays_pointer_arithmetic(padding):
     np.testing.assert_array_equal(out, x * 2)
 
 
-@pytest.mark.parametrize("n_ctx,causal", [(128, False), (200, True)])
-def test_attention_example_at_head_dim_128_splits_its_tma_loop_and_matches_numpy(n_ctx, causal):
+@pytest.mark.parametrize("n_ctx,causal,shuffle", [(128, False, None), (200, True, "7")])
+def test_attention_example_at_head_dim_128_splits_its_tma_loop_and_matches_numpy(n_ctx, causal, shuffle,
+                                                                                 monkeypatch):
+    if shuffle is not None:  # TMA copies completed in a shuffled order
+        monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", shuffle)
     kernel = compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(128, (128, 64), causal),
                             SPECIALIZATION, {"num_warps": 8, "target": "emulator", "num_stages": 3})
     assert count(list(kernel.walk()), WarpSpecialize) == 1
