@@ -90,18 +90,18 @@ def stage_block_pointers(kernel: Kernel, keep_pointers: bool = False) -> Kernel:
         if _loop_of(load, loops) is not None and id(_loop_of(load, loops)) in refused:
             coords = None
         if coords is None:
-            dropped.update(id(op) for op in load.box_ops)
+            _drop_dead(load.box_ops, readers, dropped, replaced)
             continue
         copy, new_coords, ops = coords
-        dropped.update(id(op) for op in load.pointer_ops)
         replaced[load.pointer_tile] = load.box_tile
+        _drop_dead(load.pointer_ops, readers, dropped, replaced)
         kept_maps.add(id(load.descriptor))
         if ops:
             before[id(copy)] = ops
             copies[id(copy)] = dataclasses.replace(copy, coords=new_coords)
     for load in kernel.block_pointer_loads:
         if id(load.descriptor) not in kept_maps:
-            dropped.update(id(op) for op in load.descriptor_ops)
+            _drop_dead(load.descriptor_ops, readers, dropped, replaced)
 
     def rule(op: Op):
         if id(op) in dropped:
@@ -111,6 +111,15 @@ def stage_block_pointers(kernel: Kernel, keep_pointers: bool = False) -> Kernel:
         return substitute(op, replaced)
 
     return rewrite_kernel(kernel, rule, block_pointer_loads=())
+
+
+def _drop_dead(ops: tuple[Op, ...], readers, dropped: set[int], replaced: dict) -> None:
+    """Add to `dropped` each of `ops` (the side not kept, in program order) whose results
+    nothing but dropped ops reads, last first; effects with no result go too."""
+    for op in reversed(ops):
+        if all(value in replaced or all(id(user) in dropped for user in readers.get(value, []))
+               for value in op.defines()):
+            dropped.add(id(op))
 
 
 def _warn_if_split_asked(load: BlockPointerLoad, loops: dict, reason: str) -> None:
