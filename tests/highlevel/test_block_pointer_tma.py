@@ -21,6 +21,7 @@ from weft.compiler.ir import (AsyncCopyGlobalToShared, For, Load, TensormapRepla
 from weft.highlevel import attention_example
 from weft.highlevel.jit import compile_kernel
 
+from ._compile import HAS_PTXAS
 from .test_attention_example import SIGNATURE, SPECIALIZATION, constexprs, reference
 
 torch = pytest.importorskip("torch")  # bf16 host arrays
@@ -203,3 +204,15 @@ def test_block_pointers_made_in_an_outer_loop_are_boxes_and_match_numpy():
     c = np.zeros((64, 128), np.float32)
     tiles_matmul[(1,)](a, b, c, 96, 96, 128, TILES=2, num_warps=4, num_stages=3)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="ptxas not installed")
+def test_head_dim_128_at_128x128_in_2_stages_splits_and_assembles_without_spills():
+    """benchmarks/highlevel_attention.py's weft pick at head_dim 128: the block-pointer
+    source split into a TMA producer (setmaxnreg) and consumers, causal (two loops)."""
+    compiled = attention_example.attention_kernel.compile(
+        signature=SIGNATURE, constexprs=constexprs(128, (128, 128), True), num_warps=8, num_stages=2,
+        specialization=SPECIALIZATION)
+    assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+    ptx = compiled.asm["ptx"]
+    assert "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx and "cp.async.cg" not in ptx
