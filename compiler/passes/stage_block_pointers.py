@@ -31,7 +31,8 @@ import dataclasses
 from typing import Optional
 
 from ..errors import warn_at
-from ..ir import Binary, Block, Constant, Dot, For, Kernel, Op, Permute, TmaAsyncCopyGlobalToShared, Value, Yield
+from ..ir import (Binary, Block, Constant, Dot, For, Kernel, Op, Permute, TensormapFence, TmaAsyncCopyGlobalToShared,
+                  Value, Yield)
 from ..types import i32
 from .axis_analysis import analyze_axes
 from .pipeline_dot_loops import substitute
@@ -110,7 +111,30 @@ def stage_block_pointers(kernel: Kernel, keep_pointers: bool = False) -> Kernel:
             return [*before[id(op)], copies[id(op)]]
         return substitute(op, replaced)
 
-    return rewrite_kernel(kernel, rule, block_pointer_loads=())
+    fences = {id(op) for load in kernel.block_pointer_loads if id(load.descriptor) in kept_maps
+              for op in load.descriptor_ops if isinstance(op, TensormapFence)}
+    kernel = rewrite_kernel(kernel, rule, block_pointer_loads=())
+    return kernel.with_body(_fences_at_first_use(kernel.body, fences))
+
+
+def _fences_at_first_use(block: Block, fences: set[int]) -> Block:
+    """`block` with each of `fences` (a tensor map's publication: a release, a CTA barrier
+    and an acquire) moved down to the first op that reads its map there: the maps a kernel
+    writes one after another (attention's Q, K and V) are then all written before the first
+    release, which waits for their writes together."""
+    ops = [op.map_regions(lambda region: _fences_at_first_use(region, fences)) for op in block.ops]
+    moving = [op for op in ops if id(op) in fences]
+    if not moving:
+        return Block(block.args, tuple(ops))
+    rest = [op for op in ops if id(op) not in fences]
+    for fence in moving:
+        end = len(rest) - (1 if rest and isinstance(rest[-1], Yield) else 0)
+        rest.insert(next((i for i, op in enumerate(rest) if _reads(op, fence.descriptor)), end), fence)
+    return Block(block.args, tuple(rest))
+
+
+def _reads(op: Op, value: Value) -> bool:
+    return value in op.uses() or any(value in inner.uses() for region in op.nested_blocks() for inner in region.walk())
 
 
 def _drop_dead(ops: tuple[Op, ...], readers, dropped: set[int], replaced: dict) -> None:

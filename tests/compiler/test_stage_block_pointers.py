@@ -2,7 +2,8 @@
 both ways (pointers, and a TMA box through a tensor map written where the block pointer is
 made); the pass keeps the boxes (they feed the dot, the strides are specialized to multiples
 of 16 elements), writes their coordinates as the induction variable's (offset = init +
-(iv - lower): the block advances by the step), and deletes the pointer loads. The same
+(iv - lower): the block advances by the step), deletes the pointer loads, and publishes
+each map (its fence) only where it is first read, after both are written. The same
 kernel whose B stride is not known to be a multiple of 16 bytes keeps both pointer loads
 and writes no tensor map.
 
@@ -11,7 +12,7 @@ The golden text is `print_kernel` output after the pass; WEFT_ACCEPT=1 rewrites 
 
 from weft import highlevel as tl
 from weft.compiler.frontend import build_kernel
-from weft.compiler.ir import Load, TensormapReplace, TmaAsyncCopyGlobalToShared
+from weft.compiler.ir import For, Load, TensormapFence, TensormapReplace, TmaAsyncCopyGlobalToShared
 from weft.compiler.passes.stage_block_pointers import stage_block_pointers
 from weft.compiler.printer import print_kernel
 from weft.compiler.verifier import verify
@@ -50,6 +51,9 @@ def test_boxes_kept_golden():
     ops = list(kernel.walk())
     assert sum(isinstance(op, TmaAsyncCopyGlobalToShared) for op in ops) == 2
     assert not any(isinstance(op, Load) for op in ops)
+    # Both maps are written before either is published (the first release waits for both).
+    top = [type(op).__name__ for op in kernel.body.ops if isinstance(op, (TensormapReplace, TensormapFence, For))]
+    assert top == ["TensormapReplace", "TensormapReplace", "TensormapFence", "TensormapFence", "For"]
     check_golden(print_kernel(kernel), "BOXES_KEPT")
 
 
@@ -92,7 +96,6 @@ kernel @block_dot_loop(%a_ptr: *fp16, %b_ptr: *fp16, %c_ptr: *fp32, %K: i32, %st
   %36 = add_ptr %tensor_map_workspace, %35 : *u8
   %37 = cast %stride_a : i64
   %38 = tensormap_replace %36, %tensor_map_template0, %a_ptr, %9, %K, %37, %10 : tensordesc<64x32xfp16>
-  tensormap_fence %38
   %39 = constant [value=64] : i32
   %40 = constant [value=1] : i64
   %41 = constant [value=0] : i32
@@ -123,10 +126,11 @@ kernel @block_dot_loop(%a_ptr: *fp16, %b_ptr: *fp16, %c_ptr: *fp32, %K: i32, %st
   %66 = add_ptr %tensor_map_workspace, %65 : *u8
   %67 = cast %stride_b : i64
   %68 = tensormap_replace %66, %tensor_map_template1, %b_ptr, %39, %K, %67, %40 : tensordesc<64x32xfp16>
-  tensormap_fence %68
   %acc = constant [value=0.0] : tensor<64x64xfp32>
   %70 = constant [value=0] : i32
   %71 = constant [value=32] : i32
+  tensormap_fence %38
+  tensormap_fence %68
   %a_block.offsets[0], %a_block.offsets[1], %b_block.offsets[0], %b_block.offsets[1], %acc_76 = for %70, %K, %71, %11, %12, %41, %42, %acc : i32, i32, i32, i32, tensor<64x64xfp32> {
     ^(%_: i32, %a_block.offsets[0]_78: i32, %a_block.offsets[1]_79: i32, %b_block.offsets[0]_80: i32, %b_block.offsets[1]_81: i32, %acc_82: tensor<64x64xfp32>)
     %83 = allocate_shared_memory : shared<64x32xfp16, #L0>
