@@ -1,7 +1,8 @@
 """stage_block_pointers: block-pointer loads that feed a dot become TMA boxes.
 
 A block-pointer matmul (A [M, K] row-major; B [K, N] row-major, or read as the transpose of
-a row-major [N, K] array through order=(0, 1)) with tails in every dim, fp16 and bf16, on
+a row-major [N, K] array through order=(0, 1), or as its blocks transposed with .T) with
+tails in every dim, fp16 and bf16, on
 the emulator (races, deadlocks and in-flight reads flagged) against numpy float64: its
 operands are TMA copies into rings, with no cp.async and no pointer load. A stride that is
 not a multiple of 16 bytes, a load that feeds no dot, and a `padding_option="nan"` load
@@ -216,3 +217,29 @@ def test_head_dim_128_at_128x128_in_2_stages_splits_and_assembles_without_spills
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
     ptx = compiled.asm["ptx"]
     assert "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx and "cp.async.cg" not in ptx
+
+
+@tl.jit
+def transposed_b_matmul(a_ptr, b_ptr, c_ptr, K, stride_a, stride_b):
+    """c = a @ b.T, b's [64, 32] blocks (row-major, as stored) transposed with .T."""
+    a_block = tl.make_block_ptr(a_ptr, (64, K), (stride_a, 1), (0, 0), (64, 32), (1, 0))
+    bt_block = tl.make_block_ptr(b_ptr, (64, K), (stride_b, 1), (0, 0), (64, 32), (1, 0))
+    acc = tl.zeros((64, 64), dtype=tl.float32)
+    for _ in range(0, K, 32):
+        acc = tl.dot(tl.load(a_block), tl.load(bt_block).T, acc)
+        a_block = tl.advance(a_block, (0, 32))
+        bt_block = tl.advance(bt_block, (0, 32))
+    tl.store(c_ptr + tl.arange(0, 64)[:, None] * 64 + tl.arange(0, 64)[None, :], acc)
+
+
+def test_a_block_transposed_with_dot_T_is_a_box_read_through_a_view():
+    specialization = {name: "divisible_by_16" for name in SPLIT_SIGNATURE if name != "c_ptr"}
+    kernel = compile_kernel(transposed_b_matmul, SPLIT_SIGNATURE, {}, specialization,
+                            {"num_warps": 4, "target": "emulator", "num_stages": 3})
+    ops = list(kernel.walk())
+    assert count(ops, TmaAsyncCopyGlobalToShared) == 6 and count(ops, AsyncCopyGlobalToShared) == 0
+    a = RNG.standard_normal((64, 96)).astype(np.float16)
+    bt = RNG.standard_normal((64, 96)).astype(np.float16)
+    c = np.zeros((64, 64), np.float32)
+    transposed_b_matmul[(1,)](a, bt, c, 96, 96, 96, num_warps=4, num_stages=3)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ bt.astype(np.float64).T, rtol=1e-4, atol=1e-2)
