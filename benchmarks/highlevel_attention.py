@@ -43,8 +43,12 @@ from benchmarks.same_source import triton_module
 
 SHAPES = [(4, 32, 4096, 64), (4, 16, 4096, 128)]
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) per head_dim: the tutorial's Hopper configs
-# (4 warps hold a 128 x 128 fp32 accumulator only with spills).
-CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)], 128: [(128, 64, 8, 3), (128, 128, 8, 3)]}
+# (4 warps hold a 128 x 128 fp32 accumulator only with spills), and head_dim 128's 128 x 128
+# in 2 stages: the block-pointer loads are TMA boxes (stage_block_pointers), and there the
+# default splits the loop into a producer and consumers taking turns (3 stages of 64 KB K
+# and V fit beside Q and O only in one partition).
+CONFIGS = {64: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)],
+           128: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2)]}
 # The descriptor source: (system, (BLOCK_M, BLOCK_N), num_warps, num_stages, further launch
 # options) per head_dim. Triton's are its tutorial's Hopper picks (8 warps only for 128 x 128).
 _WEFT_DESCRIPTOR = [("weft.desc", {}), ("weft.desc.ws", {"warp_specialize": True, "pingpong": False}),
@@ -147,17 +151,20 @@ def find_systems(torch, causal: bool, head_dim: int, anchors=(), source: str = "
         triton_kernel = "Triton unavailable: " + _reason(error)
     for block_m, block_n, warps, stages in CONFIGS[head_dim] if source in ("block", "both") else ():
         config = f"{block_m}x{block_n} w{warps} s{stages}"
-        for name, kernel, dot_ahead in (("weft.hl", None, None), ("weft.hl.ahead", None, True),
-                                        *((f"weft.hl.ahead-{anchor}", None, anchor) for anchor in anchors),
-                                        ("triton", triton_kernel, None)):
+        # weft.hl.ptr: the block-pointer loads kept (block_pointer_tma=False), K and V by cp.async.
+        for name, kernel, dot_ahead, options in (
+                ("weft.hl", None, None, {}), ("weft.hl.ahead", None, True, {}),
+                ("weft.hl.ptr", None, None, {"block_pointer_tma": False}),
+                *((f"weft.hl.ahead-{anchor}", None, anchor, {}) for anchor in anchors),
+                ("triton", triton_kernel, None, {})):
             if isinstance(kernel, str):
                 found[f"{name} {config}"] = kernel
                 continue
             found[f"{name} {config}"] = (
                 lambda q, k, v, scale, kernel=kernel, block=(block_m, block_n), warps=warps, stages=stages,
-                dot_ahead=dot_ahead: attention_example.attention(q, k, v, causal, scale, block=block, num_warps=warps,
-                                                                 num_stages=stages, kernel=kernel,
-                                                                 dot_ahead=dot_ahead)[0])
+                dot_ahead=dot_ahead, options=options: attention_example.attention(
+                    q, k, v, causal, scale, block=block, num_warps=warps, num_stages=stages, kernel=kernel,
+                    dot_ahead=dot_ahead, **options)[0])
     try:
         from weft.kernels.attention import flash_attention
 

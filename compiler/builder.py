@@ -108,6 +108,13 @@ class Builder:
         # made so far for reads of a descriptor's run-time fields (`hidden_param`).
         self.kernel_params: dict[str, ir.Value] = {}
         self.hidden_params: dict[tuple[str, str, int], ir.Value] = {}
+        # Block pointers whose loads may go by TMA (highlevel/block_pointer.py): where each
+        # one's tensor map is made, and the loads built both ways for stage_block_pointers.
+        self.block_pointer_maps: dict[tuple, Any] = {}
+        self.block_pointer_loads: list = []
+        # Nonzero while the frontend walks a loop body into a discarded block to find its
+        # carried values: ops placed outside the current block then would outlive the walk.
+        self.probing = 0
 
     def hidden_param(self, descriptor: ir.Value, field: str, dim: int, type_: Type) -> ir.Value:
         """The scalar parameter holding `field[dim]` (a global shape or stride) of the

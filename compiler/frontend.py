@@ -128,7 +128,8 @@ class KernelBuilder(ExpressionVisitor):
         return ir.Kernel(fn.__name__, tuple(params) + tuple(v for _, v in hidden), body, self.builder.num_warps,
                          source="\n".join(self.sources.values()), constexprs=tuple(bound),
                          param_divisibility=tuple(divisibility) + (1,) * len(hidden),
-                         hidden_params=tuple(key for key, _ in hidden))
+                         hidden_params=tuple(key for key, _ in hidden),
+                         block_pointer_loads=tuple(self.builder.block_pointer_loads))
 
     def parameter(self, name: str, parameter: inspect.Parameter, signature: dict,
                   constexprs: dict, specialization: Mapping) -> Any:
@@ -602,6 +603,7 @@ class KernelBuilder(ExpressionVisitor):
         # Hidden parameters made in the discarded walk are made again in the real one (a
         # tensor map written in the loop takes its template parameter there).
         saved_hidden = dict(self.builder.hidden_params)
+        self.builder.probing += 1
         try:
             if test is not None:
                 self.builder.push_block(scratch)
@@ -621,6 +623,7 @@ class KernelBuilder(ExpressionVisitor):
         finally:
             self.scope = saved_scope
             self.builder.hidden_params = saved_hidden
+            self.builder.probing -= 1
         result = []
         with self.builder.at(loc):
             for name, old in before.items():

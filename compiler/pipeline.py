@@ -36,6 +36,7 @@ from .passes.pipeline_dot_loops import pipeline_dot_loops
 from .passes.pipeline_tma_warp_specialize import warp_specialize_epilogues
 from .passes.plan_data_movement import plan_data_movement
 from .passes.propagate_layouts import propagate_layouts
+from .passes.stage_block_pointers import stage_block_pointers
 from .passes.vectorize_memory import vectorize_memory
 from .printer import print_kernel
 from .verifier import verify
@@ -43,6 +44,7 @@ from .verifier import verify
 # The highlevel inference passes, in order: `tile` in, `layout` out. axis_analysis changes
 # nothing (coalesce runs it); it is listed so that WEFT_DUMP=axis_analysis shows its facts.
 TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
+    ("stage_block_pointers", stage_block_pointers),  # first: the passes after it see TMA boxes or pointers
     ("axis_analysis", lambda kernel: kernel),      # facts about pointers need only shapes
     ("coalesce", coalesce),                        # axis facts pick each global access's layout
     ("accelerate_dots", accelerate_dots),          # before propagation: a wgmma's accumulator is an anchor

@@ -8,9 +8,11 @@ so benchmarks/highlevel_attention.py compiles this same source with Triton too.
                                                     CAUSAL=..., EVEN=n_ctx % BLOCK_M == 0)
 
 Block pointers walk the key blocks (`tl.advance`); K is read as K^T, [HEAD_DIM, BLOCK_N]
-blocks whose HEAD_DIM (the first dot's K) is contiguous. The passes stage K and V by
-cp.async when launched with num_stages, store K^T as loaded and read it through a
-K-major wgmma descriptor, and feed P to the second dot from the first dot's registers.
+blocks whose HEAD_DIM (the first dot's K) is contiguous. The passes load Q, K and V by
+TMA (stage_block_pointers: K^T a box of K read through a transposed view), ring K and V
+when launched with num_stages (split into a TMA producer and consumers where the default
+split pays, head_dim 128 at 8 warps), and feed P to the second dot from the first dot's
+registers; block_pointer_tma=False keeps the pointer loads, K and V then staged by cp.async.
 """
 
 from __future__ import annotations
@@ -118,11 +120,12 @@ def attention_kernel(Q, K, V, Out, Lse, sm_scale,
 
 
 def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, block=(128, 64), num_warps: int = 8,
-              num_stages: int | None = None, kernel=None, dot_ahead: bool | None = None):
+              num_stages: int | None = None, kernel=None, dot_ahead: bool | None = None, **options):
     """softmax(q k^T * sm_scale) v over [Z, H, n_ctx, HEAD_DIM] arrays (fp16 or bf16), and
     the rows' log2-sum-exp2; `kernel` another compiler's launchable attention_kernel (the
     benchmark passes Triton's), else this module's; `dot_ahead` weft's launch option
-    (issue_dot_ahead: the next block's Q K^T issued before this block's softmax)."""
+    (issue_dot_ahead: the next block's Q K^T issued before this block's softmax);
+    `options` further weft launch options (block_pointer_tma=False: K and V by cp.async)."""
     z, h, n_ctx, head_dim = q.shape
     sm_scale = head_dim ** -0.5 if sm_scale is None else sm_scale
     block_m, block_n = block
@@ -140,7 +143,7 @@ def attention(q, k, v, causal: bool = False, sm_scale: float | None = None, bloc
         lse = np.empty((z, h, n_ctx), np.float32)
     grid = (-(-n_ctx // block_m), z * h)
     options = {"num_warps": num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
-               **({} if dot_ahead is None else {"dot_ahead": dot_ahead})}
+               **({} if dot_ahead is None else {"dot_ahead": dot_ahead}), **options}
     (kernel or attention_kernel)[grid](q, k, v, out, lse, float(sm_scale), *element_strides(q), *element_strides(k),
                                        *element_strides(v), *element_strides(out), h, n_ctx, HEAD_DIM=head_dim,
                                        BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=bool(causal),

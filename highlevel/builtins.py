@@ -121,7 +121,7 @@ def load(pointer: Any, mask: Any = None, other: Any = None, cache_modifier: str 
     from . import block_pointer
 
     if isinstance(pointer, block_pointer.BlockPointer):
-        return block_pointer.load(pointer, mask, other, boundary_check, padding_option, cache_modifier,
+        return block_pointer.load_block(pointer, mask, other, boundary_check, padding_option, cache_modifier,
                                   eviction_policy)
     other = None if mask is None else other
     pointer, mask, other = sem.broadcast_all(pointer, mask, other, what="load")

@@ -24,8 +24,11 @@ from ..runtime import made_tensor_descriptor as made
 from . import semantic as sem
 
 
-def device_tensor_map(base: Any, shape: Sequence[Any], strides: Sequence[Any], type_: TensorDescriptorType):
-    """A descriptor over `base` with run-time `shape` and `strides`, written in the kernel."""
+def device_tensor_map(base: Any, shape: Sequence[Any], strides: Sequence[Any], type_: TensorDescriptorType,
+                      check_alignment: bool = True):
+    """A descriptor over `base` with run-time `shape` and `strides`, written in the kernel;
+    `check_alignment` False where the caller proves the alignment TMA needs itself (block
+    pointers: stage_block_pointers keeps the pointer load when it cannot)."""
     b = sem.builder()
     if not b.kernel_params:
         raise b.error("make_tensor_descriptor on a pointer computed in the kernel needs a kernel with "
@@ -37,7 +40,8 @@ def device_tensor_map(base: Any, shape: Sequence[Any], strides: Sequence[Any], t
     if workspace_key not in b.hidden_params:
         b.hidden_params[workspace_key] = ir.Value(PointerType(ScalarType("u8")), "tensor_map_workspace")
     workspace = b.wrap(b.hidden_params[workspace_key])
-    _check_alignment(base, strides, type_)
+    if check_alignment:
+        _check_alignment(base, strides, type_)
     program, programs = _linear_program()
     slot = workspace + (programs * site + program) * TENSOR_MAP_BYTES
     desc = tma.replace_tensor_map.__wrapped__(slot, tma.TensorDescriptorValue(template), base, shape, strides)

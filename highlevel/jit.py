@@ -36,6 +36,10 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
             raise ValueError(f"kernel '{jit_fn.__name__}': pingpong must be True, False or 'after_wait' (the turn "
                              f"passed once the first dot is waited for), got {options['pingpong']!r}")
         kernel = dataclasses.replace(kernel, pingpong=options["pingpong"])
+    if options.get("block_pointer_tma") is not None and not check_bool_option(
+            jit_fn.__name__, "block_pointer_tma", options["block_pointer_tma"]):
+        from ..compiler.passes.stage_block_pointers import stage_block_pointers
+        kernel = stage_block_pointers(kernel, keep_pointers=True)
     if options.get("target") == "emulator":
         return pipeline.prepare_for_emulator(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())

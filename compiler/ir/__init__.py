@@ -71,6 +71,9 @@ class Kernel:
     # hands the turn over once the first dot is waited for rather than issued. None (not
     # given): turns wherever they apply; False: none.
     pingpong: Optional[bool | str] = None
+    # Block-pointer loads the frontend built both ways, through pointers and by TMA
+    # (compiler/passes/stage_block_pointers.py keeps one of each and clears this).
+    block_pointer_loads: tuple = ()
 
     def walk(self) -> Iterator[Op]:
         return self.body.walk()

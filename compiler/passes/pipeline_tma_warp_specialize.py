@@ -103,14 +103,15 @@ Decisions and why:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 from ..errors import CompilationError
-from ..hardware import REGISTER_FILE, SM_SHARED, WARPS_PER_WARPGROUP
+from ..hardware import REGISTER_FILE, SHARED_LIMIT, SM_SHARED, WARPS_PER_WARPGROUP
 from ..ir import (Binary, Block, Cast, Compare, Constant, For, Kernel, MBarrierArrive, MBarrierInvalidate,
                   MBarrierWait, Op, SharedIndex, Value, WarpgroupMma, WarpSpecialize, Yield)
 from .pipeline_carried_state import clone_deep
-from ..types import TensorType, i1, i32
+from ..types import SharedType, TensorType, i1, i32
 from .pipeline_tma_loops import TmaLoopPipeliner
 
 PRODUCER_WARPS = 1
@@ -391,10 +392,29 @@ def pays_by_default(pipeliner: TmaLoopPipeliner) -> bool:
     SM, or a chained-dot loop's ring of large boxes read by two consumer warpgroups
     (see the module docstring)."""
     ring_bytes = pipeliner.stages * pipeliner.nbytes
+    if not fits_beside_epilogue(pipeliner):
+        return False
     if ring_bytes >= DEFAULT_SPLIT_RING_BYTES:
         return True
     return chained_dots(pipeliner.loop) and pipeliner.readers == DEFAULT_SPLIT_CHAINED_READERS \
         and ring_bytes >= DEFAULT_SPLIT_CHAINED_RING_BYTES
+
+
+def fits_beside_epilogue(pipeliner: TmaLoopPipeliner) -> bool:
+    """True when the ring, the boxes its wgmmas read from before the loop and a 16-bit copy
+    of the largest accumulator fit in shared memory together: a split's producer runs to the
+    kernel's end, so its ring is never reused by the epilogue's layout conversions (the
+    one-partition ring is, past the loop: attention's 128 x 128 boxes in 3 stages at
+    head_dim 128 fit only so)."""
+    wgmmas = [op for op in pipeliner.loop.body.walk() if isinstance(op, WarpgroupMma)]
+    ringed = {id(operand.buffer) for operand in pipeliner.operands}
+    invariant = {id(buffer): buffer for op in wgmmas for buffer in (op.a, op.b)
+                 if isinstance(buffer.type, SharedType) and id(buffer) not in ringed}
+    def nbytes(value: Value, bits: int) -> int:
+        return math.prod(value.type.shape) * bits // 8
+    accumulator = max(nbytes(op.result, 16) for op in wgmmas)
+    held = sum(nbytes(buffer, buffer.type.element.bits) for buffer in invariant.values())
+    return pipeliner.stages * pipeliner.nbytes + held + accumulator <= SHARED_LIMIT
 
 
 def chained_dots(loop: For) -> bool:

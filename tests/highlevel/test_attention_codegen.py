@@ -140,7 +140,8 @@ def test_loops_that_only_copy_by_cp_async_fence_before_not_inside():
     behind dummy loads, which Triton's loops do not run); one fence before each loop
     covers the stores before it."""
     forward = compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(64, (128, 64), True),
-                             SPECIALIZATION, {"num_warps": 8, "target": "emulator", "num_stages": 3})
+                             SPECIALIZATION, {"num_warps": 8, "target": "emulator", "num_stages": 3,
+                                              "block_pointer_tma": False})  # K and V by cp.async
     backward = compile_kernel(attention_backward_example.attention_backward_kernel, backward_source.SIGNATURE,
                               backward_source.constexprs(64, True), backward_source.SPECIALIZATION,
                               {**backward_source.LAUNCH, "target": "emulator"})
@@ -156,7 +157,7 @@ def test_a_loop_that_stores_keeps_its_fence():
     """Unpipelined (no num_stages), the loop stores K and V itself: generic writes that
     wgmma reads, fenced every iteration (the emulator checks it in the property below)."""
     kernel = compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(64, (64, 64), False),
-                            SPECIALIZATION, {"num_warps": 4, "target": "emulator"})
+                            SPECIALIZATION, {"num_warps": 4, "target": "emulator", "block_pointer_tma": False})
     assert fences_in_loops(kernel) == [2]  # one per dot: K, then V
 
 

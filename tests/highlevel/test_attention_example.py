@@ -1,15 +1,15 @@
 """The tutorial-style attention forward of highlevel/attention_example.py: on the CPU
 emulator (race and deadlock checks on) against numpy float64, causal and not, with tails,
-head_dim 64 and 128, pipelined or not; its layout IR (K and V staged by cp.async from
-the block pointers, P fed to the second wgmma from registers, K^T read through a
-K-major descriptor with no register transpose); and its cubins at the Hopper configs
+head_dim 64 and 128, pipelined or not; its layout IR (Q, K and V TMA boxes from the
+block pointers (stage_block_pointers), P fed to the second wgmma from registers, K^T a box
+of K read through a transposed view); and its cubins at the Hopper configs
 through ptxas without spills."""
 
 import numpy as np
 import pytest
 
-from weft.compiler.ir import (AsyncCopyGlobalToShared, Cast, ConvertLayout, Permute, SharedStore, WarpgroupMma,
-                              is_tensor)
+from weft.compiler.ir import (AsyncCopyGlobalToShared, Cast, ConvertLayout, Permute, SharedPermute, SharedStore,
+                              TmaAsyncCopyGlobalToShared, WarpgroupMma, is_tensor)
 from weft.highlevel import attention_example
 from weft.highlevel.jit import compile_kernel
 
@@ -61,25 +61,26 @@ def constexprs(head_dim, block, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_k_and_v_are_staged_by_cp_async_and_p_stays_in_registers(causal):
+def test_q_k_and_v_are_tma_boxes_and_p_stays_in_registers(causal):
     kernel = compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(64, (128, 64), causal),
                             SPECIALIZATION, {"num_warps": 8, "target": "emulator", "num_stages": 3})
     ops = list(kernel.walk())
     loops = 2 if causal else 1
-    # Per loop: K and V for iterations 0 and 1 before it, and for i + 2 in it.
-    assert sum(isinstance(op, AsyncCopyGlobalToShared) for op in ops) == 6 * loops
-    stores = [op for op in ops if isinstance(op, SharedStore)]
-    assert len(stores) == 1  # Q, once, before the loops
+    # stage_block_pointers: Q once, and per loop K and V for iterations 0 and 1 before it
+    # and for i + 2 in it, by TMA; nothing by cp.async.
+    assert sum(isinstance(op, TmaAsyncCopyGlobalToShared) for op in ops) == 1 + 6 * loops
+    assert not any(isinstance(op, AsyncCopyGlobalToShared) for op in ops)
+    assert not any(isinstance(op, SharedStore) for op in ops)  # every wgmma operand lands where TMA put it
     wgmmas = [op for op in ops if isinstance(op, WarpgroupMma)]
     assert [is_tensor(op.a) for op in wgmmas] == [False, True] * loops
-    # K^T is read as loaded: no register permute, no conversion of a 16-bit tile but the
-    # output's (cast from the fp32 accumulator, then converted for the store).
+    # K^T is a box of K read through a transposed view: no register permute, no conversion
+    # of a 16-bit tile but the output's (cast from the fp32 accumulator, then converted for the store).
     assert not any(isinstance(op, Permute) for op in ops)
+    views = {op.result for op in ops if isinstance(op, SharedPermute)}
+    assert all(op.b in views for op in wgmmas[::2])
     casts = {op.result for op in ops if isinstance(op, Cast)}
     assert all(op.operand in casts for op in ops
                if isinstance(op, ConvertLayout) and op.result.type.element.name == "fp16")
-    k_ring = wgmmas[0].b.type.layout.bases["offset"][0]
-    assert k_ring == (1, 0)  # HEAD_DIM (the dot's K) contiguous: a K-major B descriptor
 
 
 @pytest.mark.skipif(not HAS_PTXAS, reason="ptxas not installed")
@@ -92,4 +93,5 @@ def test_the_hopper_configs_assemble_without_spills(head_dim, block, causal):
                                                           constexprs=constexprs(head_dim, block, causal),
                                                           num_warps=8, num_stages=3, specialization=SPECIALIZATION)
     assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
-    assert "cp.async" in compiled.asm["ptx"]
+    ptx = compiled.asm["ptx"]
+    assert "cp.async.bulk.tensor" in ptx and "cp.async.cg" not in ptx  # Q, K and V by TMA

@@ -31,11 +31,12 @@ DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 
 
 def prepared(head_dim=64, block=(128, 64), causal=False, num_warps=8, stages=3):
-    """The example at `layout`, Q K^T issued in its own iteration (issue_dot_ahead off:
+    """The example at `layout` on cp.async rings (block_pointer_tma=False: the block-pointer
+    loads kept), Q K^T issued in its own iteration (issue_dot_ahead off:
     test_attention_overlap.py checks that schedule)."""
     return compile_kernel(attention_example.attention_kernel, SIGNATURE, constexprs(head_dim, block, causal),
                           SPECIALIZATION, {"num_warps": num_warps, "target": "emulator", "num_stages": stages,
-                                           "dot_ahead": False})
+                                           "dot_ahead": False, "block_pointer_tma": False})
 
 
 def per_iteration(loop: For) -> dict:
@@ -74,7 +75,8 @@ def test_a_rescale_that_reads_the_accumulator_without_its_wait_is_flagged(monkey
     monkeypatch.setattr(pipeline_dot_loops, "accumulator_wait", lambda chained, arg, out: arg)
     q, k, v = ((0.5 * RNG.standard_normal((1, 1, 192, 64))).astype(np.float16) for _ in range(3))
     with pytest.raises(EmulationError, match="async `warpgroup_mma`"):
-        attention_example.attention(q, k, v, False, block=(64, 64), num_warps=4, num_stages=3)
+        attention_example.attention(q, k, v, False, block=(64, 64), num_warps=4, num_stages=3,
+                                    block_pointer_tma=False)
 
 
 def test_adjacent_waits_merge_into_one_of_the_smaller_count():

@@ -24,7 +24,8 @@ NUM_WARPS, STAGES = 8, 3
 def compiled(head_dim, block, dot_ahead):
     return attention_example.attention_kernel.compile(signature=SIGNATURE, constexprs=constexprs(head_dim, block, False),
                                                       num_warps=NUM_WARPS, num_stages=STAGES,
-                                                      specialization=SPECIALIZATION, dot_ahead=dot_ahead)
+                                                      specialization=SPECIALIZATION, dot_ahead=dot_ahead,
+                                                      block_pointer_tma=False)  # the cp.async rings
 
 
 def loop_text(ptx: str) -> str:
