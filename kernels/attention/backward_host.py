@@ -193,15 +193,15 @@ class BackwardConfig:
 # the room of a second. At every head_dim L and delta are staged by the producer and read
 # from shared memory where used (stats_in_shared): loaded by the consumers, their global loads'
 # latency was the largest stall of the step (Nsight Compute at 128). At 64 that also lets
-# 128 query rows a step (FA3's tile) fit the registers. At 128 the CTAs are persistent
+# 128 query rows a step (FA3's tile) fit the registers. The CTAs are persistent
 # (backward_persistent.py): one wave walking the tiles, the Q/dO ring running on from one
-# tile into the next; one H200 run had it 1.01x-1.05x the one-CTA-a-tile launch, most at
-# 1k tokens and causal (docs/attention-journal.md).
+# tile into the next; on H200s it ran 1.00x-1.06x the one-CTA-a-tile launch at 1k tokens
+# and level to 1.03x at 4k, most where causal (docs/attention-journal.md).
 # benchmarks/sweep_attention_backward.py times the alternatives.
 KEYS_SPLIT_TILES = {
-    64: dict(block_m=128, block_n=128, consumers=2, stages=2, stats_in_shared=True),
+    64: dict(block_m=128, block_n=128, consumers=2, stages=2, stats_in_shared=True, persistent=True),
     128: dict(block_n=128, consumers=2, stages=2, stats_in_shared=True, persistent=True),
-    256: dict(block_n=64, consumers=2, stages=1, split_scores=True, stats_in_shared=True),
+    256: dict(block_n=64, consumers=2, stages=1, split_scores=True, stats_in_shared=True, persistent=True),
 }
 
 

@@ -64,15 +64,15 @@ def test_persistent_grid_is_the_emulated_wave_capped_by_persistent_ctas_and_the_
     assert grid(persistent(128), 4, 8) == (EMULATED_CTAS,)
     assert grid(persistent(128, ctas=2), 4, 8) == (2,)
     assert grid(persistent(128, ctas=8), 2, 1) == (2,)
-    assert grid(keys_split_config(64), 4, 8) == (4, 8)
-    assert grid(keys_split_config(128), 4, 8) == (EMULATED_CTAS,)  # head_dim 128's default
+    assert grid(dataclasses.replace(keys_split_config(64), persistent=False), 4, 8) == (4, 8)
+    assert grid(keys_split_config(128), 4, 8) == (EMULATED_CTAS,)  # the default
 
 
 def test_persistent_is_refused_outside_the_keys_split():
     with pytest.raises(ValueError, match="persistent is an option of split='keys'"):
         BackwardConfig(head_dim=128, consumers=2, persistent=True)
     with pytest.raises(ValueError, match="persistent_ctas of persistent=True"):
-        dataclasses.replace(keys_split_config(64), persistent_ctas=4)
+        dataclasses.replace(keys_split_config(64), persistent=False, persistent_ctas=4)
     with pytest.raises(ValueError, match="persistent_ctas must be at least 1"):
         persistent(128, ctas=0)
 
