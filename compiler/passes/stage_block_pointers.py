@@ -17,7 +17,9 @@ the TMA load where
   the iteration each copy is for. A block advanced otherwise keeps its pointer load, which
   the cp.async rings (pipeline_dot_loops) take.
 
-and the pointer load otherwise; and the pointer loads of every dot operand in a loop where
+and the pointer load otherwise; and the pointer loads of a loop of chained dots (attention)
+that the split will not take (`_one_partition_chained_dots`: there the cp.async ring measured
+faster); and the pointer loads of every dot operand in a loop where
 one operand keeps its pointer load (pipeline_tma_loops rings a loop's boxes only when all
 its dots' operands are boxes; the cp.async rings take pointer loads). The side not kept is
 deleted, and so is a tensor map no kept load reads (its template parameter stays: the
@@ -28,14 +30,17 @@ each dot operand that stays a pointer load why.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 from ..errors import warn_at
+from ..hardware import WARPS_PER_WARPGROUP
 from ..ir import (Binary, Block, Constant, Dot, For, Kernel, Op, Permute, TensormapFence, TmaAsyncCopyGlobalToShared,
                   Value, Yield)
 from ..types import i32
 from .axis_analysis import analyze_axes
 from .pipeline_dot_loops import substitute
+from .pipeline_tma_warp_specialize import DEFAULT_SPLIT_CHAINED_RING_BYTES, DEFAULT_SPLIT_RING_BYTES
 from .rewrite import rewrite_kernel
 
 # What the TMA unit needs of a tensor map's base address and outer strides, in bytes.
@@ -83,9 +88,13 @@ def stage_block_pointers(kernel: Kernel, keep_pointers: bool = False) -> Kernel:
                 _warn_if_split_asked(load, loops, "its base or a stride is not provably a multiple of 16 bytes"
                                      if not aligned else "its offsets do not advance by a constant each iteration")
     # A loop's dots read all their operands from TMA rings or none: one pointer operand
-    # keeps the loop on cp.async rings (pipeline_tma_loops takes only boxes).
+    # keeps the loop on cp.async rings (pipeline_tma_loops takes only boxes); and a loop of
+    # chained dots that will not be warp-specialized stays on them too (see below).
     refused = {id(_loop_of(load, loops)) for load in kernel.block_pointer_loads
                if id(load) in chosen and chosen[id(load)] is None and _loop_of(load, loops) is not None}
+    refused |= {id(loop) for loop in {id(_loop_of(load, loops)): _loop_of(load, loops)
+                                      for load in kernel.block_pointer_loads if id(load) in chosen}.values()
+                if loop is not None and _one_partition_chained_dots(kernel, loop, kernel.block_pointer_loads, loops)}
     for load in kernel.block_pointer_loads:
         coords = chosen.get(id(load))
         if _loop_of(load, loops) is not None and id(_loop_of(load, loops)) in refused:
@@ -115,6 +124,44 @@ def stage_block_pointers(kernel: Kernel, keep_pointers: bool = False) -> Kernel:
               for op in load.descriptor_ops if isinstance(op, TensormapFence)}
     kernel = rewrite_kernel(kernel, rule, block_pointer_loads=())
     return kernel.with_body(_fences_at_first_use(kernel.body, fences))
+
+
+def _one_partition_chained_dots(kernel: Kernel, loop: For, block_loads, loops) -> bool:
+    """Whether `loop` is one of chained dots (attention: the second's A computed from the
+    first's result) that the split will not take: warp_specialize=False, or not asked and
+    its ring (its block-pointer boxes times the stages) below the default split's line
+    (pipeline_tma_warp_specialize.pays_by_default). Such loops keep cp.async: in one H200
+    run of the tutorial's block-pointer attention at head_dim 64 the one-partition TMA ring
+    ran 0.92x-0.95x the cp.async ring (128 x 64 tiles, 8 warps and 4), where the split over
+    TMA ran 1.01x-1.05x it (128 x 128, and every head_dim 128 config)."""
+    dots = [op for op in loop.body.walk() if isinstance(op, Dot)]
+    if len(dots) != 2 or not _derives_from(dots[1].a, dots[0].result, loop.body):
+        return False
+    asked = loop.schedule.warp_specialize if loop.schedule is not None else None
+    if asked is not None:
+        return not asked
+    stages = (loop.schedule.num_stages if loop.schedule is not None and loop.schedule.num_stages is not None
+              else kernel.num_stages) or 1
+    box_bytes = sum(math.prod(load.box_tile.type.shape) * load.itemsize for load in block_loads
+                    if _loop_of(load, loops) is loop)
+    ring = stages * box_bytes
+    return not (ring >= DEFAULT_SPLIT_RING_BYTES or kernel.num_warps == 2 * WARPS_PER_WARPGROUP
+                and ring >= DEFAULT_SPLIT_CHAINED_RING_BYTES)
+
+
+def _derives_from(value: Value, source: Value, body: Block) -> bool:
+    defined = {result: op for op in body.walk() for result in op.defines()}
+    seen, pending = set(), [value]
+    while pending:
+        value = pending.pop()
+        if value is source:
+            return True
+        op = defined.get(value)
+        if op is None or id(op) in seen:
+            continue
+        seen.add(id(op))
+        pending.extend(op.uses())
+    return False
 
 
 def _fences_at_first_use(block: Block, fences: set[int]) -> Block:
