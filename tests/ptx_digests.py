@@ -44,7 +44,9 @@ def record(out_path: str, pytest_args: list[str]) -> int:
 
     jit.JITFunction._compile_uncached = recording
     os.environ["WEFT_NO_CACHE"] = "1"
-    status = pytest.main(["-q", "-p", "no:cacheprovider", *(pytest_args or DEFAULT_TESTS)])
+    # In this process, not in xdist workers (pyproject's addopts asks for them), or the
+    # recording patch sees no compile.
+    status = pytest.main(["-q", "-p", "no:cacheprovider", "-n", "0", *(pytest_args or DEFAULT_TESTS)])
     with open(out_path, "w") as f:
         json.dump(digests, f, indent=0, sort_keys=True)
     print(f"{len(digests)} kernels' PTX digests written to {out_path}")
