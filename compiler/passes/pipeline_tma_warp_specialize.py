@@ -391,12 +391,15 @@ def pays_by_default(pipeliner: TmaLoopPipeliner) -> bool:
     """True when the default splits `pipeliner`'s loop: a ring too large for two CTAs an
     SM, or a chained-dot loop's ring of large boxes read by two consumer warpgroups
     (see the module docstring)."""
-    ring_bytes = pipeliner.stages * pipeliner.nbytes
-    if not fits_beside_epilogue(pipeliner):
-        return False
-    if ring_bytes >= DEFAULT_SPLIT_RING_BYTES:
-        return True
-    return chained_dots(pipeliner.loop) and pipeliner.readers == DEFAULT_SPLIT_CHAINED_READERS \
+    return fits_beside_epilogue(pipeliner) and ring_split_by_default(
+        pipeliner.stages * pipeliner.nbytes, chained_dots(pipeliner.loop), pipeliner.readers)
+
+
+def ring_split_by_default(ring_bytes: int, chained: bool, readers: int) -> bool:
+    """pays_by_default's line for a ring of `ring_bytes` whose slots `readers` warps release,
+    in a loop of chained dots or not (also asked before the rings exist:
+    stage_block_pointers)."""
+    return ring_bytes >= DEFAULT_SPLIT_RING_BYTES or chained and readers == DEFAULT_SPLIT_CHAINED_READERS \
         and ring_bytes >= DEFAULT_SPLIT_CHAINED_RING_BYTES
 
 
@@ -421,13 +424,17 @@ def chained_dots(loop: For) -> bool:
     """True when `loop`'s body holds two wgmmas, the second's A operand a tensor in
     registers computed from the first's result (attention's P from S)."""
     wgmmas = [op for op in loop.body.walk() if isinstance(op, WarpgroupMma)]
-    if len(wgmmas) != 2 or not isinstance(wgmmas[1].a.type, TensorType):
-        return False
-    defined = {value: op for op in loop.body.walk() for value in op.defines()}
-    seen, pending = set(), [wgmmas[1].a]
+    return len(wgmmas) == 2 and isinstance(wgmmas[1].a.type, TensorType) \
+        and computed_from(wgmmas[1].a, wgmmas[0].result, loop.body)
+
+
+def computed_from(value: Value, source: Value, body: Block) -> bool:
+    """Whether `value` is `source` or is computed from it by ops of `body`."""
+    defined = {result: op for op in body.walk() for result in op.defines()}
+    seen, pending = set(), [value]
     while pending:
         value = pending.pop()
-        if value is wgmmas[0].result:
+        if value is source:
             return True
         op = defined.get(value)
         if op is not None and value not in seen:

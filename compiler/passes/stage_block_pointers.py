@@ -34,13 +34,12 @@ import math
 from typing import Optional
 
 from ..errors import warn_at
-from ..hardware import WARPS_PER_WARPGROUP
 from ..ir import (Binary, Block, Constant, Dot, For, Kernel, Op, Permute, TensormapFence, TmaAsyncCopyGlobalToShared,
                   Value, Yield)
 from ..types import i32
 from .axis_analysis import analyze_axes
 from .pipeline_dot_loops import substitute
-from .pipeline_tma_warp_specialize import DEFAULT_SPLIT_CHAINED_RING_BYTES, DEFAULT_SPLIT_RING_BYTES
+from .pipeline_tma_warp_specialize import computed_from, ring_split_by_default
 from .rewrite import rewrite_kernel
 
 # What the TMA unit needs of a tensor map's base address and outer strides, in bytes.
@@ -130,12 +129,12 @@ def _one_partition_chained_dots(kernel: Kernel, loop: For, block_loads, loops) -
     """Whether `loop` is one of chained dots (attention: the second's A computed from the
     first's result) that the split will not take: warp_specialize=False, or not asked and
     its ring (its block-pointer boxes times the stages) below the default split's line
-    (pipeline_tma_warp_specialize.pays_by_default). Such loops keep cp.async: in one H200
+    (pipeline_tma_warp_specialize.ring_split_by_default). Such loops keep cp.async: in one H200
     run of the tutorial's block-pointer attention at head_dim 64 the one-partition TMA ring
     ran 0.92x-0.95x the cp.async ring (128 x 64 tiles, 8 warps and 4), where the split over
     TMA ran 1.01x-1.05x it (128 x 128, and every head_dim 128 config)."""
     dots = [op for op in loop.body.walk() if isinstance(op, Dot)]
-    if len(dots) != 2 or not _derives_from(dots[1].a, dots[0].result, loop.body):
+    if len(dots) != 2 or not computed_from(dots[1].a, dots[0].result, loop.body):
         return False
     asked = loop.schedule.warp_specialize if loop.schedule is not None else None
     if asked is not None:
@@ -144,24 +143,7 @@ def _one_partition_chained_dots(kernel: Kernel, loop: For, block_loads, loops) -
               else kernel.num_stages) or 1
     box_bytes = sum(math.prod(load.box_tile.type.shape) * load.itemsize for load in block_loads
                     if _loop_of(load, loops) is loop)
-    ring = stages * box_bytes
-    return not (ring >= DEFAULT_SPLIT_RING_BYTES or kernel.num_warps == 2 * WARPS_PER_WARPGROUP
-                and ring >= DEFAULT_SPLIT_CHAINED_RING_BYTES)
-
-
-def _derives_from(value: Value, source: Value, body: Block) -> bool:
-    defined = {result: op for op in body.walk() for result in op.defines()}
-    seen, pending = set(), [value]
-    while pending:
-        value = pending.pop()
-        if value is source:
-            return True
-        op = defined.get(value)
-        if op is None or id(op) in seen:
-            continue
-        seen.add(id(op))
-        pending.extend(op.uses())
-    return False
+    return not ring_split_by_default(stages * box_bytes, True, kernel.num_warps)
 
 
 def _fences_at_first_use(block: Block, fences: set[int]) -> Block:
