@@ -50,22 +50,8 @@ GPU_CASES = [
 def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name,
                                    dq_reduce, pipelined):
     config = _variant_config(head_dim, dtype_name, dq_reduce, pipelined)
-    torch = pytest.importorskip("torch")
-    dtype = getattr(torch, dtype_name)
-    gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
-    q, k, v, do = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, dtype, gen,
-                                          with_output_grad=True)
-    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
-    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
-                                     config=config)
-    refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
-    for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
-        assert got.shape == like.shape and got.dtype == dtype, name
-        assert torch.isfinite(got).all(), name
-        error = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
-        assert error <= 2e-2, (name, error)
-        worst = (got.float() - ref).abs().max().item()
-        assert worst <= 5e-2 * max(ref.abs().max().item(), 1e-6), (name, worst)
+    check_gradients_on_the_gpu(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name,
+                               config)
 
 
 @pytest.mark.gpu
@@ -128,3 +114,25 @@ def test_every_backward_variant_assembles_without_spills(head_dim, causal, dtype
     assert meta["spill_stores"] == 0 and meta["spill_loads"] == 0, meta
     assert meta["performance_warnings"] == []
     assert meta["total_warps"] == 4 * columns_split_config(head_dim).consumers + 4
+
+
+def check_gradients_on_the_gpu(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name, config):
+    """dq, dk and dv of flash_attention_backward with `config` against float32 torch
+    autograd, on random inputs of the case (also test_attention_backward_keys.py's and
+    _persistent.py's check)."""
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
+    q, k, v, do = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, dtype, gen,
+                                          with_output_grad=True)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
+    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
+                                     config=config)
+    refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
+    for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
+        assert got.shape == like.shape and got.dtype == dtype, name
+        assert torch.isfinite(got).all(), name
+        error = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
+        assert error <= 2e-2, (name, error)
+        worst = (got.float() - ref).abs().max().item()
+        assert worst <= 5e-2 * max(ref.abs().max().item(), 1e-6), (name, worst)

@@ -6,18 +6,15 @@ kernel through ptxas for sm_90a with no spills (needs ptxas, not a GPU); and (ma
 its gradients on the GPU against float32 torch autograd."""
 
 import dataclasses
-import math
 
 import pytest
 
 from weft.compiler.backend import ptxas
-from weft.kernels.attention import flash_attention, flash_attention_backward
 from weft.kernels.attention.backward_host import (BackwardConfig, backward_constexprs, backward_kernel,
                                                   default_backward_config, keys_split_config)
 
-from .attention_torch import random_attention_inputs, torch_gradients
 from .test_attention_backward import _check, _inputs
-from .test_attention_backward_gpu import GPU_CASES
+from .test_attention_backward_gpu import GPU_CASES, check_gradients_on_the_gpu
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
@@ -123,22 +120,8 @@ def test_gpu_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_di
         pytest.skip("dQ by atomics runs in bf16 only")
     if split_scores and head_dim == 64:
         pytest.skip("split_scores: a band of 64 keys shared by two consumers of 64 columns at least")
-    torch = pytest.importorskip("torch")
-    dtype = getattr(torch, dtype_name)
-    gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
-    q, k, v, do = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, dtype, gen,
-                                          with_output_grad=True)
-    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
-    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
-                                     config=_with_split_scores(keys_split_config(head_dim, dq_reduce), split_scores))
-    refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
-    for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
-        assert got.shape == like.shape and got.dtype == dtype, name
-        assert torch.isfinite(got).all(), name
-        error = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
-        assert error <= 2e-2, (name, error)
-        worst = (got.float() - ref).abs().max().item()
-        assert worst <= 5e-2 * max(ref.abs().max().item(), 1e-6), (name, worst)
+    check_gradients_on_the_gpu(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name,
+                               _with_split_scores(keys_split_config(head_dim, dq_reduce), split_scores))
 
 
 def _with_split_scores(config, split_scores: bool):

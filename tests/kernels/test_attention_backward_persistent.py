@@ -7,21 +7,18 @@ GQA, tails of both block sizes. Its config's errors; its kernel through ptxas wi
 spills at the default budgets; and (marked gpu) its gradients against float32 torch."""
 
 import dataclasses
-import math
 
 import numpy as np
 import pytest
 
 from weft.compiler import config as weft_config
 from weft.compiler.backend import ptxas
-from weft.kernels.attention import flash_attention, flash_attention_backward
 from weft.kernels._launch import EMULATED_CTAS
 from weft.kernels.attention import backward_host
 from weft.kernels.attention.backward_host import BackwardConfig, keys_split_config
 
-from .attention_torch import random_attention_inputs, torch_gradients
 from .test_attention_backward import _check, _inputs
-from .test_attention_backward_gpu import GPU_CASES
+from .test_attention_backward_gpu import GPU_CASES, check_gradients_on_the_gpu
 from .test_attention_backward_keys import test_keys_split_assembles_without_spills as assembles_without_spills
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
@@ -93,22 +90,8 @@ def test_persistent_assembles_without_spills(head_dim):
 def test_gpu_persistent_gradients_match_torch(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal,
                                               dtype_name, ctas):
     """As test_attention_backward_keys.py's GPU test checks the keys split."""
-    torch = pytest.importorskip("torch")
-    dtype = getattr(torch, dtype_name)
-    gen = torch.Generator(device="cuda").manual_seed(seq_q * 7 + seq_k + head_dim)
-    q, k, v, do = random_attention_inputs(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, dtype, gen,
-                                          with_output_grad=True)
-    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, layout=layout)
-    grads = flash_attention_backward(q, k, v, out, lse, do, causal=causal, layout=layout,
-                                     config=persistent(head_dim, ctas))
-    refs = torch_gradients(q, k, v, do, causal, 1.0 / math.sqrt(head_dim), layout)
-    for name, got, ref, like in zip(("dq", "dk", "dv"), grads, refs, (q, k, v)):
-        assert got.shape == like.shape and got.dtype == dtype, name
-        assert torch.isfinite(got).all(), name
-        error = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-6)).item()
-        assert error <= 2e-2, (name, error)
-        worst = (got.float() - ref).abs().max().item()
-        assert worst <= 5e-2 * max(ref.abs().max().item(), 1e-6), (name, worst)
+    check_gradients_on_the_gpu(batch, heads, kv_heads, seq_q, seq_k, head_dim, layout, causal, dtype_name,
+                               persistent(head_dim, ctas))
 
 
 def launched_grids(monkeypatch) -> list:
