@@ -107,12 +107,6 @@ class WarpSpecializedCopyLoop(SlotBarriers, LoopPipeliner):
         buffers' allocations, widened by pipeline_dot_loops)."""
         self.allocate_barriers(out, full_count=self.producer_threads)
 
-    def advance(self, out: Emitter, slot: Value, phase: Value) -> tuple[Value, Value]:
-        """The next iteration's (slot, phase): the phase flips where the slot wraps to 0."""
-        next_slot = out.binary("mod", out.binary("add", slot, out.int(1)), out.int(self.stages), "slot")
-        wrapped = out.emit(Cast, i32, operand=out.emit(Compare, i1, predicate="eq", lhs=next_slot, rhs=out.int(0)))
-        return next_slot, out.emit(Binary, i32, "phase", kind="xor", lhs=phase, rhs=wrapped)
-
     # ---------------------------------------------------------------- consumers
     def ringed_loop(self, out: Emitter, start: tuple[Value, Value], replaced=None) -> For:
         """The consumers' loop: wait for the slot's copies, run the dots from the slot,

@@ -216,7 +216,7 @@ class SlotBarriers:
     """A ring's two mbarriers a slot, for a pipeliner with `stages`, `readers` (the warps
     that release a slot) and `loop`: `full` (the slot's data has landed: `full_count`
     arrivals, the expect of the thread issuing TMA or every copying thread) and `empty`
-    (every reader has released it)."""
+    (every reader has released it); and the (slot, phase) a loop over the ring carries."""
 
     def allocate_barriers(self, out, full_count: int) -> None:
         barrier = MBarrierLayout(rank=1)
@@ -239,6 +239,12 @@ class SlotBarriers:
         for s in range(self.stages):
             after.ops.append(MBarrierInvalidate(barrier=self.bar(after, after.int(s)), loc=self.loop.loc))
             after.ops.append(MBarrierInvalidate(barrier=self.empty(after, after.int(s)), loc=self.loop.loc))
+
+    def advance(self, out, slot: Value, phase: Value) -> tuple[Value, Value]:
+        """The next iteration's (slot, phase): the phase flips where the slot wraps to 0."""
+        next_slot = out.binary("mod", out.binary("add", slot, out.int(1)), out.int(self.stages), "slot")
+        wrapped = out.emit(Cast, i32, operand=out.emit(Compare, i1, predicate="eq", lhs=next_slot, rhs=out.int(0)))
+        return next_slot, out.emit(Binary, i32, "phase", kind="xor", lhs=phase, rhs=wrapped)
 
 
 class TmaLoopPipeliner(SlotBarriers):

@@ -108,7 +108,7 @@ from typing import Optional
 
 from ..errors import CompilationError
 from ..hardware import REGISTER_FILE, SHARED_LIMIT, SM_SHARED, WARPS_PER_WARPGROUP
-from ..ir import (Binary, Block, Cast, Compare, Constant, For, Kernel, MBarrierArrive, MBarrierInvalidate,
+from ..ir import (Binary, Block, Compare, Constant, For, Kernel, MBarrierArrive, MBarrierInvalidate,
                   MBarrierWait, Op, SharedIndex, Value, WarpgroupMma, WarpSpecialize, Yield)
 from .pipeline_carried_state import clone_deep
 from ..types import SharedType, TensorType, i1, i32
@@ -172,12 +172,6 @@ class WarpSpecializedTmaLoop(TmaLoopPipeliner):
         out.ops.append(For(results=ends, lower=loop.lower, upper=loop.upper, step=loop.step, inits=start,
                            body=Block((iv, slot, phase), tuple(body.ops)), loc=loop.loc))
         return ends
-
-    def advance(self, out, slot: Value, phase: Value) -> tuple[Value, Value]:
-        """The next iteration's (slot, phase): the phase flips where the slot wraps to 0."""
-        next_slot = out.binary("mod", out.binary("add", slot, out.int(1)), out.int(self.stages), "slot")
-        wrapped = out.emit(Cast, i32, operand=out.emit(Compare, i1, predicate="eq", lhs=next_slot, rhs=out.int(0)))
-        return next_slot, out.emit(Binary, i32, "phase", kind="xor", lhs=phase, rhs=wrapped)
 
     def shares_ring_of(self, earlier: "WarpSpecializedTmaLoop") -> bool:
         """True when this loop's boxes fit `earlier`'s ring slot for slot (the causal
