@@ -36,10 +36,14 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
             raise ValueError(f"kernel '{jit_fn.__name__}': pingpong must be True, False or 'after_wait' (the turn "
                              f"passed once the first dot is waited for), got {options['pingpong']!r}")
         kernel = dataclasses.replace(kernel, pingpong=options["pingpong"])
-    if options.get("block_pointer_tma") is not None and not check_bool_option(
-            jit_fn.__name__, "block_pointer_tma", options["block_pointer_tma"]):
-        from ..compiler.passes.stage_block_pointers import stage_block_pointers
-        kernel = stage_block_pointers(kernel, keep_pointers=True)
+    from ..compiler.passes.stage_block_pointers import stage_block_pointers
+    kernel = stage_block_pointers(kernel, keep_pointers=options.get("block_pointer_tma") is not None and not (
+        check_bool_option(jit_fn.__name__, "block_pointer_tma", options["block_pointer_tma"])))
+    # After the block pointers' choice (the pipeline's own stage_block_pointers then has
+    # nothing left to do): pointer loads proven boxes go by TMA unless pointer_tma=False.
+    if options.get("pointer_tma") is None or check_bool_option(jit_fn.__name__, "pointer_tma", options["pointer_tma"]):
+        from .pointer_tma import stage_pointer_loads_by_tma
+        kernel = stage_pointer_loads_by_tma(kernel)
     if options.get("target") == "emulator":
         return pipeline.prepare_for_emulator(kernel)
     params = tuple(Param(name, text) for name, text in signature.items())
