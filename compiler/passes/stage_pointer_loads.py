@@ -49,7 +49,7 @@ from typing import Callable, Optional
 
 from ..hardware import TMA_GLOBAL_ALIGN, TMA_MAX_GLOBAL_DIM
 from ..ir import (AddPtr, Arange, Binary, Block, Broadcast, Compare, Constant, Dot, ExpandDims, For, Kernel, Load,
-                  Op, Permute, Splat, Value, Yield)
+                  Op, Permute, Splat, Value)
 from ..types import PointerType, i32
 from .pipeline_dot_loops import substitute
 from .stage_block_pointers import _affine, _readers
