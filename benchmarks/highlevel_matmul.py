@@ -1,6 +1,8 @@
 """weft.highlevel's tutorial-style matmul (highlevel/examples.py: pointer loads, tl.dot, the
-K loop pipelined by cp.async), the same pointer loop with `warp_specialize=False` and
-`=True` ("ptr nows", "ptr ws": a producer warpgroup issues the copies) and a descriptor matmul (`desc.load`: the K loop staged by TMA
+loads TMA boxes by stage_pointer_loads), the same pointer loop at weft's default split rule
+("ptr"), with `warp_specialize=False` and `=True` ("ptr nows", "ptr ws": a producer
+warpgroup issues the copies) and with its loads staged by cp.async ("ptr cp.async": the
+launch option pointer_tma=False) and a descriptor matmul (`desc.load`: the K loop staged by TMA
 into rings; at weft's default, `warp_specialize=False` and `=True`) beside
 Triton 3.6's tutorial matmul, the same two sources compiled by Triton at the same configs
 ("triton.src", "triton.ptr", "triton.desc", with and without `warp_specialize=True`), and cuBLAS; for
@@ -89,9 +91,11 @@ def pointer_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, st
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def pointer_matmul(a, b, block, num_warps: int, num_stages: int, warp_specialize: bool, triton: bool = False):
+def pointer_matmul(a, b, block, num_warps: int, num_stages: int, warp_specialize: bool, triton: bool = False,
+                   **options):
     """a @ b (torch, a's dtype) by pointer_matmul_kernel, compiled by weft.highlevel or (with
-    `triton`) by Triton from the same source."""
+    `triton`) by Triton from the same source; `options` further weft launch options
+    (pointer_tma=False: the loads staged by cp.async, not as TMA boxes)."""
     import torch
 
     (m, k), (_, n) = a.shape, b.shape
@@ -100,7 +104,8 @@ def pointer_matmul(a, b, block, num_warps: int, num_stages: int, warp_specialize
     kernel = triton_same_source_kernel(pointer_matmul_kernel) if triton else pointer_matmul_kernel
     kernel[(-(-m // bm) * -(-n // bn),)](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                          c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
-                                         STAGES=num_stages, WARP_SPECIALIZE=warp_specialize, num_warps=num_warps)
+                                         STAGES=num_stages, WARP_SPECIALIZE=warp_specialize, num_warps=num_warps,
+                                         **options)
     return c
 
 
@@ -165,8 +170,13 @@ DTYPES = ("float16", "bfloat16", "float8e4nv", "float8e5")  # Triton's names
 # off and asked for.
 WEFT_SPLITS = {"": None, " nows": False, " ws": True}
 TRITON_SPLITS = {"": False, " ws": True}
-# The pointer loop: weft splits it only when asked (the default rule is the descriptor loop's).
+# The pointer loop, Triton's splits off and asked for.
 POINTER_SPLITS = {" nows": False, " ws": True}
+# weft's pointer loop: its loads are TMA boxes (stage_pointer_loads), so the descriptor
+# loop's default rule applies; " cp.async" keeps them pointer loads (pointer_tma=False),
+# staged by cp.async rings, the form the pointer source had before.
+WEFT_POINTER_SPLITS = {"": (None, {}), " nows": (False, {}), " ws": (True, {}),
+                       " cp.async": (False, {"pointer_tma": False})}
 
 
 def operands(torch, dtype: str, m: int, n: int, k: int):
@@ -206,10 +216,10 @@ def systems_for(torch, dtype: str, a, b) -> tuple[str, dict]:
         tile = f"{bm}x{bn}x{bk} w{warps} s{stages}"
         systems[f"weft.hl {tile}"] = (lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages: examples.matmul(
             a, b, block=(bm, bn, bk), num_warps=warps, num_stages=stages, out_dtype=out))
-        for suffix, split in ({} if fp8 else POINTER_SPLITS).items():
+        for suffix, (split, options) in ({} if fp8 else WEFT_POINTER_SPLITS).items():
             systems[f"weft.hl ptr{suffix} {tile}"] = (
-                lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split: pointer_matmul(
-                    a, b, (bm, bn, bk), warps, stages, split))
+                lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split, options=options: pointer_matmul(
+                    a, b, (bm, bn, bk), warps, stages, split, **options))
         for suffix, split in WEFT_SPLITS.items():
             systems[f"weft.hl desc{suffix} {tile}"] = (
                 lambda bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, split=split: descriptor_matmul(

@@ -15,6 +15,8 @@ from weft.compiler.ir import AsyncCopyGlobalToShared, TmaAsyncCopyGlobalToShared
 from weft.highlevel import examples
 from weft.highlevel.jit import compile_kernel
 
+from ._compile import HAS_PTXAS
+
 torch = pytest.importorskip("torch")  # bf16 host arrays
 
 RNG = np.random.default_rng(40)
@@ -117,3 +119,21 @@ def test_loads_not_proven_boxes_stay_on_cp_async_and_match_numpy(case):
     tma, cp_async = nk_copies(m, n, k, "fp16", False, wrap=case == "wrapped", **options)
     assert tma == 0 and cp_async > 0
     run_nk(m, n, k, "fp16", False, wrap=case == "wrapped", **options)
+
+
+EXAMPLE_SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", **{name: "i32" for name in NAMES}}
+EXAMPLE_SPECIALIZATION = {"a_ptr": "divisible_by_16", "b_ptr": "divisible_by_16", "c_ptr": "divisible_by_16",
+                          "stride_am": "divisible_by_16", "stride_ak": "equal_to_1", "stride_bk": "divisible_by_16",
+                          "stride_bn": "equal_to_1", "stride_cm": "divisible_by_16", "stride_cn": "equal_to_1"}
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="ptxas not installed")
+@pytest.mark.parametrize("block_n", [128, 256])
+def test_the_examples_matmul_at_the_tutorial_configs_assembles_by_tma_without_spills(block_n):
+    compiled = examples.matmul_kernel.compile(
+        signature=EXAMPLE_SIGNATURE, constexprs=dict(BLOCK_M=128, BLOCK_N=block_n, BLOCK_K=64, GROUP_M=8,
+                                                     ACTIVATION="", ACC_IN_DOT=True),
+        num_warps=8, num_stages=3, specialization=EXAMPLE_SPECIALIZATION)
+    assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
+    ptx = compiled.asm["ptx"]
+    assert "cp.async.bulk.tensor" in ptx and "cp.async.cg" not in ptx

@@ -1,0 +1,42 @@
+"""stage_pointer_loads on the GPU: highlevel/examples.py's matmul (pointer loads made TMA
+boxes) and test_pointer_tma.py's variant reading B as [K, N] tiles of an [N, K] array,
+fp16 and bf16 with tails in M, N and K, against float32 torch; the PTX copies by
+cp.async.bulk.tensor."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from weft.highlevel import examples  # noqa: E402
+
+from .test_pointer_tma import EXAMPLE_SIGNATURE, EXAMPLE_SPECIALIZATION, matmul_nk  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("block", [(128, 128, 64), (128, 256, 64)])
+def test_the_examples_matmul_matches_torch(dtype, block):
+    m, n, k = 1000, 1008, 1008  # tails in every dim; the strides multiples of 16 elements
+    gen = torch.Generator(device="cuda").manual_seed(40)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
+    b = torch.randn(k, n, device="cuda", generator=gen).to(dtype)
+    c = examples.matmul(a, b, block=block, num_warps=8, num_stages=3)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3 * k ** 0.5)
+    ptx = examples.matmul_kernel.compile(
+        signature=EXAMPLE_SIGNATURE, constexprs=dict(BLOCK_M=block[0], BLOCK_N=block[1], BLOCK_K=block[2],
+                                                     GROUP_M=8, ACTIVATION="", ACC_IN_DOT=True),
+        num_warps=8, num_stages=3, specialization=EXAMPLE_SPECIALIZATION).asm["ptx"]
+    assert "cp.async.bulk.tensor" in ptx and "cp.async.cg" not in ptx
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_b_as_n_by_k_matches_torch(dtype):
+    m, n, k = 1024, 1008, 1008  # A's rows unmasked in this kernel: M a multiple of BLOCK_M
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
+    b_stored = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
+    c = torch.zeros(m, n, device="cuda", dtype=torch.float32)
+    matmul_nk[(m // 64, -(-n // 64))](a, b_stored, c, m, n, k, *a.stride(), 1, k, *c.stride(), BLOCK_M=64,
+                                      BLOCK_N=64, BLOCK_K=32, WRAP=False, num_warps=4, num_stages=3)
+    torch.testing.assert_close(c, a.float() @ b_stored.float().T, rtol=1e-3, atol=1e-3 * k ** 0.5)
