@@ -88,7 +88,7 @@ def stage_pointer_loads(kernel: Kernel, build_box: BoxBuilder) -> Kernel:
     definitions = {result: op for op in kernel.walk() for result in op.defines()}
     replaced: dict[Value, Value] = {}
     replacement: dict[int, list[Op]] = {}
-    dropped_carried: dict[int, set[int]] = {}
+    dropped_carried: dict[Value, set[int]] = {}
     params, keys = list(kernel.params), list(kernel.hidden_params)
     divisibility = list(kernel.param_divisibility or (1,) * len(params))
     for box in boxes:
@@ -101,13 +101,14 @@ def stage_pointer_loads(kernel: Kernel, build_box: BoxBuilder) -> Kernel:
             divisibility.append(1)
         replaced[box.load.result] = tile
         replacement[id(box.load)] = ops + list(made)
-        dropped_carried.setdefault(id(box.loop), set()).add(box.carried)
+        # By the induction variable: the loop is rebuilt (its body rewritten) before the rule sees it.
+        dropped_carried.setdefault(box.loop.body.args[0], set()).add(box.carried)
 
     def rule(op: Op):
         if id(op) in replacement:
             return replacement[id(op)]
-        if id(op) in dropped_carried:
-            return _without_carried(op, dropped_carried[id(op)])
+        if isinstance(op, For) and op.body.args[0] in dropped_carried:
+            return _without_carried(op, dropped_carried[op.body.args[0]])
         return substitute(op, replaced)
 
     kernel = rewrite_kernel(kernel, rule)
