@@ -50,7 +50,7 @@ from typing import Callable, Optional
 from ..hardware import TMA_GLOBAL_ALIGN, TMA_MAX_GLOBAL_DIM
 from ..ir import (AddPtr, Arange, Binary, Block, Broadcast, Compare, Constant, Dot, ExpandDims, For, Kernel, Load,
                   Op, Permute, Splat, Value)
-from ..types import PointerType, i32
+from ..types import PointerType, i32, tensor_descriptor_type
 from .pipeline_dot_loops import substitute
 from .stage_block_pointers import _affine, _readers
 from .rewrite import rewrite_kernel
@@ -237,6 +237,10 @@ class _Facts:
         if 1 not in strides or strides == (1, 1) or self.divisibility.get(base, 1) % TMA_GLOBAL_ALIGN:
             return None
         contiguous = strides.index(1)
+        try:  # a box TMA can copy: each dim at most 256, the contiguous one a multiple of 16 bytes
+            tensor_descriptor_type(element, tuple(vectors[d][1] for d in (1 - contiguous, contiguous)))
+        except ValueError:
+            return None
         stride = strides[1 - contiguous]
         stride_expression = self._expression_of_stride(stride, itemsize)
         advance = self._advance(loop, carried, load, stride, contiguous)

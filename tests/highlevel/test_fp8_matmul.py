@@ -133,7 +133,7 @@ def test_both_sources_are_fp8_wgmmas_without_spills(dtype, suffix):
         assert "f16x2.e4m3x2" not in ptx and "f16x2.e5m2x2" not in ptx  # no upcast of the operands
         assert compiled.metadata["spill_stores"] == 0 and compiled.metadata["spill_loads"] == 0, compiled.metadata
     assert "setmaxnreg" in descriptor.asm["ptx"]  # warp-specialized by default
-    assert "cp.async.cg.shared.global" in pointer.asm["ptx"]  # the K loop pipelined by cp.async
+    assert "cp.async.bulk.tensor" in pointer.asm["ptx"]  # the pointer loads are TMA boxes (stage_pointer_loads)
 
 
 @pytest.mark.gpu

@@ -224,8 +224,10 @@ def test_the_hopper_tile_assembles_without_spills():
                  **{name: "i32" for name in STRIDES}}
     specialization = {name: "divisible_by_16" for name in signature}
     specialization.update(stride_ak="equal_to_1", stride_bn="equal_to_1", stride_cn="equal_to_1")
+    # pointer_tma=False: these loads are TMA boxes by default (stage_pointer_loads); this is the cp.async form.
     compiled = staged_matmul.compile(signature=signature, num_warps=8, specialization=specialization,
-                                     constexprs=dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=3, B_OTHER=0.0))
+                                     constexprs=dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=3, B_OTHER=0.0),
+                                     pointer_tma=False)
     ptx = compiled.asm["ptx"]
     for instruction in ("cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group 1",
                         "wgmma.mma_async"):
