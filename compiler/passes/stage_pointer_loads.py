@@ -17,11 +17,12 @@ is a box when
 - it sits in a loop's body, feeds only dots (directly or through a permute), and every dot
   of that loop reads only such loads (pipeline_tma_loops rings a loop whose dots' operands
   are all boxes);
-- its pointer is carried by the loop, starts as base + rows[:, None] * s_r + cols[None, :]
-  * s_c (the two terms in either order, base a pointer parameter), rows = r0 + arange(R),
-  cols = c0 + arange(C), and is advanced each iteration by a constant times the stride of
-  one dim (the contiguous dim's stride is 1: a constant number of elements), and nothing
-  else reads it;
+- its pointer is base + rows[:, None] * s_r + cols[None, :] * s_c (the two terms in either
+  order, base a pointer parameter), rows = r0 + arange(R), cols = c0 + arange(C): computed in
+  the body (r0, c0 may hold the induction variable: `offs_k = k + tl.arange(0, BK)`), or
+  carried by the loop from such a start and advanced each iteration by a constant times
+  the stride of one dim (the contiguous dim's stride is 1: a constant number of elements),
+  nothing else reading it (the carried tile is dropped);
 - one of s_r, s_c is the constant 1 (a parameter specialized to 1 is) and the other an int
   parameter or constant whose bytes, like the base's address, axis analysis (launch
   specialization) proves a multiple of 16: the TMA unit faults on other tensor maps;
@@ -66,7 +67,8 @@ class PointerBox:
 
     load: Load = dataclasses.field(repr=False)
     loop: For = dataclasses.field(repr=False)
-    carried: int                       # the pointer's index among the loop's carried values
+    carried: Optional[int]             # the pointer's index among the loop's carried values (None:
+                                       # computed in the body, from the induction variable)
     base: Value                        # the pointer parameter the tensor map is over
     starts: tuple                      # per dim, the tile's first index (an i32 scalar, or None: 0)
     sizes: tuple[int, int]
@@ -102,7 +104,8 @@ def stage_pointer_loads(kernel: Kernel, build_box: BoxBuilder) -> Kernel:
         replaced[box.load.result] = tile
         replacement[id(box.load)] = ops + list(made)
         # By the induction variable: the loop is rebuilt (its body rewritten) before the rule sees it.
-        dropped_carried.setdefault(box.loop.body.args[0], set()).add(box.carried)
+        if box.carried is not None:
+            dropped_carried.setdefault(box.loop.body.args[0], set()).add(box.carried)
 
     def rule(op: Op):
         if id(op) in replacement:
@@ -225,10 +228,8 @@ class _Facts:
         if load.mask is not None and not self._zero(load.other):
             return None
         args = loop.body.args
-        if load.pointer not in args[1:]:
-            return None
-        carried = args.index(load.pointer) - 1
-        tile = self._tile(loop.inits[carried])
+        carried = args.index(load.pointer) - 1 if load.pointer in args[1:] else None
+        tile = self._tile(load.pointer if carried is None else loop.inits[carried])
         if tile is None:
             return None
         base, vectors, strides = tile
@@ -243,7 +244,9 @@ class _Facts:
             return None
         stride = strides[1 - contiguous]
         stride_expression = self._expression_of_stride(stride, itemsize)
-        advance = self._advance(loop, carried, load, stride, contiguous)
+        # A pointer computed in the body is at its absolute place already: its starts hold
+        # the induction variable, and the pipeliner recomputes them for each copy's iteration.
+        advance = (0, 0) if carried is None else self._advance(loop, carried, load, stride, contiguous)
         step, lower = _constant_of(loop.step, self.definitions), _constant_of(loop.lower, self.definitions)
         if stride_expression is None or advance is None or step is None or step <= 0 or lower is None:
             return None

@@ -2,7 +2,8 @@
 
 highlevel/examples.py's matmul_kernel (pointer tiles advanced by BLOCK_K * stride, masked by
 rows < M and k < K - k * BLOCK_K) and a variant reading B as [K, N] tiles of an [N, K] array
-(a transposed pointer tile), fp16 and bf16, tails in M, N and K, on the emulator (races,
+(a transposed pointer tile), and one computing its pointer tiles from the induction
+variable each iteration, fp16 and bf16, tails in M, N and K, on the emulator (races,
 deadlocks and in-flight reads flagged; bf16 completes TMA copies shuffled) against numpy
 float64: the IR holds TMA copies and no cp.async. A stride that is not a multiple of 16
 bytes, rows that wrap (`% M`) and pointer_tma=False keep the cp.async rings and still match."""
@@ -108,6 +109,43 @@ def test_b_as_n_by_k_is_a_box_read_through_a_transposed_tile(dtype, monkeypatch)
     m, n, k = 64, 80, 80  # A's rows unmasked (M a multiple of BLOCK_M): the map's rows are TMA's largest extent
     assert nk_copies(m, n, k, dtype, True) == (6, 0)
     run_nk(m, n, k, dtype, True)
+
+
+@tl.jit
+def matmul_recomputed(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """c = a @ b, the pointer tiles computed each iteration from the induction variable."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        offs_k = k + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :],
+                    mask=(offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def test_pointers_recomputed_from_the_induction_variable_are_boxes_and_match_numpy(monkeypatch):
+    monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", "3")
+    m, n, k = 72, 80, 96  # tails in M, N and K (BLOCK_K 64)
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32",
+                 **{name: "i32" for name in ("M", "N", "K", "stride_am", "stride_bk", "stride_cm")}}
+    specialization = {"a_ptr": "divisible_by_16", "b_ptr": "divisible_by_16", "c_ptr": "divisible_by_16",
+                      "stride_am": "divisible_by_16", "stride_bk": "divisible_by_16", "stride_cm": "divisible_by_16"}
+    kernel = compile_kernel(matmul_recomputed, signature, dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64), specialization,
+                            {"num_warps": 4, "target": "emulator", "num_stages": 3})
+    ops = list(kernel.walk())
+    assert sum(isinstance(op, TmaAsyncCopyGlobalToShared) for op in ops) == 6
+    assert not any(isinstance(op, AsyncCopyGlobalToShared) for op in ops)
+    a, b = operands(m, n, k, "fp16")
+    c = torch.zeros((m, n), dtype=torch.float32)
+    matmul_recomputed[(2, 2)](a, b, c, m, n, k, k, n, n, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4,
+                              num_stages=3)
+    np.testing.assert_allclose(c.numpy(), a.double().numpy() @ b.double().numpy(), rtol=1e-4, atol=1e-4 * k)
 
 
 @pytest.mark.parametrize("case", ["misaligned", "wrapped", "option"])
