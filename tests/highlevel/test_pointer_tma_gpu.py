@@ -1,5 +1,6 @@
 """stage_pointer_loads on the GPU: highlevel/examples.py's matmul (pointer loads made TMA
-boxes) and test_pointer_tma.py's variant reading B as [K, N] tiles of an [N, K] array,
+boxes) and test_pointer_tma.py's variants reading B as [K, N] tiles of an [N, K] array and
+computing the pointer tiles from the induction variable,
 fp16 and bf16 with tails in M, N and K, against float32 torch; the PTX copies by
 cp.async.bulk.tensor."""
 
@@ -9,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from weft.highlevel import examples  # noqa: E402
 
-from .test_pointer_tma import EXAMPLE_SIGNATURE, EXAMPLE_SPECIALIZATION, matmul_nk  # noqa: E402
+from .test_pointer_tma import EXAMPLE_SIGNATURE, EXAMPLE_SPECIALIZATION, matmul_nk, matmul_recomputed  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -40,3 +41,14 @@ def test_b_as_n_by_k_matches_torch(dtype):
     matmul_nk[(m // 64, -(-n // 64))](a, b_stored, c, m, n, k, *a.stride(), 1, k, *c.stride(), BLOCK_M=64,
                                       BLOCK_N=64, BLOCK_K=32, WRAP=False, num_warps=4, num_stages=3)
     torch.testing.assert_close(c, a.float() @ b_stored.float().T, rtol=1e-3, atol=1e-3 * k ** 0.5)
+
+
+def test_pointers_recomputed_from_the_induction_variable_match_torch():
+    m, n, k = 1000, 1008, 1008
+    gen = torch.Generator(device="cuda").manual_seed(42)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.float16)
+    b = torch.randn(k, n, device="cuda", generator=gen).to(torch.float16)
+    c = torch.zeros(m, n, device="cuda", dtype=torch.float32)
+    matmul_recomputed[(-(-m // 128), -(-n // 128))](a, b, c, m, n, k, k, n, n, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
+                                                     num_warps=8, num_stages=3)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3 * k ** 0.5)
