@@ -24,7 +24,8 @@ def stage_pointer_loads_by_tma(kernel: ir.Kernel) -> ir.Kernel:
         dims = (1 - box.contiguous, box.contiguous)
         block = tuple(box.sizes[d] for d in dims)
         type_ = tensor_descriptor_type(box.base.type.pointee, block)
-        recipe = made.recipe_text(tuple(box.bounds[d] for d in dims), (box.stride, ("const", 1)), block)
+        recipe = made.recipe_text(tuple(box.bounds[d] for d in dims), (box.stride, ("const", 1)), block,
+                                  load_only=True)
         key = (box.base.hint, made.FIELD, recipe)
         if key not in known:
             known[key] = ir.Value(type_, f"{box.base.hint}_desc{len(known)}")

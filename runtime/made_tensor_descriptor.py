@@ -25,14 +25,23 @@ OPERATIONS: dict[str, Callable[[int, int], int]] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
 
 
-def recipe_text(shape: tuple, strides: tuple, block_shape: tuple) -> str:
-    return repr((tuple(shape), tuple(strides), tuple(block_shape)))
+# A recipe's mark for a map that is only read (pointer loads staged by TMA,
+# highlevel/pointer_tma.py): a launch where one of its bounds is empty reads zeros.
+LOAD_ONLY = "load_only"
+
+
+def recipe_text(shape: tuple, strides: tuple, block_shape: tuple, load_only: bool = False) -> str:
+    return repr((tuple(shape), tuple(strides), tuple(block_shape)) + ((LOAD_ONLY,) if load_only else ()))
 
 
 @functools.lru_cache(maxsize=256)
 def parse_recipe(text: str) -> tuple[tuple, tuple, tuple]:
-    shape, strides, block_shape = ast.literal_eval(text)
+    shape, strides, block_shape = ast.literal_eval(text)[:3]
     return shape, strides, block_shape
+
+
+def is_load_only(recipe: str) -> bool:
+    return ast.literal_eval(recipe)[3:] == (LOAD_ONLY,)
 
 
 def evaluate(expression: tuple, lookup: Callable[[str], Any]) -> int:
@@ -66,9 +75,33 @@ def encoded_tensor_map(address: int, recipe: str, param_type: str, lookup: Calla
         swizzle = tensor_descriptor_swizzle(tensor_descriptor_type(element, block_shape))
     shape, strides = shape_and_strides(recipe, lookup)
     itemsize = element.bits // 8
+    if is_load_only(recipe) and min(shape) < 1:
+        # Every element is out of bounds (a staged pointer load masked by a bound <= 0, K = 0
+        # in a matmul): TMA has no empty map, so the map is one element of zeros (the
+        # arguments' strides may be anything then: an empty array's are).
+        address, shape = zeros_address(), (1,) * len(shape)
+        strides = (16 // itemsize,) * (len(shape) - 1) + (1,)
     td._check_global(int(address), shape, strides, tuple(block_shape), itemsize)
     return td._encoded(element.name, int(address), shape, strides,
                        td.tma_copy_box(block_shape, swizzle, element.bits), swizzle, itemsize)
+
+
+_ZEROS: dict[int, int] = {}  # device -> the address of ZERO_BYTES zeroed bytes
+ZERO_BYTES = 256
+
+
+def zeros_address() -> int:
+    """ZERO_BYTES of zeros on the current device (16-byte aligned), allocated and zeroed at
+    the first call on a device (so not inside a CUDA graph capture: a warm-up launch first)."""
+    from . import driver
+
+    device = driver.current_device()
+    if device not in _ZEROS:
+        address = driver.allocate(ZERO_BYTES)
+        driver.memset_d8_async(address, ZERO_BYTES, 0)
+        driver.synchronize()
+        _ZEROS[device] = address
+    return _ZEROS[device]
 
 
 # Tensor maps the kernel writes itself (highlevel/device_tensor_map.py): each call site is

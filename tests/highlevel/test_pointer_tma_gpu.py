@@ -52,3 +52,12 @@ def test_pointers_recomputed_from_the_induction_variable_match_torch():
     matmul_recomputed[(-(-m // 128), -(-n // 128))](a, b, c, m, n, k, k, n, n, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
                                                      num_warps=8, num_stages=3)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3 * k ** 0.5)
+
+
+def test_an_empty_k_reads_zeros():
+    """K = 0 with strides TMA takes: each load's K bound is empty, so its map becomes one
+    element of zeros (made_tensor_descriptor.zeros_address) and C is all zeros."""
+    a = torch.randn(1000, 64, device="cuda").half()[:, :0]  # strides (64, 1): a TMA box
+    b = torch.randn(64, 1008, device="cuda").half()[:0]
+    c = examples.matmul(a, b, block=(128, 128, 64), num_warps=8, num_stages=3)
+    assert c.shape == (1000, 1008) and not c.any()
