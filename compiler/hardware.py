@@ -13,7 +13,7 @@ from ..layouts.standard import WARPS_PER_WARPGROUP  # the warps a wgmma or setma
 
 __all__ = ["LANES", "MAX_WARPS", "WARPS_PER_WARPGROUP", "REGISTER_FILE", "MAX_REGISTERS", "MIN_REGISTERS",
            "STATIC_SHARED_LIMIT", "SHARED_LIMIT", "SM_SHARED", "MAX_CLUSTER_CTAS", "MAX_GRID",
-           "MAX_ACCESS_BITS", "TMA_MAX_RANK", "TMA_MAX_BOX", "TENSOR_MAP_BYTES", "TENSOR_MAP_ALIGN", "TMA_MAX_GLOBAL_DIM", "TMA_GLOBAL_ALIGN",
+           "MAX_ACCESS_BITS", "TMA_MAX_RANK", "TMA_MAX_BOX", "TENSOR_MAP_BYTES", "TENSOR_MAP_ALIGN", "TMA_MAX_GLOBAL_DIM", "TMA_MAX_COORDINATE", "TMA_GLOBAL_ALIGN",
            "TMA_MAX_STRIDE_BYTES"]
 
 # Registers.
@@ -42,3 +42,7 @@ TENSOR_MAP_ALIGN = 64  # CUtensorMap's alignment (alignas(64) in cuda.h)
 TMA_GLOBAL_ALIGN = 16  # bytes: a tensor map's base address and strides (cuTensorMapEncodeTiled)
 TMA_MAX_GLOBAL_DIM = 2**32  # elements along one dimension of the described tensor
 TMA_MAX_STRIDE_BYTES = 2**40  # a global stride, exclusive
+# A box's coordinates are signed 32-bit, so no copy reaches an element at or past 2**31
+# along a dimension: the extent of a dimension nothing bounds. (The encoder accepts
+# TMA_MAX_GLOBAL_DIM there too, but the copy then faults with an illegal instruction.)
+TMA_MAX_COORDINATE = 2**31

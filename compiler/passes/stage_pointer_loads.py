@@ -32,8 +32,9 @@ is a box when
   absolute_col < K) and an expression of int parameters; `other` is 0 (TMA fills zeros).
 
 The tensor map is then [R_bound, C_bound] over the base with the strided dim's stride; a
-dim without a mask has the largest extent TMA allows: every element the box reads there
-the pointer load reads too, so the program is as correct as it was. The box's coordinates
+dim without a mask has the extent of every coordinate a box can take (TMA_MAX_COORDINATE):
+every element the box reads there the pointer load reads too, so the program is as correct
+as it was. The box's coordinates
 are the tile's absolute ones, r0 and c0 plus the advance times the iterations done, from
 the loop's induction variable. Rows that wrap (`rows % M`, as Triton's tutorial 03 writes
 them) are not an arange plus a scalar: such loads keep the cp.async path, as every load
@@ -48,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from ..hardware import TMA_GLOBAL_ALIGN, TMA_MAX_GLOBAL_DIM
+from ..hardware import TMA_GLOBAL_ALIGN, TMA_MAX_COORDINATE
 from ..ir import (AddPtr, Arange, Binary, Block, Broadcast, Compare, Constant, Dot, ExpandDims, For, Kernel, Load,
                   Op, Permute, Splat, Value)
 from ..types import PointerType, i32, tensor_descriptor_type
@@ -372,7 +373,7 @@ class _Facts:
         return None
 
     def _bounds(self, mask: Optional[Value], vectors, advance, loop: For, lower: int, step: int):
-        bounds: list = [("const", TMA_MAX_GLOBAL_DIM), ("const", TMA_MAX_GLOBAL_DIM)]
+        bounds: list = [("const", TMA_MAX_COORDINATE), ("const", TMA_MAX_COORDINATE)]
         masked: set[int] = set()
         pending = [] if mask is None else [mask]
         while pending:

@@ -1,8 +1,8 @@
 """stage_pointer_loads on the tutorial's pointer dot loop: A's pointer tile (rows masked by
 M, k by K - k * BK) and B's (k masked, advanced by BK * stride_b) are proven boxes; each
 load becomes `desc.load` of a tensor map the host encodes from the arguments (hidden
-parameters: A [M, K] with stride stride_a, B [K, 2**32] whose unmasked columns take TMA's
-largest extent) at the coordinates (pid * 64 + 0, 0 + (k - 0) * 32) and ((k - 0) * 32, 0);
+parameters: A [M, K] with stride stride_a, B [K, 2**31] whose unmasked columns take every
+coordinate a box can) at the coordinates (pid * 64 + 0, 0 + (k - 0) * 32) and ((k - 0) * 32, 0);
 the pointer tiles, the masks and the carried pointers are gone. The same kernel with B's
 stride not known a multiple of 16 bytes keeps both pointer loads and adds no parameter.
 
@@ -60,7 +60,7 @@ def test_boxes_golden():
     assert [key[0] for key in kernel.hidden_params] == ["a_ptr", "b_ptr"]
     assert [eval(key[2])[:2] for key in kernel.hidden_params] == [  # (shape, strides), outermost first
         ((("param", "M"), ("param", "K")), (("param", "stride_a"), ("const", 1))),
-        ((("param", "K"), ("const", 2**32)), (("param", "stride_b"), ("const", 1)))]
+        ((("param", "K"), ("const", 2**31)), (("param", "stride_b"), ("const", 1)))]
     # Only read: a launch where a bound is empty (K = 0) encodes a map of zeros, not an error.
     assert all(made.is_load_only(key[2]) for key in kernel.hidden_params)
     check_golden(print_kernel(kernel), "BOXES")

@@ -106,7 +106,7 @@ def nk_copies(m, n, k, dtype, b_transposed, wrap=False, **options):
 def test_b_as_n_by_k_is_a_box_read_through_a_transposed_tile(dtype, monkeypatch):
     if dtype == "bf16":
         monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", "3")
-    m, n, k = 64, 80, 80  # A's rows unmasked (M a multiple of BLOCK_M): the map's rows are TMA's largest extent
+    m, n, k = 64, 80, 80  # A's rows unmasked (M a multiple of BLOCK_M): the map's rows take every coordinate a box can (TMA_MAX_COORDINATE)
     assert nk_copies(m, n, k, dtype, True) == (6, 0)
     run_nk(m, n, k, dtype, True)
 

@@ -31,9 +31,11 @@ def test_the_examples_matmul_matches_torch(dtype, block):
     assert "cp.async.bulk.tensor" in ptx and "cp.async.cg" not in ptx
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_b_as_n_by_k_matches_torch(dtype):
-    m, n, k = 1024, 1008, 1008  # A's rows unmasked in this kernel: M a multiple of BLOCK_M
+@pytest.mark.parametrize("dtype, k", [(torch.float16, 1008), (torch.bfloat16, 1008), (torch.float16, 32768)])
+def test_b_as_n_by_k_matches_torch(dtype, k):
+    """A's rows are unmasked in this kernel (M a multiple of BLOCK_M), so its map's rows take
+    every coordinate a box can: 2**31 rows of 2 KB, and of 64 KB at K 32768."""
+    m, n = 1024, 1008
     gen = torch.Generator(device="cuda").manual_seed(41)
     a = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
     b_stored = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
