@@ -195,8 +195,10 @@ def test_a_split_whose_rings_and_epilogue_would_not_fit_warns_and_runs_as_one_pa
 def test_the_hopper_tiles_assemble_without_spills(block, num_warps, stages):
     specialization = {name: "divisible_by_16" for name in signature()}
     specialization.update(stride_ak="equal_to_1", stride_bn="equal_to_1", stride_cn="equal_to_1")
+    # pointer_tma=False: these aligned tiles would otherwise be TMA boxes (stage_pointer_loads)
     compiled = pointer_ws_matmul.compile(signature=signature(c_dtype="fp16"), num_warps=num_warps,
-                                         specialization=specialization, constexprs=constexprs(block, stages))
+                                         specialization=specialization, constexprs=constexprs(block, stages),
+                                         pointer_tma=False)
     ptx = compiled.asm["ptx"]
     for instruction in ("cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                         "setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"):
