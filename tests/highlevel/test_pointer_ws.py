@@ -213,7 +213,8 @@ def test_the_hopper_tiles_assemble_without_spills(block, num_warps, stages):
 @pytest.mark.parametrize("block, num_warps, stages", [((128, 256, 64), 8, 3), ((128, 128, 64), 8, 4),
                                                       ((64, 64, 32), 4, 2)])
 def test_on_the_gpu_against_float32_torch(block, num_warps, stages, dtype, shape):
-    """Tails in M, N and K; "aligned": rows a multiple of 16 elements (16-byte cp.async),
+    """Tails in M, N and K; "aligned": rows a multiple of 16 elements (16-byte cp.async; TMA
+    boxes unless pointer_tma=False, which keeps this test on the cp.async split),
     "unaligned": K and N rows that are not (narrower copies)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -225,6 +226,6 @@ def test_on_the_gpu_against_float32_torch(block, num_warps, stages, dtype, shape
     c = torch.empty(m, n, device="cuda", dtype=host)  # as the tutorial: fp32 would not fit beside 128x256 rings
     grid = (-(-m // block[0]), -(-n // block[1]))
     pointer_ws_matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
-                            c.stride(1), num_warps=num_warps, **constexprs(block, stages))
+                            c.stride(1), num_warps=num_warps, pointer_tma=False, **constexprs(block, stages))
     torch.cuda.synchronize()
     torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=5e-2, rtol=1e-2)
