@@ -17,6 +17,8 @@ from weft.kernels.matmul.cluster import cluster_matmul
 from weft.kernels.matmul.config import staged_columns
 from weft.kernels.matmul.two_piece import two_piece_matmul
 
+from ._matmul_gpu import check_bf16_matmul_on_gpu
+
 RNG = np.random.default_rng(41)
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 SMALL = dict(block_m=64, block_n=128, block_k=64, stages=2, num_warps=4)  # quick on the emulator
@@ -219,38 +221,15 @@ def test_192_wide_pairs_assemble_without_spills(cluster_m, cluster_n, k_major):
                                              (333, 2047, 1999, "nk"), (4096, 4096, 4096, "kn"),
                                              (200, 136, 72, "kn")])
 def test_gpu_pairs_match_torch(m, n, k, layout, block_n, stages, cluster_m, cluster_n):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    gen = torch.Generator(device="cuda").manual_seed(m * n + k)
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = b.t() if layout == "nk" else b.t().contiguous()
     config = Config(128, block_n, 64, stages, group_m=8, cluster_m=cluster_m, cluster_n=cluster_n)
-    for call in range(2):  # the second call repeats the first's prepared launch on a new C
-        a.normal_(generator=gen)
-        out = matmul(a, b, config=config)
-        torch.cuda.synchronize()
-        expected = a.float() @ b.float()
-        assert (out.float() - expected).abs().max().item() <= 2e-2 * expected.abs().max().item(), call
+    check_bf16_matmul_on_gpu(m, n, k, layout, config, seed=m * n + k)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cluster_m, cluster_n", [(2, 1), (1, 2)])
 @pytest.mark.parametrize("m, n, k, layout", [(512, 512, 32768, "kn"), (768, 1000, 20000, "nk")])
 def test_gpu_split_pairs_match_torch(m, n, k, layout, cluster_m, cluster_n):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    gen = torch.Generator(device="cuda").manual_seed(m + k)
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = b.t() if layout == "nk" else b.t().contiguous()
+    """The second call reuses the workspace the first left zeroed."""
     config = Config(128, 128, 64, 5, group_m=8, split_k=8, split_reduce="tma", cluster_m=cluster_m,
                     cluster_n=cluster_n)
-    for call in range(2):  # the second call reuses the workspace the first left zeroed
-        a.normal_(generator=gen)
-        out = matmul(a, b, config=config)
-        torch.cuda.synchronize()
-        expected = a.float() @ b.float()
-        assert (out.float() - expected).abs().max().item() <= 2e-2 * expected.abs().max().item(), call
+    check_bf16_matmul_on_gpu(m, n, k, layout, config, seed=m + k)

@@ -16,6 +16,8 @@ from weft.kernels.matmul import Config, matmul, reference_matmul, shared_bytes
 from weft.kernels.matmul.cluster import cluster_matmul
 from weft.kernels.matmul.staged_halves import staged_halves_matmul
 
+from ._matmul_gpu import check_bf16_matmul_on_gpu
+
 RNG = np.random.default_rng(48)
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 SMALL = dict(block_m=64, block_n=128, block_k=64, num_warps=4, staged_halves=True)  # quick on the emulator
@@ -131,17 +133,5 @@ def test_deep_paired_halves_assemble_without_spills(cluster_m, cluster_n, k_majo
                                              (768, 1024, 32768, "nk"), (333, 2047, 1999, "nk"),
                                              (4096, 4096, 4096, "kn"), (200, 136, 72, "kn")])
 def test_gpu_deep_halves_match_torch(m, n, k, layout, cluster_m, cluster_n):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    gen = torch.Generator(device="cuda").manual_seed(m * n + k)
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = b.t() if layout == "nk" else b.t().contiguous()
     config = Config(128, 256, 64, 4, group_m=8, staged_halves=True, cluster_m=cluster_m, cluster_n=cluster_n)
-    for call in range(2):  # the second call repeats the first's prepared launch on a new C
-        a.normal_(generator=gen)
-        out = matmul(a, b, config=config)
-        torch.cuda.synchronize()
-        expected = a.float() @ b.float()
-        assert (out.float() - expected).abs().max().item() <= 2e-2 * expected.abs().max().item(), call
+    check_bf16_matmul_on_gpu(m, n, k, layout, config, seed=m * n + k)
