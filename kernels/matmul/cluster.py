@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
-from .kernels import allocate_rings, tile_origin
+from .kernels import allocate_rings, next_free_slot, tile_origin
 from .split_k import unit_range
 from .split_k_tma import add_tile, multiply_range
 from .staged_halves import store_in_halves
@@ -148,9 +148,7 @@ def cluster_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
         pair, begin, end = unit_range(unit, k_steps, SPLIT_K)
         off_m, off_n = pair_origin(pair, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
         for k in range(begin, end):
-            slot = issued % STAGES
-            # A fresh `empty` barrier counts as released (phase 1 is "before the start").
-            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            slot = next_free_slot(empty, issued, STAGES)
             load_cluster_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
                                off_m, off_n, k * BLOCK_K, BLOCK_M, BLOCK_N, B_K_MAJOR, CLUSTER_M, CLUSTER_N)
             issued += 1

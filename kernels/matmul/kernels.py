@@ -183,6 +183,15 @@ def pipelined_matmul(a_desc, b_desc, c_desc, M, N, K,
 
 
 @ll.jit
+def next_free_slot(empty, issued, STAGES: ll.constexpr):
+    """The ring slot a producer's `issued`-th K step loads into, once its consumers have
+    released it (a fresh `empty` barrier counts as released: phase 1 is "before the start")."""
+    slot = issued % STAGES
+    mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+    return slot
+
+
+@ll.jit
 def ws_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
                 BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr,
                 STAGES: ll.constexpr, GROUP_M: ll.constexpr, B_K_MAJOR: ll.constexpr):
@@ -193,9 +202,7 @@ def ws_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
     for tile in range(ll.program_id(0), num_tiles, ll.num_programs(0)):
         off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         for k in range(0, k_steps):
-            slot = issued % STAGES
-            # A fresh `empty` barrier counts as released (phase 1 is "before the start").
-            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            slot = next_free_slot(empty, issued, STAGES)
             load_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
                        off_m, off_n, k * BLOCK_K, BLOCK_N, B_K_MAJOR)
             issued += 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .kernels import (allocate_operands, allocate_slot_barriers, b_operand, invalidate_slot_barriers,
-                      load_stage, store_tile, tile_origin)
+                      load_stage, next_free_slot, store_tile, tile_origin)
 
 
 @ll.jit
@@ -44,8 +44,7 @@ def split_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
         tile, begin, end = unit_range(unit, k_steps, SPLIT_K)
         off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         for k in range(begin, end):
-            slot = issued % STAGES
-            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            slot = next_free_slot(empty, issued, STAGES)
             load_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
                        off_m, off_n, k * BLOCK_K, BLOCK_N, B_K_MAJOR)
             issued += 1

@@ -31,8 +31,8 @@ tile of addresses at a time.
 from __future__ import annotations
 
 from ... import lowlevel as ll
-from ...lowlevel import mbarrier, tma
-from .kernels import allocate_rings, allocate_slot_barriers, invalidate_slot_barriers, load_stage, tile_origin
+from ...lowlevel import tma
+from .kernels import allocate_rings, allocate_slot_barriers, invalidate_slot_barriers, load_stage, next_free_slot, tile_origin
 from .split_k_tma import multiply_range
 from .stream_k_plan import PIECE_COST, TAIL_TILES
 
@@ -123,8 +123,7 @@ def stream_k_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, dp_
     for tile in range(pid, dp_tiles, programs):
         off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         for k in range(0, k_steps):
-            slot = issued % STAGES
-            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            slot = next_free_slot(empty, issued, STAGES)
             load_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
                        off_m, off_n, k * BLOCK_K, BLOCK_N, B_K_MAJOR)
             issued += 1
@@ -132,8 +131,7 @@ def stream_k_producer(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, dp_
     for u in range(begin // length, ll.cdiv(end, length)):
         off_m, off_n = tile_origin(dp_tiles + u, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         for k in range(offset + ll.maximum(begin - u * length, 0), offset + ll.minimum(end - u * length, length)):
-            slot = issued % STAGES
-            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
+            slot = next_free_slot(empty, issued, STAGES)
             load_stage(a_desc, b_desc, a_ring.index(slot), b_ring.index(slot), ready.index(slot),
                        off_m, off_n, k * BLOCK_K, BLOCK_N, B_K_MAJOR)
             issued += 1

@@ -23,7 +23,7 @@ from __future__ import annotations
 from ... import lowlevel as ll
 from ...lowlevel import mbarrier, tma
 from .cluster import allocate_pair_barriers, first_unit, load_b_boxes, load_boxes, unit_origin, unit_stride
-from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, release_slot
+from .kernels import allocate_slot_barriers, b_operand, invalidate_slot_barriers, next_free_slot, release_slot
 
 LEFT_N = 128
 RIGHT_N = 64
@@ -31,16 +31,20 @@ B_BOX_N = 64  # B's box width along N in both layouts
 
 
 @ll.jit
-def load_piece(b_desc, slot, bar, off_n, off_k, WIDTH: ll.constexpr, B_K_MAJOR: ll.constexpr):
-    """TMA loads of B's [BLOCK_K, WIDTH] piece at column off_n into `slot`, box by box."""
-    BOX_N: ll.constexpr = b_desc.block_shape[0] if B_K_MAJOR else b_desc.block_shape[1]
-    for j in ll.static_range(WIDTH // BOX_N):
-        if B_K_MAJOR:
-            tma.async_copy_global_to_shared(b_desc, [off_n + j * BOX_N, off_k], bar,
-                                            slot.slice(j * BOX_N, BOX_N, 0))
-        else:
-            tma.async_copy_global_to_shared(b_desc, [off_k, off_n + j * BOX_N], bar,
-                                            slot.slice(j * BOX_N, BOX_N, 1))
+def load_two_piece_stage(a_desc, b_desc, a_ring, left_ring, right_ring, ready, slot, off_m, off_n, k,
+                         BLOCK_M: ll.constexpr, BLOCK_N: ll.constexpr, BLOCK_K: ll.constexpr, B_K_MAJOR: ll.constexpr,
+                         CLUSTER_M: ll.constexpr, CLUSTER_N: ll.constexpr):
+    """K step k's loads into ring slot `slot` of A and of B's left and right pieces, as
+    `load_cluster_stage` loads a slot of one B piece: A as BLOCK_M / box-rows boxes (one
+    unpaired; shared along N), each piece of B as whole 64-column boxes (shared along M)."""
+    bar = ready.index(slot)
+    A_BOXES: ll.constexpr = BLOCK_M // a_desc.block_shape[0]
+    mbarrier.expect(bar, a_desc.nbytes * A_BOXES + b_desc.nbytes * (BLOCK_N // B_BOX_N))
+    off_k = k * BLOCK_K
+    load_boxes(a_desc, off_m, off_k, bar, a_ring.index(slot), A_BOXES, 0, CLUSTER_N == 2)
+    load_b_boxes(b_desc, off_n, off_k, bar, left_ring.index(slot), LEFT_N // B_BOX_N, B_K_MAJOR, CLUSTER_M == 2)
+    load_b_boxes(b_desc, off_n + LEFT_N, off_k, bar, right_ring.index(slot), RIGHT_N // B_BOX_N, B_K_MAJOR,
+                 CLUSTER_M == 2)
 
 
 @ll.jit
@@ -57,22 +61,9 @@ def two_piece_producer(a_desc, b_desc, a_ring, left_ring, right_ring, ready, emp
     for tile in range(first_unit(CLUSTERED), num_tiles, unit_stride(CLUSTERED)):
         off_m, off_n = unit_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M, CLUSTER_M, CLUSTER_N)
         for k in range(0, k_steps):
-            slot = issued % STAGES
-            mbarrier.wait(empty.index(slot), ((issued // STAGES) & 1) ^ 1)
-            bar = ready.index(slot)
-            if CLUSTERED:
-                A_BOXES: ll.constexpr = BLOCK_M // a_desc.block_shape[0]
-                mbarrier.expect(bar, a_desc.nbytes * A_BOXES + b_desc.nbytes * (BLOCK_N // B_BOX_N))
-                load_boxes(a_desc, off_m, k * BLOCK_K, bar, a_ring.index(slot), A_BOXES, 0, CLUSTER_N == 2)
-                load_b_boxes(b_desc, off_n, k * BLOCK_K, bar, left_ring.index(slot), LEFT_N // B_BOX_N, B_K_MAJOR,
-                             CLUSTER_M == 2)
-                load_b_boxes(b_desc, off_n + LEFT_N, k * BLOCK_K, bar, right_ring.index(slot), RIGHT_N // B_BOX_N,
-                             B_K_MAJOR, CLUSTER_M == 2)
-            else:
-                mbarrier.expect(bar, a_desc.nbytes + b_desc.nbytes * (BLOCK_N // B_BOX_N))
-                tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], bar, a_ring.index(slot))
-                load_piece(b_desc, left_ring.index(slot), bar, off_n, k * BLOCK_K, LEFT_N, B_K_MAJOR)
-                load_piece(b_desc, right_ring.index(slot), bar, off_n + LEFT_N, k * BLOCK_K, RIGHT_N, B_K_MAJOR)
+            slot = next_free_slot(empty, issued, STAGES)
+            load_two_piece_stage(a_desc, b_desc, a_ring, left_ring, right_ring, ready, slot, off_m, off_n,
+                                 k, BLOCK_M, BLOCK_N, BLOCK_K, B_K_MAJOR, CLUSTER_M, CLUSTER_N)
             issued += 1
 
 
