@@ -20,7 +20,7 @@ trip counts are the values the lockstep run computed):
     take / pass / give (warpgroup_turn; `open` is warpgroup 1 giving warpgroup 0 the first)
 
 When the partitions have finished, the record is replayed from the barriers' states at the
-split: each unit runs on until its next event cannot happen yet (a wait whose phase has
+split (TMA loads still in flight there counted as landed): each unit runs on until its next event cannot happen yet (a wait whose phase has
 not completed, a take with no pass waiting, a sync its sibling has not reached), round
 and round until none moves. A TMA load completes as soon as it is issued (nothing but
 its issue orders it, and completing earlier only lets waits pass sooner). Arrivals,
@@ -83,6 +83,11 @@ class SyncReplay:
     def __init__(self, shared, partitions: list[tuple[str, int, int, bool]]):
         self.barriers = {address: BarrierState(bar.name, bar.count, bar.pending, bar.tx, bar.completed)
                          for address, bar in shared.mbarriers.items() if bar.invalidated_by is None}
+        for load in shared.in_flight:  # issued before the split: landed as soon as issued, as within it
+            bar = self.barriers.get(load.barrier)
+            if bar is not None:
+                bar.tx -= load.nbytes
+                bar.settle()
         self.units: list[Unit] = []
         self.running = None  # the CTA view of the partition running (set by the scheduler)
         self.by_warp: dict[int, Unit] = {}
