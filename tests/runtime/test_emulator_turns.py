@@ -79,8 +79,14 @@ class _Bar:
 
 
 class _Shared:
-    def __init__(self, **bars):
+    def __init__(self, *in_flight, **bars):
         self.mbarriers = bars
+        self.in_flight = list(in_flight)  # TMA loads issued and not landed (mbarrier.TmaInFlight's fields)
+
+
+class _Load:
+    def __init__(self, barrier: str, nbytes: int):
+        self.barrier, self.nbytes = barrier, nbytes
 
 
 def _op(action: str, line: int):
@@ -132,3 +138,20 @@ def test_replay_a_wait_on_a_phase_nobody_completes_names_the_barrier():
     replay.record([8], "load", "64", 128, _op("take", 9))
     replay.record(range(8, 12), "wait", "64", 1, _op("take", 9))
     replay.check()  # the expect's arrival and the load's bytes complete phase 0
+
+
+def test_replay_lands_a_load_in_flight_at_the_split():
+    """A box whose copy and expect came before the split (wait_boxes_in_consumers: Q waited
+    for inside the consumers): its bytes land in the replay as a load issued within it does."""
+    def started():
+        bar = _Bar("`q`", 1)
+        bar.pending, bar.tx = 0, 128  # the expect arrived, its bytes not landed
+        return bar
+
+    replay = _replay(_Shared(_Load("64", 128), **{"64": started()}))
+    replay.record(range(8), "wait", "64", 1, _op("take", 9))
+    replay.check()
+    replay = _replay(_Shared(**{"64": started()}))  # nothing in flight: the phase never completes
+    replay.record(range(8), "wait", "64", 1, _op("take", 9))
+    with pytest.raises(EmulationError, match="deadlock on the GPU"):
+        replay.check()
