@@ -1,7 +1,8 @@
 """allocate_shared_memory: give every buffer and scratch area a byte offset.
 
 Live ranges come from program order (a use inside a loop keeps the buffer alive for the
-whole loop, since the next iteration reads it again); buffers whose live ranges do not
+whole loop, since the next iteration reads it again; an async wgmma's operands until the wait
+that retires it, wgmma_retirement.py); buffers whose live ranges do not
 overlap share bytes. The partitions of a warp_specialize run at the same time, so
 whatever is allocated or used inside one lives for the whole warp_specialize. Offsets are aligned for the strictest user (1024 bytes for a
 128-byte swizzle atom: HOPPER.md's NVMMA table).
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 from ..errors import CompilationError
 from ..hardware import SHARED_LIMIT
 from ..ir import (AllocateSharedMemory, Block, Kernel, Op, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice,
-                  Value, WarpSpecialize)
+                  Value, WarpgroupMma, WarpSpecialize)
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
+from .wgmma_retirement import retiring_positions
 
 NAME = "allocate_shared_memory"
 
@@ -64,6 +66,7 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     loop_ends: dict = {}
     _number_ops(kernel.body, (), positions, loop_ends, [0], kernel.num_warps)
 
+    retired = retiring_positions(kernel, positions)
     copied_by_workers = kernel.total_warps > kernel.num_warps  # code outside partitions
     roots: dict[Value, Value] = {}
     intervals: dict[object, _Interval] = {}
@@ -102,6 +105,8 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
             for loop in loops:
                 if loop not in interval.loops:
                     end = max(end, loop_ends[loop])
+            if isinstance(op, WarpgroupMma) and id(op) in retired:  # read until retired, maybe past the loop
+                end = max(end, retired[id(op)])
             interval.end = max(interval.end, end)
 
     _separate_small_scratch(intervals, kernel.num_warps)
