@@ -14,6 +14,7 @@ kept on the CompiledKernel (`kernel.asm[stage]`), and WEFT_DUMP=<stage or pass> 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Callable, Optional
 
@@ -39,6 +40,7 @@ from .passes.propagate_layouts import propagate_layouts
 from .passes.stage_block_pointers import stage_block_pointers
 from .passes.vectorize_memory import vectorize_memory
 from .printer import print_kernel
+from .ring_depth import fit_ring_depth
 from .verifier import verify
 
 # The highlevel inference passes, in order: `tile` in, `layout` out. axis_analysis changes
@@ -109,6 +111,15 @@ def run_tile_passes(kernel: Kernel, config=None) -> Kernel:
     return kernel
 
 
+def run_tile_passes_fitted(kernel: Kernel, config=None) -> Kernel:
+    """run_tile_passes, again with shallower rings where the launch's would keep fewer CTAs
+    on an SM than the registers allow (compiler/ring_depth.py); each run is dumped."""
+    config = config or _config()
+    quiet = dataclasses.replace(config, dump=frozenset())
+    return fit_ring_depth(kernel, lambda candidate: run_tile_passes(candidate, config),
+                          lambda candidate: run_layout_passes(candidate, quiet))
+
+
 def prepare_for_emulator(kernel: Kernel, config=None) -> Kernel:
     """The `layout` IR the emulator runs, for a kernel at `tile` or `layout`, printing what
     WEFT_DUMP asks for as a compile would: the source, the passes and `layout`. The stages
@@ -116,7 +127,7 @@ def prepare_for_emulator(kernel: Kernel, config=None) -> Kernel:
     config = config or _config()
     _dump(config, "source", kernel.source)
     if kernel.stage == "tile":
-        kernel = run_tile_passes(kernel, config)
+        kernel = run_tile_passes_fitted(kernel, config)
     kernel = run_layout_passes(kernel, config)
     _dump(config, "layout", lambda: print_kernel(kernel))
     for name in ("llir", "ptx", "cubin"):
@@ -139,7 +150,7 @@ def compile_tile_kernel(kernel: Kernel, params: tuple[Param, ...], source: str =
     config = _config()
     _dump(config, "source", source or kernel.source)
     tile = print_kernel(kernel)
-    kernel = run_tile_passes(kernel, config)
+    kernel = run_tile_passes_fitted(kernel, config)
     return compile_layout_kernel(kernel, params, source, target, earlier={"tile": tile})
 
 

@@ -61,6 +61,9 @@ class Kernel:
     # The launch option sink_waits (highlevel): a wgmma wait(0) moves into the next wait(0)
     # past wgmmas that do not read its results (compiler/passes/merge_wgmma_waits.py).
     sink_waits: bool = False
+    # The launch option fit_rings (highlevel): rings shallower than num_stages where the
+    # launch's would keep fewer CTAs on an SM than the registers allow (compiler/ring_depth.py).
+    fit_rings: bool = True
     # The launch option dot_ahead (highlevel): True asks issue_dot_ahead to issue an
     # attention-style loop's next Q K^T with this block's P V (where the tiles fit the
     # registers); False or None keep the loop as pipeline_dot_loops scheduled it. A string
