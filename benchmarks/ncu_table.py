@@ -37,7 +37,8 @@ def main(details_path: str, raw_path: str) -> None:
         header, launches = raw[0], raw[2:]
         for column, metric in enumerate(header):
             match = STALL.fullmatch(metric)
-            label = f"stall {match.group(1)}" if match else metric if RAW.fullmatch(metric) else None
+            label = f"stall {match.group(1)}" if match else \
+                metric.replace(".avg.pct_of_peak_sustained_active", " %") if RAW.fullmatch(metric) else None
             if label is None:
                 continue
             values = {ids[i]: launch[column] for i, launch in enumerate(launches) if i < len(ids)}

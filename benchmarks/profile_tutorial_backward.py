@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
             else:
                 weft_backward(q, k, v, out, lse, do, causal=causal, **(_hl_options(system) or {}))
             torch.cuda.synchronize()
-            print(f"launched {system} {mask} head_dim {head_dim}", flush=True)
+            print(f"launched {system} {mask}", flush=True)
     return 0
 
 
