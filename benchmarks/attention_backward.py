@@ -19,8 +19,8 @@ seq 1k..16k, head_dim 64, 128, 256), causal and not.
 head_dim 128 its rings keep one CTA per SM, 2 stages let two fit) and issue_dots_early off
 (compiler/passes/issue_dots_early.py); "+sink=1" adds the launch option sink_waits
 (compiler/passes/merge_wgmma_waits.py), "+fit=0" the launch option fit_rings=False (rings
-num_stages deep even where they cost a CTA an SM: compiler/ring_depth.py); any field may be
-left out.
+num_stages deep even where they cost a CTA an SM: compiler/ring_depth.py), "+rows=1" the launch
+option hoist_slot_loads (compiler/passes/hoist_slot_loads.py); any field may be left out.
 
 Variants of weft's kernel are systems of their own, timed in the same run: "weft:f=v+g=w"
 is head_dim's default BackwardConfig with fields f and g changed. dq_reduce, split and
@@ -321,7 +321,7 @@ def _variant(dq_reduce: str, walk: str) -> str:
 
 
 def _hl_options(name: str):
-    """The attention_backward keywords of a "weft.hl:stages=N+early=0|1+sink=0|1+fit=0|1" system
+    """The attention_backward keywords of a "weft.hl:stages=N+early=0|1+sink=0|1+fit=0|1+rows=0|1" system
     (any field may be left out), or None when `name` is not one."""
     if not name.startswith(HL_VARIANT):
         return None
@@ -336,6 +336,8 @@ def _hl_options(name: str):
             options["sink_waits"] = value == "1"
         elif key == "fit" and value in ("0", "1"):
             options["fit_rings"] = value == "1"
+        elif key == "rows" and value in ("0", "1"):
+            options["hoist_slot_loads"] = value == "1"
         else:
             return None
     return options

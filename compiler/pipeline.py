@@ -27,6 +27,7 @@ from .passes.coalesce import coalesce
 from .passes.drop_deadlocking_turns import drop_deadlocking_turns
 from .passes.drop_unused_atomic_results import drop_unused_atomic_results
 from .passes.hoist_copy_fences import hoist_copy_fences
+from .passes.hoist_slot_loads import hoist_slot_loads
 from .passes.insert_barriers import insert_barriers
 from .passes.issue_dot_ahead import issue_dot_ahead
 from .passes.issue_dots_early import issue_dots_early
@@ -59,6 +60,7 @@ TILE_PASSES: tuple[tuple[str, Callable[[Kernel], Kernel]], ...] = (
     ("lower_tiles", lower_tiles),                  # every tensor has a layout now
     ("pass_after_drain", pass_after_drain),        # after propagation: conversions it placed follow the turn's pass
     ("merge_wgmma_waits", merge_wgmma_waits),      # after lower_tiles: a wait of several deps needs no propagation
+    ("hoist_slot_loads", hoist_slot_loads),        # the waits are final: slot loads move above the first dot
     ("hoist_copy_fences", hoist_copy_fences),      # last: the passes before it see each dot's fence
 )
 

@@ -142,14 +142,16 @@ def attention_backward_kernel(q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, dk_ptr, dv_pt
 
 def attention_backward(q, k, v, out, lse, do, causal: bool = False, softmax_scale: float | None = None,
                        num_warps: int = 4, num_stages: int | None = 5, kernels=None, issue_dots_early: bool = True,
-                       sink_waits: bool = False, fit_rings: bool = True):
+                       sink_waits: bool = False, fit_rings: bool = True, hoist_slot_loads: bool = False):
     """(dq, dk, dv) for [batch, heads, seq, head_dim] q, k, v (fp16 or bf16; torch or numpy),
     the forward's out and natural-log lse [batch, heads, seq] (fp32), and dO. `kernels` is
     another compiler's launchable (row_deltas, attention_backward_kernel) pair (the
     benchmark passes Triton's), else this module's. `issue_dots_early=False` launches
     weft's kernel with that option (compiler/passes/issue_dots_early.py) off, `sink_waits=True`
     with that one on (compiler/passes/merge_wgmma_waits.py), `fit_rings=False` with rings
-    num_stages deep where shared memory then holds fewer CTAs an SM (compiler/ring_depth.py)."""
+    num_stages deep where shared memory then holds fewer CTAs an SM (compiler/ring_depth.py),
+    `hoist_slot_loads=True` with lse and delta read before the first dot
+    (compiler/passes/hoist_slot_loads.py)."""
     batch, heads, seq, head_dim = q.shape
     if k.shape != q.shape or v.shape != q.shape:
         raise ValueError("the tutorial's backward needs q, k and v of one shape (no GQA, seq_q == seq_k)")
@@ -182,6 +184,8 @@ def attention_backward(q, k, v, out, lse, do, causal: bool = False, softmax_scal
         options["sink_waits"] = True
     if not fit_rings:
         options["fit_rings"] = False
+    if hoist_slot_loads:
+        options["hoist_slot_loads"] = True
     kernel[(seq // BLOCK_N1, 1, batch * heads)](
         q, k_scaled, v, do, dq, dk, dv, lse_base2, delta, seq, float(scale), HEAD_DIM=head_dim, CAUSAL=bool(causal),
         ROWS_KV=BLOCK_M1, KEYS_KV=BLOCK_N1, ROWS_Q=BLOCK_M2, KEYS_Q=BLOCK_N2, SPLIT=DIAGONAL_SPLIT, **options)

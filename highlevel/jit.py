@@ -29,6 +29,9 @@ def compile_kernel(jit_fn: Any, signature: dict, constexprs: dict, specializatio
     if options.get("sink_waits") is not None:
         kernel = dataclasses.replace(kernel, sink_waits=check_bool_option(jit_fn.__name__, "sink_waits",
                                                                           options["sink_waits"]))
+    if options.get("hoist_slot_loads") is not None:
+        kernel = dataclasses.replace(kernel, hoist_slot_loads=check_bool_option(jit_fn.__name__, "hoist_slot_loads",
+                                                                                options["hoist_slot_loads"]))
     if options.get("fit_rings") is not None:
         kernel = dataclasses.replace(kernel, fit_rings=check_bool_option(jit_fn.__name__, "fit_rings",
                                                                          options["fit_rings"]))

@@ -48,7 +48,7 @@ DEFAULT_TARGET = "sm_90a"
 EMULATOR_TARGET = "emulator"
 # Keywords of a launch that are options, not kernel parameters.
 OPTION_NAMES = ("num_warps", "num_stages", "maxnreg", "cluster", "target", "issue_dots_early", "dot_ahead",
-                "sink_waits", "fit_rings", "pingpong", "block_pointer_tma", "pointer_tma")
+                "sink_waits", "fit_rings", "hoist_slot_loads", "pingpong", "block_pointer_tma", "pointer_tma")
 # Options a kernel may also take as a parameter (Triton's softmax tutorial passes
 # `num_stages` to its kernel): `num_stages=` at a launch sets both.
 PARAMETER_OPTIONS = ("num_stages",)

@@ -64,6 +64,9 @@ class Kernel:
     # The launch option fit_rings (highlevel): rings shallower than num_stages where the
     # launch's would keep fewer CTAs on an SM than the registers allow (compiler/ring_depth.py).
     fit_rings: bool = True
+    # The launch option hoist_slot_loads (highlevel): a loop's shared loads of ring slots
+    # issued before its first wgmma (compiler/passes/hoist_slot_loads.py).
+    hoist_slot_loads: bool = False
     # The launch option dot_ahead (highlevel): True asks issue_dot_ahead to issue an
     # attention-style loop's next Q K^T with this block's P V (where the tiles fit the
     # registers); False or None keep the loop as pipeline_dot_loops scheduled it. A string
