@@ -1,8 +1,9 @@
 """allocate_shared_memory: give every buffer and scratch area a byte offset.
 
 Live ranges come from program order (a use inside a loop keeps the buffer alive for the
-whole loop, since the next iteration reads it again; an async wgmma's operands until the wait
-that retires it, wgmma_retirement.py); buffers whose live ranges do not
+whole loop, since the next iteration reads it again; an async access, a wgmma's or a TMA
+store's read or a cp.async's or TMA load's write, until the op that completes it:
+async_completion.py); buffers whose live ranges do not
 overlap share bytes. The partitions of a warp_specialize run at the same time, so
 whatever is allocated or used inside one lives for the whole warp_specialize. Offsets are aligned for the strictest user (1024 bytes for a
 128-byte swizzle atom: HOPPER.md's NVMMA table).
@@ -16,10 +17,10 @@ from dataclasses import dataclass
 from ..errors import CompilationError
 from ..hardware import SHARED_LIMIT
 from ..ir import (AllocateSharedMemory, Block, Kernel, Op, SharedIndex, SharedPermute, SharedReinterpret, SharedSlice,
-                  Value, WarpgroupMma, WarpSpecialize)
+                  Value, WarpSpecialize)
+from .async_completion import completion_positions
 from .rewrite import rewrite_kernel
 from .shared_accesses import scratch_bytes_of
-from .wgmma_retirement import retiring_positions
 
 NAME = "allocate_shared_memory"
 
@@ -66,9 +67,9 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     loop_ends: dict = {}
     _number_ops(kernel.body, (), positions, loop_ends, [0], kernel.num_warps)
 
-    retired = retiring_positions(kernel, positions)
+    roots = view_roots(kernel)
+    completed = completion_positions(kernel, positions, lambda view: roots.get(view, view))
     copied_by_workers = kernel.total_warps > kernel.num_warps  # code outside partitions
-    roots: dict[Value, Value] = {}
     intervals: dict[object, _Interval] = {}
     for op in kernel.walk():
         position, loops, partition, warps, replicas = positions[id(op)]
@@ -76,16 +77,8 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
         start, here = (position, position) if partition is None else \
             (positions[partition][0], loop_ends[partition])
         if isinstance(op, AllocateSharedMemory):
-            roots[op.result] = op.result
             size = op.result.type.num_bytes
             intervals[op.result] = _Interval(op.result, size, _alignment(size), start, here, loops)
-        elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute, SharedReinterpret)):
-            roots[op.result] = roots.get(op.buffer, op.buffer)
-        elif isinstance(op, WarpSpecialize):  # partitions see captured buffers as block args
-            for region in op.nested_blocks():
-                for arg, captured in zip(region.args, op.captures):
-                    if captured in roots:
-                        roots[arg] = roots[captured]
         scratch = scratch_bytes_of(op, warps, mirrored=partition is None and copied_by_workers)
         if scratch and replicas > 1:
             raise CompilationError(
@@ -105,8 +98,8 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
             for loop in loops:
                 if loop not in interval.loops:
                     end = max(end, loop_ends[loop])
-            if isinstance(op, WarpgroupMma) and id(op) in retired:  # read until retired, maybe past the loop
-                end = max(end, retired[id(op)])
+            if id(op) in completed:  # an async access runs on until completed, maybe past the loop
+                end = max(end, completed[id(op)])
             interval.end = max(interval.end, end)
 
     _separate_small_scratch(intervals, kernel.num_warps)
@@ -135,6 +128,23 @@ def allocate_shared_memory(kernel: Kernel) -> Kernel:
     # Scratch keys are ids of the ops before rewriting; rewrite_kernel calls the rule on
     # ops whose nested blocks were rebuilt, which only happens for region ops (not these).
     return rewrite_kernel(kernel, rule, shared_bytes=total)
+
+
+def view_roots(kernel: Kernel) -> dict[Value, Value]:
+    """Each shared buffer value (an allocation, a view of one, a partition's captured
+    buffer) -> the allocation it is part of."""
+    roots: dict[Value, Value] = {}
+    for op in kernel.walk():
+        if isinstance(op, AllocateSharedMemory):
+            roots[op.result] = op.result
+        elif isinstance(op, (SharedIndex, SharedSlice, SharedPermute, SharedReinterpret)):
+            roots[op.result] = roots.get(op.buffer, op.buffer)
+        elif isinstance(op, WarpSpecialize):  # partitions see captured buffers as block args
+            for region in op.nested_blocks():
+                for arg, captured in zip(region.args, op.captures):
+                    if captured in roots:
+                        roots[arg] = roots[captured]
+    return roots
 
 
 # Scratch areas (reductions across warps, conversions through shared memory) that

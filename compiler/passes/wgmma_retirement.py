@@ -9,13 +9,14 @@ scratch overwrites an operand still being read.
 
 The in-flight value is followed through what carries it unchanged in time: a layout
 conversion, a later wgmma that takes it as accumulator (groups retire in order), a loop's
-yield (to the loop's result and to the next iteration's argument) and an if's yield (to its
-result). The waits that list any of those values retire it.
+yield (to the loop's result and to the next iteration's argument), a while's yield and
+condition (to the next iteration, the body and the result) and an if's yield (to its result).
+The waits that list any of those values retire it.
 """
 
 from __future__ import annotations
 
-from ..ir import ConvertLayout, For, If, Kernel, Op, Value, WarpgroupMma, WarpgroupMmaWait, Yield
+from ..ir import Condition, ConvertLayout, For, If, Kernel, Op, Value, WarpgroupMma, WarpgroupMmaWait, While, Yield
 
 
 def retiring_positions(kernel: Kernel, positions: dict) -> dict[int, int]:
@@ -28,6 +29,11 @@ def retiring_positions(kernel: Kernel, positions: dict) -> dict[int, int]:
             readers.setdefault(value, []).append(op)
         if isinstance(op, For) and isinstance(op.body.ops[-1], Yield):
             carried[id(op.body.ops[-1])] = [(result, arg) for result, arg in zip(op.results, op.body.args[1:])]
+        elif isinstance(op, While):  # the after block's yield feeds the before block's args
+            if op.after.ops and isinstance(op.after.ops[-1], Yield):
+                carried[id(op.after.ops[-1])] = [(arg,) for arg in op.before.args]
+            if op.before.ops and isinstance(op.before.ops[-1], Condition):  # on to the body or out
+                carried[id(op.before.ops[-1])] = [(arg, result) for arg, result in zip(op.after.args, op.results)]
         elif isinstance(op, If):
             for body in (op.then_body, op.else_body):
                 if body.ops and isinstance(body.ops[-1], Yield):
@@ -38,7 +44,7 @@ def retiring_positions(kernel: Kernel, positions: dict) -> dict[int, int]:
             return (reader.result,)
         if isinstance(reader, WarpgroupMma) and reader.acc is value:
             return (reader.result,)
-        if isinstance(reader, Yield) and id(reader) in carried:
+        if isinstance(reader, (Yield, Condition)) and id(reader) in carried:
             targets = carried[id(reader)]
             return tuple(target for index, v in enumerate(reader.values) if v is value
                          for target in targets[index])

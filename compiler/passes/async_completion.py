@@ -1,0 +1,116 @@
+"""Where each asynchronous access of shared memory completes: its bytes stay in use until then.
+
+An async op keeps reading or writing shared memory after it is issued, until an op later in
+program order completes the access; allocate_shared_memory must not give those bytes to
+another buffer or a scratch area before that point. Besides wgmma (wgmma_retirement.py):
+
+- a TMA store or reduce-add reads its buffer until a `tma_store_wait` leaves fewer bulk
+  groups in flight than were issued after it (cp.async.bulk.wait_group.read);
+- a cp.async writes its buffer until an `async_copy_wait_group` leaves fewer commit groups
+  in flight than were committed after its own;
+- a TMA load or bulk copy writes its buffer until an `mbarrier_wait` on its barrier.
+
+The completing op is looked for by walking forward from the issue: through the rest of the
+block, then after the enclosing if, around the enclosing loop to the issue again (the next
+iteration), and after the loop. Waits and issues inside a nested region count only at the
+issue's own level or an enclosing one (a wait in a branch may not run, so it completes
+nothing). A wait found after the loop wins over one inside it (the last iteration's access
+runs past the loop); a loop with no wait after it is taken to complete its own accesses in
+its next iteration, as the pipelined loops do (their copies for iterations past the end
+are never issued). An access that nothing completes lasts to the kernel's end; inside a
+warp_specialize every access already lasts the whole warp_specialize.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from ..ir import (AsyncBulkCopyGlobalToShared, AsyncCopyCommitGroup, AsyncCopyGlobalToShared, AsyncCopyWaitGroup,
+                  Block, Kernel, MBarrierWait, Op, TmaAsyncCopyGlobalToShared, TmaAsyncCopySharedToGlobal,
+                  TmaAsyncReduceAdd, TmaStoreWait, Value, WarpgroupMma, WarpSpecialize)
+from .wgmma_retirement import retiring_positions
+
+# A completion rule: given an op after the issue and how many groups were issued after the
+# issue's own so far, whether the op completes the access; and whether the op issues a group.
+Completes = Callable[[Op, int], bool]
+IssuesGroup = Callable[[Op], bool]
+
+
+def completion_positions(kernel: Kernel, positions: dict, roots: Callable[[Value], Value]) -> dict[int, int]:
+    """id(async op) -> the program position (`positions[id(op)][0]`) until which the shared
+    memory it accesses stays in use. `roots` maps a view to the buffer it views."""
+    places = _places(kernel.body, None, {})
+    last = max((where[0] for where in positions.values()), default=0)
+    completed = dict(retiring_positions(kernel, positions))
+    for op in kernel.walk():
+        rule = _rule(op, roots)
+        if rule is None and not (isinstance(op, WarpgroupMma) and op.is_async and id(op) not in completed):
+            continue
+        inside_partition = positions[id(op)][2] is not None
+        if rule is None:  # an async wgmma whose wait is found nowhere
+            found = None
+        else:
+            found = _walk_forward(op, places, positions, *rule)
+        if found is None and not inside_partition:
+            found = last
+        if found is not None:
+            completed[id(op)] = max(found, completed.get(id(op), found))
+    return completed
+
+
+def _rule(op: Op, roots) -> Optional[tuple[Completes, IssuesGroup, bool]]:
+    """How `op`'s access completes: (completes, issues a group, whether the issue's own group
+    is still to be closed by a later issue)."""
+    if isinstance(op, (TmaAsyncCopySharedToGlobal, TmaAsyncReduceAdd)):  # each one its own bulk group
+        return ((lambda later, after: isinstance(later, TmaStoreWait) and later.pending <= after),
+                lambda later: isinstance(later, (TmaAsyncCopySharedToGlobal, TmaAsyncReduceAdd)), False)
+    if isinstance(op, AsyncCopyGlobalToShared):  # its group is closed by the next commit
+        return ((lambda later, after: isinstance(later, AsyncCopyWaitGroup) and later.pending <= after),
+                lambda later: isinstance(later, AsyncCopyCommitGroup), True)
+    if isinstance(op, (TmaAsyncCopyGlobalToShared, AsyncBulkCopyGlobalToShared)):
+        barrier = roots(op.barrier)
+        return ((lambda later, after: isinstance(later, MBarrierWait) and roots(later.barrier) is barrier),
+                lambda later: False, False)
+    return None
+
+
+def _places(block: Block, holder: Optional[tuple[Op, Block]], found: dict) -> dict:
+    """id(op) -> the block it is in; id(block) -> (the op holding it, the block that op is in),
+    None for the kernel's body."""
+    found[id(block)] = holder
+    for op in block.ops:
+        found[id(op)] = block
+        for region in op.nested_blocks():
+            _places(region, (op, block), found)
+    return found
+
+
+def _walk_forward(issue: Op, places: dict, positions: dict, completes: Completes, issues_group: IssuesGroup,
+                  unclosed: bool) -> Optional[int]:
+    """The position of the first op that completes `issue` on the way forward (see the module
+    docstring), or None when none does before the kernel (or warp_specialize) ends."""
+    after = [-1 if unclosed else 0]  # groups issued after the issue's own
+
+    def scan(ops) -> Optional[int]:
+        for later in ops:
+            if completes(later, after[0]):
+                return positions[id(later)][0]
+            if issues_group(later):
+                after[0] += 1
+        return None
+
+    op, wrapped = issue, None
+    while True:
+        block = places[id(op)]
+        index = next(i for i, o in enumerate(block.ops) if o is op)
+        found = scan(block.ops[index + 1:])
+        if found is not None:
+            return found
+        holder = places[id(block)]
+        if holder is None or isinstance(holder[0], WarpSpecialize):
+            return wrapped
+        if holder[0].LOOP and wrapped is None:
+            on_exit = after[0]
+            wrapped = scan(block.ops[:index + 1])  # the next iteration, up to the issue again
+            after[0] = on_exit  # leaving the loop instead, those were not issued
+        op = holder[0]
