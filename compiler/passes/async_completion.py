@@ -44,17 +44,16 @@ def completion_positions(kernel: Kernel, positions: dict, roots: Callable[[Value
     completed = dict(retiring_positions(kernel, positions))
     for op in kernel.walk():
         rule = _rule(op, roots)
-        if rule is None and not (isinstance(op, WarpgroupMma) and op.is_async and id(op) not in completed):
-            continue
-        inside_partition = positions[id(op)][2] is not None
-        if rule is None:  # an async wgmma whose wait is found nowhere
-            found = None
-        else:
+        if rule is not None:
             found = _walk_forward(op, places, positions, *rule)
-        if found is None and not inside_partition:
+        elif isinstance(op, WarpgroupMma) and op.is_async and id(op) not in completed:
+            found = None  # no wait lists its result, or the value flow was lost on the way
+        else:
+            continue
+        if found is None and positions[id(op)][2] is None:  # outside a warp_specialize
             found = last
         if found is not None:
-            completed[id(op)] = max(found, completed.get(id(op), found))
+            completed[id(op)] = found
     return completed
 
 
