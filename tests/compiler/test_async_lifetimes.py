@@ -4,10 +4,11 @@ kernel issues an async access, then, before its completion, allocates a buffer o
 layout through shared scratch: bytes the allocator could place over the in-flight ones. Run on
 the emulator, whose race detection reports such an overlap, against numpy float64.
 
-Raced before the fix: a TMA store's or reduce-add's source reused before store_wait, a
-cp.async or TMA load whose buffer is not read again, an async wgmma retired after a while
-loop, a store_wait(1) taken to complete the newer of two stores. Safe before and pinned
-here: a cp.async or TMA load whose buffer is read after its wait, a register-A wgmma."""
+Raced before the fix: a TMA store's or reduce-add's source reused before store_wait (also
+after a loop of stores), a cp.async or TMA load whose buffer is not read again, an async
+wgmma retired after a while loop, a store_wait(1) taken to complete the newer of two stores.
+Safe before and pinned here: a cp.async or TMA load whose buffer is read after its wait, a
+register-A wgmma."""
 
 import numpy as np
 import pytest
@@ -86,6 +87,31 @@ def test_store_wait_one_completes_only_the_older_store():
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(out, np.concatenate([x64, 2 * x64]), rtol=1e-6)
     np.testing.assert_allclose(y, 3 * x64, rtol=1e-6)
+
+
+@ll.jit
+def stores_in_a_loop(desc, x_ptr, y_ptr, N: ll.constexpr):
+    """Box i = (i + 1) x, from a ring of two sources whose slot store_wait(1) frees; the
+    last stores run past the loop, where y = x through a layout conversion before store_wait(0)."""
+    x = ll.load(x_ptr + tile(ROWS))
+    ring = ll.allocate_shared_memory(desc.dtype, [2, 64, 64], desc.layout)
+    for i in range(N):
+        tma.store_wait(1)  # the store two iterations ago read this slot
+        slot = ring.index(i % 2)
+        slot.store(x * (i + 1.0))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(desc, [i * 64, 0], slot)
+    ll.store(y_ptr + tile(COLS), ll.convert_layout(x, COLS))
+    tma.store_wait(0)
+
+
+def test_stores_still_running_after_their_loop_keep_their_ring():
+    x = normal(64, 64)
+    out, y = np.zeros((4 * 64, 64), np.float32), np.zeros((64, 64), np.float32)
+    stores_in_a_loop[(1,)](ll.TensorDescriptor.from_tensor(out, [64, 64], FP32_BOX), x, y, 4)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out, np.concatenate([(i + 1) * x64 for i in range(4)]), rtol=1e-6)
+    np.testing.assert_allclose(y, x64, rtol=1e-6)
 
 
 # ------------------------------------------------------------------ cp.async and TMA loads
