@@ -84,32 +84,61 @@ def _places(block: Block, holder: Optional[tuple[Op, Block]], found: dict) -> di
     return found
 
 
+# More passes than any wait's `pending` (cp.async: 7, bulk groups: 63) lets in flight.
+_MAX_ITERATIONS = 64
+
+
 def _walk_forward(issue: Op, places: dict, positions: dict, completes: Completes, issues_group: IssuesGroup,
                   unclosed: bool) -> Optional[int]:
     """The position of the first op that completes `issue` on the way forward (see the module
     docstring), or None when none does before the kernel (or warp_specialize) ends."""
-    after = [-1 if unclosed else 0]  # groups issued after the issue's own
-
-    def scan(ops) -> Optional[int]:
-        for later in ops:
-            if completes(later, after[0]):
-                return positions[id(later)][0]
-            if issues_group(later):
-                after[0] += 1
-        return None
-
-    op, wrapped = issue, None
+    walk = _Walk(positions, completes, issues_group, -1 if unclosed else 0)
+    op = issue
     while True:
         block = places[id(op)]
         index = next(i for i, o in enumerate(block.ops) if o is op)
-        found = scan(block.ops[index + 1:])
+        found = walk.scan(block.ops[index + 1:])
         if found is not None:
             return found
         holder = places[id(block)]
         if holder is None or isinstance(holder[0], WarpSpecialize):
-            return wrapped
-        if holder[0].LOOP and wrapped is None:
-            on_exit = after[0]
-            wrapped = scan(block.ops[:index + 1])  # the next iteration, up to the issue again
-            after[0] = on_exit  # leaving the loop instead, those were not issued
+            return walk.in_loop
+        if holder[0].LOOP and walk.in_loop is None:  # the next iterations, from the issue's block
+            walk.iterate([block], first=block.ops[:index + 1])
         op = holder[0]
+
+
+class _Walk:
+    """Ops scanned in the order they run after an issue, counting the groups issued since.
+    `in_loop`: the first completion found only by entering a loop (it may run no iteration),
+    taken when the walk finds none after the loop."""
+
+    def __init__(self, positions: dict, completes: Completes, issues_group: IssuesGroup, after: int):
+        self.positions, self.completes, self.issues_group = positions, completes, issues_group
+        self.after = after  # groups issued after the issue's own
+        self.in_loop: Optional[int] = None
+
+    def scan(self, ops, enter_loops: bool = True) -> Optional[int]:
+        for later in ops:
+            if self.completes(later, self.after):
+                return self.positions[id(later)][0]
+            if self.issues_group(later):
+                self.after += 1
+            elif later.LOOP and enter_loops and self.in_loop is None:
+                self.iterate(later.nested_blocks())
+        return None
+
+    def iterate(self, blocks, first=()) -> None:
+        """Run `first`, then `blocks` over and over, until a completion or a pass that issues
+        no group; the groups counted stay off the path that leaves the loop."""
+        on_exit = self.after
+        found = self.scan(first, enter_loops=False)
+        for _ in range(_MAX_ITERATIONS):
+            if found is not None:
+                break
+            before = self.after
+            for block in blocks:
+                found = found if found is not None else self.scan(block.ops, enter_loops=False)
+            if self.after == before:
+                break
+        self.in_loop, self.after = found, on_exit
