@@ -11,14 +11,16 @@ another buffer or a scratch area before that point. Besides wgmma (wgmma_retirem
 - a TMA load or bulk copy writes its buffer until an `mbarrier_wait` on its barrier.
 
 The completing op is looked for by walking forward from the issue: through the rest of the
-block, then after the enclosing if, around the enclosing loop to the issue again (the next
-iteration), and after the loop. Waits and issues inside a nested region count only at the
-issue's own level or an enclosing one (a wait in a branch may not run, so it completes
-nothing). A wait found after the loop wins over one inside it (the last iteration's access
-runs past the loop); a loop with no wait after it is taken to complete its own accesses in
-its next iteration, as the pipelined loops do (their copies for iterations past the end
-are never issued). An access that nothing completes lasts to the kernel's end; inside a
-warp_specialize every access already lasts the whole warp_specialize.
+block, then after the enclosing if, round the enclosing loop (its next iterations, until one
+issues no group) and after the loop. Waits and issues inside an if count for nothing (the
+branch may not run); a loop met on the way is entered (the pipelined loops' waits complete
+what their prologue issued). A completion found only inside a loop is taken when none is
+found after it: the loop is trusted to run once and to complete its own last accesses, as
+the pipelined loops do (they issue no copy for an iteration past the end). A wait found after
+the loop wins, since the last iteration's access may run past the loop. An access that
+nothing completes lasts to the kernel's end; inside a warp_specialize every access already
+lasts the whole warp_specialize. A TMA load is completed by a wait on any barrier of the
+same allocation (a ring of barriers), whose buffers a loop keeps live anyway.
 """
 
 from __future__ import annotations
