@@ -1,0 +1,296 @@
+"""stage_pointer_loads against what pointer loads mean: matmul-like pointer kernels written
+to sit on the prover's edges, drawn by hypothesis, on the emulator (races and deadlocks
+reported, TMA completions shuffled when drawn) against a numpy float64 model of the same
+pointer arithmetic, launched both by default and with pointer_tma=False.
+
+Drawn: tile sizes, warps, stages, M, N, K with tails (K = 0, K < BLOCK_K), A or B stored
+transposed (a pointer tile whose rows are contiguous), A's rows and B's columns starting
+at a runtime offset and both arrays starting anywhere in a bigger buffer (the pointer's
+alignment as a launch specializes it), row strides wider than the rows, per operand a mask
+on none, one or both dims, the loop advancing pointer tiles (`K - k * BLOCK_K` bounds) or
+recomputing them from the induction variable (`offs_k < K` bounds), and one deliberately
+non-tile form: a K bound that moves in absolute terms (`K - k`, `k * BLOCK_K + 7`),
+`other=1.0`, `<=`, rows wrapped `% M`, an advance by a runtime amount, an advance inside an
+`if`, two loads of one pointer tile, a mask over an index vector the pointer does not use.
+Whatever the prover decides, both launches agree with the model; the non-tile forms that
+TMA cannot read as written must stay on cp.async."""
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from weft import highlevel as tl
+from weft.compiler.ir import AsyncCopyGlobalToShared, TmaAsyncCopyGlobalToShared
+from weft.highlevel.jit import compile_kernel
+from weft.runtime.emulator import emulate
+
+DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
+
+# The non-tile forms (ODD): none, then K bounds that move, other=1.0, `<=`, wrapped rows,
+# a runtime advance, an advance in some iterations, two loads of A's tile, a mask over an
+# absolute index vector the carried pointer does not use.
+PLAIN, DRIFT, SEVEN, OTHER_ONE, AT_MOST, WRAP, RUNTIME_ADVANCE, SOME_ITERATIONS, TWO_LOADS, OTHER_INDEX = range(10)
+CARRIED_ONLY = (RUNTIME_ADVANCE, SOME_ITERATIONS, OTHER_INDEX)
+# Forms TMA cannot read as written: each must stay on cp.async (the others may go either way).
+NOT_BOXES = (DRIFT, SEVEN, OTHER_ONE, AT_MOST, WRAP, SOME_ITERATIONS, OTHER_INDEX)
+
+
+@tl.jit
+def bounded(first, second, first_bound, second_bound, MASK: tl.constexpr, AT_MOST_: tl.constexpr):
+    """The mask of a [len(first), len(second)] tile: MASK bit 0 bounds the first dim, bit 1
+    the second (AT_MOST_: written `second <= bound - 1`)."""
+    if AT_MOST_:
+        inner = second[None, :] <= second_bound - 1
+    else:
+        inner = second[None, :] < second_bound
+    if MASK == 1:
+        mask = first[:, None] < first_bound
+    elif MASK == 2:
+        mask = inner
+    else:
+        mask = (first[:, None] < first_bound) & inner
+    return mask
+
+
+@tl.jit
+def loaded(pointers, first, second, first_bound, second_bound, MASK: tl.constexpr, AT_MOST_: tl.constexpr,
+           OTHER: tl.constexpr):
+    if MASK == 0:
+        tile = tl.load(pointers)
+    else:
+        tile = tl.load(pointers, mask=bounded(first, second, first_bound, second_bound, MASK, AT_MOST_), other=OTHER)
+    return tile
+
+
+@tl.jit
+def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, row_a, col_b,
+                  advance_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  RECOMPUTED: tl.constexpr, MASK_A: tl.constexpr, MASK_B: tl.constexpr, ODD: tl.constexpr):
+    """c[:M, :N] = sum over the loop of A's tile @ B's tile; A's rows start at row_a, B's
+    columns at col_b (bounded by row_a + M and col_b + N)."""
+    if ODD == 5:
+        rows = row_a + (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    else:
+        rows = row_a + tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = col_b + tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    other_a = 1.0 if ODD == 3 else 0.0
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if RECOMPUTED:
+        for k in range(0, K, BLOCK_K):
+            offs_k = k + tl.arange(0, BLOCK_K)
+            if ODD == 1:
+                bound_a = K - k
+            elif ODD == 2:
+                bound_a = k + 7
+            else:
+                bound_a = K
+            a = loaded(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak, rows, offs_k, row_a + M,
+                       bound_a, MASK_A, ODD == 4, other_a)
+            b = loaded(b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn, offs_k, cols, K, col_b + N,
+                       MASK_B, False, 0.0)
+            acc = tl.dot(a, b, acc)
+            if ODD == 8:
+                a_again = loaded(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak, rows, offs_k,
+                                 row_a + M, bound_a, MASK_A, False, 0.0)
+                acc = tl.dot(a_again, b, acc)
+    else:
+        ks = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+        b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            if ODD == 1:
+                bound_a = K - k
+            elif ODD == 2:
+                bound_a = k * BLOCK_K + 7
+            elif ODD == 9:
+                bound_a = K
+            else:
+                bound_a = K - k * BLOCK_K
+            if ODD == 9:
+                a = loaded(a_ptrs, rows, k * BLOCK_K + ks, row_a + M, bound_a, MASK_A, False, other_a)
+            else:
+                a = loaded(a_ptrs, rows, ks, row_a + M, bound_a, MASK_A, ODD == 4, other_a)
+            b = loaded(b_ptrs, ks, cols, K - k * BLOCK_K, col_b + N, MASK_B, False, 0.0)
+            acc = tl.dot(a, b, acc)
+            if ODD == 8:
+                a_again = loaded(a_ptrs, rows, ks, row_a + M, bound_a, MASK_A, False, 0.0)
+                acc = tl.dot(a_again, b, acc)
+            if ODD == 6:
+                a_ptrs += advance_k * stride_ak
+            elif ODD == 7:
+                if k % 2 == 0:
+                    a_ptrs += BLOCK_K * stride_ak
+            else:
+                a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+    out_rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    out_cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + out_rows[:, None] * stride_cm + out_cols[None, :], acc,
+             mask=(out_rows[:, None] < M) & (out_cols[None, :] < N))
+
+
+NAMES = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
+         "row_a", "col_b", "advance_k")
+SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", **{name: "i32" for name in NAMES[3:]}}
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def mask_of(mask: int, first, second, first_bound: int, second_bound: int, at_most: bool = False) -> np.ndarray:
+    inner = second[None, :] <= second_bound - 1 if at_most else second[None, :] < second_bound
+    outer = first[:, None] < first_bound
+    shape = (len(first), len(second))
+    return np.broadcast_to({0: True, 1: outer, 2: inner, 3: outer & inner}[mask], shape)
+
+
+def operand_reads(case: dict, v: dict):
+    """Per program (its C rows and columns) and per dot of each iteration, the (offsets,
+    mask, other) of A's and B's tiles, as the pointer arithmetic of fuzzed_matmul reads them."""
+    bm, bn, bk, odd = case["BLOCK_M"], case["BLOCK_N"], case["BLOCK_K"], case["ODD"]
+    m, n, k_total = v["M"], v["N"], v["K"]
+    ks = np.arange(bk)
+    for p0 in range(cdiv(m, bm)):
+        for p1 in range(cdiv(n, bn)):
+            local = p0 * bm + np.arange(bm)
+            rows = v["row_a"] + (local % m if odd == WRAP else local)
+            cols = v["col_b"] + p1 * bn + np.arange(bn)
+            other_a = 1.0 if odd == OTHER_ONE else 0.0
+            dots = []
+            if case["RECOMPUTED"]:
+                for k in range(0, k_total, bk):
+                    offs_k = k + ks
+                    bound_a = {DRIFT: k_total - k, SEVEN: k + 7}.get(odd, k_total)
+                    a = (rows[:, None] * v["stride_am"] + offs_k[None, :] * v["stride_ak"],
+                         mask_of(case["MASK_A"], rows, offs_k, v["row_a"] + m, bound_a, odd == AT_MOST), other_a)
+                    b = (offs_k[:, None] * v["stride_bk"] + cols[None, :] * v["stride_bn"],
+                         mask_of(case["MASK_B"], offs_k, cols, k_total, v["col_b"] + n), 0.0)
+                    dots.append((a, b))
+                    if odd == TWO_LOADS:
+                        dots.append(((a[0], a[1], 0.0), b))
+            else:
+                a_start = b_start = 0
+                for k in range(cdiv(k_total, bk)):
+                    bound_a = {DRIFT: k_total - k, SEVEN: k * bk + 7, OTHER_INDEX: k_total}.get(odd, k_total - k * bk)
+                    index = k * bk + ks if odd == OTHER_INDEX else ks
+                    a = (a_start + rows[:, None] * v["stride_am"] + ks[None, :] * v["stride_ak"],
+                         mask_of(case["MASK_A"], rows, index, v["row_a"] + m, bound_a, odd == AT_MOST), other_a)
+                    b = (b_start + ks[:, None] * v["stride_bk"] + cols[None, :] * v["stride_bn"],
+                         mask_of(case["MASK_B"], ks, cols, k_total - k * bk, v["col_b"] + n), 0.0)
+                    dots.append((a, b))
+                    if odd == TWO_LOADS:
+                        dots.append(((a[0], a[1], 0.0), b))
+                    if odd == RUNTIME_ADVANCE:
+                        a_start += v["advance_k"] * v["stride_ak"]
+                    elif odd != SOME_ITERATIONS or k % 2 == 0:
+                        a_start += bk * v["stride_ak"]
+                    b_start += bk * v["stride_bk"]
+            yield p0, p1, dots
+
+
+def extent(reads) -> int:
+    """Elements a buffer needs so that every read lies inside it."""
+    offsets = np.concatenate([offsets[mask].ravel() for offsets, mask, _ in reads] + [np.zeros(1, np.int64)])
+    assert offsets.min() >= 0, "the drawn case reads before its buffer"
+    return int(offsets.max()) + 1
+
+
+def gathered(buffer: np.ndarray, read) -> np.ndarray:
+    offsets, mask, other = read
+    return np.where(mask, buffer.astype(np.float64)[np.where(mask, offsets, 0)], other)
+
+
+def model(case: dict, v: dict, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C in float64: each program's sum of its dots' tiles, stored where rows < M and cols < N."""
+    bm, bn = case["BLOCK_M"], case["BLOCK_N"]
+    c = np.zeros((cdiv(v["M"], bm) * bm, cdiv(v["N"], bn) * bn))
+    for p0, p1, dots in operand_reads(case, v):
+        acc = np.zeros((bm, bn))
+        for read_a, read_b in dots:
+            acc += gathered(a, read_a) @ gathered(b, read_b)
+        c[p0 * bm:(p0 + 1) * bm, p1 * bn:(p1 + 1) * bn] = acc
+    return c[:v["M"], :v["N"]]
+
+
+def copies(kernel) -> tuple[int, int]:
+    """(TMA copies, cp.async copies) in the compiled layout IR."""
+    ops = list(kernel.walk())
+    return (sum(isinstance(op, TmaAsyncCopyGlobalToShared) for op in ops),
+            sum(isinstance(op, AsyncCopyGlobalToShared) for op in ops))
+
+
+def launched(case: dict, v: dict, a, b, num_warps: int, num_stages: int, **options):
+    """(C as the emulator computes it, (TMA copies, cp.async copies)), specialized as a
+    launch with these arguments is."""
+    from weft.runtime.arguments import specialization_of
+
+    c = np.zeros((v["M"], v["N"]), np.float32)
+    args = (a, b, c, *(v[name] for name in NAMES[3:]))
+    specialization = dict(zip(NAMES, specialization_of(args)))
+    kernel = compile_kernel(fuzzed_matmul, SIGNATURE, case, specialization,
+                            {"num_warps": num_warps, "num_stages": num_stages, "target": "emulator", **options})
+    emulate(kernel, (cdiv(v["M"], case["BLOCK_M"]), cdiv(v["N"], case["BLOCK_N"])), args)
+    return c, copies(kernel)
+
+
+def check(case: dict, v: dict, num_warps: int, num_stages: int, starts: tuple[int, int], seed: int = 0) -> int:
+    """Both launches against the model; the default launch's TMA copies."""
+    reads = [read for _, _, dots in operand_reads(case, v) for pair in dots for read in pair]
+    rng = np.random.default_rng(seed)
+    # Each operand lies `start` elements into its buffer (a view: its address is the buffer's
+    # plus start * 2 bytes, aligned to 16 or not).
+    a_view, b_view = (rng.standard_normal(start + extent(reads[i::2]) + 8).astype(np.float16)[start:]
+                      for i, start in enumerate(starts))
+    expected = model(case, v, a_view, b_view)
+    tolerance = dict(rtol=1e-3, atol=1e-3 * (1 + v["K"]))
+    c, (tma, cp_async) = launched(case, v, a_view, b_view, num_warps, num_stages)
+    np.testing.assert_allclose(c, expected, **tolerance)
+    if case["ODD"] in NOT_BOXES:
+        assert tma == 0, f"a non-tile form ({case['ODD']}) went by TMA"
+    c, (tma_off, _) = launched(case, v, a_view, b_view, num_warps, num_stages, pointer_tma=False)
+    assert tma_off == 0
+    np.testing.assert_allclose(c, expected, **tolerance)
+    return tma
+
+
+@st.composite
+def drawn_cases(draw):
+    """(case constexprs, argument values, warps, stages, the operands' starts in their buffers)."""
+    block_m, block_n, block_k = (draw(st.sampled_from(sizes)) for sizes in ((64, 128), (32, 64, 128), (16, 32, 64)))
+    recomputed = draw(st.booleans())
+    odd = draw(st.sampled_from([odd for odd in range(10) if not (recomputed and odd in CARRIED_ONLY)]))
+    mask_a, mask_b = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    if odd in (DRIFT, SEVEN, OTHER_ONE, AT_MOST, OTHER_INDEX):
+        mask_a |= 2  # the form is in A's K bound
+    m, n = draw(st.integers(1, 2 * block_m)), draw(st.integers(1, 2 * block_n))
+    k = draw(st.one_of(st.just(0), st.integers(1, block_k - 1), st.integers(block_k, 3 * block_k)))
+    row_a, col_b = draw(st.sampled_from((0, 3, 16))), draw(st.sampled_from((0, 5, 64)))
+    pad_a, pad_b = draw(st.sampled_from((0, 8, 5, 64))), draw(st.sampled_from((0, 8, 5, 64)))
+    if draw(st.booleans()):  # A stored [K, rows]
+        stride_am, stride_ak = 1, cdiv(row_a + m, 16) * 16 + pad_a
+    else:
+        stride_am, stride_ak = cdiv(max(k, 1), 16) * 16 + pad_a, 1
+    if draw(st.booleans()):  # B stored [columns, K]: a transposed pointer tile
+        stride_bk, stride_bn = 1, cdiv(max(k, 1), 16) * 16 + pad_b
+    else:
+        stride_bk, stride_bn = cdiv(col_b + n, 16) * 16 + pad_b, 1
+    advance_k = draw(st.sampled_from((block_k, block_k - 8, block_k + 3))) if odd == RUNTIME_ADVANCE else block_k
+    case = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, RECOMPUTED=recomputed, MASK_A=mask_a,
+                MASK_B=mask_b, ODD=odd)
+    values = dict(M=m, N=n, K=k, stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
+                  stride_cm=n, row_a=row_a, col_b=col_b, advance_k=advance_k)
+    starts = (draw(st.sampled_from((0, 8, 3, 40))), draw(st.sampled_from((0, 8, 3, 40))))
+    return case, values, draw(st.sampled_from((4, 8))), draw(st.integers(2, 4)), starts
+
+
+@settings(max_examples=300 if DEEP else 4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(drawn=drawn_cases(), shuffle=st.sampled_from((None, 3, 11)))
+def test_pointer_kernels_match_the_model_with_and_without_tma(monkeypatch, drawn, shuffle):
+    if shuffle is None:
+        monkeypatch.delenv("WEFT_EMULATE_SHUFFLE", raising=False)
+    else:
+        monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
+    check(*drawn)
