@@ -11,7 +11,8 @@ on none, one or both dims, the loop advancing pointer tiles (`K - k * BLOCK_K` b
 recomputing them from the induction variable (`offs_k < K` bounds), and one deliberately
 non-tile form: a K bound that moves in absolute terms (`K - k`, `k * BLOCK_K + 7`),
 `other=1.0`, `<=`, rows wrapped `% M`, an advance by a runtime amount, an advance inside an
-`if`, two loads of one pointer tile, a mask over an index vector the pointer does not use.
+`if`, two loads of one pointer tile, a mask over an index vector the pointer does not use,
+a K start carried by the loop.
 Whatever the prover decides, both launches agree with the model; the non-tile forms that
 TMA cannot read as written must stay on cp.async."""
 
@@ -30,9 +31,12 @@ DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 
 # The non-tile forms (ODD): none, then K bounds that move, other=1.0, `<=`, wrapped rows,
 # a runtime advance, an advance in some iterations, two loads of A's tile, a mask over an
-# absolute index vector the carried pointer does not use.
-PLAIN, DRIFT, SEVEN, OTHER_ONE, AT_MOST, WRAP, RUNTIME_ADVANCE, SOME_ITERATIONS, TWO_LOADS, OTHER_INDEX = range(10)
+# absolute index vector the carried pointer does not use, a recomputed tile whose K start
+# is a carried scalar advanced in some iterations.
+PLAIN, DRIFT, SEVEN, OTHER_ONE, AT_MOST, WRAP, RUNTIME_ADVANCE, SOME_ITERATIONS, TWO_LOADS, OTHER_INDEX, \
+    CARRIED_START = range(11)
 CARRIED_ONLY = (RUNTIME_ADVANCE, SOME_ITERATIONS, OTHER_INDEX)
+RECOMPUTED_ONLY = (CARRIED_START,)
 # Forms TMA cannot read as written: each must stay on cp.async (the others may go either way).
 NOT_BOXES = (DRIFT, SEVEN, OTHER_ONE, AT_MOST, WRAP, SOME_ITERATIONS, OTHER_INDEX)
 
@@ -67,9 +71,11 @@ def loaded(pointers, first, second, first_bound, second_bound, MASK: tl.constexp
 @tl.jit
 def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, row_a, col_b,
                   advance_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  RECOMPUTED: tl.constexpr, MASK_A: tl.constexpr, MASK_B: tl.constexpr, ODD: tl.constexpr):
+                  RECOMPUTED: tl.constexpr, MASK_A: tl.constexpr, MASK_B: tl.constexpr, ODD: tl.constexpr,
+                  FIRST: tl.constexpr, STEP: tl.constexpr):
     """c[:M, :N] = sum over the loop of A's tile @ B's tile; A's rows start at row_a, B's
-    columns at col_b (bounded by row_a + M and col_b + N)."""
+    columns at col_b (bounded by row_a + M and col_b + N). The loop that advances pointer
+    tiles counts k from FIRST * STEP by STEP (1 or BLOCK_K)."""
     if ODD == 5:
         rows = row_a + (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     else:
@@ -78,8 +84,12 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
     other_a = 1.0 if ODD == 3 else 0.0
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if RECOMPUTED:
+        start = 0
         for k in range(0, K, BLOCK_K):
-            offs_k = k + tl.arange(0, BLOCK_K)
+            if ODD == 10:
+                offs_k = start + tl.arange(0, BLOCK_K)
+            else:
+                offs_k = k + tl.arange(0, BLOCK_K)
             if ODD == 1:
                 bound_a = K - k
             elif ODD == 2:
@@ -95,11 +105,15 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                 a_again = loaded(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak, rows, offs_k,
                                  row_a + M, bound_a, MASK_A, False, 0.0)
                 acc = tl.dot(a_again, b, acc)
+            if ODD == 10:
+                if k % (2 * BLOCK_K) == 0:
+                    start += BLOCK_K
     else:
         ks = tl.arange(0, BLOCK_K)
         a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
         b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
+        for k in range(FIRST * STEP, (tl.cdiv(K, BLOCK_K) + FIRST) * STEP, STEP):
+            done = (k - FIRST * STEP) * (BLOCK_K // STEP)  # K elements behind this iteration's tile
             if ODD == 1:
                 bound_a = K - k
             elif ODD == 2:
@@ -107,12 +121,12 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
             elif ODD == 9:
                 bound_a = K
             else:
-                bound_a = K - k * BLOCK_K
+                bound_a = K - done
             if ODD == 9:
-                a = loaded(a_ptrs, rows, k * BLOCK_K + ks, row_a + M, bound_a, MASK_A, False, other_a)
+                a = loaded(a_ptrs, rows, done + ks, row_a + M, bound_a, MASK_A, False, other_a)
             else:
                 a = loaded(a_ptrs, rows, ks, row_a + M, bound_a, MASK_A, ODD == 4, other_a)
-            b = loaded(b_ptrs, ks, cols, K - k * BLOCK_K, col_b + N, MASK_B, False, 0.0)
+            b = loaded(b_ptrs, ks, cols, K - done, col_b + N, MASK_B, False, 0.0)
             acc = tl.dot(a, b, acc)
             if ODD == 8:
                 a_again = loaded(a_ptrs, rows, ks, row_a + M, bound_a, MASK_A, False, 0.0)
@@ -161,8 +175,9 @@ def operand_reads(case: dict, v: dict):
             other_a = 1.0 if odd == OTHER_ONE else 0.0
             dots = []
             if case["RECOMPUTED"]:
+                start = 0
                 for k in range(0, k_total, bk):
-                    offs_k = k + ks
+                    offs_k = (start if odd == CARRIED_START else k) + ks
                     bound_a = {DRIFT: k_total - k, SEVEN: k + 7}.get(odd, k_total)
                     a = (rows[:, None] * v["stride_am"] + offs_k[None, :] * v["stride_ak"],
                          mask_of(case["MASK_A"], rows, offs_k, v["row_a"] + m, bound_a, odd == AT_MOST), other_a)
@@ -171,15 +186,18 @@ def operand_reads(case: dict, v: dict):
                     dots.append((a, b))
                     if odd == TWO_LOADS:
                         dots.append(((a[0], a[1], 0.0), b))
+                    if odd == CARRIED_START and k % (2 * bk) == 0:
+                        start += bk
             else:
                 a_start = b_start = 0
-                for k in range(cdiv(k_total, bk)):
-                    bound_a = {DRIFT: k_total - k, SEVEN: k * bk + 7, OTHER_INDEX: k_total}.get(odd, k_total - k * bk)
-                    index = k * bk + ks if odd == OTHER_INDEX else ks
+                for i in range(cdiv(k_total, bk)):
+                    k, done = (i + case["FIRST"]) * case["STEP"], i * bk
+                    bound_a = {DRIFT: k_total - k, SEVEN: k * bk + 7, OTHER_INDEX: k_total}.get(odd, k_total - done)
+                    index = done + ks if odd == OTHER_INDEX else ks
                     a = (a_start + rows[:, None] * v["stride_am"] + ks[None, :] * v["stride_ak"],
                          mask_of(case["MASK_A"], rows, index, v["row_a"] + m, bound_a, odd == AT_MOST), other_a)
                     b = (b_start + ks[:, None] * v["stride_bk"] + cols[None, :] * v["stride_bn"],
-                         mask_of(case["MASK_B"], ks, cols, k_total - k * bk, v["col_b"] + n), 0.0)
+                         mask_of(case["MASK_B"], ks, cols, k_total - done, v["col_b"] + n), 0.0)
                     dots.append((a, b))
                     if odd == TWO_LOADS:
                         dots.append(((a[0], a[1], 0.0), b))
@@ -248,7 +266,8 @@ def check(case: dict, v: dict, num_warps: int, num_stages: int, starts: tuple[in
     tolerance = dict(rtol=1e-3, atol=1e-3 * (1 + v["K"]))
     c, (tma, cp_async) = launched(case, v, a_view, b_view, num_warps, num_stages)
     np.testing.assert_allclose(c, expected, **tolerance)
-    if case["ODD"] in NOT_BOXES:
+    # `K - k` is the tutorial's absolute bound where k counts elements (STEP = BLOCK_K).
+    if case["ODD"] in NOT_BOXES and not (case["ODD"] == DRIFT and case["STEP"] > 1 and not case["RECOMPUTED"]):
         assert tma == 0, f"a non-tile form ({case['ODD']}) went by TMA"
     c, (tma_off, _) = launched(case, v, a_view, b_view, num_warps, num_stages, pointer_tma=False)
     assert tma_off == 0
@@ -261,7 +280,8 @@ def drawn_cases(draw):
     """(case constexprs, argument values, warps, stages, the operands' starts in their buffers)."""
     block_m, block_n, block_k = (draw(st.sampled_from(sizes)) for sizes in ((64, 128), (32, 64, 128), (16, 32, 64)))
     recomputed = draw(st.booleans())
-    odd = draw(st.sampled_from([odd for odd in range(10) if not (recomputed and odd in CARRIED_ONLY)]))
+    odd = draw(st.sampled_from([odd for odd in range(11)
+                                   if odd not in (CARRIED_ONLY if recomputed else RECOMPUTED_ONLY)]))
     mask_a, mask_b = draw(st.integers(0, 3)), draw(st.integers(0, 3))
     if odd in (DRIFT, SEVEN, OTHER_ONE, AT_MOST, OTHER_INDEX):
         mask_a |= 2  # the form is in A's K bound
@@ -279,7 +299,7 @@ def drawn_cases(draw):
         stride_bk, stride_bn = cdiv(col_b + n, 16) * 16 + pad_b, 1
     advance_k = draw(st.sampled_from((block_k, block_k - 8, block_k + 3))) if odd == RUNTIME_ADVANCE else block_k
     case = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, RECOMPUTED=recomputed, MASK_A=mask_a,
-                MASK_B=mask_b, ODD=odd)
+                MASK_B=mask_b, ODD=odd, FIRST=draw(st.sampled_from((0, 2))), STEP=draw(st.sampled_from((1, block_k))))
     values = dict(M=m, N=n, K=k, stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
                   stride_cm=n, row_a=row_a, col_b=col_b, advance_k=advance_k)
     starts = (draw(st.sampled_from((0, 8, 3, 40))), draw(st.sampled_from((0, 8, 3, 40))))
