@@ -4,7 +4,8 @@ reported, TMA completions shuffled when drawn) against a numpy float64 model of 
 pointer arithmetic, launched both by default and with pointer_tma=False.
 
 Drawn: tile sizes, warps, stages, M, N, K with tails (K = 0, K < BLOCK_K), A or B stored
-transposed (a pointer tile whose rows are contiguous), A's rows and B's columns starting
+transposed (a pointer tile whose rows are contiguous), B's tile loaded [BLOCK_N, BLOCK_K]
+and transposed for the dot, A's rows and B's columns starting
 at a runtime offset and both arrays starting anywhere in a bigger buffer (the pointer's
 alignment as a launch specializes it), row strides wider than the rows, per operand a mask
 on none, one or both dims, the loop advancing pointer tiles (`K - k * BLOCK_K` bounds) or
@@ -32,10 +33,11 @@ DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 # The non-tile forms (ODD): none, then K bounds that move, other=1.0, `<=`, wrapped rows,
 # a runtime advance, an advance in some iterations, two loads of A's tile, a mask over an
 # absolute index vector the carried pointer does not use, a recomputed tile whose K start
-# is a carried scalar advanced in some iterations.
+# is a carried scalar advanced in some iterations. BACKWARDS is a tile: A's K tiles from the
+# last one down (a negative advance; its bound K + done is K in absolute terms).
 PLAIN, DRIFT, SEVEN, OTHER_ONE, AT_MOST, WRAP, RUNTIME_ADVANCE, SOME_ITERATIONS, TWO_LOADS, OTHER_INDEX, \
-    CARRIED_START = range(11)
-CARRIED_ONLY = (RUNTIME_ADVANCE, SOME_ITERATIONS, OTHER_INDEX)
+    CARRIED_START, BACKWARDS = range(12)
+CARRIED_ONLY = (RUNTIME_ADVANCE, SOME_ITERATIONS, OTHER_INDEX, BACKWARDS)
 RECOMPUTED_ONLY = (CARRIED_START,)
 # Forms TMA cannot read as written: each must stay on cp.async (the others may go either way).
 NOT_BOXES = (DRIFT, SEVEN, OTHER_ONE, AT_MOST, WRAP, RUNTIME_ADVANCE, SOME_ITERATIONS, OTHER_INDEX)
@@ -72,10 +74,11 @@ def loaded(pointers, first, second, first_bound, second_bound, MASK: tl.constexp
 def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, row_a, col_b,
                   advance_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   RECOMPUTED: tl.constexpr, MASK_A: tl.constexpr, MASK_B: tl.constexpr, ODD: tl.constexpr,
-                  FIRST: tl.constexpr, STEP: tl.constexpr):
+                  FIRST: tl.constexpr, STEP: tl.constexpr, B_LOADED_T: tl.constexpr, MASK_B_T: tl.constexpr):
     """c[:M, :N] = sum over the loop of A's tile @ B's tile; A's rows start at row_a, B's
     columns at col_b (bounded by row_a + M and col_b + N). The loop that advances pointer
-    tiles counts k from FIRST * STEP by STEP (1 or BLOCK_K)."""
+    tiles counts k from FIRST * STEP by STEP (1 or BLOCK_K). B_LOADED_T: B's tile is loaded
+    [BLOCK_N, BLOCK_K] (masked by MASK_B_T, MASK_B's bits swapped) and transposed for the dot."""
     if ODD == 5:
         rows = row_a + (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     else:
@@ -98,8 +101,12 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                 bound_a = K
             a = loaded(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak, rows, offs_k, row_a + M,
                        bound_a, MASK_A, ODD == 4, other_a)
-            b = loaded(b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn, offs_k, cols, K, col_b + N,
-                       MASK_B, False, 0.0)
+            if B_LOADED_T:
+                b = loaded(b_ptr + cols[:, None] * stride_bn + offs_k[None, :] * stride_bk, cols, offs_k, col_b + N, K,
+                           MASK_B_T, False, 0.0).T
+            else:
+                b = loaded(b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn, offs_k, cols, K,
+                           col_b + N, MASK_B, False, 0.0)
             acc = tl.dot(a, b, acc)
             if ODD == 8:
                 a_again = loaded(a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak, rows, offs_k,
@@ -110,8 +117,15 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                     start += BLOCK_K
     else:
         ks = tl.arange(0, BLOCK_K)
-        a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-        b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+        if ODD == 11:
+            ks_a = (tl.cdiv(K, BLOCK_K) - 1) * BLOCK_K + ks
+        else:
+            ks_a = ks
+        a_ptrs = a_ptr + rows[:, None] * stride_am + ks_a[None, :] * stride_ak
+        if B_LOADED_T:
+            b_ptrs = b_ptr + cols[:, None] * stride_bn + ks[None, :] * stride_bk
+        else:
+            b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
         for k in range(FIRST * STEP, (tl.cdiv(K, BLOCK_K) + FIRST) * STEP, STEP):
             done = (k - FIRST * STEP) * (BLOCK_K // STEP)  # K elements behind this iteration's tile
             if ODD == 1:
@@ -120,13 +134,18 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                 bound_a = k * BLOCK_K + 7
             elif ODD == 9:
                 bound_a = K
+            elif ODD == 11:
+                bound_a = K + done
             else:
                 bound_a = K - done
             if ODD == 9:
                 a = loaded(a_ptrs, rows, done + ks, row_a + M, bound_a, MASK_A, False, other_a)
             else:
-                a = loaded(a_ptrs, rows, ks, row_a + M, bound_a, MASK_A, ODD == 4, other_a)
-            b = loaded(b_ptrs, ks, cols, K - done, col_b + N, MASK_B, False, 0.0)
+                a = loaded(a_ptrs, rows, ks_a, row_a + M, bound_a, MASK_A, ODD == 4, other_a)
+            if B_LOADED_T:
+                b = loaded(b_ptrs, cols, ks, col_b + N, K - done, MASK_B_T, False, 0.0).T
+            else:
+                b = loaded(b_ptrs, ks, cols, K - done, col_b + N, MASK_B, False, 0.0)
             acc = tl.dot(a, b, acc)
             if ODD == 8:
                 a_again = loaded(a_ptrs, rows, ks, row_a + M, bound_a, MASK_A, False, 0.0)
@@ -136,6 +155,8 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
             elif ODD == 7:
                 if k % 2 == 0:
                     a_ptrs += BLOCK_K * stride_ak
+            elif ODD == 11:
+                a_ptrs -= BLOCK_K * stride_ak
             else:
                 a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
@@ -190,11 +211,13 @@ def operand_reads(case: dict, v: dict):
                         start += bk
             else:
                 a_start = b_start = 0
+                ks_a = (cdiv(k_total, bk) - 1) * bk + ks if odd == BACKWARDS else ks
                 for i in range(cdiv(k_total, bk)):
                     k, done = (i + case["FIRST"]) * case["STEP"], i * bk
-                    bound_a = {DRIFT: k_total - k, SEVEN: k * bk + 7, OTHER_INDEX: k_total}.get(odd, k_total - done)
-                    index = done + ks if odd == OTHER_INDEX else ks
-                    a = (a_start + rows[:, None] * v["stride_am"] + ks[None, :] * v["stride_ak"],
+                    bound_a = {DRIFT: k_total - k, SEVEN: k * bk + 7, OTHER_INDEX: k_total,
+                               BACKWARDS: k_total + done}.get(odd, k_total - done)
+                    index = done + ks if odd == OTHER_INDEX else ks_a
+                    a = (a_start + rows[:, None] * v["stride_am"] + ks_a[None, :] * v["stride_ak"],
                          mask_of(case["MASK_A"], rows, index, v["row_a"] + m, bound_a, odd == AT_MOST), other_a)
                     b = (b_start + ks[:, None] * v["stride_bk"] + cols[None, :] * v["stride_bn"],
                          mask_of(case["MASK_B"], ks, cols, k_total - done, v["col_b"] + n), 0.0)
@@ -203,6 +226,8 @@ def operand_reads(case: dict, v: dict):
                         dots.append(((a[0], a[1], 0.0), b))
                     if odd == RUNTIME_ADVANCE:
                         a_start += v["advance_k"] * v["stride_ak"]
+                    elif odd == BACKWARDS:
+                        a_start -= bk * v["stride_ak"]
                     elif odd != SOME_ITERATIONS or k % 2 == 0:
                         a_start += bk * v["stride_ak"]
                     b_start += bk * v["stride_bk"]
@@ -280,7 +305,7 @@ def drawn_cases(draw):
     """(case constexprs, argument values, warps, stages, the operands' starts in their buffers)."""
     block_m, block_n, block_k = (draw(st.sampled_from(sizes)) for sizes in ((64, 128), (32, 64, 128), (16, 32, 64)))
     recomputed = draw(st.booleans())
-    odd = draw(st.sampled_from([odd for odd in range(11)
+    odd = draw(st.sampled_from([odd for odd in range(12)
                                    if odd not in (CARRIED_ONLY if recomputed else RECOMPUTED_ONLY)]))
     mask_a, mask_b = draw(st.integers(0, 3)), draw(st.integers(0, 3))
     if odd in (DRIFT, SEVEN, OTHER_ONE, AT_MOST, OTHER_INDEX):
@@ -299,14 +324,15 @@ def drawn_cases(draw):
         stride_bk, stride_bn = cdiv(col_b + n, 16) * 16 + pad_b, 1
     advance_k = draw(st.sampled_from((block_k, block_k - 8, block_k + 3))) if odd == RUNTIME_ADVANCE else block_k
     case = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, RECOMPUTED=recomputed, MASK_A=mask_a,
-                MASK_B=mask_b, ODD=odd, FIRST=draw(st.sampled_from((0, 2))), STEP=draw(st.sampled_from((1, block_k))))
+                MASK_B=mask_b, ODD=odd, FIRST=draw(st.sampled_from((0, 2))), STEP=draw(st.sampled_from((1, block_k))),
+                B_LOADED_T=draw(st.booleans()), MASK_B_T=(mask_b & 1) << 1 | mask_b >> 1)
     values = dict(M=m, N=n, K=k, stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
                   stride_cm=n, row_a=row_a, col_b=col_b, advance_k=advance_k)
     starts = (draw(st.sampled_from((0, 8, 3, 40))), draw(st.sampled_from((0, 8, 3, 40))))
     return case, values, draw(st.sampled_from((4, 8))), draw(st.integers(2, 4)), starts
 
 
-@settings(max_examples=300 if DEEP else 4, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300 if DEEP else 10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(drawn=drawn_cases(), shuffle=st.sampled_from((None, 3, 11)))
 def test_pointer_kernels_match_the_model_with_and_without_tma(monkeypatch, drawn, shuffle):
     if shuffle is None:
