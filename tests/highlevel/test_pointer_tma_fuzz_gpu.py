@@ -36,3 +36,28 @@ def test_pointer_kernels_match_the_model_on_the_gpu(drawn):
                             num_stages=num_stages, **options)
         np.testing.assert_allclose(c.cpu().numpy(), expected, rtol=1e-3, atol=1e-3 * (1 + v["K"]),
                                    err_msg=f"options {options}")
+
+
+@pytest.mark.parametrize("stride_sign", [0, -1])
+def test_a_zero_or_negative_row_stride_matches_the_model(stride_sign):
+    """B's K rows read through a stride of 0 (one row broadcast, as an expanded tensor's) or
+    a negative one (the rows from the last up, the base pointer at the last row): a launch
+    specializes both as divisible by 16, so the prover makes B a box of a tensor map whose
+    stride TMA cannot take as is."""
+    m, n, k, block = 64, 64, 96, 32
+    gen = torch.Generator(device="cuda").manual_seed(40)
+    a = torch.randn(m, k, device="cuda", generator=gen).half()
+    b = torch.randn(k, n, device="cuda", generator=gen).half()
+    if stride_sign == 0:
+        b_base, stride_bk, b_logical = b[0], 0, b[:1].expand(k, n)
+    else:
+        b_base, stride_bk, b_logical = b[k - 1], -n, b.flip(0)
+    case = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=block, RECOMPUTED=False, MASK_A=2, MASK_B=1, ODD=0, FIRST=0, STEP=1,
+                B_LOADED_T=False, MASK_B_T=2)
+    values = dict(M=m, N=n, K=k, stride_am=k, stride_ak=1, stride_bk=stride_bk, stride_bn=1, stride_cm=n, row_a=0,
+                  col_b=0, advance_k=block)
+    for options in ({}, {"pointer_tma": False}):
+        c = torch.zeros((m, n), dtype=torch.float32, device="cuda")
+        fuzzed_matmul[(1, 1)](a, b_base, c, *(values[name] for name in NAMES[3:]), **case, num_warps=4, num_stages=3,
+                              **options)
+        torch.testing.assert_close(c, a.float() @ b_logical.float(), rtol=1e-3, atol=1e-2, msg=f"options {options}")
