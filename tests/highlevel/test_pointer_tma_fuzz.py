@@ -5,10 +5,11 @@ pointer arithmetic, launched both by default and with pointer_tma=False.
 
 Drawn: tile sizes, warps, stages, M, N, K with tails (K = 0, K < BLOCK_K), A or B stored
 transposed (a pointer tile whose rows are contiguous), B's tile loaded [BLOCK_N, BLOCK_K]
-and transposed for the dot, A's rows and B's columns starting
-at a runtime offset and both arrays starting anywhere in a bigger buffer (the pointer's
-alignment as a launch specializes it), row strides wider than the rows, per operand a mask
-on none, one or both dims, the loop advancing pointer tiles (`K - k * BLOCK_K` bounds) or
+and transposed for the dot, A's rows and B's columns starting at a runtime offset and both
+arrays starting anywhere in a bigger buffer (the pointer's alignment as a launch
+specializes it), row strides wider than the rows, per operand a mask on none, one or both
+dims, a loop (plain or written warp-specialized) advancing pointer tiles (`K - k * BLOCK_K`
+bounds, k counting from 0 or later, by 1 or BLOCK_K; or A's tiles walked backwards) or
 recomputing them from the induction variable (`offs_k < K` bounds), and one deliberately
 non-tile form: a K bound that moves in absolute terms (`K - k`, `k * BLOCK_K + 7`),
 `other=1.0`, `<=`, rows wrapped `% M`, an advance by a runtime amount, an advance inside an
@@ -20,6 +21,7 @@ TMA cannot read as written must stay on cp.async."""
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -74,11 +76,13 @@ def loaded(pointers, first, second, first_bound, second_bound, MASK: tl.constexp
 def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, row_a, col_b,
                   advance_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   RECOMPUTED: tl.constexpr, MASK_A: tl.constexpr, MASK_B: tl.constexpr, ODD: tl.constexpr,
-                  FIRST: tl.constexpr, STEP: tl.constexpr, B_LOADED_T: tl.constexpr, MASK_B_T: tl.constexpr):
+                  FIRST: tl.constexpr, STEP: tl.constexpr, B_LOADED_T: tl.constexpr, MASK_B_T: tl.constexpr,
+                  WS: tl.constexpr):
     """c[:M, :N] = sum over the loop of A's tile @ B's tile; A's rows start at row_a, B's
     columns at col_b (bounded by row_a + M and col_b + N). The loop that advances pointer
     tiles counts k from FIRST * STEP by STEP (1 or BLOCK_K). B_LOADED_T: B's tile is loaded
-    [BLOCK_N, BLOCK_K] (masked by MASK_B_T, MASK_B's bits swapped) and transposed for the dot."""
+    [BLOCK_N, BLOCK_K] (masked by MASK_B_T, MASK_B's bits swapped) and transposed for the dot.
+    WS: the loop is written warp-specialized."""
     if ODD == 5:
         rows = row_a + (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     else:
@@ -88,7 +92,7 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if RECOMPUTED:
         start = 0
-        for k in range(0, K, BLOCK_K):
+        for k in tl.range(0, K, BLOCK_K, warp_specialize=WS):
             if ODD == 10:
                 offs_k = start + tl.arange(0, BLOCK_K)
             else:
@@ -126,7 +130,7 @@ def fuzzed_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
             b_ptrs = b_ptr + cols[:, None] * stride_bn + ks[None, :] * stride_bk
         else:
             b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-        for k in range(FIRST * STEP, (tl.cdiv(K, BLOCK_K) + FIRST) * STEP, STEP):
+        for k in tl.range(FIRST * STEP, (tl.cdiv(K, BLOCK_K) + FIRST) * STEP, STEP, warp_specialize=WS):
             done = (k - FIRST * STEP) * (BLOCK_K // STEP)  # K elements behind this iteration's tile
             if ODD == 1:
                 bound_a = K - k
@@ -325,13 +329,15 @@ def drawn_cases(draw):
     advance_k = draw(st.sampled_from((block_k, block_k - 8, block_k + 3))) if odd == RUNTIME_ADVANCE else block_k
     case = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, RECOMPUTED=recomputed, MASK_A=mask_a,
                 MASK_B=mask_b, ODD=odd, FIRST=draw(st.sampled_from((0, 2))), STEP=draw(st.sampled_from((1, block_k))),
-                B_LOADED_T=draw(st.booleans()), MASK_B_T=(mask_b & 1) << 1 | mask_b >> 1)
+                B_LOADED_T=draw(st.booleans()), MASK_B_T=(mask_b & 1) << 1 | mask_b >> 1, WS=draw(st.booleans()))
     values = dict(M=m, N=n, K=k, stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
                   stride_cm=n, row_a=row_a, col_b=col_b, advance_k=advance_k)
     starts = (draw(st.sampled_from((0, 8, 3, 40))), draw(st.sampled_from((0, 8, 3, 40))))
     return case, values, draw(st.sampled_from((4, 8))), draw(st.integers(2, 4)), starts
 
 
+# A loop written warp-specialized that weft does not split warns (CompilationWarning).
+@pytest.mark.filterwarnings("ignore::weft.compiler.errors.CompilationWarning")
 @settings(max_examples=300 if DEEP else 10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(drawn=drawn_cases(), shuffle=st.sampled_from((None, 3, 11)))
 def test_pointer_kernels_match_the_model_with_and_without_tma(monkeypatch, drawn, shuffle):

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.gpu
 DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
 
 
+@pytest.mark.filterwarnings("ignore::weft.compiler.errors.CompilationWarning")
 @settings(max_examples=1000 if DEEP else 30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(drawn=drawn_cases())
 def test_pointer_kernels_match_the_model_on_the_gpu(drawn):
@@ -53,7 +54,7 @@ def test_a_zero_or_negative_row_stride_matches_the_model(stride_sign):
     else:
         b_base, stride_bk, b_logical = b[k - 1], -n, b.flip(0)
     case = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=block, RECOMPUTED=False, MASK_A=2, MASK_B=1, ODD=0, FIRST=0, STEP=1,
-                B_LOADED_T=False, MASK_B_T=2)
+                B_LOADED_T=False, MASK_B_T=2, WS=False)
     values = dict(M=m, N=n, K=k, stride_am=k, stride_ak=1, stride_bk=stride_bk, stride_bn=1, stride_cm=n, row_a=0,
                   col_b=0, advance_k=block)
     for options in ({}, {"pointer_tma": False}):
