@@ -39,6 +39,7 @@ from ..compiler import config
 from ..compiler.compiled import CompiledKernel
 from ..compiler.frontend_expr import record_resolved_globals
 from . import arguments, cache, dependencies
+from . import made_tensor_descriptor as made
 from .arguments import HOST, LaunchError
 from .launcher import LaunchPlan, Launcher, PreparedLaunch
 
@@ -88,11 +89,13 @@ def _is_constexpr_annotation(annotation) -> bool:
 class _GpuEntry:
     launcher: Launcher
     plan: LaunchPlan
+    staged: tuple = ()  # the recipes of its pointer loads' tensor maps (made.staged_pointer_recipes)
 
 
 @dataclass(frozen=True)
 class _EmulatorEntry:
     kernel: Any  # what compile_fn returned for the emulator target
+    staged: tuple = ()
 
 
 class JITFunction:
@@ -138,6 +141,7 @@ class JITFunction:
         self._constexpr_defaults = tuple((n, self.defaults.get(n, _MISSING))
                                          for n in self.constexpr_names)
         self._dispatch: dict[tuple, object] = {}
+        self._fallbacks: dict[tuple, object] = {}  # pointer_tma=False variants (_without_pointer_tma)
         self._bound: dict = {}  # grid -> bound launcher (see __getitem__)
         self._compiled: dict[tuple, Any] = {}
         self._launchers: dict[int, Launcher] = {}  # id(compiled) -> its launcher
@@ -353,6 +357,8 @@ class JITFunction:
                 self._dispatch[key] = entry
             except TypeError:
                 pass
+        if entry.staged and not made.tma_takes(entry.staged, dict(zip(self.runtime_names, runtime)).__getitem__):
+            entry = self._without_pointer_tma(keys, cx, num_warps, options, emulate)
         if callable(grid):
             meta = dict(zip(self.runtime_names, runtime))
             meta.update(zip(self.constexpr_names, cx))
@@ -416,6 +422,8 @@ class JITFunction:
         runtime = [bound[i] for i in self._runtime_idx]
         keys, values = arguments.read_all(runtime)
         entry = self._resolve(keys, cx, num_warps, options, config.emulate())
+        if entry.staged and not made.tma_takes(entry.staged, dict(zip(self.runtime_names, runtime)).__getitem__):
+            entry = self._without_pointer_tma(keys, cx, num_warps, options, config.emulate())
         return (entry, values) if type(entry) is _GpuEntry else None
 
     def _options(self, kwargs: dict) -> tuple:
@@ -467,10 +475,26 @@ class JITFunction:
         opts = {"num_warps": int(num_warps), **dict(options)}
         if emulate:
             opts["target"] = EMULATOR_TARGET
-            return _EmulatorEntry(self._compile(signature, constexprs, specialization, opts))
+            kernel = self._compile(signature, constexprs, specialization, opts)
+            return _EmulatorEntry(kernel, made.staged_pointer_recipes(kernel))
         opts.setdefault("target", DEFAULT_TARGET)
-        launcher = self.launcher(self._compile(signature, constexprs, specialization, opts))
-        return _GpuEntry(launcher, launcher.plan(keys))
+        compiled = self._compile(signature, constexprs, specialization, opts)
+        launcher = self.launcher(compiled)
+        return _GpuEntry(launcher, launcher.plan(keys), made.staged_pointer_recipes(compiled))
+
+    def _without_pointer_tma(self, keys: tuple, cx: tuple, num_warps: int, options: tuple, emulate: bool):
+        """The variant compiled with pointer_tma=False, for a launch whose arguments give a
+        staged pointer load's tensor map a stride TMA cannot take (made.tma_takes): the
+        pointer loads then read as they are written, by cp.async."""
+        options = tuple(option for option in options if option[0] != "pointer_tma") + (("pointer_tma", False),)
+        key = (keys, cx, num_warps, options, emulate)
+        try:
+            entry = self._fallbacks.get(key)
+        except TypeError:  # an unhashable constexpr value: resolved each time (_compile caches)
+            return self._resolve(keys, cx, num_warps, options, emulate)
+        if entry is None:
+            entry = self._fallbacks[key] = self._resolve(keys, cx, num_warps, options, emulate)
+        return entry
 
     def _emulate(self, entry: _EmulatorEntry, grid, args: tuple) -> None:
         if self.emulate_fn is None:

@@ -59,10 +59,35 @@ def shape_and_strides(recipe: str, lookup: Callable[[str], Any]) -> tuple[tuple,
     return tuple(evaluate(e, lookup) for e in shape), tuple(evaluate(e, lookup) for e in strides)
 
 
+def staged_pointer_recipes(kernel) -> tuple[str, ...]:
+    """The recipes of the load-only maps (pointer loads staged by TMA) a compiled kernel
+    (a CompiledKernel, or the ir.Kernel the emulator runs) encodes at each launch."""
+    keys = getattr(kernel, "hidden_params", None)
+    if keys is None:
+        keys = tuple(p.hidden for p in getattr(kernel, "params", ()) if p.hidden is not None)
+    return tuple(recipe for _, field, recipe in keys if field == FIELD and is_load_only(recipe))
+
+
+def tma_takes(recipes: tuple[str, ...], lookup: Callable[[str], Any]) -> bool:
+    """Whether no staged map has a negative stride for these arguments: a launch
+    specializes a negative multiple of 16 as divisible by 16 like a positive one, and the
+    prover sees only that, but a tensor map's strides are unsigned. Where one is negative
+    the launch takes the kernel compiled with pointer_tma=False (runtime/jit.py)."""
+    return all(min(shape_and_strides(recipe, lookup)[1]) >= 0 for recipe in recipes)
+
+
 def host_descriptor(base: Any, recipe: str, block_shape: tuple, lookup: Callable[[str], Any]):
     """What the emulator binds for the hidden parameter: the base array with the shape,
-    strides and box the kernel made (emulator/descriptors.bind_descriptor reads them)."""
+    strides and box the kernel made (emulator/descriptors.bind_descriptor reads them).
+    A negative stride raises as the GPU's encoding does (encoded_tensor_map), unless the
+    map is a staged pointer load's with no element in bounds, which the GPU reads as zeros."""
     shape, strides = shape_and_strides(recipe, lookup)
+    if min(strides) < 0 and not (is_load_only(recipe) and min(shape) < 1):
+        from .tensor_descriptor import TensorDescriptorError
+
+        raise TensorDescriptorError(
+            f"TensorDescriptor: a tensor map made from the kernel's arguments has strides {list(strides)} "
+            f"(shape {list(shape)}); TMA needs every stride non-negative")
     return SimpleNamespace(base=base, shape=shape, strides=strides, block_shape=block_shape)
 
 

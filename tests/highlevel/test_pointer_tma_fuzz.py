@@ -346,3 +346,40 @@ def test_pointer_kernels_match_the_model_with_and_without_tma(monkeypatch, drawn
     else:
         monkeypatch.setenv("WEFT_EMULATE_SHUFFLE", str(shuffle))
     check(*drawn)
+
+
+NEGATIVE_STRIDE_CASE = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, RECOMPUTED=False, MASK_A=2, MASK_B=1, ODD=PLAIN, FIRST=0,
+                            STEP=1, B_LOADED_T=False, MASK_B_T=2, WS=False)
+
+
+def flipped_operands(m: int, n: int, k: int):
+    """a [m, k], b [k, n] and b's rows from the last up: a view whose element 0 is b's last
+    row and whose row stride is -n (a pointer kernel reads it with stride_bk = -n)."""
+    rng = np.random.default_rng(7)
+    a, b = (rng.standard_normal(shape).astype(np.float16) for shape in ((m, k), (k, n)))
+    return a, b, b[::-1]
+
+
+def test_a_negative_row_stride_launches_the_cp_async_variant_and_matches_numpy():
+    # A launch specializes stride_bk = -64 as divisible by 16, so B is staged as a box; TMA
+    # cannot take the map's negative stride, and the launch takes the pointer_tma=False variant.
+    m, n, k = 64, 64, 80
+    a, b, flipped = flipped_operands(m, n, k)
+    c = np.zeros((m, n), np.float32)
+    fuzzed_matmul[(1, 1)](a, flipped, c, m, n, k, k, 1, -n, 1, n, 0, 0, 32, **NEGATIVE_STRIDE_CASE, num_warps=4,
+                          num_stages=3)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b[::-1].astype(np.float64), rtol=1e-3, atol=1e-3 * k)
+
+
+def test_the_emulator_refuses_a_made_map_with_a_negative_stride_as_the_gpu_does():
+    from weft.runtime.arguments import specialization_of
+    from weft.runtime.tensor_descriptor import TensorDescriptorError
+
+    m, n, k = 64, 64, 80
+    a, _, flipped = flipped_operands(m, n, k)
+    args = (a, flipped, np.zeros((m, n), np.float32), m, n, k, k, 1, -n, 1, n, 0, 0, 32)
+    kernel = compile_kernel(fuzzed_matmul, SIGNATURE, NEGATIVE_STRIDE_CASE, dict(zip(NAMES, specialization_of(args))),
+                            {"num_warps": 4, "num_stages": 3, "target": "emulator"})
+    assert copies(kernel) == (6, 0)  # B's map has stride_bk as its row stride
+    with pytest.raises(TensorDescriptorError, match="non-negative"):
+        emulate(kernel, (1, 1), args)
