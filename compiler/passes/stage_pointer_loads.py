@@ -25,7 +25,9 @@ is a box when
   nothing else reading it (the carried tile is dropped);
 - one of s_r, s_c is the constant 1 (a parameter specialized to 1 is) and the other an int
   parameter or constant whose bytes, like the base's address, axis analysis (launch
-  specialization) proves a multiple of 16: the TMA unit faults on other tensor maps;
+  specialization) proves a multiple of 16: the TMA unit faults on other tensor maps (the
+  specialization does not tell a negative stride, which no tensor map has: a launch with
+  one takes the variant compiled with pointer_tma=False, runtime/jit.py);
 - its mask is absent or (rows[:, None] < R_bound) & (cols[None, :] < C_bound) (either or
   both terms, the same rows and cols), each bound in absolute coordinates, once the advance
   is added, the same every iteration (the tutorial's `cols < K - k * BLOCK_K` is
