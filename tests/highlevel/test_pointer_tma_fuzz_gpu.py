@@ -43,8 +43,8 @@ def test_pointer_kernels_match_the_model_on_the_gpu(drawn):
 def test_a_zero_or_negative_row_stride_matches_the_model(stride_sign):
     """B's K rows read through a stride of 0 (one row broadcast, as an expanded tensor's) or
     a negative one (the rows from the last up, the base pointer at the last row): a launch
-    specializes both as divisible by 16, so the prover makes B a box of a tensor map whose
-    stride TMA cannot take as is."""
+    specializes both as divisible by 16, so the prover makes B a box; a zero stride is a
+    tensor map's, a negative one is not, and that launch takes the pointer_tma=False variant."""
     m, n, k, block = 64, 64, 96, 32
     gen = torch.Generator(device="cuda").manual_seed(40)
     a = torch.randn(m, k, device="cuda", generator=gen).half()
