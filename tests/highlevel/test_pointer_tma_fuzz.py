@@ -16,7 +16,13 @@ non-tile form: a K bound that moves in absolute terms (`K - k`, `k * BLOCK_K + 7
 `if`, two loads of one pointer tile, a mask over an index vector the pointer does not use,
 a K start carried by the loop.
 Whatever the prover decides, both launches agree with the model; the non-tile forms that
-TMA cannot read as written must stay on cp.async."""
+TMA cannot read as written must stay on cp.async.
+
+What the GPU run of these kernels found (test_pointer_tma_fuzz_gpu.py): a row stride of -64
+(B's rows read from the last up) is specialized divisible by 16 like 64, so B became a box
+whose tensor map the GPU's encoding refused at launch, while the emulator answered. Now the
+emulator refuses such a map as the GPU does, and the launch takes the pointer_tma=False
+variant (runtime/jit.py); the two explicit tests at the end check both."""
 
 import os
 
