@@ -229,8 +229,10 @@ def _infer(op: Op, result: Value, infos, scalar_div) -> AxisInfo:
         for d in range(len(a.constancy)):
             k = gcd(a.constancy[d], b.constancy[d])
             # A run of C consecutive values starting at a multiple of C compared against a
-            # value constant over the run and divisible by C gives one answer for the run.
-            if op.predicate in ("lt", "ge", "le", "gt") and b.constancy[d] >= a.contiguity[d]:
+            # value constant over the run and divisible by C gives one answer for the run
+            # when the answer changes at that value (`<`, `>=`); `<=` and `>` change one
+            # past it, inside a run (`x <= 0` holds for the run's first value only).
+            if op.predicate in ("lt", "ge") and b.constancy[d] >= a.contiguity[d]:
                 k = max(k, gcd(a.contiguity[d], gcd(a.divisibility[d], b.divisibility[d])))
             constancy.append(k)
         return AxisInfo(tuple(1 for _ in constancy), tuple(1 for _ in constancy), tuple(constancy))

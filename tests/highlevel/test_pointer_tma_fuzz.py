@@ -389,3 +389,15 @@ def test_the_emulator_refuses_a_made_map_with_a_negative_stride_as_the_gpu_does(
     assert copies(kernel) == (6, 0)  # B's map has stride_bk as its row stride
     with pytest.raises(TensorDescriptorError, match="non-negative"):
         emulate(kernel, (1, 1), args)
+
+
+def test_a_mask_written_at_most_is_not_taken_uniform_over_runs():
+    # What the property found: `offs_k <= K - 1` with K = 1 (specialized to the constant 1)
+    # holds for offs_k = 0 only, but axis analysis took the compare as one answer per run
+    # of 8 elements as it does for `<` (vectorized masked loads read the run as one): the
+    # emulator caught the run whose values differ.
+    case = dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=16, RECOMPUTED=True, MASK_A=2, MASK_B=0, ODD=AT_MOST, FIRST=0, STEP=1,
+                B_LOADED_T=False, MASK_B_T=0, WS=False)
+    values = dict(M=1, N=1, K=1, stride_am=16, stride_ak=1, stride_bk=16, stride_bn=1, stride_cm=1, row_a=0, col_b=0,
+                  advance_k=16)
+    check(case, values, 4, 2, (0, 0))
