@@ -22,7 +22,9 @@ What the GPU run of these kernels found (test_pointer_tma_fuzz_gpu.py): a row st
 (B's rows read from the last up) is specialized divisible by 16 like 64, so B became a box
 whose tensor map the GPU's encoding refused at launch, while the emulator answered. Now the
 emulator refuses such a map as the GPU does, and the launch takes the pointer_tma=False
-variant (runtime/jit.py); the two explicit tests at the end check both."""
+variant (runtime/jit.py); two explicit tests at the end check both. What the property
+found on the emulator: a `<=` mask taken as one answer per run of 8 (axis_analysis), the
+last explicit test."""
 
 import os
 
