@@ -338,7 +338,9 @@ def drawn_cases(draw):
     advance_k = draw(st.sampled_from((block_k, block_k - 8, block_k + 3))) if odd == RUNTIME_ADVANCE else block_k
     case = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, RECOMPUTED=recomputed, MASK_A=mask_a,
                 MASK_B=mask_b, ODD=odd, FIRST=draw(st.sampled_from((0, 2))), STEP=draw(st.sampled_from((1, block_k))),
-                B_LOADED_T=draw(st.booleans()), MASK_B_T=(mask_b & 1) << 1 | mask_b >> 1, WS=draw(st.booleans()))
+                B_LOADED_T=draw(st.booleans()), MASK_B_T=(mask_b & 1) << 1 | mask_b >> 1,
+                # A warp-specialized loop over A stored [K, M] races (the strict xfail below).
+                WS=stride_am != 1 and draw(st.booleans()))
     values = dict(M=m, N=n, K=k, stride_am=stride_am, stride_ak=stride_ak, stride_bk=stride_bk, stride_bn=stride_bn,
                   stride_cm=n, row_a=row_a, col_b=col_b, advance_k=advance_k)
     starts = (draw(st.sampled_from((0, 8, 3, 40))), draw(st.sampled_from((0, 8, 3, 40))))
