@@ -464,6 +464,12 @@ def plan_tma_loop(loop: For, stages: int, step: int, defs, uses, split_by_defaul
                 (2,) + buffer.type.shape, buffer.type.element, buffer.type.encoding.to_linear((2,) + buffer.type.shape),
                 buffer.type.encoding), buffer.hint)
         return pipeliner  # the transposing store runs in the one partition
+    ringed = {id(operand.copy) for operand in operands}
+    if any(isinstance(op, TmaAsyncCopyGlobalToShared) and id(op) not in ringed for op in loop.body.walk()):
+        # A box the ring does not take (a transposed A read into registers) is copied again
+        # each iteration after its generic reads; in a split's consumers nothing orders those
+        # reads' fence before that copy, so the loop stays one partition.
+        return pipeliner
     from .pipeline_tma_warp_specialize import plan_warp_specialized
     return plan_warp_specialized(pipeliner, defs, uses, split_by_default) or pipeliner
 
