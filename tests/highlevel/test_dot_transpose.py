@@ -87,8 +87,10 @@ def layout_ir(form, dtype="fp16", stages=None):
     specialization = {name: "divisible_by_16" for name in signature}
     specialization.update(stride_bk="equal_to_1", **{"stride_am" if form == "trans_a" else "stride_ak": "equal_to_1"})
     """The kernel's `layout` IR after every pass (conversion plans recorded)."""
+    # pointer_tma=False: these aligned tiles would otherwise be TMA boxes (stage_pointer_loads);
+    # this file checks how loaded tiles are stored and read transposed.
     return compile_kernel(transposed_dot, signature, dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, FORM=form), specialization,
-                          {"num_warps": 4, "target": "emulator", "num_stages": stages})
+                          {"num_warps": 4, "target": "emulator", "num_stages": stages, "pointer_tma": False})
 
 
 @pytest.mark.parametrize("form", FORMS)
