@@ -405,8 +405,10 @@ def fits_beside_epilogue(pipeliner: TmaLoopPipeliner) -> bool:
     head_dim 128 fit only so)."""
     wgmmas = [op for op in pipeliner.loop.body.walk() if isinstance(op, WarpgroupMma)]
     ringed = {id(operand.buffer) for operand in pipeliner.operands}
+    # Views made in the body (a transposed box read as B) are of the ring, not held boxes.
+    in_body = {id(value) for op in pipeliner.loop.body.walk() for value in op.defines()}
     invariant = {id(buffer): buffer for op in wgmmas for buffer in (op.a, op.b)
-                 if isinstance(buffer.type, SharedType) and id(buffer) not in ringed}
+                 if isinstance(buffer.type, SharedType) and id(buffer) not in ringed | in_body}
     def nbytes(value: Value, bits: int) -> int:
         return math.prod(value.type.shape) * bits // 8
     accumulator = max(nbytes(op.result, 16) for op in wgmmas)
