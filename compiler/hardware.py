@@ -12,7 +12,7 @@ from ..layouts.standard import MAX_WARPS_PER_CTA as MAX_WARPS  # 1024 threads, a
 from ..layouts.standard import WARPS_PER_WARPGROUP  # the warps a wgmma or setmaxnreg acts on together
 
 __all__ = ["LANES", "MAX_WARPS", "WARPS_PER_WARPGROUP", "REGISTER_FILE", "MAX_REGISTERS", "MIN_REGISTERS",
-           "STATIC_SHARED_LIMIT", "SHARED_LIMIT", "SM_SHARED", "MAX_CLUSTER_CTAS", "MAX_GRID",
+           "STATIC_SHARED_LIMIT", "SHARED_LIMIT", "SM_SHARED", "SHARED_RESERVED_PER_CTA", "MAX_CLUSTER_CTAS", "MAX_GRID",
            "MAX_ACCESS_BITS", "TMA_MAX_RANK", "TMA_MAX_BOX", "TENSOR_MAP_BYTES", "TENSOR_MAP_ALIGN", "TMA_MAX_GLOBAL_DIM", "TMA_MAX_COORDINATE", "TMA_GLOBAL_ALIGN",
            "TMA_MAX_STRIDE_BYTES"]
 
@@ -26,6 +26,7 @@ STATIC_SHARED_LIMIT = 48 * 1024  # a CTA's static shared memory, and its dynamic
                                  # (cuFuncSetAttribute)
 SHARED_LIMIT = 227 * 1024  # usable by one CTA on H100/H200 (HOPPER.md)
 SM_SHARED = 228 * 1024  # an SM has for its CTAs, each of which the driver takes 1 KB of
+SHARED_RESERVED_PER_CTA = 1024  # that 1 KB: the CTAs an SM holds are SM_SHARED // (bytes + this)
 
 # Launches.
 MAX_CLUSTER_CTAS = 8  # CTAs per cluster any sm_90 launch may take without opting into more

@@ -24,12 +24,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .hardware import MAX_REGISTERS, REGISTER_FILE, SM_SHARED
+from .hardware import MAX_REGISTERS, REGISTER_FILE, SHARED_RESERVED_PER_CTA, SM_SHARED
 from .ir import AsyncCopyWaitGroup, For, Kernel, WarpgroupMma
 
 NAME = "fit_ring_depth"
 
-DRIVER_SHARED_PER_CTA = 1024  # bytes of an SM's shared memory the driver takes for each CTA
 REGISTER_UNIT = 8  # registers a thread is given in multiples of (256 a warp)
 MIN_STAGES = 2
 MIN_DOTS = 2  # wgmmas an iteration from which a shallower ring still issues its copies far enough ahead
@@ -44,7 +43,7 @@ def register_ctas(kernel: Kernel) -> int:
 
 def shared_ctas(shared_bytes: int) -> int:
     """CTAs an SM's shared memory holds at `shared_bytes` a CTA."""
-    return SM_SHARED // (shared_bytes + DRIVER_SHARED_PER_CTA)
+    return SM_SHARED // (shared_bytes + SHARED_RESERVED_PER_CTA)
 
 
 def _ring_loops_run_several_dots(kernel: Kernel) -> bool:

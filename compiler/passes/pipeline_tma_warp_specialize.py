@@ -107,7 +107,7 @@ import math
 from typing import Optional
 
 from ..errors import CompilationError
-from ..hardware import REGISTER_FILE, SHARED_LIMIT, SM_SHARED, WARPS_PER_WARPGROUP
+from ..hardware import REGISTER_FILE, SHARED_LIMIT, SHARED_RESERVED_PER_CTA, SM_SHARED, WARPS_PER_WARPGROUP
 from ..ir import (Binary, Block, Compare, Constant, For, Kernel, MBarrierArrive, MBarrierInvalidate,
                   MBarrierWait, Op, SharedIndex, Value, WarpgroupMma, WarpSpecialize, Yield)
 from .pipeline_carried_state import clone_deep
@@ -120,7 +120,7 @@ MAX_CONSUMER_REGS = 240
 IDLE_WARPS = (2, 1)  # the rest of the producer's warpgroup, as powers of two
 # The smallest ring split by default: more than half an SM's shared memory (each CTA's
 # 1 KB reserve included), so no second CTA would fit beside the one-partition kernel.
-DEFAULT_SPLIT_RING_BYTES = SM_SHARED // 2 - 1024 + 1
+DEFAULT_SPLIT_RING_BYTES = SM_SHARED // 2 - SHARED_RESERVED_PER_CTA + 1
 # The smallest ring of a chained-dot loop split by default with two consumer warpgroups:
 # above head_dim 64's K and V boxes at 4 stages (see the module docstring).
 DEFAULT_SPLIT_CHAINED_RING_BYTES = 64 * 1024 + 1
