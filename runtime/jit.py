@@ -357,8 +357,7 @@ class JITFunction:
                 self._dispatch[key] = entry
             except TypeError:
                 pass
-        if entry.staged and not made.tma_takes(entry.staged, dict(zip(self.runtime_names, runtime)).__getitem__):
-            entry = self._without_pointer_tma(keys, cx, num_warps, options, emulate)
+        entry = self._taken_by_tma(entry, runtime, keys, cx, num_warps, options, emulate)
         if callable(grid):
             meta = dict(zip(self.runtime_names, runtime))
             meta.update(zip(self.constexpr_names, cx))
@@ -421,9 +420,9 @@ class JITFunction:
         cx = tuple(bound[i] for i in self._constexpr_idx)
         runtime = [bound[i] for i in self._runtime_idx]
         keys, values = arguments.read_all(runtime)
-        entry = self._resolve(keys, cx, num_warps, options, config.emulate())
-        if entry.staged and not made.tma_takes(entry.staged, dict(zip(self.runtime_names, runtime)).__getitem__):
-            entry = self._without_pointer_tma(keys, cx, num_warps, options, config.emulate())
+        emulate = config.emulate()
+        entry = self._resolve(keys, cx, num_warps, options, emulate)
+        entry = self._taken_by_tma(entry, runtime, keys, cx, num_warps, options, emulate)
         return (entry, values) if type(entry) is _GpuEntry else None
 
     def _options(self, kwargs: dict) -> tuple:
@@ -481,6 +480,13 @@ class JITFunction:
         compiled = self._compile(signature, constexprs, specialization, opts)
         launcher = self.launcher(compiled)
         return _GpuEntry(launcher, launcher.plan(keys), made.staged_pointer_recipes(compiled))
+
+    def _taken_by_tma(self, entry, runtime, keys: tuple, cx: tuple, num_warps: int, options: tuple, emulate: bool):
+        """`entry`, or its pointer_tma=False variant where these arguments give one of its
+        staged pointer loads' tensor maps a stride TMA cannot take."""
+        if entry.staged and not made.tma_takes(entry.staged, dict(zip(self.runtime_names, runtime)).__getitem__):
+            return self._without_pointer_tma(keys, cx, num_warps, options, emulate)
+        return entry
 
     def _without_pointer_tma(self, keys: tuple, cx: tuple, num_warps: int, options: tuple, emulate: bool):
         """The variant compiled with pointer_tma=False, for a launch whose arguments give a
